@@ -1,0 +1,37 @@
+# Thin wrapper over CMake. `make demo` and `make test` install what is missing, build, then run.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?= --output-on-failure --timeout 600 -j $(JOBS)
+CXX_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.cc' '*.h' '*.cu' '*.cuh' 2>/dev/null)
+
+.PHONY: all deps configure build test unit demo format format-check clean
+
+all: build
+
+deps:
+	@./scripts/install-deps
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+
+configure: deps $(BUILD_DIR)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build format-check
+	ctest --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
+
+demo: build
+	$(BUILD_DIR)/bin/kubetrain validate deploy/examples/*.yaml
+	$(BUILD_DIR)/bin/kubetrain render deploy/examples/fashion-mnist.yaml
+
+format:
+	clang-format -i $(CXX_SOURCES)
+
+format-check:
+	@clang-format --dry-run --Werror $(CXX_SOURCES) && echo "format-check: $(words $(CXX_SOURCES)) files formatted"
+
+clean:
+	rm -rf $(BUILD_DIR)

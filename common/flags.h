@@ -1,0 +1,77 @@
+// Typed command-line flags with environment-variable fallback, parsed once in main into a
+// struct the program passes down (no global flag registry).
+//
+//   struct Options { int port = 2222; std::string data_dir = "/usr/share/datasets/fashion-mnist";
+//   }; Options opt; FlagSet flags("kubetrain-ps", "Serves variables to workers.");
+//   flags.Add("port", &opt.port, "gRPC port", "KUBETRAIN_PORT");
+//   ASSIGN_OR_RETURN(std::vector<std::string> args, flags.Parse(argc, argv));
+//
+// Precedence: a flag on the command line, then its environment variable, then the default.
+// Accepted forms: --name=value, --name value, and for booleans --name, --name=false, --no-name.
+// `--` ends flag parsing. Parse returns CANCELLED after printing help for -h/--help.
+// Not thread-safe; use from main.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace kubetrain {
+
+class FlagSet {
+ public:
+  FlagSet(std::string program, std::string summary);
+
+  void Add(absl::string_view name, std::string* target, absl::string_view help,
+           absl::string_view env = "");
+  void Add(absl::string_view name, int* target, absl::string_view help, absl::string_view env = "");
+  void Add(absl::string_view name, int64_t* target, absl::string_view help,
+           absl::string_view env = "");
+  void Add(absl::string_view name, double* target, absl::string_view help,
+           absl::string_view env = "");
+  void Add(absl::string_view name, bool* target, absl::string_view help,
+           absl::string_view env = "");
+  // Durations as Go/absl strings: "30s", "1m30s", "500ms"; a bare number means seconds.
+  void Add(absl::string_view name, absl::Duration* target, absl::string_view help,
+           absl::string_view env = "");
+  // A flag that may be given several times; each value is appended.
+  void Add(absl::string_view name, std::vector<std::string>* target, absl::string_view help,
+           absl::string_view env = "");
+
+  // Positional argument names shown in the usage line, e.g. "FILE...".
+  void SetPositionalUsage(absl::string_view usage) { positional_usage_ = std::string(usage); }
+
+  // Parses argv[1..]; returns the positional arguments. Writes help to stdout for --help.
+  absl::StatusOr<std::vector<std::string>> Parse(int argc, const char* const* argv);
+  absl::StatusOr<std::vector<std::string>> Parse(const std::vector<std::string>& args);
+
+  std::string Help() const;
+
+ private:
+  struct Flag {
+    std::string name;
+    std::string help;
+    std::string env;
+    std::string default_text;
+    bool is_bool = false;
+    std::function<absl::Status(absl::string_view)> set;
+  };
+
+  void AddFlag(Flag flag);
+  absl::Status Set(const Flag& flag, absl::string_view value, absl::string_view source);
+  absl::Status ApplyEnvironment(const std::map<std::string, bool>& seen);
+  std::string Suggest(absl::string_view name) const;
+
+  std::string program_;
+  std::string summary_;
+  std::string positional_usage_;
+  std::vector<Flag> flags_;
+};
+
+}  // namespace kubetrain

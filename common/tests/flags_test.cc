@@ -1,0 +1,115 @@
+#include "common/flags.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+namespace kubetrain {
+namespace {
+
+struct Options {
+  int port = 2222;
+  std::string data_dir = "/data";
+  bool verbose = false;
+  double lr = 0.1;
+  absl::Duration timeout = absl::Seconds(30);
+  std::vector<std::string> tags;
+};
+
+FlagSet MakeFlags(Options* o) {
+  FlagSet flags("prog", "Does things.");
+  flags.Add("port", &o->port, "gRPC port", "KT_TEST_PORT");
+  flags.Add("data-dir", &o->data_dir, "dataset folder");
+  flags.Add("verbose", &o->verbose, "log more");
+  flags.Add("lr", &o->lr, "learning rate");
+  flags.Add("timeout", &o->timeout, "RPC timeout");
+  flags.Add("tag", &o->tags, "a tag");
+  return flags;
+}
+
+TEST(FlagSet, ParsesAllFormsAndKeepsPositionals) {
+  Options o;
+  FlagSet flags = MakeFlags(&o);
+  auto rest = flags.Parse({"--port=3000", "job.yaml", "--data-dir", "/tmp/x", "--verbose",
+                           "--lr=0.5", "--timeout=1m30s", "--tag", "a", "--tag=b", "--", "--x"});
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(*rest, (std::vector<std::string>{"job.yaml", "--x"}));
+  EXPECT_EQ(o.port, 3000);
+  EXPECT_EQ(o.data_dir, "/tmp/x");
+  EXPECT_TRUE(o.verbose);
+  EXPECT_DOUBLE_EQ(o.lr, 0.5);
+  EXPECT_EQ(o.timeout, absl::Seconds(90));
+  EXPECT_EQ(o.tags, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(FlagSet, BareNumberDurationIsSeconds) {
+  Options o;
+  FlagSet flags = MakeFlags(&o);
+  ASSERT_TRUE(flags.Parse({"--timeout", "2.5"}).ok());
+  EXPECT_EQ(o.timeout, absl::Milliseconds(2500));
+}
+
+TEST(FlagSet, NegatedBoolean) {
+  Options o;
+  o.verbose = true;
+  FlagSet flags = MakeFlags(&o);
+  ASSERT_TRUE(flags.Parse({"--no-verbose"}).ok());
+  EXPECT_FALSE(o.verbose);
+}
+
+TEST(FlagSet, BadValueNamesFlagAndValue) {
+  Options o;
+  FlagSet flags = MakeFlags(&o);
+  auto r = flags.Parse({"--port=abc"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "--port: must be an integer, got \"abc\"");
+}
+
+TEST(FlagSet, UnknownFlagSuggestsClosest) {
+  Options o;
+  FlagSet flags = MakeFlags(&o);
+  auto r = flags.Parse({"--prot=1"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "unknown flag --prot; did you mean --port? (see prog --help)");
+}
+
+TEST(FlagSet, MissingValueIsAnError) {
+  Options o;
+  FlagSet flags = MakeFlags(&o);
+  auto r = flags.Parse({"--data-dir"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "--data-dir: needs a value");
+}
+
+TEST(FlagSet, EnvironmentIsUsedUnlessFlagGiven) {
+  setenv("KT_TEST_PORT", "4000", 1);
+  Options a;
+  FlagSet fa = MakeFlags(&a);
+  ASSERT_TRUE(fa.Parse(std::vector<std::string>{}).ok());
+  EXPECT_EQ(a.port, 4000);
+  Options b;
+  FlagSet fb = MakeFlags(&b);
+  ASSERT_TRUE(fb.Parse({"--port=5000"}).ok());
+  EXPECT_EQ(b.port, 5000);
+  setenv("KT_TEST_PORT", "x", 1);
+  Options c;
+  FlagSet fc = MakeFlags(&c);
+  auto r = fc.Parse(std::vector<std::string>{});
+  unsetenv("KT_TEST_PORT");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "environment variable KT_TEST_PORT: must be an integer, got \"x\"");
+}
+
+TEST(FlagSet, HelpListsFlagsDefaultsAndEnv) {
+  Options o;
+  FlagSet flags = MakeFlags(&o);
+  std::string help = flags.Help();
+  EXPECT_NE(help.find("Usage: prog [flags]"), std::string::npos);
+  EXPECT_NE(help.find("--port VALUE"), std::string::npos);
+  EXPECT_NE(help.find("(default 2222) [$KT_TEST_PORT]"), std::string::npos);
+  auto r = flags.Parse({"--help"});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace kubetrain

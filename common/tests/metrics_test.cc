@@ -1,0 +1,44 @@
+#include "common/metrics.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "prometheus/counter.h"
+
+namespace kubetrain {
+namespace {
+
+TEST(MetricsServer, ServesRegisteredCountersOverHttp) {
+  auto server = MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto& family = prometheus::BuildCounter()
+                     .Name("kubetrain_test_events_total")
+                     .Help("Events seen by the test.")
+                     .Register((*server)->registry());
+  family.Add({{"role", "worker"}}).Increment(3);
+
+  ASSERT_GT((*server)->port(), 0);
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto res = client.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_NE(res->body.find("kubetrain_test_events_total{role=\"worker\"} 3"), std::string::npos)
+      << res->body;
+}
+
+TEST(MetricsServer, BusyPortIsAClearError) {
+  auto first = MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(first.ok());
+  auto second = MetricsServer::Start(JoinHostPort("127.0.0.1", (*first)->port()));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find("--metrics-port"), std::string::npos);
+}
+
+TEST(JoinHostPort, BracketsIpv6) {
+  EXPECT_EQ(JoinHostPort("127.0.0.1", 80), "127.0.0.1:80");
+  EXPECT_EQ(JoinHostPort("::1", 80), "[::1]:80");
+}
+
+}  // namespace
+}  // namespace kubetrain
