@@ -1,0 +1,85 @@
+// Rendering: the exact tasks of a job and the Kubernetes objects that run them (DESIGN §4).
+// Pure functions of a defaulted, valid TrainingJob; shared by the operator and `kubetrain run`.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/tf_config.h"
+#include "operator/api/types.h"
+
+namespace kubetrain::api {
+
+// One process of a job: a pod under the operator, a child process under `kubetrain run`.
+struct Task {
+  ReplicaType type;
+  int index = 0;
+  std::string name;     // <job>-<type>-<index>: pod name and host name
+  std::string address;  // host:port its peers dial
+  bool chief = false;
+  RestartPolicy restart_policy = RestartPolicy::kNever;
+};
+
+// How peers reach a task.
+class AddressScheme {
+ public:
+  virtual ~AddressScheme() = default;
+  virtual std::string Address(const TrainingJob& job, ReplicaType type, int index) const = 0;
+};
+
+// <job>-<type>-<i>.<job>.<namespace>.svc[.<domain>]:<port>: the pod's hostname under the job's
+// headless Service. The port is the training container's port named "kubetrain".
+class ClusterDnsAddresses : public AddressScheme {
+ public:
+  explicit ClusterDnsAddresses(std::string cluster_domain = "")
+      : cluster_domain_(std::move(cluster_domain)) {}
+  std::string Address(const TrainingJob& job, ReplicaType type, int index) const override;
+
+ private:
+  std::string cluster_domain_;
+};
+
+// host:port with a port per task chosen by the caller (free loopback ports for local runs).
+class LoopbackAddresses : public AddressScheme {
+ public:
+  using PortFn = std::function<int(ReplicaType type, int index)>;
+  LoopbackAddresses(PortFn port_of, std::string host = "127.0.0.1")
+      : port_of_(std::move(port_of)), host_(std::move(host)) {}
+  std::string Address(const TrainingJob& job, ReplicaType type, int index) const override;
+
+ private:
+  PortFn port_of_;
+  std::string host_;
+};
+
+// The namespace objects go to: metadata.namespace, or "default".
+std::string Namespace(const TrainingJob& job);
+// The pod name / host name of a task.
+std::string TaskName(const TrainingJob& job, ReplicaType type, int index);
+// containerPort of the named port on the training container, or `fallback`.
+int ContainerPort(const TrainingJob& job, ReplicaType type, const char* port_name, int fallback);
+// The chief: Chief 0 if the job has a Chief, else Worker 0.
+bool IsChief(const TrainingJob& job, ReplicaType type, int index);
+
+// Every task, ordered Chief, PS, Worker, Evaluator and by index.
+std::vector<Task> Tasks(const TrainingJob& job, const AddressScheme& addresses);
+
+// TF_CONFIG for one task. Evaluators appear in `task` only, never in `cluster`.
+TfConfig TfConfigFor(const TrainingJob& job, const AddressScheme& addresses, ReplicaType type,
+                     int index);
+
+// Labels on the pods and the Service of a job (selector labels plus managed-by).
+std::map<std::string, std::string> JobLabels(const TrainingJob& job);
+
+// The job's headless Service: name <job>, clusterIP None, publishNotReadyAddresses.
+nlohmann::json BuildService(const TrainingJob& job);
+// The pod of one task: the template plus names, labels, env (TF_CONFIG, ...), annotations.
+nlohmann::json BuildPod(const TrainingJob& job, ReplicaType type, int index,
+                        const AddressScheme& addresses);
+// The Service followed by every pod: what the operator creates for a job.
+std::vector<nlohmann::json> RenderObjects(const TrainingJob& job, const AddressScheme& addresses);
+
+}  // namespace kubetrain::api

@@ -1,0 +1,96 @@
+#include "operator/api/decode.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/api/defaults.h"
+#include "operator/api/tests/test_util.h"
+
+namespace kubetrain::api {
+namespace {
+
+using nlohmann::json;
+using testing::LoadYaml;
+using testing::MinimalJob;
+
+TEST(Decode, ExampleDecodesWithoutErrorsAndRoundTrips) {
+  json doc = LoadYaml("deploy/examples/fashion-mnist.yaml");
+  FieldErrors errors;
+  TrainingJob job = Decode(doc, &errors);
+  EXPECT_TRUE(errors.empty()) << errors.front().ToString();
+  EXPECT_EQ(job.metadata.name, "fashion-mnist");
+  EXPECT_EQ(*job.spec.replica_specs.at(ReplicaType::kWorker).replicas, 2);
+  EXPECT_EQ(*job.spec.run_policy.backoff_limit, 3);
+  EXPECT_EQ(ToJson(job), doc);
+}
+
+TEST(Decode, UnknownPodTemplateFieldsSurviveRoundTrip) {
+  json doc = MinimalJob(1, 2);
+  json& tmpl = doc["spec"]["replicaSpecs"]["Worker"]["template"];
+  tmpl["metadata"] = {{"labels", {{"team", "vision"}}}};
+  tmpl["spec"]["nodeSelector"] = {{"gpu", "h100"}};
+  tmpl["spec"]["futureField"] = {{"nested", json::array({1, "two", nullptr})}};
+  tmpl["spec"]["containers"][0]["volumeMounts"] =
+      json::array({{{"name", "d"}, {"mountPath", "/d"}}});
+  doc["metadata"]["annotations"] = {{"note", "kept"}};
+  doc["metadata"]["finalizers"] = json::array({"example.com/keep"});
+  FieldErrors errors;
+  TrainingJob job = Decode(doc, &errors);
+  ASSERT_TRUE(errors.empty()) << errors.front().ToString();
+  EXPECT_EQ(ToJson(job), doc);
+}
+
+TEST(Decode, DefaultsAreSerialisedAfterSetDefaults) {
+  FieldErrors errors;
+  TrainingJob job = Decode(MinimalJob(1, 1), &errors);
+  SetDefaults(&job);
+  json out = ToJson(job);
+  EXPECT_EQ(out["spec"]["replicaSpecs"]["PS"]["restartPolicy"], "OnFailure");
+  EXPECT_EQ(out["spec"]["replicaSpecs"]["Worker"]["restartPolicy"], "ExitCode");
+  EXPECT_EQ(out["spec"]["runPolicy"]["cleanPodPolicy"], "Running");
+  EXPECT_EQ(out["spec"]["runPolicy"]["backoffLimit"], 6);
+  EXPECT_EQ(out["spec"]["runPolicy"]["restartScope"], "Pod");
+  EXPECT_EQ(out["spec"]["runPolicy"]["suspend"], false);
+  EXPECT_EQ(out["spec"]["successPolicy"], "ChiefOnly");
+  json ports = out["spec"]["replicaSpecs"]["PS"]["template"]["spec"]["containers"][0]["ports"];
+  EXPECT_EQ(ports, json::parse(R"([{"containerPort":2222,"name":"kubetrain","protocol":"TCP"},
+                                   {"containerPort":8080,"name":"metrics","protocol":"TCP"}])"));
+}
+
+TEST(Decode, DefaultingIsIdempotent) {
+  FieldErrors errors;
+  TrainingJob job = Decode(MinimalJob(2, 2, true, true), &errors);
+  SetDefaults(&job);
+  json once = ToJson(job);
+  SetDefaults(&job);
+  EXPECT_EQ(ToJson(job), once);
+}
+
+TEST(Decode, UnnamedFirstContainerBecomesTheTrainingContainer) {
+  json doc = MinimalJob(0, 1);
+  doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].erase("name");
+  FieldErrors errors;
+  TrainingJob job = Decode(doc, &errors);
+  SetDefaults(&job);
+  const json* c = TrainingContainer(job.spec.replica_specs.at(ReplicaType::kWorker).template_);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ((*c)["image"], "kubetrain/worker:0.1.0");
+}
+
+TEST(Decode, StatusIsReadAndWritten) {
+  json doc = MinimalJob(1, 1);
+  doc["status"] = json::parse(R"({
+    "conditions":[{"type":"Created","status":"True","reason":"TrainingJobCreated",
+                   "message":"created","lastTransitionTime":"2026-01-01T00:00:00Z"}],
+    "replicaStatuses":{"PS":{"active":1,"succeeded":0,"failed":0,"restarts":2}},
+    "startTime":"2026-01-01T00:00:00Z","observedGeneration":3,
+    "progress":{"step":1200,"epoch":2,"loss":0.41,"accuracy":0.861,"examplesPerSecond":21000.5}})");
+  FieldErrors errors;
+  TrainingJob job = Decode(doc, &errors);
+  ASSERT_TRUE(errors.empty());
+  EXPECT_EQ(job.status.replica_statuses.at(ReplicaType::kPS).restarts, 2);
+  EXPECT_EQ(job.status.progress->step, 1200);
+  EXPECT_EQ(ToJson(job.status), doc["status"]);
+}
+
+}  // namespace
+}  // namespace kubetrain::api

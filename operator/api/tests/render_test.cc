@@ -1,0 +1,171 @@
+#include "operator/api/render.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/api/decode.h"
+#include "operator/api/tests/test_util.h"
+#include "operator/api/validation.h"
+
+namespace kubetrain::api {
+namespace {
+
+using nlohmann::json;
+using testing::MinimalJob;
+
+TrainingJob Job(const json& doc) {
+  FieldErrors errors;
+  TrainingJob job = DecodeAndValidate(doc, &errors);
+  EXPECT_TRUE(errors.empty()) << errors.front().ToString();
+  return job;
+}
+
+std::string EnvOf(const json& pod, const std::string& name) {
+  for (const json& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == name) return e["value"];
+  }
+  return "<unset>";
+}
+
+TEST(TfConfigGolden, PsAndWorkersWithoutChief) {
+  TrainingJob job = Job(MinimalJob(2, 2));
+  ClusterDnsAddresses dns;
+  EXPECT_EQ(
+      ToJsonString(TfConfigFor(job, dns, ReplicaType::kWorker, 1)),
+      R"({"cluster":{"ps":["mnist-ps-0.mnist.kubeflow.svc:2222",)"
+      R"("mnist-ps-1.mnist.kubeflow.svc:2222"],"worker":["mnist-worker-0.mnist.kubeflow.svc:2222",)"
+      R"("mnist-worker-1.mnist.kubeflow.svc:2222"]},"task":{"type":"worker","index":1}})");
+  EXPECT_EQ(
+      ToJsonString(TfConfigFor(job, dns, ReplicaType::kPS, 0)),
+      R"({"cluster":{"ps":["mnist-ps-0.mnist.kubeflow.svc:2222",)"
+      R"("mnist-ps-1.mnist.kubeflow.svc:2222"],"worker":["mnist-worker-0.mnist.kubeflow.svc:2222",)"
+      R"("mnist-worker-1.mnist.kubeflow.svc:2222"]},"task":{"type":"ps","index":0}})");
+}
+
+TEST(TfConfigGolden, ChiefAndEvaluatorEvaluatorOnlyInTask) {
+  TrainingJob job = Job(MinimalJob(2, 2, /*chief=*/true, /*evaluator=*/true));
+  ClusterDnsAddresses dns;
+  const std::string cluster =
+      R"({"cluster":{"chief":["mnist-chief-0.mnist.kubeflow.svc:2222"],)"
+      R"("ps":["mnist-ps-0.mnist.kubeflow.svc:2222","mnist-ps-1.mnist.kubeflow.svc:2222"],)"
+      R"("worker":["mnist-worker-0.mnist.kubeflow.svc:2222","mnist-worker-1.mnist.kubeflow.svc:2222"]},)";
+  EXPECT_EQ(ToJsonString(TfConfigFor(job, dns, ReplicaType::kWorker, 1)),
+            cluster + R"("task":{"type":"worker","index":1}})");
+  EXPECT_EQ(ToJsonString(TfConfigFor(job, dns, ReplicaType::kEvaluator, 0)),
+            cluster + R"("task":{"type":"evaluator","index":0}})");
+  EXPECT_EQ(ToJsonString(TfConfigFor(job, dns, ReplicaType::kChief, 0)),
+            cluster + R"("task":{"type":"chief","index":0}})");
+}
+
+TEST(TfConfigGolden, ManyPsAndCustomDomainAndPort) {
+  json doc = MinimalJob(5, 1, false, false, "big", "team-a");
+  doc["spec"]["replicaSpecs"]["PS"]["template"]["spec"]["containers"][0]["ports"] =
+      json::parse(R"([{"name":"kubetrain","containerPort":5000}])");
+  TrainingJob job = Job(doc);
+  ClusterDnsAddresses dns("cluster.local");
+  EXPECT_EQ(
+      ToJsonString(TfConfigFor(job, dns, ReplicaType::kPS, 4)),
+      R"({"cluster":{"ps":["big-ps-0.big.team-a.svc.cluster.local:5000",)"
+      R"("big-ps-1.big.team-a.svc.cluster.local:5000","big-ps-2.big.team-a.svc.cluster.local:5000",)"
+      R"("big-ps-3.big.team-a.svc.cluster.local:5000","big-ps-4.big.team-a.svc.cluster.local:5000"],)"
+      R"("worker":["big-worker-0.big.team-a.svc.cluster.local:2222"]},"task":{"type":"ps","index":4}})");
+}
+
+TEST(TfConfigGolden, LoopbackAddressesForLocalRuns) {
+  TrainingJob job = Job(MinimalJob(1, 2));
+  LoopbackAddresses local([](ReplicaType t, int i) { return 30000 + 10 * int(t) + i; });
+  EXPECT_EQ(
+      ToJsonString(TfConfigFor(job, local, ReplicaType::kWorker, 0)),
+      R"({"cluster":{"ps":["127.0.0.1:30010"],"worker":["127.0.0.1:30020","127.0.0.1:30021"]},)"
+      R"("task":{"type":"worker","index":0}})");
+}
+
+TEST(Tasks, OrderedByTypeWithChiefMarked) {
+  TrainingJob job = Job(MinimalJob(1, 2, false, true));
+  ClusterDnsAddresses dns;
+  std::vector<Task> tasks = Tasks(job, dns);
+  ASSERT_EQ(tasks.size(), 4u);
+  EXPECT_EQ(tasks[0].name, "mnist-ps-0");
+  EXPECT_EQ(tasks[1].name, "mnist-worker-0");
+  EXPECT_TRUE(tasks[1].chief);
+  EXPECT_FALSE(tasks[2].chief);
+  EXPECT_EQ(tasks[3].name, "mnist-evaluator-0");
+  EXPECT_EQ(tasks[1].restart_policy, RestartPolicy::kExitCode);
+  EXPECT_EQ(tasks[0].restart_policy, RestartPolicy::kOnFailure);
+}
+
+TEST(Tasks, ChiefReplicaIsTheChiefNotWorkerZero) {
+  TrainingJob job = Job(MinimalJob(1, 2, true));
+  EXPECT_TRUE(IsChief(job, ReplicaType::kChief, 0));
+  EXPECT_FALSE(IsChief(job, ReplicaType::kWorker, 0));
+}
+
+TEST(PodBuilder, NamesLabelsEnvAndAnnotations) {
+  json doc = MinimalJob(1, 2);
+  doc["metadata"]["uid"] = "1234-abcd";
+  json& c = doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0];
+  c["env"] = json::parse(R"([{"name":"EXTRA","value":"x"},{"name":"TF_CONFIG","value":"stale"}])");
+  doc["spec"]["replicaSpecs"]["Worker"]["template"]["metadata"] = {{"labels", {{"team", "v"}}}};
+  TrainingJob job = Job(doc);
+  ClusterDnsAddresses dns;
+  json pod = BuildPod(job, ReplicaType::kWorker, 1, dns);
+
+  EXPECT_EQ(pod["metadata"]["name"], "mnist-worker-1");
+  EXPECT_EQ(pod["metadata"]["namespace"], "kubeflow");
+  EXPECT_EQ(pod["metadata"]["labels"], json::parse(R"({
+      "app.kubernetes.io/managed-by":"kubetrain-operator","kubetrain.dev/job-name":"mnist",
+      "kubetrain.dev/replica-index":"1","kubetrain.dev/replica-type":"worker","team":"v"})"));
+  EXPECT_EQ(pod["metadata"]["annotations"], json::parse(R"({"prometheus.io/scrape":"true",
+      "prometheus.io/port":"8080","prometheus.io/path":"/metrics"})"));
+  EXPECT_EQ(pod["metadata"]["ownerReferences"], json::parse(R"([{"apiVersion":"kubetrain.dev/v1",
+      "kind":"TrainingJob","name":"mnist","uid":"1234-abcd","controller":true,
+      "blockOwnerDeletion":true}])"));
+  EXPECT_EQ(pod["spec"]["hostname"], "mnist-worker-1");
+  EXPECT_EQ(pod["spec"]["subdomain"], "mnist");
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(EnvOf(pod, "EXTRA"), "x");
+  EXPECT_EQ(EnvOf(pod, "TF_CONFIG"), ToJsonString(TfConfigFor(job, dns, ReplicaType::kWorker, 1)));
+  EXPECT_EQ(EnvOf(pod, "KUBETRAIN_JOB_NAME"), "mnist");
+  EXPECT_EQ(EnvOf(pod, "KUBETRAIN_REPLICA_TYPE"), "worker");
+  EXPECT_EQ(EnvOf(pod, "KUBETRAIN_REPLICA_INDEX"), "1");
+  EXPECT_EQ(pod["spec"]["containers"][0]["env"].size(), 5u);
+}
+
+TEST(PodBuilder, ChiefCarriesJobRoleLabel) {
+  TrainingJob job = Job(MinimalJob(1, 2));
+  ClusterDnsAddresses dns;
+  EXPECT_EQ(
+      BuildPod(job, ReplicaType::kWorker, 0, dns)["metadata"]["labels"]["kubetrain.dev/job-role"],
+      "chief");
+  EXPECT_FALSE(BuildPod(job, ReplicaType::kWorker, 1, dns)["metadata"]["labels"].contains(
+      "kubetrain.dev/job-role"));
+}
+
+TEST(PodBuilder, NoOwnerReferenceBeforeTheJobHasAUid) {
+  TrainingJob job = Job(MinimalJob(1, 1));
+  ClusterDnsAddresses dns;
+  EXPECT_FALSE(BuildPod(job, ReplicaType::kPS, 0, dns)["metadata"].contains("ownerReferences"));
+}
+
+TEST(ServiceBuilder, OneHeadlessServicePerJob) {
+  TrainingJob job = Job(MinimalJob(3, 4, true));
+  json svc = BuildService(job);
+  EXPECT_EQ(svc, json::parse(R"({"apiVersion":"v1","kind":"Service",
+    "metadata":{"name":"mnist","namespace":"kubeflow","labels":{
+      "app.kubernetes.io/managed-by":"kubetrain-operator","kubetrain.dev/job-name":"mnist"}},
+    "spec":{"clusterIP":"None","publishNotReadyAddresses":true,
+      "selector":{"kubetrain.dev/job-name":"mnist"},
+      "ports":[{"name":"kubetrain","port":2222,"targetPort":2222,"protocol":"TCP"}]}})"));
+}
+
+TEST(RenderObjects, ServiceThenEveryPod) {
+  TrainingJob job = Job(MinimalJob(2, 3, true, true));
+  ClusterDnsAddresses dns;
+  std::vector<json> objects = RenderObjects(job, dns);
+  ASSERT_EQ(objects.size(), 1u + 1 + 2 + 3 + 1);
+  EXPECT_EQ(objects[0]["kind"], "Service");
+  EXPECT_EQ(objects[1]["metadata"]["name"], "mnist-chief-0");
+  EXPECT_EQ(objects.back()["metadata"]["name"], "mnist-evaluator-0");
+}
+
+}  // namespace
+}  // namespace kubetrain::api

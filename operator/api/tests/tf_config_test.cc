@@ -1,0 +1,88 @@
+#include "operator/api/tf_config.h"
+
+#include <gtest/gtest.h>
+
+namespace kubetrain::api {
+namespace {
+
+constexpr char kWorker1[] =
+    R"({"cluster":{"chief":["j-chief-0.j.ns.svc:2222"],"ps":["j-ps-0.j.ns.svc:2222"],)"
+    R"("worker":["j-worker-0.j.ns.svc:2222","j-worker-1.j.ns.svc:2222"]},)"
+    R"("task":{"type":"worker","index":1}})";
+
+TEST(TfConfig, ParsesAndSerialisesByteForByte) {
+  auto config = ParseTfConfig(kWorker1);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->task_type, "worker");
+  EXPECT_EQ(config->task_index, 1);
+  EXPECT_EQ(config->Addresses("ps").size(), 1u);
+  EXPECT_EQ(config->TaskAddress(), "j-worker-1.j.ns.svc:2222");
+  EXPECT_FALSE(config->IsChief());
+  EXPECT_EQ(ToJsonString(*config), kWorker1);
+}
+
+TEST(TfConfig, ChiefIsChiefZeroWhenPresentElseWorkerZero) {
+  auto with_chief = ParseTfConfig(
+      R"({"cluster":{"chief":["c:1"],"worker":["w:1"]},"task":{"type":"worker","index":0}})");
+  ASSERT_TRUE(with_chief.ok());
+  EXPECT_FALSE(with_chief->IsChief());
+  auto without = ParseTfConfig(R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker"}})");
+  ASSERT_TRUE(without.ok());
+  EXPECT_TRUE(without->IsChief());
+}
+
+TEST(TfConfig, EvaluatorIsNotInClusterButParses) {
+  auto config = ParseTfConfig(R"({"cluster":{"worker":["w:1"]},"task":{"type":"evaluator"}})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->TaskAddress(), "");
+}
+
+struct BadCase {
+  const char* json;
+  const char* message;
+};
+
+class TfConfigErrors : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(TfConfigErrors, NameTheField) {
+  auto config = ParseTfConfig(GetParam().json);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(config.status().message(), GetParam().message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, TfConfigErrors,
+    ::testing::Values(
+        BadCase{"{", "TF_CONFIG: not valid JSON"},
+        BadCase{"[]", "TF_CONFIG: must be a JSON object"},
+        BadCase{R"({"task":{"type":"worker"}})", "TF_CONFIG: cluster: required"},
+        BadCase{R"({"cluster":{"worker":["w:1"]}})", "TF_CONFIG: task: required"},
+        BadCase{R"({"cluster":{"worker":"w:1"},"task":{"type":"worker"}})",
+                "TF_CONFIG: cluster.worker: must be a list of \"host:port\" strings"},
+        BadCase{R"({"cluster":{"worker":["w"]},"task":{"type":"worker"}})",
+                "TF_CONFIG: cluster.worker[0]: \"w\" is not host:port (e.g. "
+                "fmnist-ps-0.fmnist:2222)"},
+        BadCase{R"({"cluster":{"worker":["w:99999"]},"task":{"type":"worker"}})",
+                "TF_CONFIG: cluster.worker[0]: \"w:99999\" has no valid port (1-65535) after the "
+                "last ':'"},
+        BadCase{R"({"cluster":{"worker":["w:1"]},"task":{"type":"ps"}})",
+                "TF_CONFIG: task.type: \"ps\" is not a key of cluster"},
+        BadCase{R"({"cluster":{"worker":["w:1","w:2"]},"task":{"type":"worker","index":3}})",
+                "TF_CONFIG: task.index: 3 is out of range, cluster.worker has 2 entries"},
+        BadCase{R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":"0"}})",
+                "TF_CONFIG: task.index: must be an integer"}));
+
+TEST(SplitHostPort, HandlesIpv6AndNames) {
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(SplitHostPort("[::1]:2222", &host, &port).ok());
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 2222);
+  ASSERT_TRUE(SplitHostPort("a-ps-0.a.default.svc:2223", &host, &port).ok());
+  EXPECT_EQ(host, "a-ps-0.a.default.svc");
+  EXPECT_EQ(port, 2223);
+}
+
+}  // namespace
+}  // namespace kubetrain::api

@@ -1,0 +1,119 @@
+#include "operator/api/tf_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace kubetrain::api {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Bad(absl::string_view field, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG: ", field, ": ", problem));
+}
+
+absl::Status ParseCluster(const json& cluster, TfConfig* out) {
+  if (!cluster.is_object()) return Bad("cluster", "must be an object of task type to addresses");
+  for (const auto& [type, addresses] : cluster.items()) {
+    if (!addresses.is_array()) {
+      return Bad(absl::StrCat("cluster.", type), "must be a list of \"host:port\" strings");
+    }
+    std::vector<std::string>& list = out->cluster[type];
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      std::string field = absl::StrCat("cluster.", type, "[", i, "]");
+      if (!addresses[i].is_string()) return Bad(field, "must be a \"host:port\" string");
+      std::string host;
+      int port;
+      absl::Status s = SplitHostPort(addresses[i].get<std::string>(), &host, &port);
+      if (!s.ok()) return Bad(field, s.message());
+      list.push_back(addresses[i].get<std::string>());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTask(const json& task, TfConfig* out) {
+  if (!task.is_object()) return Bad("task", "must be an object with type and index");
+  if (!task.contains("type") || !task["type"].is_string()) {
+    return Bad("task.type", "required string (chief, ps, worker or evaluator)");
+  }
+  out->task_type = task["type"].get<std::string>();
+  if (task.contains("index")) {
+    if (!task["index"].is_number_integer()) return Bad("task.index", "must be an integer");
+    out->task_index = task["index"].get<int>();
+  }
+  if (out->task_index < 0) return Bad("task.index", "must be >= 0");
+  if (out->task_type == "evaluator") return absl::OkStatus();
+  auto it = out->cluster.find(out->task_type);
+  if (it == out->cluster.end()) {
+    return Bad("task.type", absl::StrCat("\"", out->task_type, "\" is not a key of cluster"));
+  }
+  if (static_cast<size_t>(out->task_index) >= it->second.size()) {
+    return Bad("task.index", absl::StrCat(out->task_index, " is out of range, cluster.",
+                                          out->task_type, " has ", it->second.size(), " entries"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool TfConfig::IsChief() const {
+  if (cluster.count("chief")) return task_type == "chief" && task_index == 0;
+  return task_type == "worker" && task_index == 0;
+}
+
+std::string TfConfig::TaskAddress() const {
+  const std::vector<std::string>& list = Addresses(task_type);
+  if (task_index < 0 || static_cast<size_t>(task_index) >= list.size()) return "";
+  return list[task_index];
+}
+
+const std::vector<std::string>& TfConfig::Addresses(absl::string_view type) const {
+  static const std::vector<std::string> kEmpty;
+  auto it = cluster.find(std::string(type));
+  return it == cluster.end() ? kEmpty : it->second;
+}
+
+absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text) {
+  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return absl::InvalidArgumentError("TF_CONFIG: not valid JSON");
+  if (!doc.is_object()) return absl::InvalidArgumentError("TF_CONFIG: must be a JSON object");
+  TfConfig config;
+  if (!doc.contains("cluster")) return Bad("cluster", "required");
+  if (absl::Status s = ParseCluster(doc["cluster"], &config); !s.ok()) return s;
+  if (!doc.contains("task")) return Bad("task", "required");
+  if (absl::Status s = ParseTask(doc["task"], &config); !s.ok()) return s;
+  return config;
+}
+
+std::string ToJsonString(const TfConfig& config) {
+  // Cluster keys sorted (std::map order), then task as {"type","index"} like TensorFlow's docs.
+  nlohmann::ordered_json doc;
+  doc["cluster"] = nlohmann::ordered_json::object();
+  for (const auto& [type, addresses] : config.cluster) doc["cluster"][type] = addresses;
+  doc["task"]["type"] = config.task_type;
+  doc["task"]["index"] = config.task_index;
+  return doc.dump();
+}
+
+absl::Status SplitHostPort(absl::string_view address, std::string* host, int* port) {
+  size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", address, "\" is not host:port (e.g. fmnist-ps-0.fmnist:2222)"));
+  }
+  absl::string_view h = address.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  int p;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &p) || p < 1 || p > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", address, "\" has no valid port (1-65535) after the last ':'"));
+  }
+  *host = std::string(h);
+  *port = p;
+  return absl::OkStatus();
+}
+
+}  // namespace kubetrain::api

@@ -1,0 +1,39 @@
+// TF_CONFIG: the cluster spec every task of a job receives, in TensorFlow's own format, so real
+// TensorFlow programs run under kubetrain unchanged:
+//   {"cluster":{"chief":["a:2222"],"ps":["b:2222"],"worker":["c:2222"]},"task":{"type":"worker","index":0}}
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace kubetrain::api {
+
+struct TfConfig {
+  // Task type ("chief", "ps", "worker") → "host:port" of each index. Evaluators are not listed.
+  std::map<std::string, std::vector<std::string>> cluster;
+  std::string task_type;
+  int task_index = 0;
+
+  // "chief:0" if the cluster has a chief, else "worker:0".
+  bool IsChief() const;
+  // The address of this task, or "" for an evaluator (not in the cluster).
+  std::string TaskAddress() const;
+  // Addresses of one task type; empty when absent.
+  const std::vector<std::string>& Addresses(absl::string_view type) const;
+};
+
+// Parses and checks TF_CONFIG; errors name the field, e.g.
+// `TF_CONFIG: task.index: 3 is out of range, cluster.worker has 2 entries`.
+absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json);
+
+// Serialises with sorted keys and no spaces, byte-for-byte what the operator puts in the env.
+std::string ToJsonString(const TfConfig& config);
+
+// Splits "host:port" (also "[v6]:port"); errors name the address.
+absl::Status SplitHostPort(absl::string_view address, std::string* host, int* port);
+
+}  // namespace kubetrain::api

@@ -1,0 +1,153 @@
+// C++ types for the TrainingJob resource (kubetrain.dev/v1, DESIGN §3).
+//
+// Plain values: copyable, no behaviour beyond name conversions. Decoding from JSON/YAML lives in
+// decode.h, defaulting in defaults.h, validation in validation.h, rendering in render.h.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/string_view.h"
+
+namespace kubetrain::api {
+
+inline constexpr char kGroup[] = "kubetrain.dev";
+inline constexpr char kVersion[] = "v1";
+inline constexpr char kApiVersion[] = "kubetrain.dev/v1";
+inline constexpr char kKind[] = "TrainingJob";
+inline constexpr char kPlural[] = "trainingjobs";
+
+// The container that runs the training process and the port its peers dial.
+inline constexpr char kDefaultContainerName[] = "kubetrain";
+inline constexpr char kDefaultPortName[] = "kubetrain";
+inline constexpr int kDefaultPort = 2222;
+inline constexpr char kMetricsPortName[] = "metrics";
+inline constexpr int kDefaultMetricsPort = 8080;
+inline constexpr int kDefaultBackoffLimit = 6;
+
+// Labels on every object the operator creates.
+inline constexpr char kLabelJobName[] = "kubetrain.dev/job-name";
+inline constexpr char kLabelReplicaType[] = "kubetrain.dev/replica-type";
+inline constexpr char kLabelReplicaIndex[] = "kubetrain.dev/replica-index";
+inline constexpr char kLabelJobRole[] = "kubetrain.dev/job-role";
+inline constexpr char kLabelManagedBy[] = "app.kubernetes.io/managed-by";
+inline constexpr char kManagedByValue[] = "kubetrain-operator";
+
+enum class ReplicaType { kChief, kPS, kWorker, kEvaluator };
+enum class RestartPolicy { kAlways, kOnFailure, kNever, kExitCode };
+enum class CleanPodPolicy { kNone, kRunning, kAll };
+enum class SuccessPolicy { kChiefOnly, kAllWorkers };
+enum class RestartScope { kPod, kJob };
+
+// Allowed spellings, in the order error messages list them. The CRD's enums must match these
+// (checked by crd_test).
+const std::vector<std::string>& ReplicaTypeNames();
+const std::vector<std::string>& RestartPolicyNames();
+const std::vector<std::string>& CleanPodPolicyNames();
+const std::vector<std::string>& SuccessPolicyNames();
+const std::vector<std::string>& RestartScopeNames();
+
+std::string Name(ReplicaType t);      // "Chief", "PS", "Worker", "Evaluator"
+std::string TaskType(ReplicaType t);  // "chief", "ps", "worker", "evaluator" (TF_CONFIG, pod names)
+std::string Name(RestartPolicy p);
+std::string Name(CleanPodPolicy p);
+std::string Name(SuccessPolicy p);
+std::string Name(RestartScope s);
+bool Parse(absl::string_view text, ReplicaType* out);
+bool Parse(absl::string_view text, RestartPolicy* out);
+bool Parse(absl::string_view text, CleanPodPolicy* out);
+bool Parse(absl::string_view text, SuccessPolicy* out);
+bool Parse(absl::string_view text, RestartScope* out);
+
+struct ObjectMeta {
+  std::string name;
+  std::string namespace_;
+  std::string uid;
+  std::string resource_version;
+  int64_t generation = 0;
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+  // The whole metadata object as received, so fields we do not model survive a round trip.
+  nlohmann::json raw = nlohmann::json::object();
+};
+
+struct ReplicaSpec {
+  std::optional<int32_t> replicas;
+  std::optional<RestartPolicy> restart_policy;
+  // A core/v1 PodTemplateSpec, kept as JSON: every field the user wrote is preserved.
+  nlohmann::json template_ = nlohmann::json::object();
+};
+
+struct SchedulingPolicy {
+  std::optional<int32_t> min_available;
+  std::string queue;
+  std::string priority_class;
+};
+
+struct RunPolicy {
+  std::optional<CleanPodPolicy> clean_pod_policy;
+  std::optional<int64_t> ttl_seconds_after_finished;
+  std::optional<int64_t> active_deadline_seconds;
+  std::optional<int32_t> backoff_limit;
+  std::optional<RestartScope> restart_scope;
+  std::optional<bool> suspend;
+  std::optional<SchedulingPolicy> scheduling_policy;
+};
+
+struct TrainingJobSpec {
+  // Ordered by ReplicaType: Chief, PS, Worker, Evaluator.
+  std::map<ReplicaType, ReplicaSpec> replica_specs;
+  RunPolicy run_policy;
+  std::optional<SuccessPolicy> success_policy;
+};
+
+struct Condition {
+  std::string type;    // Created, Running, Restarting, Succeeded, Failed, Suspended
+  std::string status;  // "True", "False", "Unknown"
+  std::string reason;
+  std::string message;
+  std::string last_update_time;      // RFC 3339
+  std::string last_transition_time;  // RFC 3339
+};
+
+struct ReplicaStatus {
+  int32_t active = 0;
+  int32_t succeeded = 0;
+  int32_t failed = 0;
+  // Restarts counted by the operator: never read back from container restartCount, which is lost
+  // when a pod is recreated.
+  int32_t restarts = 0;
+};
+
+struct Progress {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  double loss = 0;
+  double accuracy = 0;
+  double examples_per_second = 0;
+};
+
+struct TrainingJobStatus {
+  std::vector<Condition> conditions;
+  std::map<ReplicaType, ReplicaStatus> replica_statuses;
+  std::string start_time;
+  std::string completion_time;
+  std::string last_reconcile_time;
+  int64_t observed_generation = 0;
+  std::optional<Progress> progress;
+};
+
+struct TrainingJob {
+  std::string api_version = kApiVersion;
+  std::string kind = kKind;
+  ObjectMeta metadata;
+  TrainingJobSpec spec;
+  TrainingJobStatus status;
+};
+
+}  // namespace kubetrain::api

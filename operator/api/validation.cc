@@ -1,0 +1,255 @@
+#include "operator/api/validation.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "operator/api/decode.h"
+#include "operator/api/defaults.h"
+
+namespace kubetrain::api {
+namespace {
+
+using nlohmann::json;
+
+bool IsLabelChars(absl::string_view s) {
+  for (char c : s) {
+    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-')) return false;
+  }
+  return true;
+}
+
+class Validator {
+ public:
+  explicit Validator(const TrainingJob& job) : job_(job) {}
+
+  FieldErrors Run() {
+    TypeMeta();
+    Metadata();
+    ReplicaSpecs();
+    RunPolicyFields();
+    Success();
+    return std::move(errors_);
+  }
+
+ private:
+  void Error(std::string path, std::string message) {
+    errors_.push_back({std::move(path), std::move(message)});
+  }
+
+  void TypeMeta() {
+    if (job_.api_version != kApiVersion) {
+      Error("apiVersion",
+            job_.api_version.empty()
+                ? absl::StrCat("required, must be ", kApiVersion)
+                : absl::StrCat("must be ", kApiVersion, ", got \"", job_.api_version, "\""));
+    }
+    if (job_.kind != kKind) {
+      Error("kind", job_.kind.empty()
+                        ? absl::StrCat("required, must be ", kKind)
+                        : absl::StrCat("must be ", kKind, ", got \"", job_.kind, "\""));
+    }
+  }
+
+  void Metadata() {
+    const std::string& name = job_.metadata.name;
+    if (name.empty()) {
+      Error("metadata.name", "required");
+    } else if (!IsDns1035Label(name)) {
+      Error("metadata.name",
+            absl::StrCat("must be a DNS-1035 label (at most 63 lower-case letters, digits and '-', "
+                         "starting with a letter and ending with a letter or digit), got \"",
+                         name, "\""));
+    } else {
+      PodNameLengths();
+    }
+    const std::string& ns = job_.metadata.namespace_;
+    if (!ns.empty() && !IsDns1123Label(ns)) {
+      Error("metadata.namespace",
+            absl::StrCat("must be a DNS-1123 label (at most 63 lower-case letters, digits and "
+                         "'-', starting and ending with a letter or digit), got \"",
+                         ns, "\""));
+    }
+  }
+
+  // Pod names double as host names, so each must fit a 63-character DNS label.
+  void PodNameLengths() {
+    const std::string& name = job_.metadata.name;
+    std::string longest;
+    for (const auto& [type, rs] : job_.spec.replica_specs) {
+      int last = std::max(rs.replicas.value_or(1), 1) - 1;
+      std::string pod = absl::StrCat(name, "-", TaskType(type), "-", last);
+      if (pod.size() > longest.size()) longest = pod;
+    }
+    if (longest.size() <= kMaxLabelLength) return;
+    size_t allowed = name.size() - (longest.size() - kMaxLabelLength);
+    Error("metadata.name",
+          absl::StrCat("too long: pod name \"", longest, "\" would be ", longest.size(),
+                       " characters, at most ", kMaxLabelLength,
+                       " are allowed; shorten the name to at most ", allowed, " characters"));
+  }
+
+  void ReplicaSpecs() {
+    const auto& specs = job_.spec.replica_specs;
+    if (specs.empty()) {
+      Error("spec.replicaSpecs", "required: add a Worker (or a Chief) replica spec");
+      return;
+    }
+    if (!specs.count(ReplicaType::kWorker) && !specs.count(ReplicaType::kChief)) {
+      Error("spec.replicaSpecs", "must contain a Worker or a Chief replica spec");
+    }
+    for (const auto& [type, rs] : specs) Replica(type, rs);
+  }
+
+  void Replica(ReplicaType type, const ReplicaSpec& rs) {
+    const std::string path = "spec.replicaSpecs." + Name(type);
+    int replicas = rs.replicas.value_or(1);
+    if (replicas < 1) {
+      Error(path + ".replicas", absl::StrCat("must be >= 1, got ", replicas));
+    } else if ((type == ReplicaType::kChief || type == ReplicaType::kEvaluator) && replicas > 1) {
+      Error(path + ".replicas",
+            absl::StrCat("must be 1 (a job has at most one ", Name(type), "), got ", replicas));
+    }
+    Template(rs.template_, path + ".template");
+  }
+
+  void Template(const json& tmpl, const std::string& path) {
+    if (tmpl.is_null()) return;  // wrong type, already reported by the decoder
+    if (tmpl.empty()) {
+      Error(path, "required: a pod template with at least one container");
+      return;
+    }
+    if (!tmpl.contains("spec")) {
+      Error(path + ".spec", "required: a pod spec with at least one container");
+      return;
+    }
+    const json& spec = tmpl["spec"];
+    if (!spec.is_object()) {
+      Error(path + ".spec", "must be an object, got " + Describe(spec));
+      return;
+    }
+    if (spec.contains("restartPolicy")) {
+      Error(path + ".spec.restartPolicy",
+            "must not be set: the operator owns restarts; set " +
+                path.substr(0, path.size() - std::string(".template").size()) +
+                ".restartPolicy instead");
+    }
+    Containers(spec, path + ".spec.containers");
+  }
+
+  void Containers(const json& spec, const std::string& path) {
+    if (!spec.contains("containers")) {
+      Error(path, "required: at least one container");
+      return;
+    }
+    const json& containers = spec["containers"];
+    if (!containers.is_array()) {
+      Error(path, "must be a list of containers, got " + Describe(containers));
+      return;
+    }
+    if (containers.empty()) {
+      Error(path, "must have at least one container");
+      return;
+    }
+    for (size_t i = 0; i < containers.size(); ++i) {
+      Container(containers[i], absl::StrCat(path, "[", i, "]"));
+    }
+    bool named = false;
+    for (const json& c : containers)
+      named |= c.is_object() && c.value("name", "") == kDefaultContainerName;
+    if (!named) {
+      Error(path, absl::StrCat("no container named \"", kDefaultContainerName,
+                               "\"; name the training container \"", kDefaultContainerName,
+                               "\" (an unnamed first container gets that name)"));
+    }
+  }
+
+  void Container(const json& c, const std::string& path) {
+    if (!c.is_object()) {
+      Error(path, "must be an object, got " + Describe(c));
+      return;
+    }
+    if (!c.contains("name") || !c["name"].is_string() || c["name"].get<std::string>().empty()) {
+      Error(path + ".name", "required");
+    }
+    if (!c.contains("image") || !c["image"].is_string() || c["image"].get<std::string>().empty()) {
+      Error(path + ".image", c.contains("image") && !c["image"].is_string()
+                                 ? "must be a string, got " + Describe(c["image"])
+                                 : "required: the container image, e.g. kubetrain/worker:0.1.0");
+    }
+    if (c.contains("ports") && c["ports"].is_array()) {
+      for (size_t i = 0; i < c["ports"].size(); ++i)
+        Port(c["ports"][i], absl::StrCat(path, ".ports[", i, "]"));
+    }
+  }
+
+  void Port(const json& p, const std::string& path) {
+    if (!p.is_object() || !p.contains("containerPort")) return;
+    const json& port = p["containerPort"];
+    if (!port.is_number_integer() || port.get<int64_t>() < 1 || port.get<int64_t>() > 65535) {
+      Error(path + ".containerPort", "must be between 1 and 65535, got " + Describe(port));
+    }
+  }
+
+  void NonNegative(const std::optional<int64_t>& v, const std::string& path) {
+    if (v && *v < 0) Error(path, absl::StrCat("must be >= 0, got ", *v));
+  }
+
+  void RunPolicyFields() {
+    const RunPolicy& rp = job_.spec.run_policy;
+    NonNegative(rp.ttl_seconds_after_finished, "spec.runPolicy.ttlSecondsAfterFinished");
+    if (rp.active_deadline_seconds && *rp.active_deadline_seconds < 1) {
+      Error("spec.runPolicy.activeDeadlineSeconds",
+            absl::StrCat("must be >= 1, got ", *rp.active_deadline_seconds));
+    }
+    if (rp.backoff_limit) NonNegative(int64_t{*rp.backoff_limit}, "spec.runPolicy.backoffLimit");
+    if (rp.scheduling_policy && rp.scheduling_policy->min_available) {
+      MinAvailable(*rp.scheduling_policy->min_available);
+    }
+  }
+
+  void MinAvailable(int32_t min_available) {
+    int total = 0;
+    for (const auto& [type, rs] : job_.spec.replica_specs)
+      total += std::max(rs.replicas.value_or(1), 0);
+    const std::string path = "spec.runPolicy.schedulingPolicy.minAvailable";
+    if (min_available < 1) {
+      Error(path, absl::StrCat("must be >= 1, got ", min_available));
+    } else if (min_available > total) {
+      Error(path, absl::StrCat("must be <= the job's ", total, " replicas, got ", min_available));
+    }
+  }
+
+  void Success() {
+    if (job_.spec.success_policy == SuccessPolicy::kAllWorkers &&
+        !job_.spec.replica_specs.count(ReplicaType::kWorker)) {
+      Error("spec.successPolicy", "AllWorkers needs a Worker replica spec; use ChiefOnly");
+    }
+  }
+
+  const TrainingJob& job_;
+  FieldErrors errors_;
+};
+
+}  // namespace
+
+bool IsDns1035Label(absl::string_view s) {
+  return !s.empty() && s.size() <= kMaxLabelLength && IsLabelChars(s) &&
+         absl::ascii_islower(s.front()) && s.back() != '-';
+}
+
+bool IsDns1123Label(absl::string_view s) {
+  return !s.empty() && s.size() <= kMaxLabelLength && IsLabelChars(s) && s.front() != '-' &&
+         s.back() != '-';
+}
+
+FieldErrors Validate(const TrainingJob& job) { return Validator(job).Run(); }
+
+TrainingJob DecodeAndValidate(const json& doc, FieldErrors* errors) {
+  TrainingJob job = Decode(doc, errors);
+  if (!doc.is_object()) return job;
+  SetDefaults(&job);
+  FieldErrors semantic = Validate(job);
+  errors->insert(errors->end(), semantic.begin(), semantic.end());
+  return job;
+}
+
+}  // namespace kubetrain::api

@@ -1,0 +1,158 @@
+#include "operator/cli/commands.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/flags.h"
+#include "operator/api/render.h"
+#include "operator/api/validation.h"
+#include "operator/api/yaml.h"
+
+namespace kubetrain::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kUsage[] = R"(kubetrain: distributed training jobs on Kubernetes or on this machine.
+
+Usage: kubetrain COMMAND [flags] [args]
+
+Commands:
+  validate FILE...   check TrainingJob manifests (YAML or JSON, multi-document, - for stdin)
+  render FILE        print the Service and Pods the operator would create for a job
+  help               show this help
+
+Run 'kubetrain COMMAND --help' for a command's flags.
+)";
+
+struct LoadedJob {
+  std::string where;  // "file.yaml: document 2 (TrainingJob default/fmnist)"
+  api::TrainingJob job;
+  api::FieldErrors errors;
+};
+
+std::string Describe(const std::string& file, size_t index, size_t count, const json& doc) {
+  std::string where = file;
+  if (count > 1) absl::StrAppend(&where, ": document ", index + 1);
+  if (doc.is_object() && doc.contains("metadata") && doc["metadata"].is_object() &&
+      doc["metadata"].contains("name") && doc["metadata"]["name"].is_string()) {
+    std::string kind = doc.value("kind", "object");
+    absl::StrAppend(&where, " (", kind.empty() ? "object" : kind, " ",
+                    doc["metadata"]["name"].get<std::string>(), ")");
+  }
+  return where;
+}
+
+// Reads every document of `file`; a file that cannot be read or parsed yields one error entry.
+std::vector<LoadedJob> LoadFile(const std::string& file) {
+  absl::StatusOr<std::string> text = api::ReadFileOrStdin(file);
+  if (!text.ok()) return {{file, {}, {{"", std::string(text.status().message())}}}};
+  absl::StatusOr<std::vector<json>> docs = api::ParseYamlDocuments(*text);
+  if (!docs.ok()) return {{file, {}, {{"", std::string(docs.status().message())}}}};
+  if (docs->empty()) return {{file, {}, {{"", "no documents: expected a TrainingJob"}}}};
+  std::vector<LoadedJob> jobs;
+  for (size_t i = 0; i < docs->size(); ++i) {
+    LoadedJob loaded{Describe(file, i, docs->size(), (*docs)[i]), {}, {}};
+    loaded.job = api::DecodeAndValidate((*docs)[i], &loaded.errors);
+    jobs.push_back(std::move(loaded));
+  }
+  return jobs;
+}
+
+// --help prints and exits 0; a bad flag prints its error and exits 2.
+int FlagExit(const absl::Status& status, std::ostream& err) {
+  if (status.code() == absl::StatusCode::kCancelled) return 0;
+  err << status.message() << "\n";
+  return 2;
+}
+
+void PrintErrors(const LoadedJob& j, std::ostream& err) {
+  err << api::ToStatus(j.errors, j.where).message() << "\n";
+}
+
+}  // namespace
+
+int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  FlagSet flags("kubetrain validate",
+                "Checks TrainingJob manifests: every problem is reported with its field path.\n"
+                "Exit status 0 when all are valid, 1 otherwise.");
+  flags.SetPositionalUsage("FILE...");
+  absl::StatusOr<std::vector<std::string>> files = flags.Parse(args);
+  if (!files.ok()) return FlagExit(files.status(), err);
+  if (files->empty()) {
+    err << "kubetrain validate: no files given (see kubetrain validate --help)\n";
+    return 2;
+  }
+  int invalid = 0;
+  for (const std::string& file : *files) {
+    for (const LoadedJob& j : LoadFile(file)) {
+      if (j.errors.empty()) {
+        out << j.where << ": valid\n";
+      } else {
+        ++invalid;
+        PrintErrors(j, err);
+      }
+    }
+  }
+  return invalid == 0 ? 0 : 1;
+}
+
+int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::string ns;
+  std::string cluster_domain;
+  std::string output = "yaml";
+  FlagSet flags("kubetrain render",
+                "Prints the headless Service and the Pods the operator creates for each "
+                "TrainingJob in FILE,\nlike 'helm template'. Owner references are added by the "
+                "operator once the API server has\nassigned the job a uid.");
+  flags.SetPositionalUsage("FILE");
+  flags.Add("namespace", &ns, "namespace for jobs whose manifest names none (default \"default\")");
+  flags.Add("cluster-domain", &cluster_domain,
+            "DNS suffix after .svc in TF_CONFIG addresses, e.g. cluster.local");
+  flags.Add("output", &output, "yaml or json");
+  absl::StatusOr<std::vector<std::string>> files = flags.Parse(args);
+  if (!files.ok()) return FlagExit(files.status(), err);
+  if (files->size() != 1) {
+    err << "kubetrain render: give exactly one FILE (see kubetrain render --help)\n";
+    return 2;
+  }
+  if (output != "yaml" && output != "json") {
+    err << "--output: must be yaml or json, got \"" << output << "\"\n";
+    return 2;
+  }
+  std::vector<LoadedJob> jobs = LoadFile(files->front());
+  bool ok = true;
+  for (const LoadedJob& j : jobs) {
+    if (!j.errors.empty()) {
+      PrintErrors(j, err);
+      ok = false;
+    }
+  }
+  if (!ok) return 1;
+  api::ClusterDnsAddresses addresses(cluster_domain);
+  json list = json::array();
+  for (LoadedJob& j : jobs) {
+    if (j.job.metadata.namespace_.empty() && !ns.empty()) j.job.metadata.namespace_ = ns;
+    for (json& obj : api::RenderObjects(j.job, addresses)) list.push_back(std::move(obj));
+  }
+  if (output == "json") {
+    out << json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", list}}.dump(2) << "\n";
+    return 0;
+  }
+  for (const json& obj : list) out << "---\n" << api::ToYaml(obj);
+  return 0;
+}
+
+int Main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    (args.empty() ? err : out) << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "validate") return Validate(rest, out, err);
+  if (args[0] == "render") return Render(rest, out, err);
+  err << "kubetrain: unknown command \"" << args[0] << "\"\n\n" << kUsage;
+  return 2;
+}
+
+}  // namespace kubetrain::cli
