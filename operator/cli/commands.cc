@@ -2,11 +2,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/flags.h"
 #include "operator/api/render.h"
 #include "operator/api/validation.h"
 #include "operator/api/yaml.h"
+#include "operator/local/launcher.h"
 
 namespace kubetrain::cli {
 namespace {
@@ -18,6 +22,7 @@ constexpr char kUsage[] = R"(kubetrain: distributed training jobs on Kubernetes 
 Usage: kubetrain COMMAND [flags] [args]
 
 Commands:
+  run FILE           run a TrainingJob on this machine as local processes
   validate FILE...   check TrainingJob manifests (YAML or JSON, multi-document, - for stdin)
   render FILE        print the Service and Pods the operator would create for a job
   help               show this help
@@ -143,7 +148,61 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
   return 0;
 }
 
-int Main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+        const std::atomic<bool>& stop) {
+  local::LaunchOptions options;
+  options.command.bin_dir = local::ExecutableDir();
+  FlagSet flags("kubetrain run",
+                "Runs the TrainingJob in FILE on this machine: one process per task on free "
+                "127.0.0.1 ports,\nwith the TF_CONFIG a pod would get, restart policies, "
+                "backoffLimit, activeDeadlineSeconds and\nsuccessPolicy applied. Containers run "
+                "their command (binaries in --bin-dir first, then PATH);\nwithout a command, "
+                "image kubetrain/<name> runs kubetrain-<name>.\nExit status: 0 succeeded, 1 "
+                "failed, 2 bad usage or manifest, 130 interrupted.");
+  flags.SetPositionalUsage("FILE");
+  flags.Add("bin-dir", &options.command.bin_dir,
+            "directory searched first for the containers' programs (default: kubetrain's own)");
+  flags.Add("grace-period", &options.grace_period,
+            "how long tasks get to exit after the job ends or after SIGTERM, before SIGKILL");
+  flags.Add("progress-interval", &options.progress_interval,
+            "how often the progress line is repeated while the chief reports progress");
+  flags.Add("restart-delay", &options.restart_delay,
+            "delay before a task's first restart; doubles per restart up to 30s");
+  absl::StatusOr<std::vector<std::string>> files = flags.Parse(args);
+  if (!files.ok()) return FlagExit(files.status(), err);
+  if (files->size() != 1) {
+    err << "kubetrain run: give exactly one FILE (see kubetrain run --help)\n";
+    return 2;
+  }
+  std::vector<LoadedJob> jobs = LoadFile(files->front());
+  if (jobs.size() != 1) {
+    err << files->front() << ": holds " << jobs.size()
+        << " documents; kubetrain run takes one TrainingJob per file\n";
+    return 2;
+  }
+  if (!jobs[0].errors.empty()) {
+    PrintErrors(jobs[0], err);
+    return 2;
+  }
+  for (const char* name : {"PATH", "HOME", "USER", "LANG", "TMPDIR", "KUBETRAIN_HOSTS_FILE"}) {
+    if (const char* v = std::getenv(name)) options.command.base_env[name] = v;
+  }
+  local::LocalJob job(jobs[0].job, options, out);
+  absl::StatusOr<local::JobResult> result = job.Run(stop);
+  if (!result.ok()) {
+    err << files->front() << ": " << result.status().message() << "\n";
+    return 2;
+  }
+  out << "kubetrain | TrainingJob " << jobs[0].job.metadata.name << " " << result->reason << " in "
+      << absl::StrFormat("%.1fs", absl::ToDoubleSeconds(result->wall)) << ": " << result->message
+      << " (restarts: " << result->restarts << ")\n";
+  if (result->summary) out << "kubetrain | chief summary: " << result->summary->dump() << "\n";
+  if (result->succeeded) return 0;
+  return result->reason == "Interrupted" ? 130 : 1;
+}
+
+int Main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+         const std::atomic<bool>& stop) {
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     (args.empty() ? err : out) << kUsage;
     return args.empty() ? 2 : 0;
@@ -151,6 +210,7 @@ int Main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "validate") return Validate(rest, out, err);
   if (args[0] == "render") return Render(rest, out, err);
+  if (args[0] == "run") return Run(rest, out, err, stop);
   err << "kubetrain: unknown command \"" << args[0] << "\"\n\n" << kUsage;
   return 2;
 }

@@ -2,6 +2,7 @@
 // them in-process. Each returns the process exit code.
 #pragma once
 
+#include <atomic>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -15,7 +16,13 @@ int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostre
 // kubetrain render FILE: the Service and Pods the operator would create, as YAML (or JSON).
 int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-// Dispatches argv to a subcommand; prints usage for `help`, `--help` or no command.
-int Main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// kubetrain run FILE: the job as local processes until it succeeds, fails or `stop` is set.
+int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+        const std::atomic<bool>& stop);
+
+// Dispatches argv to a subcommand; prints usage for `help`, `--help` or no command. `stop` is set
+// by the signal handler of main (SIGINT, SIGTERM).
+int Main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+         const std::atomic<bool>& stop);
 
 }  // namespace kubetrain::cli

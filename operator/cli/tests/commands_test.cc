@@ -20,7 +20,8 @@ struct Result {
 
 Result RunCli(std::vector<std::string> args) {
   std::ostringstream out, err;
-  int code = Main(args, out, err);
+  std::atomic<bool> stop{false};
+  int code = Main(args, out, err, stop);
   return {code, out.str(), err.str()};
 }
 
@@ -98,6 +99,37 @@ TEST(RenderCommand, InvalidJobIsNotRendered) {
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(r.out.empty());
   EXPECT_NE(r.err.find("at most one Chief"), std::string::npos);
+}
+
+std::string WriteJob(const std::string& name, const std::string& worker_script) {
+  std::string path = ::testing::TempDir() + "/" + name + ".yaml";
+  std::ofstream(path) << "apiVersion: kubetrain.dev/v1\nkind: TrainingJob\nmetadata: {name: "
+                      << name << "}\nspec:\n  replicaSpecs:\n    Worker:\n      replicas: 1\n"
+                      << "      template: {spec: {containers: [{name: kubetrain, image: busybox, "
+                      << "command: [sh, -c, '" << worker_script << "']}]}}\n";
+  return path;
+}
+
+TEST(RunCommand, SucceedsWithExitZeroAndPrintsTheFinalStatus) {
+  Result r = RunCli({"run", "--grace-period=1s", WriteJob("ok", "echo step=3 accuracy=0.9")});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("worker-0  | step=3 accuracy=0.9"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kubetrain | TrainingJob ok Succeeded in "), std::string::npos) << r.out;
+}
+
+TEST(RunCommand, FailedJobExitsOne) {
+  Result r = RunCli({"run", "--grace-period=1s", WriteJob("bad", "exit 4")});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("TrainingJob bad Failed in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("worker-0 exited with code 4, which restartPolicy ExitCode does not retry"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(RunCommand, InvalidManifestExitsTwo) {
+  Result r = RunCli({"run", Src("operator/api/testdata/invalid/two-chiefs.yaml")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("at most one Chief"), std::string::npos) << r.err;
 }
 
 TEST(Cli, UnknownCommandAndHelp) {

@@ -1,0 +1,345 @@
+#include "operator/local/launcher.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <climits>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "operator/api/render.h"
+#include "operator/api/restart.h"
+#include "operator/local/process.h"
+#include "operator/local/progress.h"
+
+namespace kubetrain::local {
+namespace {
+
+// Asks the kernel for a free loopback port. The socket is closed before the task binds it; the
+// window is tiny and a clash shows up as a bind error in the task's log, and a restart.
+absl::StatusOr<int> FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError("socket: cannot create");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  if (port <= 0) return absl::UnavailableError("no free port on 127.0.0.1");
+  return port;
+}
+
+}  // namespace
+
+struct LocalJob::Task {
+  api::Task task;
+  int port = 0;
+  int metrics_port = 0;
+  ProcessOptions process_options;
+  std::unique_ptr<Process> process;
+  std::string partial;  // output after the last newline
+  enum class Phase {
+    kPending,
+    kRunning,
+    kSucceeded,
+    kFailed,
+    kWaitingRestart
+  } phase = Phase::kPending;
+  absl::Time restart_at;
+  int restarts = 0;
+  std::string label;  // "worker-1"
+  ProgressTracker progress;
+};
+
+std::string ExecutableDir() {
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : exe.parent_path().string();
+}
+
+LocalJob::LocalJob(api::TrainingJob job, LaunchOptions options, std::ostream& out)
+    : job_(std::move(job)), options_(std::move(options)), out_(out) {}
+
+LocalJob::~LocalJob() { StopAll(/*graceful=*/false); }
+
+void LocalJob::Say(absl::string_view line) {
+  out_ << absl::StrFormat("%-*s | %s\n", prefix_width_, "kubetrain", line) << std::flush;
+}
+
+absl::Status LocalJob::Prepare() {
+  // Ports first: every task's TF_CONFIG names every other task's address.
+  std::map<std::pair<api::ReplicaType, int>, int> ports;
+  api::LoopbackAddresses ids([](api::ReplicaType, int) { return 0; });
+  for (const api::Task& t : api::Tasks(job_, ids)) {
+    auto task = std::make_unique<Task>();
+    task->task = t;
+    absl::StatusOr<int> port = FreePort();
+    if (!port.ok()) return port.status();
+    absl::StatusOr<int> metrics = FreePort();
+    if (!metrics.ok()) return metrics.status();
+    task->port = *port;
+    task->metrics_port = *metrics;
+    ports[{t.type, t.index}] = *port;
+    task->label = absl::StrCat(api::TaskType(t.type), "-", t.index);
+    prefix_width_ = std::max(prefix_width_, task->label.size());
+    tasks_.push_back(std::move(task));
+  }
+  prefix_width_ = std::max(prefix_width_, std::string("kubetrain").size());
+  api::LoopbackAddresses addresses([&](api::ReplicaType t, int i) { return ports.at({t, i}); });
+  for (auto& task : tasks_) {
+    task->task.address = addresses.Address(job_, task->task.type, task->task.index);
+    nlohmann::json pod = api::BuildPod(job_, task->task.type, task->task.index, addresses);
+    absl::StatusOr<ProcessOptions> opts = ProcessForPod(pod, options_.command);
+    if (!opts.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.replicaSpecs.",
+                                                     api::Name(task->task.type), ".template.spec.",
+                                                     opts.status().message()));
+    }
+    opts->env["KUBETRAIN_METRICS_PORT"] = std::to_string(task->metrics_port);
+    opts->env["KUBETRAIN_BIND_ADDRESS"] = options_.command.pod_ip;
+    task->process_options = std::move(*opts);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalJob::StartTask(Task& task) {
+  absl::StatusOr<std::unique_ptr<Process>> p = Process::Start(task.process_options);
+  if (!p.ok())
+    return absl::Status(p.status().code(), absl::StrCat(task.label, ": ", p.status().message()));
+  task.process = std::move(*p);
+  task.phase = Task::Phase::kRunning;
+  Say(absl::StrCat("Started ", task.label, " pid=", task.process->pid(),
+                   " address=", task.task.address, " metrics=127.0.0.1:", task.metrics_port,
+                   task.restarts ? absl::StrCat(" restart=", task.restarts) : ""));
+  return absl::OkStatus();
+}
+
+void LocalJob::Emit(Task& task, absl::string_view chunk, bool flush) {
+  task.partial.append(chunk.data(), chunk.size());
+  size_t start = 0;
+  while (true) {
+    size_t nl = task.partial.find('\n', start);
+    if (nl == std::string::npos) break;
+    absl::string_view line(task.partial.data() + start, nl - start);
+    out_ << absl::StrFormat("%-*s | ", prefix_width_, task.label) << line << '\n';
+    if (task.task.chief && task.progress.Observe(line)) progress_dirty_ = true;
+    start = nl + 1;
+  }
+  task.partial.erase(0, start);
+  if (flush && !task.partial.empty()) {
+    out_ << absl::StrFormat("%-*s | ", prefix_width_, task.label) << task.partial << '\n';
+    if (task.task.chief) task.progress.Observe(task.partial);
+    task.partial.clear();
+  }
+  out_.flush();
+}
+
+void LocalJob::PumpOutput(absl::Duration timeout) {
+  std::vector<pollfd> fds;
+  std::vector<Task*> owners;
+  for (auto& t : tasks_) {
+    if (t->process && t->process->output_fd() >= 0) {
+      fds.push_back({t->process->output_fd(), POLLIN, 0});
+      owners.push_back(t.get());
+    }
+  }
+  if (fds.empty()) {
+    absl::SleepFor(timeout);
+    return;
+  }
+  if (poll(fds.data(), fds.size(), absl::ToInt64Milliseconds(timeout)) <= 0) return;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    std::string chunk;
+    bool open = owners[i]->process->ReadOutput(&chunk);
+    Emit(*owners[i], chunk, !open);
+  }
+}
+
+bool LocalJob::AllWorkersSucceeded() const {
+  for (const auto& t : tasks_) {
+    bool counts =
+        t->task.type == api::ReplicaType::kWorker || t->task.type == api::ReplicaType::kChief;
+    if (counts && t->phase != Task::Phase::kSucceeded) return false;
+  }
+  return true;
+}
+
+void LocalJob::HandleExits() {
+  for (auto& t : tasks_) {
+    if (t->phase != Task::Phase::kRunning || !t->process->Poll()) continue;
+    std::string rest;
+    while (t->process->ReadOutput(&rest)) {
+    }
+    Emit(*t, rest, /*flush=*/true);
+    OnExit(*t, *t->process->exit_code());
+    if (result_) return;
+  }
+}
+
+void LocalJob::OnExit(Task& task, int code) {
+  const api::RestartPolicy policy = task.task.restart_policy;
+  Say(absl::StrCat(task.label, " ", api::DescribeExit(code)));
+  switch (api::DecideExit(policy, code)) {
+    case api::ExitAction::kSucceeded:
+      task.phase = Task::Phase::kSucceeded;
+      if (job_.spec.success_policy == api::SuccessPolicy::kAllWorkers) {
+        if (AllWorkersSucceeded()) Finish(true, "Succeeded", "every worker exited 0");
+      } else if (task.task.chief) {
+        Finish(true, "Succeeded", absl::StrCat("the chief (", task.label, ") exited 0"));
+      }
+      return;
+    case api::ExitAction::kFail:
+      task.phase = Task::Phase::kFailed;
+      Finish(false, "Failed",
+             absl::StrCat(task.label, " ", api::DescribeExit(code), ", which restartPolicy ",
+                          api::Name(policy), " does not retry"));
+      return;
+    case api::ExitAction::kRestart:
+      break;
+  }
+  const int limit = job_.spec.run_policy.backoff_limit.value_or(api::kDefaultBackoffLimit);
+  if (restarts_ >= limit) {
+    task.phase = Task::Phase::kFailed;
+    Finish(false, "BackoffLimitExceeded",
+           absl::StrCat(task.label, " ", api::DescribeExit(code), " after ", restarts_,
+                        " restarts; backoffLimit is ", limit));
+    return;
+  }
+  ++restarts_;
+  if (job_.spec.run_policy.restart_scope == api::RestartScope::kJob) {
+    RestartJob(absl::StrCat(task.label, " ", api::DescribeExit(code)));
+    return;
+  }
+  absl::Duration delay =
+      std::min(options_.restart_delay * (1 << std::min(task.restarts, 5)), absl::Seconds(30));
+  task.phase = Task::Phase::kWaitingRestart;
+  task.restart_at = absl::Now() + delay;
+  task.process.reset();
+  Say(absl::StrCat("Restarting ", task.label, " in ", absl::FormatDuration(delay), " (restart ",
+                   restarts_, " of backoffLimit ", limit, ")"));
+}
+
+void LocalJob::RestartJob(absl::string_view why) {
+  Say(absl::StrCat("Restarting every task (restartScope Job): ", why));
+  for (auto& t : tasks_) {
+    if (t->process && !t->process->exit_code()) t->process->Signal(SIGTERM);
+  }
+  absl::Time deadline = absl::Now() + options_.grace_period;
+  for (auto& t : tasks_) {
+    while (t->process && !t->process->Poll() && absl::Now() < deadline)
+      PumpOutput(absl::Milliseconds(50));
+    t->process.reset();
+    t->phase = Task::Phase::kWaitingRestart;
+    t->restart_at = absl::Now() + options_.restart_delay;
+  }
+}
+
+void LocalJob::StartDueRestarts() {
+  absl::Time now = absl::Now();
+  for (auto& t : tasks_) {
+    if (t->phase != Task::Phase::kWaitingRestart || now < t->restart_at) continue;
+    ++t->restarts;
+    absl::Status s = StartTask(*t);
+    if (!s.ok()) Finish(false, "Failed", std::string(s.message()));
+  }
+}
+
+void LocalJob::Finish(bool succeeded, std::string reason, std::string message) {
+  if (result_) return;
+  result_ = JobResult{succeeded, std::move(reason),    std::move(message),
+                      restarts_, absl::Now() - start_, std::nullopt};
+}
+
+void LocalJob::StopAll(bool graceful) {
+  absl::Time deadline = absl::Now() + options_.grace_period;
+  if (graceful) {
+    // After success the ps tasks and other workers end on their own; give them the grace period.
+    while (absl::Now() < deadline) {
+      bool running = false;
+      for (auto& t : tasks_) running |= t->process && !t->process->Poll();
+      if (!running) break;
+      PumpOutput(absl::Milliseconds(100));
+    }
+    deadline = absl::Now() + options_.grace_period;
+  }
+  for (auto& t : tasks_) {
+    if (t->process && !t->process->Poll()) t->process->Signal(SIGTERM);
+  }
+  for (auto& t : tasks_) {
+    while (t->process && !t->process->Poll() && absl::Now() < deadline) {
+      PumpOutput(absl::Milliseconds(50));
+    }
+    if (t->process && !t->process->Poll()) {
+      Say(absl::StrCat("Killed ", t->label, ": still running ",
+                       absl::FormatDuration(options_.grace_period), " after SIGTERM"));
+    }
+    if (t->process) {
+      std::string rest;
+      while (t->process->ReadOutput(&rest)) {
+      }
+      Emit(*t, rest, true);
+    }
+    t->process.reset();
+  }
+}
+
+void LocalJob::MaybePrintProgress(bool force) {
+  absl::Time now = absl::Now();
+  if (!force && !(progress_dirty_ && now - last_progress_print_ >= options_.progress_interval))
+    return;
+  for (auto& t : tasks_) {
+    if (!t->task.chief || !t->progress.has_progress()) continue;
+    Say(absl::StrCat("progress ", t->progress.Summary(),
+                     " elapsed=", absl::StrFormat("%.0fs", absl::ToDoubleSeconds(now - start_))));
+  }
+  last_progress_print_ = now;
+  progress_dirty_ = false;
+}
+
+absl::StatusOr<JobResult> LocalJob::Run(const std::atomic<bool>& stop) {
+  start_ = absl::Now();
+  absl::Status prepared = Prepare();
+  if (!prepared.ok()) return prepared;
+  Say(absl::StrCat("Running TrainingJob ", job_.metadata.name, ": ", tasks_.size(), " tasks"));
+  for (auto& t : tasks_) {
+    absl::Status s = StartTask(*t);
+    if (!s.ok()) {
+      StopAll(false);
+      return s;
+    }
+  }
+  const auto& rp = job_.spec.run_policy;
+  while (!result_) {
+    PumpOutput(absl::Milliseconds(100));
+    HandleExits();
+    if (result_) break;
+    StartDueRestarts();
+    MaybePrintProgress(false);
+    if (stop.load()) Finish(false, "Interrupted", "stopped by signal");
+    if (rp.active_deadline_seconds &&
+        absl::Now() - start_ > absl::Seconds(*rp.active_deadline_seconds)) {
+      Finish(false, "DeadlineExceeded",
+             absl::StrCat("the job ran longer than activeDeadlineSeconds (",
+                          *rp.active_deadline_seconds, ")"));
+    }
+  }
+  StopAll(/*graceful=*/result_->succeeded);
+  MaybePrintProgress(true);
+  for (auto& t : tasks_) {
+    if (t->task.chief && t->progress.completion()) result_->summary = t->progress.completion();
+  }
+  result_->wall = absl::Now() - start_;
+  return *result_;
+}
+
+}  // namespace kubetrain::local

@@ -1,0 +1,82 @@
+// `kubetrain run`: one TrainingJob as local processes. Renders the job's tasks with loopback
+// addresses on free ports, starts each task's process with the same env a pod would get,
+// interleaves their output with a task prefix, applies each replica's restartPolicy, the job's
+// restartScope, backoffLimit, activeDeadlineSeconds and successPolicy, and reports the result.
+//
+// LocalJob owns its processes; every child is stopped (SIGTERM, then SIGKILL after the grace
+// period) before Run returns. Not thread-safe; `stop` may be set from a signal handler.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "operator/api/types.h"
+#include "operator/local/task_command.h"
+
+namespace kubetrain::local {
+
+struct LaunchOptions {
+  CommandContext command;
+  absl::Duration grace_period = absl::Seconds(10);       // SIGTERM → SIGKILL, and for clean exits
+  absl::Duration progress_interval = absl::Seconds(10);  // how often the progress line repeats
+  absl::Duration restart_delay = absl::Seconds(1);       // first restart delay; doubles, ≤ 30 s
+};
+
+struct JobResult {
+  bool succeeded = false;
+  std::string reason;   // Succeeded, Failed, BackoffLimitExceeded, DeadlineExceeded, Interrupted
+  std::string message;  // one sentence for the user
+  int restarts = 0;
+  absl::Duration wall;
+  std::optional<nlohmann::json> summary;  // the chief's training_complete line, if printed
+};
+
+class LocalJob {
+ public:
+  // `job` must be defaulted and valid (api::DecodeAndValidate).
+  LocalJob(api::TrainingJob job, LaunchOptions options, std::ostream& out);
+  ~LocalJob();
+
+  absl::StatusOr<JobResult> Run(const std::atomic<bool>& stop);
+
+ private:
+  struct Task;
+
+  absl::Status Prepare();
+  absl::Status StartTask(Task& task);
+  void PumpOutput(absl::Duration timeout);
+  void Emit(Task& task, absl::string_view chunk, bool flush);
+  void HandleExits();
+  void OnExit(Task& task, int code);
+  void RestartJob(absl::string_view why);
+  void StartDueRestarts();
+  void Finish(bool succeeded, std::string reason, std::string message);
+  void StopAll(bool graceful);
+  void MaybePrintProgress(bool force);
+  void Say(absl::string_view line);
+  bool AllWorkersSucceeded() const;
+
+  api::TrainingJob job_;
+  LaunchOptions options_;
+  std::ostream& out_;
+  std::vector<std::unique_ptr<Task>> tasks_;
+  size_t prefix_width_ = 0;
+  absl::Time start_;
+  absl::Time last_progress_print_ = absl::InfinitePast();
+  bool progress_dirty_ = false;
+  std::optional<JobResult> result_;
+  int restarts_ = 0;
+};
+
+// The directory of the running executable: where kubetrain-ps and kubetrain-worker are built.
+std::string ExecutableDir();
+
+}  // namespace kubetrain::local

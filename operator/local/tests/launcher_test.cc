@@ -1,0 +1,188 @@
+#include "operator/local/launcher.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <sstream>
+#include <thread>
+
+#include "operator/api/validation.h"
+
+namespace kubetrain::local {
+namespace {
+
+using nlohmann::json;
+
+json Replica(int replicas, const std::string& script, const std::string& policy = "") {
+  json container = {
+      {"name", "kubetrain"}, {"image", "busybox"}, {"command", json::array({"sh", "-c", script})}};
+  json spec = {{"replicas", replicas}, {"template", {{"spec", {{"containers", {container}}}}}}};
+  if (!policy.empty()) spec["restartPolicy"] = policy;
+  return spec;
+}
+
+json Job(json replica_specs, json run_policy = json::object()) {
+  return {{"apiVersion", "kubetrain.dev/v1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", "t"}}},
+          {"spec", {{"replicaSpecs", replica_specs}, {"runPolicy", run_policy}}}};
+}
+
+struct Outcome {
+  JobResult result;
+  std::string output;
+};
+
+Outcome RunJob(const json& doc, const std::atomic<bool>* stop = nullptr) {
+  api::FieldErrors errors;
+  api::TrainingJob job = api::DecodeAndValidate(doc, &errors);
+  EXPECT_TRUE(errors.empty()) << errors.front().ToString();
+  LaunchOptions options;
+  options.command.base_env = {{"PATH", "/usr/bin:/bin"}};
+  options.grace_period = absl::Seconds(2);
+  options.restart_delay = absl::Milliseconds(20);
+  std::ostringstream out;
+  std::atomic<bool> never{false};
+  LocalJob local(job, options, out);
+  absl::StatusOr<JobResult> r = local.Run(stop ? *stop : never);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return {r.ok() ? *r : JobResult{}, out.str()};
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(LocalJob, ChiefExitZeroSucceedsAndStopsTheRest) {
+  Outcome o = RunJob(Job({{"PS", Replica(1, "sleep 30")},
+                          {"Worker", Replica(2,
+                                             "echo step=7 epoch=1 loss=0.5 accuracy=0.8; "
+                                             "echo '{\"event\":\"training_complete\","
+                                             "\"test_accuracy\":0.9}'")}}));
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_EQ(o.result.reason, "Succeeded");
+  EXPECT_EQ(o.result.message, "the chief (worker-0) exited 0");
+  ASSERT_TRUE(o.result.summary.has_value()) << o.output;
+  EXPECT_EQ((*o.result.summary)["test_accuracy"], 0.9);
+  EXPECT_TRUE(Contains(o.output, "worker-0  | step=7 epoch=1")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "progress step=7 epoch=1 loss=0.5 accuracy=0.8")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "ps-0      | ") || Contains(o.output, "Started ps-0")) << o.output;
+}
+
+TEST(LocalJob, TasksGetLoopbackTfConfigAndMetricsPort) {
+  Outcome o =
+      RunJob(Job({{"PS", Replica(1, "sleep 30")},
+                  {"Worker", Replica(1,
+                                     "echo \"$TF_CONFIG\"; echo port=$KUBETRAIN_METRICS_PORT "
+                                     "bind=$KUBETRAIN_BIND_ADDRESS job=$KUBETRAIN_JOB_NAME")}}));
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_TRUE(Contains(o.output, R"({"cluster":{"ps":["127.0.0.1:)")) << o.output;
+  EXPECT_TRUE(Contains(o.output, R"("task":{"type":"worker","index":0}})")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "bind=127.0.0.1 job=t")) << o.output;
+  EXPECT_FALSE(Contains(o.output, "port= ")) << o.output;
+}
+
+TEST(LocalJob, ExitCodePolicyFailsOnProgramError) {
+  Outcome o = RunJob(Job({{"Worker", Replica(2,
+                                             "if [ $KUBETRAIN_REPLICA_INDEX = 1 ]; then exit 3; "
+                                             "fi; sleep 30")}}));
+  EXPECT_FALSE(o.result.succeeded);
+  EXPECT_EQ(o.result.reason, "Failed");
+  EXPECT_EQ(o.result.message,
+            "worker-1 exited with code 3, which restartPolicy ExitCode does not retry");
+}
+
+TEST(LocalJob, KilledTaskIsRestartedAndTheJobStillSucceeds) {
+  std::string marker = ::testing::TempDir() + "/kt_restart_marker";
+  std::remove(marker.c_str());
+  Outcome o =
+      RunJob(Job({{"Worker", Replica(1, "if [ -f " + marker + " ]; then exit 0; fi; touch " +
+                                            marker + "; kill -9 $$$$")}}));
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_EQ(o.result.restarts, 1);
+  EXPECT_TRUE(Contains(o.output, "worker-0 exited with code 137 (SIGKILL)")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "Restarting worker-0 in")) << o.output;
+}
+
+TEST(LocalJob, BackoffLimitEndsRestarts) {
+  Outcome o = RunJob(Job({{"Worker", Replica(1, "exit 1", "OnFailure")}}, {{"backoffLimit", 2}}));
+  EXPECT_FALSE(o.result.succeeded);
+  EXPECT_EQ(o.result.reason, "BackoffLimitExceeded");
+  EXPECT_EQ(o.result.restarts, 2);
+  EXPECT_EQ(o.result.message, "worker-0 exited with code 1 after 2 restarts; backoffLimit is 2");
+}
+
+TEST(LocalJob, RestartScopeJobRestartsEveryTask) {
+  std::string marker = ::testing::TempDir() + "/kt_scope_marker";
+  std::remove(marker.c_str());
+  Outcome o = RunJob(
+      Job({{"PS", Replica(1, "echo ps-up; sleep 30")},
+           {"Worker",
+            Replica(1, "if [ -f " + marker + " ]; then exit 0; fi; touch " + marker + "; exit 2",
+                    "OnFailure")}},
+          {{"restartScope", "Job"}}));
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_TRUE(Contains(o.output, "Restarting every task (restartScope Job)")) << o.output;
+  size_t first = o.output.find("ps-0      | ps-up");
+  ASSERT_NE(first, std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("ps-0      | ps-up", first + 1), std::string::npos) << o.output;
+}
+
+TEST(LocalJob, ActiveDeadlineFailsTheJob) {
+  absl::Time start = absl::Now();
+  Outcome o = RunJob(Job({{"Worker", Replica(1, "sleep 30")}}, {{"activeDeadlineSeconds", 1}}));
+  EXPECT_FALSE(o.result.succeeded);
+  EXPECT_EQ(o.result.reason, "DeadlineExceeded");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+TEST(LocalJob, AllWorkersPolicyWaitsForEveryWorker) {
+  Outcome o = RunJob(Job({{"Worker", Replica(3, "sleep 0.$KUBETRAIN_REPLICA_INDEX")}}));
+  EXPECT_TRUE(o.result.succeeded);
+  json doc = Job({{"Worker", Replica(3, "sleep 0.$((KUBETRAIN_REPLICA_INDEX * 3))")}});
+  doc["spec"]["successPolicy"] = "AllWorkers";
+  Outcome all = RunJob(doc);
+  EXPECT_TRUE(all.result.succeeded);
+  EXPECT_EQ(all.result.message, "every worker exited 0");
+  EXPECT_TRUE(Contains(all.output, "worker-2 exited with code 0")) << all.output;
+}
+
+TEST(LocalJob, StopFlagInterruptsAndLeavesNoChildren) {
+  std::atomic<bool> stop{false};
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    stop = true;
+  });
+  Outcome o =
+      RunJob(Job({{"PS", Replica(1, "echo pid=$$$$; sleep 30")},
+                  {"Worker", Replica(1, "trap 'echo got-term; exit 143' TERM; sleep 30 & wait")}}),
+             &stop);
+  stopper.join();
+  EXPECT_FALSE(o.result.succeeded);
+  EXPECT_EQ(o.result.reason, "Interrupted");
+  EXPECT_TRUE(Contains(o.output, "got-term")) << o.output;
+  size_t at = o.output.find("pid=");
+  ASSERT_NE(at, std::string::npos);
+  pid_t pid = std::stoi(o.output.substr(at + 4));
+  EXPECT_NE(kill(pid, 0), 0) << "ps process " << pid << " still alive";
+}
+
+TEST(LocalJob, UnmappableImageIsAnErrorNamingTheField) {
+  json doc = Job({{"Worker", Replica(1, "true")}});
+  doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].erase("command");
+  doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] = "python:3";
+  api::FieldErrors errors;
+  api::TrainingJob job = api::DecodeAndValidate(doc, &errors);
+  std::ostringstream out;
+  std::atomic<bool> stop{false};
+  LocalJob local(job, {}, out);
+  absl::StatusOr<JobResult> r = local.Run(stop);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "spec.replicaSpecs.Worker.template.spec.containers[0]: image \"python:3\" has no local "
+            "binary and no command; set command (local runs map kubetrain/<name> images to "
+            "kubetrain-<name>)");
+}
+
+}  // namespace
+}  // namespace kubetrain::local

@@ -1,0 +1,66 @@
+#include "operator/local/process.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "absl/time/clock.h"
+
+namespace kubetrain::local {
+namespace {
+
+ProcessOptions Shell(const std::string& script) {
+  return {{"sh", "-c", script}, {{"PATH", "/usr/bin:/bin"}, {"GREETING", "hello"}}, ""};
+}
+
+std::string DrainAndWait(Process& p) {
+  std::string out;
+  while (p.ReadOutput(&out)) absl::SleepFor(absl::Milliseconds(5));
+  while (!p.Poll()) absl::SleepFor(absl::Milliseconds(5));
+  return out;
+}
+
+TEST(Process, CapturesStdoutAndStderrAndExitCode) {
+  auto p = Process::Start(Shell("echo out; echo err >&2; echo $GREETING; exit 3"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::string out = DrainAndWait(**p);
+  EXPECT_EQ(out, "out\nerr\nhello\n");
+  EXPECT_EQ((*p)->exit_code(), 3);
+}
+
+TEST(Process, KilledBySignalReports128PlusSignal) {
+  auto p = Process::Start(Shell("kill -9 $$"));
+  ASSERT_TRUE(p.ok());
+  DrainAndWait(**p);
+  EXPECT_EQ((*p)->exit_code(), 128 + SIGKILL);
+}
+
+TEST(Process, SignalReachesTheWholeGroup) {
+  auto p = Process::Start(Shell("sleep 30 & sleep 30; echo never"));
+  ASSERT_TRUE(p.ok());
+  absl::SleepFor(absl::Milliseconds(100));
+  (*p)->Signal(SIGTERM);
+  std::string out = DrainAndWait(**p);  // EOF only once every holder of the pipe is gone
+  EXPECT_EQ(out, "");
+  EXPECT_EQ((*p)->exit_code(), 128 + SIGTERM);
+}
+
+TEST(Process, DestructorKillsARunningChild) {
+  pid_t pid;
+  {
+    auto p = Process::Start(Shell("sleep 30"));
+    ASSERT_TRUE(p.ok());
+    pid = (*p)->pid();
+  }
+  EXPECT_NE(kill(pid, 0), 0);  // reaped: no such process
+}
+
+TEST(Process, MissingExecutableIsNotFound) {
+  auto p = Process::Start({{"kubetrain-does-not-exist"}, {{"PATH", "/usr/bin"}}, ""});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(p.status().message(),
+            "executable \"kubetrain-does-not-exist\" not found in PATH (/usr/bin)");
+}
+
+}  // namespace
+}  // namespace kubetrain::local

@@ -1,0 +1,67 @@
+#include "operator/local/task_command.h"
+
+#include <gtest/gtest.h>
+
+namespace kubetrain::local {
+namespace {
+
+using nlohmann::json;
+
+TEST(ExpandVars, FollowsKubernetesRules) {
+  std::map<std::string, std::string> vars = {{"A", "1"}, {"B", "two"}};
+  EXPECT_EQ(ExpandVars("--x=$(A) $(B)", vars), "--x=1 two");
+  EXPECT_EQ(ExpandVars("$(MISSING)", vars), "$(MISSING)");
+  EXPECT_EQ(ExpandVars("$$(A)", vars), "$(A)");
+  EXPECT_EQ(ExpandVars("cost $5 $(A", vars), "cost $5 $(A");
+}
+
+TEST(ContainerArgv, CommandAndArgsExpanded) {
+  json c = json::parse(R"js({"name":"kubetrain","command":["kubetrain-worker"],
+                           "args":["--data-dir=$(DATA)","--x"]})js");
+  auto argv = ContainerArgv(c, {{"DATA", "/d"}}, "containers[0]");
+  ASSERT_TRUE(argv.ok());
+  EXPECT_EQ(*argv, (std::vector<std::string>{"kubetrain-worker", "--data-dir=/d", "--x"}));
+}
+
+TEST(ContainerArgv, KubetrainImagesMapToBinaries) {
+  auto argv = ContainerArgv(json::parse(R"js({"image":"kubetrain/ps:0.1.0","args":["-v"]})js"), {},
+                            "containers[0]");
+  ASSERT_TRUE(argv.ok());
+  EXPECT_EQ(*argv, (std::vector<std::string>{"kubetrain-ps", "-v"}));
+}
+
+TEST(ContainerArgv, OtherImagesNeedACommand) {
+  auto argv = ContainerArgv(json::parse(R"js({"image":"python:3.12"})js"), {}, "containers[0]");
+  ASSERT_FALSE(argv.ok());
+  EXPECT_EQ(argv.status().message(),
+            "containers[0]: image \"python:3.12\" has no local binary and no command; set command "
+            "(local runs map kubetrain/<name> images to kubetrain-<name>)");
+}
+
+TEST(ProcessForPod, EnvFieldRefsAndBinDirFirstOnPath) {
+  json pod = json::parse(R"js({"metadata":{"name":"j-worker-0","namespace":"ns"},"spec":{
+    "containers":[{"name":"sidecar","image":"x"},{"name":"kubetrain","command":["run"],
+      "args":["$(POD)"],"env":[{"name":"POD","valueFrom":{"fieldRef":{"fieldPath":"metadata.name"}}},
+      {"name":"IP","valueFrom":{"fieldRef":{"fieldPath":"status.podIP"}}},{"name":"V","value":"x$(POD)"}]}]}})js");
+  CommandContext ctx{"/opt/kt/bin", {{"PATH", "/usr/bin"}, {"HOME", "/root"}}, "127.0.0.1"};
+  auto opts = ProcessForPod(pod, ctx);
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  EXPECT_EQ(opts->argv, (std::vector<std::string>{"run", "j-worker-0"}));
+  EXPECT_EQ(opts->env["IP"], "127.0.0.1");
+  EXPECT_EQ(opts->env["V"], "xj-worker-0");
+  EXPECT_EQ(opts->env["HOME"], "/root");
+  EXPECT_EQ(opts->env["PATH"], "/opt/kt/bin:/usr/bin");
+}
+
+TEST(ProcessForPod, SecretRefsAreRejectedWithTheField) {
+  json pod = json::parse(R"js({"metadata":{"name":"p"},"spec":{"containers":[{"name":"kubetrain",
+    "command":["x"],"env":[{"name":"T","valueFrom":{"secretKeyRef":{"name":"s","key":"k"}}}]}]}})js");
+  auto opts = ProcessForPod(pod, {});
+  ASSERT_FALSE(opts.ok());
+  EXPECT_EQ(opts.status().message(),
+            "containers[0].env[0].valueFrom: only fieldRef is available to local runs (no Secrets "
+            "or ConfigMaps here); set a plain value");
+}
+
+}  // namespace
+}  // namespace kubetrain::local
