@@ -1,0 +1,128 @@
+#include "worker/data/idx_reader.h"
+
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace kubetrain::worker {
+namespace {
+
+std::vector<uint8_t> BigEndian(uint32_t v) {
+  return {static_cast<uint8_t>(v >> 24), static_cast<uint8_t>(v >> 16),
+          static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v)};
+}
+
+// Header for `magic` with `dims`, followed by `data`.
+std::vector<uint8_t> IdxBytes(uint32_t magic, const std::vector<uint32_t>& dims,
+                              const std::vector<uint8_t>& data) {
+  std::vector<uint8_t> bytes = BigEndian(magic);
+  for (uint32_t d : dims) {
+    auto b = BigEndian(d);
+    bytes.insert(bytes.end(), b.begin(), b.end());
+  }
+  bytes.insert(bytes.end(), data.begin(), data.end());
+  return bytes;
+}
+
+std::string TempPath(const std::string& name) { return testing::TempDir() + "/" + name; }
+
+std::string WriteGz(const std::string& name, const std::vector<uint8_t>& bytes) {
+  const std::string path = TempPath(name);
+  gzFile f = gzopen(path.c_str(), "wb");
+  EXPECT_NE(f, nullptr);
+  EXPECT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
+            static_cast<int>(bytes.size()));
+  gzclose(f);
+  return path;
+}
+
+std::string WritePlain(const std::string& name, const std::vector<uint8_t>& bytes) {
+  const std::string path = TempPath(name);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+  return path;
+}
+
+std::vector<uint8_t> Iota(int n) {
+  std::vector<uint8_t> v(n);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7);
+  return v;
+}
+
+TEST(IdxReader, ReadsGzipImages) {
+  const std::vector<uint8_t> pixels = Iota(3 * 2 * 4);
+  const std::string path = WriteGz("images.gz", IdxBytes(kIdxImagesMagic, {3, 2, 4}, pixels));
+  auto array = ReadIdx(path, kIdxImagesMagic);
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_EQ(array->dims, (std::vector<int64_t>{3, 2, 4}));
+  EXPECT_EQ(array->data, pixels);
+}
+
+TEST(IdxReader, ReadsGzipLabels) {
+  const std::vector<uint8_t> labels = {9, 0, 3, 3, 1};
+  const std::string path = WriteGz("labels.gz", IdxBytes(kIdxLabelsMagic, {5}, labels));
+  auto array = ReadIdx(path, kIdxLabelsMagic);
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_EQ(array->dims, (std::vector<int64_t>{5}));
+  EXPECT_EQ(array->data, labels);
+}
+
+TEST(IdxReader, ReadsUncompressedFile) {
+  const std::vector<uint8_t> labels = {1, 2};
+  const std::string path = WritePlain("labels.idx", IdxBytes(kIdxLabelsMagic, {2}, labels));
+  auto array = ReadIdx(path, kIdxLabelsMagic);
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_EQ(array->data, labels);
+}
+
+TEST(IdxReader, BadMagicIsInvalidArgumentNamingBoth) {
+  const std::string path = WriteGz("bad_magic.gz", IdxBytes(kIdxImagesMagic, {1, 1, 1}, {5}));
+  auto array = ReadIdx(path, kIdxLabelsMagic);
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(array.status().message(),
+            "IDX file " + path + " has magic 0x00000803, expected 0x00000801");
+}
+
+TEST(IdxReader, TruncatedDataIsDataLoss) {
+  const std::string path = WriteGz("truncated.gz", IdxBytes(kIdxImagesMagic, {3, 2, 4}, Iota(10)));
+  auto array = ReadIdx(path, kIdxImagesMagic);
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(array.status().message(),
+            "IDX file " + path + " is truncated: expected 24 data bytes, read 10");
+}
+
+TEST(IdxReader, TruncatedHeaderIsDataLoss) {
+  std::vector<uint8_t> bytes = IdxBytes(kIdxImagesMagic, {3, 2, 4}, {});
+  bytes.resize(10);  // magic, count, half of rows
+  const std::string path = WriteGz("short_header.gz", bytes);
+  auto array = ReadIdx(path, kIdxImagesMagic);
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(array.status().message(),
+            "IDX file " + path + " is truncated: expected 4 header bytes, read 2");
+}
+
+TEST(IdxReader, CutGzipStreamIsDataLoss) {
+  const std::string full = WriteGz("full.gz", IdxBytes(kIdxImagesMagic, {4, 28, 28}, Iota(3136)));
+  std::FILE* f = std::fopen(full.c_str(), "rb");
+  std::vector<uint8_t> bytes(4096);
+  bytes.resize(std::fread(bytes.data(), 1, bytes.size(), f));
+  std::fclose(f);
+  bytes.resize(bytes.size() / 2);
+  const std::string path = WritePlain("cut.gz", bytes);
+  auto array = ReadIdx(path, kIdxImagesMagic);
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss) << array.status();
+}
+
+TEST(IdxReader, MissingFileIsNotFoundNamingPath) {
+  const std::string path = TempPath("does-not-exist.gz");
+  auto array = ReadIdx(path, kIdxImagesMagic);
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(array.status().message(), "IDX file " + path + " not found");
+}
+
+}  // namespace
+}  // namespace kubetrain::worker

@@ -1,0 +1,223 @@
+#include "worker/model.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/cpu/cpu_device.h"
+#include "worker/models.h"
+#include "worker/random.h"
+#include "worker/sgd.h"
+
+namespace kubetrain::worker {
+namespace {
+
+std::vector<std::pair<std::string, Shape>> NamesAndShapes(const Model& model) {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const Variable* v : model.variables()) out.emplace_back(v->name, v->shape());
+  return out;
+}
+
+std::vector<float> Values(Model& model) {
+  std::vector<float> v(model.num_parameters());
+  EXPECT_TRUE(model.ReadValues(absl::MakeSpan(v)).ok());
+  return v;
+}
+
+std::vector<float> Gradients(Model& model) {
+  std::vector<float> g(model.num_parameters());
+  EXPECT_TRUE(model.ReadGradients(absl::MakeSpan(g)).ok());
+  return g;
+}
+
+std::vector<float> RandomImages(int64_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = rng.Normal();
+  return v;
+}
+
+TEST(Models, MlpHasNamedVariablesOfTheDesignShape) {
+  CpuDevice device;
+  auto model = MakeMlp(device);
+  ASSERT_TRUE(model.ok()) << model.status();
+  using P = std::pair<std::string, Shape>;
+  EXPECT_EQ(NamesAndShapes(**model),
+            (std::vector<P>{P{"dense1/kernel", {784, 256}}, P{"dense1/bias", {256}},
+                            P{"dense2/kernel", {256, 128}}, P{"dense2/bias", {128}},
+                            P{"logits/kernel", {128, 10}}, P{"logits/bias", {10}}}));
+  EXPECT_EQ((*model)->num_parameters(), 235146);
+  EXPECT_EQ((*model)->input_size(), 784);
+}
+
+TEST(Models, CnnHasNamedVariablesInHwioLayout) {
+  CpuDevice device;
+  auto model = MakeCnn(device);
+  ASSERT_TRUE(model.ok()) << model.status();
+  using P = std::pair<std::string, Shape>;
+  EXPECT_EQ(NamesAndShapes(**model),
+            (std::vector<P>{P{"conv1/kernel", {5, 5, 1, 32}}, P{"conv1/bias", {32}},
+                            P{"conv2/kernel", {5, 5, 32, 64}}, P{"conv2/bias", {64}},
+                            P{"dense1/kernel", {7 * 7 * 64, 128}}, P{"dense1/bias", {128}},
+                            P{"logits/kernel", {128, 10}}, P{"logits/bias", {10}}}));
+  EXPECT_EQ((*model)->num_parameters(), 454922);
+}
+
+TEST(Models, UnknownNameIsInvalidArgument) {
+  CpuDevice device;
+  auto model = MakeModel("resnet", device, 1);
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model.status().message(), "unknown model 'resnet'; expected 'mlp' or 'cnn'");
+  EXPECT_TRUE(MakeModel("cnn", device, 1).ok());
+}
+
+TEST(Models, SameSeedGivesIdenticalInitialValues) {
+  CpuDevice device;
+  auto a = MakeModel("mlp", device, 7);
+  auto b = MakeModel("mlp", device, 7);
+  auto c = MakeModel("mlp", device, 8);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(Values(**a), Values(**b));
+  EXPECT_NE(Values(**a), Values(**c));
+}
+
+TEST(Models, HeInitHasTheExpectedSpreadAndZeroBiases) {
+  CpuDevice device;
+  auto model = MakeMlp(device);
+  ASSERT_TRUE(model.ok());
+  const Variable& kernel = *(*model)->variables()[0];
+  std::vector<float> w(kernel.size());
+  device.Download(kernel.value, w.data(), kernel.size());
+  double sum_sq = 0.0;
+  for (float x : w) sum_sq += static_cast<double>(x) * x;
+  EXPECT_NEAR(std::sqrt(sum_sq / w.size()), std::sqrt(2.0 / 784), 0.01 * std::sqrt(2.0 / 784));
+  const Variable& bias = *(*model)->variables()[1];
+  std::vector<float> b(bias.size());
+  device.Download(bias.value, b.data(), bias.size());
+  EXPECT_EQ(b, std::vector<float>(bias.size(), 0.0f));
+}
+
+TEST(Model, WriteValuesRoundTripsAndChecksSize) {
+  CpuDevice device;
+  auto model = MakeMlp(device, {.inputs = 3, .hidden = {2}, .classes = 2});
+  ASSERT_TRUE(model.ok());
+  std::vector<float> v(static_cast<size_t>((*model)->num_parameters()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  ASSERT_TRUE((*model)->WriteValues(v).ok());
+  EXPECT_EQ(Values(**model), v);
+  v.pop_back();
+  const absl::Status status = (*model)->WriteValues(v);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(status.message()), "mlp has 14 parameters, flat buffer has 13");
+}
+
+TEST(Model, RejectsMismatchedBatch) {
+  CpuDevice device;
+  auto model = MakeMlp(device, {.inputs = 3, .hidden = {2}, .classes = 2});
+  ASSERT_TRUE(model.ok());
+  const std::vector<float> images(5);
+  const std::vector<int32_t> labels = {0, 1};
+  auto loss = (*model)->ComputeGradients(images, labels);
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(loss.status().message(), "batch of 2 labels needs 6 image floats, got 5");
+  const std::vector<float> six(6);
+  const std::vector<int32_t> bad = {0, 2};
+  EXPECT_EQ((*model)->ComputeGradients(six, bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The conv layers work on chunks of the batch (bounded column buffers); the batch gradient must
+// still be exactly the mean of per-example gradients, whatever the chunking.
+TEST(Model, CnnBatchGradientIsMeanOfPerExampleGradients) {
+  CpuDevice device;
+  auto model = MakeCnn(device, {.seed = 2});
+  ASSERT_TRUE(model.ok());
+  constexpr int kBatch = 20;  // conv2 chunks hold 13 images: forces two chunks
+  const std::vector<float> images = RandomImages(kBatch * 784, 3);
+  std::vector<int32_t> labels(kBatch);
+  for (int i = 0; i < kBatch; ++i) labels[i] = i % 10;
+  auto batch_loss = (*model)->ComputeGradients(images, labels);
+  ASSERT_TRUE(batch_loss.ok());
+  const std::vector<float> batch_grad = Gradients(**model);
+  std::vector<double> mean(batch_grad.size(), 0.0);
+  double mean_loss = 0.0;
+  for (int i = 0; i < kBatch; ++i) {
+    auto loss = (*model)->ComputeGradients(absl::MakeConstSpan(images).subspan(i * 784, 784),
+                                           absl::MakeConstSpan(labels).subspan(i, 1));
+    ASSERT_TRUE(loss.ok());
+    mean_loss += *loss / kBatch;
+    const std::vector<float> g = Gradients(**model);
+    for (size_t j = 0; j < g.size(); ++j) mean[j] += g[j] / kBatch;
+  }
+  EXPECT_NEAR(*batch_loss, mean_loss, 1e-5);
+  double max_err = 0.0, max_abs = 0.0;
+  for (size_t j = 0; j < mean.size(); ++j) {
+    max_err = std::max(max_err, std::fabs(mean[j] - batch_grad[j]));
+    max_abs = std::max(max_abs, std::fabs(mean[j]));
+  }
+  EXPECT_LT(max_err, 1e-4 * max_abs);
+}
+
+TEST(Model, EvaluateCountsEveryExample) {
+  CpuDevice device;
+  auto model = MakeMlp(device, {.inputs = 4, .hidden = {3}, .classes = 2});
+  ASSERT_TRUE(model.ok());
+  Dataset data;
+  data.height = 2;
+  data.width = 2;
+  data.num_classes = 2;
+  data.images = RandomImages(7 * 4, 4);
+  data.labels = {0, 1, 0, 1, 1, 1, 0};
+  auto result = (*model)->Evaluate(data, 3);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->examples, 7);
+  EXPECT_GE(result->accuracy, 0.0);
+  EXPECT_LE(result->accuracy, 1.0);
+  EXPECT_GT(result->loss, 0.0);
+  // Same result as one batch of everything.
+  auto whole = (*model)->EvaluateBatch(data.images, data.labels);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_NEAR(whole->loss, result->loss, 1e-6);
+  EXPECT_DOUBLE_EQ(whole->accuracy, result->accuracy);
+}
+
+TEST(MomentumSgd, AppliesTensorFlowMomentumRule) {
+  CpuDevice device;
+  Variable var(device, "w", {2});
+  const float w0[] = {1.0f, -2.0f}, g[] = {0.5f, 1.0f};
+  device.Upload(w0, var.value, 2);
+  device.Upload(g, var.grad, 2);
+  MomentumSgd sgd(device, {&var}, {.learning_rate = 0.1f, .momentum = 0.9f});
+  sgd.Step();  // v = g; w -= 0.1 v
+  sgd.Step();  // v = 0.9 g + g; w -= 0.1 v
+  float w[2];
+  device.Download(var.value, w, 2);
+  EXPECT_NEAR(w[0], 1.0f - 0.1f * 0.5f - 0.1f * 0.95f, 1e-6);
+  EXPECT_NEAR(w[1], -2.0f - 0.1f * 1.0f - 0.1f * 1.9f, 1e-6);
+}
+
+TEST(MomentumSgd, CnnOverfitsOneBatch) {
+  CpuDevice device;
+  auto model = MakeCnn(device, {.seed = 4});
+  ASSERT_TRUE(model.ok());
+  const std::vector<float> images = RandomImages(16 * 784, 5);
+  std::vector<int32_t> labels(16);
+  for (int i = 0; i < 16; ++i) labels[i] = (i * 7) % 10;
+  MomentumSgd sgd(device, (*model)->variables(), {.learning_rate = 0.01f, .momentum = 0.9f});
+  auto first = (*model)->ComputeGradients(images, labels);
+  ASSERT_TRUE(first.ok());
+  float loss = *first;
+  for (int step = 0; step < 30; ++step) {
+    sgd.Step();
+    auto next = (*model)->ComputeGradients(images, labels);
+    ASSERT_TRUE(next.ok());
+    loss = *next;
+  }
+  EXPECT_LT(loss, 0.1f * *first);
+}
+
+}  // namespace
+}  // namespace kubetrain::worker
