@@ -1,0 +1,516 @@
+#include "ps/client.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "ps/wire.h"
+
+namespace kubetrain::ps {
+namespace {
+
+using Stub = v1::ParameterServer::Stub;
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const ClientOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  const int backoff_ms = static_cast<int>(absl::ToInt64Milliseconds(options.reconnect_backoff));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, backoff_ms);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, backoff_ms);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, backoff_ms);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// The variables of `state` in plan order; INVALID_ARGUMENT if one is missing or mis-sized.
+absl::StatusOr<std::vector<const VariableState*>> MatchVariables(const PlacementPlan& plan,
+                                                                 const ModelState& state) {
+  std::vector<const VariableState*> out(plan.variables().size(), nullptr);
+  for (const VariableState& v : state.variables) {
+    const int i = plan.FindVariable(v.name);
+    if (i < 0) return absl::InvalidArgumentError(absl::StrCat("variable ", v.name, " not in plan"));
+    const uint64_t want = plan.variables()[i].elements;
+    if (v.values.size() != want) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("variable ", v.name, " has ", v.values.size(), " elements, want ", want));
+    }
+    for (const auto& [slot, values] : v.slots) {
+      if (values.size() != want) {
+        return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " of ", v.name, " has ",
+                                                       values.size(), " elements, want ", want));
+      }
+    }
+    out[i] = &v;
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state lacks variable ", plan.variables()[i].name));
+    }
+  }
+  return out;
+}
+
+// Fills `out` with the partition `spec` of variable `v`: values and every slot.
+void FillPartition(const PartitionSpec& spec, const VariableState& v, v1::PartitionState* out) {
+  v1::Partition* p = out->mutable_partition();
+  *p->mutable_key() = ToProto(spec.key);
+  p->set_offset(spec.offset);
+  p->set_length(spec.length);
+  const std::span<const float> values(v.values);
+  SetFloats(values.subspan(spec.offset, spec.length), p->mutable_values());
+  for (const auto& [name, slot] : v.slots) {
+    v1::Slot* s = out->add_slots();
+    s->set_name(name);
+    SetFloats(std::span<const float>(slot).subspan(spec.offset, spec.length), s->mutable_values());
+  }
+}
+
+// Checks that a response carried each partition of its ps exactly once.
+class Coverage {
+ public:
+  explicit Coverage(size_t partitions) : seen_(partitions, false) {}
+  absl::Status Mark(size_t partition, const PartitionSpec& spec, int ps) {
+    if (spec.ps != ps) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "partition ", spec.key.variable, "/", spec.key.index, " came from ps ", ps,
+          " but the plan puts it on ps ", spec.ps, "; do all tasks use the same plan?"));
+    }
+    if (seen_[partition]) return absl::InternalError("partition answered twice");
+    seen_[partition] = true;
+    return absl::OkStatus();
+  }
+  absl::Status Complete(const PlacementPlan& plan, const std::vector<int>& targets) const {
+    for (int ps : targets) {
+      for (size_t p : plan.PartitionsOn(ps)) {
+        if (!seen_[p]) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "ps ", ps, " did not return partition ", plan.partitions()[p].key.variable, "/",
+              plan.partitions()[p].key.index, "; do all tasks use the same plan?"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<bool> seen_;
+};
+
+}  // namespace
+
+int64_t Version::step() const {
+  if (steps.empty()) return 0;
+  return *std::min_element(steps.begin(), steps.end());
+}
+
+Version Version::Next() const {
+  Version next = *this;
+  for (int64_t& s : next.steps) ++s;
+  return next;
+}
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(std::vector<std::string> addresses,
+                                                           PlacementPlan plan,
+                                                           ClientOptions options) {
+  if (static_cast<int>(addresses.size()) != plan.num_ps()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        addresses.size(), " ps addresses for a plan over ", plan.num_ps(), " ps tasks"));
+  }
+  for (const std::string& a : addresses) {
+    if (a.empty()) return absl::InvalidArgumentError("empty ps address");
+  }
+  return std::unique_ptr<PsClient>(new PsClient(std::move(addresses), std::move(plan), options));
+}
+
+PsClient::PsClient(std::vector<std::string> addresses, PlacementPlan plan, ClientOptions options)
+    : addresses_(std::move(addresses)), plan_(std::move(plan)), options_(options) {
+  for (const std::string& address : addresses_) {
+    stubs_.push_back(v1::ParameterServer::NewStub(MakeChannel(address, options_)));
+  }
+  for (size_t p = 0; p < plan_.partitions().size(); ++p) index_[plan_.partitions()[p].key] = p;
+}
+
+std::vector<int> PsClient::AllPs() const {
+  std::vector<int> all(plan_.num_ps());
+  for (int i = 0; i < plan_.num_ps(); ++i) all[i] = i;
+  return all;
+}
+
+absl::StatusOr<size_t> PsClient::Find(const v1::PartitionKey& key) const {
+  auto it = index_.find(FromProto(key));
+  if (it == index_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("ps holds partition ", key.variable(), "/",
+                                                      key.index(), " that the plan lacks"));
+  }
+  return it->second;
+}
+
+absl::Status PsClient::CheckBuffers(size_t count, const std::vector<size_t>& sizes) const {
+  if (count != plan_.variables().size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(count, " buffers for ", plan_.variables().size(), " variables"));
+  }
+  for (size_t v = 0; v < count; ++v) {
+    if (sizes[v] != plan_.variables()[v].elements) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer for ", plan_.variables()[v].name,
+                                                     " has ", sizes[v], " elements, want ",
+                                                     plan_.variables()[v].elements));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Starts one call per target on a private completion queue, so the transfers to all ps tasks
+// overlap, then handles the answers in completion order. `call` provides Request/Response types,
+// Build(ps, Request&), Start(stub, context, request, cq) and Done(ps, Response&) -> Status. The
+// first failure cancels the calls still in flight: a pull blocked on a step would otherwise sit
+// out its whole deadline after another ps already said it was restarted.
+template <typename Call>
+absl::Status PsClient::FanOut(absl::string_view method, const std::vector<int>& targets,
+                              absl::Duration timeout, Call& call) {
+  using Request = typename Call::Request;
+  using Response = typename Call::Response;
+  struct Pending {
+    grpc::ClientContext context;
+    Request request;
+    Response response;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<Response>> reader;
+  };
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<Pending>> pending;
+  const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    auto p = std::make_unique<Pending>();
+    p->context.set_deadline(deadline);
+    call.Build(targets[i], p->request);
+    p->reader = call.Start(*stubs_[targets[i]], &p->context, p->request, &cq);
+    p->reader->Finish(&p->response, &p->status, reinterpret_cast<void*>(i));
+    pending.push_back(std::move(p));
+  }
+  absl::Status first;
+  for (size_t done = 0; done < pending.size(); ++done) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (!cq.Next(&tag, &ok)) break;
+    const size_t i = reinterpret_cast<size_t>(tag);
+    absl::Status status = FromGrpc(pending[i]->status);
+    if (status.ok()) status = call.Done(targets[i], pending[i]->response);
+    if (status.ok() || !first.ok()) continue;
+    first = Annotate(status,
+                     absl::StrCat(method, " ps ", targets[i], " (", addresses_[targets[i]], ")"));
+    for (auto& p : pending) p->context.TryCancel();
+  }
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
+  return first;
+}
+
+namespace {
+
+struct PullCall {
+  using Request = v1::PullRequest;
+  using Response = v1::PullResponse;
+  const PlacementPlan& plan;
+  std::span<const std::span<float>> values;
+  const Version* min_version;
+  std::function<absl::StatusOr<size_t>(const v1::PartitionKey&)> find;
+  Version version;
+  Coverage coverage;
+
+  void Build(int ps, Request& request) const {
+    if (min_version != nullptr) request.set_min_step(min_version->steps[ps]);
+  }
+  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+                    grpc::CompletionQueue* cq) {
+    return stub.AsyncPull(context, request, cq);
+  }
+  absl::Status Done(int ps, Response& response) {
+    for (const v1::Partition& p : response.values()) {
+      ASSIGN_OR_RETURN(size_t index, find(p.key()));
+      const PartitionSpec& spec = plan.partitions()[index];
+      RETURN_IF_ERROR(coverage.Mark(index, spec, ps));
+      RETURN_IF_ERROR(
+          CopyFloats(p.values(), values[spec.variable].subspan(spec.offset, spec.length)),
+          "partition ", spec.key.variable, "/", spec.key.index);
+    }
+    version.steps[ps] = response.global_step();
+    version.run_ids[ps] = std::move(*response.mutable_run_id());
+    return absl::OkStatus();
+  }
+};
+
+struct PushCall {
+  using Request = v1::PushRequest;
+  using Response = v1::PushResponse;
+  const PlacementPlan& plan;
+  std::span<const std::span<const float>> gradients;
+  const Version& at;
+  uint32_t worker;
+  PushResult result;
+
+  void Build(int ps, Request& request) const {
+    if (!at.run_ids.empty()) request.set_run_id(at.run_ids[ps]);
+    request.set_worker(worker);
+    request.set_step(at.steps[ps]);
+    for (size_t index : plan.PartitionsOn(ps)) {
+      const PartitionSpec& spec = plan.partitions()[index];
+      v1::Partition* g = request.add_gradients();
+      *g->mutable_key() = ToProto(spec.key);
+      g->set_offset(spec.offset);
+      g->set_length(spec.length);
+      SetFloats(gradients[spec.variable].subspan(spec.offset, spec.length), g->mutable_values());
+    }
+  }
+  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+                    grpc::CompletionQueue* cq) {
+    return stub.AsyncPush(context, request, cq);
+  }
+  absl::Status Done(int ps, const Response& response) {
+    result.version.steps[ps] = response.global_step();
+    if (response.stale()) ++result.stale;
+    return absl::OkStatus();
+  }
+};
+
+struct InitCall {
+  using Request = v1::InitRequest;
+  using Response = v1::InitResponse;
+  std::vector<v1::InitRequest> requests;  // by ps task, moved out as the calls start
+
+  void Build(int ps, Request& request) { request = std::move(requests[ps]); }
+  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+                    grpc::CompletionQueue* cq) {
+    return stub.AsyncInit(context, request, cq);
+  }
+  absl::Status Done(int, const Response&) { return absl::OkStatus(); }
+};
+
+struct ExportCall {
+  using Request = v1::ExportRequest;
+  using Response = v1::ExportResponse;
+  const PlacementPlan& plan;
+  std::function<absl::StatusOr<size_t>(const v1::PartitionKey&)> find;
+  ModelState state;
+  Coverage coverage;
+  bool first = true;
+
+  void Build(int, Request&) const {}
+  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+                    grpc::CompletionQueue* cq) {
+    return stub.AsyncExport(context, request, cq);
+  }
+  absl::Status Done(int ps, const Response& response) {
+    if (first) {
+      ASSIGN_OR_RETURN(state.config, FromProto(response.config()));
+      state.run_id = response.run_id();
+      state.global_step = response.global_step();
+      first = false;
+    }
+    state.global_step = std::min(state.global_step, response.global_step());
+    for (const v1::PartitionState& p : response.partitions()) {
+      ASSIGN_OR_RETURN(size_t index, find(p.partition().key()));
+      const PartitionSpec& spec = plan.partitions()[index];
+      RETURN_IF_ERROR(coverage.Mark(index, spec, ps));
+      VariableState& v = state.variables[spec.variable];
+      RETURN_IF_ERROR(CopyFloats(p.partition().values(),
+                                 std::span<float>(v.values).subspan(spec.offset, spec.length)));
+      for (const v1::Slot& slot : p.slots()) {
+        std::vector<float>& whole = v.slots[slot.name()];
+        whole.resize(v.values.size());
+        RETURN_IF_ERROR(
+            CopyFloats(slot.values(), std::span<float>(whole).subspan(spec.offset, spec.length)));
+      }
+    }
+    return absl::OkStatus();
+  }
+};
+
+struct StatusCall {
+  using Request = v1::StatusRequest;
+  using Response = v1::StatusResponse;
+  const std::vector<std::string>& addresses;
+  std::vector<ShardInfo> infos;
+
+  void Build(int, Request&) const {}
+  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+                    grpc::CompletionQueue* cq) {
+    return stub.AsyncStatus(context, request, cq);
+  }
+  absl::Status Done(int ps, const Response& r) {
+    infos[ps] = {addresses[ps], r.initialized(),   r.global_step(), r.parameter_bytes(),
+                 r.run_id(),    r.shutting_down(), r.partitions()};
+    return absl::OkStatus();
+  }
+};
+
+struct ShutdownCall {
+  using Request = v1::ShutdownRequest;
+  using Response = v1::ShutdownResponse;
+  std::string reason;
+
+  void Build(int, Request& request) const { request.set_reason(reason); }
+  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+                    grpc::CompletionQueue* cq) {
+    return stub.AsyncShutdown(context, request, cq);
+  }
+  absl::Status Done(int, const Response&) { return absl::OkStatus(); }
+};
+
+}  // namespace
+
+absl::StatusOr<Version> PsClient::Pull(std::span<const std::span<float>> values,
+                                       const Version* min_version) {
+  std::vector<size_t> sizes;
+  for (const auto& v : values) sizes.push_back(v.size());
+  RETURN_IF_ERROR(CheckBuffers(values.size(), sizes));
+  if (min_version != nullptr && static_cast<int>(min_version->steps.size()) != plan_.num_ps()) {
+    return absl::InvalidArgumentError("min_version has the wrong number of ps steps");
+  }
+  const int n = plan_.num_ps();
+  PullCall call{plan_,
+                values,
+                min_version,
+                [this](const v1::PartitionKey& key) { return Find(key); },
+                {std::vector<int64_t>(n), std::vector<std::string>(n)},
+                Coverage(plan_.partitions().size())};
+  const std::vector<int> all = AllPs();
+  const absl::Duration timeout =
+      min_version != nullptr ? options_.pull_timeout : options_.rpc_timeout;
+  RETURN_IF_ERROR(FanOut("Pull", all, timeout, call));
+  RETURN_IF_ERROR(call.coverage.Complete(plan_, all));
+  return std::move(call.version);
+}
+
+absl::StatusOr<PushResult> PsClient::Push(std::span<const std::span<const float>> gradients,
+                                          const Version& at) {
+  std::vector<size_t> sizes;
+  for (const auto& g : gradients) sizes.push_back(g.size());
+  RETURN_IF_ERROR(CheckBuffers(gradients.size(), sizes));
+  const size_t n = plan_.num_ps();
+  if (at.steps.size() != n || (!at.run_ids.empty() && at.run_ids.size() != n)) {
+    return absl::InvalidArgumentError("version has the wrong number of ps entries");
+  }
+  PushCall call{plan_, gradients, at, options_.worker, {at, 0}};
+  RETURN_IF_ERROR(FanOut("Push", AllPs(), options_.rpc_timeout, call));
+  return std::move(call.result);
+}
+
+absl::StatusOr<v1::InitRequest> PsClient::MakeInit(int ps, const ModelState& state) const {
+  ASSIGN_OR_RETURN(std::vector<const VariableState*> vars, MatchVariables(plan_, state));
+  v1::InitRequest request;
+  *request.mutable_config() = ToProto(state.config);
+  request.set_global_step(state.global_step);
+  request.set_run_id(state.run_id);
+  for (size_t index : plan_.PartitionsOn(ps)) {
+    const PartitionSpec& spec = plan_.partitions()[index];
+    FillPartition(spec, *vars[spec.variable], request.add_partitions());
+  }
+  return request;
+}
+
+absl::Status PsClient::InitAll(const std::vector<int>& targets, const ModelState& state) {
+  InitCall call{std::vector<v1::InitRequest>(plan_.num_ps())};
+  for (int ps : targets) {
+    ASSIGN_OR_RETURN(call.requests[ps], MakeInit(ps, state));
+  }
+  return FanOut("Init", targets, options_.rpc_timeout, call);
+}
+
+absl::Status PsClient::Init(const ModelState& state) { return InitAll(AllPs(), state); }
+
+absl::Status PsClient::InitShard(int ps, const ModelState& state) {
+  if (ps < 0 || ps >= plan_.num_ps()) {
+    return absl::InvalidArgumentError(absl::StrCat("no ps task ", ps));
+  }
+  return InitAll({ps}, state);
+}
+
+absl::StatusOr<ModelState> PsClient::Export() {
+  ExportCall call{plan_,
+                  [this](const v1::PartitionKey& key) { return Find(key); },
+                  {},
+                  Coverage(plan_.partitions().size())};
+  for (const VariableSpec& v : plan_.variables()) {
+    call.state.variables.push_back({v.name, std::vector<float>(v.elements), {}});
+  }
+  const std::vector<int> all = AllPs();
+  RETURN_IF_ERROR(FanOut("Export", all, options_.rpc_timeout, call));
+  RETURN_IF_ERROR(call.coverage.Complete(plan_, all));
+  return std::move(call.state);
+}
+
+absl::StatusOr<std::vector<ShardInfo>> PsClient::Status() {
+  StatusCall call{addresses_, std::vector<ShardInfo>(plan_.num_ps())};
+  RETURN_IF_ERROR(FanOut("Status", AllPs(), options_.rpc_timeout, call));
+  return std::move(call.infos);
+}
+
+absl::Status PsClient::Shutdown(absl::string_view reason) {
+  ShutdownCall call{std::string(reason)};
+  return FanOut("Shutdown", AllPs(), options_.rpc_timeout, call);
+}
+
+namespace {
+
+// Why the cluster is not ready yet ("" = ready), or a status that retrying cannot fix.
+absl::StatusOr<std::string> NotReadyReason(const absl::StatusOr<std::vector<ShardInfo>>& infos,
+                                           const PlacementPlan& plan, bool require_initialized) {
+  if (!infos.ok()) {
+    const absl::StatusCode code = infos.status().code();
+    if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded) {
+      return std::string(infos.status().message());
+    }
+    return infos.status();
+  }
+  for (size_t ps = 0; ps < infos->size(); ++ps) {
+    const ShardInfo& info = (*infos)[ps];
+    if (info.shutting_down) {
+      return absl::CancelledError(
+          absl::StrCat("ps ", ps, " (", info.address, ") is shutting down"));
+    }
+    if (!require_initialized) continue;
+    if (!info.initialized) {
+      return absl::StrCat("ps ", ps, " (", info.address, ") not initialised");
+    }
+    if (info.partitions != plan.PartitionsOn(static_cast<int>(ps)).size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ps ", ps, " (", info.address, ") holds ", info.partitions, " partitions, the plan ",
+          plan.PartitionsOn(static_cast<int>(ps)).size(), "; do all tasks use the same plan?"));
+    }
+  }
+  return std::string();
+}
+
+}  // namespace
+
+absl::Status PsClient::WaitReady(absl::Duration timeout, bool require_initialized) {
+  Backoff backoff(options_.wait_ready_backoff);
+  const absl::Time give_up = absl::Now() + timeout;
+  for (int attempt = 1;; ++attempt) {
+    ASSIGN_OR_RETURN(std::string reason, NotReadyReason(Status(), plan_, require_initialized));
+    if (reason.empty()) return absl::OkStatus();
+    const absl::Duration left = give_up - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(absl::StrCat("parameter servers not ready after ",
+                                                      absl::FormatDuration(timeout), ": ", reason));
+    }
+    const absl::Duration delay = std::min(backoff.Next(), left);
+    log::Info("Waiting for parameter servers",
+              {{"attempt", attempt}, {"reason", reason}, {"retry_in", delay}});
+    absl::SleepFor(delay);
+  }
+}
+
+}  // namespace kubetrain::ps

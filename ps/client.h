@@ -1,0 +1,145 @@
+// Talks to every ps task of a job on behalf of a worker or the chief (DESIGN §5).
+//
+// Worker, sync mode:
+//   PsClient client(addresses, plan);
+//   RETURN_IF_ERROR(client.WaitReady(absl::Minutes(30), /*require_initialized=*/true));
+//   ASSIGN_OR_RETURN(Version v, client.Pull(params));               // now
+//   for (;;) {
+//     ComputeGradients(params, grads);
+//     ASSIGN_OR_RETURN(PushResult pushed, client.Push(grads, v));   // computed at v
+//     ASSIGN_OR_RETURN(v, client.Pull(params, v.Next()));           // blocks for the next step
+//   }
+// Async mode pulls without a minimum version. Buffers are spans over the caller's memory, one
+// per variable in plan.variables() order, each variables()[i].elements long.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/backoff.h"
+#include "kubetrain/v1/ps.grpc.pb.h"
+#include "ps/partition.h"
+#include "ps/store.h"
+
+namespace kubetrain::ps {
+
+struct ClientOptions {
+  absl::Duration rpc_timeout = absl::Seconds(30);  // every call except a Pull that waits
+  // A Pull with a minimum version waits for the slowest worker of the step; DEADLINE_EXCEEDED
+  // after this, and the caller may simply pull again.
+  absl::Duration pull_timeout = absl::Minutes(5);
+  int max_message_bytes = 256 << 20;
+  // gRPC's default reconnect backoff grows to ~2 min; a restarted ps must be found within ~1 s.
+  absl::Duration reconnect_backoff = absl::Seconds(1);
+  BackoffOptions wait_ready_backoff{.initial = absl::Milliseconds(500), .max = absl::Seconds(10)};
+  uint32_t worker = 0;  // sent with pushes, for the ps's logs
+};
+
+// The per-ps global steps (and run ids) of the values a worker holds; what a Push is computed
+// at. Every ps keeps its own step; they move in lockstep in sync mode, but one restored from an
+// older checkpoint may lag, so the client never assumes they are equal.
+struct Version {
+  std::vector<int64_t> steps;  // one per ps task
+  std::vector<std::string> run_ids;
+
+  // For logs and progress: the smallest step over the ps tasks.
+  int64_t step() const;
+  // What the pull after a sync push waits for: every ps one step further.
+  Version Next() const;
+};
+
+struct PushResult {
+  Version version;  // steps after the push
+  int stale = 0;    // ps tasks that dropped this push as stale (sync mode)
+};
+
+// One variable's values and optimizer slots, whole (checkpoints do not depend on the ps count).
+struct VariableState {
+  std::string name;
+  std::vector<float> values;
+  std::map<std::string, std::vector<float>> slots;  // empty: the optimizer's initial slots
+};
+
+// A whole model as the chief initialises, exports and restores it.
+struct ModelState {
+  TrainingConfig config;
+  int64_t global_step = 0;  // Export: the smallest over ps tasks
+  std::string run_id;
+  std::vector<VariableState> variables;  // any order; matched to the plan by name
+};
+
+struct ShardInfo {
+  std::string address;
+  bool initialized = false;
+  int64_t global_step = 0;
+  uint64_t parameter_bytes = 0;
+  std::string run_id;
+  bool shutting_down = false;
+  uint32_t partitions = 0;
+};
+
+// Owns one channel and stub per ps task. Thread-safe: calls from several threads proceed in
+// parallel (each call uses its own completion queue). Every call fans out to all ps tasks
+// concurrently; its status is the first failure, naming the ps task and address.
+class PsClient {
+ public:
+  // INVALID_ARGUMENT unless there is one address per ps task of the plan.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(std::vector<std::string> addresses,
+                                                          PlacementPlan plan,
+                                                          ClientOptions options = {});
+
+  const PlacementPlan& plan() const { return plan_; }
+  const std::vector<std::string>& addresses() const { return addresses_; }
+
+  // Pulls every variable into `values`. With `min_version`, each ps first waits until its step
+  // reaches min_version->steps[ps] (bounded by pull_timeout).
+  absl::StatusOr<Version> Pull(std::span<const std::span<float>> values,
+                               const Version* min_version = nullptr);
+  // Pushes every variable's gradient, each ps getting its partitions and its step from `at`.
+  absl::StatusOr<PushResult> Push(std::span<const std::span<const float>> gradients,
+                                  const Version& at);
+
+  // Chief: replaces the state of every ps (initialisation or restore), or of one ps that came
+  // back empty. INVALID_ARGUMENT if `state` lacks a variable of the plan or sizes differ.
+  absl::Status Init(const ModelState& state);
+  absl::Status InitShard(int ps, const ModelState& state);
+  // Chief: values, slots and steps of every ps, reassembled per variable.
+  absl::StatusOr<ModelState> Export();
+  absl::StatusOr<std::vector<ShardInfo>> Status();
+  // Asks every ps to exit (training is over).
+  absl::Status Shutdown(absl::string_view reason);
+
+  // Polls Status until every ps answers and, with require_initialized, holds initialised state.
+  // Retries UNAVAILABLE, DEADLINE_EXCEEDED and "not initialised" with backoff, logging one line
+  // per retry; DEADLINE_EXCEEDED naming the last reason once `timeout` has passed.
+  absl::Status WaitReady(absl::Duration timeout, bool require_initialized);
+
+ private:
+  PsClient(std::vector<std::string> addresses, PlacementPlan plan, ClientOptions options);
+
+  template <typename Call>
+  absl::Status FanOut(absl::string_view method, const std::vector<int>& targets,
+                      absl::Duration timeout, Call& call);
+  std::vector<int> AllPs() const;
+  absl::Status CheckBuffers(size_t count, const std::vector<size_t>& sizes) const;
+  absl::StatusOr<v1::InitRequest> MakeInit(int ps, const ModelState& state) const;
+  absl::Status InitAll(const std::vector<int>& targets, const ModelState& state);
+  // Index of the plan partition `key` names, or NOT_FOUND.
+  absl::StatusOr<size_t> Find(const v1::PartitionKey& key) const;
+
+  const std::vector<std::string> addresses_;
+  const PlacementPlan plan_;
+  const ClientOptions options_;
+  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
+  absl::flat_hash_map<PartitionKey, size_t> index_;
+};
+
+}  // namespace kubetrain::ps

@@ -1,0 +1,130 @@
+// kubetrain-ps: one parameter-server task. Starts uninitialised, is filled by the chief (Init),
+// serves pushes and pulls, and exits 0 after a Shutdown RPC, SIGTERM or SIGINT.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/flags.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "operator/api/tf_config.h"
+#include "ps/metrics.h"
+#include "ps/service.h"
+
+namespace kubetrain::ps {
+namespace {
+
+constexpr int kDefaultPort = 2222;
+
+struct Options {
+  int port = kDefaultPort;
+  std::string bind_address = "0.0.0.0";
+  int metrics_port = 8080;
+  int max_message_mb = 256;
+  std::string log_level = "info";
+  absl::Duration max_pull_wait = absl::Minutes(10);
+  absl::Duration shutdown_grace = absl::Seconds(5);
+  std::string tf_config;
+};
+
+absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
+  Options opt;
+  FlagSet flags("kubetrain-ps", "Parameter server: holds a shard of the model's variables.");
+  flags.Add("port", &opt.port,
+            "gRPC port; when left at 2222, the port of this task in TF_CONFIG wins",
+            "KUBETRAIN_PORT");
+  flags.Add("bind-address", &opt.bind_address, "address to bind gRPC on", "KUBETRAIN_BIND_ADDRESS");
+  flags.Add("metrics-port", &opt.metrics_port, "Prometheus /metrics port",
+            "KUBETRAIN_METRICS_PORT");
+  flags.Add("max-message-mb", &opt.max_message_mb, "largest gRPC message sent or received, MiB",
+            "KUBETRAIN_MAX_MESSAGE_MB");
+  flags.Add("log-level", &opt.log_level, "debug, info, warn or error", "KUBETRAIN_LOG_LEVEL");
+  flags.Add("max-pull-wait", &opt.max_pull_wait, "longest a Pull waits for its step",
+            "KUBETRAIN_MAX_PULL_WAIT");
+  flags.Add("shutdown-grace", &opt.shutdown_grace, "time given to calls in flight at shutdown");
+  flags.Add("tf-config", &opt.tf_config, "cluster spec JSON (TensorFlow's TF_CONFIG)", "TF_CONFIG");
+  ASSIGN_OR_RETURN(std::vector<std::string> args, flags.Parse(argc, argv));
+  if (!args.empty()) return absl::InvalidArgumentError("kubetrain-ps takes no arguments");
+  if (opt.max_message_mb < 4 || opt.max_message_mb > 2047) {
+    return absl::InvalidArgumentError("--max-message-mb must be in [4, 2047]");
+  }
+  return opt;
+}
+
+// Takes this task's port from TF_CONFIG unless --port chose one.
+absl::Status ApplyTfConfig(Options& opt) {
+  if (opt.tf_config.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(api::TfConfig config, api::ParseTfConfig(opt.tf_config));
+  if (config.task_type != "ps") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TF_CONFIG: task.type is ", config.task_type, ", kubetrain-ps serves ps"));
+  }
+  std::string host;
+  int port = 0;
+  RETURN_IF_ERROR(api::SplitHostPort(config.TaskAddress(), &host, &port), "TF_CONFIG");
+  if (opt.port == kDefaultPort) opt.port = port;
+  log::Info("Read TF_CONFIG", {{"task_index", config.task_index},
+                               {"ps_tasks", config.Addresses("ps").size()},
+                               {"port", opt.port}});
+  return absl::OkStatus();
+}
+
+// Waits for SIGTERM/SIGINT (blocked in every thread, so they queue here) or a Shutdown RPC.
+void WaitForShutdown(const sigset_t& signals, ParameterServerService& service) {
+  const timespec tick{0, 200 * 1000 * 1000};
+  while (!service.shutdown_requested()) {
+    siginfo_t info;
+    const int sig = sigtimedwait(&signals, &info, &tick);
+    if (sig > 0) service.RequestShutdown(absl::StrCat("signal ", strsignal(sig)));
+  }
+}
+
+absl::Status Run(int argc, char** argv) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  // Before any thread starts, so gRPC's and civetweb's threads inherit the mask.
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  ASSIGN_OR_RETURN(Options opt, ParseOptions(argc, argv));
+  log::Level level;
+  if (!log::ParseLevel(opt.log_level, &level)) {
+    return absl::InvalidArgumentError(absl::StrCat("--log-level: unknown level ", opt.log_level));
+  }
+  log::SetLevel(level);
+  RETURN_IF_ERROR(ApplyTfConfig(opt));
+
+  ASSIGN_OR_RETURN(auto metrics_server,
+                   MetricsServer::Start(JoinHostPort(opt.bind_address, opt.metrics_port)));
+  PsMetrics metrics(metrics_server->registry());
+  ServerOptions server_options{JoinHostPort(opt.bind_address, opt.port),
+                               opt.max_message_mb << 20,
+                               {.max_pull_wait = opt.max_pull_wait}};
+  ASSIGN_OR_RETURN(auto server, PsServer::Start(server_options, &metrics));
+  log::Info("Serving parameter server", {{"address", server_options.address},
+                                         {"metrics_port", metrics_server->port()},
+                                         {"state", "uninitialised, waiting for the chief"}});
+  WaitForShutdown(signals, server->service());
+  server->Stop(opt.shutdown_grace);
+  log::Info("Stopped parameter server");
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kubetrain::ps
+
+int main(int argc, char** argv) {
+  absl::Status status = kubetrain::ps::Run(argc, argv);
+  if (absl::IsCancelled(status)) return 0;  // --help
+  if (!status.ok()) {
+    kubetrain::log::Error("kubetrain-ps failed", {{"error", status}});
+    return absl::IsInvalidArgument(status) ? 2 : 1;
+  }
+  return 0;
+}

@@ -1,0 +1,162 @@
+#include "ps/optimizer.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace kubetrain::ps {
+namespace {
+
+void CheckLengths(std::span<float> values, std::span<const float> grad,
+                  std::span<const std::span<float>> slots, size_t want_slots) {
+  assert(values.size() == grad.size());
+  assert(slots.size() == want_slots);
+  for (const auto& s : slots) assert(s.size() == values.size());
+  (void)values, (void)grad, (void)slots, (void)want_slots;
+}
+
+class Sgd final : public Optimizer {
+ public:
+  explicit Sgd(const OptimizerOptions& options) : Optimizer(options) {}
+  std::vector<std::string> SlotNames() const override { return {}; }
+  void Apply(std::span<float> values, std::span<const float> grad,
+             std::span<const std::span<float>> slots, int64_t step) const override {
+    CheckLengths(values, grad, slots, 0);
+    const float lr = static_cast<float>(LearningRateAt(options(), step));
+    for (size_t i = 0; i < values.size(); ++i) values[i] -= lr * grad[i];
+  }
+};
+
+// TF's MomentumOptimizer: accum = momentum * accum + grad; var -= lr * accum.
+class Momentum final : public Optimizer {
+ public:
+  explicit Momentum(const OptimizerOptions& options) : Optimizer(options) {}
+  std::vector<std::string> SlotNames() const override { return {"momentum"}; }
+  void Apply(std::span<float> values, std::span<const float> grad,
+             std::span<const std::span<float>> slots, int64_t step) const override {
+    CheckLengths(values, grad, slots, 1);
+    const float lr = static_cast<float>(LearningRateAt(options(), step));
+    const float mu = static_cast<float>(options().momentum);
+    std::span<float> accum = slots[0];
+    for (size_t i = 0; i < values.size(); ++i) {
+      accum[i] = mu * accum[i] + grad[i];
+      values[i] -= lr * accum[i];
+    }
+  }
+};
+
+// Kingma & Ba with the bias correction folded into the step size (TF's form):
+// lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t), t = step + 1.
+class Adam final : public Optimizer {
+ public:
+  explicit Adam(const OptimizerOptions& options) : Optimizer(options) {}
+  std::vector<std::string> SlotNames() const override { return {"m", "v"}; }
+  void Apply(std::span<float> values, std::span<const float> grad,
+             std::span<const std::span<float>> slots, int64_t step) const override {
+    CheckLengths(values, grad, slots, 2);
+    const double t = static_cast<double>(step + 1);
+    const double b1 = options().beta1, b2 = options().beta2;
+    const float lr_t =
+        static_cast<float>(LearningRateAt(options(), step) * std::sqrt(1.0 - std::pow(b2, t)) /
+                           (1.0 - std::pow(b1, t)));
+    // 1 - beta in double: in float, 1 - 0.999f is off by 1e-5 relative, biasing v.
+    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
+    const float rest1 = static_cast<float>(1.0 - b1), rest2 = static_cast<float>(1.0 - b2);
+    const float eps = static_cast<float>(options().epsilon);
+    std::span<float> m = slots[0], v = slots[1];
+    for (size_t i = 0; i < values.size(); ++i) {
+      m[i] = fb1 * m[i] + rest1 * grad[i];
+      v[i] = fb2 * v[i] + rest2 * grad[i] * grad[i];
+      values[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
+    }
+  }
+};
+
+// accum += grad^2; var -= lr * grad / (sqrt(accum) + epsilon). Epsilon as in Keras, so a zero
+// initial accumulator cannot divide by zero.
+class Adagrad final : public Optimizer {
+ public:
+  explicit Adagrad(const OptimizerOptions& options) : Optimizer(options) {}
+  std::vector<std::string> SlotNames() const override { return {"accumulator"}; }
+  float SlotInitialValue() const override {
+    return static_cast<float>(options().initial_accumulator);
+  }
+  void Apply(std::span<float> values, std::span<const float> grad,
+             std::span<const std::span<float>> slots, int64_t step) const override {
+    CheckLengths(values, grad, slots, 1);
+    const float lr = static_cast<float>(LearningRateAt(options(), step));
+    const float eps = static_cast<float>(options().epsilon);
+    std::span<float> accum = slots[0];
+    for (size_t i = 0; i < values.size(); ++i) {
+      accum[i] += grad[i] * grad[i];
+      values[i] -= lr * grad[i] / (std::sqrt(accum[i]) + eps);
+    }
+  }
+};
+
+absl::Status Validate(const OptimizerOptions& o) {
+  if (!(o.learning_rate > 0) || !std::isfinite(o.learning_rate)) {
+    return absl::InvalidArgumentError(absl::StrCat("learning_rate must be > 0: ", o.learning_rate));
+  }
+  if (o.warmup_steps < 0) return absl::InvalidArgumentError("warmup_steps must be >= 0");
+  if (o.kind == OptimizerKind::kMomentum && !(o.momentum >= 0 && o.momentum < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("momentum must be in [0, 1): ", o.momentum));
+  }
+  if (o.kind == OptimizerKind::kAdam &&
+      !(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1)) {
+    return absl::InvalidArgumentError("Adam betas must be in [0, 1)");
+  }
+  if ((o.kind == OptimizerKind::kAdam || o.kind == OptimizerKind::kAdagrad) && !(o.epsilon >= 0)) {
+    return absl::InvalidArgumentError("epsilon must be >= 0");
+  }
+  if (o.kind == OptimizerKind::kAdagrad && !(o.initial_accumulator >= 0)) {
+    return absl::InvalidArgumentError("initial_accumulator must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+double ScaledLearningRate(double base_lr, int64_t global_batch, int64_t reference_batch) {
+  if (reference_batch <= 0) return base_lr;
+  return base_lr * static_cast<double>(global_batch) / static_cast<double>(reference_batch);
+}
+
+double LearningRateAt(const OptimizerOptions& options, int64_t step) {
+  if (options.warmup_steps <= 0 || step + 1 >= options.warmup_steps) return options.learning_rate;
+  return options.learning_rate * static_cast<double>(std::max<int64_t>(step + 1, 1)) /
+         static_cast<double>(options.warmup_steps);
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& options) {
+  if (absl::Status s = Validate(options); !s.ok()) return s;
+  switch (options.kind) {
+    case OptimizerKind::kSgd:
+      return std::unique_ptr<Optimizer>(new Sgd(options));
+    case OptimizerKind::kMomentum:
+      return std::unique_ptr<Optimizer>(new Momentum(options));
+    case OptimizerKind::kAdam:
+      return std::unique_ptr<Optimizer>(new Adam(options));
+    case OptimizerKind::kAdagrad:
+      return std::unique_ptr<Optimizer>(new Adagrad(options));
+  }
+  return absl::InvalidArgumentError("unknown optimizer kind");
+}
+
+absl::string_view OptimizerName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kMomentum:
+      return "momentum";
+    case OptimizerKind::kAdam:
+      return "adam";
+    case OptimizerKind::kAdagrad:
+      return "adagrad";
+  }
+  return "unknown";
+}
+
+}  // namespace kubetrain::ps

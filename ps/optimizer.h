@@ -1,0 +1,69 @@
+// Update rules applied by the parameter server to one partition at a time.
+//
+// An Optimizer holds only its configuration; the slot variables (momentum, Adam's m and v,
+// Adagrad's accumulator) belong to the partition and are passed in, so the shard store owns all
+// state and can export it by slot name for checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace kubetrain::ps {
+
+enum class OptimizerKind { kSgd, kMomentum, kAdam, kAdagrad };
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  // Peak learning rate, already scaled for the global batch (see ScaledLearningRate).
+  double learning_rate = 0.01;
+  // Linear warmup from learning_rate / warmup_steps to learning_rate over this many updates.
+  int64_t warmup_steps = 0;
+  double momentum = 0.9;             // Momentum
+  double beta1 = 0.9;                // Adam
+  double beta2 = 0.999;              // Adam
+  double epsilon = 1e-7;             // Adam, Adagrad
+  double initial_accumulator = 0.1;  // Adagrad
+};
+
+// Goyal et al.'s linear scaling rule: base_lr × global_batch / reference_batch.
+double ScaledLearningRate(double base_lr, int64_t global_batch, int64_t reference_batch);
+
+// The learning rate used for the update made at global step `step` (0 = the first update):
+// learning_rate × min(1, (step + 1) / warmup_steps), or learning_rate without warmup.
+double LearningRateAt(const OptimizerOptions& options, int64_t step);
+
+// Stateless and immutable: thread-safe. Callers serialise updates of one partition.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  const OptimizerOptions& options() const { return options_; }
+  // Names of the slots Apply expects, in the order it expects them.
+  virtual std::vector<std::string> SlotNames() const = 0;
+  // The value every slot element starts from (Adagrad starts from initial_accumulator).
+  virtual float SlotInitialValue() const { return 0.0f; }
+
+  // values -= update(grad) for the update at global step `step`; `slots` are in SlotNames()
+  // order, each as long as `values`. Lengths are the caller's invariant (checked in debug).
+  virtual void Apply(std::span<float> values, std::span<const float> grad,
+                     std::span<const std::span<float>> slots, int64_t step) const = 0;
+
+ protected:
+  explicit Optimizer(const OptimizerOptions& options) : options_(options) {}
+
+ private:
+  OptimizerOptions options_;
+};
+
+// INVALID_ARGUMENT for a non-positive learning rate or out-of-range hyper-parameters.
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& options);
+
+absl::string_view OptimizerName(OptimizerKind kind);
+
+}  // namespace kubetrain::ps

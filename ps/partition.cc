@@ -1,0 +1,100 @@
+#include "ps/partition.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace kubetrain::ps {
+namespace {
+
+absl::Status Validate(const std::vector<VariableSpec>& variables, int num_ps,
+                      const PlacementOptions& options) {
+  if (num_ps < 1) return absl::InvalidArgumentError(absl::StrCat("num_ps must be >= 1: ", num_ps));
+  if (options.max_partition_bytes < sizeof(float)) {
+    return absl::InvalidArgumentError("max_partition_bytes must hold at least one float32");
+  }
+  if (variables.empty()) return absl::InvalidArgumentError("no variables to place");
+  absl::flat_hash_set<std::string> names;
+  for (const VariableSpec& v : variables) {
+    if (v.name.empty()) return absl::InvalidArgumentError("variable with an empty name");
+    if (v.elements == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("variable ", v.name, " has no elements"));
+    }
+    if (!names.insert(v.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate variable name ", v.name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Largest first, so the greedy step has small pieces left to even out the loads; ties broken by
+// key so that the order (and hence the plan) never depends on the input order.
+std::vector<size_t> PlacementOrder(const std::vector<PartitionSpec>& partitions) {
+  std::vector<size_t> order(partitions.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (partitions[a].length != partitions[b].length) {
+      return partitions[a].length > partitions[b].length;
+    }
+    return partitions[a].key < partitions[b].key;
+  });
+  return order;
+}
+
+int LeastLoaded(const std::vector<uint64_t>& loads) {
+  // min_element returns the first minimum: the lowest ps index wins ties, deterministically.
+  return static_cast<int>(std::min_element(loads.begin(), loads.end()) - loads.begin());
+}
+
+}  // namespace
+
+std::vector<std::pair<uint64_t, uint64_t>> SplitEvenly(uint64_t elements, uint64_t max_elements) {
+  const uint64_t pieces = (elements + max_elements - 1) / max_elements;
+  const uint64_t base = elements / pieces;
+  const uint64_t longer = elements % pieces;  // the first `longer` pieces get one extra element
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.reserve(pieces);
+  uint64_t offset = 0;
+  for (uint64_t i = 0; i < pieces; ++i) {
+    const uint64_t length = base + (i < longer ? 1 : 0);
+    out.emplace_back(offset, length);
+    offset += length;
+  }
+  return out;
+}
+
+absl::StatusOr<PlacementPlan> PlacementPlan::Build(std::vector<VariableSpec> variables, int num_ps,
+                                                   PlacementOptions options) {
+  if (absl::Status s = Validate(variables, num_ps, options); !s.ok()) return s;
+  PlacementPlan plan;
+  const uint64_t max_elements = options.max_partition_bytes / sizeof(float);
+  for (size_t v = 0; v < variables.size(); ++v) {
+    uint32_t index = 0;
+    for (auto [offset, length] : SplitEvenly(variables[v].elements, max_elements)) {
+      plan.partitions_.push_back({{variables[v].name, index++}, v, offset, length, 0});
+    }
+  }
+  plan.ps_bytes_.assign(num_ps, 0);
+  plan.ps_partitions_.resize(num_ps);
+  for (size_t p : PlacementOrder(plan.partitions_)) {
+    const int ps = LeastLoaded(plan.ps_bytes_);
+    plan.partitions_[p].ps = ps;
+    plan.ps_bytes_[ps] += plan.partitions_[p].bytes();
+  }
+  for (size_t p = 0; p < plan.partitions_.size(); ++p) {
+    plan.ps_partitions_[plan.partitions_[p].ps].push_back(p);
+  }
+  plan.variables_ = std::move(variables);
+  return plan;
+}
+
+int PlacementPlan::FindVariable(absl::string_view name) const {
+  for (size_t v = 0; v < variables_.size(); ++v) {
+    if (variables_[v].name == name) return static_cast<int>(v);
+  }
+  return -1;
+}
+
+}  // namespace kubetrain::ps

@@ -1,0 +1,336 @@
+#include "ps/store.h"
+
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace kubetrain::ps {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire format is little-endian float32; a big-endian build needs byte swaps");
+
+struct ShardStore::Partition {
+  PartitionKey key;
+  uint64_t offset = 0;
+  std::vector<float> values;              // guarded by ShardStore::mu_
+  std::vector<std::vector<float>> slots;  // guarded by ShardStore::mu_, Optimizer::SlotNames order
+  absl::Mutex accum_mu;
+  std::vector<float> accum ABSL_GUARDED_BY(accum_mu);  // sync mode: this round's gradient sum
+};
+
+namespace {
+
+constexpr absl::string_view kNotInitialised =
+    "ps not initialised; waiting for the chief to restore it";
+
+absl::Status ValidateConfig(const TrainingConfig& config) {
+  if (config.mode == UpdateMode::kSync && config.replicas_to_aggregate < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas_to_aggregate must be >= 1: ", config.replicas_to_aggregate));
+  }
+  return absl::OkStatus();
+}
+
+// Moves `state`'s slots into Apply's order, filling missing ones with the optimizer's start value.
+absl::StatusOr<std::vector<std::vector<float>>> OrderSlots(PartitionState& state,
+                                                           const Optimizer& optimizer) {
+  std::vector<std::vector<float>> slots;
+  for (const std::string& name : optimizer.SlotNames()) {
+    auto it = state.slots.find(name);
+    if (it == state.slots.end()) {
+      slots.emplace_back(state.values.size(), optimizer.SlotInitialValue());
+      continue;
+    }
+    if (it->second.size() != state.values.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("slot ", name, " of ", state.key.variable, "/",
+                                                     state.key.index, " has ", it->second.size(),
+                                                     " elements, want ", state.values.size()));
+    }
+    slots.push_back(std::move(it->second));
+    state.slots.erase(it);
+  }
+  if (!state.slots.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("slot ", state.slots.begin()->first, " of ",
+                                                   state.key.variable, " is not used by optimizer ",
+                                                   OptimizerName(optimizer.options().kind)));
+  }
+  return slots;
+}
+
+std::string KeyName(const PartitionKey& key) { return absl::StrCat(key.variable, "/", key.index); }
+
+void AddInto(std::vector<float>& sum, std::span<const float> grad) {
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] += grad[i];
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+std::span<const float> AsFloats(absl::string_view bytes, std::vector<float>& scratch) {
+  const size_t n = bytes.size() / sizeof(float);
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
+    return {reinterpret_cast<const float*>(bytes.data()), n};
+  }
+  scratch.resize(n);
+  std::memcpy(scratch.data(), bytes.data(), n * sizeof(float));
+  return scratch;
+}
+
+ShardStore::ShardStore(PsMetrics* metrics) : metrics_(metrics) {}
+ShardStore::~ShardStore() = default;
+
+absl::Status ShardStore::Init(ShardState state) {
+  if (absl::Status s = ValidateConfig(state.config); !s.ok()) return s;
+  if (state.global_step < 0) return absl::InvalidArgumentError("global_step must be >= 0");
+  auto optimizer = MakeOptimizer(state.config.optimizer);
+  if (!optimizer.ok()) return optimizer.status();
+  std::vector<std::unique_ptr<Partition>> partitions;
+  absl::flat_hash_map<PartitionKey, Partition*> by_key;
+  uint64_t bytes = 0;
+  const bool sync = state.config.mode == UpdateMode::kSync;
+  for (PartitionState& ps : state.partitions) {
+    if (ps.values.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("partition ", KeyName(ps.key), " is empty"));
+    }
+    auto slots = OrderSlots(ps, **optimizer);
+    if (!slots.ok()) return slots.status();
+    auto p = std::make_unique<Partition>();
+    p->key = std::move(ps.key);
+    p->offset = ps.offset;
+    p->values = std::move(ps.values);
+    p->slots = *std::move(slots);
+    if (sync) {
+      absl::MutexLock accum(&p->accum_mu);  // not shared yet; keeps the lock analysis exact
+      p->accum.assign(p->values.size(), 0.0f);
+    }
+    bytes += p->values.size() * sizeof(float);
+    if (!by_key.emplace(p->key, p.get()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate partition ", KeyName(p->key)));
+    }
+    partitions.push_back(std::move(p));
+  }
+  absl::WriterMutexLock lock(&mu_);
+  if (closed_) return absl::UnavailableError("ps shutting down");
+  initialized_ = true;
+  ++generation_;
+  global_step_ = state.global_step;
+  parameter_bytes_ = bytes;
+  config_ = state.config;
+  run_id_ = std::move(state.run_id);
+  optimizer_ = *std::move(optimizer);
+  partitions_ = std::move(partitions);
+  by_key_ = std::move(by_key);
+  {
+    absl::MutexLock round(&round_mu_);
+    admitted_ = arrived_ = 0;
+  }
+  if (metrics_ != nullptr) {
+    metrics_->SetGlobalStep(global_step_);
+    metrics_->SetParameterBytes(bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::CheckServing() const {
+  if (closed_) return absl::UnavailableError("ps shutting down");
+  if (!initialized_) return absl::FailedPreconditionError(kNotInitialised);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<ShardStore::Partition*, absl::string_view>>>
+ShardStore::Resolve(const PushArgs& args) const {
+  if (!args.run_id.empty() && args.run_id != run_id_) {
+    return absl::AbortedError(absl::StrCat("push for run ", args.run_id, " but this ps holds run ",
+                                           run_id_, "; pull again"));
+  }
+  std::vector<std::pair<Partition*, absl::string_view>> targets;
+  targets.reserve(args.gradients.size());
+  absl::flat_hash_set<const Partition*> seen;
+  for (const GradientRef& g : args.gradients) {
+    auto it = by_key_.find(g.key);
+    if (it == by_key_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown partition ", KeyName(g.key)));
+    }
+    Partition* p = it->second;
+    if (g.bytes.size() != p->values.size() * sizeof(float)) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient for ", KeyName(g.key), " has ",
+                                                     g.bytes.size(), " bytes, want ",
+                                                     p->values.size() * sizeof(float)));
+    }
+    if (!seen.insert(p).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partition ", KeyName(g.key), " pushed twice"));
+    }
+    targets.emplace_back(p, g.bytes);
+  }
+  // A sync step averages whole pushes; a partial push would be averaged over too many replicas.
+  if (config_.mode == UpdateMode::kSync && targets.size() != partitions_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sync push has ", targets.size(), " partitions, this ps holds ", partitions_.size()));
+  }
+  return targets;
+}
+
+absl::StatusOr<PushOutcome> ShardStore::Push(const PushArgs& args) {
+  UpdateMode mode;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (absl::Status s = CheckServing(); !s.ok()) return s;
+    mode = config_.mode;
+  }
+  // An Init between here and the call below may change the mode; each path re-checks under mu_.
+  return mode == UpdateMode::kSync ? PushSync(args) : PushAsync(args);
+}
+
+absl::StatusOr<PushOutcome> ShardStore::PushSync(const PushArgs& args) {
+  uint64_t generation;
+  bool completes_round;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (absl::Status s = CheckServing(); !s.ok()) return s;
+    if (config_.mode != UpdateMode::kSync) return absl::AbortedError("update mode changed; retry");
+    auto targets = Resolve(args);
+    if (!targets.ok()) return targets.status();
+    {
+      absl::MutexLock round(&round_mu_);
+      if (args.step < global_step_ || admitted_ >= config_.replicas_to_aggregate) {
+        CountStale();
+        return PushOutcome{global_step_, true};
+      }
+      ++admitted_;
+    }
+    // Admitted: this round cannot complete before our sum is in, so the accumulators we add to
+    // belong to the current step even though mu_ is only held shared.
+    std::vector<float> scratch;
+    for (auto& [p, bytes] : *targets) {
+      std::span<const float> grad = AsFloats(bytes, scratch);
+      absl::MutexLock accum(&p->accum_mu);
+      AddInto(p->accum, grad);
+    }
+    absl::MutexLock round(&round_mu_);
+    completes_round = ++arrived_ == config_.replicas_to_aggregate;
+    generation = generation_;
+    if (!completes_round) return PushOutcome{global_step_, false};
+  }
+  return PushOutcome{ApplySyncRound(generation), false};
+}
+
+int64_t ShardStore::ApplySyncRound(uint64_t generation) {
+  absl::WriterMutexLock lock(&mu_);
+  // Between releasing the shared lock and getting this one, only an Init can have changed the
+  // round (new pushes are refused while admitted_ == replicas_to_aggregate).
+  if (generation != generation_ || closed_) return global_step_;
+  const auto start = std::chrono::steady_clock::now();
+  const float replicas = static_cast<float>(config_.replicas_to_aggregate);
+  for (auto& p : partitions_) {
+    absl::MutexLock accum(&p->accum_mu);
+    // Division rather than multiplying by 1/R keeps averages of integer gradients exact.
+    for (float& g : p->accum) g /= replicas;
+    ApplyOne(*p, p->accum);
+    std::fill(p->accum.begin(), p->accum.end(), 0.0f);
+  }
+  ++global_step_;
+  {
+    absl::MutexLock round(&round_mu_);
+    admitted_ = arrived_ = 0;
+  }
+  if (metrics_ != nullptr) {
+    metrics_->ObserveUpdateSeconds(SecondsSince(start));
+    metrics_->SetGlobalStep(global_step_);
+  }
+  return global_step_;
+}
+
+absl::StatusOr<PushOutcome> ShardStore::PushAsync(const PushArgs& args) {
+  absl::WriterMutexLock lock(&mu_);
+  if (absl::Status s = CheckServing(); !s.ok()) return s;
+  if (config_.mode != UpdateMode::kAsync) return absl::AbortedError("update mode changed; retry");
+  auto targets = Resolve(args);
+  if (!targets.ok()) return targets.status();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<float> scratch;
+  for (auto& [p, bytes] : *targets) ApplyOne(*p, AsFloats(bytes, scratch));
+  ++global_step_;
+  if (metrics_ != nullptr) {
+    metrics_->ObserveUpdateSeconds(SecondsSince(start));
+    metrics_->SetGlobalStep(global_step_);
+  }
+  return PushOutcome{global_step_, false};
+}
+
+void ShardStore::ApplyOne(Partition& p, std::span<const float> grad) {
+  std::vector<std::span<float>> slots(p.slots.begin(), p.slots.end());
+  optimizer_->Apply(p.values, grad, slots, global_step_);
+}
+
+void ShardStore::CountStale() {
+  if (metrics_ != nullptr) metrics_->CountStaleGradient();
+}
+
+bool ShardStore::ReadyForPull(int64_t min_step) const {
+  return closed_ || !initialized_ || global_step_ >= min_step;
+}
+
+absl::StatusOr<PullOutcome> ShardStore::Pull(std::span<const PartitionKey> keys, int64_t min_step,
+                                             absl::Time deadline, PullVisitor visit) const {
+  absl::ReaderMutexLock lock(&mu_);
+  struct Ready {
+    const ShardStore* store;
+    int64_t min_step;
+    bool operator()() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return store->ReadyForPull(min_step); }
+  } ready{this, min_step};
+  if (!mu_.AwaitWithDeadline(absl::Condition(&ready, &Ready::operator()), deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("global step ", global_step_, " did not reach ", min_step, " in time"));
+  }
+  if (absl::Status s = CheckServing(); !s.ok()) return s;
+  for (const PartitionKey& key : keys) {
+    if (!by_key_.contains(key)) {
+      return absl::NotFoundError(absl::StrCat("no partition ", KeyName(key), " on this ps"));
+    }
+  }
+  if (keys.empty()) {
+    for (const auto& p : partitions_) visit(p->key, p->offset, p->values);
+  } else {
+    for (const PartitionKey& key : keys) {
+      const Partition& p = *by_key_.at(key);
+      visit(p.key, p.offset, p.values);
+    }
+  }
+  return PullOutcome{global_step_, run_id_};
+}
+
+absl::StatusOr<ShardState> ShardStore::Export() const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!initialized_) return absl::FailedPreconditionError(kNotInitialised);
+  ShardState state{config_, global_step_, run_id_, {}};
+  const std::vector<std::string> names = optimizer_->SlotNames();
+  state.partitions.reserve(partitions_.size());
+  for (const auto& p : partitions_) {
+    PartitionState& out = state.partitions.emplace_back();
+    out.key = p->key;
+    out.offset = p->offset;
+    out.values = p->values;
+    for (size_t s = 0; s < names.size(); ++s) out.slots[names[s]] = p->slots[s];
+  }
+  return state;
+}
+
+StoreStatus ShardStore::Status() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return {initialized_, closed_, global_step_, parameter_bytes_, partitions_.size(), run_id_};
+}
+
+void ShardStore::Close() {
+  absl::WriterMutexLock lock(&mu_);
+  closed_ = true;
+}
+
+}  // namespace kubetrain::ps

@@ -1,0 +1,169 @@
+// The partitions, optimizer slots and global step held by one ps task, and the rules that update
+// them (DESIGN §5).
+//
+// Sync mode follows TF's SyncReplicasOptimizer: a push computed at a step older than the global
+// step is stale and dropped (counted); pushes for the current step are summed until
+// replicas_to_aggregate have arrived, then their average is applied once and the step bumps. Later
+// pushes for a step that already has its quota are dropped as stale too (TF's backup workers).
+// A push that claims a step newer than the global step counts for the current one, as TF's
+// ConditionalAccumulator does; this only happens after a ps was restored to an older checkpoint.
+// Async mode applies every push on arrival and bumps the step each time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ps/metrics.h"
+#include "ps/optimizer.h"
+#include "ps/partition.h"
+
+namespace kubetrain::ps {
+
+enum class UpdateMode { kSync, kAsync };
+
+struct TrainingConfig {
+  UpdateMode mode = UpdateMode::kSync;
+  // Sync mode: gradients averaged per step. Must not exceed the number of pushing workers.
+  int replicas_to_aggregate = 1;
+  OptimizerOptions optimizer;
+};
+
+// One partition's values and optimizer slots, as moved into and out of a store.
+struct PartitionState {
+  PartitionKey key;
+  uint64_t offset = 0;  // first element of the variable held here (kept for checkpoints)
+  std::vector<float> values;
+  std::map<std::string, std::vector<float>> slots;  // by Optimizer::SlotNames()
+};
+
+// Everything needed to restore a shard: what Export returns and Init takes.
+struct ShardState {
+  TrainingConfig config;
+  int64_t global_step = 0;
+  std::string run_id;
+  std::vector<PartitionState> partitions;
+};
+
+// A gradient for one partition, viewing little-endian float32 bytes owned by the caller (the
+// request message), so pushes are accumulated without an intermediate copy.
+struct GradientRef {
+  PartitionKey key;
+  absl::string_view bytes;
+};
+
+struct PushArgs {
+  std::string run_id;  // empty: not checked
+  int64_t step = 0;    // the global step the gradients were computed at
+  std::vector<GradientRef> gradients;
+};
+
+struct PushOutcome {
+  int64_t global_step = 0;  // after this push (and any update it completed)
+  bool stale = false;       // dropped, not applied
+};
+
+struct PullOutcome {
+  int64_t global_step = 0;  // the step of the values visited
+  std::string run_id;
+};
+
+struct StoreStatus {
+  bool initialized = false;
+  bool closed = false;
+  int64_t global_step = 0;
+  uint64_t parameter_bytes = 0;
+  size_t partitions = 0;
+  std::string run_id;
+};
+
+// Called once per pulled partition, under the store's reader lock: copy what you need.
+using PullVisitor =
+    absl::FunctionRef<void(const PartitionKey& key, uint64_t offset, std::span<const float>)>;
+
+// Thread-safe. Locks, always taken in this order:
+//   mu_ (reader/writer): the partition table, values, slots, global step, config, run id.
+//     Readers: Pull, Export, Status and sync-mode accumulation. Writers: Init, Close, and every
+//     optimizer update, so a pull never sees a half-applied step.
+//   round_mu_: the sync round's admission counters (admitted_, arrived_).
+//   Partition::accum_mu: one partition's gradient sum, so pushes accumulate different partitions
+//     in parallel while holding mu_ only as readers.
+class ShardStore {
+ public:
+  // `metrics` may be null; otherwise it must outlive the store.
+  explicit ShardStore(PsMetrics* metrics = nullptr);
+  ~ShardStore();
+  ShardStore(const ShardStore&) = delete;
+  ShardStore& operator=(const ShardStore&) = delete;
+
+  // Creates or replaces every partition, slot and the global step (chief: init or restore).
+  // INVALID_ARGUMENT on a bad config, duplicate keys, empty values or mis-sized/unknown slots.
+  absl::Status Init(ShardState state);
+
+  // FAILED_PRECONDITION before Init; ABORTED on a run id mismatch; INVALID_ARGUMENT on unknown
+  // keys, wrong sizes, duplicates, or (sync) a push that does not cover every partition exactly
+  // once; UNAVAILABLE after Close. A stale push is OK with outcome.stale set.
+  absl::StatusOr<PushOutcome> Push(const PushArgs& args);
+
+  // Visits `keys` (all partitions when empty) once global_step >= min_step. DEADLINE_EXCEEDED if
+  // that does not happen by `deadline`; FAILED_PRECONDITION before Init; NOT_FOUND on an unknown
+  // key; UNAVAILABLE after Close.
+  absl::StatusOr<PullOutcome> Pull(std::span<const PartitionKey> keys, int64_t min_step,
+                                   absl::Time deadline, PullVisitor visit) const;
+
+  // FAILED_PRECONDITION before Init.
+  absl::StatusOr<ShardState> Export() const;
+  StoreStatus Status() const;
+
+  // Refuses further pushes and pulls and wakes blocked pulls (shutdown).
+  void Close();
+
+ private:
+  struct Partition;
+
+  absl::Status CheckServing() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::vector<std::pair<Partition*, absl::string_view>>> Resolve(
+      const PushArgs& args) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PushOutcome> PushSync(const PushArgs& args);
+  absl::StatusOr<PushOutcome> PushAsync(const PushArgs& args);
+  // Applies the averaged sums of the round that completed in `generation`, unless an Init came
+  // in between. Returns the step afterwards.
+  int64_t ApplySyncRound(uint64_t generation);
+  void ApplyOne(Partition& p, std::span<const float> grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountStale();
+  bool ReadyForPull(int64_t min_step) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  PsMetrics* const metrics_;
+
+  mutable absl::Mutex mu_;
+  bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by Init
+  int64_t global_step_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t parameter_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  TrainingConfig config_ ABSL_GUARDED_BY(mu_);
+  std::string run_id_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Partition>> partitions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<PartitionKey, Partition*> by_key_ ABSL_GUARDED_BY(mu_);
+
+  mutable absl::Mutex round_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  int admitted_ ABSL_GUARDED_BY(round_mu_) = 0;  // pushes let into this step's round
+  int arrived_ ABSL_GUARDED_BY(round_mu_) = 0;   // of those, finished accumulating
+};
+
+// Views little-endian float32 bytes as floats: in place when aligned (protobuf's heap-allocated
+// bytes fields are), else via a copy into `scratch`. `bytes.size()` must be a multiple of 4.
+std::span<const float> AsFloats(absl::string_view bytes, std::vector<float>& scratch);
+
+}  // namespace kubetrain::ps

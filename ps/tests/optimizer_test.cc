@@ -1,0 +1,129 @@
+#include "ps/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace kubetrain::ps {
+namespace {
+
+// Runs one update on `values` with fresh-or-given slots; the values chosen below are exact in
+// float32 wherever the rule allows.
+class Harness {
+ public:
+  explicit Harness(OptimizerOptions options) {
+    auto made = MakeOptimizer(options);
+    EXPECT_TRUE(made.ok()) << made.status();
+    optimizer_ = *std::move(made);
+  }
+  void Init(std::vector<float> values) {
+    values_ = std::move(values);
+    slots_.assign(optimizer_->SlotNames().size(),
+                  std::vector<float>(values_.size(), optimizer_->SlotInitialValue()));
+  }
+  void Step(const std::vector<float>& grad, int64_t step) {
+    std::vector<std::span<float>> slots(slots_.begin(), slots_.end());
+    optimizer_->Apply(values_, grad, slots, step);
+  }
+  const std::vector<float>& values() const { return values_; }
+  const std::vector<float>& slot(size_t i) const { return slots_[i]; }
+  const Optimizer& optimizer() const { return *optimizer_; }
+
+ private:
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<float> values_;
+  std::vector<std::vector<float>> slots_;
+};
+
+TEST(Sgd, SubtractsLearningRateTimesGradient) {
+  Harness h({.kind = OptimizerKind::kSgd, .learning_rate = 0.5});
+  h.Init({1.0f, 2.0f});
+  h.Step({0.5f, -1.0f}, 0);
+  EXPECT_EQ(h.values(), (std::vector<float>{0.75f, 2.5f}));
+  EXPECT_TRUE(h.optimizer().SlotNames().empty());
+}
+
+TEST(Momentum, AccumulatesVelocityLikeTensorFlow) {
+  Harness h({.kind = OptimizerKind::kMomentum, .learning_rate = 0.5, .momentum = 0.5});
+  h.Init({1.0f, 1.0f});
+  h.Step({1.0f, 2.0f}, 0);  // accum = g = {1, 2}; w = 1 - 0.5 * accum
+  EXPECT_EQ(h.values(), (std::vector<float>{0.5f, 0.0f}));
+  h.Step({1.0f, 2.0f}, 1);  // accum = 0.5 * {1, 2} + {1, 2} = {1.5, 3}
+  EXPECT_EQ(h.slot(0), (std::vector<float>{1.5f, 3.0f}));
+  EXPECT_EQ(h.values(), (std::vector<float>{-0.25f, -1.5f}));
+  EXPECT_EQ(h.optimizer().SlotNames(), (std::vector<std::string>{"momentum"}));
+}
+
+TEST(Adam, AppliesBiasCorrectedSteps) {
+  Harness h({.kind = OptimizerKind::kAdam,
+             .learning_rate = 0.1,
+             .beta1 = 0.9,
+             .beta2 = 0.999,
+             .epsilon = 1e-8});
+  h.Init({1.0f});
+  // Hand-computed in double: t=1, g=1: m=0.1, v=0.001, lr_t=0.1*sqrt(0.001)/0.1, w=0.9000000316.
+  h.Step({1.0f}, 0);
+  EXPECT_NEAR(h.values()[0], 0.9000000316, 1e-6);
+  EXPECT_NEAR(h.slot(0)[0], 0.1, 1e-7);
+  EXPECT_NEAR(h.slot(1)[0], 0.001, 1e-8);
+  // t=2, g=3: m=0.39, v=0.009999, lr_t=0.1*sqrt(1-0.999^2)/(1-0.81), w=0.8082219289.
+  h.Step({3.0f}, 1);
+  EXPECT_NEAR(h.slot(0)[0], 0.39, 1e-6);
+  EXPECT_NEAR(h.slot(1)[0], 0.009999, 1e-8);
+  EXPECT_NEAR(h.values()[0], 0.8082219289, 1e-6);
+  EXPECT_EQ(h.optimizer().SlotNames(), (std::vector<std::string>{"m", "v"}));
+}
+
+TEST(Adagrad, DividesByRootOfSummedSquares) {
+  Harness h({.kind = OptimizerKind::kAdagrad,
+             .learning_rate = 0.5,
+             .epsilon = 0,
+             .initial_accumulator = 0});
+  h.Init({1.0f});
+  h.Step({3.0f}, 0);  // accum = 9; w = 1 - 0.5 * 3 / 3
+  EXPECT_EQ(h.values()[0], 0.5f);
+  h.Step({4.0f}, 1);  // accum = 25; w = 0.5 - 0.5 * 4 / 5
+  EXPECT_EQ(h.slot(0)[0], 25.0f);
+  EXPECT_FLOAT_EQ(h.values()[0], 0.1f);
+}
+
+TEST(Adagrad, SlotsStartAtTheInitialAccumulator) {
+  Harness h({.kind = OptimizerKind::kAdagrad, .learning_rate = 1, .initial_accumulator = 0.25});
+  h.Init({0.0f, 0.0f});
+  EXPECT_EQ(h.slot(0), (std::vector<float>{0.25f, 0.25f}));
+}
+
+TEST(LearningRate, WarmsUpLinearlyThenHolds) {
+  OptimizerOptions o{.learning_rate = 1.0, .warmup_steps = 4};
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 0), 0.25);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 1), 0.5);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 2), 0.75);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 3), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 100), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRateAt({.learning_rate = 0.3}, 0), 0.3);
+}
+
+TEST(LearningRate, WarmupAppliesToUpdates) {
+  Harness h({.kind = OptimizerKind::kSgd, .learning_rate = 1.0, .warmup_steps = 2});
+  h.Init({0.0f});
+  h.Step({1.0f}, 0);  // lr 0.5
+  h.Step({1.0f}, 1);  // lr 1
+  EXPECT_EQ(h.values()[0], -1.5f);
+}
+
+TEST(LearningRate, ScalesLinearlyWithGlobalBatch) {
+  EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, 512, 256), 0.2);
+  EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, 64, 256), 0.025);
+}
+
+TEST(MakeOptimizer, RejectsBadHyperParameters) {
+  EXPECT_EQ(MakeOptimizer({.learning_rate = 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeOptimizer({.kind = OptimizerKind::kMomentum, .momentum = 1.5}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeOptimizer({.kind = OptimizerKind::kAdam, .beta1 = 1.0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kubetrain::ps

@@ -1,0 +1,114 @@
+#include "ps/partition.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+namespace kubetrain::ps {
+namespace {
+
+std::map<PartitionKey, int> Placement(const PlacementPlan& plan) {
+  std::map<PartitionKey, int> out;
+  for (const PartitionSpec& p : plan.partitions()) out[p.key] = p.ps;
+  return out;
+}
+
+TEST(SplitEvenly, PiecesDifferByAtMostOneElement) {
+  auto pieces = SplitEvenly(10, 4);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[0], std::make_pair(uint64_t{0}, uint64_t{4}));
+  EXPECT_EQ(pieces[1], std::make_pair(uint64_t{4}, uint64_t{3}));
+  EXPECT_EQ(pieces[2], std::make_pair(uint64_t{7}, uint64_t{3}));
+  EXPECT_EQ(SplitEvenly(8, 4).size(), 2u);
+  EXPECT_EQ(SplitEvenly(3, 4).size(), 1u);
+}
+
+TEST(PlacementPlan, PartitionsStayUnderTheByteLimitAndCoverEachVariable) {
+  auto plan = PlacementPlan::Build({{"embedding", 3'000'000}, {"bias", 10}}, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  uint64_t covered = 0;
+  int pieces = 0;
+  for (const PartitionSpec& p : plan->partitions()) {
+    EXPECT_LE(p.bytes(), uint64_t{4} << 20);
+    if (p.key.variable != "embedding") continue;
+    EXPECT_EQ(p.offset, covered);  // contiguous, in index order
+    EXPECT_EQ(p.key.index, static_cast<uint32_t>(pieces));
+    covered += p.length;
+    ++pieces;
+  }
+  EXPECT_EQ(covered, 3'000'000u);
+  EXPECT_EQ(pieces, 3);  // 12 MB in pieces of at most 4 MiB
+}
+
+TEST(PlacementPlan, GreedyLargestFirstBalancesBytesNotCreationOrder) {
+  // Round-robin by creation order would put both large variables on ps 0.
+  auto plan = PlacementPlan::Build({{"big1", 1000}, {"small1", 10}, {"big2", 1000}, {"small2", 10}},
+                                   2, {.max_partition_bytes = 1 << 20});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto placed = Placement(*plan);
+  auto ps_of = [&](const char* name) { return placed[PartitionKey{name, 0}]; };
+  EXPECT_NE(ps_of("big1"), ps_of("big2"));
+  EXPECT_NE(ps_of("small1"), ps_of("small2"));
+  EXPECT_EQ(plan->BytesOn(0), plan->BytesOn(1));
+}
+
+TEST(PlacementPlan, LoadsDifferByNoMoreThanTheLargestPartition) {
+  std::vector<VariableSpec> vars;
+  std::mt19937 rng(7);
+  for (int i = 0; i < 40; ++i) {
+    vars.push_back(
+        {"v" + std::to_string(i), std::uniform_int_distribution<uint64_t>(1, 5000)(rng)});
+  }
+  auto plan = PlacementPlan::Build(vars, 3, {.max_partition_bytes = 8000});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  uint64_t lo = UINT64_MAX, hi = 0, total = 0, largest = 0;
+  for (int ps = 0; ps < 3; ++ps) {
+    lo = std::min(lo, plan->BytesOn(ps));
+    hi = std::max(hi, plan->BytesOn(ps));
+    total += plan->BytesOn(ps);
+  }
+  for (const PartitionSpec& p : plan->partitions()) largest = std::max(largest, p.bytes());
+  uint64_t want_total = 0;
+  for (const VariableSpec& v : vars) want_total += v.elements * 4;
+  EXPECT_EQ(total, want_total);
+  EXPECT_LE(hi - lo, largest);
+  // PartitionsOn agrees with each partition's ps.
+  for (int ps = 0; ps < 3; ++ps) {
+    for (size_t p : plan->PartitionsOn(ps)) EXPECT_EQ(plan->partitions()[p].ps, ps);
+  }
+}
+
+TEST(PlacementPlan, SameVariablesInAnyOrderGiveTheSamePlacement) {
+  std::vector<VariableSpec> vars;
+  for (int i = 0; i < 25; ++i) vars.push_back({"layer" + std::to_string(i), uint64_t(100 + i % 4)});
+  auto first = PlacementPlan::Build(vars, 4, {.max_partition_bytes = 256});
+  std::shuffle(vars.begin(), vars.end(), std::mt19937(3));
+  auto shuffled = PlacementPlan::Build(vars, 4, {.max_partition_bytes = 256});
+  auto again = PlacementPlan::Build(vars, 4, {.max_partition_bytes = 256});
+  ASSERT_TRUE(first.ok() && shuffled.ok() && again.ok());
+  EXPECT_EQ(Placement(*first), Placement(*shuffled));
+  EXPECT_EQ(Placement(*shuffled), Placement(*again));
+}
+
+TEST(PlacementPlan, RejectsBadInput) {
+  EXPECT_EQ(PlacementPlan::Build({{"a", 1}, {"a", 2}}, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlacementPlan::Build({{"a", 0}}, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlacementPlan::Build({{"a", 1}}, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlacementPlan::Build({}, 1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlacementPlan, MorePsThanPartitionsLeavesSomeEmpty) {
+  auto plan = PlacementPlan::Build({{"a", 4}}, 3);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->PartitionsOn(0).size(), 1u);
+  EXPECT_TRUE(plan->PartitionsOn(1).empty());
+  EXPECT_EQ(plan->BytesOn(2), 0u);
+}
+
+}  // namespace
+}  // namespace kubetrain::ps

@@ -1,0 +1,281 @@
+// The ps over real gRPC: several PsServers on 127.0.0.1 port 0 in this process, driven by
+// PsClient from several worker threads.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "prometheus/registry.h"
+#include "ps/client.h"
+#include "ps/service.h"
+
+namespace kubetrain::ps {
+namespace {
+
+constexpr absl::string_view kNotInitialised =
+    "ps not initialised; waiting for the chief to restore it";
+
+double Sample(prometheus::Registry& registry, const std::string& name,
+              const std::map<std::string, std::string>& labels = {}) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const auto& metric : family.metric) {
+      std::map<std::string, std::string> have;
+      for (const auto& l : metric.label) have[l.name] = l.value;
+      if (have != labels) continue;
+      if (family.type == prometheus::MetricType::Counter) return metric.counter.value;
+      if (family.type == prometheus::MetricType::Gauge) return metric.gauge.value;
+    }
+  }
+  return -1;
+}
+
+// A 12 MB variable (three 4 MiB partitions) so one ps's share exceeds gRPC's 4 MiB default, plus
+// an MLP-sized layer and a bias.
+std::vector<VariableSpec> Model() {
+  return {{"embedding", 3'000'000}, {"dense/kernel", 784 * 256}, {"dense/bias", 256}};
+}
+
+ModelState InitialState(const PlacementPlan& plan, TrainingConfig config) {
+  ModelState state{config, 0, "run-1", {}};
+  for (const VariableSpec& v : plan.variables()) {
+    VariableState& var = state.variables.emplace_back();
+    var.name = v.name;
+    var.values.resize(v.elements);
+    for (size_t i = 0; i < v.elements; ++i) var.values[i] = float(i % 7);
+  }
+  return state;
+}
+
+class Cluster {
+ public:
+  explicit Cluster(int num_ps) {
+    for (int i = 0; i < num_ps; ++i) {
+      registries_.push_back(std::make_unique<prometheus::Registry>());
+      metrics_.push_back(std::make_unique<PsMetrics>(*registries_.back()));
+      auto server = PsServer::Start({.address = "127.0.0.1:0"}, metrics_.back().get());
+      EXPECT_TRUE(server.ok()) << server.status();
+      addresses_.push_back((*server)->address());
+      servers_.push_back(*std::move(server));
+    }
+  }
+  std::unique_ptr<PsClient> Client(const PlacementPlan& plan) {
+    auto client = PsClient::Create(
+        addresses_, plan, {.rpc_timeout = absl::Seconds(60), .pull_timeout = absl::Seconds(60)});
+    EXPECT_TRUE(client.ok()) << client.status();
+    return *std::move(client);
+  }
+  PsServer& server(int i) { return *servers_[i]; }
+  prometheus::Registry& registry(int i) { return *registries_[i]; }
+
+ private:
+  std::vector<std::unique_ptr<prometheus::Registry>> registries_;
+  std::vector<std::unique_ptr<PsMetrics>> metrics_;
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<PsServer>> servers_;
+};
+
+PlacementPlan Plan(int num_ps) {
+  auto plan = PlacementPlan::Build(Model(), num_ps);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *std::move(plan);
+}
+
+std::vector<std::span<float>> Spans(std::vector<std::vector<float>>& buffers) {
+  return {buffers.begin(), buffers.end()};
+}
+
+std::vector<std::vector<float>> Buffers(const PlacementPlan& plan, float fill = 0) {
+  std::vector<std::vector<float>> out;
+  for (const VariableSpec& v : plan.variables()) out.emplace_back(v.elements, fill);
+  return out;
+}
+
+TEST(PsService, UninitialisedPsRefusesPushAndPullWithFailedPrecondition) {
+  Cluster cluster(2);
+  PlacementPlan plan = Plan(2);
+  auto client = cluster.Client(plan);
+  auto values = Buffers(plan);
+  auto pulled = client->Pull(Spans(values));
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(pulled.status().message().find(kNotInitialised), absl::string_view::npos)
+      << pulled.status();
+  std::vector<std::span<const float>> grads(values.begin(), values.end());
+  auto pushed = client->Push(grads, Version{{0, 0}, {}});
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(pushed.status().message().find(kNotInitialised), absl::string_view::npos);
+  EXPECT_EQ(Sample(cluster.registry(0), "kubetrain_ps_requests_total",
+                   {{"method", "Pull"}, {"code", "FAILED_PRECONDITION"}}),
+            1);
+  // Reachable but not initialised: ready for the chief, not for workers.
+  EXPECT_TRUE(client->WaitReady(absl::Seconds(30), /*require_initialized=*/false).ok());
+  EXPECT_EQ(client->WaitReady(absl::Milliseconds(300), true).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(PsService, WorkersTrainSynchronouslyOverThreeShards) {
+  constexpr int kPs = 3, kWorkers = 3, kSteps = 4;
+  Cluster cluster(kPs);
+  PlacementPlan plan = Plan(kPs);
+  uint64_t largest = 0;
+  for (int ps = 0; ps < kPs; ++ps) largest = std::max(largest, plan.BytesOn(ps));
+  ASSERT_GT(largest, uint64_t{4} << 20) << "the test must send messages over gRPC's default limit";
+
+  auto client = cluster.Client(plan);  // shared by the worker threads: it is thread-safe
+  ModelState initial = InitialState(plan, {UpdateMode::kSync, kWorkers, {.learning_rate = 1}});
+  ASSERT_TRUE(client->Init(initial).ok());
+  ASSERT_TRUE(client->WaitReady(absl::Seconds(30), true).ok());
+
+  std::atomic<int> failures{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&, w] {
+      auto params = Buffers(plan);
+      auto pulled = client->Pull(Spans(params));
+      if (!pulled.ok()) return void(++failures);
+      Version v = *pulled;
+      for (int s = 0; s < kSteps; ++s) {
+        // Worker w sends (w + 1) * (s + 1) everywhere: the average over 3 workers is 2 (s + 1).
+        auto grads = Buffers(plan, float(w + 1) * float(s + 1));
+        std::vector<std::span<const float>> spans(grads.begin(), grads.end());
+        auto pushed = client->Push(spans, v);
+        if (!pushed.ok() || pushed->stale != 0) return void(++failures);
+        Version next = v.Next();
+        auto after = client->Pull(Spans(params), &next);
+        if (!after.ok()) return void(++failures);
+        v = *after;
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  ASSERT_EQ(failures, 0);
+
+  auto values = Buffers(plan);
+  auto version = client->Pull(Spans(values));
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(version->steps, std::vector<int64_t>(kPs, kSteps));
+  const float total = 2 * (1 + 2 + 3 + 4);
+  for (size_t v = 0; v < values.size(); ++v) {
+    for (size_t i = 0; i < values[v].size(); ++i) {
+      ASSERT_EQ(values[v][i], float(i % 7) - total) << plan.variables()[v].name << "[" << i << "]";
+    }
+  }
+  for (int ps = 0; ps < kPs; ++ps) {
+    EXPECT_EQ(Sample(cluster.registry(ps), "kubetrain_ps_global_step"), kSteps);
+    EXPECT_EQ(Sample(cluster.registry(ps), "kubetrain_ps_requests_total",
+                     {{"method", "Push"}, {"code", "OK"}}),
+              kWorkers * kSteps);
+    EXPECT_EQ(Sample(cluster.registry(ps), "kubetrain_ps_parameter_bytes"), plan.BytesOn(ps));
+    EXPECT_GT(Sample(cluster.registry(ps), "kubetrain_ps_received_bytes_total"), 0);
+  }
+}
+
+TEST(PsService, ExportThenInitRestoresAFreshClusterExactly) {
+  constexpr int kPs = 2;
+  PlacementPlan plan = Plan(kPs);
+  TrainingConfig config{UpdateMode::kSync,
+                        1,
+                        {.kind = OptimizerKind::kMomentum, .learning_rate = 0.5, .momentum = 0.5}};
+  ModelState exported;
+  {
+    Cluster cluster(kPs);
+    auto client = cluster.Client(plan);
+    ASSERT_TRUE(client->Init(InitialState(plan, config)).ok());
+    auto params = Buffers(plan);
+    auto v = client->Pull(Spans(params));
+    ASSERT_TRUE(v.ok());
+    for (int s = 0; s < 2; ++s) {
+      auto grads = Buffers(plan, float(s + 1));
+      std::vector<std::span<const float>> spans(grads.begin(), grads.end());
+      auto pushed = client->Push(spans, *v);
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+      v = pushed->version;
+    }
+    auto state = client->Export();
+    ASSERT_TRUE(state.ok()) << state.status();
+    exported = *std::move(state);
+  }
+  EXPECT_EQ(exported.global_step, 2);
+  ASSERT_EQ(exported.variables.size(), plan.variables().size());
+  // momentum after g=1 then g=2 with mu 0.5: 0.5 * 1 + 2 = 2.5; values moved by 0.5 * (1 + 2.5).
+  EXPECT_EQ(exported.variables[0].slots.at("momentum")[123], 2.5f);
+  EXPECT_EQ(exported.variables[0].values[3], 3.0f - 1.75f);
+
+  Cluster fresh(kPs);  // new processes: empty until the chief restores them
+  auto client = fresh.Client(plan);
+  ASSERT_TRUE(client->Init(exported).ok());
+  auto again = client->Export();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->global_step, exported.global_step);
+  EXPECT_EQ(again->run_id, exported.run_id);
+  EXPECT_EQ(again->config.optimizer.momentum, 0.5);
+  for (size_t v = 0; v < exported.variables.size(); ++v) {
+    EXPECT_EQ(again->variables[v].name, exported.variables[v].name);
+    EXPECT_TRUE(again->variables[v].values == exported.variables[v].values);
+    EXPECT_TRUE(again->variables[v].slots == exported.variables[v].slots);
+  }
+}
+
+TEST(PsService, RestartedShardIsRefilledAlone) {
+  constexpr int kPs = 2;
+  Cluster cluster(kPs);
+  PlacementPlan plan = Plan(kPs);
+  auto client = cluster.Client(plan);
+  ModelState state = InitialState(plan, {UpdateMode::kAsync, 1, {.learning_rate = 1}});
+  ASSERT_TRUE(client->InitShard(1, state).ok());
+  auto infos = client->Status();
+  ASSERT_TRUE(infos.ok());
+  EXPECT_FALSE((*infos)[0].initialized);
+  EXPECT_TRUE((*infos)[1].initialized);
+  EXPECT_EQ((*infos)[1].parameter_bytes, plan.BytesOn(1));
+  ASSERT_TRUE(client->InitShard(0, state).ok());
+  EXPECT_TRUE(client->WaitReady(absl::Seconds(30), true).ok());
+}
+
+TEST(PsService, WaitReadyRetriesAnUnreachablePsAndLogsEachRetry) {
+  PlacementPlan plan = Plan(1);
+  std::string dead_address;
+  {
+    Cluster cluster(1);
+    dead_address = cluster.server(0).address();
+  }  // stopped: the port now refuses connections
+  auto client = PsClient::Create(
+      {dead_address}, plan,
+      {.rpc_timeout = absl::Seconds(5),
+       .wait_ready_backoff = {.initial = absl::Milliseconds(50), .max = absl::Milliseconds(100)}});
+  ASSERT_TRUE(client.ok());
+  absl::Mutex mu;
+  int retries = 0;
+  log::SetSink([&](absl::string_view line) {
+    absl::MutexLock lock(&mu);
+    if (line.find("Waiting for parameter servers") != absl::string_view::npos) ++retries;
+  });
+  absl::Status status = (*client)->WaitReady(absl::Milliseconds(500), false);
+  log::SetSink(nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  absl::MutexLock lock(&mu);
+  EXPECT_GE(retries, 1);
+}
+
+TEST(PsService, ShutdownRpcStopsTheServiceAndWakesPulls) {
+  Cluster cluster(1);
+  PlacementPlan plan = Plan(1);
+  auto client = cluster.Client(plan);
+  ASSERT_TRUE(client->Init(InitialState(plan, {UpdateMode::kSync, 1, {}})).ok());
+  absl::Status blocked;
+  std::thread puller([&] {
+    auto params = Buffers(plan);
+    Version far{{100}, {}};
+    blocked = client->Pull(Spans(params), &far).status();
+  });
+  ASSERT_TRUE(client->Shutdown("training finished").ok());
+  puller.join();
+  EXPECT_EQ(blocked.code(), absl::StatusCode::kUnavailable) << blocked;
+  EXPECT_TRUE(cluster.server(0).service().WaitForShutdownRequest(absl::Seconds(30)));
+  EXPECT_EQ(client->WaitReady(absl::Seconds(30), false).code(), absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace kubetrain::ps

@@ -1,0 +1,281 @@
+#include "ps/store.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "absl/synchronization/barrier.h"
+#include "prometheus/registry.h"
+
+namespace kubetrain::ps {
+namespace {
+
+constexpr absl::string_view kNotInitialised =
+    "ps not initialised; waiting for the chief to restore it";
+
+std::string Bytes(const std::vector<float>& values) {
+  std::string out(values.size() * sizeof(float), '\0');
+  std::memcpy(out.data(), values.data(), out.size());
+  return out;
+}
+
+// Two partitions of "w": 4 and 2 elements, values 10..15.
+ShardState TwoPartitions(TrainingConfig config) {
+  ShardState state{config, 0, "run-1", {}};
+  state.partitions.push_back({{"w", 0}, 0, {10, 11, 12, 13}, {}});
+  state.partitions.push_back({{"w", 1}, 4, {14, 15}, {}});
+  return state;
+}
+
+TrainingConfig Sync(int replicas, OptimizerOptions optimizer = {.learning_rate = 1}) {
+  return {UpdateMode::kSync, replicas, optimizer};
+}
+
+// A push of the same value g to every element of both partitions. The strings live in the
+// returned object so the GradientRefs stay valid.
+struct Push {
+  std::string a, b;
+  PushArgs args;
+  Push(int64_t step, float g) : a(Bytes({g, g, g, g})), b(Bytes({g, g})) {
+    args.step = step;
+    args.gradients = {{{"w", 0}, a}, {{"w", 1}, b}};
+  }
+};
+
+// All values of the store, in partition order, and the step they belong to.
+std::pair<std::vector<float>, int64_t> Values(const ShardStore& store, int64_t min_step = 0) {
+  std::vector<float> out;
+  auto pulled = store.Pull({}, min_step, absl::Now() + absl::Seconds(60),
+                           [&](const PartitionKey&, uint64_t, std::span<const float> v) {
+                             out.insert(out.end(), v.begin(), v.end());
+                           });
+  EXPECT_TRUE(pulled.ok()) << pulled.status();
+  return {out, pulled.ok() ? pulled->global_step : -1};
+}
+
+std::vector<float> Minus(std::vector<float> v, float d) {
+  for (float& x : v) x -= d;
+  return v;
+}
+
+const std::vector<float> kInitial = {10, 11, 12, 13, 14, 15};
+
+class StoreTest : public ::testing::Test {
+ protected:
+  prometheus::Registry registry_;
+  PsMetrics metrics_{registry_};
+  ShardStore store_{&metrics_};
+};
+
+TEST_F(StoreTest, UninitialisedRefusesPushAndPull) {
+  auto pushed = store_.Push(Push(0, 1).args);
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pushed.status().message(), kNotInitialised);
+  auto pulled = store_.Pull({}, 0, absl::Now(), [](auto&&...) {});
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pulled.status().message(), kNotInitialised);
+  EXPECT_EQ(store_.Export().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(store_.Status().initialized);
+}
+
+TEST_F(StoreTest, SyncAppliesTheAverageOnceAllReplicasArrived) {
+  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(3))).ok());
+  for (float g : {1.0f, 2.0f}) {
+    auto outcome = store_.Push(Push(0, g).args);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_FALSE(outcome->stale);
+    EXPECT_EQ(outcome->global_step, 0);
+    EXPECT_EQ(Values(store_).first, kInitial);  // nothing applied before the third
+  }
+  auto third = store_.Push(Push(0, 6).args);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->global_step, 1);
+  auto [values, step] = Values(store_);
+  EXPECT_EQ(step, 1);
+  EXPECT_EQ(values, Minus(kInitial, 3));  // average (1 + 2 + 6) / 3, lr 1
+}
+
+TEST_F(StoreTest, StaleGradientsAreDroppedAndCounted) {
+  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(1))).ok());
+  ASSERT_TRUE(store_.Push(Push(0, 1).args).ok());
+  auto stale = store_.Push(Push(0, 100).args);
+  ASSERT_TRUE(stale.ok());
+  EXPECT_TRUE(stale->stale);
+  EXPECT_EQ(stale->global_step, 1);
+  EXPECT_EQ(Values(store_).first, Minus(kInitial, 1));
+  EXPECT_EQ(metrics_.stale_gradients_dropped(), 1);
+}
+
+TEST_F(StoreTest, ConcurrentSyncPushesBumpTheStepOncePerRound) {
+  constexpr int kWorkers = 4, kSteps = 60;
+  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(kWorkers))).ok());
+  std::atomic<int> stale{0}, errors{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&, w] {
+      for (int s = 0; s < kSteps; ++s) {
+        // Sum over workers of (w + 1) is 10, so the average is 2.5 * (s % 3 + 1): exact.
+        auto pushed = store_.Push(Push(s, float(w + 1) * float(s % 3 + 1)).args);
+        if (!pushed.ok()) ++errors;
+        if (pushed.ok() && pushed->stale) ++stale;
+        auto pulled = store_.Pull({}, s + 1, absl::Now() + absl::Seconds(60), [](auto&&...) {});
+        if (!pulled.ok()) ++errors;
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(errors, 0);
+  EXPECT_EQ(stale, 0);
+  float total = 0;
+  for (int s = 0; s < kSteps; ++s) total += 2.5f * float(s % 3 + 1);
+  auto [values, step] = Values(store_);
+  EXPECT_EQ(step, kSteps);
+  EXPECT_EQ(values, Minus(kInitial, total));
+}
+
+TEST_F(StoreTest, PushesBeyondTheQuotaOfAStepAreStale) {
+  // Four workers, two to aggregate: TF's backup workers. Exactly two win the step.
+  constexpr int kWorkers = 4;
+  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(2))).ok());
+  absl::Barrier* start = new absl::Barrier(kWorkers);
+  std::atomic<int> stale{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&] {
+      if (start->Block()) delete start;
+      auto pushed = store_.Push(Push(0, 4).args);
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+      if (pushed->stale) ++stale;
+    });
+  }
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(stale, 2);
+  EXPECT_EQ(metrics_.stale_gradients_dropped(), 2);
+  auto [values, step] = Values(store_);
+  EXPECT_EQ(step, 1);
+  EXPECT_EQ(values, Minus(kInitial, 4));  // average of 4 and 4, applied once
+}
+
+TEST_F(StoreTest, AsyncAppliesEveryPushOnArrival) {
+  constexpr int kWorkers = 4, kPushes = 25;
+  ASSERT_TRUE(store_.Init(TwoPartitions({UpdateMode::kAsync, 1, {.learning_rate = 1}})).ok());
+  auto first = store_.Push(Push(0, 1).args);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->global_step, 1);
+  EXPECT_EQ(Values(store_).first, Minus(kInitial, 1));
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&] {
+      // The step the gradient was computed at does not matter in async mode.
+      for (int i = 0; i < kPushes; ++i) ASSERT_TRUE(store_.Push(Push(0, 1).args).ok());
+    });
+  }
+  for (auto& t : workers) t.join();
+  auto [values, step] = Values(store_);
+  EXPECT_EQ(step, 1 + kWorkers * kPushes);
+  EXPECT_EQ(values, Minus(kInitial, 1 + kWorkers * kPushes));
+  EXPECT_EQ(metrics_.stale_gradients_dropped(), 0);
+}
+
+TEST_F(StoreTest, BlockingPullWakesWhenTheStepArrives) {
+  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(1))).ok());
+  std::pair<std::vector<float>, int64_t> seen;
+  std::thread puller([&] { seen = Values(store_, /*min_step=*/2); });
+  ASSERT_TRUE(store_.Push(Push(0, 1).args).ok());
+  ASSERT_TRUE(store_.Push(Push(1, 1).args).ok());
+  puller.join();
+  // Whenever the pull started, it can only have answered with step 2's values.
+  EXPECT_EQ(seen.second, 2);
+  EXPECT_EQ(seen.first, Minus(kInitial, 2));
+}
+
+TEST_F(StoreTest, BlockingPullTimesOutOrIsWokenByClose) {
+  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(1))).ok());
+  auto timed_out = store_.Pull({}, 5, absl::Now() + absl::Milliseconds(20), [](auto&&...) {});
+  EXPECT_EQ(timed_out.status().code(), absl::StatusCode::kDeadlineExceeded);
+  absl::Status closed_status;
+  std::thread puller([&] {
+    closed_status = store_.Pull({}, 5, absl::Now() + absl::Seconds(60), [](auto&&...) {}).status();
+  });
+  store_.Close();
+  puller.join();
+  EXPECT_EQ(closed_status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(store_.Push(Push(0, 1).args).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(StoreTest, ExportThenInitRestoresValuesSlotsAndStepExactly) {
+  OptimizerOptions adam{.kind = OptimizerKind::kAdam, .learning_rate = 0.01};
+  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(1, adam))).ok());
+  ASSERT_TRUE(store_.Push(Push(0, 0.5f).args).ok());
+  ASSERT_TRUE(store_.Push(Push(1, -2.0f).args).ok());
+  auto exported = store_.Export();
+  ASSERT_TRUE(exported.ok());
+  EXPECT_EQ(exported->global_step, 2);
+  EXPECT_EQ(exported->partitions[0].slots.size(), 2u);  // m and v
+
+  ShardStore restored;
+  ASSERT_TRUE(restored.Init(*exported).ok());
+  auto again = restored.Export();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->global_step, 2);
+  EXPECT_EQ(again->run_id, "run-1");
+  ASSERT_EQ(again->partitions.size(), exported->partitions.size());
+  for (size_t i = 0; i < again->partitions.size(); ++i) {
+    EXPECT_EQ(again->partitions[i].key, exported->partitions[i].key);
+    EXPECT_EQ(again->partitions[i].values, exported->partitions[i].values);
+    EXPECT_EQ(again->partitions[i].slots, exported->partitions[i].slots);
+  }
+  // The same next gradient moves both to bit-identical values (slots and step really restored).
+  ASSERT_TRUE(store_.Push(Push(2, 1.5f).args).ok());
+  ASSERT_TRUE(restored.Push(Push(2, 1.5f).args).ok());
+  EXPECT_EQ(Values(store_).first, Values(restored).first);
+}
+
+TEST_F(StoreTest, RejectsMalformedPushes) {
+  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(2))).ok());
+  Push partial(0, 1);
+  partial.args.gradients.pop_back();
+  EXPECT_EQ(store_.Push(partial.args).status().code(), absl::StatusCode::kInvalidArgument);
+  Push wrong_size(0, 1);
+  wrong_size.args.gradients[1].bytes.remove_suffix(4);
+  EXPECT_EQ(store_.Push(wrong_size.args).status().code(), absl::StatusCode::kInvalidArgument);
+  Push unknown(0, 1);
+  unknown.args.gradients[1].key = {"v", 0};
+  EXPECT_EQ(store_.Push(unknown.args).status().code(), absl::StatusCode::kInvalidArgument);
+  Push twice(0, 1);
+  twice.args.gradients[1] = twice.args.gradients[0];
+  EXPECT_EQ(store_.Push(twice.args).status().code(), absl::StatusCode::kInvalidArgument);
+  Push other_run(0, 1);
+  other_run.args.run_id = "run-0";
+  EXPECT_EQ(store_.Push(other_run.args).status().code(), absl::StatusCode::kAborted);
+  // None of them took a place in the round: two good pushes still complete step 0.
+  ASSERT_TRUE(store_.Push(Push(0, 1).args).ok());
+  ASSERT_TRUE(store_.Push(Push(0, 3).args).ok());
+  EXPECT_EQ(Values(store_).first, Minus(kInitial, 2));
+}
+
+TEST_F(StoreTest, InitRejectsMisSizedOrUnknownSlots) {
+  ShardState state = TwoPartitions(Sync(1, {.kind = OptimizerKind::kMomentum}));
+  state.partitions[0].slots["momentum"] = {1, 2};
+  EXPECT_EQ(store_.Init(state).code(), absl::StatusCode::kInvalidArgument);
+  state = TwoPartitions(Sync(1));
+  state.partitions[0].slots["m"] = {1, 2, 3, 4};
+  EXPECT_EQ(store_.Init(state).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(store_.Status().initialized);
+}
+
+TEST(AsFloats, CopiesUnalignedBytes) {
+  std::string buffer(1 + 2 * sizeof(float), '\0');
+  const float two[2] = {1.5f, -3.0f};
+  std::memcpy(buffer.data() + 1, two, sizeof(two));
+  std::vector<float> scratch;
+  auto floats = AsFloats(absl::string_view(buffer).substr(1), scratch);
+  ASSERT_EQ(floats.size(), 2u);
+  EXPECT_EQ(floats[0], 1.5f);
+  EXPECT_EQ(floats[1], -3.0f);
+}
+
+}  // namespace
+}  // namespace kubetrain::ps

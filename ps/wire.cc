@@ -1,0 +1,190 @@
+#include "ps/wire.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace kubetrain::ps {
+namespace {
+
+absl::StatusOr<UpdateMode> ModeFromProto(v1::UpdateMode mode) {
+  switch (mode) {
+    case v1::UPDATE_MODE_SYNC:
+      return UpdateMode::kSync;
+    case v1::UPDATE_MODE_ASYNC:
+      return UpdateMode::kAsync;
+    default:
+      return absl::InvalidArgumentError("update mode not set (want SYNC or ASYNC)");
+  }
+}
+
+absl::StatusOr<OptimizerKind> KindFromProto(v1::OptimizerKind kind) {
+  switch (kind) {
+    case v1::OPTIMIZER_SGD:
+      return OptimizerKind::kSgd;
+    case v1::OPTIMIZER_MOMENTUM:
+      return OptimizerKind::kMomentum;
+    case v1::OPTIMIZER_ADAM:
+      return OptimizerKind::kAdam;
+    case v1::OPTIMIZER_ADAGRAD:
+      return OptimizerKind::kAdagrad;
+    default:
+      return absl::InvalidArgumentError("optimizer kind not set");
+  }
+}
+
+v1::OptimizerKind KindToProto(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return v1::OPTIMIZER_SGD;
+    case OptimizerKind::kMomentum:
+      return v1::OPTIMIZER_MOMENTUM;
+    case OptimizerKind::kAdam:
+      return v1::OPTIMIZER_ADAM;
+    case OptimizerKind::kAdagrad:
+      return v1::OPTIMIZER_ADAGRAD;
+  }
+  return v1::OPTIMIZER_UNSPECIFIED;
+}
+
+absl::StatusOr<std::vector<float>> FloatsFromBytes(const std::string& bytes, uint64_t length,
+                                                   absl::string_view what) {
+  if (bytes.size() != length * sizeof(float)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has ", bytes.size(), " bytes, want ", length * sizeof(float)));
+  }
+  std::vector<float> out(length);
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+}  // namespace
+
+void SetFloats(std::span<const float> values, std::string* out) {
+  // resize + memcpy rather than assign(char*) keeps it to exactly one pass over the data.
+  out->resize(values.size_bytes());
+  std::memcpy(out->data(), values.data(), values.size_bytes());
+}
+
+absl::Status CopyFloats(const std::string& bytes, std::span<float> out) {
+  if (bytes.size() != out.size_bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("got ", bytes.size(), " bytes, want ", out.size_bytes()));
+  }
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return absl::OkStatus();
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return {static_cast<grpc::StatusCode>(status.code()), std::string(status.message())};
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return {static_cast<absl::StatusCode>(status.error_code()), status.error_message()};
+}
+
+v1::PartitionKey ToProto(const PartitionKey& key) {
+  v1::PartitionKey out;
+  out.set_variable(key.variable);
+  out.set_index(key.index);
+  return out;
+}
+
+PartitionKey FromProto(const v1::PartitionKey& key) { return {key.variable(), key.index()}; }
+
+v1::TrainingConfig ToProto(const TrainingConfig& config) {
+  v1::TrainingConfig out;
+  out.set_mode(config.mode == UpdateMode::kSync ? v1::UPDATE_MODE_SYNC : v1::UPDATE_MODE_ASYNC);
+  out.set_replicas_to_aggregate(static_cast<uint32_t>(config.replicas_to_aggregate));
+  const OptimizerOptions& o = config.optimizer;
+  v1::OptimizerConfig* opt = out.mutable_optimizer();
+  opt->set_kind(KindToProto(o.kind));
+  opt->set_learning_rate(o.learning_rate);
+  opt->set_momentum(o.momentum);
+  opt->set_beta1(o.beta1);
+  opt->set_beta2(o.beta2);
+  opt->set_epsilon(o.epsilon);
+  opt->set_initial_accumulator(o.initial_accumulator);
+  opt->set_warmup_steps(o.warmup_steps);
+  return out;
+}
+
+absl::StatusOr<TrainingConfig> FromProto(const v1::TrainingConfig& config) {
+  TrainingConfig out;
+  auto mode = ModeFromProto(config.mode());
+  if (!mode.ok()) return mode.status();
+  auto kind = KindFromProto(config.optimizer().kind());
+  if (!kind.ok()) return kind.status();
+  out.mode = *mode;
+  out.replicas_to_aggregate = static_cast<int>(config.replicas_to_aggregate());
+  const v1::OptimizerConfig& o = config.optimizer();
+  out.optimizer = {.kind = *kind,
+                   .learning_rate = o.learning_rate(),
+                   .warmup_steps = o.warmup_steps(),
+                   .momentum = o.momentum(),
+                   .beta1 = o.beta1(),
+                   .beta2 = o.beta2(),
+                   .epsilon = o.epsilon(),
+                   .initial_accumulator = o.initial_accumulator()};
+  return out;
+}
+
+void ToProto(const PartitionState& state, v1::PartitionState* out) {
+  v1::Partition* p = out->mutable_partition();
+  *p->mutable_key() = ToProto(state.key);
+  p->set_offset(state.offset);
+  p->set_length(state.values.size());
+  SetFloats(state.values, p->mutable_values());
+  for (const auto& [name, values] : state.slots) {
+    v1::Slot* slot = out->add_slots();
+    slot->set_name(name);
+    SetFloats(values, slot->mutable_values());
+  }
+}
+
+absl::StatusOr<PartitionState> FromProto(const v1::PartitionState& state) {
+  const v1::Partition& p = state.partition();
+  PartitionState out;
+  out.key = FromProto(p.key());
+  out.offset = p.offset();
+  const std::string name = absl::StrCat("partition ", out.key.variable, "/", out.key.index);
+  auto values = FloatsFromBytes(p.values(), p.length(), name);
+  if (!values.ok()) return values.status();
+  out.values = *std::move(values);
+  for (const v1::Slot& slot : state.slots()) {
+    auto slot_values = FloatsFromBytes(slot.values(), p.length(),
+                                       absl::StrCat("slot ", slot.name(), " of ", name));
+    if (!slot_values.ok()) return slot_values.status();
+    if (!out.slots.emplace(slot.name(), *std::move(slot_values)).second) {
+      return absl::InvalidArgumentError(absl::StrCat("slot ", slot.name(), " twice in ", name));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<ShardState> ShardStateFromInit(const v1::InitRequest& request) {
+  ShardState state;
+  auto config = FromProto(request.config());
+  if (!config.ok()) return config.status();
+  state.config = *config;
+  state.global_step = request.global_step();
+  state.run_id = request.run_id();
+  state.partitions.reserve(request.partitions_size());
+  for (const v1::PartitionState& p : request.partitions()) {
+    auto partition = FromProto(p);
+    if (!partition.ok()) return partition.status();
+    state.partitions.push_back(*std::move(partition));
+  }
+  return state;
+}
+
+void ShardStateToExport(const ShardState& state, v1::ExportResponse* out) {
+  *out->mutable_config() = ToProto(state.config);
+  out->set_global_step(state.global_step);
+  out->set_run_id(state.run_id);
+  for (const PartitionState& p : state.partitions) ToProto(p, out->add_partitions());
+}
+
+}  // namespace kubetrain::ps
