@@ -25,7 +25,7 @@ test: build format-check
 
 demo: build
 	$(BUILD_DIR)/bin/kubetrain validate deploy/examples/*.yaml
-	$(BUILD_DIR)/bin/kubetrain render deploy/examples/fashion-mnist.yaml
+	$(BUILD_DIR)/bin/kubetrain run deploy/examples/fashion-mnist.yaml
 
 format:
 	clang-format -i $(CXX_SOURCES)

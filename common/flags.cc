@@ -86,6 +86,19 @@ void FlagSet::Add(absl::string_view name, int64_t* target, absl::string_view hel
            }});
 }
 
+void FlagSet::Add(absl::string_view name, uint64_t* target, absl::string_view help,
+                  absl::string_view env) {
+  AddFlag({std::string(name), std::string(help), std::string(env), std::to_string(*target), false,
+           [target](absl::string_view v) {
+             uint64_t parsed;
+             if (!absl::SimpleAtoi(v, &parsed)) {
+               return absl::InvalidArgumentError("a non-negative integer");
+             }
+             *target = parsed;
+             return absl::OkStatus();
+           }});
+}
+
 void FlagSet::Add(absl::string_view name, double* target, absl::string_view help,
                   absl::string_view env) {
   AddFlag({std::string(name), std::string(help), std::string(env), absl::StrCat(*target), false,

@@ -33,6 +33,8 @@ class FlagSet {
   void Add(absl::string_view name, int* target, absl::string_view help, absl::string_view env = "");
   void Add(absl::string_view name, int64_t* target, absl::string_view help,
            absl::string_view env = "");
+  void Add(absl::string_view name, uint64_t* target, absl::string_view help,
+           absl::string_view env = "");
   void Add(absl::string_view name, double* target, absl::string_view help,
            absl::string_view env = "");
   void Add(absl::string_view name, bool* target, absl::string_view help,

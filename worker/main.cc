@@ -1,0 +1,208 @@
+// kubetrain-worker: one chief, worker or evaluator task of a TrainingJob. Reads its place in the
+// job from TF_CONFIG (or --ps/--worker-index/--num-workers), trains against the parameter
+// servers, and exits 0 when training is over. The chief prints one JSON summary line on stdout.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/flags.h"
+#include "common/hosts.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "operator/api/tf_config.h"
+#include "worker/cpu/cpu_device.h"
+#include "worker/data/fashion_mnist.h"
+#include "worker/metrics.h"
+#include "worker/trainer.h"
+
+namespace kubetrain::worker {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+struct Options {
+  TrainerOptions trainer;
+  std::string mode = "ps-sync";
+  std::string device = "auto";
+  std::string data_dir = std::string(kDefaultFashionMnistDir);
+  std::string tf_config;
+  std::vector<std::string> ps;
+  int worker_index = 0;
+  int num_workers = 1;
+  std::string job_name = "job";
+  std::string bind_address = "0.0.0.0";
+  int metrics_port = 8080;
+  int threads = 1;
+  std::string log_level = "info";
+};
+
+absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
+  Options o;
+  TrainerOptions& t = o.trainer;
+  FlagSet f("kubetrain-worker",
+            "Trains a model on Fashion-MNIST against kubetrain-ps parameter servers, as the\n"
+            "chief, a worker or an evaluator of a TrainingJob (its place comes from TF_CONFIG).");
+  f.Add("mode", &o.mode, "ps-sync or ps-async", "KUBETRAIN_MODE");
+  f.Add("model", &t.model, "mlp or cnn");
+  f.Add("epochs", &t.epochs, "passes over the training set");
+  f.Add("batch-size", &t.batch_size, "examples per step per worker");
+  f.Add("lr", &t.lr, "learning rate for a global batch of --lr-reference-batch examples");
+  f.Add("lr-reference-batch", &t.lr_reference_batch,
+        "linear scaling: lr x global batch / this; 0 uses --lr as is");
+  f.Add("warmup-steps", &t.warmup_steps, "linear learning-rate warmup over this many updates");
+  f.Add("optimizer", &t.optimizer, "sgd, momentum, adam or adagrad");
+  f.Add("momentum", &t.momentum, "momentum of the momentum optimizer");
+  f.Add("seed", &t.seed, "seed of initialisation and shuffling (same on every task)");
+  f.Add("data-dir", &o.data_dir, "Fashion-MNIST IDX files (.gz)", "KUBETRAIN_DATA_DIR");
+  f.Add("checkpoint-dir", &t.checkpoint_dir,
+        "chief: where checkpoints go (default $TMPDIR/kubetrain/<job>/checkpoints)",
+        "KUBETRAIN_CHECKPOINT_DIR");
+  f.Add("checkpoint-every", &t.checkpoint_every, "chief: time between checkpoints");
+  f.Add("keep-checkpoints", &t.keep_checkpoints, "chief: checkpoints kept");
+  f.Add("log-every", &t.log_every, "chief: time between progress lines");
+  f.Add("eval-every", &t.eval_every, "evaluator: time between evaluations");
+  f.Add("ready-timeout", &t.ready_timeout, "how long to wait for the parameter servers");
+  f.Add("device", &o.device, "auto or cpu");
+  f.Add("threads", &o.threads, "OpenBLAS threads (1: ps and workers share the cores)");
+  f.Add("tf-config", &o.tf_config, "cluster spec (TensorFlow's TF_CONFIG JSON)", "TF_CONFIG");
+  f.Add("ps", &o.ps, "without TF_CONFIG: a ps address host:port (repeat for each)");
+  f.Add("worker-index", &o.worker_index, "without TF_CONFIG: this worker's index (0 = chief)");
+  f.Add("num-workers", &o.num_workers, "without TF_CONFIG: number of training workers");
+  f.Add("job-name", &o.job_name, "job name for metric labels and paths", "KUBETRAIN_JOB_NAME");
+  f.Add("bind-address", &o.bind_address, "address the metrics server binds",
+        "KUBETRAIN_BIND_ADDRESS");
+  f.Add("metrics-port", &o.metrics_port, "Prometheus /metrics port (0: any)",
+        "KUBETRAIN_METRICS_PORT");
+  f.Add("log-level", &o.log_level, "debug, info, warn or error", "KUBETRAIN_LOG_LEVEL");
+  ASSIGN_OR_RETURN(std::vector<std::string> rest, f.Parse(argc, argv));
+  if (!rest.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", rest[0], "\""));
+  }
+  if (o.mode == "ps-sync") {
+    t.mode = Mode::kPsSync;
+  } else if (o.mode == "ps-async") {
+    t.mode = Mode::kPsAsync;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode: unsupported value \"", o.mode, "\"; allowed: ps-sync, ps-async"));
+  }
+  if (o.device != "auto" && o.device != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: unsupported value \"", o.device, "\"; this build has: auto, cpu"));
+  }
+  log::Level level;
+  if (!log::ParseLevel(o.log_level, &level)) {
+    return absl::InvalidArgumentError("--log-level: must be debug, info, warn or error");
+  }
+  log::SetLevel(level);
+  RETURN_IF_ERROR(ValidateOptions(t));
+  return o;
+}
+
+// Where this task stands in the job, from TF_CONFIG or the equivalent flags.
+absl::StatusOr<TaskIdentity> Identify(const Options& o) {
+  TaskIdentity id;
+  std::vector<std::string> ps = o.ps;
+  if (!o.tf_config.empty()) {
+    ASSIGN_OR_RETURN(api::TfConfig config, api::ParseTfConfig(o.tf_config));
+    bool has_chief = !config.Addresses("chief").empty();
+    id.num_workers = static_cast<int>(config.Addresses("worker").size()) + (has_chief ? 1 : 0);
+    if (config.task_type == "ps") {
+      return absl::InvalidArgumentError(
+          "TF_CONFIG: task.type: ps tasks run kubetrain-ps, not kubetrain-worker");
+    }
+    if (config.task_type == "evaluator") {
+      id.role = Role::kEvaluator;
+    } else if (config.task_type == "chief") {
+      id.role = Role::kChief;
+    } else if (config.task_type == "worker") {
+      id.rank = config.task_index + (has_chief ? 1 : 0);
+      id.role = config.IsChief() ? Role::kChief : Role::kWorker;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TF_CONFIG: task.type: unsupported \"", config.task_type,
+                       "\"; kubetrain-worker runs chief, worker and evaluator tasks"));
+    }
+    ps = config.Addresses("ps");
+  } else {
+    if (o.num_workers < 1 || o.worker_index < 0 || o.worker_index >= o.num_workers) {
+      return absl::InvalidArgumentError(
+          "--worker-index: must be in [0, --num-workers) (or set TF_CONFIG)");
+    }
+    id.rank = o.worker_index;
+    id.num_workers = o.num_workers;
+    id.role = o.worker_index == 0 ? Role::kChief : Role::kWorker;
+  }
+  if (ps.empty()) {
+    return absl::InvalidArgumentError(
+        "no parameter servers: TF_CONFIG cluster.ps is empty (or give --ps host:port); "
+        "--mode ps-sync and ps-async need at least one ps task");
+  }
+  for (const std::string& address : ps) id.ps_addresses.push_back(ResolveTaskAddress(address));
+  return id;
+}
+
+std::string RoleName(Role r) {
+  return r == Role::kChief ? "chief" : r == Role::kEvaluator ? "evaluator" : "worker";
+}
+
+absl::Status Main(int argc, char** argv, int* exit_code) {
+  ASSIGN_OR_RETURN(Options o, ParseFlags(argc, argv));
+  ASSIGN_OR_RETURN(TaskIdentity id, Identify(o));
+  if (id.role == Role::kChief && o.trainer.checkpoint_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    o.trainer.checkpoint_dir =
+        absl::StrCat(tmp ? tmp : "/tmp", "/kubetrain/", o.job_name, "/checkpoints");
+  }
+  log::Info("Starting kubetrain-worker", {{"role", RoleName(id.role)},
+                                          {"rank", id.rank},
+                                          {"workers", id.num_workers},
+                                          {"ps", absl::StrJoin(id.ps_addresses, ",")},
+                                          {"model", o.trainer.model},
+                                          {"mode", o.mode},
+                                          {"device", "cpu"}});
+  ASSIGN_OR_RETURN(FashionMnist data, LoadFashionMnist(o.data_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> metrics_server,
+                   MetricsServer::Start(JoinHostPort(o.bind_address, o.metrics_port)));
+  WorkerMetrics metrics(metrics_server->registry(),
+                        {o.job_name, RoleName(id.role), std::to_string(id.rank), "cpu"});
+  CpuDevice device({.blas_threads = o.threads});
+  Trainer trainer(o.trainer, id, device, &data.train, &data.test, &metrics);
+  absl::StatusOr<TrainingSummary> summary = trainer.Run(g_stop);
+  if (!summary.ok() && g_stop.load()) {
+    log::Info("Stopped by signal");
+    *exit_code = 128 + SIGTERM;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(summary.status());
+  if (id.role == Role::kChief) std::cout << summary->ToJson().dump() << std::endl;
+  *exit_code = 0;
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kubetrain::worker
+
+int main(int argc, char** argv) {
+  struct sigaction sa = {};
+  sa.sa_handler = kubetrain::worker::OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  int exit_code = 1;
+  absl::Status s = kubetrain::worker::Main(argc, argv, &exit_code);
+  if (s.code() == absl::StatusCode::kCancelled && s.message() == "help requested") return 0;
+  if (!s.ok()) {
+    kubetrain::log::Error("kubetrain-worker failed", {{"error", s}});
+    std::cerr << "kubetrain-worker: " << s.message() << std::endl;
+    return 1;
+  }
+  return exit_code;
+}

@@ -1,0 +1,42 @@
+// The worker's Prometheus metrics (kubetrain_worker_*). Labels are bounded: job, role, index,
+// device; never a step number. Families are registered on the registry passed in, which must
+// outlive this object. Thread-safe (prometheus-cpp metrics are).
+#pragma once
+
+#include <string>
+
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace kubetrain::worker {
+
+struct MetricLabels {
+  std::string job;
+  std::string role;  // chief, worker, evaluator
+  std::string index;
+  std::string device = "cpu";
+};
+
+class WorkerMetrics {
+ public:
+  WorkerMetrics(prometheus::Registry& registry, const MetricLabels& labels);
+
+  prometheus::Counter& steps;
+  prometheus::Counter& examples;
+  prometheus::Counter& sent_bytes;
+  prometheus::Counter& received_bytes;
+  prometheus::Counter& stale_pushes;
+  prometheus::Counter& recoveries;
+  prometheus::Gauge& loss;
+  prometheus::Gauge& accuracy;
+  prometheus::Gauge& epoch;
+  prometheus::Gauge& global_step;
+  prometheus::Gauge& examples_per_second;
+  prometheus::Histogram& step_duration;
+  prometheus::Histogram& push_duration;
+  prometheus::Histogram& pull_duration;
+};
+
+}  // namespace kubetrain::worker

@@ -1,0 +1,184 @@
+// Parameter-server training end to end in one process: real ps servers on 127.0.0.1 port 0, one
+// thread per worker, the real Fashion-MNIST data.
+#include "worker/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "prometheus/registry.h"
+#include "ps/service.h"
+#include "worker/cpu/cpu_device.h"
+#include "worker/data/fashion_mnist.h"
+
+namespace kubetrain::worker {
+namespace {
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto data = LoadFashionMnist();
+    if (data.ok()) data_ = new FashionMnist(std::move(*data));
+  }
+  static void TearDownTestSuite() {
+    delete data_;
+    data_ = nullptr;
+  }
+  void SetUp() override {
+    if (data_ == nullptr) GTEST_SKIP() << "Fashion-MNIST not installed (dataset-fashion-mnist)";
+  }
+
+  std::unique_ptr<ps::PsServer> StartPs(int port = 0) {
+    ps::ServerOptions options;
+    options.address = "127.0.0.1:" + std::to_string(port);
+    auto server = ps::PsServer::Start(options, nullptr);
+    EXPECT_TRUE(server.ok()) << server.status();
+    return server.ok() ? std::move(*server) : nullptr;
+  }
+
+  // Runs `workers` training threads (rank 0 is the chief); returns the chief's summary.
+  absl::StatusOr<TrainingSummary> Train(const TrainerOptions& options,
+                                        const std::vector<std::string>& ps, int workers,
+                                        WorkerMetrics* chief_metrics = nullptr) {
+    std::vector<absl::StatusOr<TrainingSummary>> results(workers, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < workers; ++rank) {
+      threads.emplace_back([&, rank] {
+        CpuDevice device;
+        TaskIdentity id{rank == 0 ? Role::kChief : Role::kWorker, rank, workers, ps};
+        Trainer trainer(options, id, device, &data_->train, &data_->test,
+                        rank == 0 ? chief_metrics : nullptr);
+        results[rank] = trainer.Run(stop_);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int rank = 1; rank < workers; ++rank) {
+      EXPECT_TRUE(results[rank].ok()) << "worker " << rank << ": " << results[rank].status();
+    }
+    return results[0];
+  }
+
+  TrainerOptions Options(Mode mode, int epochs) {
+    TrainerOptions o;
+    o.mode = mode;
+    o.epochs = epochs;
+    o.batch_size = 64;
+    o.checkpoint_dir = ::testing::TempDir() + "/trainer_ckpt_" +
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(o.checkpoint_dir);
+    return o;
+  }
+
+  static FashionMnist* data_;
+  std::atomic<bool> stop_{false};
+};
+
+FashionMnist* TrainerTest::data_ = nullptr;
+
+TEST_F(TrainerTest, SyncTrainingOfTwoWorkersLearnsAndStepsOncePerRound) {
+  auto ps = StartPs();
+  prometheus::Registry registry;
+  WorkerMetrics metrics(registry, {"t", "chief", "0"});
+  auto summary = Train(Options(Mode::kPsSync, 1), {ps->address()}, 2, &metrics);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  // 30000 examples per worker, 64 per step: 468 steps, each averaging both workers' gradients.
+  EXPECT_EQ(summary->steps, 468);
+  EXPECT_GT(summary->test_accuracy, 0.80);
+  EXPECT_EQ(metrics.steps.Value(), 468);
+  EXPECT_EQ(ps->store().Status().global_step, 468);
+  EXPECT_TRUE(ps->service().shutdown_requested());
+  EXPECT_FALSE(summary->checkpoint.empty());
+}
+
+TEST_F(TrainerTest, AsyncTrainingAppliesEveryPush) {
+  auto ps0 = StartPs();
+  auto ps1 = StartPs();
+  auto summary = Train(Options(Mode::kPsAsync, 1), {ps0->address(), ps1->address()}, 2);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  // Every push of either worker bumps both ps; the job ends after 2 × 468 of them (a push in
+  // flight at that moment may land too).
+  EXPECT_GE(ps0->store().Status().global_step, 936);
+  EXPECT_LE(ps0->store().Status().global_step, 937);
+  EXPECT_EQ(ps1->store().Status().global_step, ps0->store().Status().global_step);
+  EXPECT_GT(summary->test_accuracy, 0.78);
+}
+
+TEST_F(TrainerTest, WorkersWaitForAChiefThatStartsLate) {
+  auto ps = StartPs();
+  TrainerOptions options = Options(Mode::kPsSync, 1);
+  absl::StatusOr<TrainingSummary> worker_result = absl::UnknownError("not run");
+  std::thread worker([&] {
+    CpuDevice device;
+    Trainer t(options, {Role::kWorker, 1, 2, {ps->address()}}, device, &data_->train, nullptr,
+              nullptr);
+    worker_result = t.Run(stop_);
+  });
+  absl::SleepFor(absl::Milliseconds(700));
+  CpuDevice device;
+  Trainer chief(options, {Role::kChief, 0, 2, {ps->address()}}, device, &data_->train, &data_->test,
+                nullptr);
+  auto summary = chief.Run(stop_);
+  worker.join();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_TRUE(worker_result.ok()) << worker_result.status();
+  EXPECT_EQ(summary->steps, 468);
+}
+
+TEST_F(TrainerTest, PsThatRestartsEmptyIsRefilledAndTrainingFinishes) {
+  auto ps = StartPs();
+  int port = ps->port();
+  TrainerOptions options = Options(Mode::kPsSync, 2);
+  options.checkpoint_every = absl::Milliseconds(200);
+  options.monitor_every = absl::Milliseconds(100);
+  prometheus::Registry registry;
+  WorkerMetrics metrics(registry, {"t", "chief", "0"});
+  std::thread killer([&] {
+    // Let training get going, then replace the ps with an empty one on the same port.
+    while (ps->store().Status().global_step < 200) absl::SleepFor(absl::Milliseconds(20));
+    ps->Stop(absl::Seconds(1));
+    ps.reset();
+    ps = StartPs(port);
+  });
+  auto summary = Train(options, {"127.0.0.1:" + std::to_string(port)}, 2, &metrics);
+  killer.join();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_GE(metrics.recoveries.Value(), 1);
+  EXPECT_EQ(summary->steps, 936);
+  EXPECT_GT(summary->test_accuracy, 0.80);
+}
+
+TEST_F(TrainerTest, EvaluatorEvaluatesUntilTrainingIsOver) {
+  auto ps = StartPs();
+  TrainerOptions options = Options(Mode::kPsSync, 1);
+  options.eval_every = absl::Milliseconds(300);
+  absl::StatusOr<TrainingSummary> eval_result = absl::UnknownError("not run");
+  std::thread evaluator([&] {
+    CpuDevice device;
+    Trainer t(options, {Role::kEvaluator, 0, 1, {ps->address()}}, device, nullptr, &data_->test,
+              nullptr);
+    eval_result = t.Run(stop_);
+  });
+  auto summary = Train(options, {ps->address()}, 1);
+  evaluator.join();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_TRUE(eval_result.ok()) << eval_result.status();
+  EXPECT_GT(eval_result->test_accuracy, 0.5);
+}
+
+TEST(TrainerOptions, BadValuesNameTheFlag) {
+  TrainerOptions o;
+  o.optimizer = "rmsprop";
+  EXPECT_EQ(ValidateOptions(o).message(),
+            "--optimizer: unsupported value \"rmsprop\"; allowed: sgd, momentum, adam, adagrad");
+  o = TrainerOptions{};
+  o.model = "resnet";
+  EXPECT_EQ(ValidateOptions(o).message(),
+            "--model: unsupported value \"resnet\"; allowed: mlp, cnn");
+  o = TrainerOptions{};
+  o.batch_size = 0;
+  EXPECT_EQ(ValidateOptions(o).message(), "--batch-size: must be >= 1, got 0");
+}
+
+}  // namespace
+}  // namespace kubetrain::worker

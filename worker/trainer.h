@@ -1,0 +1,91 @@
+// Parameter-server training for one task of a job: pull → compute → push, in sync
+// (SyncReplicasOptimizer semantics on the ps) or async mode, with the chief's duties on top:
+// initialise or restore the ps, watch for a ps that comes back empty and refill it from the
+// latest checkpoint, evaluate on the test set each epoch, log progress, checkpoint, and shut the
+// ps down when training is over. An evaluator task only evaluates.
+//
+// A Trainer owns its model, ps client and (chief) checkpointer; it borrows the datasets, the
+// device and the metrics. Run is called once, from one thread; the chief starts one more thread
+// of its own to watch the ps.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/data/dataset.h"
+#include "worker/device.h"
+#include "worker/metrics.h"
+
+namespace kubetrain::worker {
+
+enum class Mode { kPsSync, kPsAsync };
+enum class Role { kChief, kWorker, kEvaluator };
+
+struct TrainerOptions {
+  Mode mode = Mode::kPsSync;
+  std::string model = "mlp";
+  int epochs = 20;
+  int batch_size = 64;          // per worker
+  double lr = 0.02;             // for a global batch of lr_reference_batch examples
+  int lr_reference_batch = 64;  // linear scaling: lr × global batch / this (0: no scaling)
+  int warmup_steps = 0;
+  std::string optimizer = "momentum";  // sgd, momentum, adam, adagrad
+  double momentum = 0.9;
+  uint64_t seed = 1;
+  std::string checkpoint_dir;  // the chief's checkpoints; empty: none (no ps refill possible)
+  absl::Duration checkpoint_every = absl::Seconds(60);
+  int keep_checkpoints = 3;
+  absl::Duration log_every = absl::Seconds(5);
+  absl::Duration ready_timeout = absl::Minutes(30);  // waiting for the ps (and chief) to be up
+  absl::Duration eval_every = absl::Seconds(30);     // evaluator task
+  absl::Duration monitor_every = absl::Seconds(1);   // chief's ps watch
+  int eval_batch = 500;
+};
+
+struct TaskIdentity {
+  Role role = Role::kWorker;
+  int rank = 0;                           // this task among the training workers (chief first)
+  int num_workers = 1;                    // training workers: the chief (if any) plus the workers
+  std::vector<std::string> ps_addresses;  // resolved "host:port"
+};
+
+struct TrainingSummary {
+  int64_t steps = 0;  // global step at the end
+  int epochs = 0;
+  double test_accuracy = 0;
+  double test_loss = 0;
+  double examples_per_second = 0;
+  double wall_seconds = 0;
+  std::string checkpoint;  // last checkpoint written
+  // The final line the chief prints: {"event":"training_complete","test_accuracy":...}.
+  nlohmann::ordered_json ToJson() const;
+};
+
+// Checks the option values, naming the flag of a bad one.
+absl::Status ValidateOptions(const TrainerOptions& options);
+
+class Trainer {
+ public:
+  // `train` is needed by training workers, `test` by the chief and the evaluator; either may be
+  // null otherwise. `metrics` may be null.
+  Trainer(TrainerOptions options, TaskIdentity identity, Device& device, const Dataset* train,
+          const Dataset* test, WorkerMetrics* metrics);
+  ~Trainer();
+
+  // Trains (or, for an evaluator, evaluates) until training is over. The chief returns the
+  // summary of the run; other tasks a summary of what they saw.
+  absl::StatusOr<TrainingSummary> Run(const std::atomic<bool>& stop);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kubetrain::worker
