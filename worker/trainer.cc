@@ -293,7 +293,9 @@ class Trainer::Impl {
   // Waits until every ps answers with initialised state, then pulls. CANCELLED(kTrainingOver)
   // when the ps are shutting down.
   absl::Status WaitForPs(const std::atomic<bool>& stop) {
-    Backoff backoff({.initial = absl::Milliseconds(200), .max = absl::Seconds(5)});
+    // Short waits: a restarted ps is usually back within seconds, and sync training stalls until
+    // every worker notices.
+    Backoff backoff({.initial = absl::Milliseconds(200), .max = absl::Seconds(2)});
     absl::Time deadline = absl::Now() + options_.ready_timeout;
     std::string last_reason;
     while (!stop.load()) {
@@ -486,6 +488,7 @@ class Trainer::Impl {
   void MaybeLogProgress(int64_t pos) {
     absl::Time now = absl::Now();
     if (now - progress_time_ < options_.log_every) return;
+    if (version_.step() < progress_step_) progress_step_ = version_.step();  // restored: restart
     double rate = static_cast<double>(version_.step() - progress_step_) *
                   (options_.mode == Mode::kPsSync ? GlobalBatch() : options_.batch_size) /
                   absl::ToDoubleSeconds(now - progress_time_);

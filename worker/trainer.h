@@ -40,7 +40,7 @@ struct TrainerOptions {
   double momentum = 0.9;
   uint64_t seed = 1;
   std::string checkpoint_dir;  // the chief's checkpoints; empty: none (no ps refill possible)
-  absl::Duration checkpoint_every = absl::Seconds(60);
+  absl::Duration checkpoint_every = absl::Seconds(30);
   int keep_checkpoints = 3;
   absl::Duration log_every = absl::Seconds(5);
   absl::Duration ready_timeout = absl::Minutes(30);  // waiting for the ps (and chief) to be up

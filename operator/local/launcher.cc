@@ -334,7 +334,7 @@ absl::StatusOr<JobResult> LocalJob::Run(const std::atomic<bool>& stop) {
     }
   }
   StopAll(/*graceful=*/result_->succeeded);
-  MaybePrintProgress(true);
+  if (progress_dirty_) MaybePrintProgress(/*force=*/true);
   for (auto& t : tasks_) {
     if (t->task.chief && t->progress.completion()) result_->summary = t->progress.completion();
   }

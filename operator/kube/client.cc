@@ -1,0 +1,467 @@
+#include "operator/kube/client.h"
+
+#include <httplib.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+
+namespace kubetrain::kube {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kPoolSize = 8;
+
+std::string UrlEncode(absl::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += absl::StrFormat("%%%02X", c);
+    }
+  }
+  return out;
+}
+
+std::string Query(const std::vector<std::pair<std::string, std::string>>& params) {
+  std::string q;
+  for (const auto& [k, v] : params) {
+    if (v.empty()) continue;
+    absl::StrAppend(&q, q.empty() ? "?" : "&", k, "=", UrlEncode(v));
+  }
+  return q;
+}
+
+absl::StatusCode CodeFor(int http, const std::string& reason) {
+  if (reason == "AlreadyExists") return absl::StatusCode::kAlreadyExists;
+  if (reason == "Conflict") return absl::StatusCode::kAborted;
+  if (reason == "Expired" || reason == "Gone") return absl::StatusCode::kOutOfRange;
+  switch (http) {
+    case 400:
+    case 422:
+      return absl::StatusCode::kInvalidArgument;
+    case 401:
+      return absl::StatusCode::kUnauthenticated;
+    case 403:
+      return absl::StatusCode::kPermissionDenied;
+    case 404:
+      return absl::StatusCode::kNotFound;
+    case 405:
+    case 415:
+      return absl::StatusCode::kUnimplemented;
+    case 409:
+      return absl::StatusCode::kAborted;
+    case 410:
+      return absl::StatusCode::kOutOfRange;
+    case 429:
+      return absl::StatusCode::kUnavailable;
+    default:
+      return http >= 500 ? absl::StatusCode::kUnavailable : absl::StatusCode::kUnknown;
+  }
+}
+
+// PEM text → OpenSSL objects, owned by the caller.
+X509_STORE* CaStore(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  X509_STORE* store = X509_STORE_new();
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(store, cert);
+    X509_free(cert);
+  }
+  BIO_free(bio);
+  return store;
+}
+
+X509* Cert(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  return cert;
+}
+
+EVP_PKEY* Key(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  return key;
+}
+
+const char* ContentType(PatchType type) {
+  switch (type) {
+    case PatchType::kMerge:
+      return "application/merge-patch+json";
+    case PatchType::kJson:
+      return "application/json-patch+json";
+    case PatchType::kStrategicMerge:
+      return "application/strategic-merge-patch+json";
+    case PatchType::kApply:
+      return "application/apply-patch+yaml";
+  }
+  return "application/merge-patch+json";
+}
+
+}  // namespace
+
+std::string Resource::CollectionPath(const std::string& ns) const {
+  std::string path =
+      group.empty() ? absl::StrCat("/api/", version) : absl::StrCat("/apis/", group, "/", version);
+  if (namespaced && !ns.empty()) absl::StrAppend(&path, "/namespaces/", ns);
+  return absl::StrCat(path, "/", plural);
+}
+
+Resource Resource::Pods() { return {"", "v1", "pods", "Pod", true}; }
+Resource Resource::Services() { return {"", "v1", "services", "Service", true}; }
+Resource Resource::Events() { return {"", "v1", "events", "Event", true}; }
+Resource Resource::Leases() { return {"coordination.k8s.io", "v1", "leases", "Lease", true}; }
+Resource Resource::TrainingJobs() {
+  return {"kubetrain.dev", "v1", "trainingjobs", "TrainingJob", true};
+}
+Resource Resource::PodGroups() {
+  return {"scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", true};
+}
+
+void WatchCancel::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (conn_ != nullptr) conn_->stop();
+}
+
+bool WatchCancel::cancelled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
+}
+
+void WatchCancel::Attach(httplib::ClientImpl* conn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  conn_ = conn;
+}
+
+void WatchCancel::Detach() {
+  std::lock_guard<std::mutex> lock(mu_);
+  conn_ = nullptr;
+}
+
+absl::Status StatusFromResponse(int http, const std::string& body, const std::string& what) {
+  json status = json::parse(body, nullptr, false);
+  std::string reason;
+  std::string message;
+  if (status.is_object() && status.value("kind", "") == "Status") {
+    reason = status.value("reason", "");
+    message = status.value("message", "");
+  }
+  if (message.empty()) message = body.empty() ? absl::StrCat("HTTP ", http) : body.substr(0, 300);
+  return absl::Status(CodeFor(http, reason),
+                      absl::StrCat(what, ": ", message, " (", reason.empty() ? "" : reason + ", ",
+                                   "HTTP ", http, ")"));
+}
+
+std::string FormatTime(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
+}
+
+std::string FormatMicroTime(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", t, absl::UTCTimeZone());
+}
+
+absl::Time ParseTime(const std::string& text) {
+  absl::Time t;
+  std::string err;
+  if (text.empty() || !absl::ParseTime(absl::RFC3339_full, text, &t, &err)) {
+    return absl::InfinitePast();
+  }
+  return t;
+}
+
+struct Client::Call {
+  std::string method;  // GET, POST, PUT, PATCH, DELETE
+  std::string verb;    // for metrics
+  std::string path;    // with query
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+Client::Client(ClusterConfig config, ClientOptions options)
+    : config_(std::move(config)),
+      options_(std::move(options)),
+      tokens_(config_.token, config_.token_file),
+      limiter_(options_.qps, options_.burst) {}
+
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClusterConfig config,
+                                                       ClientOptions options) {
+  if (config.host.empty()) return absl::InvalidArgumentError("cluster config has no server");
+  auto client = std::unique_ptr<Client>(new Client(std::move(config), std::move(options)));
+  // Fail early on unusable TLS material rather than on the first request.
+  ASSIGN_OR_RETURN(auto conn, client->Connect(client->options_.timeout));
+  client->ReturnConnection(std::move(conn));
+  return client;
+}
+
+absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Client::Connect(absl::Duration read_timeout) {
+  std::unique_ptr<httplib::ClientImpl> conn;
+  if (config_.scheme == "https") {
+    std::unique_ptr<httplib::SSLClient> ssl;
+    if (!config_.client_cert_pem.empty()) {
+      X509* cert = Cert(config_.client_cert_pem);
+      EVP_PKEY* key = Key(config_.client_key_pem);
+      if (cert == nullptr || key == nullptr) {
+        if (cert) X509_free(cert);
+        if (key) EVP_PKEY_free(key);
+        return absl::InvalidArgumentError(
+            absl::StrCat(config_.source, ": client certificate or key is not valid PEM"));
+      }
+      ssl = std::make_unique<httplib::SSLClient>(config_.host, config_.port, cert, key);
+      X509_free(cert);
+      EVP_PKEY_free(key);
+    } else {
+      ssl = std::make_unique<httplib::SSLClient>(config_.host, config_.port);
+    }
+    if (!config_.ca_pem.empty()) ssl->set_ca_cert_store(CaStore(config_.ca_pem));
+    ssl->enable_server_certificate_verification(!config_.insecure_skip_tls_verify);
+    conn = std::move(ssl);
+  } else {
+    conn = std::make_unique<httplib::ClientImpl>(config_.host, config_.port);
+  }
+  conn->set_connection_timeout(5, 0);
+  conn->set_read_timeout(absl::ToChronoSeconds(read_timeout));
+  conn->set_write_timeout(absl::ToChronoSeconds(options_.timeout));
+  conn->set_keep_alive(true);
+  return conn;
+}
+
+std::unique_ptr<httplib::ClientImpl> Client::TakeConnection() {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (pool_.empty()) return nullptr;
+  auto conn = std::move(pool_.back());
+  pool_.pop_back();
+  return conn;
+}
+
+void Client::ReturnConnection(std::unique_ptr<httplib::ClientImpl> conn) {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (pool_.size() < kPoolSize) pool_.push_back(std::move(conn));
+}
+
+absl::StatusOr<json> Client::Do(Call& call) {
+  std::string what = absl::StrCat(call.method, " ", call.path.substr(0, call.path.find('?')));
+  for (int attempt = 0;; ++attempt) {
+    limiter_.Wait();
+    std::unique_ptr<httplib::ClientImpl> conn = TakeConnection();
+    if (!conn) {
+      ASSIGN_OR_RETURN(conn, Connect(options_.timeout));
+    }
+    httplib::Request req;
+    req.method = call.method;
+    req.path = config_.path_prefix + call.path;
+    req.headers = {{"Accept", "application/json"}, {"User-Agent", options_.user_agent}};
+    std::string token = tokens_.Token();
+    if (!token.empty()) req.headers.emplace("Authorization", "Bearer " + token);
+    if (!call.body.empty() || call.method == "POST" || call.method == "PUT" ||
+        call.method == "PATCH") {
+      req.body = call.body;
+      req.headers.emplace("Content-Type", call.content_type);
+    }
+    httplib::Result res = conn->send(req);
+    if (options_.on_request) options_.on_request(call.verb, res ? res->status : 0);
+    if (!res) {
+      return absl::UnavailableError(absl::StrCat(what, ": cannot reach the API server at ",
+                                                 config_.host, ":", config_.port, ": ",
+                                                 httplib::to_string(res.error())));
+    }
+    int code = res->status;
+    std::string body = std::move(res->body);
+    std::string retry_after = res->get_header_value("Retry-After");
+    ReturnConnection(std::move(conn));
+    if (code >= 200 && code < 300) {
+      if (body.empty()) return json::object();
+      json doc = json::parse(body, nullptr, false);
+      if (doc.is_discarded())
+        return absl::InternalError(absl::StrCat(what, ": response is not JSON"));
+      return doc;
+    }
+    int seconds = 0;
+    bool retryable = (code == 429 || code >= 500) && absl::SimpleAtoi(retry_after, &seconds);
+    if (!retryable || attempt >= options_.max_retries) return StatusFromResponse(code, body, what);
+    absl::SleepFor(std::min(absl::Seconds(std::max(seconds, 0)), options_.max_retry_after));
+  }
+}
+
+std::string Client::ObjectPath(const Resource& r, const std::string& ns,
+                               const std::string& name) const {
+  return absl::StrCat(r.CollectionPath(r.namespaced ? ns : ""), "/", name);
+}
+
+absl::StatusOr<json> Client::Get(const Resource& r, const std::string& ns,
+                                 const std::string& name) {
+  Call call{"GET", "get", ObjectPath(r, ns, name)};
+  return Do(call);
+}
+
+absl::StatusOr<json> Client::List(const Resource& r, const std::string& ns, const ListOptions& o,
+                                  const std::string& continue_token) {
+  Call call{"GET", "list",
+            r.CollectionPath(ns) +
+                Query({{"labelSelector", o.label_selector},
+                       {"fieldSelector", o.field_selector},
+                       {"resourceVersion", continue_token.empty() ? o.resource_version : ""},
+                       {"limit", o.limit > 0 ? std::to_string(o.limit) : ""},
+                       {"continue", continue_token}})};
+  return Do(call);
+}
+
+absl::StatusOr<json> Client::ListAll(const Resource& r, const std::string& ns,
+                                     const ListOptions& o) {
+  ASSIGN_OR_RETURN(json list, List(r, ns, o));
+  if (!list.contains("items") || list["items"].is_null()) list["items"] = json::array();
+  std::string token = list["metadata"].value("continue", "");
+  while (!token.empty()) {
+    absl::StatusOr<json> page = List(r, ns, o, token);
+    if (page.status().code() == absl::StatusCode::kOutOfRange) {
+      // The continue token expired: read everything at once, as client-go's pager does.
+      ListOptions full = o;
+      full.limit = 0;
+      full.resource_version = "";
+      return List(r, ns, full);
+    }
+    RETURN_IF_ERROR(page.status());
+    for (json& item : (*page)["items"]) list["items"].push_back(std::move(item));
+    token = (*page)["metadata"].value("continue", "");
+  }
+  list["metadata"].erase("continue");
+  return list;
+}
+
+absl::StatusOr<json> Client::Create(const Resource& r, const std::string& ns, const json& object) {
+  Call call{"POST", "create",
+            r.CollectionPath(ns) + Query({{"fieldManager", options_.field_manager}}),
+            object.dump()};
+  return Do(call);
+}
+
+absl::StatusOr<json> Client::Update(const Resource& r, const std::string& ns, const json& object) {
+  Call call{"PUT", "update",
+            ObjectPath(r, ns, object["metadata"].value("name", "")) +
+                Query({{"fieldManager", options_.field_manager}}),
+            object.dump()};
+  return Do(call);
+}
+
+absl::StatusOr<json> Client::UpdateStatus(const Resource& r, const std::string& ns,
+                                          const json& object) {
+  Call call{"PUT", "update",
+            ObjectPath(r, ns, object["metadata"].value("name", "")) + "/status" +
+                Query({{"fieldManager", options_.field_manager}}),
+            object.dump()};
+  return Do(call);
+}
+
+absl::StatusOr<json> Client::Patch(const Resource& r, const std::string& ns,
+                                   const std::string& name, PatchType type, const std::string& body,
+                                   const std::string& subresource) {
+  std::string path = ObjectPath(r, ns, name);
+  if (!subresource.empty()) absl::StrAppend(&path, "/", subresource);
+  path += Query({{"fieldManager", options_.field_manager},
+                 {"force", type == PatchType::kApply ? "true" : ""}});
+  Call call{"PATCH", "patch", path, body, ContentType(type)};
+  return Do(call);
+}
+
+absl::Status Client::Delete(const Resource& r, const std::string& ns, const std::string& name,
+                            const DeleteOptions& o) {
+  json body = {
+      {"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", o.propagation_policy}};
+  if (!o.precondition_uid.empty()) body["preconditions"] = {{"uid", o.precondition_uid}};
+  if (o.grace_period_seconds) body["gracePeriodSeconds"] = *o.grace_period_seconds;
+  Call call{"DELETE", "delete", ObjectPath(r, ns, name), body.dump()};
+  return Do(call).status();
+}
+
+absl::StatusOr<json> Client::GetPath(const std::string& path) {
+  Call call{"GET", "get", path};
+  return Do(call);
+}
+
+absl::Status Client::Watch(const Resource& r, const std::string& ns, const WatchOptions& o,
+                           const std::function<bool(const WatchEvent&)>& on_event,
+                           WatchCancel* cancel) {
+  std::string path =
+      r.CollectionPath(ns) + Query({{"watch", "true"},
+                                    {"allowWatchBookmarks", o.allow_bookmarks ? "true" : ""},
+                                    {"resourceVersion", o.resource_version},
+                                    {"timeoutSeconds", std::to_string(o.timeout_seconds)},
+                                    {"labelSelector", o.label_selector},
+                                    {"fieldSelector", o.field_selector}});
+  std::string what = absl::StrCat("WATCH ", r.CollectionPath(ns));
+  limiter_.Wait();
+  // The server ends the watch after timeoutSeconds; read longer than that, never shorter.
+  ASSIGN_OR_RETURN(std::unique_ptr<httplib::ClientImpl> conn,
+                   Connect(absl::Seconds(o.timeout_seconds + 30)));
+  if (cancel != nullptr) {
+    cancel->Attach(conn.get());
+    if (cancel->cancelled()) {
+      cancel->Detach();
+      return absl::OkStatus();
+    }
+  }
+  int http = 0;
+  std::string pending;  // bytes after the last newline: events may be split across chunks
+  std::string error_body;
+  absl::Status event_error;
+  bool stopped_by_caller = false;
+  httplib::Request req;
+  req.method = "GET";
+  req.path = config_.path_prefix + path;
+  req.headers = {{"Accept", "application/json"}, {"User-Agent", options_.user_agent}};
+  std::string token = tokens_.Token();
+  if (!token.empty()) req.headers.emplace("Authorization", "Bearer " + token);
+  req.response_handler = [&](const httplib::Response& res) {
+    http = res.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    if (http != 200) {
+      error_body.append(data, len);
+      return true;
+    }
+    pending.append(data, len);
+    size_t start = 0;
+    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      json ev = json::parse(pending.begin() + start, pending.begin() + nl, nullptr, false);
+      if (!ev.is_object()) continue;
+      std::string type = ev.value("type", "");
+      if (type == "ERROR") {
+        const json& st = ev["object"];
+        event_error = StatusFromResponse(st.value("code", 500), st.dump(), what);
+        return false;
+      }
+      if (!on_event({type, std::move(ev["object"])})) {
+        stopped_by_caller = true;
+        return false;
+      }
+    }
+    pending.erase(0, start);
+    return true;
+  };
+  httplib::Result res = conn->send(req);
+  if (cancel != nullptr) cancel->Detach();
+  if (options_.on_request) options_.on_request("watch", http);
+  if (!event_error.ok()) return event_error;
+  if (stopped_by_caller || (cancel != nullptr && cancel->cancelled())) return absl::OkStatus();
+  if (http != 0 && http != 200) return StatusFromResponse(http, error_body, what);
+  if (!res) {
+    // A read timeout or a closed connection ends this watch; the caller re-watches.
+    if (res.error() == httplib::Error::Read) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat(what, ": ", httplib::to_string(res.error())));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kubetrain::kube

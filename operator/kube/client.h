@@ -1,0 +1,182 @@
+// A Kubernetes REST client: typed paths for any resource, JSON bodies, every patch type, the
+// /status subresource, streaming watches, errors decoded from Status bodies into absl::Status
+// codes chosen by what the caller should do, client-side QPS/burst limits and Retry-After.
+//
+// Thread-safe: any number of threads may call any method; each call takes an HTTP connection
+// from a small pool (a watch holds one for its duration).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "operator/kube/config.h"
+#include "operator/kube/rate_limiter.h"
+
+namespace httplib {
+class ClientImpl;
+}
+
+namespace kubetrain::kube {
+
+// A REST resource: where its objects live and what they are called.
+struct Resource {
+  std::string group;  // "" for the core group
+  std::string version;
+  std::string plural;
+  std::string kind;
+  bool namespaced = true;
+
+  std::string ApiVersion() const { return group.empty() ? version : group + "/" + version; }
+  // The collection path: /api/v1/namespaces/<ns>/pods, /apis/<g>/<v>/<plural> (all namespaces
+  // when `ns` is empty).
+  std::string CollectionPath(const std::string& ns) const;
+
+  static Resource Pods();
+  static Resource Services();
+  static Resource Events();
+  static Resource Leases();
+  static Resource TrainingJobs();
+  static Resource PodGroups();  // scheduling.volcano.sh/v1beta1
+};
+
+struct ListOptions {
+  std::string label_selector;
+  std::string field_selector;
+  std::string resource_version;  // "" = most recent, "0" = any (may be served from a cache)
+  int64_t limit = 500;           // page size; ListAll follows `continue` tokens
+};
+
+struct WatchOptions {
+  std::string label_selector;
+  std::string field_selector;
+  std::string resource_version;
+  int timeout_seconds = 300;
+  bool allow_bookmarks = true;
+};
+
+struct WatchEvent {
+  std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK
+  nlohmann::json object;
+};
+
+enum class PatchType { kMerge, kJson, kStrategicMerge, kApply };
+
+struct DeleteOptions {
+  std::string propagation_policy = "Background";  // Foreground, Background, Orphan
+  std::string precondition_uid;                   // delete only this incarnation
+  std::optional<int64_t> grace_period_seconds;
+};
+
+// Cancels one watch from another thread. Thread-safe; one per watching thread.
+class WatchCancel {
+ public:
+  void Cancel();
+  bool cancelled() const;
+
+ private:
+  friend class Client;
+  void Attach(httplib::ClientImpl* conn);
+  void Detach();
+
+  mutable std::mutex mu_;
+  httplib::ClientImpl* conn_ = nullptr;
+  bool cancelled_ = false;
+};
+
+struct ClientOptions {
+  double qps = 50;  // client-side limit; <= 0 disables it
+  int burst = 100;
+  std::string user_agent = "kubetrain-operator/0.1.0";
+  std::string field_manager = "kubetrain-operator";
+  absl::Duration timeout = absl::Seconds(30);  // every request except watches
+  int max_retries = 5;                         // 429 and 5xx answers that carry Retry-After
+  absl::Duration max_retry_after = absl::Seconds(10);
+  // Called after every request with its verb (get, list, watch, create, update, patch, delete)
+  // and HTTP code (0: no response). For metrics.
+  std::function<void(const std::string& verb, int code)> on_request;
+};
+
+// Error codes: 404 NOT_FOUND, 409 AlreadyExists ALREADY_EXISTS, 409 Conflict ABORTED (re-read
+// and retry), 410 Expired/Gone OUT_OF_RANGE (relist), 400/422 INVALID_ARGUMENT, 401
+// UNAUTHENTICATED, 403 PERMISSION_DENIED, 429/5xx/no connection UNAVAILABLE. The message is the
+// server's Status message, with the verb and path.
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Create(ClusterConfig config,
+                                                        ClientOptions options = {});
+  ~Client();
+
+  const ClusterConfig& config() const { return config_; }
+
+  absl::StatusOr<nlohmann::json> Get(const Resource& r, const std::string& ns,
+                                     const std::string& name);
+  // One page.
+  absl::StatusOr<nlohmann::json> List(const Resource& r, const std::string& ns,
+                                      const ListOptions& options,
+                                      const std::string& continue_token = "");
+  // Every page, items concatenated; metadata.resourceVersion is the first page's.
+  absl::StatusOr<nlohmann::json> ListAll(const Resource& r, const std::string& ns,
+                                         const ListOptions& options);
+  absl::StatusOr<nlohmann::json> Create(const Resource& r, const std::string& ns,
+                                        const nlohmann::json& object);
+  // PUT of the whole object (metadata.resourceVersion makes it conditional).
+  absl::StatusOr<nlohmann::json> Update(const Resource& r, const std::string& ns,
+                                        const nlohmann::json& object);
+  absl::StatusOr<nlohmann::json> UpdateStatus(const Resource& r, const std::string& ns,
+                                              const nlohmann::json& object);
+  // `subresource` is "" or "status"; kApply sends fieldManager and force=true.
+  absl::StatusOr<nlohmann::json> Patch(const Resource& r, const std::string& ns,
+                                       const std::string& name, PatchType type,
+                                       const std::string& body,
+                                       const std::string& subresource = "");
+  absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
+                      const DeleteOptions& options = {});
+
+  // Streams events to `on_event` until the server ends the watch (OK), `on_event` returns false
+  // (OK), `cancel` is cancelled (OK), or it fails. An ERROR event is returned as its Status
+  // (410 → OUT_OF_RANGE).
+  absl::Status Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
+                     const std::function<bool(const WatchEvent&)>& on_event,
+                     WatchCancel* cancel = nullptr);
+
+  // Raw GET of an absolute API path (discovery, /version, /healthz). For tests and tools.
+  absl::StatusOr<nlohmann::json> GetPath(const std::string& path);
+
+ private:
+  struct Call;
+  Client(ClusterConfig config, ClientOptions options);
+
+  absl::StatusOr<nlohmann::json> Do(Call& call);
+  absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Connect(absl::Duration read_timeout);
+  std::unique_ptr<httplib::ClientImpl> TakeConnection();
+  void ReturnConnection(std::unique_ptr<httplib::ClientImpl> conn);
+  std::string ObjectPath(const Resource& r, const std::string& ns, const std::string& name) const;
+
+  ClusterConfig config_;
+  ClientOptions options_;
+  TokenSource tokens_;
+  TokenBucket limiter_;
+  std::mutex pool_mu_;
+  std::vector<std::unique_ptr<httplib::ClientImpl>> pool_;
+};
+
+// The Status code for an HTTP answer: decodes `body` when it is a Status object.
+absl::Status StatusFromResponse(int http_code, const std::string& body, const std::string& what);
+
+// RFC 3339 with seconds, UTC ("2026-11-21T10:00:00Z"), as Kubernetes writes timestamps.
+std::string FormatTime(absl::Time t);
+// RFC 3339 with microseconds (Lease MicroTime).
+std::string FormatMicroTime(absl::Time t);
+// Parses either; absl::InfinitePast() when empty or malformed.
+absl::Time ParseTime(const std::string& text);
+
+}  // namespace kubetrain::kube

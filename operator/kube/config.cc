@@ -1,0 +1,206 @@
+#include "operator/kube/config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+#include "operator/api/yaml.h"
+
+namespace kubetrain::kube {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Finds the entry called `name` in a kubeconfig list such as "clusters" and returns its `key`
+// object ("cluster", "user", "context").
+absl::StatusOr<json> Named(const json& doc, const char* list, const char* key,
+                           const std::string& name, const std::string& path) {
+  if (doc.contains(list) && doc[list].is_array()) {
+    for (const json& entry : doc[list]) {
+      if (entry.value("name", "") == name && entry.contains(key) && entry[key].is_object()) {
+        return entry[key];
+      }
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(path, ": no ", key, " named \"", name, "\" in ", list));
+}
+
+// A PEM from "<field>-data" (base64) or "<field>" (a path, relative to the kubeconfig's folder).
+absl::StatusOr<std::string> Pem(const json& obj, const std::string& field, const fs::path& base,
+                                const std::string& path) {
+  if (obj.contains(field + "-data")) {
+    std::string pem;
+    if (!absl::Base64Unescape(obj[field + "-data"].get<std::string>(), &pem)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", field, "-data is not base64"));
+    }
+    return pem;
+  }
+  if (obj.contains(field)) {
+    fs::path file = obj[field].get<std::string>();
+    if (file.is_relative()) file = base / file;
+    return ReadFile(file.string());
+  }
+  return std::string();
+}
+
+}  // namespace
+
+absl::Status ParseServerUrl(const std::string& url, ClusterConfig* config) {
+  absl::string_view rest = url;
+  if (absl::ConsumePrefix(&rest, "https://")) {
+    config->scheme = "https";
+    config->port = 443;
+  } else if (absl::ConsumePrefix(&rest, "http://")) {
+    config->scheme = "http";
+    config->port = 80;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server \"", url, "\" must start with https:// or http://"));
+  }
+  size_t slash = rest.find('/');
+  absl::string_view hostport = rest.substr(0, slash);
+  config->path_prefix = slash == absl::string_view::npos ? "" : std::string(rest.substr(slash));
+  while (absl::EndsWith(config->path_prefix, "/")) config->path_prefix.pop_back();
+  size_t colon = hostport.rfind(':');
+  bool bracketed = absl::StartsWith(hostport, "[");
+  if (colon != absl::string_view::npos && (!bracketed || hostport[colon - 1] == ']')) {
+    if (!absl::SimpleAtoi(hostport.substr(colon + 1), &config->port)) {
+      return absl::InvalidArgumentError(absl::StrCat("server \"", url, "\" has a bad port"));
+    }
+    hostport = hostport.substr(0, colon);
+  }
+  if (bracketed) hostport = hostport.substr(1, hostport.size() - 2);
+  if (hostport.empty())
+    return absl::InvalidArgumentError(absl::StrCat("server \"", url, "\" has no host"));
+  config->host = std::string(hostport);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std::string& context) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::vector<json> docs, api::ParseYamlDocuments(text), path);
+  if (docs.size() != 1 || !docs[0].is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a kubeconfig"));
+  }
+  const json& doc = docs[0];
+  std::string name = context.empty() ? doc.value("current-context", "") : context;
+  if (name.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": no current-context; pass --context or set one with kubectl config "
+                     "use-context"));
+  }
+  ASSIGN_OR_RETURN(json ctx, Named(doc, "contexts", "context", name, path));
+  ASSIGN_OR_RETURN(json cluster, Named(doc, "clusters", "cluster", ctx.value("cluster", ""), path));
+  json user = json::object();
+  if (ctx.contains("user")) {
+    ASSIGN_OR_RETURN(user, Named(doc, "users", "user", ctx.value("user", ""), path));
+  }
+  ClusterConfig config;
+  RETURN_IF_ERROR(ParseServerUrl(cluster.value("server", ""), &config), path, ": cluster ",
+                  ctx.value("cluster", ""));
+  fs::path base = fs::path(path).parent_path();
+  ASSIGN_OR_RETURN(config.ca_pem, Pem(cluster, "certificate-authority", base, path));
+  config.insecure_skip_tls_verify = cluster.value("insecure-skip-tls-verify", false);
+  config.token = user.value("token", "");
+  if (user.contains("tokenFile")) {
+    fs::path token_file = user["tokenFile"].get<std::string>();
+    config.token_file = (token_file.is_relative() ? base / token_file : token_file).string();
+  }
+  ASSIGN_OR_RETURN(config.client_cert_pem, Pem(user, "client-certificate", base, path));
+  ASSIGN_OR_RETURN(config.client_key_pem, Pem(user, "client-key", base, path));
+  if (user.contains("exec") || user.contains("auth-provider")) {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": user ", ctx.value("user", ""),
+        " authenticates with an exec or auth-provider plugin, which kubetrain does not run; use a "
+        "token, tokenFile or client certificate"));
+  }
+  config.namespace_ = ctx.value("namespace", "default");
+  config.source = absl::StrCat("kubeconfig ", path, " (context ", name, ")");
+  return config;
+}
+
+absl::StatusOr<ClusterConfig> LoadInClusterConfig(const std::string& dir) {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  if (host == nullptr || port == nullptr || *host == '\0') {
+    return absl::FailedPreconditionError(
+        "not running in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset; "
+        "pass --kubeconfig");
+  }
+  ClusterConfig config;
+  std::string h = host;
+  RETURN_IF_ERROR(ParseServerUrl(
+      absl::StrCat("https://", h.find(':') != std::string::npos ? "[" + h + "]" : h, ":", port),
+      &config));
+  config.token_file = dir + "/token";
+  ASSIGN_OR_RETURN(std::string token, ReadFile(config.token_file), "service-account token");
+  config.token = std::string(absl::StripAsciiWhitespace(token));
+  absl::StatusOr<std::string> ca = ReadFile(dir + "/ca.crt");
+  if (ca.ok()) config.ca_pem = *ca;
+  const char* pod_ns = std::getenv("POD_NAMESPACE");
+  absl::StatusOr<std::string> ns = ReadFile(dir + "/namespace");
+  if (pod_ns != nullptr && *pod_ns != '\0') {
+    config.namespace_ = pod_ns;
+  } else if (ns.ok()) {
+    config.namespace_ = std::string(absl::StripAsciiWhitespace(*ns));
+  }
+  config.source = "in-cluster service account";
+  return config;
+}
+
+absl::StatusOr<ClusterConfig> LoadConfig(const std::string& kubeconfig_flag,
+                                         const std::string& context) {
+  if (!kubeconfig_flag.empty()) return LoadKubeconfig(kubeconfig_flag, context);
+  if (const char* env = std::getenv("KUBECONFIG"); env != nullptr && *env != '\0') {
+    std::vector<std::string> paths = absl::StrSplit(env, ':', absl::SkipEmpty());
+    for (const std::string& p : paths) {
+      if (fs::exists(p)) return LoadKubeconfig(p, context);
+    }
+  }
+  if (std::getenv("KUBERNETES_SERVICE_HOST") != nullptr) return LoadInClusterConfig();
+  const char* home = std::getenv("HOME");
+  std::string default_path = absl::StrCat(home ? home : "", "/.kube/config");
+  if (fs::exists(default_path)) return LoadKubeconfig(default_path, context);
+  return absl::FailedPreconditionError(
+      "no cluster configuration: pass --kubeconfig, set KUBECONFIG, run in a pod, or create "
+      "~/.kube/config");
+}
+
+TokenSource::TokenSource(std::string token, std::string token_file, absl::Duration refresh)
+    : token_(std::move(token)), token_file_(std::move(token_file)), refresh_(refresh) {
+  if (!token_.empty()) read_at_ = absl::Now();
+}
+
+std::string TokenSource::Token() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!token_file_.empty() && absl::Now() - read_at_ >= refresh_) {
+    absl::StatusOr<std::string> t = ReadFile(token_file_);
+    // A failed re-read keeps the last token: it is usually still valid for a while.
+    if (t.ok()) token_ = std::string(absl::StripAsciiWhitespace(*t));
+    read_at_ = absl::Now();
+  }
+  return token_;
+}
+
+}  // namespace kubetrain::kube

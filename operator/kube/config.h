@@ -1,0 +1,63 @@
+// Where the API server is and how to authenticate: from a kubeconfig file or, inside a pod, from
+// the service-account files (DESIGN §2, reference kubeapi.md §7).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace kubetrain::kube {
+
+inline constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+struct ClusterConfig {
+  std::string scheme = "https";  // "https" or "http"
+  std::string host;
+  int port = 443;
+  std::string path_prefix;  // e.g. "/k8s/clusters/c-1" behind a proxy; usually empty
+  std::string token;        // static bearer token
+  std::string token_file;   // re-read at most once a minute (bound service-account tokens)
+  std::string ca_pem;       // trusted CA certificates; empty: the system's
+  std::string client_cert_pem;
+  std::string client_key_pem;
+  bool insecure_skip_tls_verify = false;
+  std::string namespace_ = "default";
+  std::string source;  // "kubeconfig /root/.kube/config (context x)" or "in-cluster", for logs
+};
+
+// Reads a kubeconfig; `context` empty means current-context. Relative file paths in it are
+// resolved against the kubeconfig's folder. Errors name the file and the missing piece.
+absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path,
+                                             const std::string& context = "");
+
+// The pod's service account: KUBERNETES_SERVICE_HOST/PORT, token, ca.crt and namespace under
+// `dir`. FAILED_PRECONDITION outside a pod.
+absl::StatusOr<ClusterConfig> LoadInClusterConfig(const std::string& dir = kServiceAccountDir);
+
+// kubectl's order: --kubeconfig, then $KUBECONFIG (first file of the list), then in-cluster when
+// KUBERNETES_SERVICE_HOST is set, then ~/.kube/config.
+absl::StatusOr<ClusterConfig> LoadConfig(const std::string& kubeconfig_flag,
+                                         const std::string& context = "");
+
+// Parses "https://host:port/prefix" into the config's scheme, host, port and path prefix.
+absl::Status ParseServerUrl(const std::string& url, ClusterConfig* config);
+
+// The bearer token to send: the static token, or the token file's content, re-read once the
+// last read is older than `refresh`. Thread-safe.
+class TokenSource {
+ public:
+  TokenSource(std::string token, std::string token_file, absl::Duration refresh = absl::Minutes(1));
+  std::string Token();
+
+ private:
+  std::mutex mu_;
+  std::string token_;
+  const std::string token_file_;
+  const absl::Duration refresh_;
+  absl::Time read_at_ = absl::InfinitePast();
+};
+
+}  // namespace kubetrain::kube

@@ -1,0 +1,96 @@
+#include "operator/kube/work_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "absl/time/clock.h"
+
+namespace kubetrain::kube {
+namespace {
+
+TEST(WorkQueue, DeduplicatesQueuedKeys) {
+  WorkQueue q;
+  q.Add("ns/a");
+  q.Add("ns/a");
+  q.Add("ns/b");
+  EXPECT_EQ(q.Len(), 2u);
+  EXPECT_EQ(*q.Get(), "ns/a");
+  EXPECT_EQ(*q.Get(), "ns/b");
+}
+
+TEST(WorkQueue, KeyInProcessIsNotHandedOutTwiceAndRequeuedOnDone) {
+  WorkQueue q;
+  q.Add("ns/a");
+  std::string key = *q.Get();
+  q.Add("ns/a");  // changed while being reconciled
+  EXPECT_EQ(q.Len(), 0u);
+  q.Done(key);
+  EXPECT_EQ(q.Len(), 1u);
+  EXPECT_EQ(*q.Get(), "ns/a");
+}
+
+TEST(WorkQueue, AddAfterFiresByItself) {
+  WorkQueue q;
+  absl::Time start = absl::Now();
+  q.AddAfter("ns/deadline", absl::Milliseconds(150));
+  EXPECT_EQ(q.Len(), 0u);
+  EXPECT_EQ(q.Delayed(), 1u);
+  std::optional<std::string> key = q.Get();  // blocks until the timer moves it in
+  ASSERT_TRUE(key.has_value());
+  EXPECT_EQ(*key, "ns/deadline");
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(140));
+}
+
+TEST(WorkQueue, RateLimitedBackoffGrowsAndForgetResets) {
+  WorkQueue q({.base_delay = absl::Milliseconds(5), .max_delay = absl::Seconds(1)});
+  for (int i = 0; i < 4; ++i) q.AddRateLimited("ns/x");
+  EXPECT_EQ(q.NumRequeues("ns/x"), 4);
+  q.Forget("ns/x");
+  EXPECT_EQ(q.NumRequeues("ns/x"), 0);
+}
+
+TEST(WorkQueue, ShutDownWakesBlockedWorkers) {
+  WorkQueue q;
+  std::optional<std::string> got = "unset";
+  std::thread worker([&] { got = q.Get(); });
+  absl::SleepFor(absl::Milliseconds(50));
+  q.ShutDown();
+  worker.join();
+  EXPECT_FALSE(got.has_value());
+}
+
+TEST(WorkQueue, ManyWorkersNeverShareAKey) {
+  WorkQueue q;
+  std::mutex mu;
+  std::set<std::string> active;
+  bool overlap = false;
+  std::atomic<int> handled{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([&] {
+      while (auto key = q.Get()) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          overlap |= !active.insert(*key).second;
+        }
+        absl::SleepFor(absl::Microseconds(200));
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          active.erase(*key);
+        }
+        handled++;
+        q.Done(*key);
+      }
+    });
+  }
+  for (int i = 0; i < 400; ++i) q.Add("ns/job-" + std::to_string(i % 5));
+  absl::SleepFor(absl::Milliseconds(200));
+  q.ShutDown();
+  for (auto& t : workers) t.join();
+  EXPECT_FALSE(overlap);
+  EXPECT_GE(handled.load(), 5);
+}
+
+}  // namespace
+}  // namespace kubetrain::kube
