@@ -245,6 +245,7 @@ TrainingJobStatus DecodeStatus(const json& v) {
       Read(rs, "succeeded", &out.succeeded);
       Read(rs, "failed", &out.failed);
       Read(rs, "restarts", &out.restarts);
+      Read(rs, "completedIndexes", &out.completed_indexes);
     }
   }
   Read(v, "startTime", &st.start_time);
@@ -360,6 +361,7 @@ json ToJson(const TrainingJobStatus& st) {
                         {"succeeded", s.succeeded},
                         {"failed", s.failed},
                         {"restarts", s.restarts}};
+      if (!s.completed_indexes.empty()) rs[Name(type)]["completedIndexes"] = s.completed_indexes;
     }
     out["replicaStatuses"] = rs;
   }

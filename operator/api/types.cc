@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
 namespace kubetrain::api {
 namespace {
 
@@ -62,6 +66,33 @@ bool Parse(absl::string_view text, SuccessPolicy* out) {
 }
 bool Parse(absl::string_view text, RestartScope* out) {
   return ParseByName(text, RestartScopeNames(), out);
+}
+
+std::string FormatIndexSet(const std::set<int>& indexes) {
+  std::string out;
+  for (auto it = indexes.begin(); it != indexes.end();) {
+    int first = *it;
+    int last = first;
+    for (++it; it != indexes.end() && *it == last + 1; ++it) last = *it;
+    absl::StrAppend(&out, out.empty() ? "" : ",", first);
+    if (last != first) absl::StrAppend(&out, "-", last);
+  }
+  return out;
+}
+
+std::set<int> ParseIndexSet(absl::string_view text) {
+  std::set<int> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> range = absl::StrSplit(part, '-');
+    int first, last;
+    if (!absl::SimpleAtoi(range.first, &first)) continue;
+    if (range.second.empty()) {
+      out.insert(first);
+    } else if (absl::SimpleAtoi(range.second, &last) && last >= first && last - first < 100000) {
+      for (int i = first; i <= last; ++i) out.insert(i);
+    }
+  }
+  return out;
 }
 
 }  // namespace kubetrain::api

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,9 @@ struct ReplicaStatus {
   // Restarts counted by the operator: never read back from container restartCount, which is lost
   // when a pod is recreated.
   int32_t restarts = 0;
+  // Indexes that exited 0, "0,2-3" (batch/v1 Job's completedIndexes format): never run again,
+  // even once their pods have been garbage-collected.
+  std::string completed_indexes;
 };
 
 struct Progress {
@@ -149,5 +153,9 @@ struct TrainingJob {
   TrainingJobSpec spec;
   TrainingJobStatus status;
 };
+
+// "0,2-3" <-> {0, 2, 3}. Parsing skips malformed parts.
+std::string FormatIndexSet(const std::set<int>& indexes);
+std::set<int> ParseIndexSet(absl::string_view text);
 
 }  // namespace kubetrain::api

@@ -34,3 +34,16 @@ TEST(DescribeExit, NamesTheSignal) {
 
 }  // namespace
 }  // namespace kubetrain::api
+
+namespace kubetrain::api {
+namespace {
+
+TEST(IndexSet, FormatsRangesLikeBatchJobs) {
+  EXPECT_EQ(FormatIndexSet({0, 2, 3, 4, 7}), "0,2-4,7");
+  EXPECT_EQ(FormatIndexSet({}), "");
+  EXPECT_EQ(ParseIndexSet("0,2-4,7"), (std::set<int>{0, 2, 3, 4, 7}));
+  EXPECT_EQ(ParseIndexSet("x,5,,9-8"), (std::set<int>{5}));
+}
+
+}  // namespace
+}  // namespace kubetrain::api

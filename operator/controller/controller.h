@@ -1,0 +1,59 @@
+// The TrainingJob controller: informers on TrainingJobs and (label-scoped) on the pods and
+// Services it owns, a rate-limited work queue keyed by job, and `workers` reconcile threads.
+// A job is never reconciled by two threads at once (the queue guarantees it).
+//
+// Owns its informers, queue, reconciler and threads. Start/Stop from one thread; Ready from any.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "operator/controller/events.h"
+#include "operator/controller/metrics.h"
+#include "operator/controller/reconciler.h"
+#include "operator/kube/client.h"
+#include "operator/kube/informer.h"
+#include "operator/kube/work_queue.h"
+
+namespace kubetrain::controller {
+
+struct ControllerOptions {
+  std::string namespace_;  // "" = every namespace
+  int workers = 4;
+  ReconcilerOptions reconciler;
+  absl::Duration sync_timeout = absl::Minutes(2);
+};
+
+class Controller {
+ public:
+  Controller(kube::Client& client, ControllerOptions options, OperatorMetrics* metrics);
+  ~Controller();
+
+  // Starts the informers, waits for their first lists, then the workers. DEADLINE_EXCEEDED if
+  // the caches do not sync in time.
+  absl::Status Start();
+  void Stop();
+  bool Ready() const { return ready_.load(); }
+  const kube::WorkQueue& queue() const { return queue_; }
+
+ private:
+  void Work();
+  void EnqueueOwner(const nlohmann::json& obj);
+
+  kube::Client& client_;
+  const ControllerOptions options_;
+  OperatorMetrics* metrics_;
+  kube::Informer jobs_;
+  kube::Informer pods_;
+  kube::Informer services_;
+  kube::WorkQueue queue_;
+  EventRecorder events_;
+  Reconciler reconciler_;
+  std::vector<std::thread> workers_;
+  std::atomic<bool> ready_{false};
+};
+
+}  // namespace kubetrain::controller

@@ -1,0 +1,58 @@
+#include "operator/controller/pod_view.h"
+
+#include "absl/strings/numbers.h"
+
+namespace kubetrain::controller {
+
+using nlohmann::json;
+
+namespace {
+
+void ReadTermination(const json& status, PodView* view) {
+  for (const char* field : {"state", "lastState"}) {
+    if (!status.contains(field)) continue;
+    const json& state = status[field];
+    if (state.contains("terminated") && state["terminated"].contains("exitCode")) {
+      view->exit_code = state["terminated"]["exitCode"].get<int>();
+      if (view->reason.empty()) view->reason = state["terminated"].value("reason", "");
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<PodView> ViewPod(const json& pod) {
+  const json& meta = pod["metadata"];
+  const json& labels = meta.value("labels", json::object());
+  PodView view;
+  std::string type = labels.value(api::kLabelReplicaType, "");
+  bool known = false;
+  for (api::ReplicaType t : {api::ReplicaType::kChief, api::ReplicaType::kPS,
+                             api::ReplicaType::kWorker, api::ReplicaType::kEvaluator}) {
+    if (api::TaskType(t) == type) {
+      view.type = t;
+      known = true;
+    }
+  }
+  if (!known || !absl::SimpleAtoi(labels.value(api::kLabelReplicaIndex, ""), &view.index)) {
+    return std::nullopt;
+  }
+  view.name = meta.value("name", "");
+  view.uid = meta.value("uid", "");
+  view.deleting = meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();
+  const json& status = pod.value("status", json::object());
+  view.phase = status.value("phase", "Pending");
+  view.pod_ip = status.value("podIP", "");
+  view.reason = status.value("reason", "");
+  if (status.contains("containerStatuses") && status["containerStatuses"].is_array()) {
+    for (const json& cs : status["containerStatuses"]) {
+      if (cs.value("name", "") == api::kDefaultContainerName) ReadTermination(cs, &view);
+    }
+  }
+  return view;
+}
+
+int EffectiveExitCode(const PodView& pod) { return pod.exit_code.value_or(137); }
+
+}  // namespace kubetrain::controller

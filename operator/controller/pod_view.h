@@ -1,0 +1,34 @@
+// What the operator needs to know about one of its pods, read from the pod object.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/types.h"
+
+namespace kubetrain::controller {
+
+struct PodView {
+  std::string name;
+  std::string uid;
+  std::string phase;  // Pending, Running, Succeeded, Failed, Unknown
+  bool deleting = false;
+  api::ReplicaType type = api::ReplicaType::kWorker;
+  int index = 0;
+  std::string pod_ip;
+  // The training container's exit code once it terminated; a pod that failed without one
+  // (evicted, lost node) has none and is treated as killed.
+  std::optional<int> exit_code;
+  std::string reason;  // pod or container termination reason (OOMKilled, Evicted, ...)
+};
+
+// nullopt when the pod lacks the kubetrain replica labels.
+std::optional<PodView> ViewPod(const nlohmann::json& pod);
+
+// The exit code a failed pod is judged by: its container's, else 137 (killed: eviction, node
+// loss, preemption are retryable under every restart policy but Never).
+int EffectiveExitCode(const PodView& pod);
+
+}  // namespace kubetrain::controller

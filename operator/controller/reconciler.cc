@@ -1,0 +1,462 @@
+#include "operator/controller/reconciler.h"
+
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "operator/api/decode.h"
+#include "operator/api/render.h"
+#include "operator/api/restart.h"
+#include "operator/api/validation.h"
+#include "operator/controller/conditions.h"
+#include "operator/controller/pod_view.h"
+#include "operator/controller/progress.h"
+
+namespace kubetrain::controller {
+
+using nlohmann::json;
+
+struct Reconciler::Pass {
+  std::string key;
+  std::string ns;
+  std::string name;
+  json object;  // the job as cached
+  api::TrainingJob job;
+  api::TrainingJobStatus status;
+  json original_status;
+  std::map<std::string, json> pods;  // this job's pods, by name
+  std::map<api::ReplicaType, std::set<int>> completed;
+  std::vector<PodView> failed;  // failed pods whose restart policy retries them
+  std::optional<absl::Duration> requeue;
+  absl::Time now;
+
+  std::string JobRef() const { return ns + "/" + name; }
+  void Requeue(absl::Duration d) {
+    if (!requeue || d < *requeue) requeue = std::max(d, absl::Milliseconds(10));
+  }
+};
+
+namespace {
+
+bool OwnedBy(const json& pod, const std::string& uid) {
+  if (uid.empty()) return true;
+  const json& refs = pod["metadata"].value("ownerReferences", json::array());
+  for (const json& ref : refs) {
+    if (ref.value("uid", "") == uid && ref.value("controller", false)) return true;
+  }
+  return false;
+}
+
+int TotalRestarts(const api::TrainingJobStatus& status) {
+  int total = 0;
+  for (const auto& [type, rs] : status.replica_statuses) total += rs.restarts;
+  return total;
+}
+
+bool Active(const PodView& v) {
+  return !v.deleting && (v.phase == "Pending" || v.phase == "Running");
+}
+
+}  // namespace
+
+Reconciler::Reconciler(kube::Client& client, kube::Informer& jobs, kube::Informer& pods,
+                       kube::Informer& services, EventRecorder& events, OperatorMetrics* metrics,
+                       ReconcilerOptions options)
+    : client_(client),
+      jobs_(jobs),
+      pods_(pods),
+      services_(services),
+      events_(events),
+      metrics_(metrics),
+      options_(std::move(options)) {}
+
+absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
+  std::optional<json> object = jobs_.Get(key);
+  if (!object) {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    progress_read_.erase(key);
+    return ReconcileResult{};  // deleted: the garbage collector removes what it owned
+  }
+  if ((*object)["metadata"].contains("deletionTimestamp")) return ReconcileResult{};
+  Pass p;
+  p.key = key;
+  p.object = *object;
+  p.now = absl::Now();
+  p.ns = (*object)["metadata"].value("namespace", "default");
+  p.name = (*object)["metadata"].value("name", "");
+  api::FieldErrors errors;
+  p.job = api::DecodeAndValidate(*object, &errors);
+  p.status = p.job.status;
+  p.original_status = api::ToJson(p.status);
+  if (!errors.empty()) {
+    std::string message = std::string(api::ToStatus(errors, "TrainingJob " + p.JobRef()).message());
+    if (SetCondition(&p.status, kFailed, true, "InvalidSpec", message, p.now)) {
+      events_.Warning(p.object, "InvalidSpec", message);
+      if (metrics_) metrics_->JobFailed(p.ns);
+    }
+    RETURN_IF_ERROR(WriteStatus(p));
+    return ReconcileResult{};
+  }
+  if (FindCondition(p.status, kCreated) == nullptr) {
+    SetCondition(&p.status, kCreated, true, "TrainingJobCreated",
+                 absl::StrCat("TrainingJob ", p.JobRef(), " is created."), p.now);
+    if (metrics_) metrics_->JobCreated(p.ns);
+  }
+  p.status.observed_generation = p.job.metadata.generation;
+  for (const json& pod : pods_.ListByLabel(p.ns, api::kLabelJobName, p.name)) {
+    if (OwnedBy(pod, p.job.metadata.uid)) p.pods[pod["metadata"].value("name", "")] = pod;
+  }
+  for (const auto& [type, rs] : p.job.spec.replica_specs) {
+    p.completed[type] = api::ParseIndexSet(p.status.replica_statuses[type].completed_indexes);
+  }
+  if (IsFinished(p.status)) return FinishedJob(p);
+  if (p.job.spec.run_policy.suspend.value_or(false)) {
+    RETURN_IF_ERROR(Suspend(p));
+    RETURN_IF_ERROR(WriteStatus(p));
+    return ReconcileResult{p.requeue};
+  }
+  if (IsTrue(p.status, kSuspended)) {
+    SetCondition(&p.status, kSuspended, false, "TrainingJobResumed",
+                 absl::StrCat("TrainingJob ", p.JobRef(), " is resumed."), p.now);
+    p.status.start_time.clear();  // the deadline counts from the resume
+    events_.Normal(p.object, "JobResumed", "Resumed TrainingJob job=" + p.JobRef());
+  }
+  if (p.status.start_time.empty()) p.status.start_time = kube::FormatTime(p.now);
+  RETURN_IF_ERROR(EnsureService(p));
+  if (options_.gang_scheduler == "volcano") RETURN_IF_ERROR(EnsurePodGroup(p));
+  RETURN_IF_ERROR(SyncTasks(p));
+  RETURN_IF_ERROR(HandleRestarts(p));
+  CheckSuccess(p);
+  CheckDeadline(p);
+  if (IsFinished(p.status)) return FinishedJob(p);
+  ReadProgress(p);
+  RETURN_IF_ERROR(WriteStatus(p));
+  return ReconcileResult{p.requeue};
+}
+
+absl::StatusOr<ReconcileResult> Reconciler::FinishedJob(Pass& p) {
+  RETURN_IF_ERROR(Cleanup(p));
+  RETURN_IF_ERROR(WriteStatus(p));
+  const auto& ttl = p.job.spec.run_policy.ttl_seconds_after_finished;
+  if (!ttl) return ReconcileResult{};
+  absl::Time finished = kube::ParseTime(p.status.completion_time);
+  if (finished == absl::InfinitePast()) finished = p.now;
+  absl::Time expiry = finished + absl::Seconds(*ttl);
+  if (p.now < expiry) return ReconcileResult{expiry - p.now};
+  absl::Status s =
+      client_.Delete(kube::Resource::TrainingJobs(), p.ns, p.name,
+                     {.propagation_policy = "Background", .precondition_uid = p.job.metadata.uid});
+  if (!s.ok() && s.code() != absl::StatusCode::kNotFound) return s;
+  log::Info("Deleted TrainingJob after its TTL", {{"job", p.JobRef()}, {"ttl_seconds", *ttl}});
+  return ReconcileResult{};
+}
+
+absl::Status Reconciler::EnsureService(Pass& p) {
+  if (services_.Get(p.key)) return absl::OkStatus();
+  json svc = api::BuildService(p.job);
+  absl::StatusOr<json> created = client_.Create(kube::Resource::Services(), p.ns, svc);
+  if (created.status().code() == absl::StatusCode::kAlreadyExists) return absl::OkStatus();
+  RETURN_IF_ERROR(created.status(), "creating the Service of ", p.JobRef());
+  events_.Normal(p.object, "CreatedService", "Created Service service=" + p.name);
+  return absl::OkStatus();
+}
+
+absl::Status Reconciler::EnsurePodGroup(Pass& p) {
+  int total = 0;
+  for (const auto& [type, rs] : p.job.spec.replica_specs) total += rs.replicas.value_or(1);
+  const auto& sp = p.job.spec.run_policy.scheduling_policy;
+  int min_member = sp && sp->min_available ? *sp->min_available : total;
+  json group = {{"apiVersion", "scheduling.volcano.sh/v1beta1"},
+                {"kind", "PodGroup"},
+                {"metadata",
+                 {{"name", p.name},
+                  {"namespace", p.ns},
+                  {"labels", api::JobLabels(p.job)},
+                  {"ownerReferences", json::array({{{"apiVersion", api::kApiVersion},
+                                                    {"kind", api::kKind},
+                                                    {"name", p.name},
+                                                    {"uid", p.job.metadata.uid},
+                                                    {"controller", true},
+                                                    {"blockOwnerDeletion", true}}})}}},
+                {"spec", {{"minMember", min_member}}}};
+  if (sp && !sp->queue.empty()) group["spec"]["queue"] = sp->queue;
+  if (sp && !sp->priority_class.empty()) group["spec"]["priorityClassName"] = sp->priority_class;
+  absl::StatusOr<json> created = client_.Create(kube::Resource::PodGroups(), p.ns, group);
+  if (created.ok() || created.status().code() == absl::StatusCode::kAlreadyExists) {
+    return absl::OkStatus();
+  }
+  return Annotate(created.status(), "creating the PodGroup (is Volcano installed?)");
+}
+
+absl::Status Reconciler::CreatePod(Pass& p, api::ReplicaType type, int index) {
+  api::ClusterDnsAddresses addresses(options_.cluster_domain);
+  json pod = api::BuildPod(p.job, type, index, addresses);
+  if (options_.gang_scheduler == "volcano") {
+    pod["spec"]["schedulerName"] = "volcano";
+    pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = p.name;
+  }
+  std::string pod_name = pod["metadata"]["name"];
+  absl::StatusOr<json> created = client_.Create(kube::Resource::Pods(), p.ns, pod);
+  // Deterministic names: a pod created by an earlier pass (or operator) is simply there.
+  if (created.status().code() == absl::StatusCode::kAlreadyExists) return absl::OkStatus();
+  RETURN_IF_ERROR(created.status(), "creating Pod ", pod_name);
+  p.pods[pod_name] = *created;
+  events_.Normal(p.object, "CreatedPod", "Created Pod pod=" + pod_name);
+  return absl::OkStatus();
+}
+
+absl::Status Reconciler::DeletePod(Pass& p, const json& pod, const std::string& why) {
+  std::string name = pod["metadata"].value("name", "");
+  absl::Status s = client_.Delete(
+      kube::Resource::Pods(), p.ns, name,
+      {.propagation_policy = "Background", .precondition_uid = pod["metadata"].value("uid", "")});
+  if (s.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+  RETURN_IF_ERROR(s, "deleting Pod ", name);
+  p.pods[name]["metadata"]["deletionTimestamp"] = kube::FormatTime(p.now);  // once per pass
+  events_.Normal(p.object, "DeletedPod", absl::StrCat("Deleted Pod pod=", name, " reason=", why));
+  return absl::OkStatus();
+}
+
+absl::Status Reconciler::Cleanup(Pass& p) {
+  api::CleanPodPolicy policy =
+      p.job.spec.run_policy.clean_pod_policy.value_or(api::CleanPodPolicy::kRunning);
+  if (policy == api::CleanPodPolicy::kNone) return absl::OkStatus();
+  std::map<std::string, json> pods = p.pods;
+  for (const auto& [name, pod] : pods) {
+    std::optional<PodView> v = ViewPod(pod);
+    if (!v || v->deleting) continue;
+    if (policy == api::CleanPodPolicy::kAll || Active(*v)) {
+      RETURN_IF_ERROR(DeletePod(p, pod, "JobFinished"));
+    }
+  }
+  // The Service goes whatever the pods' phases: nothing dials a finished job.
+  if (services_.Get(p.key)) {
+    absl::Status s = client_.Delete(kube::Resource::Services(), p.ns, p.name);
+    if (s.ok()) events_.Normal(p.object, "DeletedService", "Deleted Service service=" + p.name);
+    if (!s.ok() && s.code() != absl::StatusCode::kNotFound) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Reconciler::Suspend(Pass& p) {
+  std::map<std::string, json> pods = p.pods;
+  for (const auto& [name, pod] : pods) {
+    std::optional<PodView> v = ViewPod(pod);
+    if (v && !v->deleting && Active(*v)) RETURN_IF_ERROR(DeletePod(p, pod, "Suspended"));
+  }
+  if (SetCondition(&p.status, kSuspended, true, "TrainingJobSuspended",
+                   absl::StrCat("TrainingJob ", p.JobRef(), " is suspended."), p.now)) {
+    events_.Normal(p.object, "JobSuspended", "Suspended TrainingJob job=" + p.JobRef());
+  }
+  for (auto& [type, rs] : p.status.replica_statuses) rs.active = 0;
+  return absl::OkStatus();
+}
+
+absl::Status Reconciler::SyncTasks(Pass& p) {
+  api::ClusterDnsAddresses addresses(options_.cluster_domain);
+  std::map<api::ReplicaType, api::ReplicaStatus> counts;
+  bool chief_running = false;
+  for (const api::Task& t : api::Tasks(p.job, addresses)) {
+    api::ReplicaStatus& rs = counts[t.type];
+    std::set<int>& done = p.completed[t.type];
+    auto it = p.pods.find(t.name);
+    if (it == p.pods.end()) {
+      // A replica that already succeeded is never run again, even after its pod was collected.
+      if (!done.count(t.index)) RETURN_IF_ERROR(CreatePod(p, t.type, t.index));
+      continue;
+    }
+    std::optional<PodView> v = ViewPod(it->second);
+    if (!v || v->deleting) continue;  // a replacement waits until the old pod is gone
+    if (v->phase == "Succeeded") {
+      done.insert(t.index);
+    } else if (v->phase == "Failed") {
+      ++rs.failed;
+      int code = EffectiveExitCode(*v);
+      switch (api::DecideExit(t.restart_policy, code)) {
+        case api::ExitAction::kSucceeded:
+          done.insert(t.index);
+          break;
+        case api::ExitAction::kRestart:
+          p.failed.push_back(*v);
+          break;
+        case api::ExitAction::kFail:
+          events_.Warning(p.object, "ExitedWithCode",
+                          absl::StrCat("Pod exited pod=", t.name, " exit_code=", code,
+                                       v->reason.empty() ? "" : " reason=" + v->reason));
+          Finish(p, false, "TrainingJobFailed",
+                 absl::StrCat("TrainingJob ", p.JobRef(), " has failed because pod ", t.name, " ",
+                              api::DescribeExit(code), " and restartPolicy ",
+                              api::Name(t.restart_policy), " does not retry it."));
+          break;
+      }
+    } else if (Active(*v)) {
+      ++rs.active;
+      chief_running |= t.chief && v->phase == "Running";
+    }
+  }
+  for (auto& [type, rs] : counts) {
+    api::ReplicaStatus& out = p.status.replica_statuses[type];
+    out.active = rs.active;
+    out.failed = rs.failed;
+    out.succeeded = static_cast<int32_t>(p.completed[type].size());
+    out.completed_indexes = api::FormatIndexSet(p.completed[type]);
+  }
+  if (chief_running && p.failed.empty()) {
+    SetCondition(&p.status, kRunning, true, "TrainingJobRunning",
+                 absl::StrCat("TrainingJob ", p.JobRef(), " is running."), p.now);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Reconciler::HandleRestarts(Pass& p) {
+  if (p.failed.empty() || IsFinished(p.status)) return absl::OkStatus();
+  const api::RunPolicy& rp = p.job.spec.run_policy;
+  bool whole_job = rp.restart_scope == api::RestartScope::kJob;
+  int needed = whole_job ? 1 : static_cast<int>(p.failed.size());
+  int limit = rp.backoff_limit.value_or(api::kDefaultBackoffLimit);
+  if (TotalRestarts(p.status) + needed > limit) {
+    Finish(p, false, "BackoffLimitExceeded",
+           absl::StrCat("TrainingJob ", p.JobRef(),
+                        " has failed because it has reached the "
+                        "specified backoff limit (",
+                        limit, " restarts); last failure: pod ", p.failed.front().name, " ",
+                        api::DescribeExit(EffectiveExitCode(p.failed.front()))));
+    return absl::OkStatus();
+  }
+  std::vector<std::string> names;
+  for (const PodView& v : p.failed) {
+    names.push_back(v.name);
+    events_.Warning(p.object, "ExitedWithCode",
+                    absl::StrCat("Pod exited pod=", v.name, " exit_code=", EffectiveExitCode(v),
+                                 v.reason.empty() ? "" : " reason=" + v.reason));
+  }
+  if (whole_job) {
+    std::map<std::string, json> pods = p.pods;
+    for (const auto& [name, pod] : pods) {
+      std::optional<PodView> v = ViewPod(pod);
+      if (v && !v->deleting) RETURN_IF_ERROR(DeletePod(p, pod, "RestartScopeJob"));
+    }
+    ++p.status.replica_statuses[p.failed.front().type].restarts;
+    events_.Normal(p.object, "RestartedJob",
+                   absl::StrCat("Restarted every Pod of the job job=", p.JobRef(),
+                                " failed=", absl::StrJoin(names, ",")));
+  } else {
+    for (const PodView& v : p.failed) {
+      RETURN_IF_ERROR(DeletePod(p, p.pods[v.name], "Restart"));
+      int restarts = ++p.status.replica_statuses[v.type].restarts;
+      events_.Normal(p.object, "RestartedPod",
+                     absl::StrCat("Restarted Pod pod=", v.name, " exit_code=", EffectiveExitCode(v),
+                                  " restarts=", restarts));
+    }
+  }
+  if (metrics_) metrics_->JobRestarted(p.ns);
+  SetCondition(&p.status, kRestarting, true, "TrainingJobRestarting",
+               absl::StrCat("TrainingJob ", p.JobRef(), " is restarting because ", names.size(),
+                            " pod(s) failed: ", absl::StrJoin(names, ", "), "."),
+               p.now);
+  return absl::OkStatus();
+}
+
+void Reconciler::CheckSuccess(Pass& p) {
+  if (IsFinished(p.status)) return;
+  const auto& specs = p.job.spec.replica_specs;
+  bool has_chief = specs.count(api::ReplicaType::kChief) > 0;
+  bool done;
+  if (p.job.spec.success_policy == api::SuccessPolicy::kAllWorkers) {
+    done = true;
+    for (api::ReplicaType t : {api::ReplicaType::kChief, api::ReplicaType::kWorker}) {
+      auto it = specs.find(t);
+      if (it != specs.end())
+        done &= static_cast<int>(p.completed[t].size()) >= it->second.replicas.value_or(1);
+    }
+  } else {
+    done =
+        p.completed[has_chief ? api::ReplicaType::kChief : api::ReplicaType::kWorker].count(0) > 0;
+  }
+  if (done) {
+    Finish(p, true, "TrainingJobSucceeded",
+           absl::StrCat("TrainingJob ", p.JobRef(), " successfully completed."));
+  }
+}
+
+void Reconciler::CheckDeadline(Pass& p) {
+  const auto& deadline = p.job.spec.run_policy.active_deadline_seconds;
+  if (!deadline || IsFinished(p.status)) return;
+  absl::Time start = kube::ParseTime(p.status.start_time);
+  if (start == absl::InfinitePast()) return;
+  absl::Time end = start + absl::Seconds(*deadline);
+  if (p.now >= end) {
+    Finish(p, false, "DeadlineExceeded",
+           absl::StrCat("TrainingJob ", p.JobRef(),
+                        " was active longer than its "
+                        "activeDeadlineSeconds (",
+                        *deadline, ")."));
+  } else {
+    p.Requeue(end - p.now);  // fires by itself, without another event
+  }
+}
+
+void Reconciler::Finish(Pass& p, bool succeeded, const std::string& reason,
+                        const std::string& message) {
+  if (!SetCondition(&p.status, succeeded ? kSucceeded : kFailed, true, reason, message, p.now)) {
+    return;
+  }
+  p.status.completion_time = kube::FormatTime(p.now);
+  if (succeeded) {
+    events_.Normal(p.object, "JobSucceeded", "TrainingJob succeeded job=" + p.JobRef());
+    if (metrics_) metrics_->JobSucceeded(p.ns);
+  } else {
+    events_.Warning(
+        p.object, "JobFailed",
+        absl::StrCat("TrainingJob failed job=", p.JobRef(), " reason=", reason, ": ", message));
+    if (metrics_) metrics_->JobFailed(p.ns);
+  }
+  log::Info(succeeded ? "TrainingJob succeeded" : "TrainingJob failed",
+            {{"job", p.JobRef()}, {"reason", reason}, {"message", message}});
+}
+
+void Reconciler::ReadProgress(Pass& p) {
+  api::ClusterDnsAddresses addresses(options_.cluster_domain);
+  for (const api::Task& t : api::Tasks(p.job, addresses)) {
+    if (!t.chief) continue;
+    auto it = p.pods.find(t.name);
+    if (it == p.pods.end()) return;
+    std::optional<PodView> v = ViewPod(it->second);
+    if (!v || v->phase != "Running" || v->pod_ip.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(progress_mu_);
+      absl::Time& last = progress_read_[p.key];
+      if (p.now - last < options_.progress_interval) {
+        p.Requeue(options_.progress_interval - (p.now - last));
+        return;
+      }
+      last = p.now;
+    }
+    int port = api::ContainerPort(p.job, t.type, api::kMetricsPortName, api::kDefaultMetricsPort);
+    absl::StatusOr<api::Progress> progress =
+        FetchProgress(v->pod_ip, port, options_.progress_timeout);
+    if (progress.ok()) p.status.progress = *progress;
+    p.Requeue(options_.progress_interval);
+    return;
+  }
+}
+
+absl::Status Reconciler::WriteStatus(Pass& p) {
+  json status = api::ToJson(p.status);
+  if (status == p.original_status) return absl::OkStatus();
+  p.status.last_reconcile_time = kube::FormatTime(p.now);
+  json object = p.object;
+  object["status"] = api::ToJson(p.status);
+  // PUT with the cached resourceVersion: a stale cache gets 409 and the job is retried.
+  absl::StatusOr<json> written = client_.UpdateStatus(kube::Resource::TrainingJobs(), p.ns, object);
+  RETURN_IF_ERROR(written.status(), "updating the status of ", p.JobRef());
+  p.object = *written;
+  p.original_status = api::ToJson(p.status);
+  return absl::OkStatus();
+}
+
+}  // namespace kubetrain::controller

@@ -1,0 +1,76 @@
+// Reconciles one TrainingJob: level-triggered and idempotent. It reads the job, its pods and its
+// Service from the informers' caches, compares them with what the job's spec asks for (the pure
+// builders of operator/api), creates and deletes what differs, applies restart policies,
+// deadlines, TTL, suspend and the success policy, and writes status through /status only.
+//
+// Stateless between calls except for a small memory of when each job's progress was last read.
+// Thread-safe; the controller never reconciles one job from two threads at once.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "operator/api/types.h"
+#include "operator/controller/events.h"
+#include "operator/controller/metrics.h"
+#include "operator/kube/client.h"
+#include "operator/kube/informer.h"
+
+namespace kubetrain::controller {
+
+struct ReconcilerOptions {
+  std::string cluster_domain;  // appended to .svc in TF_CONFIG addresses when set
+  std::string gang_scheduler;  // "" or "volcano"
+  absl::Duration progress_interval = absl::Seconds(5);
+  absl::Duration progress_timeout = absl::Seconds(2);
+};
+
+struct ReconcileResult {
+  std::optional<absl::Duration> requeue_after;
+};
+
+class Reconciler {
+ public:
+  Reconciler(kube::Client& client, kube::Informer& jobs, kube::Informer& pods,
+             kube::Informer& services, EventRecorder& events, OperatorMetrics* metrics,
+             ReconcilerOptions options);
+
+  // `key` is "namespace/name". Errors are worth a rate-limited retry (409 conflicts included).
+  absl::StatusOr<ReconcileResult> Reconcile(const std::string& key);
+
+ private:
+  struct Pass;
+
+  absl::Status EnsureService(Pass& p);
+  absl::Status EnsurePodGroup(Pass& p);
+  absl::Status CreatePod(Pass& p, api::ReplicaType type, int index);
+  absl::Status DeletePod(Pass& p, const nlohmann::json& pod, const std::string& why);
+  absl::Status Cleanup(Pass& p);
+  absl::Status Suspend(Pass& p);
+  absl::Status SyncTasks(Pass& p);
+  absl::Status HandleRestarts(Pass& p);
+  void CheckSuccess(Pass& p);
+  void CheckDeadline(Pass& p);
+  void ReadProgress(Pass& p);
+  void Finish(Pass& p, bool succeeded, const std::string& reason, const std::string& message);
+  absl::Status WriteStatus(Pass& p);
+  absl::StatusOr<ReconcileResult> FinishedJob(Pass& p);
+
+  kube::Client& client_;
+  kube::Informer& jobs_;
+  kube::Informer& pods_;
+  kube::Informer& services_;
+  EventRecorder& events_;
+  OperatorMetrics* metrics_;
+  const ReconcilerOptions options_;
+  std::mutex progress_mu_;
+  std::map<std::string, absl::Time> progress_read_;  // job key → last read
+};
+
+}  // namespace kubetrain::controller

@@ -1,0 +1,193 @@
+// kubetrain-operator: watches TrainingJobs and reconciles them into pods, a Service and status.
+// Serves /metrics, /healthz and /readyz (ready once the caches have synced), and with
+// --leader-elect runs the controller only while it holds the leader Lease.
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/flags.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "operator/controller/controller.h"
+#include "operator/kube/config.h"
+#include "operator/kube/leader_election.h"
+
+namespace kubetrain {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+struct Options {
+  std::string kubeconfig;
+  std::string context;
+  std::string namespace_;
+  double qps = 50;
+  int burst = 100;
+  int workers = 4;
+  std::string metrics_address = "0.0.0.0:8080";
+  std::string health_address = "0.0.0.0:8081";
+  bool leader_elect = false;
+  std::string leader_election_namespace;
+  std::string leader_election_id = "kubetrain-operator";
+  std::string gang_scheduler;
+  std::string cluster_domain;
+  absl::Duration progress_interval = absl::Seconds(5);
+  std::string log_level = "info";
+};
+
+absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
+  Options o;
+  FlagSet f("kubetrain-operator",
+            "Reconciles TrainingJob resources (kubetrain.dev/v1) into pods, a headless Service\n"
+            "and status, through the Kubernetes API.");
+  f.Add("kubeconfig", &o.kubeconfig, "kubeconfig file (default: in-cluster, then ~/.kube/config)",
+        "KUBECONFIG");
+  f.Add("context", &o.context, "kubeconfig context (default: current-context)");
+  f.Add("namespace", &o.namespace_, "watch one namespace only (default: all)", "WATCH_NAMESPACE");
+  f.Add("qps", &o.qps, "client-side API request rate limit");
+  f.Add("burst", &o.burst, "client-side API request burst");
+  f.Add("workers", &o.workers, "concurrent reconciles (one job is never reconciled twice at once)");
+  f.Add("metrics-address", &o.metrics_address, "host:port of /metrics");
+  f.Add("health-address", &o.health_address, "host:port of /healthz and /readyz");
+  f.Add("leader-elect", &o.leader_elect, "run only while holding a coordination.k8s.io Lease");
+  f.Add("leader-election-namespace", &o.leader_election_namespace,
+        "namespace of the Lease (default: the kubeconfig's or pod's namespace)", "POD_NAMESPACE");
+  f.Add("leader-election-id", &o.leader_election_id, "name of the Lease");
+  f.Add("gang-scheduler", &o.gang_scheduler, "\"volcano\" creates a PodGroup per job");
+  f.Add("cluster-domain", &o.cluster_domain,
+        "DNS suffix after .svc in TF_CONFIG, e.g. cluster.local");
+  f.Add("progress-interval", &o.progress_interval, "how often the chief's progress is read");
+  f.Add("log-level", &o.log_level, "debug, info, warn or error");
+  ASSIGN_OR_RETURN(std::vector<std::string> rest, f.Parse(argc, argv));
+  if (!rest.empty()) return absl::InvalidArgumentError("unexpected argument \"" + rest[0] + "\"");
+  if (!o.gang_scheduler.empty() && o.gang_scheduler != "volcano") {
+    return absl::InvalidArgumentError("--gang-scheduler: must be \"\" or \"volcano\", got \"" +
+                                      o.gang_scheduler + "\"");
+  }
+  if (o.workers < 1) return absl::InvalidArgumentError("--workers: must be >= 1");
+  log::Level level;
+  if (!log::ParseLevel(o.log_level, &level)) {
+    return absl::InvalidArgumentError("--log-level: must be debug, info, warn or error");
+  }
+  log::SetLevel(level);
+  return o;
+}
+
+absl::Status SplitAddress(const std::string& address, std::string* host, int* port) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), port)) {
+    return absl::InvalidArgumentError("\"" + address + "\" is not host:port");
+  }
+  *host = colon == 0 ? "0.0.0.0" : address.substr(0, colon);
+  return absl::OkStatus();
+}
+
+std::string Identity() {
+  char host[256] = "operator";
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrFormat("%s_%08x", host, std::random_device{}());
+}
+
+absl::Status Main(int argc, char** argv) {
+  ASSIGN_OR_RETURN(Options o, ParseFlags(argc, argv));
+  ASSIGN_OR_RETURN(kube::ClusterConfig cluster, kube::LoadConfig(o.kubeconfig, o.context));
+  ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> metrics_server,
+                   MetricsServer::Start(o.metrics_address));
+  controller::OperatorMetrics metrics(metrics_server->registry());
+  kube::ClientOptions client_options;
+  client_options.qps = o.qps;
+  client_options.burst = o.burst;
+  client_options.on_request = [&metrics](const std::string& verb, int code) {
+    metrics.ApiRequest(verb, code);
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<kube::Client> client,
+                   kube::Client::Create(cluster, client_options));
+  log::Info("Starting kubetrain-operator",
+            {{"cluster", cluster.source},
+             {"server", absl::StrCat(cluster.host, ":", cluster.port)},
+             {"namespace", o.namespace_.empty() ? "(all)" : o.namespace_},
+             {"leader_elect", o.leader_elect}});
+
+  controller::ControllerOptions copts;
+  copts.namespace_ = o.namespace_;
+  copts.workers = o.workers;
+  copts.reconciler.cluster_domain = o.cluster_domain;
+  copts.reconciler.gang_scheduler = o.gang_scheduler;
+  copts.reconciler.progress_interval = o.progress_interval;
+  controller::Controller controller(*client, copts, &metrics);
+
+  std::string health_host;
+  int health_port;
+  RETURN_IF_ERROR(SplitAddress(o.health_address, &health_host, &health_port), "--health-address");
+  httplib::Server health;
+  health.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok", "text/plain");
+  });
+  health.Get("/readyz", [&controller](const httplib::Request&, httplib::Response& res) {
+    res.status = controller.Ready() ? 200 : 503;
+    res.set_content(controller.Ready() ? "ok" : "caches not synced", "text/plain");
+  });
+  if (!health.bind_to_port(health_host, health_port)) {
+    return absl::UnavailableError("--health-address: cannot listen on " + o.health_address);
+  }
+  std::thread health_thread([&health] { health.listen_after_bind(); });
+
+  absl::Status result;
+  if (o.leader_elect) {
+    kube::LeaderElectionOptions le;
+    le.namespace_ =
+        o.leader_election_namespace.empty() ? cluster.namespace_ : o.leader_election_namespace;
+    le.name = o.leader_election_id;
+    le.identity = Identity();
+    kube::LeaderElector elector(*client, le,
+                                {[&] {
+                                   absl::Status s = controller.Start();
+                                   if (!s.ok()) {
+                                     log::Error("Controller failed to start", {{"error", s}});
+                                     g_stop = true;
+                                   }
+                                 },
+                                 nullptr,
+                                 [](const std::string& id) {
+                                   log::Info("Observed leader", {{"identity", id}});
+                                 }});
+    result = elector.Run(g_stop);
+  } else {
+    result = controller.Start();
+    while (result.ok() && !g_stop.load()) absl::SleepFor(absl::Milliseconds(200));
+  }
+  controller.Stop();
+  health.stop();
+  health_thread.join();
+  return result;
+}
+
+}  // namespace
+}  // namespace kubetrain
+
+int main(int argc, char** argv) {
+  struct sigaction sa = {};
+  sa.sa_handler = kubetrain::OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  absl::Status s = kubetrain::Main(argc, argv);
+  if (s.code() == absl::StatusCode::kCancelled && s.message() == "help requested") return 0;
+  if (!s.ok()) {
+    kubetrain::log::Error("kubetrain-operator stopped", {{"error", s}});
+    std::cerr << "kubetrain-operator: " << s.message() << std::endl;
+    return 1;
+  }
+  return 0;
+}
