@@ -1,0 +1,116 @@
+// Kubernetes object semantics over the Store: create/get/list/update/patch/delete with
+// resourceVersion concurrency, generation, status and scale subresources, CRD registration and
+// schema handling, finalizers, namespace lifecycle and ownerReference garbage collection.
+//
+// Thread-safe: writes are serialised by one mutex (so read-check-write is atomic); reads go
+// straight to the Store.
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "e2e/localkube/resources.h"
+#include "e2e/localkube/selectors.h"
+#include "e2e/localkube/store.h"
+
+namespace kubetrain::localkube {
+
+// What a request addresses: a collection (name empty) or an object, maybe a subresource.
+struct Target {
+  ResourceTypePtr type;
+  std::string ns;
+  std::string name;
+  std::string subresource;  // "", "status", "scale", "log"
+};
+
+struct WriteOptions {
+  bool dry_run = false;
+  std::string field_manager;
+  bool force = false;
+  std::string field_validation = "Strict";  // Strict | Warn | Ignore
+};
+
+struct ListOptions {
+  LabelSelector labels;
+  FieldSelector fields;
+  int64_t limit = 0;
+  std::string continue_token;
+};
+
+struct DeleteOptions {
+  std::string propagation;  // Background (default) | Foreground | Orphan
+  std::optional<int64_t> grace_seconds;
+  bool dry_run = false;
+  std::string precondition_uid;
+  std::string precondition_rv;
+};
+
+class Api {
+ public:
+  Api(Registry* registry, Store* store);
+
+  // With graceful pods, deleting a running pod only marks it (deletionTimestamp); the kubelet
+  // stops its processes and then calls FinishPodDeletion.
+  void EnableGracefulPodDeletion() { graceful_pods_ = true; }
+
+  absl::StatusOr<nlohmann::json> Get(const Target& target) const;
+  absl::StatusOr<nlohmann::json> List(const Target& target, const ListOptions& options) const;
+  // `created` tells the HTTP layer to answer 201.
+  absl::StatusOr<nlohmann::json> Create(const Target& target, nlohmann::json body,
+                                        const WriteOptions& options);
+  absl::StatusOr<nlohmann::json> Update(const Target& target, nlohmann::json body,
+                                        const WriteOptions& options, bool* created);
+  absl::StatusOr<nlohmann::json> Patch(const Target& target, absl::string_view content_type,
+                                       const std::string& body, const WriteOptions& options,
+                                       bool* created);
+  absl::StatusOr<nlohmann::json> Delete(const Target& target, const DeleteOptions& options);
+  absl::StatusOr<nlohmann::json> DeleteCollection(const Target& target, const ListOptions& list,
+                                                  const DeleteOptions& options);
+
+  // For in-process controllers (the kubelet): applies `mutate` to the live object and stores it
+  // if it returns true. NotFound when the object is gone.
+  absl::Status Mutate(const std::string& storage_key, const std::string& ns,
+                      const std::string& name, const std::function<bool(nlohmann::json&)>& mutate);
+  // Removes a pod whose processes are gone (unless finalizers still hold it).
+  void FinishPodDeletion(const std::string& ns, const std::string& name);
+
+  Registry* registry() const { return registry_; }
+  Store* store() const { return store_; }
+
+ private:
+  absl::StatusOr<nlohmann::json> CreateLocked(const Target& target, nlohmann::json body,
+                                              const WriteOptions& options);
+  absl::StatusOr<nlohmann::json> UpdateLocked(const Target& target, nlohmann::json body,
+                                              const nlohmann::json& old,
+                                              const WriteOptions& options);
+  absl::Status Admit(const ResourceType& type, nlohmann::json* object,
+                     const WriteOptions& options) const;
+  void PrepareForCreate(const ResourceType& type, nlohmann::json* object) const;
+  absl::StatusOr<nlohmann::json> ScaleOf(const ResourceType& type,
+                                         const nlohmann::json& object) const;
+  absl::StatusOr<nlohmann::json> ApplyScale(const ResourceType& type, nlohmann::json object,
+                                            const nlohmann::json& scale) const;
+  // Deletes one stored object honouring finalizers, graceful pods and namespaces. Returns the
+  // object as it stands afterwards (marked) or as it was removed.
+  nlohmann::json DeleteObjectLocked(const std::string& key, nlohmann::json object,
+                                    const DeleteOptions& options);
+  void AfterRemoveLocked(const std::string& key, const nlohmann::json& removed);
+  void CollectGarbageLocked();
+  ResourceTypePtr TypeOfStored(const nlohmann::json& object) const;
+
+  Registry* registry_;
+  Store* store_;
+  bool graceful_pods_ = false;
+  std::recursive_mutex write_mu_;
+};
+
+// RFC 3339 UTC with second precision, as metadata timestamps use.
+std::string NowTimestamp();
+
+}  // namespace kubetrain::localkube

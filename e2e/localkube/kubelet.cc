@@ -1,0 +1,479 @@
+#include "e2e/localkube/kubelet.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "e2e/localkube/errors.h"
+
+extern char** environ;
+
+namespace kubetrain::localkube {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Now() {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
+}
+
+// "metadata.labels['app']" style fieldRef paths.
+std::string FieldRef(const json& pod, const std::string& path, const std::string& ip) {
+  const json& meta = pod["metadata"];
+  if (path == "metadata.name") return meta.value("name", "");
+  if (path == "metadata.namespace") return meta.value("namespace", "");
+  if (path == "metadata.uid") return meta.value("uid", "");
+  if (path == "status.podIP" || path == "status.hostIP") return ip;
+  if (path == "spec.nodeName") return "localkube";
+  if (path == "spec.serviceAccountName") return pod["spec"].value("serviceAccountName", "default");
+  for (const char* field : {"labels", "annotations"}) {
+    std::string prefix = absl::StrCat("metadata.", field, "['");
+    if (absl::StartsWith(path, prefix) && absl::EndsWith(path, "']")) {
+      std::string key = path.substr(prefix.size(), path.size() - prefix.size() - 2);
+      return meta.value(field, json::object()).value(key, "");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Kubelet::Kubelet(KubeletOptions options, Api* api) : options_(std::move(options)), api_(api) {}
+
+Kubelet::~Kubelet() { Stop(); }
+
+void Kubelet::Start() {
+  std::filesystem::create_directories(options_.log_dir);
+  WriteHosts();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Kubelet::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ && !thread_.joinable()) return;
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  pods_.clear();  // Process destructors kill and reap every group
+}
+
+void Kubelet::Loop() {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+    }
+    Sync();
+    api_->store()->WaitForChange(cursor_, absl::Now() + absl::Milliseconds(100));
+  }
+}
+
+void Kubelet::Sync() {
+  std::vector<StoreEvent> events;
+  int64_t scanned = cursor_;
+  std::vector<json> current;
+  if (cursor_ == 0 || !api_->store()->EventsAfter("/pods", cursor_, &events, &scanned).ok()) {
+    // First pass, or history was compacted under us: resync from a full list.
+    current = api_->store()->List("/pods", "", &scanned);
+    events.clear();
+    for (auto& p : current) events.push_back({scanned, "MODIFIED", "/pods", p, p});
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, pod] : pods_) {
+      bool present = std::any_of(current.begin(), current.end(), [&](const json& p) {
+        return Key(p["metadata"].value("namespace", ""), p["metadata"].value("name", "")) == key;
+      });
+      if (!present) events.push_back({scanned, "DELETED", "/pods", pod->object, pod->object});
+    }
+  }
+  cursor_ = scanned;
+  for (const StoreEvent& e : events) {
+    const json& meta = e.object["metadata"];
+    std::string key = Key(meta.value("namespace", ""), meta.value("name", ""));
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = pods_.find(key);
+    if (e.type == "DELETED") {
+      if (it != pods_.end() && it->second->uid == meta.value("uid", "")) {
+        pods_.erase(it);  // kills whatever still runs
+        lock.unlock();
+        WriteHosts();
+      }
+      continue;
+    }
+    if (it == pods_.end() || it->second->uid != meta.value("uid", "")) {
+      if (meta.contains("deletionTimestamp")) {
+        lock.unlock();
+        api_->FinishPodDeletion(meta.value("namespace", ""), meta.value("name", ""));
+        continue;
+      }
+      lock.unlock();
+      Admit(e.object);
+      continue;
+    }
+    it->second->object = e.object;
+    if (meta.contains("deletionTimestamp") && !it->second->terminating) {
+      BeginTermination(*it->second, meta.value("deletionGracePeriodSeconds", int64_t{30}));
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, pod] : pods_) {
+      Tick(*pod);
+      bool alive = std::any_of(pod->containers.begin(), pod->containers.end(),
+                               [](const Container& c) { return c.process && c.process->Alive(); });
+      if (pod->terminating && !alive) finished.emplace_back(pod->ns, pod->name);
+    }
+  }
+  for (auto& [ns, name] : finished) api_->FinishPodDeletion(ns, name);
+}
+
+void Kubelet::Admit(const json& object) {
+  auto pod = std::make_unique<Pod>();
+  pod->ns = object["metadata"].value("namespace", "");
+  pod->name = object["metadata"].value("name", "");
+  pod->uid = object["metadata"].value("uid", "");
+  pod->object = object;
+  int n = next_ip_++;
+  pod->ip = absl::StrCat("127.0.", 1 + n / 250, ".", 1 + n % 250);
+  pod->dir = absl::StrCat(options_.log_dir, "/", pod->ns, "_", pod->name, "_", pod->uid);
+  pod->start_time = Now();
+  std::filesystem::create_directories(pod->dir);
+  for (const auto& c : object["spec"].value("containers", json::array())) {
+    Container container;
+    container.name = c.value("name", "");
+    container.spec = c;
+    pod->containers.push_back(std::move(container));
+  }
+  Pod* raw = pod.get();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pods_[Key(raw->ns, raw->name)] = std::move(pod);
+  }
+  WriteHosts();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Container& c : raw->containers) StartContainer(*raw, c);
+  log::Info("Started Pod", {{"pod", Key(raw->ns, raw->name)}, {"ip", raw->ip}});
+  PublishStatus(*raw);
+}
+
+std::string Kubelet::ResolveBinary(const std::string& image, std::string command) const {
+  for (const auto& [prefix, dir] : options_.image_map) {
+    if (!absl::StartsWith(image, prefix)) continue;
+    if (command.empty()) {
+      std::string base = image.substr(image.rfind('/') + 1);
+      command = base.substr(0, base.find(':'));
+    }
+    std::string candidate = dir + "/" + command;
+    if (command.find('/') == std::string::npos && access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return command;
+}
+
+std::string Kubelet::Expand(const std::string& text,
+                            const std::map<std::string, std::string>& vars) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '$' || i + 1 >= text.size()) {
+      out.push_back(text[i]);
+      continue;
+    }
+    if (text[i + 1] == '$') {
+      out.push_back('$');
+      ++i;
+      continue;
+    }
+    size_t close = text[i + 1] == '(' ? text.find(')', i + 2) : std::string::npos;
+    if (close == std::string::npos) {
+      out.push_back(text[i]);
+      continue;
+    }
+    std::string name = text.substr(i + 2, close - i - 2);
+    auto it = vars.find(name);
+    out += it != vars.end() ? it->second : text.substr(i, close - i + 1);
+    i = close;
+  }
+  return out;
+}
+
+std::vector<std::string> Kubelet::Environment(const Pod& pod, const Container& c,
+                                              std::map<std::string, std::string>* vars) const {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  std::string path = env["PATH"];
+  for (const auto& [prefix, dir] : options_.image_map) path = dir + ":" + path;
+  env["PATH"] = path;
+  const json& spec = pod.object["spec"];
+  env["HOSTNAME"] = spec.value("hostname", pod.name);
+  env["KUBETRAIN_POD_IP"] = pod.ip;
+  env["KUBETRAIN_HOSTS_FILE"] = options_.hosts_file;
+  env["KUBERNETES_SERVICE_HOST"] = "127.0.0.1";
+  // Container env: later entries may refer to earlier ones with $(NAME).
+  std::map<std::string, std::string> defined;
+  for (const auto& e : c.spec.value("env", json::array())) {
+    std::string name = e.value("name", "");
+    std::string value;
+    if (e.contains("value")) {
+      value = Expand(e["value"].get<std::string>(), defined);
+    } else if (e.contains("valueFrom")) {
+      const json& from = e["valueFrom"];
+      if (from.contains("fieldRef")) {
+        value = FieldRef(pod.object, from["fieldRef"].value("fieldPath", ""), pod.ip);
+      } else if (from.contains("configMapKeyRef") || from.contains("secretKeyRef")) {
+        bool secret = from.contains("secretKeyRef");
+        const json& ref = secret ? from["secretKeyRef"] : from["configMapKeyRef"];
+        auto obj =
+            api_->store()->Get(secret ? "/secrets" : "/configmaps", pod.ns, ref.value("name", ""));
+        if (obj) {
+          std::string raw = (*obj).value("data", json::object()).value(ref.value("key", ""), "");
+          if (secret) absl::Base64Unescape(raw, &value);
+          if (!secret) value = raw;
+        }
+      }
+    }
+    defined[name] = value;
+    env[name] = value;
+  }
+  *vars = defined;
+  std::vector<std::string> out;
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+void Kubelet::StartContainer(Pod& pod, Container& c) {
+  std::map<std::string, std::string> vars;
+  ProcessSpec spec;
+  spec.env = Environment(pod, c, &vars);
+  std::vector<std::string> command, args;
+  for (const auto& s : c.spec.value("command", json::array())) command.push_back(Expand(s, vars));
+  for (const auto& s : c.spec.value("args", json::array())) args.push_back(Expand(s, vars));
+  std::string image = c.spec.value("image", "");
+  std::string first = ResolveBinary(image, command.empty() ? "" : command[0]);
+  if (command.empty()) {
+    spec.argv.push_back(first);
+  } else {
+    spec.argv = command;
+    spec.argv[0] = first;
+  }
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.working_dir = c.spec.value("workingDir", "");
+  c.run++;
+  spec.log_path = absl::StrCat(pod.dir, "/", c.name, ".", c.run, ".log");
+  std::ofstream(spec.log_path, std::ios::app).flush();
+  c.started_at = Now();
+  c.terminated = false;
+  c.restart_at = absl::InfiniteFuture();
+  auto process = Process::Start(spec);
+  if (!process.ok() || spec.argv[0].empty()) {
+    c.terminated = true;
+    c.exec_failed = true;
+    c.exit_code = 128;
+    c.finished_at = Now();
+    return;
+  }
+  c.process = std::move(*process);
+}
+
+void Kubelet::BeginTermination(Pod& pod, int64_t grace_seconds) {
+  pod.terminating = true;
+  pod.kill_at = absl::Now() + absl::Seconds(grace_seconds);
+  for (Container& c : pod.containers) {
+    if (c.process && !c.terminated) c.process->Signal(SIGTERM);
+  }
+  log::Info("Stopping Pod", {{"pod", Key(pod.ns, pod.name)}, {"grace_seconds", grace_seconds}});
+}
+
+void Kubelet::Tick(Pod& pod) {
+  bool changed = false;
+  std::string policy = pod.object["spec"].value("restartPolicy", "Always");
+  for (Container& c : pod.containers) {
+    int code = 0;
+    if (c.process && !c.terminated && c.process->Poll(&code)) {
+      c.terminated = true;
+      c.exit_code = code;
+      c.finished_at = Now();
+      changed = true;
+      bool restart =
+          !pod.terminating && (policy == "Always" || (policy == "OnFailure" && code != 0));
+      if (restart) {
+        c.restart_at = absl::Now() + c.backoff;
+        c.backoff = std::min(c.backoff * 2, options_.max_backoff);
+      }
+    }
+    if (c.terminated && !pod.terminating && absl::Now() >= c.restart_at) {
+      c.last_state = {{"terminated",
+                       {{"exitCode", c.exit_code},
+                        {"reason", c.exit_code == 0 ? "Completed" : "Error"},
+                        {"startedAt", c.started_at},
+                        {"finishedAt", c.finished_at}}}};
+      c.process.reset();
+      StartContainer(pod, c);
+      changed = true;
+    }
+  }
+  if (pod.terminating && absl::Now() >= pod.kill_at) {
+    for (Container& c : pod.containers) {
+      if (c.process) c.process->Signal(SIGKILL);
+    }
+    pod.kill_at = absl::InfiniteFuture();
+  }
+  if (changed && !pod.terminating) PublishStatus(pod);
+}
+
+void Kubelet::PublishStatus(Pod& pod) {
+  json statuses = json::array();
+  int running = 0, succeeded = 0, failed = 0;
+  for (const Container& c : pod.containers) {
+    json state;
+    if (!c.terminated) {
+      state = {{"running", {{"startedAt", c.started_at}}}};
+      ++running;
+    } else if (c.restart_at != absl::InfiniteFuture()) {
+      state = {{"waiting",
+                {{"reason", "CrashLoopBackOff"},
+                 {"message", absl::StrCat("back-off restarting failed container ", c.name)}}}};
+    } else {
+      state = {{"terminated",
+                {{"exitCode", c.exit_code},
+                 {"reason", c.exec_failed      ? "StartError"
+                            : c.exit_code == 0 ? "Completed"
+                                               : "Error"},
+                 {"startedAt", c.started_at},
+                 {"finishedAt", c.finished_at}}}};
+      (c.exit_code == 0 ? succeeded : failed)++;
+    }
+    json last = c.terminated && c.restart_at != absl::InfiniteFuture()
+                    ? json{{"terminated",
+                            {{"exitCode", c.exit_code},
+                             {"reason", c.exit_code == 0 ? "Completed" : "Error"},
+                             {"startedAt", c.started_at},
+                             {"finishedAt", c.finished_at}}}}
+                    : c.last_state;
+    statuses.push_back(
+        {{"name", c.name},
+         {"image", c.spec.value("image", "")},
+         {"imageID", ""},
+         {"containerID", absl::StrCat("localkube://", c.process ? c.process->pid() : 0)},
+         {"ready", !c.terminated},
+         {"started", !c.terminated},
+         {"restartCount", std::max(0, c.run - 1)},
+         {"state", state},
+         {"lastState", last}});
+  }
+  size_t n = pod.containers.size();
+  std::string phase = "Running";
+  if (running == 0 && succeeded == static_cast<int>(n)) phase = "Succeeded";
+  if (running == 0 && failed > 0 && succeeded + failed == static_cast<int>(n)) {
+    std::string policy = pod.object["spec"].value("restartPolicy", "Always");
+    bool will_restart =
+        std::any_of(pod.containers.begin(), pod.containers.end(),
+                    [](const Container& c) { return c.restart_at != absl::InfiniteFuture(); });
+    if (!will_restart) phase = "Failed";
+  }
+  std::string ready = running == static_cast<int>(n) && n > 0 ? "True" : "False";
+  std::string now = Now();
+  json conditions = json::array();
+  for (const char* type : {"PodScheduled", "Initialized", "ContainersReady", "Ready"}) {
+    bool always = std::string(type) == "PodScheduled" || std::string(type) == "Initialized";
+    conditions.push_back({{"type", type},
+                          {"status", always ? "True" : ready},
+                          {"lastProbeTime", nullptr},
+                          {"lastTransitionTime", now}});
+  }
+  std::string ip = pod.ip;
+  std::string start = pod.start_time;
+  (void)api_->Mutate("/pods", pod.ns, pod.name, [&](json& live) {
+    if (live["metadata"].value("uid", "") != pod.uid) return false;
+    live["spec"]["nodeName"] = "localkube";
+    json& status = live["status"];
+    // Keep transition times stable when a condition's status did not change.
+    for (auto& c : conditions) {
+      for (const auto& old : status.value("conditions", json::array())) {
+        if (old.value("type", "") == c["type"] && old.value("status", "") == c["status"]) {
+          c["lastTransitionTime"] = old.value("lastTransitionTime", now);
+        }
+      }
+    }
+    status["phase"] = phase;
+    status["podIP"] = ip;
+    status["podIPs"] = {{{"ip", ip}}};
+    status["hostIP"] = ip;
+    status["hostIPs"] = {{{"ip", ip}}};
+    status["startTime"] = start;
+    status["conditions"] = conditions;
+    status["containerStatuses"] = statuses;
+    return true;
+  });
+}
+
+void Kubelet::WriteHosts() {
+  if (options_.hosts_file.empty()) return;
+  std::string text = "127.0.0.1 localhost\n";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, pod] : pods_) {
+      const json& spec = pod->object["spec"];
+      std::string host = spec.value("hostname", pod->name);
+      std::vector<std::string> names = {host};
+      std::string sub = spec.value("subdomain", "");
+      if (!sub.empty()) {
+        std::string fq = absl::StrCat(host, ".", sub, ".", pod->ns, ".svc");
+        names.push_back(host + "." + sub);
+        names.push_back(fq);
+        names.push_back(fq + ".cluster.local");
+      }
+      text += absl::StrCat(pod->ip, " ", absl::StrJoin(names, " "), "\n");
+    }
+  }
+  std::string tmp = options_.hosts_file + ".tmp";
+  std::ofstream(tmp) << text;
+  std::rename(tmp.c_str(), options_.hosts_file.c_str());
+}
+
+absl::StatusOr<std::string> Kubelet::LogPath(const std::string& ns, const std::string& pod,
+                                             const std::string& container, bool previous) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pods_.find(Key(ns, pod));
+  if (it == pods_.end()) {
+    return BadRequestError(absl::StrCat("container \"", container, "\" in pod \"", pod,
+                                        "\" is waiting to start: ContainerCreating"));
+  }
+  for (const Container& c : it->second->containers) {
+    if (c.name != container) continue;
+    int run = previous ? c.run - 1 : c.run;
+    if (run < 1) {
+      return BadRequestError(absl::StrCat("previous terminated container \"", container,
+                                          "\" in pod \"", pod, "\" not found"));
+    }
+    return absl::StrCat(it->second->dir, "/", c.name, ".", run, ".log");
+  }
+  return BadRequestError(absl::StrCat("container ", container, " is not valid for pod ", pod));
+}
+
+bool Kubelet::Running(const std::string& ns, const std::string& pod, const std::string& container) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pods_.find(Key(ns, pod));
+  if (it == pods_.end()) return false;
+  for (const Container& c : it->second->containers) {
+    if (c.name == container) return c.process && c.process->Alive();
+  }
+  return false;
+}
+
+}  // namespace kubetrain::localkube

@@ -1,0 +1,100 @@
+// A kubelet that runs pods as local processes: gives each pod a loopback IP (127.0.x.y), keeps a
+// hosts file naming them, starts each container's command with Kubernetes' env and $(VAR)
+// rules, captures logs, reports phase and container states, applies restartPolicy with backoff,
+// and stops process groups on deletion (SIGTERM, then SIGKILL after the grace period).
+//
+// Owns every pod process. One internal thread drives all state; the LogSource methods are
+// thread-safe (guarded by a mutex). Stop (or destruction) kills every child.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/time/time.h"
+#include "e2e/localkube/api.h"
+#include "e2e/localkube/logs.h"
+#include "e2e/localkube/process.h"
+
+namespace kubetrain::localkube {
+
+struct KubeletOptions {
+  std::string hosts_file;  // written on every pod change; exported as KUBETRAIN_HOSTS_FILE
+  std::string log_dir;     // container logs: <log_dir>/<ns>_<pod>_<uid>/<container>.<run>.log
+  // (image prefix, directory): command[0] is looked up in the directory first, and with no
+  // command the image's last path element (without tag) is the binary.
+  std::vector<std::pair<std::string, std::string>> image_map;
+  absl::Duration max_backoff = absl::Seconds(10);
+};
+
+class Kubelet : public LogSource {
+ public:
+  Kubelet(KubeletOptions options, Api* api);
+  ~Kubelet() override;
+
+  void Start();
+  void Stop();
+
+  absl::StatusOr<std::string> LogPath(const std::string& ns, const std::string& pod,
+                                      const std::string& container, bool previous) override;
+  bool Running(const std::string& ns, const std::string& pod,
+               const std::string& container) override;
+
+  // Kubernetes' $(VAR) expansion: known names substituted, $$ escapes, others left as written.
+  static std::string Expand(const std::string& text,
+                            const std::map<std::string, std::string>& vars);
+
+ private:
+  struct Container {
+    std::string name;
+    nlohmann::json spec;
+    std::unique_ptr<Process> process;
+    int run = 0;  // log file index; restartCount = run - 1
+    std::string started_at, finished_at;
+    int exit_code = 0;
+    bool terminated = false;
+    bool exec_failed = false;
+    nlohmann::json last_state = nlohmann::json::object();
+    absl::Time restart_at = absl::InfiniteFuture();
+    absl::Duration backoff = absl::Seconds(1);
+  };
+  struct Pod {
+    std::string ns, name, uid, ip;
+    nlohmann::json object;
+    std::vector<Container> containers;
+    std::string dir;
+    bool terminating = false;
+    absl::Time kill_at = absl::InfiniteFuture();
+    std::string start_time;
+  };
+
+  void Loop();
+  void Sync();
+  void Admit(const nlohmann::json& pod);
+  void StartContainer(Pod& pod, Container& c);
+  void BeginTermination(Pod& pod, int64_t grace_seconds);
+  void Tick(Pod& pod);
+  void PublishStatus(Pod& pod);
+  void WriteHosts();
+  std::vector<std::string> Environment(const Pod& pod, const Container& c,
+                                       std::map<std::string, std::string>* vars) const;
+  std::string ResolveBinary(const std::string& image, std::string command) const;
+  static std::string Key(const std::string& ns, const std::string& name) { return ns + "/" + name; }
+
+  KubeletOptions options_;
+  Api* api_;
+  std::thread thread_;
+  bool stop_ = false;
+  mutable std::mutex mu_;  // guards pods_ and stop_
+  std::map<std::string, std::unique_ptr<Pod>> pods_;
+  int64_t cursor_ = 0;
+  int next_ip_ = 0;
+};
+
+}  // namespace kubetrain::localkube

@@ -1,0 +1,78 @@
+// The Kubernetes REST API over HTTP on loopback: routing, bearer-token auth, content
+// negotiation (JSON, Table), watch and log streaming, and fault injection.
+//
+// Owns the cpp-httplib server and its listening thread. Start/Stop from one thread; request
+// handlers run on a thread per connection (every open watch holds one).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "e2e/localkube/api.h"
+#include "e2e/localkube/logs.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace kubetrain::localkube {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;       // 0 picks a free port
+  std::string token;  // empty accepts every request
+  // HTTPS with this certificate and key; both empty serves plain HTTP.
+  std::string cert_path;
+  std::string key_path;
+  absl::Duration drop_watches_every = absl::ZeroDuration();
+  double error_rate = 0;
+  absl::Duration latency = absl::ZeroDuration();
+  absl::Duration compact_every = absl::ZeroDuration();
+  absl::Duration bookmark_every = absl::Seconds(15);
+};
+
+class Server {
+ public:
+  // `logs` may be null (no kubelet: pods/log answers that the container is not running).
+  Server(ServerOptions options, Api* api, LogSource* logs);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and starts serving in the background.
+  absl::Status Start();
+  void Stop();
+  int port() const { return port_; }
+  std::string address() const;  // https://127.0.0.1:PORT (http:// without TLS)
+
+ private:
+  void Handle(const httplib::Request& req, httplib::Response& res);
+  bool Authorized(const httplib::Request& req) const;
+  bool InjectFault(const httplib::Request& req, httplib::Response& res);
+  bool ServeDiscovery(const httplib::Request& req, httplib::Response& res);
+  void ServeResource(const httplib::Request& req, httplib::Response& res);
+  void ServeWatch(const Target& target, const httplib::Request& req, httplib::Response& res);
+  void ServeLog(const Target& target, const httplib::Request& req, httplib::Response& res);
+
+  ServerOptions options_;
+  Api* api_;
+  LogSource* logs_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread listener_;
+  std::thread compactor_;
+  std::atomic<bool> stopping_{false};
+  int port_ = 0;
+};
+
+// Writes a kubeconfig pointing at `server` with `token` (namespace default).
+// `ca_pem` (may be empty) becomes certificate-authority-data.
+absl::Status WriteKubeconfig(const std::string& path, const std::string& server,
+                             const std::string& token, const std::string& ca_pem);
+
+}  // namespace kubetrain::localkube

@@ -1,0 +1,139 @@
+#include "e2e/localkube/store.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace kubetrain::localkube {
+namespace {
+
+std::string ObjectKey(const std::string& ns, const std::string& name) { return ns + "/" + name; }
+
+std::string KeyOf(const nlohmann::json& object) {
+  const auto& meta = object["metadata"];
+  return ObjectKey(meta.value("namespace", ""), meta.value("name", ""));
+}
+
+}  // namespace
+
+std::optional<nlohmann::json> Store::Get(const std::string& key, const std::string& ns,
+                                         const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto coll = objects_.find(key);
+  if (coll == objects_.end()) return std::nullopt;
+  auto it = coll->second.find(ObjectKey(ns, name));
+  if (it == coll->second.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<nlohmann::json> Store::List(const std::string& key, const std::string& ns,
+                                        int64_t* revision) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<nlohmann::json> out;
+  if (revision) *revision = revision_;
+  auto coll = objects_.find(key);
+  if (coll == objects_.end()) return out;
+  std::string prefix = ns.empty() ? "" : ns + "/";
+  for (auto it = coll->second.lower_bound(prefix); it != coll->second.end(); ++it) {
+    if (!prefix.empty() && it->first.compare(0, prefix.size(), prefix) != 0) break;
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, nlohmann::json>> Store::ListEverything() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, nlohmann::json>> out;
+  for (const auto& [key, coll] : objects_) {
+    for (const auto& [_, object] : coll) out.emplace_back(key, object);
+  }
+  return out;
+}
+
+nlohmann::json Store::Put(const std::string& key, nlohmann::json object) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t rev = ++revision_;
+  object["metadata"]["resourceVersion"] = std::to_string(rev);
+  auto& coll = objects_[key];
+  auto it = coll.find(KeyOf(object));
+  StoreEvent event{rev, "ADDED", key, object, nullptr};
+  if (it != coll.end()) {
+    event.type = "MODIFIED";
+    event.previous = std::move(it->second);
+    it->second = object;
+  } else {
+    coll.emplace(KeyOf(object), object);
+  }
+  Record(std::move(event));
+  return object;
+}
+
+std::optional<nlohmann::json> Store::Remove(const std::string& key, const std::string& ns,
+                                            const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto coll = objects_.find(key);
+  if (coll == objects_.end()) return std::nullopt;
+  auto it = coll->second.find(ObjectKey(ns, name));
+  if (it == coll->second.end()) return std::nullopt;
+  nlohmann::json last = std::move(it->second);
+  coll->second.erase(it);
+  int64_t rev = ++revision_;
+  nlohmann::json deleted = last;
+  deleted["metadata"]["resourceVersion"] = std::to_string(rev);
+  Record({rev, "DELETED", key, deleted, last});
+  return deleted;
+}
+
+void Store::Record(StoreEvent event) {
+  history_.push_back(std::move(event));
+  while (history_.size() > max_history_) {
+    compacted_ = history_.front().revision;
+    history_.pop_front();
+  }
+  changed_.notify_all();
+}
+
+int64_t Store::Revision() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return revision_;
+}
+
+absl::Status Store::EventsAfter(const std::string& key, int64_t after, std::vector<StoreEvent>* out,
+                                int64_t* scanned_to) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  *scanned_to = revision_;
+  if (after < compacted_) {
+    return absl::OutOfRangeError(
+        absl::StrCat("too old resource version: ", after, " (", compacted_ + 1, ")"));
+  }
+  auto first = std::upper_bound(history_.begin(), history_.end(), after,
+                                [](int64_t rv, const StoreEvent& e) { return rv < e.revision; });
+  for (auto it = first; it != history_.end(); ++it) {
+    if (key.empty() || it->storage_key == key) out->push_back(*it);
+  }
+  return absl::OkStatus();
+}
+
+bool Store::WaitForChange(int64_t after, absl::Time deadline) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shutdown_ && revision_ <= after) {
+    absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    changed_.wait_for(lock, absl::ToChronoMilliseconds(std::min(left, absl::Seconds(1))));
+  }
+  return !shutdown_;
+}
+
+void Store::Compact() {
+  std::lock_guard<std::mutex> lock(mu_);
+  compacted_ = revision_;
+  history_.clear();
+}
+
+void Store::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_ = true;
+  changed_.notify_all();
+}
+
+}  // namespace kubetrain::localkube

@@ -1,0 +1,78 @@
+// In-memory object storage with one global revision counter (like etcd's) and a bounded event
+// history that watches replay from. Knows nothing about Kubernetes semantics beyond stamping
+// metadata.resourceVersion.
+//
+// Thread-safe: one mutex guards objects and history; a condition variable wakes watchers.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace kubetrain::localkube {
+
+struct StoreEvent {
+  int64_t revision = 0;
+  std::string type;         // ADDED | MODIFIED | DELETED
+  std::string storage_key;  // ResourceType::StorageKey()
+  nlohmann::json object;    // state after the change (last state, new revision, for DELETED)
+  nlohmann::json previous;  // state before (null for ADDED)
+};
+
+class Store {
+ public:
+  explicit Store(size_t max_history = 50000) : max_history_(max_history) {}
+
+  std::optional<nlohmann::json> Get(const std::string& key, const std::string& ns,
+                                    const std::string& name) const;
+  // One collection (ns "" = every namespace), sorted by namespace/name, and the revision read at.
+  std::vector<nlohmann::json> List(const std::string& key, const std::string& ns,
+                                   int64_t* revision) const;
+  // Every object of every collection, as (storage key, object).
+  std::vector<std::pair<std::string, nlohmann::json>> ListEverything() const;
+
+  // Stores `object` under the next revision (written into metadata.resourceVersion) and records
+  // ADDED or MODIFIED. Returns the stored object.
+  nlohmann::json Put(const std::string& key, nlohmann::json object);
+  // Removes an object and records DELETED; nullopt if it did not exist.
+  std::optional<nlohmann::json> Remove(const std::string& key, const std::string& ns,
+                                       const std::string& name);
+
+  int64_t Revision() const;
+  // Appends events for `key` (all keys when empty) newer than `after`. OutOfRange when `after`
+  // is older than the retained history (the watch answers 410 Expired).
+  // `scanned_to` receives the revision the scan covered, for the next call's `after`.
+  absl::Status EventsAfter(const std::string& key, int64_t after, std::vector<StoreEvent>* out,
+                           int64_t* scanned_to) const;
+  // Waits until the revision passes `after`, the deadline passes or Shutdown; false on shutdown.
+  bool WaitForChange(int64_t after, absl::Time deadline) const;
+  // Forgets all history: every watch resuming from an older revision gets 410.
+  void Compact();
+  // Wakes every waiter for good.
+  void Shutdown();
+
+ private:
+  void Record(StoreEvent event);
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
+  size_t max_history_;
+  int64_t revision_ = 1;
+  int64_t compacted_ = 0;  // events at or below this revision are gone
+  bool shutdown_ = false;
+  std::unordered_map<std::string, std::map<std::string, nlohmann::json>> objects_;
+  std::deque<StoreEvent> history_;
+};
+
+}  // namespace kubetrain::localkube

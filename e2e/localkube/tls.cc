@@ -1,0 +1,90 @@
+#include "e2e/localkube/tls.h"
+
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace kubetrain::localkube {
+namespace {
+
+// RAII owners for the OpenSSL objects.
+struct PkeyFree {
+  void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+
+bool AddExtension(X509* cert, int nid, const char* value) {
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, cert, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+  if (!ext) return false;
+  bool ok = X509_add_ext(cert, ext, -1) == 1;
+  X509_EXTENSION_free(ext);
+  return ok;
+}
+
+std::string ToPem(const std::function<int(BIO*)>& write) {
+  std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
+  if (!write(bio.get())) return "";
+  char* data = nullptr;
+  long len = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, len);
+}
+
+}  // namespace
+
+absl::StatusOr<TlsFiles> MakeSelfSignedCert(const std::string& dir) {
+  std::unique_ptr<EVP_PKEY, PkeyFree> key(EVP_EC_gen("P-256"));
+  if (!key) return absl::InternalError("cannot generate a TLS key");
+  std::unique_ptr<X509, X509Free> cert(X509_new());
+  X509_set_version(cert.get(), 2);
+  uint64_t serial = 0;
+  RAND_bytes(reinterpret_cast<unsigned char*>(&serial), sizeof(serial));
+  ASN1_INTEGER_set_uint64(X509_get_serialNumber(cert.get()), serial >> 1);
+  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(cert.get()), 10L * 365 * 24 * 3600);
+  X509_set_pubkey(cert.get(), key.get());
+  X509_NAME* name = X509_get_subject_name(cert.get());
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("localkube"), -1, -1, 0);
+  X509_set_issuer_name(cert.get(), name);
+  if (!AddExtension(cert.get(), NID_subject_alt_name, "IP:127.0.0.1,DNS:localhost") ||
+      !AddExtension(cert.get(), NID_basic_constraints, "critical,CA:TRUE") ||
+      !AddExtension(cert.get(), NID_key_usage, "critical,digitalSignature,keyCertSign")) {
+    return absl::InternalError("cannot add certificate extensions");
+  }
+  if (X509_sign(cert.get(), key.get(), EVP_sha256()) == 0) {
+    return absl::InternalError("cannot sign the certificate");
+  }
+  TlsFiles files;
+  files.cert_pem = ToPem([&](BIO* b) { return PEM_write_bio_X509(b, cert.get()); });
+  std::string key_pem = ToPem([&](BIO* b) {
+    return PEM_write_bio_PrivateKey(b, key.get(), nullptr, nullptr, 0, nullptr, nullptr);
+  });
+  files.cert_path = dir + "/cert.pem";
+  files.key_path = dir + "/key.pem";
+  std::ofstream(files.cert_path) << files.cert_pem;
+  {
+    std::ofstream out(files.key_path);
+    out << key_pem;
+  }
+  chmod(files.key_path.c_str(), 0600);
+  return files;
+}
+
+}  // namespace kubetrain::localkube

@@ -1,0 +1,21 @@
+// A throwaway self-signed certificate for 127.0.0.1/localhost, made at start-up: kubectl and
+// helm only send bearer tokens over TLS, so localkube serves HTTPS and hands out the
+// certificate as the kubeconfig's certificate-authority-data.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace kubetrain::localkube {
+
+struct TlsFiles {
+  std::string cert_path;
+  std::string key_path;
+  std::string cert_pem;
+};
+
+// Writes cert.pem and key.pem (mode 0600) into `dir`.
+absl::StatusOr<TlsFiles> MakeSelfSignedCert(const std::string& dir);
+
+}  // namespace kubetrain::localkube
