@@ -8,14 +8,14 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "ps/tensor_coding.h"
 #include "ps/wire.h"
 
 namespace kubetrain::ps {
 namespace {
-
-using Stub = v1::ParameterServer::Stub;
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const ClientOptions& options) {
@@ -133,7 +133,9 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(std::vector<std::stri
 PsClient::PsClient(std::vector<std::string> addresses, PlacementPlan plan, ClientOptions options)
     : addresses_(std::move(addresses)), plan_(std::move(plan)), options_(options) {
   for (const std::string& address : addresses_) {
-    stubs_.push_back(v1::ParameterServer::NewStub(MakeChannel(address, options_)));
+    std::shared_ptr<grpc::Channel> channel = MakeChannel(address, options_);
+    stubs_.push_back(
+        {v1::ParameterServer::NewStub(channel), std::make_unique<grpc::GenericStub>(channel)});
   }
   for (size_t p = 0; p < plan_.partitions().size(); ++p) index_[plan_.partitions()[p].key] = p;
 }
@@ -144,11 +146,11 @@ std::vector<int> PsClient::AllPs() const {
   return all;
 }
 
-absl::StatusOr<size_t> PsClient::Find(const v1::PartitionKey& key) const {
-  auto it = index_.find(FromProto(key));
+absl::StatusOr<size_t> PsClient::Find(const PartitionKey& key) const {
+  auto it = index_.find(key);
   if (it == index_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat("ps holds partition ", key.variable(), "/",
-                                                      key.index(), " that the plan lacks"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("ps holds partition ", key.variable, "/", key.index, " that the plan lacks"));
   }
   return it->second;
 }
@@ -192,7 +194,7 @@ absl::Status PsClient::FanOut(absl::string_view method, const std::vector<int>& 
     auto p = std::make_unique<Pending>();
     p->context.set_deadline(deadline);
     call.Build(targets[i], p->request);
-    p->reader = call.Start(*stubs_[targets[i]], &p->context, p->request, &cq);
+    p->reader = call.Start(stubs_[targets[i]], &p->context, p->request, &cq);
     p->reader->Finish(&p->response, &p->status, reinterpret_cast<void*>(i));
     pending.push_back(std::move(p));
   }
@@ -219,67 +221,92 @@ absl::Status PsClient::FanOut(absl::string_view method, const std::vector<int>& 
 
 namespace {
 
+// Pull and Push move the tensors, so they go through the generic stub with ps/tensor_coding.h
+// doing the (de)serialisation straight between the caller's buffers and gRPC's slices.
+std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> StartRaw(
+    PsStubs& stubs, const char* method, grpc::ClientContext* context,
+    const grpc::ByteBuffer& request, grpc::CompletionQueue* cq) {
+  auto reader = stubs.generic->PrepareUnaryCall(context, method, request, cq);
+  reader->StartCall();
+  return reader;
+}
+
 struct PullCall {
-  using Request = v1::PullRequest;
-  using Response = v1::PullResponse;
+  using Request = grpc::ByteBuffer;
+  using Response = grpc::ByteBuffer;
   const PlacementPlan& plan;
   std::span<const std::span<float>> values;
   const Version* min_version;
-  std::function<absl::StatusOr<size_t>(const v1::PartitionKey&)> find;
+  std::function<absl::StatusOr<size_t>(const PartitionKey&)> find;
   Version version;
   Coverage coverage;
 
   void Build(int ps, Request& request) const {
-    if (min_version != nullptr) request.set_min_step(min_version->steps[ps]);
+    v1::PullRequest pull;
+    if (min_version != nullptr) pull.set_min_step(min_version->steps[ps]);
+    const std::string bytes = pull.SerializeAsString();
+    grpc::Slice slice(bytes);
+    request = grpc::ByteBuffer(&slice, 1);
   }
-  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+  static auto Start(PsStubs& stubs, grpc::ClientContext* context, const Request& request,
                     grpc::CompletionQueue* cq) {
-    return stub.AsyncPull(context, request, cq);
+    return StartRaw(stubs, kPullMethod, context, request, cq);
   }
   absl::Status Done(int ps, Response& response) {
-    for (const v1::Partition& p : response.values()) {
-      ASSIGN_OR_RETURN(size_t index, find(p.key()));
+    auto destination = [&](const PartitionKey& key, uint64_t offset,
+                           uint64_t length) -> absl::StatusOr<std::span<float>> {
+      ASSIGN_OR_RETURN(size_t index, find(key));
       const PartitionSpec& spec = plan.partitions()[index];
       RETURN_IF_ERROR(coverage.Mark(index, spec, ps));
-      RETURN_IF_ERROR(
-          CopyFloats(p.values(), values[spec.variable].subspan(spec.offset, spec.length)),
-          "partition ", spec.key.variable, "/", spec.key.index);
-    }
-    version.steps[ps] = response.global_step();
-    version.run_ids[ps] = std::move(*response.mutable_run_id());
+      if (offset != spec.offset || length != spec.length) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("partition ", key.variable, "/", key.index, " holds elements [", offset,
+                         ", +", length, ") but the plan says [", spec.offset, ", +", spec.length,
+                         "); do all tasks use the same plan?"));
+      }
+      return values[spec.variable].subspan(spec.offset, spec.length);
+    };
+    ASSIGN_OR_RETURN(PullHeader header, DecodePullResponse(response, destination));
+    version.steps[ps] = header.global_step;
+    version.run_ids[ps] = std::move(header.run_id);
     return absl::OkStatus();
   }
 };
 
 struct PushCall {
-  using Request = v1::PushRequest;
-  using Response = v1::PushResponse;
+  using Request = grpc::ByteBuffer;
+  using Response = grpc::ByteBuffer;
   const PlacementPlan& plan;
   std::span<const std::span<const float>> gradients;
   const Version& at;
   uint32_t worker;
+  SlicePins& pins;  // the gradient memory gRPC references until the calls are done
   PushResult result;
 
   void Build(int ps, Request& request) const {
-    if (!at.run_ids.empty()) request.set_run_id(at.run_ids[ps]);
-    request.set_worker(worker);
-    request.set_step(at.steps[ps]);
+    PushHeader header{at.run_ids.empty() ? std::string() : at.run_ids[ps], worker, at.steps[ps]};
+    std::vector<PartitionView> views;
+    views.reserve(plan.PartitionsOn(ps).size());
     for (size_t index : plan.PartitionsOn(ps)) {
       const PartitionSpec& spec = plan.partitions()[index];
-      v1::Partition* g = request.add_gradients();
-      *g->mutable_key() = ToProto(spec.key);
-      g->set_offset(spec.offset);
-      g->set_length(spec.length);
-      SetFloats(gradients[spec.variable].subspan(spec.offset, spec.length), g->mutable_values());
+      views.push_back(
+          {&spec.key, spec.offset, gradients[spec.variable].subspan(spec.offset, spec.length)});
     }
+    request = EncodePushRequest(header, views, pins);
   }
-  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+  static auto Start(PsStubs& stubs, grpc::ClientContext* context, const Request& request,
                     grpc::CompletionQueue* cq) {
-    return stub.AsyncPush(context, request, cq);
+    return StartRaw(stubs, kPushMethod, context, request, cq);
   }
   absl::Status Done(int ps, const Response& response) {
-    result.version.steps[ps] = response.global_step();
-    if (response.stale()) ++result.stale;
+    grpc::Slice bytes;
+    v1::PushResponse push;
+    if (!response.DumpToSingleSlice(&bytes).ok() ||
+        !push.ParseFromArray(bytes.begin(), static_cast<int>(bytes.size()))) {
+      return absl::InternalError("malformed PushResponse");
+    }
+    result.version.steps[ps] = push.global_step();
+    if (push.stale()) ++result.stale;
     return absl::OkStatus();
   }
 };
@@ -290,9 +317,9 @@ struct InitCall {
   std::vector<v1::InitRequest> requests;  // by ps task, moved out as the calls start
 
   void Build(int ps, Request& request) { request = std::move(requests[ps]); }
-  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+  static auto Start(PsStubs& stubs, grpc::ClientContext* context, const Request& request,
                     grpc::CompletionQueue* cq) {
-    return stub.AsyncInit(context, request, cq);
+    return stubs.typed->AsyncInit(context, request, cq);
   }
   absl::Status Done(int, const Response&) { return absl::OkStatus(); }
 };
@@ -307,9 +334,9 @@ struct ExportCall {
   bool first = true;
 
   void Build(int, Request&) const {}
-  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+  static auto Start(PsStubs& stubs, grpc::ClientContext* context, const Request& request,
                     grpc::CompletionQueue* cq) {
-    return stub.AsyncExport(context, request, cq);
+    return stubs.typed->AsyncExport(context, request, cq);
   }
   absl::Status Done(int ps, const Response& response) {
     if (first) {
@@ -344,9 +371,9 @@ struct StatusCall {
   std::vector<ShardInfo> infos;
 
   void Build(int, Request&) const {}
-  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+  static auto Start(PsStubs& stubs, grpc::ClientContext* context, const Request& request,
                     grpc::CompletionQueue* cq) {
-    return stub.AsyncStatus(context, request, cq);
+    return stubs.typed->AsyncStatus(context, request, cq);
   }
   absl::Status Done(int ps, const Response& r) {
     infos[ps] = {addresses[ps], r.initialized(),   r.global_step(), r.parameter_bytes(),
@@ -361,9 +388,9 @@ struct ShutdownCall {
   std::string reason;
 
   void Build(int, Request& request) const { request.set_reason(reason); }
-  static auto Start(Stub& stub, grpc::ClientContext* context, const Request& request,
+  static auto Start(PsStubs& stubs, grpc::ClientContext* context, const Request& request,
                     grpc::CompletionQueue* cq) {
-    return stub.AsyncShutdown(context, request, cq);
+    return stubs.typed->AsyncShutdown(context, request, cq);
   }
   absl::Status Done(int, const Response&) { return absl::OkStatus(); }
 };
@@ -382,7 +409,7 @@ absl::StatusOr<Version> PsClient::Pull(std::span<const std::span<float>> values,
   PullCall call{plan_,
                 values,
                 min_version,
-                [this](const v1::PartitionKey& key) { return Find(key); },
+                [this](const PartitionKey& key) { return Find(key); },
                 {std::vector<int64_t>(n), std::vector<std::string>(n)},
                 Coverage(plan_.partitions().size())};
   const std::vector<int> all = AllPs();
@@ -402,8 +429,11 @@ absl::StatusOr<PushResult> PsClient::Push(std::span<const std::span<const float>
   if (at.steps.size() != n || (!at.run_ids.empty() && at.run_ids.size() != n)) {
     return absl::InvalidArgumentError("version has the wrong number of ps entries");
   }
-  PushCall call{plan_, gradients, at, options_.worker, {at, 0}};
-  RETURN_IF_ERROR(FanOut("Push", AllPs(), options_.rpc_timeout, call));
+  SlicePins pins;  // declared first: waits, when destroyed, for gRPC to let go of `gradients`
+  PushCall call{plan_, gradients, at, options_.worker, pins, {at, 0}};
+  absl::Status status = FanOut("Push", AllPs(), options_.rpc_timeout, call);
+  pins.WaitUntilReleased();
+  RETURN_IF_ERROR(status);
   return std::move(call.result);
 }
 
@@ -439,7 +469,7 @@ absl::Status PsClient::InitShard(int ps, const ModelState& state) {
 
 absl::StatusOr<ModelState> PsClient::Export() {
   ExportCall call{plan_,
-                  [this](const v1::PartitionKey& key) { return Find(key); },
+                  [this](const v1::PartitionKey& key) { return Find(FromProto(key)); },
                   {},
                   Coverage(plan_.partitions().size())};
   for (const VariableSpec& v : plan_.variables()) {

@@ -25,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/backoff.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "kubetrain/v1/ps.grpc.pb.h"
 #include "ps/partition.h"
 #include "ps/store.h"
@@ -86,6 +87,13 @@ struct ShardInfo {
   uint32_t partitions = 0;
 };
 
+// The stubs of one ps task, sharing its channel: generated for the control calls, generic (raw
+// byte buffers) for Push and Pull, whose tensors ps/tensor_coding.h codes without extra copies.
+struct PsStubs {
+  std::unique_ptr<v1::ParameterServer::Stub> typed;
+  std::unique_ptr<grpc::GenericStub> generic;
+};
+
 // Owns one channel and stub per ps task. Thread-safe: calls from several threads proceed in
 // parallel (each call uses its own completion queue). Every call fans out to all ps tasks
 // concurrently; its status is the first failure, naming the ps task and address.
@@ -104,6 +112,8 @@ class PsClient {
   absl::StatusOr<Version> Pull(std::span<const std::span<float>> values,
                                const Version* min_version = nullptr);
   // Pushes every variable's gradient, each ps getting its partitions and its step from `at`.
+  // The gradient bytes are sent from `gradients` without a copy; Push returns only once gRPC no
+  // longer references them, so the caller may reuse the buffers as soon as it returns.
   absl::StatusOr<PushResult> Push(std::span<const std::span<const float>> gradients,
                                   const Version& at);
 
@@ -132,13 +142,13 @@ class PsClient {
   absl::Status CheckBuffers(size_t count, const std::vector<size_t>& sizes) const;
   absl::StatusOr<v1::InitRequest> MakeInit(int ps, const ModelState& state) const;
   absl::Status InitAll(const std::vector<int>& targets, const ModelState& state);
-  // Index of the plan partition `key` names, or NOT_FOUND.
-  absl::StatusOr<size_t> Find(const v1::PartitionKey& key) const;
+  // Index of the plan partition `key` names, or FAILED_PRECONDITION.
+  absl::StatusOr<size_t> Find(const PartitionKey& key) const;
 
   const std::vector<std::string> addresses_;
   const PlacementPlan plan_;
   const ClientOptions options_;
-  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
+  std::vector<PsStubs> stubs_;
   absl::flat_hash_map<PartitionKey, size_t> index_;
 };
 

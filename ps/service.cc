@@ -5,7 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "grpcpp/impl/rpc_service_method.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/support/method_handler.h"
 #include "ps/wire.h"
 
 namespace kubetrain::ps {
@@ -28,15 +30,71 @@ std::vector<PartitionKey> KeysOf(const v1::PullRequest& request) {
 
 ParameterServerService::ParameterServerService(ShardStore& store, PsMetrics* metrics,
                                                ServiceOptions options)
-    : store_(store), metrics_(metrics), options_(options) {}
+    : store_(store), metrics_(metrics), options_(options) {
+  RegisterMethods();
+}
+
+namespace {
+
+// One protobuf-coded unary method: `Fn` is a member of ParameterServerService.
+template <typename Request, typename Response,
+          grpc::Status (ParameterServerService::*Fn)(grpc::ServerContext*, const Request*,
+                                                     Response*)>
+grpc::internal::RpcServiceMethod* ProtoMethod(const char* path, ParameterServerService* service) {
+  using MessageLite = grpc::protobuf::MessageLite;
+  return new grpc::internal::RpcServiceMethod(
+      path, grpc::internal::RpcMethod::NORMAL_RPC,
+      new grpc::internal::RpcMethodHandler<ParameterServerService, Request, Response, MessageLite,
+                                           MessageLite>(
+          [](ParameterServerService* s, grpc::ServerContext* context, const Request* request,
+             Response* response) { return (s->*Fn)(context, request, response); },
+          service));
+}
+
+}  // namespace
+
+void ParameterServerService::RegisterMethods() {
+  using grpc::internal::RpcMethod;
+  using grpc::internal::RpcMethodHandler;
+  using grpc::internal::RpcServiceMethod;
+  using MessageLite = grpc::protobuf::MessageLite;
+  using Self = ParameterServerService;
+  AddMethod(ProtoMethod<v1::InitRequest, v1::InitResponse, &Self::Init>(
+      "/kubetrain.v1.ParameterServer/Init", this));
+  AddMethod(new RpcServiceMethod(
+      kPushMethod, RpcMethod::NORMAL_RPC,
+      new RpcMethodHandler<Self, PushFrame, v1::PushResponse, PushFrame, MessageLite>(
+          [](Self* service, grpc::ServerContext* context, const PushFrame* request,
+             v1::PushResponse* response) {
+            return service->PushTensors(context, request, response);
+          },
+          this)));
+  AddMethod(new RpcServiceMethod(
+      kPullMethod, RpcMethod::NORMAL_RPC,
+      new RpcMethodHandler<Self, v1::PullRequest, PullFrame, MessageLite, PullFrame>(
+          [](Self* service, grpc::ServerContext* context, const v1::PullRequest* request,
+             PullFrame* response) { return service->PullTensors(context, request, response); },
+          this)));
+  AddMethod(ProtoMethod<v1::ExportRequest, v1::ExportResponse, &Self::Export>(
+      "/kubetrain.v1.ParameterServer/Export", this));
+  AddMethod(ProtoMethod<v1::StatusRequest, v1::StatusResponse, &Self::Status>(
+      "/kubetrain.v1.ParameterServer/Status", this));
+  AddMethod(ProtoMethod<v1::ShutdownRequest, v1::ShutdownResponse, &Self::Shutdown>(
+      "/kubetrain.v1.ParameterServer/Shutdown", this));
+}
 
 grpc::Status ParameterServerService::Finish(absl::string_view method, const absl::Status& status,
                                             const google::protobuf::Message& request,
                                             const google::protobuf::Message& response) {
+  return Finish(method, status, request.ByteSizeLong(), response.ByteSizeLong());
+}
+
+grpc::Status ParameterServerService::Finish(absl::string_view method, const absl::Status& status,
+                                            size_t request_bytes, size_t response_bytes) {
   if (metrics_ != nullptr) {
     metrics_->CountRequest(method, absl::StatusCodeToString(status.code()));
-    metrics_->AddReceivedBytes(request.ByteSizeLong());
-    if (status.ok()) metrics_->AddSentBytes(response.ByteSizeLong());
+    metrics_->AddReceivedBytes(request_bytes);
+    if (status.ok()) metrics_->AddSentBytes(response_bytes);
   }
   if (!Routine(status.code())) {
     log::Warn("Refused request", {{"method", method}, {"error", status}});
@@ -62,51 +120,39 @@ grpc::Status ParameterServerService::Init(grpc::ServerContext*, const v1::InitRe
   return Finish("Init", status, *request, *response);
 }
 
-absl::Status ParameterServerService::DoPush(const v1::PushRequest& request,
-                                            v1::PushResponse& response) {
-  PushArgs args{request.run_id(), request.step(), {}};
-  args.gradients.reserve(request.gradients_size());
-  for (const v1::Partition& g : request.gradients()) {
-    args.gradients.push_back({FromProto(g.key()), g.values()});
-  }
-  ASSIGN_OR_RETURN(PushOutcome outcome, store_.Push(args));
+absl::Status ParameterServerService::DoPush(const PushFrame& request, v1::PushResponse& response) {
+  ASSIGN_OR_RETURN(PushOutcome outcome, store_.Push(request.args()));
   response.set_global_step(outcome.global_step);
   response.set_stale(outcome.stale);
   return absl::OkStatus();
 }
 
-grpc::Status ParameterServerService::Push(grpc::ServerContext*, const v1::PushRequest* request,
-                                          v1::PushResponse* response) {
-  return Finish("Push", DoPush(*request, *response), *request, *response);
+grpc::Status ParameterServerService::PushTensors(grpc::ServerContext*, const PushFrame* request,
+                                                 v1::PushResponse* response) {
+  return Finish("Push", DoPush(*request, *response), request->byte_size(),
+                response->ByteSizeLong());
 }
 
 absl::Status ParameterServerService::DoPull(grpc::ServerContext& context,
-                                            const v1::PullRequest& request,
-                                            v1::PullResponse& response) {
+                                            const v1::PullRequest& request, PullFrame& response) {
   const absl::Time deadline =
       std::min(absl::FromChrono(context.deadline()), absl::Now() + options_.max_pull_wait);
   const std::vector<PartitionKey> keys = KeysOf(request);
   auto visit = [&response](const PartitionKey& key, uint64_t offset,
                            std::span<const float> values) {
-    v1::Partition* p = response.add_values();
-    p->mutable_key()->set_variable(key.variable);
-    p->mutable_key()->set_index(key.index);
-    p->set_offset(offset);
-    p->set_length(values.size());
-    SetFloats(values, p->mutable_values());
+    response.Add(key, offset, values);  // copies under the store's lock: pushes may follow
   };
   ASSIGN_OR_RETURN(PullOutcome outcome, store_.Pull(keys, request.min_step(), deadline, visit));
-  response.set_global_step(outcome.global_step);
-  response.set_run_id(std::move(outcome.run_id));
+  response.Finish(outcome.global_step, std::move(outcome.run_id));
   return absl::OkStatus();
 }
 
-grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
-                                          const v1::PullRequest* request,
-                                          v1::PullResponse* response) {
+grpc::Status ParameterServerService::PullTensors(grpc::ServerContext* context,
+                                                 const v1::PullRequest* request,
+                                                 PullFrame* response) {
   absl::Status status = DoPull(*context, *request, *response);
   if (!status.ok()) response->Clear();  // a failed visit may have filled part of it
-  return Finish("Pull", status, *request, *response);
+  return Finish("Pull", status, request->ByteSizeLong(), response->byte_size());
 }
 
 grpc::Status ParameterServerService::Export(grpc::ServerContext*, const v1::ExportRequest* request,

@@ -9,10 +9,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpcpp/impl/service_type.h"
 #include "grpcpp/server.h"
 #include "kubetrain/v1/ps.grpc.pb.h"
 #include "ps/metrics.h"
 #include "ps/store.h"
+#include "ps/tensor_coding.h"
 
 namespace kubetrain::ps {
 
@@ -24,22 +26,27 @@ struct ServiceOptions {
 
 // Translates RPCs to ShardStore calls and counts them. Owns nothing but the shutdown flag; the
 // store and metrics must outlive it. Thread-safe (gRPC calls it from many threads).
-class ParameterServerService final : public v1::ParameterServer::Service {
+//
+// Implements kubetrain.v1.ParameterServer by registering its methods itself (as generated code
+// does) rather than deriving from the generated Service: Push and Pull carry the tensors, so
+// their request (push) and response (pull) are coded by ps/tensor_coding.h straight between
+// gRPC's slices and the store, with the same bytes on the wire; the others use protobuf.
+class ParameterServerService final : public grpc::Service {
  public:
   ParameterServerService(ShardStore& store, PsMetrics* metrics, ServiceOptions options = {});
 
   grpc::Status Init(grpc::ServerContext* context, const v1::InitRequest* request,
-                    v1::InitResponse* response) override;
-  grpc::Status Push(grpc::ServerContext* context, const v1::PushRequest* request,
-                    v1::PushResponse* response) override;
-  grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
-                    v1::PullResponse* response) override;
+                    v1::InitResponse* response);
+  grpc::Status PushTensors(grpc::ServerContext* context, const PushFrame* request,
+                           v1::PushResponse* response);
+  grpc::Status PullTensors(grpc::ServerContext* context, const v1::PullRequest* request,
+                           PullFrame* response);
   grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
-                      v1::ExportResponse* response) override;
+                      v1::ExportResponse* response);
   grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
-                      v1::StatusResponse* response) override;
+                      v1::StatusResponse* response);
   grpc::Status Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest* request,
-                        v1::ShutdownResponse* response) override;
+                        v1::ShutdownResponse* response);
 
   // Closes the store (waking blocked pulls) and marks shutdown as requested. Idempotent.
   void RequestShutdown(absl::string_view reason);
@@ -48,9 +55,13 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   bool WaitForShutdownRequest(absl::Duration timeout) const;
 
  private:
-  absl::Status DoPush(const v1::PushRequest& request, v1::PushResponse& response);
+  // Adds the six methods in ps.proto's order.
+  void RegisterMethods();
+  absl::Status DoPush(const PushFrame& request, v1::PushResponse& response);
   absl::Status DoPull(grpc::ServerContext& context, const v1::PullRequest& request,
-                      v1::PullResponse& response);
+                      PullFrame& response);
+  grpc::Status Finish(absl::string_view method, const absl::Status& status, size_t request_bytes,
+                      size_t response_bytes);
   grpc::Status Finish(absl::string_view method, const absl::Status& status,
                       const google::protobuf::Message& request,
                       const google::protobuf::Message& response);

@@ -20,6 +20,9 @@ struct ShardStore::Partition {
   std::vector<std::vector<float>> slots;  // guarded by ShardStore::mu_, Optimizer::SlotNames order
   absl::Mutex accum_mu;
   std::vector<float> accum ABSL_GUARDED_BY(accum_mu);  // sync mode: this round's gradient sum
+  // Gradients summed into `accum` this round. The first is copied rather than added (BytePS's
+  // COPY_FIRST), so `accum` needs no zeroing between rounds.
+  int accum_count ABSL_GUARDED_BY(accum_mu) = 0;
 };
 
 namespace {
@@ -64,7 +67,9 @@ absl::StatusOr<std::vector<std::vector<float>>> OrderSlots(PartitionState& state
 std::string KeyName(const PartitionKey& key) { return absl::StrCat(key.variable, "/", key.index); }
 
 void AddInto(std::vector<float>& sum, std::span<const float> grad) {
-  for (size_t i = 0; i < sum.size(); ++i) sum[i] += grad[i];
+  float* __restrict out = sum.data();
+  const float* __restrict in = grad.data();
+  for (size_t i = 0; i < sum.size(); ++i) out[i] += in[i];
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
@@ -212,7 +217,11 @@ absl::StatusOr<PushOutcome> ShardStore::PushSync(const PushArgs& args) {
     for (auto& [p, bytes] : *targets) {
       std::span<const float> grad = AsFloats(bytes, scratch);
       absl::MutexLock accum(&p->accum_mu);
-      AddInto(p->accum, grad);
+      if (p->accum_count++ == 0) {
+        std::memcpy(p->accum.data(), grad.data(), grad.size_bytes());
+      } else {
+        AddInto(p->accum, grad);
+      }
     }
     absl::MutexLock round(&round_mu_);
     completes_round = ++arrived_ == config_.replicas_to_aggregate;
@@ -232,9 +241,11 @@ int64_t ShardStore::ApplySyncRound(uint64_t generation) {
   for (auto& p : partitions_) {
     absl::MutexLock accum(&p->accum_mu);
     // Division rather than multiplying by 1/R keeps averages of integer gradients exact.
-    for (float& g : p->accum) g /= replicas;
+    if (replicas != 1.0f) {
+      for (float& g : p->accum) g /= replicas;
+    }
     ApplyOne(*p, p->accum);
-    std::fill(p->accum.begin(), p->accum.end(), 0.0f);
+    p->accum_count = 0;
   }
   ++global_step_;
   {

@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "prometheus/registry.h"
 #include "ps/client.h"
 #include "ps/service.h"
@@ -275,6 +279,67 @@ TEST(PsService, ShutdownRpcStopsTheServiceAndWakesPulls) {
   EXPECT_EQ(blocked.code(), absl::StatusCode::kUnavailable) << blocked;
   EXPECT_TRUE(cluster.server(0).service().WaitForShutdownRequest(absl::Seconds(30)));
   EXPECT_EQ(client->WaitReady(absl::Seconds(30), false).code(), absl::StatusCode::kCancelled);
+}
+
+// Push and Pull are coded by hand on both ends (ps/tensor_coding.h); a peer using the generated
+// protobuf stub must still be understood, with the same bytes and the same errors.
+TEST(PsService, GeneratedProtobufStubInteroperatesWithTensorCodedServer) {
+  Cluster cluster(1);
+  PlacementPlan plan = Plan(1);
+  auto client = cluster.Client(plan);
+  ASSERT_TRUE(client
+                  ->Init(InitialState(
+                      plan, {.mode = UpdateMode::kAsync,
+                             .optimizer = {.kind = OptimizerKind::kSgd, .learning_rate = 1.0}}))
+                  .ok());
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // the pull answer (12.8 MB) is over gRPC's 4 MiB default
+  auto stub = v1::ParameterServer::NewStub(grpc::CreateCustomChannel(
+      cluster.server(0).address(), grpc::InsecureChannelCredentials(), args));
+
+  v1::PushRequest push;
+  push.set_run_id("run-1");
+  const PartitionSpec& bias = plan.partitions().back();  // dense/bias, 256 floats
+  for (const PartitionSpec& spec : plan.partitions()) {
+    v1::Partition* g = push.add_gradients();
+    g->mutable_key()->set_variable(spec.key.variable);
+    g->mutable_key()->set_index(spec.key.index);
+    g->set_offset(spec.offset);
+    g->set_length(spec.length);
+    g->set_values(std::string(spec.bytes(), '\0'));
+  }
+  std::vector<float> ones(bias.length, 1.0f);
+  push.mutable_gradients()->rbegin()->set_values(
+      std::string(reinterpret_cast<const char*>(ones.data()), bias.bytes()));
+  {
+    grpc::ClientContext context;
+    v1::PushResponse response;
+    ASSERT_TRUE(stub->Push(&context, push, &response).ok());
+    EXPECT_EQ(response.global_step(), 1);
+  }
+  {
+    grpc::ClientContext context;
+    v1::PullResponse response;
+    ASSERT_TRUE(stub->Pull(&context, v1::PullRequest(), &response).ok());
+    EXPECT_EQ(response.global_step(), 1);
+    EXPECT_EQ(response.run_id(), "run-1");
+    ASSERT_EQ(response.values_size(), static_cast<int>(plan.partitions().size()));
+    const v1::Partition& last = *response.values().rbegin();
+    EXPECT_EQ(last.key().variable(), "dense/bias");
+    ASSERT_EQ(last.values().size(), bias.bytes());
+    std::vector<float> got(bias.length);
+    std::memcpy(got.data(), last.values().data(), bias.bytes());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], float(i % 7) - 1.0f) << i;
+  }
+  {
+    push.mutable_gradients()->rbegin()->set_values(std::string(12, '\0'));  // 3 floats, not 256
+    grpc::ClientContext context;
+    v1::PushResponse response;
+    const grpc::Status status = stub->Push(&context, push, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("12 value bytes for 256 floats"), std::string::npos)
+        << status.error_message();
+  }
 }
 
 }  // namespace

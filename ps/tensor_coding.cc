@@ -1,0 +1,495 @@
+#include "ps/tensor_coding.h"
+
+#include <bit>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace kubetrain::ps {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire format is little-endian float32; a big-endian build needs byte swaps");
+
+// Protobuf wire types and the field numbers of ps.proto this file encodes.
+constexpr uint32_t kVarint = 0;
+constexpr uint32_t kLengthDelimited = 2;
+namespace key_field {
+constexpr uint32_t kVariable = 1, kIndex = 2;
+}
+namespace partition_field {
+constexpr uint32_t kKey = 1, kOffset = 2, kLength = 3, kValues = 4;
+}
+namespace push_field {
+constexpr uint32_t kRunId = 1, kWorker = 2, kStep = 3, kGradients = 4;
+}
+namespace pull_field {
+constexpr uint32_t kGlobalStep = 1, kValues = 2, kRunId = 3;
+}
+
+// ---- Encoding ----
+
+void PutVarint(uint64_t v, std::string& out) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void PutTag(uint32_t field, uint32_t wire_type, std::string& out) {
+  PutVarint((uint64_t{field} << 3) | wire_type, out);
+}
+
+// Like protobuf, proto3 scalars equal to their default are left out.
+void PutVarintField(uint32_t field, uint64_t v, std::string& out) {
+  if (v == 0) return;
+  PutTag(field, kVarint, out);
+  PutVarint(v, out);
+}
+
+void PutBytesField(uint32_t field, absl::string_view bytes, std::string& out) {
+  if (bytes.empty()) return;
+  PutTag(field, kLengthDelimited, out);
+  PutVarint(bytes.size(), out);
+  out.append(bytes.data(), bytes.size());
+}
+
+// Everything of a Partition field but the values: its tag and length (as field `field` of the
+// enclosing message), key, offset, length, and the values' tag and length. The values' bytes
+// follow on the wire.
+std::string PartitionHeader(uint32_t field, const PartitionKey& key, uint64_t offset,
+                            uint64_t length, size_t value_bytes) {
+  std::string key_msg;
+  PutBytesField(key_field::kVariable, key.variable, key_msg);
+  PutVarintField(key_field::kIndex, key.index, key_msg);
+  std::string inner;
+  PutBytesField(partition_field::kKey, key_msg, inner);
+  PutVarintField(partition_field::kOffset, offset, inner);
+  PutVarintField(partition_field::kLength, length, inner);
+  if (value_bytes > 0) {
+    PutTag(partition_field::kValues, kLengthDelimited, inner);
+    PutVarint(value_bytes, inner);
+  }
+  std::string out;
+  PutTag(field, kLengthDelimited, out);
+  PutVarint(inner.size() + value_bytes, out);
+  out += inner;
+  return out;
+}
+
+absl::string_view AsBytes(std::span<const float> values) {
+  return {reinterpret_cast<const char*>(values.data()), values.size_bytes()};
+}
+
+// ---- Decoding ----
+
+absl::Status Malformed(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("malformed ps message: ", what));
+}
+
+// Reads protobuf wire format from the slices of a received message without joining them.
+// Not thread-safe; the slices must outlive it.
+class SliceReader {
+ public:
+  explicit SliceReader(const std::vector<grpc::Slice>& slices) : slices_(slices) {
+    for (const grpc::Slice& s : slices_) size_ += s.size();
+    SkipEmpty();
+  }
+
+  size_t position() const { return position_; }
+  size_t size() const { return size_; }
+
+  absl::StatusOr<uint64_t> Varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (position_ >= size_) return Malformed("truncated varint");
+      const uint8_t byte = slices_[slice_].begin()[offset_];
+      Advance(1);
+      v |= uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80) == 0) return v;
+    }
+    return Malformed("varint longer than 10 bytes");
+  }
+
+  // The length of a length-delimited field, checked against what is left before `end`.
+  absl::StatusOr<size_t> Length(size_t end) {
+    ASSIGN_OR_RETURN(uint64_t n, Varint());
+    if (position_ > end || n > end - position_) return Malformed("field runs past its message");
+    return static_cast<size_t>(n);
+  }
+
+  // The next `n` bytes: in place when they lie in one slice, else copied into `scratch`.
+  absl::string_view View(size_t n, std::string& scratch) {
+    if (n == 0) return {};
+    const grpc::Slice& s = slices_[slice_];
+    if (s.size() - offset_ >= n) {
+      absl::string_view in_place(reinterpret_cast<const char*>(s.begin()) + offset_, n);
+      Advance(n);
+      return in_place;
+    }
+    scratch.resize(n);
+    CopyTo(scratch.data(), n);
+    return scratch;
+  }
+
+  void CopyTo(char* out, size_t n) {
+    while (n > 0) {
+      const grpc::Slice& s = slices_[slice_];
+      const size_t take = std::min(n, s.size() - offset_);
+      std::memcpy(out, s.begin() + offset_, take);
+      out += take;
+      n -= take;
+      Advance(take);
+    }
+  }
+
+  void Skip(size_t n) { Advance(n); }
+
+  // Skips a field of any wire type this reader may meet (unknown fields from a newer peer).
+  absl::Status SkipField(uint32_t wire_type, size_t end) {
+    switch (wire_type) {
+      case kVarint: {
+        return Varint().status();
+      }
+      case kLengthDelimited: {
+        ASSIGN_OR_RETURN(size_t n, Length(end));
+        Skip(n);
+        return absl::OkStatus();
+      }
+      case 1:    // fixed64
+      case 5: {  // fixed32
+        const size_t n = wire_type == 1 ? 8 : 4;
+        if (position_ > end || n > end - position_) return Malformed("truncated fixed field");
+        Skip(n);
+        return absl::OkStatus();
+      }
+      default: {
+        return Malformed(absl::StrCat("unsupported wire type ", wire_type));
+      }
+    }
+  }
+
+ private:
+  // Callers have checked that `n` bytes are left.
+  void Advance(size_t n) {
+    position_ += n;
+    while (n > 0) {
+      const size_t take = std::min(n, slices_[slice_].size() - offset_);
+      offset_ += take;
+      n -= take;
+      SkipEmpty();
+    }
+  }
+  void SkipEmpty() {
+    while (slice_ < slices_.size() && offset_ == slices_[slice_].size()) {
+      ++slice_;
+      offset_ = 0;
+    }
+  }
+
+  const std::vector<grpc::Slice>& slices_;
+  size_t slice_ = 0, offset_ = 0, position_ = 0, size_ = 0;
+};
+
+struct Tag {
+  uint32_t field;
+  uint32_t wire_type;
+};
+
+absl::StatusOr<Tag> ReadTag(SliceReader& r) {
+  ASSIGN_OR_RETURN(uint64_t tag, r.Varint());
+  return Tag{static_cast<uint32_t>(tag >> 3), static_cast<uint32_t>(tag & 7)};
+}
+
+absl::Status Expect(const Tag& tag, uint32_t wire_type) {
+  if (tag.wire_type == wire_type) return absl::OkStatus();
+  return Malformed(absl::StrCat("field ", tag.field, " has wire type ", tag.wire_type));
+}
+
+absl::StatusOr<std::string> ReadString(SliceReader& r, size_t end) {
+  ASSIGN_OR_RETURN(size_t n, r.Length(end));
+  std::string s(n, '\0');
+  r.CopyTo(s.data(), n);
+  return s;
+}
+
+absl::StatusOr<PartitionKey> ReadKey(SliceReader& r, size_t end) {
+  ASSIGN_OR_RETURN(size_t n, r.Length(end));
+  const size_t key_end = r.position() + n;
+  PartitionKey key;
+  while (r.position() < key_end) {
+    ASSIGN_OR_RETURN(Tag tag, ReadTag(r));
+    if (tag.field == key_field::kVariable) {
+      RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
+      ASSIGN_OR_RETURN(key.variable, ReadString(r, key_end));
+    } else if (tag.field == key_field::kIndex) {
+      RETURN_IF_ERROR(Expect(tag, kVarint));
+      ASSIGN_OR_RETURN(uint64_t index, r.Varint());
+      key.index = static_cast<uint32_t>(index);
+    } else {
+      RETURN_IF_ERROR(r.SkipField(tag.wire_type, key_end));
+    }
+  }
+  if (r.position() != key_end) return Malformed("partition key runs past its length");
+  return key;
+}
+
+// A Partition's fields; the values are located (position and size) and skipped, since their
+// destination may depend on fields that come after them.
+struct PartitionFields {
+  PartitionKey key;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  size_t values_position = 0;
+  size_t values_bytes = 0;
+};
+
+absl::StatusOr<PartitionFields> ReadPartition(SliceReader& r, size_t end) {
+  PartitionFields p;
+  while (r.position() < end) {
+    ASSIGN_OR_RETURN(Tag tag, ReadTag(r));
+    switch (tag.field) {
+      case partition_field::kKey: {
+        RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
+        ASSIGN_OR_RETURN(p.key, ReadKey(r, end));
+        break;
+      }
+      case partition_field::kOffset: {
+        RETURN_IF_ERROR(Expect(tag, kVarint));
+        ASSIGN_OR_RETURN(p.offset, r.Varint());
+        break;
+      }
+      case partition_field::kLength: {
+        RETURN_IF_ERROR(Expect(tag, kVarint));
+        ASSIGN_OR_RETURN(p.length, r.Varint());
+        break;
+      }
+      case partition_field::kValues: {
+        RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
+        ASSIGN_OR_RETURN(p.values_bytes, r.Length(end));
+        p.values_position = r.position();
+        r.Skip(p.values_bytes);
+        break;
+      }
+      default: {
+        RETURN_IF_ERROR(r.SkipField(tag.wire_type, end));
+      }
+    }
+  }
+  if (r.position() != end) return Malformed("partition runs past its length");
+  if (p.values_bytes != p.length * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat("partition ", p.key.variable, "/", p.key.index,
+                                                   " has ", p.values_bytes, " value bytes for ",
+                                                   p.length, " floats"));
+  }
+  return p;
+}
+
+// Calls `field_fn(tag)` for each top-level field left in `r`; it reads the field's value from `r`.
+template <typename FieldFn>
+absl::Status ForEachField(SliceReader& r, FieldFn field_fn) {
+  while (r.position() < r.size()) {
+    ASSIGN_OR_RETURN(Tag tag, ReadTag(r));
+    RETURN_IF_ERROR(field_fn(tag));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---- SlicePins ----
+
+SlicePins::~SlicePins() { WaitUntilReleased(); }
+
+grpc::Slice SlicePins::Pin(absl::string_view bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++pinned_;
+  }
+  // gRPC never writes through a send slice; the cast only satisfies the constructor's signature.
+  return grpc::Slice(const_cast<char*>(bytes.data()), bytes.size(), &SlicePins::Release, this);
+}
+
+void SlicePins::Release(void* self) {
+  auto* pins = static_cast<SlicePins*>(self);
+  absl::MutexLock lock(&pins->mu_);
+  --pins->pinned_;
+}
+
+void SlicePins::WaitUntilReleased() {
+  absl::MutexLock lock(&mu_);
+  // gRPC releases a send slice once its bytes are written or the stream is cancelled; for a call
+  // that already finished this takes microseconds. Logged if slow, as it means a stuck socket.
+  auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pinned_ == 0; };
+  if (mu_.AwaitWithTimeout(absl::Condition(&released), absl::Seconds(10))) return;
+  log::Warn("Waiting for gRPC to release pushed gradient memory", {{"slices", pinned_}});
+  mu_.Await(absl::Condition(&released));
+}
+
+// ---- Push ----
+
+grpc::ByteBuffer EncodePushRequest(const PushHeader& header,
+                                   std::span<const PartitionView> gradients, SlicePins& pins) {
+  std::vector<grpc::Slice> slices;
+  slices.reserve(2 * gradients.size() + 1);
+  std::string head;
+  PutBytesField(push_field::kRunId, header.run_id, head);
+  PutVarintField(push_field::kWorker, header.worker, head);
+  PutVarintField(push_field::kStep, static_cast<uint64_t>(header.step), head);
+  for (const PartitionView& g : gradients) {
+    head += PartitionHeader(push_field::kGradients, *g.key, g.offset, g.values.size(),
+                            g.values.size_bytes());
+    slices.emplace_back(head);  // copies the small header
+    head.clear();
+    if (!g.values.empty()) slices.push_back(pins.Pin(AsBytes(g.values)));
+  }
+  if (!head.empty()) slices.emplace_back(head);
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+absl::Status PushFrame::Parse(grpc::ByteBuffer& buffer) {
+  *this = PushFrame();
+  byte_size_ = buffer.Length();
+  if (grpc::Status s = buffer.Dump(&slices_); !s.ok()) return Malformed(s.error_message());
+  buffer.Clear();
+  SliceReader r(slices_);
+  return ForEachField(r, [&](const Tag& tag) -> absl::Status {
+    switch (tag.field) {
+      case push_field::kRunId: {
+        RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
+        ASSIGN_OR_RETURN(args_.run_id, ReadString(r, r.size()));
+        return absl::OkStatus();
+      }
+      case push_field::kWorker: {
+        RETURN_IF_ERROR(Expect(tag, kVarint));
+        ASSIGN_OR_RETURN(uint64_t worker, r.Varint());
+        worker_ = static_cast<uint32_t>(worker);
+        return absl::OkStatus();
+      }
+      case push_field::kStep: {
+        RETURN_IF_ERROR(Expect(tag, kVarint));
+        ASSIGN_OR_RETURN(uint64_t step, r.Varint());
+        args_.step = static_cast<int64_t>(step);
+        return absl::OkStatus();
+      }
+      case push_field::kGradients: {
+        RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
+        ASSIGN_OR_RETURN(size_t n, r.Length(r.size()));
+        const size_t end = r.position() + n;
+        ASSIGN_OR_RETURN(PartitionFields p, ReadPartition(r, end));
+        // Re-read the values where ReadPartition found them, now that they are known to fit.
+        SliceReader values(slices_);
+        values.Skip(p.values_position);
+        copies_.emplace_back();
+        absl::string_view bytes = values.View(p.values_bytes, copies_.back());
+        if (copies_.back().empty()) copies_.pop_back();
+        args_.gradients.push_back({std::move(p.key), bytes});
+        return absl::OkStatus();
+      }
+      default: {
+        return r.SkipField(tag.wire_type, r.size());
+      }
+    }
+  });
+}
+
+// ---- Pull ----
+
+void PullFrame::Add(const PartitionKey& key, uint64_t offset, std::span<const float> values) {
+  Entry& e = entries_.emplace_back();
+  e.header = PartitionHeader(pull_field::kValues, key, offset, values.size(), values.size_bytes());
+  if (!values.empty()) e.values = grpc::Slice(values.data(), values.size_bytes());  // one copy
+}
+
+void PullFrame::Finish(int64_t global_step, std::string run_id) {
+  global_step_ = global_step;
+  run_id_ = std::move(run_id);
+}
+
+grpc::ByteBuffer PullFrame::Encode() const {
+  std::vector<grpc::Slice> slices;
+  slices.reserve(2 * entries_.size() + 1);
+  std::string head;
+  PutVarintField(pull_field::kGlobalStep, static_cast<uint64_t>(global_step_), head);
+  for (const Entry& e : entries_) {
+    head += e.header;
+    slices.emplace_back(head);
+    head.clear();
+    if (e.values.size() > 0) slices.push_back(e.values);  // a reference, not a copy
+  }
+  PutBytesField(pull_field::kRunId, run_id_, head);
+  if (!head.empty()) slices.emplace_back(head);
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+size_t PullFrame::byte_size() const {
+  size_t n = run_id_.size() + 16;
+  for (const Entry& e : entries_) n += e.header.size() + e.values.size();
+  return n;
+}
+
+absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
+                                              PullDestination destination) {
+  std::vector<grpc::Slice> slices;
+  if (grpc::Status s = buffer.Dump(&slices); !s.ok()) return Malformed(s.error_message());
+  SliceReader r(slices);
+  PullHeader header;
+  RETURN_IF_ERROR(ForEachField(r, [&](const Tag& tag) -> absl::Status {
+    switch (tag.field) {
+      case pull_field::kGlobalStep: {
+        RETURN_IF_ERROR(Expect(tag, kVarint));
+        ASSIGN_OR_RETURN(uint64_t step, r.Varint());
+        header.global_step = static_cast<int64_t>(step);
+        return absl::OkStatus();
+      }
+      case pull_field::kRunId: {
+        RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
+        ASSIGN_OR_RETURN(header.run_id, ReadString(r, r.size()));
+        return absl::OkStatus();
+      }
+      case pull_field::kValues: {
+        RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
+        ASSIGN_OR_RETURN(size_t n, r.Length(r.size()));
+        ASSIGN_OR_RETURN(PartitionFields p, ReadPartition(r, r.position() + n));
+        ASSIGN_OR_RETURN(std::span<float> out, destination(p.key, p.offset, p.length));
+        if (out.size_bytes() != p.values_bytes) {
+          return absl::InvalidArgumentError(absl::StrCat("partition ", p.key.variable, "/",
+                                                         p.key.index, ": got ", p.values_bytes,
+                                                         " bytes, want ", out.size_bytes()));
+        }
+        SliceReader values(slices);
+        values.Skip(p.values_position);
+        values.CopyTo(reinterpret_cast<char*>(out.data()), p.values_bytes);
+        return absl::OkStatus();
+      }
+      default: {
+        return r.SkipField(tag.wire_type, r.size());
+      }
+    }
+  }));
+  return header;
+}
+
+}  // namespace kubetrain::ps
+
+namespace grpc {
+
+Status SerializationTraits<kubetrain::ps::PushFrame, void>::Deserialize(
+    ByteBuffer* buffer, kubetrain::ps::PushFrame* frame) {
+  absl::Status s = frame->Parse(*buffer);
+  if (s.ok()) return Status::OK;
+  return {static_cast<StatusCode>(s.code()), std::string(s.message())};
+}
+
+Status SerializationTraits<kubetrain::ps::PullFrame, void>::Serialize(
+    const kubetrain::ps::PullFrame& frame, ByteBuffer* buffer, bool* own_buffer) {
+  *buffer = frame.Encode();
+  *own_buffer = true;
+  return Status::OK;
+}
+
+}  // namespace grpc

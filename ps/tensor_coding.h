@@ -1,0 +1,151 @@
+// Hand-written encoding of the two hot ps messages, PushRequest and PullResponse, straight between
+// gRPC byte buffers and tensor memory (what TensorFlow's grpc_tensor_coding does for RecvTensor).
+//
+// The bytes on the wire are exactly ps.proto's (tensor data in `bytes` fields, little-endian
+// float32), so a protobuf peer reads them and they read protobuf's; only the copies go away:
+//   push, client: the gradient bytes are gRPC slices over the caller's memory (no copy);
+//   push, server: gradients are viewed inside the received slices where contiguous;
+//   pull, server: one copy of each partition, made under the store's lock, becomes a slice;
+//   pull, client: bytes go from the received slices into the caller's spans (one copy).
+// The generated protobuf path did two copies on each side of each direction.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/impl/serialization_traits.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
+#include "ps/partition.h"
+#include "ps/store.h"
+
+namespace kubetrain::ps {
+
+// gRPC paths of the two methods coded here (the generated stub and service use the same).
+inline constexpr char kPushMethod[] = "/kubetrain.v1.ParameterServer/Push";
+inline constexpr char kPullMethod[] = "/kubetrain.v1.ParameterServer/Pull";
+
+// Counts zero-copy slices over caller memory that gRPC still references, so the caller can wait
+// until gRPC is done with the memory before handing it back. gRPC drops its references once the
+// bytes are written or the call is cancelled. Thread-safe; must outlive every slice it pinned
+// (call WaitUntilReleased before destroying it).
+class SlicePins {
+ public:
+  SlicePins() = default;
+  SlicePins(const SlicePins&) = delete;
+  SlicePins& operator=(const SlicePins&) = delete;
+  ~SlicePins();
+
+  // A slice over `bytes` whose release this object counts. `bytes` must stay valid until
+  // WaitUntilReleased returns.
+  grpc::Slice Pin(absl::string_view bytes);
+  void WaitUntilReleased();
+
+ private:
+  static void Release(void* self);
+
+  absl::Mutex mu_;
+  int pinned_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// One partition's tensor bytes to encode, viewing memory owned elsewhere.
+struct PartitionView {
+  const PartitionKey* key = nullptr;
+  uint64_t offset = 0;
+  std::span<const float> values;
+};
+
+struct PushHeader {
+  std::string run_id;
+  uint32_t worker = 0;
+  int64_t step = 0;
+};
+
+// A kubetrain.v1.PushRequest whose gradient bytes are slices pinned by `pins` (not copied).
+grpc::ByteBuffer EncodePushRequest(const PushHeader& header,
+                                   std::span<const PartitionView> gradients, SlicePins& pins);
+
+// A parsed PushRequest, its gradients viewing the received bytes. Owns the received buffer and
+// whatever it had to copy (a gradient split over several slices). Not thread-safe; gRPC
+// deserialises one per call.
+class PushFrame {
+ public:
+  // Takes `buffer`'s slices (leaving it empty) and parses them. INVALID_ARGUMENT on malformed
+  // bytes or a gradient whose byte count is not 4 × its length.
+  absl::Status Parse(grpc::ByteBuffer& buffer);
+  // The store's arguments; views into this frame, valid while it lives.
+  const PushArgs& args() const { return args_; }
+  uint32_t worker() const { return worker_; }
+  size_t byte_size() const { return byte_size_; }
+
+ private:
+  std::vector<grpc::Slice> slices_;
+  std::deque<std::string> copies_;  // gradients that straddled slices; a deque never moves them
+  PushArgs args_;
+  uint32_t worker_ = 0;
+  size_t byte_size_ = 0;
+};
+
+// A kubetrain.v1.PullResponse under construction on the server. Each Add copies one partition's
+// values into a slice gRPC then sends without copying again. Not thread-safe.
+class PullFrame {
+ public:
+  void Add(const PartitionKey& key, uint64_t offset, std::span<const float> values);
+  void Finish(int64_t global_step, std::string run_id);
+  void Clear() { *this = PullFrame(); }
+  grpc::ByteBuffer Encode() const;
+  size_t byte_size() const;
+
+ private:
+  struct Entry {
+    std::string header;  // the Partition's field tag, length and every field but the values
+    grpc::Slice values;
+  };
+  std::vector<Entry> entries_;
+  int64_t global_step_ = 0;
+  std::string run_id_;
+};
+
+struct PullHeader {
+  int64_t global_step = 0;
+  std::string run_id;
+};
+
+// Where a pulled partition's values go: a span of exactly `length` floats, or an error (unknown
+// partition, wrong ps) that ends decoding.
+using PullDestination = absl::FunctionRef<absl::StatusOr<std::span<float>>(
+    const PartitionKey& key, uint64_t offset, uint64_t length)>;
+
+// Decodes a PullResponse, copying each partition's bytes straight into its destination.
+// INVALID_ARGUMENT on malformed bytes or a partition whose byte count differs from 4 × length or
+// from its destination's size.
+absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
+                                              PullDestination destination);
+
+}  // namespace kubetrain::ps
+
+// gRPC (de)serialises the server's custom request and response types with these.
+namespace grpc {
+
+template <>
+class SerializationTraits<kubetrain::ps::PushFrame, void> {
+ public:
+  static Status Deserialize(ByteBuffer* buffer, kubetrain::ps::PushFrame* frame);
+};
+
+template <>
+class SerializationTraits<kubetrain::ps::PullFrame, void> {
+ public:
+  static Status Serialize(const kubetrain::ps::PullFrame& frame, ByteBuffer* buffer,
+                          bool* own_buffer);
+};
+
+}  // namespace grpc
