@@ -91,6 +91,14 @@ class Device {
   // db[c] = sum_r dy[r, c] (overwrites db).
   virtual void BiasGrad(int rows, int cols, const float* dy, float* db) = 0;
 
+  // x[r, c] = max(x[r, c] + bias[c], 0): AddBias then Relu in one pass over x. The default
+  // composes the two kernels; backends override it to save a pass over memory.
+  virtual void AddBiasRelu(int rows, int cols, const float* bias, float* x);
+  // dx = ReluGrad(y, dy) and db[c] = sum_r dx[r, c] (overwrites db) in one pass; dy and dx may
+  // alias. The default composes ReluGrad and BiasGrad.
+  virtual void ReluBiasGrad(int rows, int cols, const float* y, const float* dy, float* dx,
+                            float* db);
+
   // y = max(x, 0); x and y may alias.
   virtual void Relu(int64_t n, const float* x, float* y) = 0;
   // dx = dy where y > 0 else 0, with y the forward output; dy and dx may alias.

@@ -28,9 +28,11 @@ int64_t Model::num_parameters() const {
 }
 
 absl::Status Model::Initialize(uint64_t seed) {
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    Rng rng(seed, i);  // one stream per layer: adding a layer does not reshuffle the others
-    layers_[i]->Initialize(rng);
+  uint64_t stream = 0;
+  for (auto& layer : layers_) {
+    Rng rng(seed, stream);  // one stream per layer: adding a layer does not reshuffle the others
+    layer->Initialize(rng);
+    stream += layer->fused_layers();
   }
   return device_.Synchronize();
 }

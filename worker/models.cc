@@ -8,7 +8,6 @@
 #include "worker/layers/conv2d.h"
 #include "worker/layers/dense.h"
 #include "worker/layers/max_pool.h"
-#include "worker/layers/relu.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -22,14 +21,12 @@ absl::StatusOr<std::unique_ptr<Model>> Finish(Device& device, std::string name, 
   return model;
 }
 
-// Appends a conv → ReLU → pool block and returns the pooled (height, width).
+// Appends a conv → ReLU → pool block (the ReLU fused into the conv) and returns the pooled
+// (height, width).
 std::pair<int, int> AddConvBlock(Device& device, Layers& layers, int index,
                                  const Conv2DShape& shape) {
   const std::string suffix = std::to_string(index);
-  layers.push_back(std::make_unique<Conv2D>(device, "conv" + suffix, shape));
-  layers.push_back(
-      std::make_unique<Relu>(device, "relu_conv" + suffix,
-                             static_cast<int64_t>(shape.height) * shape.width * shape.filters));
+  layers.push_back(std::make_unique<Conv2D>(device, "conv" + suffix, shape, Activation::kRelu));
   layers.push_back(std::make_unique<MaxPool2x2>(device, "pool" + suffix, shape.height, shape.width,
                                                 shape.filters));
   return {shape.height / 2, shape.width / 2};
@@ -47,8 +44,7 @@ absl::StatusOr<std::unique_ptr<Model>> MakeMlp(Device& device, const MlpOptions&
     if (options.hidden[i] < 1) return absl::InvalidArgumentError("mlp hidden width must be > 0");
     const std::string suffix = std::to_string(i + 1);
     layers.push_back(std::make_unique<Dense>(device, "dense" + suffix, width, options.hidden[i],
-                                             WeightInit::kHeNormal));
-    layers.push_back(std::make_unique<Relu>(device, "relu" + suffix, options.hidden[i]));
+                                             WeightInit::kHeNormal, Activation::kRelu));
     width = options.hidden[i];
   }
   layers.push_back(std::make_unique<Dense>(device, "logits", width, options.classes,
@@ -68,9 +64,8 @@ absl::StatusOr<std::unique_ptr<Model>> MakeCnn(Device& device, const CnnOptions&
   auto [h2, w2] =
       AddConvBlock(device, layers, 2, {h1, w1, o.conv1_filters, o.conv2_filters, o.kernel});
   const int flat = h2 * w2 * o.conv2_filters;  // NHWC flattening needs no reshape kernel
-  layers.push_back(
-      std::make_unique<Dense>(device, "dense1", flat, o.hidden, WeightInit::kHeNormal));
-  layers.push_back(std::make_unique<Relu>(device, "relu_dense1", o.hidden));
+  layers.push_back(std::make_unique<Dense>(device, "dense1", flat, o.hidden, WeightInit::kHeNormal,
+                                           Activation::kRelu));
   layers.push_back(
       std::make_unique<Dense>(device, "logits", o.hidden, o.classes, WeightInit::kGlorotUniform));
   return Finish(device, "cnn", o.classes, std::move(layers), o.seed);

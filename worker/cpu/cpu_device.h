@@ -42,6 +42,10 @@ class CpuDevice final : public Device {
   void AddBias(int rows, int cols, const float* bias, float* x) override;
   void BiasGrad(int rows, int cols, const float* dy, float* db) override;
 
+  void AddBiasRelu(int rows, int cols, const float* bias, float* x) override;
+  void ReluBiasGrad(int rows, int cols, const float* y, const float* dy, float* dx,
+                    float* db) override;
+
   void Relu(int64_t n, const float* x, float* y) override;
   void ReluGrad(int64_t n, const float* y, const float* dy, float* dx) override;
 

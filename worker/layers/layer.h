@@ -40,6 +40,10 @@ class Layer {
                                 bool need_input_grad) = 0;
   // The layer's variables in a fixed order (empty for parameterless layers).
   virtual std::vector<Variable*> variables() { return {}; }
+  // How many layers of the unfused network this one stands for (2 for a Dense or Conv2D with a
+  // fused activation). Model numbers its per-layer random streams by it, so a seed draws the same
+  // initial values whether or not activations are fused.
+  virtual int fused_layers() const { return 1; }
 
  private:
   std::string name_;

@@ -120,6 +120,43 @@ TEST_F(CpuDeviceTest, AddBiasAndBiasGrad) {
   ExpectNear(x, want, 1e-6);
 }
 
+// The fused kernels against the naive reference, for the CPU override and for the Device
+// defaults that compose AddBias/Relu and ReluGrad/BiasGrad (what a backend without an override
+// runs).
+TEST_F(CpuDeviceTest, FusedBiasReluForwardAndBackward) {
+  const int rows = 5, cols = 7;
+  const std::vector<float> x = RandomVector(rows * cols, 18), bias = RandomVector(cols, 19);
+  const std::vector<float> dy = RandomVector(rows * cols, 20);
+  std::vector<double> want_y(rows * cols), want_dx(rows * cols), want_db(cols, 0.0);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      const int i = r * cols + c;
+      const float z = x[i] + bias[c];
+      want_y[i] = z > 0 ? z : 0.0;
+      want_dx[i] = z > 0 ? dy[i] : 0.0;
+      want_db[c] += want_dx[i];
+    }
+  }
+  for (const bool use_default : {false, true}) {
+    SCOPED_TRACE(use_default ? "Device defaults" : "CpuDevice");
+    Device& device = device_;
+    std::vector<float> y = x, dx(rows * cols), db(cols, 123.0f);  // db is overwritten
+    if (use_default) {
+      device.Device::AddBiasRelu(rows, cols, bias.data(), y.data());
+      device.Device::ReluBiasGrad(rows, cols, y.data(), dy.data(), dx.data(), db.data());
+    } else {
+      device.AddBiasRelu(rows, cols, bias.data(), y.data());
+      device.ReluBiasGrad(rows, cols, y.data(), dy.data(), dx.data(), db.data());
+    }
+    ExpectNear(y, want_y, 0);
+    ExpectNear(dx, want_dx, 0);
+    ExpectNear(db, want_db, 1e-6);
+    std::vector<float> in_place = dy;  // dy and dx may alias
+    device.ReluBiasGrad(rows, cols, y.data(), in_place.data(), in_place.data(), db.data());
+    ExpectNear(in_place, want_dx, 0);
+  }
+}
+
 TEST_F(CpuDeviceTest, ReluForwardAndBackward) {
   const std::vector<float> x = RandomVector(50, 9), dy = RandomVector(50, 10);
   std::vector<float> y(50), dx(50);
@@ -261,6 +298,22 @@ TEST_F(CpuDeviceTest, MaxPoolForwardAndBackward) {
         }
   ExpectNear(out, want_out, 0);
   ExpectNear(din, want_din, 0);
+}
+
+// Even sizes (no dropped rows: the backward writes every input element itself) and ties, which
+// the first tap in row-major window order must win in both passes.
+TEST_F(CpuDeviceTest, MaxPoolTiesGoToTheFirstTap) {
+  const PoolGeometry g{1, 2, 4, 2};
+  const std::vector<float> in = {1, 5, 1, 6, 3, 3, 2, 2,   // row 0: (x, c) pairs
+                                 1, 5, 1, 7, 3, 3, 2, 2};  // row 1
+  const std::vector<float> dout = {10, 20, 30, 40};
+  std::vector<float> out(g.output_size()), din(g.input_size(), 7.0f);
+  std::vector<int32_t> argmax(g.output_size());
+  device_.MaxPool2x2(g, in.data(), out.data(), argmax.data());
+  EXPECT_EQ(out, (std::vector<float>{1, 7, 3, 3}));
+  EXPECT_EQ(argmax, (std::vector<int32_t>{0, 11, 4, 5}));
+  device_.MaxPool2x2Grad(g, dout.data(), argmax.data(), din.data());
+  EXPECT_EQ(din, (std::vector<float>{10, 0, 0, 0, 30, 40, 0, 0, 0, 0, 0, 20, 0, 0, 0, 0}));
 }
 
 }  // namespace

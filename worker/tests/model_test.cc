@@ -135,7 +135,7 @@ TEST(Model, CnnBatchGradientIsMeanOfPerExampleGradients) {
   CpuDevice device;
   auto model = MakeCnn(device, {.seed = 2});
   ASSERT_TRUE(model.ok());
-  constexpr int kBatch = 20;  // conv2 chunks hold 13 images: forces two chunks
+  constexpr int kBatch = 20;  // chunks of 13 (conv1) and 1 (conv2) images: several chunks each
   const std::vector<float> images = RandomImages(kBatch * 784, 3);
   std::vector<int32_t> labels(kBatch);
   for (int i = 0; i < kBatch; ++i) labels[i] = i % 10;

@@ -1,0 +1,45 @@
+// The compute backends the bench can run on, chosen by name (--device), each with its own
+// "bare GEMM" reference: the vendor library called directly on the shapes the step issued.
+//
+// A new backend (CUDA: its Device plus a cuBLAS reference) plugs in by adding one entry to the
+// table in backends.cc; nothing else in the bench names a backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "bench/train_step/profiling_device.h"
+#include "worker/device.h"
+
+namespace kubetrain::bench {
+
+struct BackendOptions {
+  int threads = 1;  // CPU: OpenBLAS threads (DESIGN §8: one per process by default)
+};
+
+// Runs a list of GEMMs directly on a backend's BLAS, without the model or the Device layer.
+// Owns its operand buffers. Not thread-safe.
+class GemmReference {
+ public:
+  virtual ~GemmReference() = default;
+  // Issues every call of `calls` in order, with the same shapes, transposes, alpha and beta, and
+  // returns each call's wall time in nanoseconds (index-aligned with `calls`).
+  virtual absl::StatusOr<std::vector<int64_t>> Run(absl::Span<const GemmCall> calls) = 0;
+};
+
+// A device plus the reference that measures its bare GEMM. The reference borrows the device (it
+// allocates its operands there), so it is declared second and destroyed first.
+struct Backend {
+  std::unique_ptr<worker::Device> device;
+  std::unique_ptr<GemmReference> reference;
+};
+
+// "cpu" (OpenBLAS); "cuda" is known but fails with UNIMPLEMENTED until this build has a CUDA
+// backend; anything else is INVALID_ARGUMENT listing the names.
+absl::StatusOr<Backend> MakeBackend(absl::string_view name, const BackendOptions& options);
+
+}  // namespace kubetrain::bench

@@ -1,0 +1,320 @@
+// train_step: times the worker's training step (forward + backward through Model::
+// ComputeGradients) on one backend, and compares the GEMM throughput achieved inside the step with
+// the backend's bare BLAS running exactly the same GEMMs in the same process.
+//
+//   build/bin/train_step --model=cnn --batch-size=64 --steps=20 --threads=1 [--json]
+//
+// Every Device call goes through a ProfilingDevice, which records each GEMM's shape and time and
+// the time of every other kernel, so the report also says where the rest of the step goes.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/train_step/backends.h"
+#include "bench/train_step/profiling_device.h"
+#include "common/flags.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+#include "worker/model.h"
+#include "worker/models.h"
+#include "worker/random.h"
+
+namespace kubetrain::bench {
+namespace {
+
+constexpr double kGoalRatio = 0.6;
+constexpr int kDistinctBatches = 4;  // cycled, so the step does not see one batch only
+
+struct Options {
+  std::string model = "cnn";
+  std::string device = "cpu";
+  int batch_size = 64;
+  int warmup = 3;
+  int steps = 20;
+  int threads = 1;
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
+  Options o;
+  FlagSet f("train_step",
+            "Times forward+backward of a worker model and compares the GEMM throughput inside\n"
+            "the step with the bare BLAS on the same GEMM shapes.");
+  f.Add("model", &o.model, "mlp or cnn");
+  f.Add("device", &o.device, "backend: cpu (cuda once this build has it)");
+  f.Add("batch-size", &o.batch_size, "examples per step");
+  f.Add("warmup", &o.warmup, "untimed steps first");
+  f.Add("steps", &o.steps, "timed steps");
+  f.Add("threads", &o.threads, "BLAS threads");
+  f.Add("seed", &o.seed, "seed of the model's initialisation and the random batches");
+  f.Add("json", &o.json, "print one JSON object instead of text");
+  RETURN_IF_ERROR(f.Parse(argc, argv).status());
+  if (o.batch_size < 1 || o.steps < 1 || o.warmup < 0) {
+    return absl::InvalidArgumentError("--batch-size and --steps must be >= 1, --warmup >= 0");
+  }
+  return o;
+}
+
+// Random images in [0, 1) and labels, as many distinct batches as kDistinctBatches.
+struct Batches {
+  std::vector<std::vector<float>> images;
+  std::vector<std::vector<int32_t>> labels;
+};
+
+Batches MakeBatches(int64_t example_size, int batch, int classes, uint64_t seed) {
+  worker::Rng rng(seed, /*stream=*/0xba7c4);
+  Batches b;
+  for (int i = 0; i < kDistinctBatches; ++i) {
+    std::vector<float> images(static_cast<size_t>(example_size * batch));
+    for (float& x : images) x = rng.Uniform();
+    std::vector<int32_t> labels(static_cast<size_t>(batch));
+    for (int32_t& y : labels) y = static_cast<int32_t>(rng.Below(classes));
+    b.images.push_back(std::move(images));
+    b.labels.push_back(std::move(labels));
+  }
+  return b;
+}
+
+int64_t Median(std::vector<int64_t> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// The GEMMs of one shape, summed over the timed steps.
+struct ShapeStats {
+  int64_t calls = 0;
+  double flops = 0.0;
+  int64_t step_nanos = 0;
+  int64_t bare_nanos = 0;
+};
+using ShapeKey = std::tuple<bool, bool, int, int, int>;
+
+struct Report {
+  Options options;
+  int64_t parameters = 0;
+  float last_loss = 0.0f;
+  std::vector<int64_t> step_nanos;
+  int64_t gemm_calls = 0;
+  double gemm_flops = 0.0;
+  int64_t gemm_nanos = 0;  // inside the step
+  int64_t bare_nanos = 0;  // the same calls on the bare BLAS
+  // Per timed step: the GEMM time of that step's calls, inside the step and on the bare BLAS.
+  std::vector<int64_t> step_gemm_nanos;
+  std::vector<int64_t> bare_gemm_nanos;
+  std::map<ShapeKey, ShapeStats> shapes;
+  std::vector<std::pair<Kernel, KernelStats>> kernels;
+
+  double total_step_nanos() const {
+    double t = 0.0;
+    for (int64_t n : step_nanos) t += static_cast<double>(n);
+    return t;
+  }
+  double ms_per_step() const { return total_step_nanos() / step_nanos.size() / 1e6; }
+  double min_ms_per_step() const {
+    return *std::min_element(step_nanos.begin(), step_nanos.end()) / 1e6;
+  }
+  // The median resists other processes stealing the core for part of the run.
+  double median_ms_per_step() const { return Median(step_nanos) / 1e6; }
+  double examples_per_sec() const {
+    return options.batch_size * static_cast<double>(step_nanos.size()) / total_step_nanos() * 1e9;
+  }
+  // Throughputs over the median step (every step issues the same GEMMs), so that another process
+  // taking the core for a moment skews neither side of the ratio.
+  double step_gflops() const {
+    return gemm_flops / step_nanos.size() / static_cast<double>(Median(step_gemm_nanos));
+  }
+  double bare_gflops() const {
+    return gemm_flops / step_nanos.size() / static_cast<double>(Median(bare_gemm_nanos));
+  }
+  double ratio() const { return step_gflops() / bare_gflops(); }
+  double gemm_share() const { return gemm_nanos / total_step_nanos(); }
+};
+
+// Runs the warm-up and timed steps through `profiler`, filling the step half of `report`.
+absl::Status TimeSteps(worker::Model& model, ProfilingDevice& profiler, const Batches& batches,
+                       Report& report) {
+  const Options& o = report.options;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    if (i == o.warmup) profiler.Reset();
+    const int b = i % kDistinctBatches;
+    const auto start = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(report.last_loss, model.ComputeGradients(batches.images[b], batches.labels[b]),
+                     "step ", i);
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    if (i >= o.warmup) {
+      report.step_nanos.push_back(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Replays the recorded GEMMs on the bare BLAS (one untimed pass first, as the step had its warm-up
+// steps) and fills the GEMM half of `report`.
+absl::Status CompareGemms(const ProfilingDevice& profiler, GemmReference& reference,
+                          Report& report) {
+  const std::vector<GemmCall>& calls = profiler.gemm_calls();
+  if (calls.empty()) return absl::FailedPreconditionError("the step issued no GEMM");
+  RETURN_IF_ERROR(reference.Run(calls).status(), "bare GEMM warm-up");
+  ASSIGN_OR_RETURN(std::vector<int64_t> bare, reference.Run(calls), "bare GEMM");
+  const size_t steps = report.step_nanos.size();
+  if (calls.size() % steps != 0) {
+    return absl::InternalError(absl::StrCat(calls.size(), " GEMMs in ", steps,
+                                            " steps: the steps did not issue the same GEMMs"));
+  }
+  const size_t per_step = calls.size() / steps;
+  report.step_gemm_nanos.assign(steps, 0);
+  report.bare_gemm_nanos.assign(steps, 0);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    report.step_gemm_nanos[i / per_step] += calls[i].nanos;
+    report.bare_gemm_nanos[i / per_step] += bare[i];
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const GemmCall& g = calls[i];
+    ShapeStats& s = report.shapes[{g.trans_a, g.trans_b, g.m, g.n, g.k}];
+    ++s.calls;
+    s.flops += g.flops();
+    s.step_nanos += g.nanos;
+    s.bare_nanos += bare[i];
+    ++report.gemm_calls;
+    report.gemm_flops += g.flops();
+    report.gemm_nanos += g.nanos;
+    report.bare_nanos += bare[i];
+  }
+  for (int k = 0; k < kNumKernels; ++k) {
+    const auto kernel = static_cast<Kernel>(k);
+    if (profiler.stats(kernel).calls > 0)
+      report.kernels.emplace_back(kernel, profiler.stats(kernel));
+  }
+  std::sort(report.kernels.begin(), report.kernels.end(),
+            [](const auto& x, const auto& y) { return x.second.nanos > y.second.nanos; });
+  return absl::OkStatus();
+}
+
+std::string ShapeName(const ShapeKey& key) {
+  const auto& [ta, tb, m, n, k] = key;
+  return absl::StrFormat("%s%s m=%d n=%d k=%d", ta ? "T" : "N", tb ? "T" : "N", m, n, k);
+}
+
+void PrintText(const Report& r) {
+  const Options& o = r.options;
+  const double steps = static_cast<double>(r.step_nanos.size());
+  absl::PrintF(
+      "train_step: model=%s (%d parameters) device=%s batch=%d threads=%d warmup=%d "
+      "steps=%d\n",
+      o.model, r.parameters, o.device, o.batch_size, o.threads, o.warmup, o.steps);
+  absl::PrintF(
+      "step:        %.3f ms/step (median %.3f, min %.3f), %.0f examples/s, last loss %.4f\n",
+      r.ms_per_step(), r.median_ms_per_step(), r.min_ms_per_step(), r.examples_per_sec(),
+      r.last_loss);
+  absl::PrintF(
+      "gemm (step): %.1f calls/step, %.4f GFLOP/step, %.3f ms/step (mean) = %.1f%% of step, "
+      "%.2f GFLOP/s (median step)\n",
+      r.gemm_calls / steps, r.gemm_flops / steps / 1e9, r.gemm_nanos / steps / 1e6,
+      100.0 * r.gemm_share(), r.step_gflops());
+  absl::PrintF("bare sgemm:  same %d calls, %.3f ms/step (mean), %.2f GFLOP/s (median step)\n",
+               r.gemm_calls, r.bare_nanos / steps / 1e6, r.bare_gflops());
+  absl::PrintF("gemm_ratio:  %.3f (step / bare; goal >= %.1f)\n", r.ratio(), kGoalRatio);
+  absl::PrintF("kernels (ms/step, %% of step):\n");
+  for (const auto& [kernel, s] : r.kernels) {
+    absl::PrintF("  %-14s %8.3f ms %5.1f%%  (%.1f calls/step)\n", KernelName(kernel),
+                 s.nanos / steps / 1e6, 100.0 * s.nanos / r.total_step_nanos(), s.calls / steps);
+  }
+  absl::PrintF("gemm shapes (per step: calls, ms in step, GFLOP/s in step, bare, ratio):\n");
+  for (const auto& [key, s] : r.shapes) {
+    absl::PrintF("  %-28s %5.1f %8.3f ms %7.2f %7.2f %6.3f\n", ShapeName(key), s.calls / steps,
+                 s.step_nanos / steps / 1e6, s.flops / s.step_nanos, s.flops / s.bare_nanos,
+                 static_cast<double>(s.bare_nanos) / s.step_nanos);
+  }
+}
+
+void PrintJson(const Report& r) {
+  const Options& o = r.options;
+  const double steps = static_cast<double>(r.step_nanos.size());
+  nlohmann::json kernels = nlohmann::json::object();
+  for (const auto& [kernel, s] : r.kernels) {
+    kernels[std::string(KernelName(kernel))] = {{"calls_per_step", s.calls / steps},
+                                                {"ms_per_step", s.nanos / steps / 1e6}};
+  }
+  nlohmann::json shapes = nlohmann::json::array();
+  for (const auto& [key, s] : r.shapes) {
+    const auto& [ta, tb, m, n, k] = key;
+    shapes.push_back({{"trans_a", ta},
+                      {"trans_b", tb},
+                      {"m", m},
+                      {"n", n},
+                      {"k", k},
+                      {"calls_per_step", s.calls / steps},
+                      {"step_gflops_per_sec", s.flops / s.step_nanos},
+                      {"bare_gflops_per_sec", s.flops / s.bare_nanos}});
+  }
+  const nlohmann::json out = {
+      {"model", o.model},
+      {"device", o.device},
+      {"batch_size", o.batch_size},
+      {"threads", o.threads},
+      {"warmup", o.warmup},
+      {"steps", o.steps},
+      {"parameters", r.parameters},
+      {"last_loss", r.last_loss},
+      {"ms_per_step", r.ms_per_step()},
+      {"median_ms_per_step", r.median_ms_per_step()},
+      {"min_ms_per_step", r.min_ms_per_step()},
+      {"examples_per_sec", r.examples_per_sec()},
+      {"gemm_calls_per_step", r.gemm_calls / steps},
+      {"gemm_gflop_per_step", r.gemm_flops / steps / 1e9},
+      {"gemm_ms_per_step", r.gemm_nanos / steps / 1e6},
+      {"gemm_share_of_step", r.gemm_share()},
+      {"step_gemm_gflops_per_sec", r.step_gflops()},
+      {"bare_sgemm_gflops_per_sec", r.bare_gflops()},
+      {"gemm_ratio", r.ratio()},
+      {"gemm_ratio_goal", kGoalRatio},
+      {"kernels", kernels},
+      {"gemm_shapes", shapes},
+  };
+  std::cout << out.dump() << std::endl;
+}
+
+absl::Status Run(int argc, char** argv) {
+  Report report;
+  ASSIGN_OR_RETURN(report.options, ParseFlags(argc, argv));
+  const Options& o = report.options;
+  ASSIGN_OR_RETURN(Backend backend, MakeBackend(o.device, {.threads = o.threads}));
+  // Declared after the backend: the model's buffers are freed through it before it goes.
+  ProfilingDevice profiler(*backend.device);
+  ASSIGN_OR_RETURN(std::unique_ptr<worker::Model> model, MakeModel(o.model, profiler, o.seed));
+  report.parameters = model->num_parameters();
+  const Batches batches =
+      MakeBatches(model->input_size(), o.batch_size, model->num_classes(), o.seed);
+  RETURN_IF_ERROR(TimeSteps(*model, profiler, batches, report));
+  RETURN_IF_ERROR(CompareGemms(profiler, *backend.reference, report));
+  if (o.json) {
+    PrintJson(report);
+  } else {
+    PrintText(report);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kubetrain::bench
+
+int main(int argc, char** argv) {
+  const absl::Status status = kubetrain::bench::Run(argc, argv);
+  if (absl::IsCancelled(status)) return 0;  // --help
+  if (!status.ok()) {
+    std::fprintf(stderr, "train_step: error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
