@@ -3,6 +3,9 @@
 #include <httplib.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <signal.h>
+
+#include <mutex>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -198,6 +201,10 @@ Client::~Client() = default;
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClusterConfig config,
                                                        ClientOptions options) {
   if (config.host.empty()) return absl::InvalidArgumentError("cluster config has no server");
+  // OpenSSL writes to sockets with write(2): a peer that closed its end (a watch the server cut)
+  // would raise SIGPIPE and kill the process. As gRPC does, ignore it once, process-wide.
+  static std::once_flag ignore_sigpipe;
+  std::call_once(ignore_sigpipe, [] { signal(SIGPIPE, SIG_IGN); });
   auto client = std::unique_ptr<Client>(new Client(std::move(config), std::move(options)));
   // Fail early on unusable TLS material rather than on the first request.
   ASSIGN_OR_RETURN(auto conn, client->Connect(client->options_.timeout));

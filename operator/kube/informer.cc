@@ -10,7 +10,18 @@ namespace kubetrain::kube {
 
 using nlohmann::json;
 
+namespace {
+
+// Objects without an object `metadata` are dropped at the door, so everything in the cache (and
+// everything handlers see) can be read without checks.
+bool WellFormed(const json& obj) {
+  return obj.is_object() && obj.contains("metadata") && obj["metadata"].is_object();
+}
+
+}  // namespace
+
 std::string ObjectKey(const json& obj) {
+  if (!WellFormed(obj)) return "";
   const json& meta = obj["metadata"];
   std::string ns = meta.value("namespace", "");
   std::string name = meta.value("name", "");
@@ -108,9 +119,12 @@ absl::Status Informer::Relist() {
   relists_++;
   std::map<std::string, json> fresh;
   for (json& item : (*list)["items"]) {
+    if (!WellFormed(item)) continue;
     if (!item.contains("kind")) item["kind"] = resource_.kind;
     if (!item.contains("apiVersion")) item["apiVersion"] = resource_.ApiVersion();
-    fresh[ObjectKey(item)] = std::move(item);
+    std::string key =
+        ObjectKey(item);  // before the move: json's operator= takes its argument first
+    fresh[key] = std::move(item);
   }
   std::vector<json> added, deleted;
   std::vector<std::pair<json, json>> updated;
@@ -148,6 +162,7 @@ absl::Status Informer::WatchOnce() {
   o.label_selector = options_.label_selector;
   o.field_selector = options_.field_selector;
   o.resource_version = resource_version();
+  o.allow_bookmarks = options_.allow_bookmarks;
   int min_seconds = static_cast<int>(absl::ToInt64Seconds(options_.min_watch_timeout));
   o.timeout_seconds = min_seconds + std::uniform_int_distribution<int>(0, min_seconds)(rng);
   watches_++;
@@ -161,6 +176,11 @@ absl::Status Informer::WatchOnce() {
 }
 
 void Informer::Apply(const WatchEvent& event) {
+  if (!WellFormed(event.object)) {
+    log::Warn("Ignored a malformed watch event",
+              {{"resource", resource_.plural}, {"type", event.type}});
+    return;
+  }
   std::string rv = event.object["metadata"].value("resourceVersion", "");
   if (event.type == "BOOKMARK") {
     std::lock_guard<std::mutex> lock(mu_);

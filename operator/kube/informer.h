@@ -31,6 +31,7 @@ struct InformerOptions {
   // reconnect in step.
   absl::Duration min_watch_timeout = absl::Minutes(5);
   absl::Duration initial_backoff = absl::Milliseconds(800);
+  bool allow_bookmarks = true;  // bookmarks keep the resume point fresh across quiet periods
   absl::Duration max_backoff = absl::Seconds(30);
 };
 

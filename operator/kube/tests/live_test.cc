@@ -1,0 +1,285 @@
+// The client, informer and leader election against a live localkube API server.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "operator/kube/informer.h"
+#include "operator/kube/leader_election.h"
+#include "operator/kube/tests/localkube_fixture.h"
+
+namespace kubetrain::kube {
+namespace {
+
+using nlohmann::json;
+using testing::Localkube;
+
+const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
+
+json ConfigMap(const std::string& name, const std::string& value,
+               std::map<std::string, std::string> labels = {}) {
+  json cm = {{"apiVersion", "v1"},
+             {"kind", "ConfigMap"},
+             {"metadata", {{"name", name}, {"namespace", "default"}}},
+             {"data", {{"v", value}}}};
+  if (!labels.empty()) cm["metadata"]["labels"] = labels;
+  return cm;
+}
+
+class LiveTest : public ::testing::Test {
+ protected:
+  void StartServer(std::vector<std::string> args = {}, ClientOptions options = {}) {
+    auto lk = Localkube::Start(std::move(args));
+    ASSERT_TRUE(lk.ok()) << lk.status();
+    server_ = std::move(*lk);
+    auto client = server_->NewClient(std::move(options));
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+  }
+
+  std::unique_ptr<Localkube> server_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(LiveTest, CrudAndErrorCodesByWhatTheCallerShouldDo) {
+  StartServer();
+  auto created = client_->Create(kConfigMaps, "default", ConfigMap("a", "1"));
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_FALSE((*created)["metadata"].value("uid", "").empty());
+
+  auto dup = client_->Create(kConfigMaps, "default", ConfigMap("a", "1"));
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists) << dup.status();
+
+  json stale = *created;
+  json fresh = *created;
+  fresh["data"]["v"] = "2";
+  ASSERT_TRUE(client_->Update(kConfigMaps, "default", fresh).ok());
+  stale["data"]["v"] = "3";
+  auto conflict = client_->Update(kConfigMaps, "default", stale);
+  EXPECT_EQ(conflict.status().code(), absl::StatusCode::kAborted) << conflict.status();
+
+  auto patched =
+      client_->Patch(kConfigMaps, "default", "a", PatchType::kMerge, R"({"data":{"w":"x"}})");
+  ASSERT_TRUE(patched.ok()) << patched.status();
+  EXPECT_EQ((*patched)["data"], json::parse(R"({"v":"2","w":"x"})"));
+
+  auto missing = client_->Get(kConfigMaps, "default", "nope");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("\"nope\" not found"), absl::string_view::npos)
+      << missing.status();
+
+  ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "a").ok());
+  EXPECT_EQ(client_->Get(kConfigMaps, "default", "a").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(LiveTest, ListFollowsContinueTokensAndSelectors) {
+  StartServer();
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_TRUE(client_
+                    ->Create(kConfigMaps, "default",
+                             ConfigMap("cm-" + std::to_string(i), "x",
+                                       {{"parity", i % 2 ? "odd" : "even"}}))
+                    .ok());
+  }
+  ListOptions o;
+  o.limit = 2;
+  auto page = client_->List(kConfigMaps, "default", o);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ((*page)["items"].size(), 2u);
+  EXPECT_FALSE((*page)["metadata"].value("continue", "").empty());
+  auto all = client_->ListAll(kConfigMaps, "default", o);
+  ASSERT_TRUE(all.ok());
+  EXPECT_GE((*all)["items"].size(), 7u);
+  o.label_selector = "parity=odd";
+  auto odd = client_->ListAll(kConfigMaps, "default", o);
+  ASSERT_TRUE(odd.ok());
+  EXPECT_EQ((*odd)["items"].size(), 3u);
+}
+
+// Waits until `pred` holds, up to `timeout`.
+template <typename Pred>
+bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (!pred()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+TEST_F(LiveTest, InformerResumesAfterDroppedWatchesWithoutLosingEvents) {
+  StartServer({"--drop-watches-every=300ms"});
+  Informer informer(*client_, kConfigMaps,
+                    {.namespace_ = "default", .initial_backoff = absl::Milliseconds(50)});
+  std::mutex mu;
+  std::set<std::string> added;
+  informer.AddHandlers({[&](const json& o) {
+                          std::lock_guard<std::mutex> lock(mu);
+                          added.insert(o["metadata"]["name"]);
+                        },
+                        nullptr, nullptr});
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_TRUE(
+        client_->Create(kConfigMaps, "default", ConfigMap("w" + std::to_string(i), "x")).ok());
+    absl::SleepFor(absl::Milliseconds(40));
+  }
+  EXPECT_TRUE(Eventually([&] { return informer.List().size() >= 30; }));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(added.size(), 30u);
+  EXPECT_GT(informer.watches(), 2);  // the watch was cut and resumed
+  EXPECT_EQ(informer.relists(), 1);  // ...from its resourceVersion, not by listing again
+  informer.Stop();
+}
+
+TEST_F(LiveTest, WatchFromACompactedResourceVersionIs410OutOfRange) {
+  StartServer({"--compact-every=100ms"});
+  auto first = client_->Create(kConfigMaps, "default", ConfigMap("old", "x"));
+  ASSERT_TRUE(first.ok());
+  std::string old_rv = (*first)["metadata"]["resourceVersion"];
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(
+        client_->Create(kConfigMaps, "default", ConfigMap("n" + std::to_string(i), "x")).ok());
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  absl::Status s =
+      client_->Watch(kConfigMaps, "default", {.resource_version = old_rv, .timeout_seconds = 5},
+                     [](const WatchEvent&) { return true; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+}
+
+TEST_F(LiveTest, InformerRelistsAfter410Expired) {
+  StartServer({"--compact-every=150ms", "--drop-watches-every=400ms"});
+  // Without bookmarks the informer resumes from its last event, which compaction leaves behind
+  // while other objects move the server's resourceVersion on.
+  Informer informer(*client_, kConfigMaps,
+                    {.namespace_ = "default",
+                     .initial_backoff = absl::Milliseconds(50),
+                     .allow_bookmarks = false});
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(
+        client_->Create(kConfigMaps, "default", ConfigMap("e" + std::to_string(i), "x")).ok());
+  }
+  const Resource secrets{"", "v1", "secrets", "Secret", true};
+  for (int i = 0; i < 20; ++i) {
+    json secret = {{"apiVersion", "v1"},
+                   {"kind", "Secret"},
+                   {"metadata", {{"name", "s" + std::to_string(i)}, {"namespace", "default"}}}};
+    ASSERT_TRUE(client_->Create(secrets, "default", secret).ok());
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "e3").ok());
+  EXPECT_TRUE(Eventually([&] { return informer.relists() > 1; })) << informer.relists();
+  EXPECT_TRUE(Eventually([&] {
+    return informer.Get("default/e0").has_value() && informer.Get("default/e4").has_value() &&
+           !informer.Get("default/e3").has_value();
+  })) <<
+      [&] {
+        std::string keys;
+        for (const json& o : informer.List()) keys += ObjectKey(o) + " ";
+        return keys;
+      }();
+  informer.Stop();
+}
+
+TEST_F(LiveTest, RetryAfterIsHonouredAndErrorsStayUnavailable) {
+  std::mutex mu;
+  std::map<int, int> codes;
+  ClientOptions o;
+  o.max_retries = 3;
+  o.on_request = [&](const std::string&, int code) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++codes[code];
+  };
+  StartServer({"--error-rate=0.4"}, o);
+  int ok = 0;
+  for (int i = 0; i < 15; ++i) {
+    auto r = client_->List(kConfigMaps, "default", {});
+    if (r.ok()) {
+      ++ok;
+    } else {
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+    }
+  }
+  EXPECT_GT(ok, 0);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_GT(codes[200], ok - 1);
+}
+
+TEST_F(LiveTest, ClientSideRateLimit) {
+  ClientOptions o;
+  o.qps = 10;
+  o.burst = 2;
+  StartServer({}, o);
+  absl::Time start = absl::Now();
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(client_->List(kConfigMaps, "default", {}).ok());
+  // 2 from the burst, 10 more at 10/s (the fixture's own discovery request took one token).
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));
+}
+
+TEST_F(LiveTest, LeaderElectionHandsOverWhenTheLeaderStops) {
+  StartServer();
+  auto client_b = server_->NewClient();
+  ASSERT_TRUE(client_b.ok());
+  LeaderElectionOptions base{.namespace_ = "default",
+                             .name = "kt-lock",
+                             .lease_duration = absl::Seconds(2),
+                             .renew_deadline = absl::Milliseconds(1500),
+                             .retry_period = absl::Milliseconds(100)};
+  LeaderElectionOptions a = base, b = base;
+  a.identity = "a";
+  b.identity = "b";
+  b.release_on_stop = false;
+  std::atomic<bool> stop_a{false}, stop_b{false};
+  LeaderElector ea(*client_, a, {});
+  LeaderElector eb(**client_b, b, {});
+  std::thread ta([&] { ea.Run(stop_a); });
+  ASSERT_TRUE(Eventually([&] { return ea.IsLeader(); }));
+  std::thread tb([&] { eb.Run(stop_b); });
+  absl::SleepFor(absl::Milliseconds(800));
+  EXPECT_FALSE(eb.IsLeader());  // a renews; b waits
+  stop_a = true;                // a releases the lease on the way out
+  ta.join();
+  EXPECT_TRUE(Eventually([&] { return eb.IsLeader(); }, absl::Seconds(5)));
+  auto lease = client_->Get(Resource::Leases(), "default", "kt-lock");
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ((*lease)["spec"]["holderIdentity"], "b");
+  EXPECT_EQ((*lease)["spec"]["leaseTransitions"], 1);
+  stop_b = true;
+  tb.join();
+}
+
+TEST_F(LiveTest, CrashedLeaderIsReplacedAfterTheLeaseExpires) {
+  StartServer();
+  LeaderElectionOptions o{.namespace_ = "default",
+                          .name = "kt-lock2",
+                          .lease_duration = absl::Seconds(1),
+                          .renew_deadline = absl::Milliseconds(800),
+                          .retry_period = absl::Milliseconds(100)};
+  o.identity = "crashed";
+  o.release_on_stop = false;  // a crash releases nothing
+  {
+    std::atomic<bool> stop{false};
+    LeaderElector gone(*client_, o, {});
+    std::thread t([&] { gone.Run(stop); });
+    ASSERT_TRUE(Eventually([&] { return gone.IsLeader(); }));
+    stop = true;
+    t.join();
+  }
+  o.identity = "successor";
+  std::atomic<bool> stop{false};
+  LeaderElector next(*client_, o, {});
+  absl::Time start = absl::Now();
+  std::thread t([&] { next.Run(stop); });
+  ASSERT_TRUE(Eventually([&] { return next.IsLeader(); }, absl::Seconds(5)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));  // waited out the old lease
+  stop = true;
+  t.join();
+}
+
+}  // namespace
+}  // namespace kubetrain::kube
