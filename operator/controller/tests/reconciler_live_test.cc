@@ -1,0 +1,388 @@
+// The controller against a live localkube: each rule is driven by patching pod status as a
+// kubelet would, and checked on the objects, status and events the API server then holds.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "operator/controller/controller.h"
+#include "operator/kube/tests/localkube_fixture.h"
+#include "prometheus/registry.h"
+
+namespace kubetrain::controller {
+namespace {
+
+using kube::Resource;
+using nlohmann::json;
+
+json Replica(int replicas, const std::string& policy = "") {
+  json spec = {
+      {"replicas", replicas},
+      {"template",
+       {{"spec",
+         {{"containers",
+           json::array({{{"name", "kubetrain"}, {"image", "kubetrain/worker:0.1.0"}}})}}}}}};
+  if (!policy.empty()) spec["restartPolicy"] = policy;
+  return spec;
+}
+
+json Job(const std::string& name, json replica_specs, json run_policy = json::object()) {
+  return {{"apiVersion", "kubetrain.dev/v1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}, {"namespace", "default"}}},
+          {"spec", {{"replicaSpecs", replica_specs}, {"runPolicy", run_policy}}}};
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto lk = kube::testing::Localkube::Start();
+    ASSERT_TRUE(lk.ok()) << lk.status();
+    server_ = std::move(*lk);
+    auto client = server_->NewClient({.qps = 0});
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+    ASSERT_TRUE(server_->InstallTrainingJobCrd(*client_).ok());
+    StartController();
+  }
+
+  void TearDown() override { controller_.reset(); }
+
+  void StartController(ReconcilerOptions options = {}) {
+    options.progress_interval = absl::Milliseconds(200);
+    controller_ = std::make_unique<Controller>(
+        *client_, ControllerOptions{.namespace_ = "default", .workers = 2, .reconciler = options},
+        &metrics_);
+    ASSERT_TRUE(controller_->Start().ok());
+  }
+
+  void Create(const json& job) {
+    auto created = client_->Create(Resource::TrainingJobs(), "default", job);
+    ASSERT_TRUE(created.ok()) << created.status();
+  }
+
+  std::optional<json> Get(const Resource& r, const std::string& name) {
+    auto obj = client_->Get(r, "default", name);
+    if (!obj.ok()) return std::nullopt;
+    return *obj;
+  }
+
+  json Status(const std::string& job) {
+    auto obj = Get(Resource::TrainingJobs(), job);
+    return obj ? obj->value("status", json::object()) : json::object();
+  }
+
+  std::string State(const std::string& job) {
+    json st = Status(job);
+    if (!st.contains("conditions") || st["conditions"].empty()) return "";
+    return st["conditions"].back()["type"];
+  }
+
+  // Sets a pod's phase (and its container's exit code) as a kubelet would.
+  void SetPod(const std::string& pod, const std::string& phase, std::optional<int> exit_code = {}) {
+    json cs = {{"name", "kubetrain"}, {"ready", phase == "Running"},
+               {"restartCount", 0},   {"image", "kubetrain/worker:0.1.0"},
+               {"imageID", ""},       {"state", json::object()}};
+    if (exit_code) {
+      cs["state"]["terminated"] = {{"exitCode", *exit_code}};
+    } else {
+      cs["state"]["running"] = {{"startedAt", "2026-01-01T00:00:00Z"}};
+    }
+    json patch = {
+        {"status", {{"phase", phase}, {"podIP", "127.0.0.1"}, {"containerStatuses", {cs}}}}};
+    auto r = client_->Patch(Resource::Pods(), "default", pod, kube::PatchType::kMerge, patch.dump(),
+                            "status");
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+
+  // status.replicaStatuses.<type>.<field>, or `fallback` while it is not written yet.
+  template <typename T>
+  T ReplicaField(const std::string& job, const std::string& type, const std::string& field,
+                 T fallback) {
+    json rs = Status(job).value("replicaStatuses", json::object()).value(type, json::object());
+    return rs.value(field, fallback);
+  }
+
+  std::string Uid(const std::string& pod) {
+    auto obj = Get(Resource::Pods(), pod);
+    return obj ? (*obj)["metadata"].value("uid", "") : "";
+  }
+
+  std::vector<std::string> EventMessages(const std::string& job) {
+    std::vector<std::string> out;
+    auto events = client_->ListAll(Resource::Events(), "default", {});
+    if (!events.ok()) return out;
+    for (const json& e : (*events)["items"]) {
+      if (e["involvedObject"].value("name", "") == job) out.push_back(e.value("message", ""));
+    }
+    return out;
+  }
+
+  bool HasEvent(const std::string& job, const std::string& prefix) {
+    for (const std::string& m : EventMessages(job)) {
+      if (absl::StartsWith(m, prefix)) return true;
+    }
+    return false;
+  }
+
+  template <typename Pred>
+  bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(10)) {
+    absl::Time deadline = absl::Now() + timeout;
+    while (!pred()) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(25));
+    }
+    return true;
+  }
+
+  std::unique_ptr<kube::testing::Localkube> server_;
+  std::unique_ptr<kube::Client> client_;
+  prometheus::Registry registry_;
+  OperatorMetrics metrics_{registry_};
+  std::unique_ptr<Controller> controller_;
+};
+
+TEST_F(ControllerTest, CreatesHeadlessServiceAndPodsWithTfConfigAndOwners) {
+  Create(Job("fm", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "fm-worker-1").has_value(); }));
+  auto svc = Get(Resource::Services(), "fm");
+  ASSERT_TRUE(svc.has_value());
+  EXPECT_EQ((*svc)["spec"]["clusterIP"], "None");
+  EXPECT_EQ((*svc)["spec"]["publishNotReadyAddresses"], true);
+  auto job = Get(Resource::TrainingJobs(), "fm");
+  json pod = *Get(Resource::Pods(), "fm-worker-1");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], (*job)["metadata"]["uid"]);
+  EXPECT_EQ(pod["spec"]["hostname"], "fm-worker-1");
+  EXPECT_EQ(pod["spec"]["subdomain"], "fm");
+  std::string tf_config;
+  for (const json& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == "TF_CONFIG") tf_config = e["value"];
+  }
+  EXPECT_EQ(
+      tf_config,
+      R"({"cluster":{"ps":["fm-ps-0.fm.default.svc:2222"],"worker":["fm-worker-0.fm.default.svc:2222",)"
+      R"("fm-worker-1.fm.default.svc:2222"]},"task":{"type":"worker","index":1}})");
+  EXPECT_TRUE(Eventually([&] { return State("fm") == "Created"; }));
+  EXPECT_TRUE(HasEvent("fm", "Created Pod pod=fm-ps-0"));
+}
+
+TEST_F(ControllerTest, ChiefExitZeroSucceedsAndCleansUpRunningPodsAndService) {
+  Create(Job("ok", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "ok-worker-1").has_value(); }));
+  SetPod("ok-worker-0", "Running");
+  EXPECT_TRUE(Eventually([&] { return State("ok") == "Running"; }));
+  SetPod("ok-worker-1", "Succeeded", 0);
+  SetPod("ok-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return State("ok") == "Succeeded"; }));
+  EXPECT_FALSE(Status("ok").value("completionTime", "").empty());
+  EXPECT_TRUE(Eventually([&] { return !Get(Resource::Pods(), "ok-ps-0").has_value(); }));
+  EXPECT_TRUE(Eventually([&] { return !Get(Resource::Services(), "ok").has_value(); }));
+  EXPECT_TRUE(
+      Get(Resource::Pods(), "ok-worker-0").has_value());  // Running policy: finished pods stay
+  EXPECT_TRUE(HasEvent("ok", "TrainingJob succeeded job=default/ok"));
+}
+
+TEST_F(ControllerTest, KilledPodIsRecreatedAndRestartsSurviveRecreation) {
+  Create(Job("rs", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "rs-worker-1").has_value(); }));
+  for (int round = 1; round <= 2; ++round) {
+    std::string old_uid = Uid("rs-worker-1");
+    SetPod("rs-worker-1", "Failed", 137);
+    ASSERT_TRUE(Eventually([&] {
+      std::string uid = Uid("rs-worker-1");
+      return !uid.empty() && uid != old_uid;
+    })) << "round "
+        << round;
+    EXPECT_TRUE(Eventually([&] { return ReplicaField("rs", "Worker", "restarts", 0) == round; }));
+  }
+  EXPECT_EQ(State("rs"), "Restarting");
+  EXPECT_TRUE(HasEvent("rs", "Restarted Pod pod=rs-worker-1 exit_code=137 restarts=2"));
+  SetPod("rs-worker-0", "Running");
+  EXPECT_TRUE(Eventually([&] { return State("rs") == "Running"; }));
+}
+
+TEST_F(ControllerTest, PermanentExitFailsTheJobNamingPodAndCode) {
+  Create(Job("bad", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "bad-worker-1").has_value(); }));
+  SetPod("bad-worker-1", "Failed", 1);
+  ASSERT_TRUE(Eventually([&] { return State("bad") == "Failed"; }));
+  std::string message = Status("bad")["conditions"].back()["message"];
+  EXPECT_NE(message.find("pod bad-worker-1 exited with code 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("restartPolicy ExitCode"), std::string::npos) << message;
+  EXPECT_TRUE(Eventually([&] { return !Get(Resource::Pods(), "bad-ps-0").has_value(); }));
+  EXPECT_TRUE(HasEvent("bad", "Pod exited pod=bad-worker-1 exit_code=1"));
+}
+
+TEST_F(ControllerTest, BackoffLimitCountsRestartsAcrossPods) {
+  Create(
+      Job("bo", {{"PS", Replica(1, "OnFailure")}, {"Worker", Replica(1)}}, {{"backoffLimit", 1}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "bo-ps-0").has_value(); }));
+  std::string uid = Uid("bo-ps-0");
+  SetPod("bo-ps-0", "Failed", 2);
+  ASSERT_TRUE(Eventually([&] { return Uid("bo-ps-0") != uid && !Uid("bo-ps-0").empty(); }));
+  SetPod("bo-worker-0", "Failed", 137);
+  ASSERT_TRUE(Eventually([&] { return State("bo") == "Failed"; }));
+  EXPECT_EQ(Status("bo")["conditions"].back()["reason"], "BackoffLimitExceeded");
+}
+
+TEST_F(ControllerTest, RestartScopeJobRecreatesEveryPod) {
+  Create(Job("sj", {{"PS", Replica(1)}, {"Worker", Replica(2)}}, {{"restartScope", "Job"}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "sj-worker-1").has_value(); }));
+  std::string ps_uid = Uid("sj-ps-0");
+  std::string w0_uid = Uid("sj-worker-0");
+  SetPod("sj-worker-1", "Failed", 143);
+  EXPECT_TRUE(Eventually([&] {
+    return !Uid("sj-ps-0").empty() && Uid("sj-ps-0") != ps_uid && !Uid("sj-worker-0").empty() &&
+           Uid("sj-worker-0") != w0_uid && !Uid("sj-worker-1").empty();
+  }));
+  EXPECT_EQ(ReplicaField("sj", "Worker", "restarts", 0), 1);
+}
+
+TEST_F(ControllerTest, ActiveDeadlineFailsTheJobWithoutAnyOtherEvent) {
+  Create(Job("dl", {{"Worker", Replica(1)}}, {{"activeDeadlineSeconds", 2}}));
+  absl::Time start = absl::Now();
+  ASSERT_TRUE(Eventually([&] { return State("dl") == "Failed"; }, absl::Seconds(8)));
+  EXPECT_GE(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(Status("dl")["conditions"].back()["reason"], "DeadlineExceeded");
+}
+
+TEST_F(ControllerTest, TtlDeletesTheFinishedJob) {
+  Create(Job("ttl", {{"Worker", Replica(1)}}, {{"ttlSecondsAfterFinished", 1}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "ttl-worker-0").has_value(); }));
+  SetPod("ttl-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return State("ttl") == "Succeeded"; }));
+  EXPECT_TRUE(Eventually([&] { return !Get(Resource::TrainingJobs(), "ttl").has_value(); },
+                         absl::Seconds(6)));
+}
+
+TEST_F(ControllerTest, SuspendDeletesPodsAndResumeRecreatesThem) {
+  Create(Job("sus", {{"PS", Replica(1)}, {"Worker", Replica(1)}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "sus-worker-0").has_value(); }));
+  ASSERT_TRUE(client_
+                  ->Patch(Resource::TrainingJobs(), "default", "sus", kube::PatchType::kMerge,
+                          R"({"spec":{"runPolicy":{"suspend":true}}})")
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return State("sus") == "Suspended"; }));
+  EXPECT_TRUE(Eventually([&] {
+    return !Get(Resource::Pods(), "sus-worker-0").has_value() &&
+           !Get(Resource::Pods(), "sus-ps-0").has_value();
+  }));
+  ASSERT_TRUE(client_
+                  ->Patch(Resource::TrainingJobs(), "default", "sus", kube::PatchType::kMerge,
+                          R"({"spec":{"runPolicy":{"suspend":false}}})")
+                  .ok());
+  EXPECT_TRUE(Eventually([&] { return Get(Resource::Pods(), "sus-worker-0").has_value(); }));
+  EXPECT_TRUE(HasEvent("sus", "Resumed TrainingJob job=default/sus"));
+}
+
+TEST_F(ControllerTest, CompletedReplicaIsNeverRerunAfterItsPodIsGone) {
+  json job = Job("aw", {{"Worker", Replica(2)}});
+  job["spec"]["successPolicy"] = "AllWorkers";
+  Create(job);
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "aw-worker-1").has_value(); }));
+  SetPod("aw-worker-1", "Succeeded", 0);
+  ASSERT_TRUE(Eventually(
+      [&] { return ReplicaField<std::string>("aw", "Worker", "completedIndexes", "") == "1"; }));
+  ASSERT_TRUE(client_->Delete(Resource::Pods(), "default", "aw-worker-1").ok());  // pod GC
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_FALSE(Get(Resource::Pods(), "aw-worker-1").has_value());
+  EXPECT_NE(State("aw"), "Succeeded");  // worker 0 still runs
+  SetPod("aw-worker-0", "Succeeded", 0);
+  EXPECT_TRUE(Eventually([&] { return State("aw") == "Succeeded"; }));
+}
+
+TEST_F(ControllerTest, CleanPodPolicyNoneKeepsEverything) {
+  Create(Job("keep", {{"PS", Replica(1)}, {"Worker", Replica(1)}}, {{"cleanPodPolicy", "None"}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "keep-worker-0").has_value(); }));
+  SetPod("keep-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] { return State("keep") == "Succeeded"; }));
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_TRUE(Get(Resource::Pods(), "keep-ps-0").has_value());
+}
+
+TEST_F(ControllerTest, RestartedOperatorCreatesNoDuplicates) {
+  Create(Job("dup", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "dup-worker-1").has_value(); }));
+  std::string uid = Uid("dup-worker-1");
+  controller_.reset();
+  StartController();
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(Uid("dup-worker-1"), uid);
+  auto pods = client_->ListAll(Resource::Pods(), "default",
+                               {.label_selector = "kubetrain.dev/job-name=dup"});
+  ASSERT_TRUE(pods.ok());
+  EXPECT_EQ((*pods)["items"].size(), 3u);
+}
+
+TEST_F(ControllerTest, ProgressIsReadFromTheChiefsMetrics) {
+  httplib::Server metrics;
+  metrics.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(
+        "kubetrain_worker_global_step{job=\"p\"} 1200\nkubetrain_worker_epoch{job=\"p\"} 2\n"
+        "kubetrain_worker_loss{job=\"p\"} 0.41\nkubetrain_worker_accuracy{job=\"p\"} 0.861\n"
+        "kubetrain_worker_examples_per_second{job=\"p\"} 21000\n",
+        "text/plain");
+  });
+  int port = metrics.bind_to_any_port("127.0.0.1");
+  std::thread serve([&] { metrics.listen_after_bind(); });
+  json job = Job("p", {{"Worker", Replica(1)}});
+  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"] =
+      json::array({{{"name", "metrics"}, {"containerPort", port}}});
+  Create(job);
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "p-worker-0").has_value(); }));
+  SetPod("p-worker-0", "Running");
+  EXPECT_TRUE(Eventually(
+      [&] { return Status("p").value("progress", json::object()).value("step", 0) == 1200; }));
+  EXPECT_DOUBLE_EQ(Status("p")["progress"].value("accuracy", 0.0), 0.861);
+  metrics.stop();
+  serve.join();
+}
+
+TEST_F(ControllerTest, SpecTheSchemaCannotCatchFailsAsInvalidSpec) {
+  json job = Job("inv", {{"Worker", Replica(1)}});
+  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] =
+      json::array({{{"name", "a"}, {"image", "x"}}, {{"name", "b"}, {"image", "y"}}});
+  Create(job);
+  ASSERT_TRUE(Eventually([&] { return State("inv") == "Failed"; }));
+  EXPECT_EQ(Status("inv")["conditions"].back()["reason"], "InvalidSpec");
+  EXPECT_FALSE(Get(Resource::Pods(), "inv-worker-0").has_value());
+}
+
+TEST_F(ControllerTest, GangSchedulingCreatesAPodGroupForEveryPod) {
+  controller_.reset();
+  json crd = {
+      {"apiVersion", "apiextensions.k8s.io/v1"},
+      {"kind", "CustomResourceDefinition"},
+      {"metadata", {{"name", "podgroups.scheduling.volcano.sh"}}},
+      {"spec",
+       {{"group", "scheduling.volcano.sh"},
+        {"scope", "Namespaced"},
+        {"names", {{"plural", "podgroups"}, {"singular", "podgroup"}, {"kind", "PodGroup"}}},
+        {"versions", json::array({{{"name", "v1beta1"},
+                                   {"served", true},
+                                   {"storage", true},
+                                   {"schema",
+                                    {{"openAPIV3Schema",
+                                      {{"type", "object"},
+                                       {"x-kubernetes-preserve-unknown-fields", true}}}}}}})}}}};
+  ASSERT_TRUE(client_
+                  ->Create({"apiextensions.k8s.io", "v1", "customresourcedefinitions",
+                            "CustomResourceDefinition", false},
+                           "", crd)
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return client_->List(Resource::PodGroups(), "default", {}).ok(); }));
+  StartController({.gang_scheduler = "volcano"});
+  Create(Job("gang", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "gang-worker-1").has_value(); }));
+  auto group = Get(Resource::PodGroups(), "gang");
+  ASSERT_TRUE(group.has_value());
+  EXPECT_EQ((*group)["spec"]["minMember"], 3);
+  json pod = *Get(Resource::Pods(), "gang-worker-1");
+  EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+  EXPECT_EQ(pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "gang");
+}
+
+}  // namespace
+}  // namespace kubetrain::controller
