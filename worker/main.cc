@@ -144,7 +144,8 @@ absl::StatusOr<TaskIdentity> Identify(const Options& o) {
         "no parameter servers: TF_CONFIG cluster.ps is empty (or give --ps host:port); "
         "--mode ps-sync and ps-async need at least one ps task");
   }
-  for (const std::string& address : ps) id.ps_addresses.push_back(ResolveTaskAddress(address));
+  id.ps_addresses = ps;
+  id.resolve = [](const std::string& address) { return ResolveTaskAddress(address); };
   return id;
 }
 

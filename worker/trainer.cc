@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/backoff.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -135,9 +136,8 @@ class Trainer::Impl {
     }
     ASSIGN_OR_RETURN(ps::PlacementPlan plan,
                      ps::PlacementPlan::Build(specs, static_cast<int>(id_.ps_addresses.size())));
-    ps::ClientOptions client_options;
-    client_options.worker = static_cast<uint32_t>(id_.rank);
-    ASSIGN_OR_RETURN(client_, ps::PsClient::Create(id_.ps_addresses, plan, client_options));
+    plan_ = std::make_unique<ps::PlacementPlan>(std::move(plan));
+    RETURN_IF_ERROR(Reconnect());
     if (train_ != nullptr) {
       steps_per_epoch_ = ShardSize(train_->size(), id_.num_workers) / options_.batch_size;
       if (steps_per_epoch_ < 1) {
@@ -146,6 +146,33 @@ class Trainer::Impl {
             ShardSize(train_->size(), id_.num_workers), " examples"));
       }
     }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<ps::PsClient> Client() const {
+    std::lock_guard<std::mutex> lock(client_mu_);
+    return client_;
+  }
+
+  // (Re)creates the ps client when the resolved addresses changed (or there is none yet).
+  absl::Status Reconnect() {
+    std::vector<std::string> resolved;
+    for (const std::string& a : id_.ps_addresses)
+      resolved.push_back(id_.resolve ? id_.resolve(a) : a);
+    {
+      std::lock_guard<std::mutex> lock(client_mu_);
+      if (client_ && resolved == dialed_) return absl::OkStatus();
+    }
+    ps::ClientOptions client_options;
+    client_options.worker = static_cast<uint32_t>(id_.rank);
+    ASSIGN_OR_RETURN(std::unique_ptr<ps::PsClient> client,
+                     ps::PsClient::Create(resolved, *plan_, client_options));
+    std::lock_guard<std::mutex> lock(client_mu_);
+    if (client_)
+      log::Info("Parameter server addresses changed; reconnecting",
+                {{"ps", absl::StrJoin(resolved, ",")}});
+    client_ = std::move(client);
+    dialed_ = std::move(resolved);
     return absl::OkStatus();
   }
 
@@ -184,8 +211,8 @@ class Trainer::Impl {
   // The chief fills every ps: resumes a run they already hold, restores the latest checkpoint,
   // or initialises a new run from the seeded model.
   absl::Status PrepareChief() {
-    RETURN_IF_ERROR(client_->WaitReady(options_.ready_timeout, /*require_initialized=*/false));
-    ASSIGN_OR_RETURN(std::vector<ps::ShardInfo> infos, client_->Status());
+    RETURN_IF_ERROR(Client()->WaitReady(options_.ready_timeout, /*require_initialized=*/false));
+    ASSIGN_OR_RETURN(std::vector<ps::ShardInfo> infos, Client()->Status());
     bool all_initialized = true;
     for (const ps::ShardInfo& info : infos) all_initialized &= info.initialized;
     if (all_initialized) {
@@ -208,13 +235,13 @@ class Trainer::Impl {
     }
     if (restored) {
       restored->config = Config();  // flags may have changed between runs; the values stay
-      RETURN_IF_ERROR(client_->Init(*restored), "restoring the checkpoint");
+      RETURN_IF_ERROR(Client()->Init(*restored), "restoring the checkpoint");
       log::Info("Restored the parameter servers from the latest checkpoint",
                 {{"global_step", restored->global_step}, {"dir", options_.checkpoint_dir}});
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(ps::ModelState state, InitialState());
-    RETURN_IF_ERROR(client_->Init(state), "initialising the parameter servers");
+    RETURN_IF_ERROR(Client()->Init(state), "initialising the parameter servers");
     const ps::TrainingConfig& c = state.config;
     log::Info("Initialised the parameter servers",
               {{"run_id", state.run_id},
@@ -239,7 +266,7 @@ class Trainer::Impl {
   // Refills every ps that answers but holds nothing (it restarted) from the latest checkpoint.
   absl::Status RefillEmptyPs() {
     std::lock_guard<std::mutex> lock(refill_mu_);
-    ASSIGN_OR_RETURN(std::vector<ps::ShardInfo> infos, client_->Status());
+    ASSIGN_OR_RETURN(std::vector<ps::ShardInfo> infos, Client()->Status());
     for (size_t i = 0; i < infos.size(); ++i) {
       if (infos[i].initialized || infos[i].shutting_down) continue;
       if (options_.checkpoint_dir.empty()) {
@@ -255,7 +282,7 @@ class Trainer::Impl {
             absl::StrCat("ps ", i, " (", infos[i].address, ") came back empty and ",
                          options_.checkpoint_dir, " holds no checkpoint"));
       }
-      RETURN_IF_ERROR(client_->InitShard(static_cast<int>(i), *state), "refilling ps ", i);
+      RETURN_IF_ERROR(Client()->InitShard(static_cast<int>(i), *state), "refilling ps ", i);
       log::Warn("Refilled a parameter server that came back empty",
                 {{"ps", static_cast<int>(i)},
                  {"address", infos[i].address},
@@ -299,7 +326,9 @@ class Trainer::Impl {
     absl::Time deadline = absl::Now() + options_.ready_timeout;
     std::string last_reason;
     while (!stop.load()) {
-      absl::StatusOr<std::vector<ps::ShardInfo>> infos = client_->Status();
+      absl::Status reconnected = Reconnect();
+      if (!reconnected.ok()) return reconnected;
+      absl::StatusOr<std::vector<ps::ShardInfo>> infos = Client()->Status();
       if (infos.ok()) {
         bool ready = true;
         for (const ps::ShardInfo& info : *infos) {
@@ -338,7 +367,7 @@ class Trainer::Impl {
 
   absl::Status PullFresh() {
     absl::Time t0 = absl::Now();
-    ASSIGN_OR_RETURN(version_, client_->Pull(value_spans_));
+    ASSIGN_OR_RETURN(version_, Client()->Pull(value_spans_));
     ObservePull(t0);
     return absl::OkStatus();
   }
@@ -348,7 +377,7 @@ class Trainer::Impl {
     ps::Version want = version_.Next();
     while (true) {
       absl::Time t0 = absl::Now();
-      absl::StatusOr<ps::Version> v = client_->Pull(value_spans_, &want);
+      absl::StatusOr<ps::Version> v = Client()->Pull(value_spans_, &want);
       if (v.ok()) {
         version_ = *v;
         ObservePull(t0);
@@ -415,7 +444,7 @@ class Trainer::Impl {
   absl::Status Push() {
     std::vector<std::span<const float>> grads(grad_spans_.begin(), grad_spans_.end());
     absl::Time t0 = absl::Now();
-    ASSIGN_OR_RETURN(ps::PushResult pushed, client_->Push(grads, version_));
+    ASSIGN_OR_RETURN(ps::PushResult pushed, Client()->Push(grads, version_));
     if (metrics_) {
       metrics_->push_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
       metrics_->sent_bytes.Increment(flat_grads_.size() * sizeof(float));
@@ -525,7 +554,7 @@ class Trainer::Impl {
 
   absl::Status SaveCheckpoint() {
     if (options_.checkpoint_dir.empty()) return absl::OkStatus();
-    ASSIGN_OR_RETURN(ps::ModelState state, client_->Export(), "exporting the ps state");
+    ASSIGN_OR_RETURN(ps::ModelState state, Client()->Export(), "exporting the ps state");
     ASSIGN_OR_RETURN(last_checkpoint_, checkpointer_.Save(state, options_.model));
     last_checkpoint_time_ = absl::Now();
     log::Info("Saved checkpoint", {{"path", last_checkpoint_}, {"global_step", state.global_step}});
@@ -536,7 +565,7 @@ class Trainer::Impl {
     RETURN_IF_ERROR(LogEvaluation(TotalSteps()));
     RETURN_IF_ERROR(SaveCheckpoint(), "final checkpoint");
     StopMonitor();
-    absl::Status s = client_->Shutdown("training complete");
+    absl::Status s = Client()->Shutdown("training complete");
     if (!s.ok()) log::Warn("Could not shut every parameter server down", {{"error", s}});
     TrainingSummary summary = Summary();
     log::Info("Training complete", {{"steps", summary.steps},
@@ -583,7 +612,10 @@ class Trainer::Impl {
   Checkpointer checkpointer_;
 
   std::unique_ptr<Model> model_;
-  std::unique_ptr<ps::PsClient> client_;
+  std::unique_ptr<ps::PlacementPlan> plan_;
+  mutable std::mutex client_mu_;  // guards client_ and dialed_: the chief's monitor reads them
+  std::shared_ptr<ps::PsClient> client_;
+  std::vector<std::string> dialed_;  // the resolved addresses client_ dials
   std::vector<float> flat_values_;
   std::vector<float> flat_grads_;
   std::vector<std::span<float>> value_spans_;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,7 +54,10 @@ struct TaskIdentity {
   Role role = Role::kWorker;
   int rank = 0;                           // this task among the training workers (chief first)
   int num_workers = 1;                    // training workers: the chief (if any) plus the workers
-  std::vector<std::string> ps_addresses;  // resolved "host:port"
+  std::vector<std::string> ps_addresses;  // "host:port" as the cluster spec names them
+  // Maps a cluster-spec address to the one to dial (hosts file, ...). Called again whenever the
+  // ps are lost, so a ps that comes back at another address is found. Identity when empty.
+  std::function<std::string(const std::string&)> resolve;
 };
 
 struct TrainingSummary {

@@ -40,6 +40,20 @@ void SetEnv(json* container, const std::string& name, const std::string& value) 
   env.push_back({{"name", name}, {"value", value}});
 }
 
+// Sets env var `name` from a field of the pod (the downward API).
+void SetEnvFieldRef(json* container, const std::string& name, const std::string& field) {
+  json& env = (*container)["env"];
+  if (!env.is_array()) env = json::array();
+  json entry = {{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", field}}}}}};
+  for (json& e : env) {
+    if (e.is_object() && e.value("name", "") == name) {
+      e = entry;
+      return;
+    }
+  }
+  env.push_back(entry);
+}
+
 template <typename Map>
 void MergeInto(json* target, const Map& entries) {
   if (!target->is_object()) *target = json::object();
@@ -174,6 +188,9 @@ json BuildPod(const TrainingJob& job, ReplicaType type, int index, const Address
       SetEnv(&c, "KUBETRAIN_JOB_NAME", job.metadata.name);
       SetEnv(&c, "KUBETRAIN_REPLICA_TYPE", TaskType(type));
       SetEnv(&c, "KUBETRAIN_REPLICA_INDEX", std::to_string(index));
+      // Servers bind the pod's own address: the training port is for peers, and on hosts that
+      // run several pods in one network namespace (localkube) 0.0.0.0 would collide.
+      SetEnvFieldRef(&c, "KUBETRAIN_BIND_ADDRESS", "status.podIP");
     }
   }
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};

@@ -127,7 +127,10 @@ TEST(PodBuilder, NamesLabelsEnvAndAnnotations) {
   EXPECT_EQ(EnvOf(pod, "KUBETRAIN_JOB_NAME"), "mnist");
   EXPECT_EQ(EnvOf(pod, "KUBETRAIN_REPLICA_TYPE"), "worker");
   EXPECT_EQ(EnvOf(pod, "KUBETRAIN_REPLICA_INDEX"), "1");
-  EXPECT_EQ(pod["spec"]["containers"][0]["env"].size(), 5u);
+  EXPECT_EQ(pod["spec"]["containers"][0]["env"].back(),
+            json::parse(R"({"name":"KUBETRAIN_BIND_ADDRESS",
+                            "valueFrom":{"fieldRef":{"fieldPath":"status.podIP"}}})"));
+  EXPECT_EQ(pod["spec"]["containers"][0]["env"].size(), 6u);
 }
 
 TEST(PodBuilder, ChiefCarriesJobRoleLabel) {

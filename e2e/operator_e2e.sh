@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The operator end to end on localkube with real pods (processes): kubectl apply of a
+# TrainingJob runs kubetrain-ps and kubetrain-worker pods to Succeeded; a ps killed mid-training
+# is restarted and refilled by the chief; restarting the operator mid-job creates no duplicates;
+# deleting the job collects its pods and Service.
+# Usage: operator_e2e.sh LOCALKUBE KUBECTL BIN_DIR
+set -euo pipefail
+LOCALKUBE=$1
+KUBECTL=$2
+BIN=$(cd "$3" && pwd)
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source e2e/lib.sh
+
+start_localkube --run-pods --hosts-file "$(mktemp -u "${TMPDIR:-/tmp}/lk-hosts.XXXXXX")" \
+  --image-map "kubetrain/=$BIN"
+k() { "$KUBECTL" "$@"; }
+
+OP_PID=""
+start_operator() {
+  "$BIN/kubetrain-operator" --kubeconfig "$KUBECONFIG" --metrics-address 127.0.0.1:0 \
+    --health-address 127.0.0.1:0 --progress-interval 1s >>"$LK_DIR/operator.log" 2>&1 &
+  OP_PID=$!
+  for _ in $(seq 100); do
+    grep -q "Caches synced" "$LK_DIR/operator.log" 2>/dev/null && return 0
+    kill -0 "$OP_PID" 2>/dev/null || { cat "$LK_DIR/operator.log"; fail "operator exited"; }
+    sleep 0.1
+  done
+  fail "operator caches did not sync"
+}
+stop_all() {
+  [[ -n "$OP_PID" ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
+  stop_localkube
+}
+trap stop_all EXIT
+
+# A short job: 1 ps, 2 workers, fast enough for CI; checkpoints land in the test's own folder.
+job() {  # job NAME EPOCHS
+  sed -e "s/name: fashion-mnist/name: $1/" -e "s/--epochs=20/--epochs=$2/" \
+      -e "s|- --seed=1|- --seed=1\n                - --checkpoint-every=2s\n                - --checkpoint-dir=$LK_DIR/ckpt-$1|" \
+      deploy/examples/fashion-mnist.yaml
+}
+step_of() { k get tj "$1" -o jsonpath='{.status.progress.step}' 2>/dev/null || true; }
+
+step "CRD and operator"
+k apply -f deploy/crd/kubetrain.dev_trainingjobs.yaml >/dev/null
+k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev >/dev/null
+start_operator
+
+step "a job runs to Succeeded"
+job fm 2 | k apply -f - >/dev/null
+k wait --for=condition=Succeeded --timeout=240s tj/fm || { k describe tj fm; k get pods; tail -40 "$LK_DIR/operator.log"; fail "fm did not succeed"; }
+summary=$(k logs fm-worker-0 | grep '"event":"training_complete"') || fail "no summary in the chief's log"
+echo "$summary"
+python3 - "$summary" <<'PY' || fail "accuracy too low"
+import json, sys
+s = json.loads(sys.argv[1])
+assert s["test_accuracy"] >= 0.80, s
+PY
+acc=$(k get tj fm -o jsonpath='{.status.progress.accuracy}')
+echo "status.progress.accuracy=$acc"
+k get tj fm
+
+step "a ps killed mid-training is restarted, refilled, and the job still succeeds"
+job kill 3 | k apply -f - >/dev/null
+for _ in $(seq 600); do
+  s=$(step_of kill); [[ -n "$s" && "$s" -gt 300 ]] && break; sleep 0.2
+done
+[[ -n "$(step_of kill)" ]] || fail "no progress reported for job kill"
+ps_pid=$(pgrep -f "kubetrain-ps" | head -1) || fail "no kubetrain-ps process"
+kill -9 "$ps_pid"
+echo "killed kubetrain-ps pid $ps_pid at step $(step_of kill)"
+
+step "restarting the operator mid-job creates no duplicates"
+kill "$OP_PID"; wait "$OP_PID" 2>/dev/null || true
+start_operator
+k wait --for=condition=Succeeded --timeout=300s tj/kill || { k describe tj kill; k get pods; tail -60 "$LK_DIR/operator.log"; fail "kill did not succeed"; }
+restarts=$(k get tj kill -o jsonpath='{.status.replicaStatuses.PS.restarts}')
+[[ "$restarts" == "1" ]] || fail "PS restarts=$restarts, want 1"
+k logs kill-worker-0 | has "Refilled a parameter server" || fail "the chief did not refill the ps"
+pods=$(k get pods -l kubetrain.dev/job-name=kill -o name | wc -l)
+[[ "$pods" -le 3 ]] || fail "$pods pods for job kill: duplicates"
+k describe tj kill | has "Restarted Pod pod=kill-ps-0" || fail "no restart event"
+
+step "deleting a job collects its pods and Service"
+k delete tj fm kill --wait --timeout=60s >/dev/null
+for _ in $(seq 100); do
+  [[ -z "$(k get pods,svc -l app.kubernetes.io/managed-by=kubetrain-operator -o name)" ]] && break
+  sleep 0.1
+done
+[[ -z "$(k get pods,svc -l app.kubernetes.io/managed-by=kubetrain-operator -o name)" ]] || fail "objects left"
+echo "PASS operator e2e"
