@@ -101,6 +101,11 @@ absl::Status Validate(const OptimizerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("learning_rate must be > 0: ", o.learning_rate));
   }
   if (o.warmup_steps < 0) return absl::InvalidArgumentError("warmup_steps must be >= 0");
+  if (o.decay_steps < 0) return absl::InvalidArgumentError("decay_steps must be >= 0");
+  if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_lr_ratio must be in [0, 1]: ", o.min_lr_ratio));
+  }
   if (o.kind == OptimizerKind::kMomentum && !(o.momentum >= 0 && o.momentum < 1)) {
     return absl::InvalidArgumentError(absl::StrCat("momentum must be in [0, 1): ", o.momentum));
   }
@@ -125,9 +130,19 @@ double ScaledLearningRate(double base_lr, int64_t global_batch, int64_t referenc
 }
 
 double LearningRateAt(const OptimizerOptions& options, int64_t step) {
-  if (options.warmup_steps <= 0 || step + 1 >= options.warmup_steps) return options.learning_rate;
-  return options.learning_rate * static_cast<double>(std::max<int64_t>(step + 1, 1)) /
-         static_cast<double>(options.warmup_steps);
+  double lr = options.learning_rate;
+  if (options.warmup_steps > 0 && step + 1 < options.warmup_steps) {
+    lr *= static_cast<double>(std::max<int64_t>(step + 1, 1)) /
+          static_cast<double>(options.warmup_steps);
+  }
+  if (options.decay_steps > 0) {
+    double progress =
+        static_cast<double>(std::min(std::max<int64_t>(step, 0), options.decay_steps)) /
+        static_cast<double>(options.decay_steps);
+    double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+    lr *= options.min_lr_ratio + (1.0 - options.min_lr_ratio) * cosine;
+  }
+  return lr;
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& options) {

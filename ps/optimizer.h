@@ -24,6 +24,10 @@ struct OptimizerOptions {
   double learning_rate = 0.01;
   // Linear warmup from learning_rate / warmup_steps to learning_rate over this many updates.
   int64_t warmup_steps = 0;
+  // Cosine decay of the rate over this many updates (0: none), down to min_lr_ratio × the peak.
+  // A decayed rate makes the final model the converged one rather than a noisy late sample.
+  int64_t decay_steps = 0;
+  double min_lr_ratio = 0.0;
   double momentum = 0.9;             // Momentum
   double beta1 = 0.9;                // Adam
   double beta2 = 0.999;              // Adam
@@ -35,7 +39,8 @@ struct OptimizerOptions {
 double ScaledLearningRate(double base_lr, int64_t global_batch, int64_t reference_batch);
 
 // The learning rate used for the update made at global step `step` (0 = the first update):
-// learning_rate × min(1, (step + 1) / warmup_steps), or learning_rate without warmup.
+// learning_rate × min(1, (step + 1) / warmup_steps), or learning_rate without warmup; then
+// times the cosine decay factor when decay_steps > 0.
 double LearningRateAt(const OptimizerOptions& options, int64_t step);
 
 // Stateless and immutable: thread-safe. Callers serialise updates of one partition.

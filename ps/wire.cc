@@ -108,6 +108,8 @@ v1::TrainingConfig ToProto(const TrainingConfig& config) {
   opt->set_epsilon(o.epsilon);
   opt->set_initial_accumulator(o.initial_accumulator);
   opt->set_warmup_steps(o.warmup_steps);
+  opt->set_decay_steps(o.decay_steps);
+  opt->set_min_lr_ratio(o.min_lr_ratio);
   return out;
 }
 
@@ -123,6 +125,8 @@ absl::StatusOr<TrainingConfig> FromProto(const v1::TrainingConfig& config) {
   out.optimizer = {.kind = *kind,
                    .learning_rate = o.learning_rate(),
                    .warmup_steps = o.warmup_steps(),
+                   .decay_steps = o.decay_steps(),
+                   .min_lr_ratio = o.min_lr_ratio(),
                    .momentum = o.momentum(),
                    .beta1 = o.beta1(),
                    .beta2 = o.beta2(),

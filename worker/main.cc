@@ -56,6 +56,9 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("lr-reference-batch", &t.lr_reference_batch,
         "linear scaling: lr x global batch / this; 0 uses --lr as is");
   f.Add("warmup-steps", &t.warmup_steps, "linear learning-rate warmup over this many updates");
+  f.Add("lr-decay", &t.lr_decay,
+        "cosine learning-rate decay over the run (--no-lr-decay: constant)");
+  f.Add("lr-floor", &t.lr_floor, "with --lr-decay, the final rate as a fraction of --lr");
   f.Add("optimizer", &t.optimizer, "sgd, momentum, adam or adagrad");
   f.Add("momentum", &t.momentum, "momentum of the momentum optimizer");
   f.Add("seed", &t.seed, "seed of initialisation and shuffling (same on every task)");

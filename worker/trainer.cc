@@ -83,6 +83,10 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
         absl::StrCat("--batch-size: must be >= 1, got ", o.batch_size));
   }
   if (!(o.lr > 0)) return absl::InvalidArgumentError(absl::StrCat("--lr: must be > 0, got ", o.lr));
+  if (!(o.lr_floor >= 0 && o.lr_floor <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr-floor: must be in [0, 1], got ", o.lr_floor));
+  }
   if (o.warmup_steps < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--warmup-steps: must be >= 0, got ", o.warmup_steps));
@@ -190,6 +194,12 @@ class Trainer::Impl {
             ? ps::ScaledLearningRate(options_.lr, GlobalBatch(), options_.lr_reference_batch)
             : options_.lr;
     config.optimizer.warmup_steps = options_.warmup_steps;
+    if (options_.lr_decay) {
+      // Every update of the run: one per global step in sync mode, one per push in async.
+      config.optimizer.decay_steps =
+          TotalSteps() * (options_.mode == Mode::kPsSync ? 1 : id_.num_workers);
+      config.optimizer.min_lr_ratio = options_.lr_floor;
+    }
     config.optimizer.momentum = options_.momentum;
     return config;
   }

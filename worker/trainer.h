@@ -37,6 +37,8 @@ struct TrainerOptions {
   double lr = 0.02;             // for a global batch of lr_reference_batch examples
   int lr_reference_batch = 64;  // linear scaling: lr × global batch / this (0: no scaling)
   int warmup_steps = 0;
+  bool lr_decay = true;  // cosine decay over the whole run, to lr_floor × lr
+  double lr_floor = 0.05;
   std::string optimizer = "momentum";  // sgd, momentum, adam, adagrad
   double momentum = 0.9;
   uint64_t seed = 1;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +77,10 @@ void LocalJob::Say(absl::string_view line) {
 }
 
 absl::Status LocalJob::Prepare() {
+  const char* tmp = std::getenv("TMPDIR");
+  run_dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/kubetrain/", job_.metadata.name, "-",
+                          absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
+                          "-", getpid());
   // Ports first: every task's TF_CONFIG names every other task's address.
   std::map<std::pair<api::ReplicaType, int>, int> ports;
   api::LoopbackAddresses ids([](api::ReplicaType, int) { return 0; });
@@ -105,6 +110,10 @@ absl::Status LocalJob::Prepare() {
                                                      opts.status().message()));
     }
     opts->env["KUBETRAIN_METRICS_PORT"] = std::to_string(task->metrics_port);
+    // Each run checkpoints into its own folder (kept across task restarts within the run), so a
+    // second `kubetrain run` trains afresh instead of resuming the last run's final checkpoint.
+    if (!opts->env.count("KUBETRAIN_CHECKPOINT_DIR"))
+      opts->env["KUBETRAIN_CHECKPOINT_DIR"] = run_dir_ + "/checkpoints";
     opts->env["KUBETRAIN_BIND_ADDRESS"] = options_.command.pod_ip;
     task->process_options = std::move(*opts);
   }

@@ -74,6 +74,7 @@ class LocalJob {
   bool progress_dirty_ = false;
   std::optional<JobResult> result_;
   int restarts_ = 0;
+  std::string run_dir_;  // this run's scratch folder (checkpoints)
 };
 
 // The directory of the running executable: where kubetrain-ps and kubetrain-worker are built.

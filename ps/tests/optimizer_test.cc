@@ -1,4 +1,5 @@
 #include "ps/optimizer.h"
+#include <cmath>
 
 #include <gtest/gtest.h>
 
@@ -123,6 +124,31 @@ TEST(MakeOptimizer, RejectsBadHyperParameters) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MakeOptimizer({.kind = OptimizerKind::kAdam, .beta1 = 1.0}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kubetrain::ps
+
+namespace kubetrain::ps {
+namespace {
+
+TEST(LearningRate, CosineDecayFromPeakToFloor) {
+  OptimizerOptions o;
+  o.learning_rate = 0.1;
+  o.decay_steps = 100;
+  o.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 0), 0.1);
+  EXPECT_NEAR(LearningRateAt(o, 50), 0.1 * (0.1 + 0.9 * 0.5), 1e-12);
+  EXPECT_NEAR(LearningRateAt(o, 100), 0.01, 1e-12);
+  EXPECT_NEAR(LearningRateAt(o, 1000), 0.01, 1e-12);  // stays at the floor
+}
+
+TEST(LearningRate, WarmupThenDecayMultiply) {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.warmup_steps = 10;
+  o.decay_steps = 20;
+  EXPECT_NEAR(LearningRateAt(o, 4), 0.5 * 0.5 * (1 + std::cos(M_PI * 4 / 20)), 1e-12);
 }
 
 }  // namespace
