@@ -335,6 +335,7 @@ class Trainer::Impl {
     Backoff backoff({.initial = absl::Milliseconds(200), .max = absl::Seconds(2)});
     absl::Time deadline = absl::Now() + options_.ready_timeout;
     std::string last_reason;
+    absl::Time unreachable_since = absl::InfiniteFuture();
     while (!stop.load()) {
       absl::Status reconnected = Reconnect();
       if (!reconnected.ok()) return reconnected;
@@ -347,8 +348,16 @@ class Trainer::Impl {
         }
         if (ready && PullFresh().ok()) return absl::OkStatus();
         last_reason = ready ? "pull failed" : "a parameter server is not initialised yet";
+        unreachable_since = absl::InfiniteFuture();
       } else {
         last_reason = std::string(infos.status().message());
+        unreachable_since = std::min(unreachable_since, absl::Now());
+        // An evaluator outlives training: once it has evaluated and the ps have been gone for a
+        // while, the chief has shut them down and exited.
+        if (id_.role == Role::kEvaluator && last_eval_.examples > 0 &&
+            absl::Now() - unreachable_since > options_.evaluator_patience) {
+          return absl::CancelledError(kTrainingOver);
+        }
       }
       if (absl::Now() > deadline) {
         return absl::DeadlineExceededError(

@@ -48,7 +48,10 @@ struct TrainerOptions {
   absl::Duration log_every = absl::Seconds(5);
   absl::Duration ready_timeout = absl::Minutes(30);  // waiting for the ps (and chief) to be up
   absl::Duration eval_every = absl::Seconds(30);     // evaluator task
-  absl::Duration monitor_every = absl::Seconds(1);   // chief's ps watch
+  // Evaluator: how long the ps may be unreachable, after a first evaluation, before it concludes
+  // that training is over and exits 0.
+  absl::Duration evaluator_patience = absl::Seconds(30);
+  absl::Duration monitor_every = absl::Seconds(1);  // chief's ps watch
   int eval_batch = 500;
 };
 

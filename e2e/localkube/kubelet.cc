@@ -223,6 +223,12 @@ std::vector<std::string> Kubelet::Environment(const Pod& pod, const Container& c
   env["HOSTNAME"] = spec.value("hostname", pod.name);
   env["KUBETRAIN_POD_IP"] = pod.ip;
   env["KUBETRAIN_HOSTS_FILE"] = options_.hosts_file;
+  // Each pod has its own /tmp on a real node; sharing this host's would let one pod see files
+  // another (or an earlier pod of the same name) left behind.
+  std::string tmp = pod.dir + "/tmp";
+  std::error_code ec;
+  std::filesystem::create_directories(tmp, ec);
+  env["TMPDIR"] = tmp;
   env["KUBERNETES_SERVICE_HOST"] = "127.0.0.1";
   // Container env: later entries may refer to earlier ones with $(NAME).
   std::map<std::string, std::string> defined;

@@ -1,0 +1,71 @@
+# syntax=docker/dockerfile:1
+# kubetrain-worker + kubetrain-ps image (kubetrain/worker:0.1.0), with the Fashion-MNIST data
+# (Debian/Ubuntu package dataset-fashion-mnist, /usr/share/datasets/fashion-mnist). From the
+# repository root:
+#   GPU (default; CUDA 13 runtime base nvidia/cuda:13.0.0-runtime-ubuntu24.04, build stage the
+#   matching -devel image; kernels for sm_80 and sm_90):
+#     docker build -f docker/worker.Dockerfile -t kubetrain/worker:0.1.0 .
+#   CPU only (debian:bookworm build, debian:bookworm-slim runtime, OpenBLAS):
+#     docker build -f docker/worker.Dockerfile --build-arg VARIANT=cpu -t kubetrain/worker:0.1.0-cpu .
+# Build stage: the same build as `make` (scripts/install-deps, the Makefile's cmake configure and
+# build, tests off). Runtime stage: the base plus only the packages holding the binaries' shared
+# libraries, found in the build stage with ldd + dpkg -S (docker/runtime-packages.sh) on the
+# same distribution as the runtime base. Runs as the non-root UID 65532. Pods name the program
+# (command: [kubetrain-worker] or [kubetrain-ps]); both are on PATH.
+# scripts/check-deploy (CTest deploy_check) checks every COPY source and these build commands.
+
+ARG VARIANT=gpu
+ARG CUDA_VERSION=13.0.0
+
+# ---- build stages (BuildKit builds only the one VARIANT selects) -------------------------------
+FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build-gpu
+ENV KUBETRAIN_CMAKE_FLAGS="-DKUBETRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=80;90"
+
+FROM debian:bookworm AS build-cpu
+ENV KUBETRAIN_CMAKE_FLAGS="-DKUBETRAIN_CUDA=OFF"
+
+FROM build-${VARIANT} AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive
+WORKDIR /src
+COPY scripts/ scripts/
+RUN ./scripts/install-deps
+COPY CMakeLists.txt Makefile ./
+COPY cmake/ cmake/
+COPY proto/ proto/
+COPY common/ common/
+COPY operator/ operator/
+COPY ps/ ps/
+COPY worker/ worker/
+COPY bench/ bench/
+COPY e2e/ e2e/
+RUN cmake -S . -B build -DKUBETRAIN_TESTS=OFF $KUBETRAIN_CMAKE_FLAGS
+RUN cmake --build build -j "$(nproc)" --target kubetrain-worker kubetrain-ps && \
+    strip --strip-debug build/bin/kubetrain-worker build/bin/kubetrain-ps
+COPY docker/runtime-packages.sh docker/
+RUN ./docker/runtime-packages.sh build/bin/kubetrain-worker build/bin/kubetrain-ps \
+      > build/runtime-packages.txt && \
+    echo "runtime packages: $(tr '\n' ' ' < build/runtime-packages.txt)"
+
+# ---- runtime stages ---------------------------------------------------------------------------
+FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04 AS runtime-gpu
+# The NVIDIA container toolkit mounts the driver; compute is all these programs use.
+ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
+
+FROM debian:bookworm-slim AS runtime-cpu
+
+FROM runtime-${VARIANT} AS runtime
+COPY --from=build /src/build/runtime-packages.txt /tmp/runtime-packages.txt
+RUN apt-get update -q && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      $(cat /tmp/runtime-packages.txt) dataset-fashion-mnist && \
+    rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt
+COPY --from=build /src/build/bin/kubetrain-worker /src/build/bin/kubetrain-ps /usr/local/bin/
+ENV KUBETRAIN_DATA_DIR=/usr/share/datasets/fashion-mnist
+USER 65532:65532
+WORKDIR /tmp
+EXPOSE 2222 8080
+CMD ["kubetrain-worker", "--help"]
+LABEL org.opencontainers.image.title="kubetrain-worker" \
+      org.opencontainers.image.description="kubetrain-worker and kubetrain-ps with Fashion-MNIST" \
+      org.opencontainers.image.version="0.1.0"
