@@ -36,8 +36,10 @@ cleanup() {
 trap cleanup EXIT
 
 step "helm install"
-"$HELM" install kubetrain charts/kubetrain --namespace kubetrain-system --create-namespace \
-  --wait=false >/dev/null || fail "helm install failed"
+export HELM_CACHE_HOME="$LK_DIR/helm/cache" HELM_CONFIG_HOME="$LK_DIR/helm/config" \
+  HELM_DATA_HOME="$LK_DIR/helm/data"
+timeout 90 "$HELM" install kubetrain charts/kubetrain --namespace kubetrain-system \
+  --create-namespace >/dev/null || fail "helm install failed"
 k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev >/dev/null
 args=$(k -n kubetrain-system get deploy kubetrain-operator -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}')
 [[ -n "$args" ]] || fail "the chart's Deployment has no args"
@@ -136,6 +138,7 @@ step "kubectl delete collects the pods and the Service; helm uninstall"
 k delete tj fashion-mnist --wait --timeout=60s >/dev/null
 timeout 30 bash -c "until [[ -z \"\$('$KUBECTL' get pods,svc -l kubetrain.dev/job-name=fashion-mnist -o name)\" ]]; do sleep 0.2; done" \
   || fail "pods or Service left after deletion"
-"$HELM" uninstall kubetrain --namespace kubetrain-system >/dev/null || fail "helm uninstall failed"
+timeout 90 "$HELM" uninstall kubetrain --namespace kubetrain-system >/dev/null \
+  || fail "helm uninstall failed"
 [[ -z "$(k -n kubetrain-system get deploy -o name)" ]] || fail "the Deployment is left"
 echo "PASS user story e2e"

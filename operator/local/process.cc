@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,8 +28,12 @@ int DecodeWaitStatus(int status) {
 
 // In the child between fork and exec: only async-signal-safe calls.
 [[noreturn]] void ExecChild(int write_fd, const char* path, char* const argv[], char* const envp[],
-                            const char* dir) {
+                            const char* dir, bool die_with_parent, pid_t parent) {
   setpgid(0, 0);
+  if (die_with_parent) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(137);  // the parent died before prctl took effect
+  }
   dup2(write_fd, STDOUT_FILENO);
   dup2(write_fd, STDERR_FILENO);
   close(write_fd);
@@ -81,6 +86,7 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(const ProcessOptions& op
 
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return Errno("pipe");
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
@@ -89,7 +95,8 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(const ProcessOptions& op
   }
   if (pid == 0) {
     ExecChild(fds[1], binary->c_str(), argv.data(), envp.data(),
-              options.working_dir.empty() ? nullptr : options.working_dir.c_str());
+              options.working_dir.empty() ? nullptr : options.working_dir.c_str(),
+              options.die_with_parent, parent);
   }
   setpgid(pid, pid);  // also in the parent, so Signal() works before the child has run
   close(fds[1]);

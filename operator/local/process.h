@@ -21,6 +21,10 @@ struct ProcessOptions {
   std::vector<std::string> argv;           // argv[0] is an absolute path or found in PATH
   std::map<std::string, std::string> env;  // the complete environment of the child
   std::string working_dir;                 // empty: inherit
+  // SIGKILL the child when the thread that started it ends (PR_SET_PDEATHSIG), so even a
+  // supervisor killed with SIGKILL leaves no orphans. Start such processes from a long-lived
+  // thread (main).
+  bool die_with_parent = true;
 };
 
 class Process {
