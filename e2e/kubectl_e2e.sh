@@ -116,11 +116,14 @@ else
 fi
 
 step "watch"
-k -n e2e get configmaps -w --request-timeout=8s > "$LK_DIR/watch.out" 2>&1 &
+k -n e2e get configmaps -w --request-timeout=20s > "$LK_DIR/watch.out" 2>&1 &
 WATCH_PID=$!
-sleep 1
+# The watch is open once kubectl has printed the current list (its header at least).
+for _ in $(seq 100); do grep -q NAME "$LK_DIR/watch.out" && break; sleep 0.1; done
 k -n e2e apply -f "$HERE/testdata/configmap.yaml" >/dev/null
 k -n e2e delete configmap settings --wait >/dev/null
+for _ in $(seq 100); do grep -q "^settings" "$LK_DIR/watch.out" && break; sleep 0.1; done
+kill $WATCH_PID 2>/dev/null || true
 wait $WATCH_PID || true
 grep -q "^settings" "$LK_DIR/watch.out" || fail "get -w saw no events: $(cat "$LK_DIR/watch.out")"
 
@@ -152,13 +155,13 @@ for _ in $(seq 50); do k -n e2e logs hello | has tick && break; sleep 0.2; done
 k -n e2e logs hello | has "hello from hello at $POD_IP" || fail "logs: $(k -n e2e logs hello)"
 k -n e2e logs hello | has -x "kubetrain_ip=$POD_IP" || fail "KUBETRAIN_POD_IP not exported"
 [[ $(k -n e2e logs hello --tail=1 | wc -l) == 1 ]] || fail "--tail=1"
-timeout 3 "$KUBECTL_BIN" --cache-dir "$LK_DIR/cache" -n e2e logs -f hello > "$LK_DIR/follow.out" || true
+timeout 6 "$KUBECTL_BIN" --cache-dir "$LK_DIR/cache" -n e2e logs -f hello > "$LK_DIR/follow.out" || true
 [[ $(grep -c tick "$LK_DIR/follow.out") -ge 3 ]] || fail "logs -f did not stream: $(cat "$LK_DIR/follow.out")"
 k get pods -A | has -E "e2e +hello +1/1 +Running" || fail "get pods -A: $(k get pods -A)"
 PID=$(k -n e2e get pod hello -o jsonpath='{.status.containerStatuses[0].containerID}' | sed 's|localkube://||')
 kill -0 "$PID" 2>/dev/null || fail "pod process $PID not running"
 k -n e2e delete pod hello --wait --timeout=20s >/dev/null || fail "delete pod"
-sleep 0.2
+for _ in $(seq 50); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$PID" 2>/dev/null && fail "pod process $PID survived deletion"
 
 step "namespace deletion"

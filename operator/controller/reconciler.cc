@@ -24,7 +24,8 @@ struct Reconciler::Pass {
   std::string key;
   std::string ns;
   std::string name;
-  json object;  // the job as cached
+  json object;                 // the job as cached, or as last written by us (NewestJob)
+  std::string cached_version;  // the resourceVersion the job informer held
   api::TrainingJob job;
   api::TrainingJobStatus status;
   json original_status;
@@ -77,13 +78,20 @@ Reconciler::Reconciler(kube::Client& client, kube::Informer& jobs, kube::Informe
 absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   std::optional<json> object = jobs_.Get(key);
   if (!object) {
+    {
+      std::lock_guard<std::mutex> lock(writes_mu_);
+      own_writes_.erase(key);
+    }
     std::lock_guard<std::mutex> lock(progress_mu_);
     progress_read_.erase(key);
     return ReconcileResult{};  // deleted: the garbage collector removes what it owned
   }
+  std::string cached_version = (*object)["metadata"].value("resourceVersion", "");
+  object = NewestJob(key, std::move(*object));
   if ((*object)["metadata"].contains("deletionTimestamp")) return ReconcileResult{};
   Pass p;
   p.key = key;
+  p.cached_version = cached_version;
   p.object = *object;
   p.now = absl::Now();
   p.ns = (*object)["metadata"].value("namespace", "default");
@@ -445,6 +453,18 @@ void Reconciler::ReadProgress(Pass& p) {
   }
 }
 
+json Reconciler::NewestJob(const std::string& key, json cached) {
+  std::lock_guard<std::mutex> lock(writes_mu_);
+  auto it = own_writes_.find(key);
+  if (it == own_writes_.end()) return cached;
+  // resourceVersions are opaque: only "is one we know predates our write" can be asked.
+  if (it->second.older_versions.count(cached["metadata"].value("resourceVersion", ""))) {
+    return it->second.object;
+  }
+  own_writes_.erase(it);  // the cache has caught up with our write (or moved past it)
+  return cached;
+}
+
 absl::Status Reconciler::WriteStatus(Pass& p) {
   json status = api::ToJson(p.status);
   if (status == p.original_status) return absl::OkStatus();
@@ -454,6 +474,14 @@ absl::Status Reconciler::WriteStatus(Pass& p) {
   // PUT with the cached resourceVersion: a stale cache gets 409 and the job is retried.
   absl::StatusOr<json> written = client_.UpdateStatus(kube::Resource::TrainingJobs(), p.ns, object);
   RETURN_IF_ERROR(written.status(), "updating the status of ", p.JobRef());
+  {
+    // The PUT was conditional on p.object's version, so every version seen so far is older.
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    OwnWrite& w = own_writes_[p.key];
+    w.older_versions.insert(p.cached_version);
+    w.older_versions.insert(p.object["metadata"].value("resourceVersion", ""));
+    w.object = *written;
+  }
   p.object = *written;
   p.original_status = api::ToJson(p.status);
   return absl::OkStatus();

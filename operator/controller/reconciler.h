@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -61,6 +62,9 @@ class Reconciler {
   void Finish(Pass& p, bool succeeded, const std::string& reason, const std::string& message);
   absl::Status WriteStatus(Pass& p);
   absl::StatusOr<ReconcileResult> FinishedJob(Pass& p);
+  // The job to reconcile: the cached object, or this reconciler's own last status write while
+  // the cache still holds a version from before it.
+  nlohmann::json NewestJob(const std::string& key, nlohmann::json cached);
 
   kube::Client& client_;
   kube::Informer& jobs_;
@@ -71,6 +75,16 @@ class Reconciler {
   const ReconcilerOptions options_;
   std::mutex progress_mu_;
   std::map<std::string, absl::Time> progress_read_;  // job key → last read
+
+  // Status writes the job informer has not shown yet. Without this, a pass that runs right after
+  // a write (a pod event arrives first) sees the old status and repeats what led to it: a job
+  // that just succeeded had its cleaned-up Service and pods created again, then deleted again.
+  struct OwnWrite {
+    std::set<std::string> older_versions;  // resourceVersions that predate `object`
+    nlohmann::json object;                 // as the server returned it
+  };
+  std::mutex writes_mu_;
+  std::map<std::string, OwnWrite> own_writes_;  // job key → last status write
 };
 
 }  // namespace kubetrain::controller

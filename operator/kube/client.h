@@ -165,8 +165,12 @@ class Client {
   ClientOptions options_;
   TokenSource tokens_;
   TokenBucket limiter_;
+  struct PooledConnection {
+    std::unique_ptr<httplib::ClientImpl> conn;
+    absl::Time last_used;
+  };
   std::mutex pool_mu_;
-  std::vector<std::unique_ptr<httplib::ClientImpl>> pool_;
+  std::vector<PooledConnection> pool_;  // most recently used last
 };
 
 // The Status code for an HTTP answer: decodes `body` when it is a Status object.

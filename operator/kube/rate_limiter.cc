@@ -6,13 +6,13 @@
 
 namespace kubetrain::kube {
 
-TokenBucket::TokenBucket(double qps, int burst)
-    : qps_(qps), burst_(std::max(burst, 1)), tokens_(burst_), last_(absl::Now()) {}
+TokenBucket::TokenBucket(double qps, int burst, std::function<absl::Time()> now)
+    : qps_(qps), burst_(std::max(burst, 1)), tokens_(burst_), now_(std::move(now)), last_(now_()) {}
 
 absl::Duration TokenBucket::Reserve() {
   if (qps_ <= 0) return absl::ZeroDuration();
   std::lock_guard<std::mutex> lock(mu_);
-  absl::Time now = absl::Now();
+  absl::Time now = now_();
   tokens_ = std::min(burst_, tokens_ + absl::ToDoubleSeconds(now - last_) * qps_);
   last_ = now;
   tokens_ -= 1;  // may go negative: the debt is the queue of callers waiting for tokens

@@ -384,5 +384,50 @@ TEST_F(ControllerTest, GangSchedulingCreatesAPodGroupForEveryPod) {
   EXPECT_EQ(pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "gang");
 }
 
+// A pass that runs before the job informer shows the operator's own status write (a pod event
+// often arrives first) must build on that write, not on the cached job. Here the job informer is
+// stopped, so its cache stays at the version from before the job succeeded: the next pass must
+// not create the cleaned-up Service and pods again.
+TEST_F(ControllerTest, PassAfterOwnStatusWriteDoesNotUndoItFromAStaleCache) {
+  controller_.reset();  // this test drives one Reconciler by hand
+  kube::Informer jobs(*client_, Resource::TrainingJobs(), {.namespace_ = "default"});
+  kube::Informer pods(*client_, Resource::Pods(), {.namespace_ = "default"});
+  kube::Informer services(*client_, Resource::Services(), {.namespace_ = "default"});
+  EventRecorder events(*client_, "kubetrain-operator");
+  Reconciler reconciler(*client_, jobs, pods, services, events, nullptr, {});
+  for (kube::Informer* inf : {&jobs, &pods, &services}) {
+    inf->Start();
+    ASSERT_TRUE(inf->WaitForSync(absl::Seconds(10)));
+  }
+  Create(Job("st", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  ASSERT_TRUE(Eventually([&] { return jobs.Get("default/st").has_value(); }));
+  ASSERT_TRUE(reconciler.Reconcile("default/st").ok());  // Service, pods, Created
+  ASSERT_TRUE(Eventually([&] {
+    auto job = jobs.Get("default/st");
+    return job && job->value("status", json::object()).contains("conditions") &&
+           pods.List().size() == 3 && services.Get("default/st").has_value();
+  }));
+  jobs.Stop();  // the cache now holds the job as it was before it succeeded
+
+  SetPod("st-ps-0", "Running");
+  SetPod("st-worker-0", "Succeeded", 0);
+  ASSERT_TRUE(Eventually([&] {
+    auto pod = pods.Get("default/st-worker-0");
+    return pod && (*pod)["status"].value("phase", "") == "Succeeded";
+  }));
+  ASSERT_TRUE(reconciler.Reconcile("default/st").ok());  // Succeeded: ps-0 and Service deleted
+  EXPECT_EQ(State("st"), "Succeeded");
+  ASSERT_TRUE(Eventually([&] {
+    return !pods.Get("default/st-ps-0").has_value() && !services.Get("default/st").has_value();
+  }));
+
+  ASSERT_TRUE(reconciler.Reconcile("default/st").ok());  // cache still from before the success
+  EXPECT_FALSE(Get(Resource::Pods(), "st-ps-0").has_value());
+  EXPECT_FALSE(Get(Resource::Services(), "st").has_value());
+  EXPECT_EQ(State("st"), "Succeeded");
+  pods.Stop();
+  services.Stop();
+}
+
 }  // namespace
 }  // namespace kubetrain::controller

@@ -6,14 +6,14 @@ namespace kubetrain::kube {
 namespace {
 
 TEST(TokenBucket, BurstIsFreeThenCallersQueueAtQps) {
-  TokenBucket bucket(10, 3);
+  absl::Time now = absl::FromUnixSeconds(1000);
+  TokenBucket bucket(10, 3, [&] { return now; });
   for (int i = 0; i < 3; ++i) EXPECT_EQ(bucket.Reserve(), absl::ZeroDuration());
-  absl::Duration fourth = bucket.Reserve();
-  absl::Duration fifth = bucket.Reserve();
-  EXPECT_GT(fourth, absl::Milliseconds(80));
-  EXPECT_LE(fourth, absl::Milliseconds(100));
-  EXPECT_GT(fifth, absl::Milliseconds(180));  // each waiter gets the next token in line
-  EXPECT_LE(fifth, absl::Milliseconds(200));
+  EXPECT_EQ(bucket.Reserve(), absl::Milliseconds(100));
+  EXPECT_EQ(bucket.Reserve(), absl::Milliseconds(200));  // each waiter gets the next token in line
+  now += absl::Seconds(1);  // 10 tokens later: the 2 owed are paid, 3 (the burst) saved up
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(bucket.Reserve(), absl::ZeroDuration());
+  EXPECT_EQ(bucket.Reserve(), absl::Milliseconds(100));
 }
 
 TEST(TokenBucket, NonPositiveQpsDisablesLimiting) {
