@@ -646,11 +646,13 @@ absl::Status Api::Mutate(const std::string& storage_key, const std::string& ns,
 void Api::CollectGarbageLocked() {
   for (int round = 0; round < 100; ++round) {
     bool changed = false;
-    auto everything = store_->ListEverything();
+    // Only objects with owners or a pending deletion can be acted on (most objects, Events
+    // above all, have neither): copying the whole store on every delete made deletes O(objects).
     std::set<std::string> uids;
+    std::vector<std::pair<std::string, json>> everything;
+    store_->GarbageView(&uids, &everything);
     std::map<std::string, std::vector<std::pair<std::string, json>>> dependents;
     for (auto& [k, o] : everything) {
-      uids.insert(UidOf(o));
       for (const auto& ref : Meta(o).value("ownerReferences", json::array())) {
         dependents[ref.value("uid", "")].emplace_back(k, o);
       }

@@ -50,6 +50,19 @@ std::vector<std::pair<std::string, nlohmann::json>> Store::ListEverything() cons
   return out;
 }
 
+void Store::GarbageView(std::set<std::string>* uids,
+                        std::vector<std::pair<std::string, nlohmann::json>>* candidates) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, coll] : objects_) {
+    for (const auto& [_, object] : coll) {
+      const nlohmann::json& meta = object["metadata"];
+      uids->insert(meta.value("uid", ""));
+      bool owned = meta.contains("ownerReferences") && !meta["ownerReferences"].empty();
+      if (owned || meta.contains("deletionTimestamp")) candidates->emplace_back(key, object);
+    }
+  }
+}
+
 nlohmann::json Store::Put(const std::string& key, nlohmann::json object) {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t rev = ++revision_;

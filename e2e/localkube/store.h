@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -41,6 +42,10 @@ class Store {
                                    int64_t* revision) const;
   // Every object of every collection, as (storage key, object).
   std::vector<std::pair<std::string, nlohmann::json>> ListEverything() const;
+  // What a garbage-collection pass needs, without copying the objects it cannot act on: the uid
+  // of every object, and copies of only those with ownerReferences or a deletionTimestamp.
+  void GarbageView(std::set<std::string>* uids,
+                   std::vector<std::pair<std::string, nlohmann::json>>* candidates) const;
 
   // Stores `object` under the next revision (written into metadata.resourceVersion) and records
   // ADDED or MODIFIED. Returns the stored object.
