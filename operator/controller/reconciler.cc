@@ -81,6 +81,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
     {
       std::lock_guard<std::mutex> lock(writes_mu_);
       own_writes_.erase(key);
+      deleted_pods_.erase(key);
     }
     std::lock_guard<std::mutex> lock(progress_mu_);
     progress_read_.erase(key);
@@ -117,6 +118,22 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   p.status.observed_generation = p.job.metadata.generation;
   for (const json& pod : pods_.ListByLabel(p.ns, api::kLabelJobName, p.name)) {
     if (OwnedBy(pod, p.job.metadata.uid)) p.pods[pod["metadata"].value("name", "")] = pod;
+  }
+  {
+    // Pods this reconciler deleted that the pod informer has not yet seen go: treat them as
+    // going, or a pass that runs first would restart (and count) the same failure again.
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    std::set<std::string>& deleted = deleted_pods_[key];
+    std::set<std::string> still_cached;
+    for (auto& [name, pod] : p.pods) {
+      std::string uid = pod["metadata"].value("uid", "");
+      if (!deleted.count(uid)) continue;
+      still_cached.insert(uid);
+      if (!pod["metadata"].contains("deletionTimestamp")) {
+        pod["metadata"]["deletionTimestamp"] = kube::FormatTime(p.now);
+      }
+    }
+    deleted = std::move(still_cached);
   }
   for (const auto& [type, rs] : p.job.spec.replica_specs) {
     p.completed[type] = api::ParseIndexSet(p.status.replica_statuses[type].completed_indexes);
@@ -225,6 +242,10 @@ absl::Status Reconciler::DeletePod(Pass& p, const json& pod, const std::string& 
   if (s.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
   RETURN_IF_ERROR(s, "deleting Pod ", name);
   p.pods[name]["metadata"]["deletionTimestamp"] = kube::FormatTime(p.now);  // once per pass
+  {
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    deleted_pods_[p.key].insert(pod["metadata"].value("uid", ""));
+  }
   events_.Normal(p.object, "DeletedPod", absl::StrCat("Deleted Pod pod=", name, " reason=", why));
   return absl::OkStatus();
 }

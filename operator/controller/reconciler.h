@@ -85,6 +85,8 @@ class Reconciler {
   };
   std::mutex writes_mu_;
   std::map<std::string, OwnWrite> own_writes_;  // job key → last status write
+  // job key → uids of pods deleted by this reconciler and still in the pod cache.
+  std::map<std::string, std::set<std::string>> deleted_pods_;
 };
 
 }  // namespace kubetrain::controller
