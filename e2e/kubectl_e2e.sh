@@ -45,7 +45,7 @@ grep -q "generation: 1" "$LK_DIR/tj.yaml" || fail "generation not 1"
 k -n e2e get tj > "$LK_DIR/tj.txt"
 head -1 "$LK_DIR/tj.txt" | has -E "^NAME +STATE +STEP +ACCURACY +AGE" ||
   fail "printer columns missing: $(head -1 "$LK_DIR/tj.txt")"
-k -n e2e get tj -o wide | head -1 | has WORKERS || fail "-o wide lacks the priority-1 column"
+k -n e2e get tj -o wide | sed -n 1p | has WORKERS || fail "-o wide lacks the priority-1 column"
 k -n e2e describe tj fashion-mnist | has "Replica Specs" || fail "describe"
 k -n e2e apply -f "$ROOT/deploy/examples/fashion-mnist.yaml" | has unchanged ||
   fail "second apply was not unchanged"

@@ -66,7 +66,7 @@ for _ in $(seq 600); do
   s=$(step_of kill); [[ -n "$s" && "$s" -gt 300 ]] && break; sleep 0.2
 done
 [[ -n "$(step_of kill)" ]] || fail "no progress reported for job kill"
-ps_pid=$(pgrep -f "kubetrain-ps" | head -1) || fail "no kubetrain-ps process"
+ps_pid=$(pgrep -f "kubetrain-ps" | sed -n 1p) || fail "no kubetrain-ps process"
 kill -9 "$ps_pid"
 echo "killed kubetrain-ps pid $ps_pid at step $(step_of kill)"
 
