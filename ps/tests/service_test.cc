@@ -110,13 +110,19 @@ TEST(PsService, UninitialisedPsRefusesPushAndPullWithFailedPrecondition) {
   auto pushed = client->Push(grads, Version{{0, 0}, {}});
   EXPECT_EQ(pushed.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(pushed.status().message().find(kNotInitialised), absl::string_view::npos);
-  // The first refusal cancels the call to the other ps, which may or may not have answered yet.
-  double refused = 0;
-  for (int ps = 0; ps < 2; ++ps) {
-    refused += Sample(cluster.registry(ps), "kubetrain_ps_requests_total",
-                      {{"method", "Pull"}, {"code", "FAILED_PRECONDITION"}});
-  }
-  EXPECT_GE(refused, 1);
+  // The first refusal cancels the call to the other ps, which may or may not have answered yet;
+  // and a server counts a call once its answer is on the way, so the count may trail the reply.
+  auto refused = [&] {
+    double n = 0;
+    for (int ps = 0; ps < 2; ++ps) {
+      n += Sample(cluster.registry(ps), "kubetrain_ps_requests_total",
+                  {{"method", "Pull"}, {"code", "FAILED_PRECONDITION"}});
+    }
+    return n;
+  };
+  absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (refused() < 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_GE(refused(), 1);
   // Reachable but not initialised: ready for the chief, not for workers.
   EXPECT_TRUE(client->WaitReady(absl::Seconds(30), /*require_initialized=*/false).ok());
   EXPECT_EQ(client->WaitReady(absl::Milliseconds(300), true).code(),
