@@ -17,82 +17,33 @@ void CheckLengths(std::span<float> values, std::span<const float> grad,
   (void)values, (void)grad, (void)slots, (void)want_slots;
 }
 
+// One class per rule only for its slot names and initial slot value; the arithmetic is the shared
+// element math of ps/update_rule.h.
 class Sgd final : public Optimizer {
  public:
   explicit Sgd(const OptimizerOptions& options) : Optimizer(options) {}
   std::vector<std::string> SlotNames() const override { return {}; }
-  void Apply(std::span<float> values, std::span<const float> grad,
-             std::span<const std::span<float>> slots, int64_t step) const override {
-    CheckLengths(values, grad, slots, 0);
-    const float lr = static_cast<float>(LearningRateAt(options(), step));
-    for (size_t i = 0; i < values.size(); ++i) values[i] -= lr * grad[i];
-  }
 };
 
-// TF's MomentumOptimizer: accum = momentum * accum + grad; var -= lr * accum.
 class Momentum final : public Optimizer {
  public:
   explicit Momentum(const OptimizerOptions& options) : Optimizer(options) {}
   std::vector<std::string> SlotNames() const override { return {"momentum"}; }
-  void Apply(std::span<float> values, std::span<const float> grad,
-             std::span<const std::span<float>> slots, int64_t step) const override {
-    CheckLengths(values, grad, slots, 1);
-    const float lr = static_cast<float>(LearningRateAt(options(), step));
-    const float mu = static_cast<float>(options().momentum);
-    std::span<float> accum = slots[0];
-    for (size_t i = 0; i < values.size(); ++i) {
-      accum[i] = mu * accum[i] + grad[i];
-      values[i] -= lr * accum[i];
-    }
-  }
 };
 
-// Kingma & Ba with the bias correction folded into the step size (TF's form):
-// lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t), t = step + 1.
 class Adam final : public Optimizer {
  public:
   explicit Adam(const OptimizerOptions& options) : Optimizer(options) {}
   std::vector<std::string> SlotNames() const override { return {"m", "v"}; }
-  void Apply(std::span<float> values, std::span<const float> grad,
-             std::span<const std::span<float>> slots, int64_t step) const override {
-    CheckLengths(values, grad, slots, 2);
-    const double t = static_cast<double>(step + 1);
-    const double b1 = options().beta1, b2 = options().beta2;
-    const float lr_t =
-        static_cast<float>(LearningRateAt(options(), step) * std::sqrt(1.0 - std::pow(b2, t)) /
-                           (1.0 - std::pow(b1, t)));
-    // 1 - beta in double: in float, 1 - 0.999f is off by 1e-5 relative, biasing v.
-    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
-    const float rest1 = static_cast<float>(1.0 - b1), rest2 = static_cast<float>(1.0 - b2);
-    const float eps = static_cast<float>(options().epsilon);
-    std::span<float> m = slots[0], v = slots[1];
-    for (size_t i = 0; i < values.size(); ++i) {
-      m[i] = fb1 * m[i] + rest1 * grad[i];
-      v[i] = fb2 * v[i] + rest2 * grad[i] * grad[i];
-      values[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
-    }
-  }
 };
 
-// accum += grad^2; var -= lr * grad / (sqrt(accum) + epsilon). Epsilon as in Keras, so a zero
-// initial accumulator cannot divide by zero.
+// Epsilon as in Keras, so a zero initial accumulator cannot divide by zero.
 class Adagrad final : public Optimizer {
  public:
   explicit Adagrad(const OptimizerOptions& options) : Optimizer(options) {}
   std::vector<std::string> SlotNames() const override { return {"accumulator"}; }
   float SlotInitialValue() const override {
     return static_cast<float>(options().initial_accumulator);
-  }
-  void Apply(std::span<float> values, std::span<const float> grad,
-             std::span<const std::span<float>> slots, int64_t step) const override {
-    CheckLengths(values, grad, slots, 1);
-    const float lr = static_cast<float>(LearningRateAt(options(), step));
-    const float eps = static_cast<float>(options().epsilon);
-    std::span<float> accum = slots[0];
-    for (size_t i = 0; i < values.size(); ++i) {
-      accum[i] += grad[i] * grad[i];
-      values[i] -= lr * grad[i] / (std::sqrt(accum[i]) + eps);
-    }
   }
 };
 
@@ -143,6 +94,37 @@ double LearningRateAt(const OptimizerOptions& options, int64_t step) {
     lr *= options.min_lr_ratio + (1.0 - options.min_lr_ratio) * cosine;
   }
   return lr;
+}
+
+UpdateRule Optimizer::Rule(int64_t step) const {
+  const OptimizerOptions& o = options_;
+  UpdateRule r;
+  r.kind = static_cast<UpdateKind>(o.kind);
+  r.lr = static_cast<float>(LearningRateAt(o, step));
+  r.momentum = static_cast<float>(o.momentum);
+  r.epsilon = static_cast<float>(o.epsilon);
+  if (o.kind == OptimizerKind::kAdam) {
+    // Kingma & Ba's bias correction folded into the step size: lr_t = lr * sqrt(1 - beta2^t) /
+    // (1 - beta1^t), t = step + 1; and 1 - beta in double (in float, 1 - 0.999f is off by 1e-5
+    // relative, biasing v).
+    const double t = static_cast<double>(step + 1);
+    r.lr = static_cast<float>(LearningRateAt(o, step) * std::sqrt(1.0 - std::pow(o.beta2, t)) /
+                              (1.0 - std::pow(o.beta1, t)));
+    r.beta1 = static_cast<float>(o.beta1);
+    r.beta2 = static_cast<float>(o.beta2);
+    r.rest1 = static_cast<float>(1.0 - o.beta1);
+    r.rest2 = static_cast<float>(1.0 - o.beta2);
+  }
+  return r;
+}
+
+void Optimizer::Apply(std::span<float> values, std::span<const float> grad,
+                      std::span<const std::span<float>> slots, int64_t step) const {
+  CheckLengths(values, grad, slots,
+               static_cast<size_t>(UpdateSlots(static_cast<UpdateKind>(options_.kind))));
+  update::ApplyLoop(Rule(step), static_cast<int64_t>(values.size()), grad.data(), values.data(),
+                    slots.size() > 0 ? slots[0].data() : nullptr,
+                    slots.size() > 1 ? slots[1].data() : nullptr);
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& options) {

@@ -13,10 +13,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ps/update_rule.h"
 
 namespace kubetrain::ps {
 
-enum class OptimizerKind { kSgd, kMomentum, kAdam, kAdagrad };
+// Same numbering as UpdateKind (ps/update_rule.h).
+enum class OptimizerKind { kSgd = 0, kMomentum = 1, kAdam = 2, kAdagrad = 3 };
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
@@ -54,10 +56,14 @@ class Optimizer {
   // The value every slot element starts from (Adagrad starts from initial_accumulator).
   virtual float SlotInitialValue() const { return 0.0f; }
 
+  // The scalars of the update made at global step `step` (scheduled rate, Adam's correction),
+  // for applying it elsewhere (a worker's device in all-reduce training).
+  UpdateRule Rule(int64_t step) const;
+
   // values -= update(grad) for the update at global step `step`; `slots` are in SlotNames()
   // order, each as long as `values`. Lengths are the caller's invariant (checked in debug).
-  virtual void Apply(std::span<float> values, std::span<const float> grad,
-                     std::span<const std::span<float>> slots, int64_t step) const = 0;
+  void Apply(std::span<float> values, std::span<const float> grad,
+             std::span<const std::span<float>> slots, int64_t step) const;
 
  protected:
   explicit Optimizer(const OptimizerOptions& options) : options_(options) {}

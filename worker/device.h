@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "ps/update_rule.h"
 #include "worker/kernels_math.h"
 
 namespace kubetrain::worker {
@@ -122,6 +123,12 @@ class Device {
   // Overwrites `input_grad` with dout routed to each window's winner (zero elsewhere).
   virtual void MaxPool2x2Grad(const PoolGeometry& g, const float* output_grad,
                               const int32_t* argmax, float* input_grad) = 0;
+
+  // One optimizer update of n elements: value -= rule(grad × rule.grad_scale), keeping the rule's
+  // slots (ps/update_rule.h: momentum 1, Adam 2, Adagrad 1); unused slot pointers may be null.
+  // All-reduce training applies its updates on the device with this.
+  virtual void ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad, float* value,
+                           float* slot0, float* slot1) = 0;
 
   // Typed conveniences over the byte copies.
   template <typename T>

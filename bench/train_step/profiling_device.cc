@@ -40,6 +40,8 @@ absl::string_view KernelName(Kernel kernel) {
       return "maxpool";
     case Kernel::kMaxPoolGrad:
       return "maxpool_grad";
+    case Kernel::kUpdate:
+      return "update";
     case Kernel::kNumKernels:
       break;
   }
@@ -162,6 +164,11 @@ void ProfilingDevice::MaxPool2x2(const PoolGeometry& g, const float* input, floa
 void ProfilingDevice::MaxPool2x2Grad(const PoolGeometry& g, const float* output_grad,
                                      const int32_t* argmax, float* input_grad) {
   Timed(Kernel::kMaxPoolGrad, [&] { inner_.MaxPool2x2Grad(g, output_grad, argmax, input_grad); });
+}
+
+void ProfilingDevice::ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad,
+                                  float* value, float* slot0, float* slot1) {
+  Timed(Kernel::kUpdate, [&] { inner_.ApplyUpdate(rule, n, grad, value, slot0, slot1); });
 }
 
 }  // namespace kubetrain::bench

@@ -53,6 +53,7 @@ enum class Kernel {
   kCol2Im,
   kMaxPool,
   kMaxPoolGrad,
+  kUpdate,
   kNumKernels,
 };
 constexpr int kNumKernels = static_cast<int>(Kernel::kNumKernels);
@@ -112,6 +113,8 @@ class ProfilingDevice final : public Device {
                   int32_t* argmax) override;
   void MaxPool2x2Grad(const PoolGeometry& g, const float* output_grad, const int32_t* argmax,
                       float* input_grad) override;
+  void ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad, float* value,
+                   float* slot0, float* slot1) override;
 
  private:
   using Clock = std::chrono::steady_clock;

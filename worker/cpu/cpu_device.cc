@@ -320,4 +320,9 @@ void CpuDevice::MaxPool2x2Grad(const PoolGeometry& g, const float* output_grad,
   MaxPoolGradLoop(g, output_grad, argmax, input_grad);
 }
 
+void CpuDevice::ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad, float* value,
+                            float* slot0, float* slot1) {
+  ps::update::ApplyLoop(rule, n, grad, value, slot0, slot1);
+}
+
 }  // namespace kubetrain::worker

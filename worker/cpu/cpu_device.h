@@ -60,6 +60,9 @@ class CpuDevice final : public Device {
                   int32_t* argmax) override;
   void MaxPool2x2Grad(const PoolGeometry& g, const float* output_grad, const int32_t* argmax,
                       float* input_grad) override;
+
+  void ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad, float* value,
+                   float* slot0, float* slot1) override;
 };
 
 }  // namespace kubetrain::worker
