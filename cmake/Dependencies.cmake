@@ -8,6 +8,8 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(OpenSSL REQUIRED)
+# Gloo (libgloo-dev) exports a plain `gloo` target from /usr/share/cmake/Gloo.
+find_package(Gloo CONFIG REQUIRED)
 
 find_package(PkgConfig REQUIRED)
 # cpp-httplib ships a compiled library with a pkg-config file and no CMake package.

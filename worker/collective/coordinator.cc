@@ -1,0 +1,225 @@
+#include "worker/collective/coordinator.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/backoff.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "grpcpp/grpcpp.h"
+#include "kubetrain/v1/coordinator.grpc.pb.h"
+#include "ps/wire.h"
+
+namespace kubetrain::worker {
+namespace {
+
+std::string NewSession() {
+  std::random_device rd;
+  return absl::StrFormat("%08x%08x", rd(), rd());
+}
+
+grpc::Status WrongSession(const std::string& got, const std::string& want) {
+  return grpc::Status(
+      grpc::StatusCode::FAILED_PRECONDITION,
+      absl::StrCat("rendezvous session ", got, " is over (the chief restarted; its ",
+                   "session is now ", want, "): rendezvous again"));
+}
+
+}  // namespace
+
+// Keys live in one map guarded by a mutex; Get waits on a condition variable for its key, for
+// the request's timeout, the RPC's deadline or the server's shutdown, whichever comes first.
+class CoordinatorServer::Service final : public v1::Coordinator::Service {
+ public:
+  Service(std::string session, int world_size)
+      : session_(std::move(session)), world_size_(world_size) {}
+
+  void Shutdown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+    cv_.notify_all();
+  }
+
+  grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request,
+                    v1::JoinResponse* response) override {
+    if (request->world_size() != world_size_) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("rank ", request->rank(), " (", context->peer(), ") counts ",
+                       request->world_size(), " workers but the chief counts ", world_size_,
+                       ": every task must be started from the same cluster spec (TF_CONFIG)"));
+    }
+    if (request->rank() < 0 || request->rank() >= world_size_) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("rank ", request->rank(), " is outside [0, ", world_size_, ")"));
+    }
+    log::Debug("Rank joined the rendezvous",
+               {{"rank", request->rank()}, {"peer", context->peer()}, {"session", session_}});
+    response->set_session(session_);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Set(grpc::ServerContext*, const v1::SetRequest* request, v1::SetResponse*) override {
+    if (request->session() != session_) return WrongSession(request->session(), session_);
+    std::lock_guard<std::mutex> lock(mu_);
+    values_[request->key()] = request->value();
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Get(grpc::ServerContext* context, const v1::GetRequest* request,
+                   v1::GetResponse* response) override {
+    if (request->session() != session_) return WrongSession(request->session(), session_);
+    auto deadline = std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
+    deadline = std::min(deadline, context->deadline());
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      auto it = values_.find(request->key());
+      if (it != values_.end()) {
+        response->set_value(it->second);
+        return grpc::Status::OK;
+      }
+      if (shutting_down_) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+      }
+      if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      auto now = std::chrono::system_clock::now();
+      if (now >= deadline) {
+        return grpc::Status(
+            grpc::StatusCode::DEADLINE_EXCEEDED,
+            absl::StrCat("no rank set \"", request->key(), "\" within ", request->timeout_ms(),
+                         " ms: is every worker of the job running?"));
+      }
+      // Wake at least every 200 ms to notice a cancelled call.
+      cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(200)));
+    }
+  }
+
+ private:
+  const std::string session_;
+  const int world_size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> values_;
+  bool shutting_down_ = false;
+};
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const CoordinatorServerOptions& options) {
+  if (options.world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator: world size must be >= 1, got ", options.world_size));
+  }
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
+  server->session_ = NewSession();
+  server->service_ = std::make_unique<Service>(server->session_, options.world_size);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (!server->server_ || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "coordinator: cannot listen on ", options.address,
+        " (the chief's cluster-spec address; is the port taken or the host not this machine?)"));
+  }
+  log::Info("Coordinator listening", {{"address", options.address},
+                                      {"port", server->port_},
+                                      {"session", server->session_},
+                                      {"workers", options.world_size}});
+  return server;
+}
+
+CoordinatorServer::~CoordinatorServer() {
+  if (service_) service_->Shutdown();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+class CoordinatorClient::Stub {
+ public:
+  explicit Stub(const std::string& address)
+      : stub_(v1::Coordinator::NewStub(grpc::CreateCustomChannel(
+            address, grpc::InsecureChannelCredentials(), ChannelArgs()))) {}
+
+  v1::Coordinator::Stub& get() { return *stub_; }
+
+ private:
+  static grpc::ChannelArguments ChannelArgs() {
+    grpc::ChannelArguments args;
+    // The chief may come up after the others; find it within about a second once it does.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    return args;
+  }
+
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const CoordinatorClientOptions& options) {
+  std::unique_ptr<CoordinatorClient> client(new CoordinatorClient());
+  client->options_ = options;
+  client->stub_ = std::make_unique<Stub>(options.address);
+  Backoff backoff({.initial = absl::Milliseconds(200), .max = absl::Seconds(2)});
+  const absl::Time give_up = absl::Now() + options.connect_timeout;
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_timeout));
+    v1::JoinRequest request;
+    request.set_rank(options.rank);
+    request.set_world_size(options.world_size);
+    v1::JoinResponse response;
+    absl::Status s = ps::FromGrpc(client->stub_->get().Join(&context, request, &response));
+    if (s.ok()) {
+      client->session_ = response.session();
+      return client;
+    }
+    if (s.code() != absl::StatusCode::kUnavailable &&
+        s.code() != absl::StatusCode::kDeadlineExceeded) {
+      return s;
+    }
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the chief's coordinator at ", options.address, " did not answer within ",
+                       absl::FormatDuration(options.connect_timeout), ": ", s.message()));
+    }
+    absl::Duration wait = backoff.Next();
+    log::Info("Waiting for the chief's coordinator",
+              {{"address", options.address}, {"reason", s.message()}, {"retry_in", wait}});
+    absl::SleepFor(wait);
+  }
+}
+
+CoordinatorClient::~CoordinatorClient() = default;
+
+absl::Status CoordinatorClient::Set(const std::string& key, const std::string& value) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::SetRequest request;
+  request.set_session(session_);
+  request.set_key(key);
+  request.set_value(value);
+  v1::SetResponse response;
+  RETURN_IF_ERROR(ps::FromGrpc(stub_->get().Set(&context, request, &response)),
+                  "coordinator Set \"", key, "\"");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key, absl::Duration timeout) {
+  grpc::ClientContext context;
+  // The server answers DEADLINE_EXCEEDED itself at `timeout`; the RPC's own deadline only
+  // guards against a chief that stopped answering.
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout + options_.rpc_timeout));
+  v1::GetRequest request;
+  request.set_session(session_);
+  request.set_key(key);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  v1::GetResponse response;
+  RETURN_IF_ERROR(ps::FromGrpc(stub_->get().Get(&context, request, &response)),
+                  "coordinator Get \"", key, "\"");
+  return std::move(*response.mutable_value());
+}
+
+}  // namespace kubetrain::worker

@@ -1,0 +1,83 @@
+// The chief's rendezvous service for all-reduce training, and the client every rank uses.
+//
+//   chief:   ASSIGN_OR_RETURN(auto server, CoordinatorServer::Start({"10.0.0.5:2222", 4}));
+//   any rank: ASSIGN_OR_RETURN(auto store, CoordinatorClient::Connect({chief, rank, 4, ...}));
+//            GlooCommunicator::Create(*store, ...)   // Set/Get through the chief
+//
+// The server keeps keys in memory for one session (a random id made at start); a rank that
+// joined an earlier session of a restarted chief is told to rendezvous again.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/collective/rendezvous.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace kubetrain::worker {
+
+struct CoordinatorServerOptions {
+  std::string address;  // host:port to listen on; port 0 picks a free one
+  int world_size = 1;
+};
+
+class CoordinatorServer {
+ public:
+  // INVALID_ARGUMENT for a bad world size; UNAVAILABLE when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const CoordinatorServerOptions& options);
+  ~CoordinatorServer();  // wakes every waiting Get and stops the server
+
+  int port() const { return port_; }
+  const std::string& session() const { return session_; }
+
+ private:
+  class Service;
+  CoordinatorServer() = default;
+
+  std::string session_;
+  int port_ = 0;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+struct CoordinatorClientOptions {
+  std::string address;  // the chief's coordinator, host:port
+  int rank = 0;
+  int world_size = 1;
+  // How long Connect keeps trying while the chief is not up yet.
+  absl::Duration connect_timeout = absl::Minutes(5);
+  absl::Duration rpc_timeout = absl::Seconds(30);  // Join and Set; Get waits its own timeout
+};
+
+// A KeyValueStore over the chief's coordinator. Thread-safe.
+class CoordinatorClient final : public KeyValueStore {
+ public:
+  // Joins the chief's current session, retrying with backoff while it is unreachable.
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
+      const CoordinatorClientOptions& options);
+  ~CoordinatorClient() override;
+
+  const std::string& session() const { return session_; }
+
+  absl::Status Set(const std::string& key, const std::string& value) override;
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override;
+
+ private:
+  class Stub;
+  CoordinatorClient() = default;
+
+  CoordinatorClientOptions options_;
+  std::string session_;
+  std::unique_ptr<Stub> stub_;
+};
+
+}  // namespace kubetrain::worker

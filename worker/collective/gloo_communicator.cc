@@ -1,0 +1,164 @@
+#include "worker/collective/gloo_communicator.h"
+
+#include <chrono>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace kubetrain::worker {
+namespace {
+
+std::chrono::milliseconds ToMillis(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// Gloo reports errors by throwing; every entry point into it goes through here. A timeout or a
+// lost peer (IoException) is UNAVAILABLE: the job can restart and resume from a checkpoint.
+template <typename F>
+absl::Status GlooCall(absl::string_view what, F&& f) {
+  try {
+    f();
+    return absl::OkStatus();
+  } catch (const gloo::IoException& e) {
+    return absl::UnavailableError(absl::StrCat("gloo ", what, ": ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("gloo ", what, ": ", e.what()));
+  }
+}
+
+// Gloo's Store interface over ours; Gloo expects failures as exceptions.
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(KeyValueStore& store, absl::Duration timeout) : store_(store), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    absl::Status s = store_.Set(key, std::string(data.begin(), data.end()));
+    if (!s.ok()) throw gloo::IoException(std::string(s.message()));
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    absl::StatusOr<std::string> v = store_.Get(key, timeout_);
+    if (!v.ok()) throw gloo::IoException(std::string(v.status().message()));
+    return std::vector<char>(v->begin(), v->end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, ToMillis(timeout_)); }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    for (const std::string& key : keys) {
+      absl::StatusOr<std::string> v = store_.Get(key, absl::FromChrono(timeout));
+      if (!v.ok()) throw gloo::IoException(std::string(v.status().message()));
+    }
+  }
+
+ private:
+  KeyValueStore& store_;
+  absl::Duration timeout_;
+};
+
+// Element-wise reductions for Gloo's ring: plain loops the compiler vectorises.
+void SumFloats(void* c, const void* a, const void* b, size_t n) {
+  float* __restrict out = static_cast<float*>(c);
+  const float* x = static_cast<const float*>(a);
+  const float* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+}
+
+void MinFloats(void* c, const void* a, const void* b, size_t n) {
+  float* out = static_cast<float*>(c);
+  const float* x = static_cast<const float*>(a);
+  const float* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = y[i] < x[i] ? y[i] : x[i];
+}
+
+void MaxFloats(void* c, const void* a, const void* b, size_t n) {
+  float* out = static_cast<float*>(c);
+  const float* x = static_cast<const float*>(a);
+  const float* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = y[i] > x[i] ? y[i] : x[i];
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    KeyValueStore& store, const GlooOptions& options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: rank ", options.rank, " is outside a world of ", options.size));
+  }
+  if (options.hostname.empty() || options.hostname == "0.0.0.0" || options.hostname == "::") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: listen address \"", options.hostname,
+                     "\" cannot be dialled by peers; give this host's IP (--bind-address)"));
+  }
+  std::unique_ptr<GlooCommunicator> comm(new GlooCommunicator(options));
+  if (options.size == 1) return comm;  // nothing to connect; every collective is the identity
+  absl::Status s = GlooCall("rendezvous", [&] {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    context->setTimeout(ToMillis(options.timeout));
+    StoreAdapter adapter(store, options.timeout);
+    context->connectFullMesh(adapter, device);
+    comm->context_ = std::move(context);
+  });
+  if (!s.ok()) return s;
+  log::Info("Gloo communicator connected",
+            {{"rank", options.rank}, {"size", options.size}, {"address", options.hostname}});
+  return comm;
+}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+absl::Status GlooCommunicator::AllReduce(float* data, size_t count, ReduceOp op) {
+  if (options_.size == 1 || count == 0) return absl::OkStatus();
+  return GlooCall("allreduce", [&] {
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data, count);
+    switch (op) {
+      case ReduceOp::kSum:
+        opts.setReduceFunction(&SumFloats);
+        break;
+      case ReduceOp::kMin:
+        opts.setReduceFunction(&MinFloats);
+        break;
+      case ReduceOp::kMax:
+        opts.setReduceFunction(&MaxFloats);
+        break;
+    }
+    gloo::allreduce(opts);
+  });
+}
+
+absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
+  if (root < 0 || root >= options_.size) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank"));
+  }
+  if (options_.size == 1 || count == 0) return absl::OkStatus();
+  return GlooCall("broadcast", [&] {
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput(data, count);  // the root sends its output buffer when it has no input
+    opts.setRoot(root);
+    gloo::broadcast(opts);
+  });
+}
+
+absl::Status GlooCommunicator::Barrier() {
+  if (options_.size == 1) return absl::OkStatus();
+  return GlooCall("barrier", [&] {
+    gloo::BarrierOptions opts(context_);
+    gloo::barrier(opts);
+  });
+}
+
+}  // namespace kubetrain::worker
