@@ -44,8 +44,8 @@ KT_HOST_DEVICE inline void Momentum(float lr, float mu, float g, float& w, float
 }
 
 // Adam with the bias correction folded into lr (TF's form).
-KT_HOST_DEVICE inline void Adam(float lr_t, float b1, float b2, float rest1, float rest2,
-                                float eps, float g, float& w, float& m, float& v) {
+KT_HOST_DEVICE inline void Adam(float lr_t, float b1, float b2, float rest1, float rest2, float eps,
+                                float g, float& w, float& m, float& v) {
   m = b1 * m + rest1 * g;
   v = b2 * v + rest2 * g * g;
   w -= lr_t * m / (sqrtf(v) + eps);
