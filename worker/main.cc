@@ -2,6 +2,7 @@
 // job from TF_CONFIG (or --ps/--worker-index/--num-workers), trains against the parameter
 // servers, and exits 0 when training is over. The chief prints one JSON summary line on stdout.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -15,6 +16,8 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "operator/api/tf_config.h"
+#include "worker/collective/coordinator.h"
+#include "worker/collective/gloo_communicator.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/metrics.h"
@@ -40,6 +43,11 @@ struct Options {
   int metrics_port = 8080;
   int threads = 1;
   std::string log_level = "info";
+  // All-reduce mode.
+  std::string communicator = "auto";
+  absl::Duration collective_timeout = absl::Minutes(5);
+  int fusion_threshold_mb = 64;
+  std::string coordinator;  // without TF_CONFIG: the chief's coordinator host:port
 };
 
 absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
@@ -48,7 +56,10 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   FlagSet f("kubetrain-worker",
             "Trains a model on Fashion-MNIST against kubetrain-ps parameter servers, as the\n"
             "chief, a worker or an evaluator of a TrainingJob (its place comes from TF_CONFIG).");
-  f.Add("mode", &o.mode, "ps-sync or ps-async", "KUBETRAIN_MODE");
+  f.Add("mode", &o.mode,
+        "ps-sync, ps-async (parameter servers) or allreduce (workers only: Gloo on CPU, NCCL "
+        "on GPU)",
+        "KUBETRAIN_MODE");
   f.Add("model", &t.model, "mlp or cnn");
   f.Add("epochs", &t.epochs, "passes over the training set");
   f.Add("batch-size", &t.batch_size, "examples per step per worker");
@@ -83,6 +94,15 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("metrics-port", &o.metrics_port, "Prometheus /metrics port (0: any)",
         "KUBETRAIN_METRICS_PORT");
   f.Add("log-level", &o.log_level, "debug, info, warn or error", "KUBETRAIN_LOG_LEVEL");
+  f.Add("communicator", &o.communicator,
+        "allreduce: auto (nccl on a CUDA device, gloo on the CPU), gloo or nccl");
+  f.Add("collective-timeout", &o.collective_timeout,
+        "allreduce: a rendezvous or collective that takes longer fails (a lost peer)");
+  f.Add("fusion-threshold-mb", &o.fusion_threshold_mb,
+        "allreduce: gradients are fused into buffers of at most this many MiB");
+  f.Add("coordinator", &o.coordinator,
+        "allreduce without TF_CONFIG: the chief's rendezvous address host:port (the chief "
+        "listens on its port)");
   ASSIGN_OR_RETURN(std::vector<std::string> rest, f.Parse(argc, argv));
   if (!rest.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", rest[0], "\""));
@@ -91,10 +111,24 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
     t.mode = Mode::kPsSync;
   } else if (o.mode == "ps-async") {
     t.mode = Mode::kPsAsync;
+  } else if (o.mode == "allreduce") {
+    t.mode = Mode::kAllReduce;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mode: unsupported value \"", o.mode, "\"; allowed: ps-sync, ps-async"));
+    return absl::InvalidArgumentError(absl::StrCat("--mode: unsupported value \"", o.mode,
+                                                   "\"; allowed: ps-sync, ps-async, allreduce"));
   }
+  if (o.communicator != "auto" && o.communicator != "gloo" && o.communicator != "nccl") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--communicator: unsupported value \"", o.communicator, "\"; allowed: auto, gloo, nccl"));
+  }
+  if (o.fusion_threshold_mb < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fusion-threshold-mb: must be >= 1, got ", o.fusion_threshold_mb));
+  }
+  if (o.collective_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--collective-timeout: must be > 0");
+  }
+  t.fusion_bytes = int64_t{o.fusion_threshold_mb} << 20;
   if (o.device != "auto" && o.device != "cpu") {
     return absl::InvalidArgumentError(
         absl::StrCat("--device: unsupported value \"", o.device, "\"; this build has: auto, cpu"));
@@ -108,8 +142,14 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   return o;
 }
 
+// All-reduce rendezvous addresses, as the cluster spec names them.
+struct Rendezvous {
+  std::string chief;  // the coordinator: the chief's cluster-spec address
+  std::string self;   // this task's own address
+};
+
 // Where this task stands in the job, from TF_CONFIG or the equivalent flags.
-absl::StatusOr<TaskIdentity> Identify(const Options& o) {
+absl::StatusOr<TaskIdentity> Identify(const Options& o, Rendezvous* rendezvous) {
   TaskIdentity id;
   std::vector<std::string> ps = o.ps;
   if (!o.tf_config.empty()) {
@@ -133,6 +173,11 @@ absl::StatusOr<TaskIdentity> Identify(const Options& o) {
                        "\"; kubetrain-worker runs chief, worker and evaluator tasks"));
     }
     ps = config.Addresses("ps");
+    rendezvous->chief =
+        has_chief
+            ? config.Addresses("chief")[0]
+            : (config.Addresses("worker").empty() ? std::string() : config.Addresses("worker")[0]);
+    rendezvous->self = config.TaskAddress();
   } else {
     if (o.num_workers < 1 || o.worker_index < 0 || o.worker_index >= o.num_workers) {
       return absl::InvalidArgumentError(
@@ -141,6 +186,28 @@ absl::StatusOr<TaskIdentity> Identify(const Options& o) {
     id.rank = o.worker_index;
     id.num_workers = o.num_workers;
     id.role = o.worker_index == 0 ? Role::kChief : Role::kWorker;
+    rendezvous->chief = o.coordinator;
+  }
+  if (o.trainer.mode == Mode::kAllReduce) {
+    if (id.role == Role::kEvaluator) {
+      return absl::InvalidArgumentError(
+          "--mode allreduce: an evaluator reads parameters from the ps, and an all-reduce job has "
+          "none; remove the Evaluator replica (the chief evaluates every epoch) or use --mode "
+          "ps-sync");
+    }
+    if (!ps.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mode allreduce: the cluster has ", ps.size(),
+          " ps task(s), which all-reduce training never uses; remove the PS replica spec or use "
+          "--mode ps-sync"));
+    }
+    if (rendezvous->chief.empty()) {
+      return absl::InvalidArgumentError(
+          "--mode allreduce: no chief address to rendezvous at: set TF_CONFIG (or --coordinator "
+          "host:port)");
+    }
+    id.resolve = [](const std::string& address) { return ResolveTaskAddress(address); };
+    return id;
   }
   if (ps.empty()) {
     return absl::InvalidArgumentError(
@@ -156,9 +223,73 @@ std::string RoleName(Role r) {
   return r == Role::kChief ? "chief" : r == Role::kEvaluator ? "evaluator" : "worker";
 }
 
+bool IsWildcard(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::";
+}
+
+// The address Gloo listens on and advertises: the bind address when it names one (the pod IP in
+// a cluster), else this task's own cluster-spec host as resolved, else the machine's host name.
+std::string GlooHost(const Options& o, const Rendezvous& r) {
+  if (!IsWildcard(o.bind_address)) return o.bind_address;
+  std::string host;
+  int port;
+  if (!r.self.empty() && api::SplitHostPort(ResolveTaskAddress(r.self), &host, &port).ok())
+    return host;
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// The all-reduce connections of this task: the chief starts the coordinator on its cluster-spec
+// port; every rank joins it and connects its communicator.
+struct Collective {
+  std::unique_ptr<CoordinatorServer> coordinator;
+  std::unique_ptr<CoordinatorClient> store;
+  std::unique_ptr<Communicator> communicator;
+};
+
+absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentity& id,
+                                             const Rendezvous& r, Device& device) {
+  Collective c;
+  std::string chief_host;
+  int chief_port = 0;
+  RETURN_IF_ERROR(api::SplitHostPort(r.chief, &chief_host, &chief_port), "the chief's address");
+  std::string dial = ResolveTaskAddress(r.chief);
+  if (id.role == Role::kChief) {
+    ASSIGN_OR_RETURN(
+        c.coordinator,
+        CoordinatorServer::Start({JoinHostPort(o.bind_address, chief_port), id.num_workers}));
+    dial = JoinHostPort(IsWildcard(o.bind_address) ? "127.0.0.1" : o.bind_address, chief_port);
+  }
+  ASSIGN_OR_RETURN(c.store,
+                   CoordinatorClient::Connect({.address = dial,
+                                               .rank = id.rank,
+                                               .world_size = id.num_workers,
+                                               .connect_timeout = o.trainer.ready_timeout}));
+  std::string kind = o.communicator;
+  if (kind == "auto") kind = device.name() == "cuda" ? "nccl" : "gloo";
+  if (kind == "nccl") {
+    return absl::FailedPreconditionError(
+        "--communicator nccl: NCCL reduces GPU memory and needs --device cuda; this task runs on "
+        "the CPU (use --communicator gloo)");
+  }
+  if (device.name() != "cpu") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--communicator gloo: Gloo reduces host memory and this task's device is ",
+                     device.name(), "; use --communicator nccl (or auto)"));
+  }
+  ASSIGN_OR_RETURN(c.communicator,
+                   GlooCommunicator::Create(*c.store, {.rank = id.rank,
+                                                       .size = id.num_workers,
+                                                       .hostname = GlooHost(o, r),
+                                                       .timeout = o.collective_timeout}));
+  return c;
+}
+
 absl::Status Main(int argc, char** argv, int* exit_code) {
   ASSIGN_OR_RETURN(Options o, ParseFlags(argc, argv));
-  ASSIGN_OR_RETURN(TaskIdentity id, Identify(o));
+  Rendezvous rendezvous;
+  ASSIGN_OR_RETURN(TaskIdentity id, Identify(o, &rendezvous));
   if (id.role == Role::kChief && o.trainer.checkpoint_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     o.trainer.checkpoint_dir =
@@ -177,6 +308,11 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
   WorkerMetrics metrics(metrics_server->registry(),
                         {o.job_name, RoleName(id.role), std::to_string(id.rank), "cpu"});
   CpuDevice device({.blas_threads = o.threads});
+  Collective collective;
+  if (o.trainer.mode == Mode::kAllReduce) {
+    ASSIGN_OR_RETURN(collective, ConnectCollective(o, id, rendezvous, device));
+    id.communicator = collective.communicator.get();
+  }
   Trainer trainer(o.trainer, id, device, &data.train, &data.test, &metrics);
   absl::StatusOr<TrainingSummary> summary = trainer.Run(g_stop);
   if (!summary.ok() && g_stop.load()) {

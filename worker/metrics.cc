@@ -32,7 +32,8 @@ prometheus::Histogram& Seconds(prometheus::Registry& r, const std::string& name,
 WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const MetricLabels& l)
     : steps(Counter(r, "kubetrain_worker_steps_total", "Training steps this worker completed.", l)),
       examples(Counter(r, "kubetrain_worker_examples_total", "Training examples processed.", l)),
-      sent_bytes(Counter(r, "kubetrain_worker_sent_bytes_total", "Gradient bytes pushed.", l)),
+      sent_bytes(Counter(r, "kubetrain_worker_sent_bytes_total",
+                         "Gradient bytes sent: pushed to the ps, or sent by the all-reduce.", l)),
       received_bytes(
           Counter(r, "kubetrain_worker_received_bytes_total", "Parameter bytes pulled.", l)),
       stale_pushes(Counter(r, "kubetrain_worker_stale_pushes_total",
@@ -50,6 +51,18 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const MetricLabels& l)
       push_duration(Seconds(r, "kubetrain_worker_push_duration_seconds",
                             "Time to push gradients to every ps.", l)),
       pull_duration(Seconds(r, "kubetrain_worker_pull_duration_seconds",
-                            "Time to pull parameters from every ps, waiting included.", l)) {}
+                            "Time to pull parameters from every ps, waiting included.", l)),
+      allreduce_duration(Seconds(r, "kubetrain_worker_allreduce_duration_seconds",
+                                 "Time to all-reduce one step's gradients (all-reduce mode).", l)) {
+  // Constant 1; the labels say which backend and hardware this task trains on.
+  Labels info = Base(l);
+  info["name"] = l.device_name.empty() ? l.device : l.device_name;
+  prometheus::BuildGauge()
+      .Name("kubetrain_worker_device_info")
+      .Help("The compute device of this task (value 1; see the device and name labels).")
+      .Register(r)
+      .Add(info)
+      .Set(1);
+}
 
 }  // namespace kubetrain::worker

@@ -16,7 +16,8 @@ struct MetricLabels {
   std::string job;
   std::string role;  // chief, worker, evaluator
   std::string index;
-  std::string device = "cpu";
+  std::string device = "cpu";  // the backend: cpu or cuda
+  std::string device_name;     // what it runs on, for kubetrain_worker_device_info (may be empty)
 };
 
 class WorkerMetrics {
@@ -37,6 +38,7 @@ class WorkerMetrics {
   prometheus::Histogram& step_duration;
   prometheus::Histogram& push_duration;
   prometheus::Histogram& pull_duration;
+  prometheus::Histogram& allreduce_duration;
 };
 
 }  // namespace kubetrain::worker

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "ps/client.h"
 #include "ps/optimizer.h"
+#include "worker/allreduce_trainer.h"
 #include "worker/checkpoint.h"
 #include "worker/data/batch_iterator.h"
 #include "worker/data/shard.h"
@@ -94,6 +95,22 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
   return ParseOptimizer(o.optimizer).status();
 }
 
+ps::OptimizerOptions OptimizerFor(const TrainerOptions& o, int global_batch,
+                                  int64_t total_updates) {
+  ps::OptimizerOptions opt;
+  opt.kind = ParseOptimizer(o.optimizer).value_or(ps::OptimizerKind::kSgd);
+  opt.learning_rate = o.lr_reference_batch > 0
+                          ? ps::ScaledLearningRate(o.lr, global_batch, o.lr_reference_batch)
+                          : o.lr;
+  opt.warmup_steps = o.warmup_steps;
+  if (o.lr_decay) {
+    opt.decay_steps = total_updates;
+    opt.min_lr_ratio = o.lr_floor;
+  }
+  opt.momentum = o.momentum;
+  return opt;
+}
+
 class Trainer::Impl {
  public:
   Impl(TrainerOptions options, TaskIdentity id, Device& device, const Dataset* train,
@@ -143,7 +160,9 @@ class Trainer::Impl {
     plan_ = std::make_unique<ps::PlacementPlan>(std::move(plan));
     RETURN_IF_ERROR(Reconnect());
     if (train_ != nullptr) {
-      steps_per_epoch_ = ShardSize(train_->size(), id_.num_workers) / options_.batch_size;
+      batches_ = std::make_unique<ShardBatches>(
+          *train_, ShardSpec{options_.seed, id_.rank, id_.num_workers}, options_.batch_size);
+      steps_per_epoch_ = batches_->steps_per_epoch();
       if (steps_per_epoch_ < 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--batch-size: ", options_.batch_size, " is larger than this worker's shard of ",
@@ -188,19 +207,10 @@ class Trainer::Impl {
     ps::TrainingConfig config;
     config.mode = options_.mode == Mode::kPsSync ? ps::UpdateMode::kSync : ps::UpdateMode::kAsync;
     config.replicas_to_aggregate = options_.mode == Mode::kPsSync ? id_.num_workers : 1;
-    config.optimizer.kind = *ParseOptimizer(options_.optimizer);
-    config.optimizer.learning_rate =
-        options_.lr_reference_batch > 0
-            ? ps::ScaledLearningRate(options_.lr, GlobalBatch(), options_.lr_reference_batch)
-            : options_.lr;
-    config.optimizer.warmup_steps = options_.warmup_steps;
-    if (options_.lr_decay) {
-      // Every update of the run: one per global step in sync mode, one per push in async.
-      config.optimizer.decay_steps =
-          TotalSteps() * (options_.mode == Mode::kPsSync ? 1 : id_.num_workers);
-      config.optimizer.min_lr_ratio = options_.lr_floor;
-    }
-    config.optimizer.momentum = options_.momentum;
+    // Every update of the run: one per global step in sync mode, one per push in async.
+    config.optimizer =
+        OptimizerFor(options_, GlobalBatch(),
+                     TotalSteps() * (options_.mode == Mode::kPsSync ? 1 : id_.num_workers));
     return config;
   }
 
@@ -434,25 +444,6 @@ class Trainer::Impl {
     return options_.mode == Mode::kPsSync ? g : g / id_.num_workers;
   }
 
-  // The batch for step `pos`, rebuilding the epoch's shard iterator when needed.
-  absl::StatusOr<const Batch*> BatchAt(int64_t pos) {
-    int64_t epoch = pos / steps_per_epoch_;
-    int64_t index = pos % steps_per_epoch_;
-    if (!iterator_ || epoch != iterator_epoch_ || index != next_batch_index_) {
-      ASSIGN_OR_RETURN(
-          std::vector<int64_t> shard,
-          EpochShard(train_->size(), {options_.seed, id_.rank, id_.num_workers}, epoch));
-      iterator_ = std::make_unique<BatchIterator>(*train_, std::move(shard), options_.batch_size,
-                                                  /*drop_remainder=*/true);
-      iterator_epoch_ = epoch;
-      for (int64_t i = 0; i < index; ++i) iterator_->Next();
-    }
-    next_batch_index_ = index + 1;
-    const Batch* batch = iterator_->Next();
-    if (batch == nullptr) return absl::InternalError("ran out of batches inside an epoch");
-    return batch;
-  }
-
   absl::StatusOr<float> ComputeStep(const Batch& batch) {
     RETURN_IF_ERROR(model_->WriteValues(absl::MakeConstSpan(flat_values_)));
     ASSIGN_OR_RETURN(float loss, model_->ComputeGradients(batch.image_span(), batch.label_span()));
@@ -476,7 +467,7 @@ class Trainer::Impl {
   // One step at position `pos`: compute, push, pull. Returns the position of the next step.
   absl::StatusOr<int64_t> Step(int64_t pos, const std::atomic<bool>& stop) {
     absl::Time t0 = absl::Now();
-    ASSIGN_OR_RETURN(const Batch* batch, BatchAt(pos));
+    ASSIGN_OR_RETURN(const Batch* batch, batches_->At(pos));
     ASSIGN_OR_RETURN(float loss, ComputeStep(*batch));
     RETURN_IF_ERROR(Push());
     // After its last push a worker is done; the chief pulls once more so its final evaluation
@@ -642,9 +633,7 @@ class Trainer::Impl {
   ps::Version version_;
   int64_t steps_per_epoch_ = 0;
 
-  std::unique_ptr<BatchIterator> iterator_;
-  int64_t iterator_epoch_ = -1;
-  int64_t next_batch_index_ = -1;
+  std::unique_ptr<ShardBatches> batches_;
 
   absl::Time start_;
   absl::Time progress_time_;
@@ -663,14 +652,20 @@ class Trainer::Impl {
 };
 
 Trainer::Trainer(TrainerOptions options, TaskIdentity identity, Device& device,
-                 const Dataset* train, const Dataset* test, WorkerMetrics* metrics)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(identity), device, train, test,
-                                   metrics)) {}
+                 const Dataset* train, const Dataset* test, WorkerMetrics* metrics) {
+  if (options.mode == Mode::kAllReduce) {
+    allreduce_ = std::make_unique<AllReduceTrainer>(std::move(options), std::move(identity), device,
+                                                    train, test, metrics);
+  } else {
+    impl_ = std::make_unique<Impl>(std::move(options), std::move(identity), device, train, test,
+                                   metrics);
+  }
+}
 
 Trainer::~Trainer() = default;
 
 absl::StatusOr<TrainingSummary> Trainer::Run(const std::atomic<bool>& stop) {
-  return impl_->Run(stop);
+  return allreduce_ ? allreduce_->Run(stop) : impl_->Run(stop);
 }
 
 }  // namespace kubetrain::worker

@@ -20,13 +20,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "ps/optimizer.h"
+#include "worker/collective/communicator.h"
 #include "worker/data/dataset.h"
 #include "worker/device.h"
 #include "worker/metrics.h"
 
 namespace kubetrain::worker {
 
-enum class Mode { kPsSync, kPsAsync };
+// ps-sync / ps-async train against parameter servers; all-reduce averages gradients among the
+// workers themselves (worker/allreduce_trainer.h).
+enum class Mode { kPsSync, kPsAsync, kAllReduce };
 enum class Role { kChief, kWorker, kEvaluator };
 
 struct TrainerOptions {
@@ -53,6 +57,9 @@ struct TrainerOptions {
   absl::Duration evaluator_patience = absl::Seconds(30);
   absl::Duration monitor_every = absl::Seconds(1);  // chief's ps watch
   int eval_batch = 500;
+  // All-reduce mode: gradients are packed into buffers of at most this many bytes, one
+  // collective each (Horovod's fusion threshold, same default).
+  int64_t fusion_bytes = int64_t{64} << 20;
 };
 
 struct TaskIdentity {
@@ -63,6 +70,8 @@ struct TaskIdentity {
   // Maps a cluster-spec address to the one to dial (hosts file, ...). Called again whenever the
   // ps are lost, so a ps that comes back at another address is found. Identity when empty.
   std::function<std::string(const std::string&)> resolve;
+  // All-reduce mode: the connected communicator of this rank (borrowed).
+  Communicator* communicator = nullptr;
 };
 
 struct TrainingSummary {
@@ -80,6 +89,11 @@ struct TrainingSummary {
 // Checks the option values, naming the flag of a bad one.
 absl::Status ValidateOptions(const TrainerOptions& options);
 
+// The optimizer a run uses (options already validated): the flags' rule, the learning rate
+// scaled for `global_batch`, warmup, and cosine decay over `total_updates`.
+ps::OptimizerOptions OptimizerFor(const TrainerOptions& options, int global_batch,
+                                  int64_t total_updates);
+
 class Trainer {
  public:
   // `train` is needed by training workers, `test` by the chief and the evaluator; either may be
@@ -94,7 +108,8 @@ class Trainer {
 
  private:
   class Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Impl> impl_;                         // ps modes
+  std::unique_ptr<class AllReduceTrainer> allreduce_;  // all-reduce mode
 };
 
 }  // namespace kubetrain::worker

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "worker/random.h"
 
 namespace kubetrain::worker {
@@ -35,6 +36,32 @@ absl::StatusOr<std::vector<int64_t>> EpochShard(int64_t n, const ShardSpec& spec
   std::vector<int64_t> shard(static_cast<size_t>(size));
   for (int64_t k = 0; k < size; ++k) shard[k] = perm[spec.index + k * spec.count];
   return shard;
+}
+
+int64_t ShardBatches::steps_per_epoch() const {
+  return batch_size_ > 0 ? ShardSize(data_.size(), spec_.count) / batch_size_ : 0;
+}
+
+absl::StatusOr<const Batch*> ShardBatches::At(int64_t step) {
+  const int64_t per_epoch = steps_per_epoch();
+  if (per_epoch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("batch size ", batch_size_,
+                                                   " is larger than this worker's shard of ",
+                                                   ShardSize(data_.size(), spec_.count)));
+  }
+  const int64_t epoch = step / per_epoch;
+  const int64_t index = step % per_epoch;
+  if (!iterator_ || epoch != epoch_ || index != next_index_) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> shard, EpochShard(data_.size(), spec_, epoch));
+    iterator_ = std::make_unique<BatchIterator>(data_, std::move(shard), batch_size_,
+                                                /*drop_remainder=*/true);
+    epoch_ = epoch;
+    for (int64_t i = 0; i < index; ++i) iterator_->Next();
+  }
+  next_index_ = index + 1;
+  const Batch* batch = iterator_->Next();
+  if (batch == nullptr) return absl::InternalError("ran out of batches inside an epoch");
+  return batch;
 }
 
 }  // namespace kubetrain::worker

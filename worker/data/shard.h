@@ -9,9 +9,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/data/batch_iterator.h"
+#include "worker/data/dataset.h"
 
 namespace kubetrain::worker {
 
@@ -30,5 +33,28 @@ int64_t ShardSize(int64_t n, int count);
 // This worker's indices for `epoch`, in the order to visit them. INVALID_ARGUMENT if the spec is
 // out of range or there are fewer examples than workers.
 absl::StatusOr<std::vector<int64_t>> EpochShard(int64_t n, const ShardSpec& spec, int64_t epoch);
+
+// One worker's batches addressed by its step: step s is batch s % steps_per_epoch() of epoch
+// s / steps_per_epoch(), so a worker that resumes at any step sees exactly the batches it would
+// have seen. Sequential steps reuse one iterator; a jump rebuilds the epoch's shard. Borrows the
+// Dataset. Not thread-safe.
+class ShardBatches {
+ public:
+  ShardBatches(const Dataset& data, const ShardSpec& spec, int batch_size)
+      : data_(data), spec_(spec), batch_size_(batch_size) {}
+
+  // Full batches per epoch: ShardSize(n, count) / batch_size (0 when the shard is too small).
+  int64_t steps_per_epoch() const;
+  // The batch of `step`; valid until the next call.
+  absl::StatusOr<const Batch*> At(int64_t step);
+
+ private:
+  const Dataset& data_;
+  const ShardSpec spec_;
+  const int batch_size_;
+  std::unique_ptr<BatchIterator> iterator_;
+  int64_t epoch_ = -1;
+  int64_t next_index_ = -1;
+};
 
 }  // namespace kubetrain::worker
