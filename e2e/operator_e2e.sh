@@ -2,7 +2,8 @@
 # The operator end to end on localkube with real pods (processes): kubectl apply of a
 # TrainingJob runs kubetrain-ps and kubetrain-worker pods to Succeeded; a ps killed mid-training
 # is restarted and refilled by the chief; restarting the operator mid-job creates no duplicates;
-# deleting the job collects its pods and Service.
+# an all-reduce job (no ps) survives a killed worker by restarting and resuming from the chief's
+# checkpoint; deleting the job collects its pods and Service.
 # Usage: operator_e2e.sh LOCALKUBE KUBECTL BIN_DIR
 set -euo pipefail
 LOCALKUBE=$1
@@ -81,8 +82,30 @@ pods=$(k get pods -l kubetrain.dev/job-name=kill -o name | wc -l)
 [[ "$pods" -le 3 ]] || fail "$pods pods for job kill: duplicates"
 k describe tj kill | has "Restarted Pod pod=kill-ps-0" || fail "no restart event"
 
+step "an all-reduce job (workers only): a worker killed mid-run restarts the job, which resumes"
+ar_job() {  # ar_job NAME EPOCHS
+  sed -e "s/name: fashion-mnist-allreduce/name: $1/" -e "s/--epochs=20/--epochs=$2/" \
+      -e "s|- --seed=1|- --seed=1\n                - --checkpoint-every=1s\n                - --checkpoint-dir=$LK_DIR/ckpt-$1|" \
+      deploy/examples/fashion-mnist-allreduce.yaml
+}
+ar_job ar 3 | k apply -f - >/dev/null
+for _ in $(seq 600); do
+  s=$(step_of ar); [[ -n "$s" && "$s" -gt 500 ]] && break; sleep 0.2
+done
+[[ -n "$(step_of ar)" ]] || { k logs ar-worker-0 || true; fail "no progress reported for job ar"; }
+k logs ar-worker-0 | has "Saved checkpoint" || sleep 2
+worker_pid=$(pgrep -f "kubetrain-worker --mode=allreduce" | sed -n 1p) || fail "no all-reduce worker"
+kill -9 "$worker_pid"
+echo "killed an all-reduce worker (pid $worker_pid) at step $(step_of ar)"
+k wait --for=condition=Succeeded --timeout=300s tj/ar || { k describe tj ar; k get pods; tail -60 "$LK_DIR/operator.log"; fail "ar did not succeed"; }
+restarts=$(k get tj ar -o jsonpath='{.status.replicaStatuses.Worker.restarts}')
+[[ "${restarts:-0}" -ge 1 ]] || fail "Worker restarts=$restarts, want >= 1"
+k logs ar-worker-0 | has "Restored the latest checkpoint" || fail "the restarted chief did not resume"
+k logs ar-worker-0 | has '"event":"training_complete"' || fail "no summary in the chief's log"
+k get tj ar
+
 step "deleting a job collects its pods and Service"
-k delete tj fm kill --wait --timeout=60s >/dev/null
+k delete tj fm kill ar --wait --timeout=60s >/dev/null
 for _ in $(seq 100); do
   [[ -z "$(k get pods,svc -l app.kubernetes.io/managed-by=kubetrain-operator -o name)" ]] && break
   sleep 0.1

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -254,15 +255,20 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
   std::string chief_host;
   int chief_port = 0;
   RETURN_IF_ERROR(api::SplitHostPort(r.chief, &chief_host, &chief_port), "the chief's address");
-  std::string dial = ResolveTaskAddress(r.chief);
+  std::string dial = r.chief;
+  std::function<std::string(const std::string&)> resolve = [](const std::string& address) {
+    return ResolveTaskAddress(address);
+  };
   if (id.role == Role::kChief) {
     ASSIGN_OR_RETURN(
         c.coordinator,
         CoordinatorServer::Start({JoinHostPort(o.bind_address, chief_port), id.num_workers}));
     dial = JoinHostPort(IsWildcard(o.bind_address) ? "127.0.0.1" : o.bind_address, chief_port);
+    resolve = nullptr;
   }
   ASSIGN_OR_RETURN(c.store,
                    CoordinatorClient::Connect({.address = dial,
+                                               .resolve = resolve,
                                                .rank = id.rank,
                                                .world_size = id.num_workers,
                                                .connect_timeout = o.trainer.ready_timeout}));

@@ -161,10 +161,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     const CoordinatorClientOptions& options) {
   std::unique_ptr<CoordinatorClient> client(new CoordinatorClient());
   client->options_ = options;
-  client->stub_ = std::make_unique<Stub>(options.address);
+  std::string dialed;
   Backoff backoff({.initial = absl::Milliseconds(200), .max = absl::Seconds(2)});
   const absl::Time give_up = absl::Now() + options.connect_timeout;
   while (true) {
+    const std::string target = options.resolve ? options.resolve(options.address) : options.address;
+    if (!client->stub_ || target != dialed) {
+      client->stub_ = std::make_unique<Stub>(target);
+      dialed = target;
+    }
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_timeout));
     v1::JoinRequest request;
@@ -186,8 +191,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
                        absl::FormatDuration(options.connect_timeout), ": ", s.message()));
     }
     absl::Duration wait = backoff.Next();
-    log::Info("Waiting for the chief's coordinator",
-              {{"address", options.address}, {"reason", s.message()}, {"retry_in", wait}});
+    log::Info("Waiting for the chief's coordinator", {{"address", options.address},
+                                                      {"dialing", dialed},
+                                                      {"reason", s.message()},
+                                                      {"retry_in", wait}});
     absl::SleepFor(wait);
   }
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,9 @@ class CoordinatorServer {
 
 struct CoordinatorClientOptions {
   std::string address;  // the chief's coordinator, host:port
+  // Maps `address` to the one to dial, asked again on every attempt while the chief is not up
+  // (a chief pod that is being recreated gets a new IP). Identity when empty.
+  std::function<std::string(const std::string&)> resolve;
   int rank = 0;
   int world_size = 1;
   // How long Connect keeps trying while the chief is not up yet.
