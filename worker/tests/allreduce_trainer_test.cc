@@ -9,6 +9,7 @@
 
 #include "prometheus/registry.h"
 #include "ps/optimizer.h"
+#include "ps/service.h"
 #include "worker/checkpoint.h"
 #include "worker/collective/coordinator.h"
 #include "worker/collective/gloo_communicator.h"
@@ -110,6 +111,37 @@ TEST_F(AllReduceTrainerTest, TwoRanksLearnTogetherInLockstep) {
   EXPECT_EQ(metrics.global_step.Value(), 468);
   EXPECT_GT(metrics.sent_bytes.Value(), 0);
   EXPECT_FALSE(results[0]->checkpoint.empty());
+}
+
+// With two ranks the all-reduce sum g0 + g1 and the ps's average of the same two gradients are
+// the same floats (addition of two numbers commutes; halving is exact), and both apply the
+// optimizer through ps/update_rule.h: the two modes must train bit-identical models.
+TEST_F(AllReduceTrainerTest, TwoRanksReproducePsSyncTrainingExactly) {
+  auto allreduce = TrainRanks({Options(1, ""), Options(1, "")}, data_->train, data_->test);
+  ASSERT_TRUE(allreduce[0].ok()) << allreduce[0].status();
+
+  ps::ServerOptions server_options;
+  server_options.address = "127.0.0.1:0";
+  auto ps = ps::PsServer::Start(server_options, nullptr);
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  std::vector<absl::StatusOr<TrainingSummary>> results(2, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      CpuDevice device;
+      TrainerOptions o = Options(1, "");
+      o.mode = Mode::kPsSync;
+      TaskIdentity id{rank == 0 ? Role::kChief : Role::kWorker, rank, 2, {(*ps)->address()}};
+      Trainer trainer(o, id, device, &data_->train, &data_->test, nullptr);
+      std::atomic<bool> stop{false};
+      results[rank] = trainer.Run(stop);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  EXPECT_EQ(results[0]->steps, allreduce[0]->steps);
+  EXPECT_EQ(results[0]->test_loss, allreduce[0]->test_loss);
+  EXPECT_EQ(results[0]->test_accuracy, allreduce[0]->test_accuracy);
 }
 
 TEST_F(AllReduceTrainerTest, ARestartedJobResumesEveryRankFromTheChiefsCheckpoint) {
