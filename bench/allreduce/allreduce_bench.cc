@@ -1,0 +1,554 @@
+// allreduce_bench: the worker's CPU all-reduce (GlooCommunicator over TCP) against OpenMPI's
+// MPI_Allreduce over TCP, measured in the same run on 127.0.0.1, both as separate processes.
+//
+//   build/bin/allreduce_bench [--sizes=1M,4M,16M,64M] [--iters=20] [--warmup=5] [--ranks=2]
+//       [--rounds=3] [--mpirun=/usr/bin/mpiexec] [--mpi-bench=PATH] [--timeout=5m]
+//
+// Gloo side: the driver starts a CoordinatorServer on 127.0.0.1 and re-executes itself once per
+// rank (internal --rank/--coordinator flags); each rank joins through a CoordinatorClient and
+// makes a GlooCommunicator listening on 127.0.0.1, as a training worker does.
+// MPI side: the driver runs the mpi_allreduce reference (built next to this program when CMake
+// finds MPI) under `mpirun -np <ranks>` with the ob1 PML and only the tcp and self BTLs on lo,
+// IPv4, so that its bytes also go through loopback TCP rather than shared memory or UCX.
+//
+// Both sides run the same loop per size: fill the buffer with a known pattern, barrier, time one
+// in-place float-sum all-reduce, check every element of the result. After `warmup` untimed
+// iterations, each of `iters` timed iterations yields the slowest rank's time. Each of `rounds`
+// rounds launches both sides once per size, alternating which goes first; the table reports the
+// median of all timed iterations of all rounds, and the range of the per-round ratios.
+// busbw follows nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n; gloo/mpi is the
+// ratio of busbw (so > 1 means Gloo is faster). Timings are reported, never asserted: the CTest
+// smoke run only checks that the table is printed (and passes without MPI, where the reference
+// is skipped).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "bench/allreduce/pattern.h"
+#include "common/flags.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "worker/collective/coordinator.h"
+#include "worker/collective/gloo_communicator.h"
+
+extern char** environ;
+
+// Where CMake put the reference and the mpirun it found; empty when it found no MPI.
+#ifndef KUBETRAIN_MPIRUN
+#define KUBETRAIN_MPIRUN ""
+#endif
+#ifndef KUBETRAIN_MPI_ALLREDUCE
+#define KUBETRAIN_MPI_ALLREDUCE ""
+#endif
+
+namespace kubetrain {
+namespace {
+
+struct Options {
+  std::string sizes = "1M,4M,16M,64M";
+  int iters = 20;
+  int warmup = 5;
+  int ranks = 2;
+  int rounds = 3;
+  std::string mpirun = KUBETRAIN_MPIRUN;
+  std::string mpi_bench = KUBETRAIN_MPI_ALLREDUCE;
+  absl::Duration timeout = absl::Minutes(5);
+  // Set by the driver on the processes it starts; -1 means "this is the driver".
+  int rank = -1;
+  std::string coordinator;
+};
+
+constexpr double kGoalRatio = 0.9;
+constexpr size_t kGoalBytes = size_t{64} << 20;
+
+using Clock = std::chrono::steady_clock;
+
+// ---- Sizes ----
+
+// "64K", "1M", "4194304": bytes, with binary K/M/G suffixes; each a positive multiple of 4.
+absl::StatusOr<std::vector<size_t>> ParseSizes(absl::string_view text) {
+  std::vector<size_t> sizes;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
+    int shift = 0;
+    if (!item.empty()) {
+      switch (absl::ascii_toupper(item.back())) {
+        case 'K':
+          shift = 10;
+          break;
+        case 'M':
+          shift = 20;
+          break;
+        case 'G':
+          shift = 30;
+          break;
+      }
+    }
+    if (shift != 0) item.remove_suffix(1);
+    uint64_t value = 0;
+    if (!absl::SimpleAtoi(item, &value) || value == 0 || value > (uint64_t{1} << 34) >> shift) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sizes: \"", item, "\" is not a size such as 64K, 1M or 4096"));
+    }
+    const size_t bytes = static_cast<size_t>(value << shift);
+    if (bytes % sizeof(float) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sizes: ", bytes, " bytes is not a whole number of floats"));
+    }
+    sizes.push_back(bytes);
+  }
+  if (sizes.empty()) return absl::InvalidArgumentError("--sizes is empty");
+  return sizes;
+}
+
+std::string SizeName(size_t bytes) {
+  if (bytes % (size_t{1} << 20) == 0) return absl::StrCat(bytes >> 20, " MiB");
+  if (bytes % (size_t{1} << 10) == 0) return absl::StrCat(bytes >> 10, " KiB");
+  return absl::StrCat(bytes, " B");
+}
+
+// ---- Results ----
+
+struct Timings {
+  size_t wrong = 0;
+  std::vector<double> seconds;  // slowest rank's time of each timed iteration
+};
+
+using Results = std::map<size_t, Timings>;  // by buffer size in bytes
+
+// Parses the "result" lines (pattern.h) out of a side's stdout; other lines are passed on to
+// stderr so that launcher warnings stay visible.
+absl::StatusOr<Results> ParseResults(absl::string_view out, absl::string_view side) {
+  Results results;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
+    if (!absl::ConsumePrefix(&line, "result ")) {
+      std::fprintf(stderr, "%s: %.*s\n", std::string(side).c_str(), static_cast<int>(line.size()),
+                   line.data());
+      continue;
+    }
+    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    size_t bytes = 0;
+    Timings t;
+    bool ok = fields.size() >= 3 && absl::SimpleAtoi(fields[0], &bytes) &&
+              absl::SimpleAtoi(fields[1], &t.wrong);
+    for (size_t i = 2; ok && i < fields.size(); ++i) {
+      double s = 0;
+      ok = absl::SimpleAtod(fields[i], &s) && s >= 0;
+      t.seconds.push_back(s);
+    }
+    if (!ok) return absl::InternalError(absl::StrCat(side, ": unreadable result line: ", line));
+    results[bytes] = std::move(t);
+  }
+  return results;
+}
+
+// Checks that a side reported every size with correct sums.
+absl::Status CheckResults(const Results& results, const std::vector<size_t>& sizes, int iters,
+                          absl::string_view side) {
+  for (size_t bytes : sizes) {
+    auto it = results.find(bytes);
+    if (it == results.end() || it->second.seconds.size() != static_cast<size_t>(iters)) {
+      return absl::InternalError(absl::StrCat(side, " reported no timings for ", SizeName(bytes)));
+    }
+    if (it->second.wrong != 0) {
+      return absl::DataLossError(absl::StrCat(side, " all-reduce of ", SizeName(bytes), " left ",
+                                              it->second.wrong, " wrong elements"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  if (n == 0) return 0;
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// nccl-tests' bus bandwidth in GB/s (1e9 bytes): comparable across rank counts.
+double BusBandwidth(size_t bytes, double seconds, int ranks) {
+  if (seconds <= 0) return 0;
+  return static_cast<double>(bytes) / seconds * 2.0 * (ranks - 1) / ranks / 1e9;
+}
+
+// ---- Child processes ----
+
+absl::Status Errno(absl::string_view what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+// Starts one process per argv, all writing stdout into one pipe (stderr is inherited), and
+// returns what they wrote once all have exited 0. A process that fails makes the others be
+// stopped at once rather than left to run into their own timeouts; so does the deadline.
+absl::StatusOr<std::string> RunProcesses(const std::vector<std::vector<std::string>>& argvs,
+                                         absl::Duration timeout) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Errno("pipe");
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);  // dup2 clears CLOEXEC
+  std::vector<pid_t> pids;
+  absl::Status status;
+  for (const std::vector<std::string>& argv : argvs) {
+    std::vector<std::string> args = argv;
+    std::vector<char*> cargv;
+    for (std::string& a : args) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = ::posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
+    if (rc != 0) {
+      status = absl::FailedPreconditionError(
+          absl::StrCat("cannot start ", argv[0], ": ", std::strerror(rc)));
+      break;
+    }
+    pids.push_back(pid);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+
+  std::string out;
+  std::vector<bool> running(pids.size(), true);
+  size_t left = pids.size();
+  // Reads what is in the pipe within `wait_ms`; false at end of file or when nothing came.
+  auto read_some = [&](int wait_ms) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, wait_ms) <= 0) return false;
+    char buf[4096];
+    const ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    if (n > 0) out.append(buf, static_cast<size_t>(n));
+    return n > 0;
+  };
+  const absl::Time deadline = absl::Now() + timeout;
+  while (status.ok() && left > 0) {
+    if (absl::Now() > deadline) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          argvs.front().front(), " did not finish within ", absl::FormatDuration(timeout)));
+      break;
+    }
+    if (!read_some(50)) absl::SleepFor(absl::Milliseconds(20));  // at end of file poll is instant
+    for (size_t i = 0; i < pids.size(); ++i) {
+      int wstatus = 0;
+      if (!running[i] || ::waitpid(pids[i], &wstatus, WNOHANG) != pids[i]) continue;
+      running[i] = false;
+      --left;
+      if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+        status = absl::InternalError(
+            absl::StrCat(absl::StrJoin(argvs[i], " "), " failed (",
+                         WIFEXITED(wstatus) ? absl::StrCat("exit status ", WEXITSTATUS(wstatus))
+                                            : absl::StrCat("signal ", WTERMSIG(wstatus)),
+                         ")"));
+      }
+    }
+  }
+  // What the processes wrote just before exiting; a helper they left behind holding the pipe
+  // (a launcher's daemon) must not keep us waiting.
+  if (status.ok()) {
+    while (read_some(1000)) {
+    }
+  }
+  ::close(fds[0]);
+  // Stop what is still running: politely first (mpirun then stops its ranks), then for good.
+  for (int signal : {SIGTERM, SIGKILL}) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (running[i]) ::kill(pids[i], signal);
+    }
+    const absl::Time grace = absl::Now() + absl::Seconds(3);
+    while (left > 0 && absl::Now() < grace) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (running[i] && ::waitpid(pids[i], nullptr, WNOHANG) == pids[i]) {
+          running[i] = false;
+          --left;
+        }
+      }
+      if (left > 0) absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  if (!status.ok()) return status;
+  return out;
+}
+
+std::string SelfPath() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// ---- Gloo side ----
+
+// One Gloo rank: join the coordinator, connect, run every size, and (rank 0) print the results.
+absl::Status RunRank(const Options& opt, const std::vector<size_t>& sizes) {
+  using worker::ReduceOp;
+  ASSIGN_OR_RETURN(auto store,
+                   worker::CoordinatorClient::Connect({.address = opt.coordinator,
+                                                       .rank = opt.rank,
+                                                       .world_size = opt.ranks,
+                                                       .connect_timeout = absl::Seconds(30)}));
+  ASSIGN_OR_RETURN(auto comm, worker::GlooCommunicator::Create(*store, {.rank = opt.rank,
+                                                                        .size = opt.ranks,
+                                                                        .hostname = "127.0.0.1",
+                                                                        .timeout = opt.timeout}));
+  for (size_t bytes : sizes) {
+    const size_t count = bytes / sizeof(float);
+    std::vector<float> data(count);
+    std::vector<float> seconds;  // float: what the communicator reduces; µs resolution is plenty
+    size_t wrong = 0;
+    for (int it = 0; it < opt.warmup + opt.iters; ++it) {
+      bench::FillPattern(data.data(), count, opt.rank, it);
+      RETURN_IF_ERROR(comm->Barrier());
+      const auto start = Clock::now();
+      RETURN_IF_ERROR(comm->AllReduce(data.data(), count, ReduceOp::kSum));
+      const double s = std::chrono::duration<double>(Clock::now() - start).count();
+      wrong += bench::CountWrong(data.data(), count, opt.ranks, it);
+      if (it >= opt.warmup) seconds.push_back(static_cast<float>(s));
+    }
+    // Slowest rank per iteration, and the wrong count over all ranks (exact as a float sum while
+    // it is below 2^24, and never 0 when any rank saw an error).
+    RETURN_IF_ERROR(comm->AllReduce(seconds.data(), seconds.size(), ReduceOp::kMax));
+    float wrong_total = static_cast<float>(wrong);
+    RETURN_IF_ERROR(comm->AllReduce(&wrong_total, 1, ReduceOp::kSum));
+    if (opt.rank == 0) {
+      bench::PrintResult(bytes, static_cast<size_t>(wrong_total),
+                         std::vector<double>(seconds.begin(), seconds.end()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// What both sides' programs take: sizes as plain byte counts, and the iteration counts.
+std::vector<std::string> CommonArgs(const Options& opt, absl::string_view sizes) {
+  return {absl::StrCat("--sizes=", sizes), absl::StrCat("--iters=", opt.iters),
+          absl::StrCat("--warmup=", opt.warmup)};
+}
+
+absl::StatusOr<Results> RunGloo(const Options& opt, const std::vector<size_t>& sizes) {
+  ASSIGN_OR_RETURN(auto coordinator, worker::CoordinatorServer::Start({"127.0.0.1:0", opt.ranks}));
+  const std::string self = SelfPath();
+  if (self.empty()) return Errno("readlink /proc/self/exe");
+  std::vector<std::vector<std::string>> argvs;
+  for (int rank = 0; rank < opt.ranks; ++rank) {
+    std::vector<std::string> argv = {self, absl::StrCat("--rank=", rank),
+                                     absl::StrCat("--ranks=", opt.ranks),
+                                     absl::StrCat("--coordinator=127.0.0.1:", coordinator->port()),
+                                     absl::StrCat("--timeout=", absl::FormatDuration(opt.timeout))};
+    for (std::string& a : CommonArgs(opt, absl::StrJoin(sizes, ","))) {
+      argv.push_back(std::move(a));
+    }
+    argvs.push_back(std::move(argv));
+  }
+  ASSIGN_OR_RETURN(std::string out, RunProcesses(argvs, opt.timeout + absl::Seconds(30)));
+  ASSIGN_OR_RETURN(Results results, ParseResults(out, "gloo"));
+  RETURN_IF_ERROR(CheckResults(results, sizes, opt.iters, "gloo"));
+  return results;
+}
+
+// ---- MPI side ----
+
+// `sizes` is the --sizes value passed on to the reference (byte counts).
+std::vector<std::string> MpiArgv(const Options& opt, absl::string_view sizes) {
+  std::vector<std::string> argv = {
+      opt.mpirun, "-np", absl::StrCat(opt.ranks),
+      // --ranks may exceed the cores; the Gloo ranks are not pinned either, so both sides
+      // share the cores the same way.
+      "--oversubscribe", "--bind-to", "none",
+      // The ob1 PML with the tcp BTL (self only for a rank's own share): no UCX and no
+      // shared-memory BTL, which would bypass TCP.
+      "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+      // Data and launcher traffic on the loopback device, IPv4 only: lo also carries ::1, which
+      // is outside 127.0.0.0/8.
+      "--mca", "btl_tcp_if_include", "lo", "--mca", "btl_tcp_disable_family", "6", "--mca",
+      "oob_tcp_if_include", "lo", "--mca", "oob_tcp_disable_ipv6_family", "1"};
+  // Containers and CI often run as root, which mpirun refuses unless told.
+  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  argv.push_back(opt.mpi_bench);
+  for (std::string& a : CommonArgs(opt, sizes)) argv.push_back(std::move(a));
+  return argv;
+}
+
+// Why the MPI reference cannot run, or "" when it can.
+std::string MpiMissing(const Options& opt) {
+  if (sizeof(KUBETRAIN_MPI_ALLREDUCE) == 1 && opt.mpi_bench.empty()) {
+    return "not built: CMake found no MPI (install openmpi-bin and libopenmpi-dev, e.g. with "
+           "scripts/install-deps, then re-run cmake)";
+  }
+  if (opt.mpirun.empty()) return "--mpirun is empty";
+  if (opt.mpi_bench.empty()) return "--mpi-bench is empty";
+  if (::access(opt.mpirun.c_str(), X_OK) != 0) {
+    return absl::StrCat(opt.mpirun, " is not executable (install openmpi-bin or pass --mpirun)");
+  }
+  if (::access(opt.mpi_bench.c_str(), X_OK) != 0) {
+    return absl::StrCat(opt.mpi_bench,
+                        " is not executable (build mpi_allreduce or pass --mpi-bench)");
+  }
+  return "";
+}
+
+absl::StatusOr<Results> RunMpi(const Options& opt, const std::vector<size_t>& sizes) {
+  ASSIGN_OR_RETURN(std::string out, RunProcesses({MpiArgv(opt, absl::StrJoin(sizes, ","))},
+                                                 opt.timeout + absl::Seconds(30)));
+  ASSIGN_OR_RETURN(Results results, ParseResults(out, "mpirun"));
+  RETURN_IF_ERROR(CheckResults(results, sizes, opt.iters, "MPI"));
+  return results;
+}
+
+// ---- Driver ----
+
+// Both sides' timings pooled over rounds, and each round's ratio, per size.
+struct Measured {
+  Results gloo;
+  Results mpi;  // empty when the reference is skipped
+  std::map<size_t, std::vector<double>> round_ratios;
+};
+
+void Append(const Results& from, Results* to) {
+  for (const auto& [bytes, t] : from) {
+    Timings& into = (*to)[bytes];
+    into.wrong += t.wrong;
+    into.seconds.insert(into.seconds.end(), t.seconds.begin(), t.seconds.end());
+  }
+}
+
+// Each round measures every size on both sides back to back, one launch per size and side, and
+// alternates which side goes first: the machine's load drifts (other builds, other benchmarks),
+// and this way a drift hits both sides of a size alike instead of one side's whole run.
+absl::StatusOr<Measured> Measure(const Options& opt, const std::vector<size_t>& sizes,
+                                 bool with_mpi) {
+  Measured m;
+  for (int round = 0; round < opt.rounds; ++round) {
+    for (size_t bytes : sizes) {
+      Results gloo, mpi;
+      const bool mpi_first = with_mpi && round % 2 == 1;
+      if (mpi_first) {
+        ASSIGN_OR_RETURN(mpi, RunMpi(opt, {bytes}));
+      }
+      ASSIGN_OR_RETURN(gloo, RunGloo(opt, {bytes}));
+      if (with_mpi && !mpi_first) {
+        ASSIGN_OR_RETURN(mpi, RunMpi(opt, {bytes}));
+      }
+      if (with_mpi) {
+        const double g = Median(gloo.at(bytes).seconds);
+        m.round_ratios[bytes].push_back(g > 0 ? Median(mpi.at(bytes).seconds) / g : 0);
+      }
+      Append(gloo, &m.gloo);
+      Append(mpi, &m.mpi);
+    }
+  }
+  return m;
+}
+
+void PrintTable(const Options& opt, const std::vector<size_t>& sizes, const Measured& m,
+                const std::string& mpi_missing) {
+  const bool with_mpi = mpi_missing.empty();
+  std::printf(
+      "allreduce_bench: %d ranks (processes) per side on 127.0.0.1, in-place float sum; "
+      "%d round(s) of %d warm-up + %d timed iterations per size and side\n",
+      opt.ranks, opt.rounds, opt.warmup, opt.iters);
+  std::printf(
+      "time: median over all timed iterations of the slowest rank's time; "
+      "busbw = bytes/time * 2(n-1)/n, GB/s = 1e9 B/s\n");
+  std::printf("gloo: kubetrain GlooCommunicator over TCP, rendezvous through CoordinatorServer\n");
+  if (with_mpi) {
+    std::printf("mpi:  %s\n", absl::StrJoin(MpiArgv(opt, "SIZE"), " ").c_str());
+  } else {
+    std::printf("mpi:  reference skipped: %s\n", mpi_missing.c_str());
+  }
+  std::printf("%10s %10s %12s %10s %12s %10s %14s\n", "size", "gloo ms", "gloo busbw", "mpi ms",
+              "mpi busbw", "gloo/mpi", "rounds min-max");
+  double goal_ratio = -1;
+  for (size_t bytes : sizes) {
+    const double g = Median(m.gloo.at(bytes).seconds);
+    std::printf("%10s %10.3f %12.2f", SizeName(bytes).c_str(), g * 1e3,
+                BusBandwidth(bytes, g, opt.ranks));
+    if (!with_mpi) {
+      std::printf(" %10s %12s %10s %14s\n", "-", "-", "-", "-");
+      continue;
+    }
+    const double t = Median(m.mpi.at(bytes).seconds);
+    const double ratio = g > 0 ? t / g : 0;  // of busbw: same bytes and ranks, so times inverted
+    const std::vector<double>& rounds = m.round_ratios.at(bytes);
+    const auto [lo, hi] = std::minmax_element(rounds.begin(), rounds.end());
+    std::printf(" %10.3f %12.2f %10.2f %9.2f-%.2f\n", t * 1e3, BusBandwidth(bytes, t, opt.ranks),
+                ratio, *lo, *hi);
+    if (bytes == kGoalBytes) goal_ratio = ratio;
+  }
+  if (goal_ratio >= 0) {
+    std::printf("goal ≥ %.1f at 64 MiB: %s (gloo/mpi %.2f)\n", kGoalRatio,
+                goal_ratio >= kGoalRatio ? "MET" : "MISSED", goal_ratio);
+  } else {
+    std::printf("goal ≥ %.1f at 64 MiB: not measured (%s)\n", kGoalRatio,
+                with_mpi ? "64M is not in --sizes" : "no MPI reference");
+  }
+}
+
+absl::Status Run(const Options& opt) {
+  if (opt.iters < 1 || opt.warmup < 0 || opt.ranks < 2 || opt.rounds < 1) {
+    return absl::InvalidArgumentError(
+        "need --iters >= 1, --warmup >= 0, --ranks >= 2 and --rounds >= 1");
+  }
+  ASSIGN_OR_RETURN(std::vector<size_t> sizes, ParseSizes(opt.sizes));
+  if (opt.rank >= 0) {
+    if (opt.rank >= opt.ranks || opt.coordinator.empty()) {
+      return absl::InvalidArgumentError("--rank needs --coordinator and a rank below --ranks");
+    }
+    return RunRank(opt, sizes);
+  }
+  const std::string mpi_missing = MpiMissing(opt);
+  ASSIGN_OR_RETURN(Measured m, Measure(opt, sizes, mpi_missing.empty()));
+  PrintTable(opt, sizes, m, mpi_missing);
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kubetrain
+
+int main(int argc, char** argv) {
+  using namespace kubetrain;
+  Options opt;
+  FlagSet flags("allreduce_bench",
+                "Gloo all-reduce (the worker's CPU path) vs OpenMPI MPI_Allreduce, loopback TCP.");
+  flags.Add("sizes", &opt.sizes, "buffer sizes, comma-separated, bytes with K/M/G suffixes");
+  flags.Add("iters", &opt.iters, "timed iterations per size (the median is reported)");
+  flags.Add("warmup", &opt.warmup, "untimed iterations per size before the timed ones");
+  flags.Add("ranks", &opt.ranks, "processes on each side");
+  flags.Add("rounds", &opt.rounds, "launches of each side per size, alternating which goes first");
+  flags.Add("mpirun", &opt.mpirun, "OpenMPI launcher; empty skips the MPI reference");
+  flags.Add("mpi-bench", &opt.mpi_bench, "the mpi_allreduce reference program");
+  flags.Add("timeout", &opt.timeout, "limit for each side's run (and Gloo's collective timeout)");
+  flags.Add("rank", &opt.rank, "internal: run as this Gloo rank (set by the driver)");
+  flags.Add("coordinator", &opt.coordinator, "internal: the driver's coordinator (host:port)");
+  auto args = flags.Parse(argc, argv);
+  if (!args.ok()) {
+    if (args.status().code() == absl::StatusCode::kCancelled) return 0;  // --help
+    std::fprintf(stderr, "allreduce_bench: %s\n", args.status().ToString().c_str());
+    return 2;
+  }
+  // The ranks' and coordinator's info lines would split the table.
+  log::SetLevel(log::Level::kWarn);
+  if (absl::Status s = Run(opt); !s.ok()) {
+    std::fprintf(stderr, "allreduce_bench%s: %s\n",
+                 opt.rank >= 0 ? absl::StrCat(" rank ", opt.rank).c_str() : "",
+                 s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
