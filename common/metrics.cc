@@ -1,30 +1,73 @@
 #include "common/metrics.h"
 
-#include <exception>
+#include <httplib.h>
+#include <sys/socket.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "prometheus/text_serializer.h"
 
 namespace kubetrain {
+namespace {
 
-MetricsServer::MetricsServer(std::unique_ptr<prometheus::Exposer> exposer,
-                             std::shared_ptr<prometheus::Registry> registry, int port)
-    : exposer_(std::move(exposer)), registry_(std::move(registry)), port_(port) {}
+// "host:port" or "[v6]:port" → host and port; false when it is neither.
+bool SplitAddress(absl::string_view address, std::string* host, int* port) {
+  size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) return false;
+  absl::string_view h = address.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  *host = std::string(h.empty() ? "0.0.0.0" : h);
+  return absl::SimpleAtoi(address.substr(colon + 1), port) && *port >= 0 && *port <= 65535;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(absl::string_view address) {
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    // civetweb takes "host:port"; one thread is plenty for a scrape every few seconds.
-    exposer = std::make_unique<prometheus::Exposer>(std::string(address), 2);
-  } catch (const std::exception& e) {
+  std::string host;
+  int port = 0;
+  if (!SplitAddress(address, &host, &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics: \"", address, "\" is not host:port (see --metrics-port)"));
+  }
+  std::unique_ptr<MetricsServer> m(new MetricsServer());
+  m->registry_ = std::make_shared<prometheus::Registry>();
+  m->server_ = std::make_unique<httplib::Server>();
+  // Two threads are plenty for a scrape every few seconds.
+  m->server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a port
+  // that is in use instead of failing.
+  m->server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  std::weak_ptr<prometheus::Registry> registry = m->registry_;
+  m->server_->Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
+    std::shared_ptr<prometheus::Registry> r = registry.lock();
+    if (!r) {
+      res.status = 503;
+      return;
+    }
+    res.set_content(prometheus::TextSerializer().Serialize(r->Collect()),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+  m->port_ = port == 0 ? m->server_->bind_to_any_port(host)
+                       : (m->server_->bind_to_port(host, port) ? port : -1);
+  if (m->port_ <= 0) {
     return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on ", address, ": ", e.what(),
+        absl::StrCat("metrics: cannot listen on ", address,
                      " (is the port in use? choose another with --metrics-port)"));
   }
-  auto ports = exposer->GetListeningPorts();
-  int port = ports.empty() ? 0 : ports.front();
-  auto registry = std::make_shared<prometheus::Registry>();
-  exposer->RegisterCollectable(registry);
-  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(exposer), registry, port));
+  httplib::Server* server = m->server_.get();
+  m->thread_ = std::thread([server] { server->listen_after_bind(); });
+  // stop() is a no-op until the loop runs, so a server destroyed right away would never stop.
+  for (int i = 0; i < 5000 && !server->is_running(); ++i) absl::SleepFor(absl::Milliseconds(1));
+  return m;
+}
+
+MetricsServer::~MetricsServer() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
 }
 
 std::string JoinHostPort(absl::string_view host, int port) {

@@ -7,7 +7,7 @@
 # when RUNTIME_PACKAGES no longer covers them), running as the non-root UID 65532.
 # scripts/check-deploy (CTest deploy_check) checks every COPY source and these build commands.
 
-ARG RUNTIME_PACKAGES="libabsl20220623 libbrotli1 libc6 libcivetweb1 libcpp-httplib0.11 libgcc-s1 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libssl3 libstdc++6 libyaml-cpp0.7 zlib1g"
+ARG RUNTIME_PACKAGES="libabsl20220623 libbrotli1 libc6 libcpp-httplib0.11 libgcc-s1 libprometheus-cpp-core1.0 libssl3 libstdc++6 libyaml-cpp0.7 zlib1g"
 
 FROM debian:bookworm AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -26,6 +26,21 @@ TEST(MetricsServer, ServesRegisteredCountersOverHttp) {
       << res->body;
 }
 
+// 256 KiB of static TLS in this test binary, as cuBLAS brings ~110 KiB into the worker: every
+// thread's stack must hold it, so a server with small fixed thread stacks (civetweb's 100 KiB,
+// under prometheus-cpp's Exposer) cannot start its threads in such a process.
+thread_local char g_large_tls[256 << 10];
+
+TEST(MetricsServer, ServesInAProcessWithLargeStaticTls) {
+  g_large_tls[0] = 1;
+  auto server = MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto res = client.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+}
+
 TEST(MetricsServer, BusyPortIsAClearError) {
   auto first = MetricsServer::Start("127.0.0.1:0");
   ASSERT_TRUE(first.ok());
