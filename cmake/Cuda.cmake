@@ -13,9 +13,29 @@ if(NOT KUBETRAIN_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
     enable_language(CUDA)
+    # CMake 3.25 knows nvcc's -std flags only up to C++17; nvcc 12+ takes -std=c++20.
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    # One shared CUDA runtime per process, the one cuBLAS and NCCL use, rather than nvcc's static
+    # default linked into every binary that takes CUDA code.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     find_package(CUDAToolkit REQUIRED)
+    # NCCL ships beside the toolkit on our machines; CMake 3.25 has no CUDA::nccl target.
+    find_library(KUBETRAIN_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+    find_path(KUBETRAIN_NCCL_INCLUDE_DIR nccl.h
+      HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+    if(NOT KUBETRAIN_NCCL_LIBRARY OR NOT KUBETRAIN_NCCL_INCLUDE_DIR)
+      message(FATAL_ERROR "CUDA was found but NCCL was not (libnccl.so and nccl.h beside "
+        "${CUDAToolkit_LIBRARY_DIR}); install NCCL or configure with -DKUBETRAIN_CUDA=OFF")
+    endif()
+    add_library(NCCL::nccl UNKNOWN IMPORTED)
+    set_target_properties(NCCL::nccl PROPERTIES
+      IMPORTED_LOCATION ${KUBETRAIN_NCCL_LIBRARY}
+      INTERFACE_INCLUDE_DIRECTORIES ${KUBETRAIN_NCCL_INCLUDE_DIR})
     set(KUBETRAIN_HAVE_CUDA ON)
   elseif(KUBETRAIN_CUDA STREQUAL "ON")
     message(FATAL_ERROR "KUBETRAIN_CUDA=ON but no CUDA compiler was found; install CUDA or use AUTO")

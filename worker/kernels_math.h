@@ -8,11 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define KT_HOST_DEVICE __host__ __device__
-#else
-#define KT_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace kubetrain::worker::math {
 
@@ -100,6 +96,44 @@ struct ConvGeometry {
     const int64_t pixel = SourcePixel(row, ky, kx);
     return pixel < 0 ? 0.0f : input[pixel * channels + c];
   }
+
+  // First output position (row or column) whose window covers input position `i`: the smallest
+  // o >= 0 with o * stride + kernel - 1 - pad >= i.
+  KT_HOST_DEVICE int FirstWindowOver(int i) const {
+    const int lowest = i + pad - kernel + 1;
+    return lowest <= 0 ? 0 : (lowest + stride - 1) / stride;
+  }
+  // Last output position whose window covers input position `i`: the largest o < `out` with
+  // o * stride - pad <= i (i + pad is never negative).
+  KT_HOST_DEVICE int LastWindowOver(int i, int out) const {
+    const int highest = (i + pad) / stride;
+    return highest < out - 1 ? highest : out - 1;
+  }
+
+  // Gradient of NHWC input element `index` under Im2Col: the sum of every column entry that read
+  // it. The per-element (gather) form a GPU thread uses for col2im, so no two threads write one
+  // element and no atomics are needed. The entries are added in increasing column-row order, the
+  // order in which the CPU's row-by-row col2im accumulates them, so both round alike.
+  KT_HOST_DEVICE float Col2ImElement(const float* col, int64_t index) const {
+    const int c = static_cast<int>(index % channels);
+    const int64_t pixel = index / channels;
+    const int ix = static_cast<int>(pixel % width);
+    const int iy = static_cast<int>((pixel / width) % height);
+    const int64_t b = pixel / (static_cast<int64_t>(width) * height);
+    const int oh = out_height(), ow = out_width();
+    const int oy_last = LastWindowOver(iy, oh), ox_last = LastWindowOver(ix, ow);
+    const int ox_first = FirstWindowOver(ix);
+    float sum = 0.0f;
+    for (int oy = FirstWindowOver(iy); oy <= oy_last; ++oy) {
+      const int ky = iy + pad - oy * stride;
+      for (int ox = ox_first; ox <= ox_last; ++ox) {
+        const int kx = ix + pad - ox * stride;
+        const int64_t row = (b * oh + oy) * ow + ox;
+        sum += col[row * col_cols() + (static_cast<int64_t>(ky) * kernel + kx) * channels + c];
+      }
+    }
+    return sum;
+  }
 };
 
 // Shape of a 2x2, stride-2 max pool over NHWC images (odd trailing rows/columns are dropped).
@@ -144,6 +178,63 @@ struct PoolGeometry {
     const int oy = static_cast<int>((pixel / out_width()) % out_height());
     const int64_t b = pixel / (static_cast<int64_t>(out_width()) * out_height());
     return PoolWindow(input, WindowOrigin(b, oy, ox, c), argmax);
+  }
+
+  // Gradient of NHWC input element `index`: the output gradient of the window it won, else 0 (as
+  // for odd trailing rows and columns, which no window covers). The per-element (gather) form a
+  // GPU thread uses for the backward pass: each thread writes only its own element.
+  KT_HOST_DEVICE float PoolGradElement(const float* output_grad, const int32_t* argmax,
+                                       int64_t index) const {
+    const int c = static_cast<int>(index % channels);
+    const int64_t pixel = index / channels;
+    const int ix = static_cast<int>(pixel % width);
+    const int iy = static_cast<int>((pixel / width) % height);
+    const int64_t b = pixel / (static_cast<int64_t>(width) * height);
+    const int oy = iy / 2, ox = ix / 2;
+    if (oy >= out_height() || ox >= out_width()) return 0.0f;
+    const int64_t out = ((b * out_height() + oy) * out_width() + ox) * channels + c;
+    return argmax[out] == index ? output_grad[out] : 0.0f;
+  }
+};
+
+// How column sums of a row-major [rows, cols] matrix (bias gradients) are split for a GPU, so
+// that thousands of rows reduce in parallel yet always in the same order (no atomics: results
+// are reproducible run to run). Rows are cut into chunks of kChunkRows; within a chunk, lane l of
+// kLanes sums rows begin + l, begin + l + kLanes, ... in order; a chunk's sum adds its lane sums
+// in lane order, and a column's sum adds its chunk sums in chunk order.
+struct ColumnSumPlan {
+  static constexpr int kChunkRows = 256;
+  static constexpr int kLanes = 8;
+
+  int rows = 0;
+  int cols = 0;
+
+  KT_HOST_DEVICE int chunks() const { return (rows + kChunkRows - 1) / kChunkRows; }
+  // Row range [chunk_begin, chunk_end) of `chunk`.
+  KT_HOST_DEVICE int chunk_begin(int chunk) const { return chunk * kChunkRows; }
+  KT_HOST_DEVICE int chunk_end(int chunk) const {
+    const int end = (chunk + 1) * kChunkRows;
+    return end < rows ? end : rows;
+  }
+  // First row lane `lane` of `chunk` sums; it then steps by kLanes up to chunk_end.
+  KT_HOST_DEVICE int lane_begin(int chunk, int lane) const { return chunk_begin(chunk) + lane; }
+
+  // values[0] + values[stride] + ... (`count` terms) from left to right: how lane sums make a
+  // chunk sum and chunk sums a column sum.
+  KT_HOST_DEVICE static float AddInOrder(const float* values, int count, int64_t stride) {
+    float sum = 0.0f;
+    for (int i = 0; i < count; ++i) sum += values[i * stride];
+    return sum;
+  }
+
+  // Sum of column `c` over the rows of lane `lane` in `chunk`.
+  KT_HOST_DEVICE float LaneSum(const float* x, int chunk, int lane, int c) const {
+    float sum = 0.0f;
+    const int end = chunk_end(chunk);
+    for (int r = lane_begin(chunk, lane); r < end; r += kLanes) {
+      sum += x[static_cast<int64_t>(r) * cols + c];
+    }
+    return sum;
   }
 };
 

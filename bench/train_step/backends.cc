@@ -5,11 +5,22 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/random.h"
+
+#if KUBETRAIN_HAVE_CUDA
+#include "worker/cuda/cuda_check.h"
+#include "worker/cuda/cuda_device.h"
+#include "worker/cuda/cuda_resources.h"
+#include "worker/cuda/row_major_gemm.h"
+#endif
 
 namespace kubetrain::bench {
 namespace {
@@ -73,10 +84,94 @@ absl::StatusOr<Backend> MakeCpu(const BackendOptions& options) {
   return backend;
 }
 
-// Until the CUDA backend lands, "cuda" is a known name with a clear answer rather than "unknown".
+#if KUBETRAIN_HAVE_CUDA
+
+// Bare cublasSgemm (through the same row-major mapping the device uses) on its own handle and
+// stream, operands sized for the largest call. Each call is timed to its completion, as the
+// profiling device times the step's GEMMs (it synchronises after every kernel).
+class CublasReference final : public GemmReference {
+ public:
+  static absl::StatusOr<std::unique_ptr<CublasReference>> Create(worker::CudaDevice& device) {
+    RETURN_IF_ERROR(device.MakeCurrent());
+    auto reference = std::unique_ptr<CublasReference>(new CublasReference(device));
+    ASSIGN_OR_RETURN(reference->stream_, worker::cuda::CreateStream());
+    ASSIGN_OR_RETURN(reference->handle_,
+                     worker::cuda::CreateCublasHandle(reference->stream_.get()));
+    return reference;
+  }
+
+  absl::StatusOr<std::vector<int64_t>> Run(absl::Span<const GemmCall> calls) override {
+    RETURN_IF_ERROR(Reserve(calls));
+    RETURN_IF_ERROR(device_.MakeCurrent());
+    std::vector<int64_t> nanos;
+    nanos.reserve(calls.size());
+    for (const GemmCall& g : calls) {
+      const auto start = std::chrono::steady_clock::now();
+      KT_CUBLAS_RETURN_IF_ERROR(worker::cuda::RowMajorSgemm(handle_.get(), g.trans_a, g.trans_b,
+                                                            g.m, g.n, g.k, g.alpha, a_.data(),
+                                                            b_.data(), g.beta, c_.data()));
+      KT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
+      nanos.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count());
+    }
+    return nanos;
+  }
+
+ private:
+  explicit CublasReference(worker::CudaDevice& device) : device_(device) {}
+
+  // Grows the operands to the largest call, filled with values in [-1, 1) as on the CPU.
+  absl::Status Reserve(absl::Span<const GemmCall> calls) {
+    int64_t a = 0, b = 0, c = 0;
+    for (const GemmCall& g : calls) {
+      a = std::max<int64_t>(a, int64_t{g.m} * g.k);
+      b = std::max<int64_t>(b, int64_t{g.k} * g.n);
+      c = std::max<int64_t>(c, int64_t{g.m} * g.n);
+    }
+    Grow(a_, a, 1);
+    Grow(b_, b, 2);
+    Grow(c_, c, 3);
+    return device_.Synchronize();
+  }
+
+  void Grow(Tensor& t, int64_t size, uint64_t seed) {
+    if (t.size() >= size) return;
+    t = Tensor(device_, {size});
+    std::vector<float> host(static_cast<size_t>(size));
+    worker::Rng rng(seed);
+    for (float& x : host) x = 2.0f * rng.Uniform() - 1.0f;
+    device_.Upload(host.data(), t, size);
+  }
+
+  worker::CudaDevice& device_;
+  // Declared before the operands: the tensors are freed through the device, the stream and
+  // handle are released last.
+  worker::cuda::Stream stream_;
+  worker::cuda::CublasHandle handle_;
+  Tensor a_, b_, c_;
+};
+
 absl::StatusOr<Backend> MakeCuda(const BackendOptions& /*options*/) {
-  return absl::UnimplementedError("--device=cuda: this build has no CUDA backend");
+  ASSIGN_OR_RETURN(std::unique_ptr<worker::CudaDevice> device, worker::CudaDevice::Create(),
+                   "--device=cuda");
+  ASSIGN_OR_RETURN(std::unique_ptr<CublasReference> reference, CublasReference::Create(*device),
+                   "--device=cuda: bare cuBLAS reference");
+  Backend backend;
+  backend.device = std::move(device);
+  backend.reference = std::move(reference);
+  return backend;
 }
+
+#else
+
+// "cuda" stays a known name with a clear answer in builds without the backend.
+absl::StatusOr<Backend> MakeCuda(const BackendOptions& /*options*/) {
+  return absl::FailedPreconditionError(
+      "--device=cuda: this build has no CUDA backend (configured without nvcc); use --device=cpu");
+}
+
+#endif
 
 struct BackendEntry {
   absl::string_view name;

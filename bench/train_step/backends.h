@@ -1,8 +1,8 @@
 // The compute backends the bench can run on, chosen by name (--device), each with its own
 // "bare GEMM" reference: the vendor library called directly on the shapes the step issued.
 //
-// A new backend (CUDA: its Device plus a cuBLAS reference) plugs in by adding one entry to the
-// table in backends.cc; nothing else in the bench names a backend.
+// A backend plugs in by adding one entry to the table in backends.cc; nothing else in the bench
+// names a backend.
 #pragma once
 
 #include <cstdint>
@@ -38,8 +38,9 @@ struct Backend {
   std::unique_ptr<GemmReference> reference;
 };
 
-// "cpu" (OpenBLAS); "cuda" is known but fails with UNIMPLEMENTED until this build has a CUDA
-// backend; anything else is INVALID_ARGUMENT listing the names.
+// "cpu" (OpenBLAS) or "cuda" (CUDA device 0 with a bare cuBLAS reference; FAILED_PRECONDITION
+// in a build without the CUDA backend or on a machine without a GPU); anything else is
+// INVALID_ARGUMENT listing the names.
 absl::StatusOr<Backend> MakeBackend(absl::string_view name, const BackendOptions& options);
 
 }  // namespace kubetrain::bench

@@ -51,11 +51,11 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
             "Times forward+backward of a worker model and compares the GEMM throughput inside\n"
             "the step with the bare BLAS on the same GEMM shapes.");
   f.Add("model", &o.model, "mlp or cnn");
-  f.Add("device", &o.device, "backend: cpu (cuda once this build has it)");
+  f.Add("device", &o.device, "backend: cpu or cuda");
   f.Add("batch-size", &o.batch_size, "examples per step");
   f.Add("warmup", &o.warmup, "untimed steps first");
   f.Add("steps", &o.steps, "timed steps");
-  f.Add("threads", &o.threads, "BLAS threads");
+  f.Add("threads", &o.threads, "BLAS threads (cpu)");
   f.Add("seed", &o.seed, "seed of the model's initialisation and the random batches");
   f.Add("json", &o.json, "print one JSON object instead of text");
   RETURN_IF_ERROR(f.Parse(argc, argv).status());

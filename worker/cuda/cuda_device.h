@@ -1,0 +1,146 @@
+// The CUDA backend: device memory, GEMM through cuBLAS, every other kernel in kernels.cu over the
+// shared element math of worker/kernels_math.h, so that it computes what CpuDevice computes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "worker/cuda/cuda_resources.h"
+#include "worker/device.h"
+
+namespace kubetrain::worker {
+
+// What this process can see of CUDA. Never crashes and never aborts, also on machines without a
+// driver: there device_count is 0 and status says why (FAILED_PRECONDITION "no CUDA
+// device/driver: ..."). status is OK exactly when device_count > 0.
+struct CudaProbe {
+  int device_count = 0;
+  absl::Status status;
+};
+CudaProbe ProbeCudaDevices();
+
+// The marketing name of device `ordinal` (e.g. "NVIDIA H100 80GB HBM3"), for logs and labels.
+absl::StatusOr<std::string> CudaDeviceName(int ordinal);
+
+struct CudaDeviceOptions {
+  int ordinal = 0;
+  // Host<->device copies pass through two pinned staging buffers of this size: while one
+  // chunk's DMA runs, the next chunk is copied to or from pageable memory on the CPU. 1 MiB
+  // splits a ~4 MiB ps partition (DESIGN §5) into four overlapping steps.
+  size_t staging_chunk_bytes = size_t{1} << 20;
+};
+
+// Owns, on one GPU: a compute stream on which every kernel, cuBLAS call and device-to-device
+// copy runs in issue order; a copy stream for host transfers; the pinned staging buffers; the
+// cuBLAS handle; scratch memory for multi-pass kernels. Buffers it allocates must be freed
+// before it goes.
+//
+// Kernels are asynchronous: a void method records the first error it meets (a launch error,
+// a failed cuBLAS call) and Synchronize returns it after waiting for both streams. Host copies
+// return once the host buffer may be reused (to the device) or holds the data (to the host);
+// kernels issued later see the uploaded data.
+//
+// Thread-compatible, as every Device: one thread at a time. Every method first makes this
+// device the calling thread's current one, so the issuing thread may change between calls.
+class CudaDevice final : public Device {
+ public:
+  // FAILED_PRECONDITION without a usable device (see ProbeCudaDevices) or with an ordinal
+  // beyond the visible ones; INVALID_ARGUMENT on bad options.
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(const CudaDeviceOptions& options = {});
+
+  // Waits for queued work; logs any error not yet reported by Synchronize.
+  ~CudaDevice() override;
+
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  absl::string_view name() const override { return "cuda"; }
+  int ordinal() const { return options_.ordinal; }
+  // "cuda:<ordinal> <device name>", e.g. "cuda:0 NVIDIA H100 80GB HBM3".
+  const std::string& description() const { return description_; }
+  // The compute stream. Work others enqueue on it (NCCL collectives) is ordered with the kernels.
+  cudaStream_t stream() const { return compute_.get(); }
+  // Makes this device current on the calling thread.
+  absl::Status MakeCurrent() const;
+
+  // Throws std::bad_alloc (after logging the CUDA error) when cudaMalloc fails.
+  void* AllocateBytes(size_t bytes) override;
+  void FreeBytes(void* ptr) override;
+  void CopyHostToDevice(const void* host, void* device, size_t bytes) override;
+  void CopyDeviceToHost(const void* device, void* host, size_t bytes) override;
+  // Overlapping ranges are allowed (memmove semantics), as on the CPU.
+  void CopyDeviceToDevice(const void* src, void* dst, size_t bytes) override;
+  void Fill(int64_t n, float value, float* x) override;
+  absl::Status Synchronize() override;
+
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+            const float* b, float beta, float* c) override;
+  void Axpy(int64_t n, float alpha, const float* x, float* y) override;
+  void Scale(int64_t n, float alpha, float* x) override;
+
+  void AddBias(int rows, int cols, const float* bias, float* x) override;
+  void BiasGrad(int rows, int cols, const float* dy, float* db) override;
+  void AddBiasRelu(int rows, int cols, const float* bias, float* x) override;
+  void ReluBiasGrad(int rows, int cols, const float* y, const float* dy, float* dx,
+                    float* db) override;
+
+  void Relu(int64_t n, const float* x, float* y) override;
+  void ReluGrad(int64_t n, const float* y, const float* dy, float* dx) override;
+
+  void SoftmaxCrossEntropy(int rows, int cols, const float* logits, const int32_t* labels,
+                           float grad_scale, float* loss, float* dlogits) override;
+  void ArgMax(int rows, int cols, const float* x, int32_t* out) override;
+
+  void Im2Col(const ConvGeometry& g, const float* input, float* col) override;
+  void Col2Im(const ConvGeometry& g, const float* col, float* input_grad) override;
+
+  void MaxPool2x2(const PoolGeometry& g, const float* input, float* output,
+                  int32_t* argmax) override;
+  void MaxPool2x2Grad(const PoolGeometry& g, const float* output_grad, const int32_t* argmax,
+                      float* input_grad) override;
+
+  void ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad, float* value,
+                   float* slot0, float* slot1) override;
+
+ private:
+  explicit CudaDevice(const CudaDeviceOptions& options) : options_(options) {}
+  absl::Status Init();
+
+  // Keeps `status` if it is the first error since the last Synchronize.
+  void Record(absl::Status status);
+  // Record, returning whether `status` was OK.
+  bool Check(absl::Status status);
+  // MakeCurrent, recording a failure; false when the caller must not issue work.
+  bool Activate();
+  // At least `floats` floats of scratch, ordered on the compute stream; null (with the error
+  // recorded) when it cannot be had.
+  float* Scratch(int64_t floats);
+  // Makes the copy stream wait for everything issued on the compute stream so far.
+  bool CopyAfterCompute();
+
+  CudaDeviceOptions options_;
+  std::string description_;
+  absl::Status first_error_;
+
+  // Declaration order is destruction order reversed: the handle and buffers go before the
+  // streams they are used on.
+  cuda::Stream compute_;
+  cuda::Stream copy_;
+  cuda::Event compute_done_;  // recorded on compute_ so copy_ can wait for it
+  cuda::Event copy_done_;     // recorded on copy_ so compute_ can wait for an upload
+  std::array<cuda::PinnedMemory, 2> staging_;
+  std::array<cuda::Event, 2> staging_free_;  // recorded after each DMA through staging_[i]
+  size_t next_staging_ = 0;                  // the buffer the next upload chunk goes through
+  cuda::CublasHandle cublas_;
+  cuda::DeviceMemory scratch_;
+};
+
+}  // namespace kubetrain::worker

@@ -1,0 +1,66 @@
+#include "worker/cuda/cuda_resources.h"
+
+#include "worker/cuda/cuda_check.h"
+
+namespace kubetrain::worker::cuda {
+
+template <typename Traits>
+void Owned<Traits>::Reset() {
+  LogIfError(Release(), "Failed to release a CUDA resource");
+}
+
+template class Owned<DeviceMemoryTraits>;
+template class Owned<PinnedMemoryTraits>;
+template class Owned<StreamTraits>;
+template class Owned<EventTraits>;
+template class Owned<CublasTraits>;
+
+absl::Status DeviceMemoryTraits::Release(void* ptr) { return KT_CUDA_STATUS(cudaFree(ptr)); }
+
+absl::Status PinnedMemoryTraits::Release(void* ptr) { return KT_CUDA_STATUS(cudaFreeHost(ptr)); }
+
+absl::Status StreamTraits::Release(cudaStream_t stream) {
+  return KT_CUDA_STATUS(cudaStreamDestroy(stream));
+}
+
+absl::Status EventTraits::Release(cudaEvent_t event) {
+  return KT_CUDA_STATUS(cudaEventDestroy(event));
+}
+
+absl::Status CublasTraits::Release(cublasHandle_t handle) {
+  return KT_CUBLAS_STATUS(cublasDestroy(handle));
+}
+
+absl::StatusOr<DeviceMemory> AllocateDeviceMemory(size_t bytes) {
+  void* ptr = nullptr;
+  KT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, bytes));
+  return DeviceMemory(ptr, bytes);
+}
+
+absl::StatusOr<PinnedMemory> AllocatePinnedMemory(size_t bytes) {
+  void* ptr = nullptr;
+  KT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr, bytes));
+  return PinnedMemory(ptr, bytes);
+}
+
+absl::StatusOr<Stream> CreateStream() {
+  cudaStream_t stream = nullptr;
+  KT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return Stream(stream);
+}
+
+absl::StatusOr<Event> CreateEvent() {
+  cudaEvent_t event = nullptr;
+  KT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return Event(event);
+}
+
+absl::StatusOr<CublasHandle> CreateCublasHandle(cudaStream_t stream) {
+  cublasHandle_t raw = nullptr;
+  KT_CUBLAS_RETURN_IF_ERROR(cublasCreate(&raw));
+  CublasHandle handle(raw);
+  KT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(raw, stream));
+  return handle;
+}
+
+}  // namespace kubetrain::worker::cuda
