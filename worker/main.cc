@@ -20,7 +20,12 @@
 #include "worker/collective/coordinator.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/cpu/cpu_device.h"
+#ifdef KUBETRAIN_HAVE_CUDA
+#include "worker/cuda/cuda_device.h"
+#include "worker/cuda/nccl_communicator.h"
+#endif
 #include "worker/data/fashion_mnist.h"
+#include "worker/device_factory.h"
 #include "worker/metrics.h"
 #include "worker/trainer.h"
 
@@ -83,7 +88,8 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("log-every", &t.log_every, "chief: time between progress lines");
   f.Add("eval-every", &t.eval_every, "evaluator: time between evaluations");
   f.Add("ready-timeout", &t.ready_timeout, "how long to wait for the parameter servers");
-  f.Add("device", &o.device, "auto or cpu");
+  f.Add("device", &o.device, "auto (CUDA when a GPU is visible, else the CPU), cpu or cuda",
+        "KUBETRAIN_DEVICE");
   f.Add("threads", &o.threads, "OpenBLAS threads (1: ps and workers share the cores)");
   f.Add("tf-config", &o.tf_config, "cluster spec (TensorFlow's TF_CONFIG JSON)", "TF_CONFIG");
   f.Add("ps", &o.ps, "without TF_CONFIG: a ps address host:port (repeat for each)");
@@ -130,10 +136,6 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
     return absl::InvalidArgumentError("--collective-timeout: must be > 0");
   }
   t.fusion_bytes = int64_t{o.fusion_threshold_mb} << 20;
-  if (o.device != "auto" && o.device != "cpu") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device: unsupported value \"", o.device, "\"; this build has: auto, cpu"));
-  }
   log::Level level;
   if (!log::ParseLevel(o.log_level, &level)) {
     return absl::InvalidArgumentError("--log-level: must be debug, info, warn or error");
@@ -275,9 +277,17 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
   std::string kind = o.communicator;
   if (kind == "auto") kind = device.name() == "cuda" ? "nccl" : "gloo";
   if (kind == "nccl") {
-    return absl::FailedPreconditionError(
-        "--communicator nccl: NCCL reduces GPU memory and needs --device cuda; this task runs on "
-        "the CPU (use --communicator gloo)");
+    if (device.name() != "cuda") {
+      return absl::FailedPreconditionError(
+          "--communicator nccl: NCCL reduces GPU memory and needs --device cuda; this task runs "
+          "on the CPU (use --communicator gloo)");
+    }
+#ifdef KUBETRAIN_HAVE_CUDA
+    ASSIGN_OR_RETURN(c.communicator,
+                     NcclCommunicator::Create(static_cast<CudaDevice&>(device), *c.store, id.rank,
+                                              id.num_workers, o.collective_timeout));
+    return c;
+#endif
   }
   if (device.name() != "cpu") {
     return absl::FailedPreconditionError(
@@ -294,6 +304,10 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
 
 absl::Status Main(int argc, char** argv, int* exit_code) {
   ASSIGN_OR_RETURN(Options o, ParseFlags(argc, argv));
+  ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                   MakeDevice(o.device, {.blas_threads = o.threads}));
+  const std::string device_name = DescribeDevice(*device);
+  log::Info("Compute device", {{"device", device->name()}, {"name", device_name}});
   Rendezvous rendezvous;
   ASSIGN_OR_RETURN(TaskIdentity id, Identify(o, &rendezvous));
   if (id.role == Role::kChief && o.trainer.checkpoint_dir.empty()) {
@@ -306,20 +320,19 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
                                           {"workers", id.num_workers},
                                           {"ps", absl::StrJoin(id.ps_addresses, ",")},
                                           {"model", o.trainer.model},
-                                          {"mode", o.mode},
-                                          {"device", "cpu"}});
+                                          {"mode", o.mode}});
   ASSIGN_OR_RETURN(FashionMnist data, LoadFashionMnist(o.data_dir));
   ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> metrics_server,
                    MetricsServer::Start(JoinHostPort(o.bind_address, o.metrics_port)));
   WorkerMetrics metrics(metrics_server->registry(),
-                        {o.job_name, RoleName(id.role), std::to_string(id.rank), "cpu"});
-  CpuDevice device({.blas_threads = o.threads});
+                        {o.job_name, RoleName(id.role), std::to_string(id.rank),
+                         std::string(device->name()), device_name});
   Collective collective;
   if (o.trainer.mode == Mode::kAllReduce) {
-    ASSIGN_OR_RETURN(collective, ConnectCollective(o, id, rendezvous, device));
+    ASSIGN_OR_RETURN(collective, ConnectCollective(o, id, rendezvous, *device));
     id.communicator = collective.communicator.get();
   }
-  Trainer trainer(o.trainer, id, device, &data.train, &data.test, &metrics);
+  Trainer trainer(o.trainer, id, *device, &data.train, &data.test, &metrics);
   absl::StatusOr<TrainingSummary> summary = trainer.Run(g_stop);
   if (!summary.ok() && g_stop.load()) {
     log::Info("Stopped by signal");
