@@ -27,6 +27,21 @@ namespace {
 
 using worker::Tensor;
 
+// Elements of the largest A, B and C among `calls`: one set of operands serves every call.
+struct OperandSizes {
+  int64_t a = 0, b = 0, c = 0;
+};
+
+OperandSizes LargestOperands(absl::Span<const GemmCall> calls) {
+  OperandSizes s;
+  for (const GemmCall& g : calls) {
+    s.a = std::max<int64_t>(s.a, int64_t{g.m} * g.k);
+    s.b = std::max<int64_t>(s.b, int64_t{g.k} * g.n);
+    s.c = std::max<int64_t>(s.c, int64_t{g.m} * g.n);
+  }
+  return s;
+}
+
 // Bare cblas_sgemm over operands sized for the largest call. Every call reads and writes the
 // same three buffers, which is what the model does with its reused activation/column buffers.
 class CblasReference final : public GemmReference {
@@ -53,15 +68,10 @@ class CblasReference final : public GemmReference {
   // Grows the operands to the largest call and fills them with values in [-1, 1): no denormals
   // or NaNs, which could slow the arithmetic down.
   void Reserve(absl::Span<const GemmCall> calls) {
-    int64_t a = 0, b = 0, c = 0;
-    for (const GemmCall& g : calls) {
-      a = std::max<int64_t>(a, int64_t{g.m} * g.k);
-      b = std::max<int64_t>(b, int64_t{g.k} * g.n);
-      c = std::max<int64_t>(c, int64_t{g.m} * g.n);
-    }
-    Grow(a_, a, 1);
-    Grow(b_, b, 2);
-    Grow(c_, c, 3);
+    const OperandSizes sizes = LargestOperands(calls);
+    Grow(a_, sizes.a, 1);
+    Grow(b_, sizes.b, 2);
+    Grow(c_, sizes.c, 3);
   }
 
   void Grow(Tensor& t, int64_t size, uint64_t seed) {
@@ -123,15 +133,10 @@ class CublasReference final : public GemmReference {
 
   // Grows the operands to the largest call, filled with values in [-1, 1) as on the CPU.
   absl::Status Reserve(absl::Span<const GemmCall> calls) {
-    int64_t a = 0, b = 0, c = 0;
-    for (const GemmCall& g : calls) {
-      a = std::max<int64_t>(a, int64_t{g.m} * g.k);
-      b = std::max<int64_t>(b, int64_t{g.k} * g.n);
-      c = std::max<int64_t>(c, int64_t{g.m} * g.n);
-    }
-    Grow(a_, a, 1);
-    Grow(b_, b, 2);
-    Grow(c_, c, 3);
+    const OperandSizes sizes = LargestOperands(calls);
+    Grow(a_, sizes.a, 1);
+    Grow(b_, sizes.b, 2);
+    Grow(c_, sizes.c, 3);
     return device_.Synchronize();
   }
 

@@ -18,6 +18,7 @@
 #include "worker/data/shard.h"
 #include "worker/models.h"
 #include "worker/random.h"
+#include "worker/tests/fashion_mnist_fixture.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -77,23 +78,7 @@ std::vector<absl::StatusOr<TrainingSummary>> TrainRanks(
   return results;
 }
 
-class AllReduceTrainerTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto data = LoadFashionMnist();
-    if (data.ok()) data_ = new FashionMnist(std::move(*data));
-  }
-  static void TearDownTestSuite() {
-    delete data_;
-    data_ = nullptr;
-  }
-  void SetUp() override {
-    if (data_ == nullptr) GTEST_SKIP() << "Fashion-MNIST not installed (dataset-fashion-mnist)";
-  }
-  static FashionMnist* data_;
-};
-
-FashionMnist* AllReduceTrainerTest::data_ = nullptr;
+using AllReduceTrainerTest = FashionMnistTest;
 
 TEST_F(AllReduceTrainerTest, TwoRanksLearnTogetherInLockstep) {
   const std::string dir = FreshDir("learn");

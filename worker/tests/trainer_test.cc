@@ -11,24 +11,13 @@
 #include "ps/service.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/fashion_mnist.h"
+#include "worker/tests/fashion_mnist_fixture.h"
 
 namespace kubetrain::worker {
 namespace {
 
-class TrainerTest : public ::testing::Test {
+class TrainerTest : public FashionMnistTest {
  protected:
-  static void SetUpTestSuite() {
-    auto data = LoadFashionMnist();
-    if (data.ok()) data_ = new FashionMnist(std::move(*data));
-  }
-  static void TearDownTestSuite() {
-    delete data_;
-    data_ = nullptr;
-  }
-  void SetUp() override {
-    if (data_ == nullptr) GTEST_SKIP() << "Fashion-MNIST not installed (dataset-fashion-mnist)";
-  }
-
   std::unique_ptr<ps::PsServer> StartPs(int port = 0) {
     ps::ServerOptions options;
     options.address = "127.0.0.1:" + std::to_string(port);
@@ -70,11 +59,8 @@ class TrainerTest : public ::testing::Test {
     return o;
   }
 
-  static FashionMnist* data_;
   std::atomic<bool> stop_{false};
 };
-
-FashionMnist* TrainerTest::data_ = nullptr;
 
 TEST_F(TrainerTest, SyncTrainingOfTwoWorkersLearnsAndStepsOncePerRound) {
   auto ps = StartPs();
