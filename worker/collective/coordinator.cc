@@ -149,7 +149,9 @@ class CoordinatorClient::Stub {
   static grpc::ChannelArguments ChannelArgs() {
     grpc::ChannelArguments args;
     // The chief may come up after the others; find it within about a second once it does.
+    // (gRPC's minimum of 20 s would otherwise hold a failed connection attempt that long.)
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     return args;
   }
@@ -171,7 +173,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
       dialed = target;
     }
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_timeout));
+    // Wait for the connection (up to a short deadline) instead of failing at once while the
+    // channel backs off, so a rank joins as soon as the chief listens.
+    context.set_wait_for_ready(true);
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + std::min(options.rpc_timeout, absl::Seconds(2))));
     v1::JoinRequest request;
     request.set_rank(options.rank);
     request.set_world_size(options.world_size);
