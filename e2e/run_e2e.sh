@@ -2,7 +2,7 @@
 # `kubetrain run` of the all-reduce example on this machine: two kubetrain-worker processes, no
 # parameter servers, Gloo over loopback; the job succeeds, the chief reports its accuracy, and
 # every rank ends with the same parameters (the workers check a checksum at the end and fail
-# otherwise).
+# otherwise). Then the worker's refusals of all-reduce set-ups that cannot work.
 # Usage: run_e2e.sh BIN_DIR
 set -euo pipefail
 BIN=$(cd "$1" && pwd)
@@ -29,4 +29,20 @@ print("test_accuracy", s["test_accuracy"], "steps", s["steps"])
 assert s["steps"] == 936, s
 assert s["test_accuracy"] >= 0.84, s
 PY
+step "kubetrain-worker refuses all-reduce set-ups that cannot work, naming the fix"
+expect_error() {  # expect_error TEXT ARGS...: the worker exits 1 and says TEXT
+  local text=$1; shift
+  local out rc=0
+  out=$("$BIN/kubetrain-worker" --metrics-port=0 --bind-address=127.0.0.1 "$@" 2>&1) || rc=$?
+  [[ $rc -eq 1 ]] || fail "kubetrain-worker $* exited $rc, want 1: $out"
+  has -F "$text" <<<"$out" || fail "kubetrain-worker $*: no \"$text\" in: $out"
+  echo "refused: $text"
+}
+ps_cluster='{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"worker","index":0}}'
+expect_error "remove the PS replica spec" --mode=allreduce --tf-config="$ps_cluster"
+expect_error "needs --device cuda" --mode=allreduce --communicator=nccl --device=cpu \
+  --tf-config='{"cluster":{"worker":["127.0.0.1:2"]},"task":{"type":"worker","index":0}}'
+expect_error "remove the Evaluator replica" --mode=allreduce \
+  --tf-config='{"cluster":{"worker":["127.0.0.1:2"]},"task":{"type":"evaluator","index":0}}'
+expect_error "allowed: auto, gloo, nccl" --mode=allreduce --communicator=mpi
 echo "PASS run e2e"

@@ -243,6 +243,23 @@ std::string GlooHost(const Options& o, const Rendezvous& r) {
   return name;
 }
 
+// The communicator --communicator names for `device`: NCCL reduces GPU memory, Gloo host memory.
+absl::StatusOr<std::string> CommunicatorFor(const std::string& flag, const Device& device) {
+  const bool gpu = device.name() == "cuda";
+  const std::string kind = flag == "auto" ? (gpu ? "nccl" : "gloo") : flag;
+  if (kind == "nccl" && !gpu) {
+    return absl::FailedPreconditionError(
+        "--communicator nccl: NCCL reduces GPU memory and needs --device cuda; this task runs on "
+        "the CPU (use --communicator gloo)");
+  }
+  if (kind == "gloo" && gpu) {
+    return absl::FailedPreconditionError(
+        "--communicator gloo: Gloo reduces host memory and this task's device is cuda; use "
+        "--communicator nccl (or auto)");
+  }
+  return kind;
+}
+
 // The all-reduce connections of this task: the chief starts the coordinator on its cluster-spec
 // port; every rank joins it and connects its communicator.
 struct Collective {
@@ -274,25 +291,14 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
                                                .rank = id.rank,
                                                .world_size = id.num_workers,
                                                .connect_timeout = o.trainer.ready_timeout}));
-  std::string kind = o.communicator;
-  if (kind == "auto") kind = device.name() == "cuda" ? "nccl" : "gloo";
-  if (kind == "nccl") {
-    if (device.name() != "cuda") {
-      return absl::FailedPreconditionError(
-          "--communicator nccl: NCCL reduces GPU memory and needs --device cuda; this task runs "
-          "on the CPU (use --communicator gloo)");
-    }
+  ASSIGN_OR_RETURN(std::string kind, CommunicatorFor(o.communicator, device));
+  if (kind == "nccl") {  // only ever on a CUDA device, so only in a build with CUDA
 #ifdef KUBETRAIN_HAVE_CUDA
     ASSIGN_OR_RETURN(c.communicator,
                      NcclCommunicator::Create(static_cast<CudaDevice&>(device), *c.store, id.rank,
                                               id.num_workers, o.collective_timeout));
     return c;
 #endif
-  }
-  if (device.name() != "cpu") {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--communicator gloo: Gloo reduces host memory and this task's device is ",
-                     device.name(), "; use --communicator nccl (or auto)"));
   }
   ASSIGN_OR_RETURN(c.communicator,
                    GlooCommunicator::Create(*c.store, {.rank = id.rank,
@@ -310,6 +316,9 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
   log::Info("Compute device", {{"device", device->name()}, {"name", device_name}});
   Rendezvous rendezvous;
   ASSIGN_OR_RETURN(TaskIdentity id, Identify(o, &rendezvous));
+  if (o.trainer.mode == Mode::kAllReduce) {
+    RETURN_IF_ERROR(CommunicatorFor(o.communicator, *device).status());
+  }
   if (id.role == Role::kChief && o.trainer.checkpoint_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     o.trainer.checkpoint_dir =
