@@ -45,4 +45,18 @@ expect_error "needs --device cuda" --mode=allreduce --communicator=nccl --device
 expect_error "remove the Evaluator replica" --mode=allreduce \
   --tf-config='{"cluster":{"worker":["127.0.0.1:2"]},"task":{"type":"evaluator","index":0}}'
 expect_error "allowed: auto, gloo, nccl" --mode=allreduce --communicator=mpi
+step "a worker waiting for a chief that never comes stops on SIGTERM (exit 143)"
+"$BIN/kubetrain-worker" --metrics-port=0 --bind-address=127.0.0.1 --mode=allreduce \
+  --tf-config='{"cluster":{"worker":["127.0.0.1:9","127.0.0.1:10"]},"task":{"type":"worker","index":1}}' \
+  >"$dir/waiting.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do has "Waiting for the chief" <"$dir/waiting.log" && break; sleep 0.1; done
+has "Waiting for the chief" <"$dir/waiting.log" || { cat "$dir/waiting.log"; fail "worker did not wait for the chief"; }
+kill -TERM "$pid"
+rc=0
+for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$pid" 2>/dev/null && { kill -9 "$pid"; fail "worker still waiting 5s after SIGTERM"; }
+wait "$pid" || rc=$?
+[[ $rc -eq 143 ]] || { cat "$dir/waiting.log"; fail "worker exited $rc after SIGTERM, want 143"; }
+echo "stopped: exit $rc"
 echo "PASS run e2e"

@@ -1,6 +1,7 @@
 // kubetrain-worker: one chief, worker or evaluator task of a TrainingJob. Reads its place in the
 // job from TF_CONFIG (or --ps/--worker-index/--num-workers), trains against the parameter
-// servers, and exits 0 when training is over. The chief prints one JSON summary line on stdout.
+// servers or, with --mode allreduce, with its peers, and exits 0 when training is over. The chief
+// prints one JSON summary line on stdout.
 #include <signal.h>
 #include <unistd.h>
 
@@ -285,12 +286,12 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
     dial = JoinHostPort(IsWildcard(o.bind_address) ? "127.0.0.1" : o.bind_address, chief_port);
     resolve = nullptr;
   }
-  ASSIGN_OR_RETURN(c.store,
-                   CoordinatorClient::Connect({.address = dial,
-                                               .resolve = resolve,
-                                               .rank = id.rank,
-                                               .world_size = id.num_workers,
-                                               .connect_timeout = o.trainer.ready_timeout}));
+  ASSIGN_OR_RETURN(c.store, CoordinatorClient::Connect({.address = dial,
+                                                        .resolve = resolve,
+                                                        .rank = id.rank,
+                                                        .world_size = id.num_workers,
+                                                        .connect_timeout = o.trainer.ready_timeout,
+                                                        .stop = &g_stop}));
   ASSIGN_OR_RETURN(std::string kind, CommunicatorFor(o.communicator, device));
   if (kind == "nccl") {  // only ever on a CUDA device, so only in a build with CUDA
 #ifdef KUBETRAIN_HAVE_CUDA
@@ -338,7 +339,14 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
                          std::string(device->name()), device_name});
   Collective collective;
   if (o.trainer.mode == Mode::kAllReduce) {
-    ASSIGN_OR_RETURN(collective, ConnectCollective(o, id, rendezvous, *device));
+    absl::StatusOr<Collective> connected = ConnectCollective(o, id, rendezvous, *device);
+    if (!connected.ok() && g_stop.load()) {
+      log::Info("Stopped by signal while waiting for the rendezvous");
+      *exit_code = 128 + SIGTERM;
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(connected.status());
+    collective = std::move(*connected);
     id.communicator = collective.communicator.get();
   }
   Trainer trainer(o.trainer, id, *device, &data.train, &data.test, &metrics);

@@ -167,6 +167,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   Backoff backoff({.initial = absl::Milliseconds(200), .max = absl::Seconds(2)});
   const absl::Time give_up = absl::Now() + options.connect_timeout;
   while (true) {
+    if (options.stop != nullptr && options.stop->load()) {
+      return absl::CancelledError("stopped while waiting for the chief's coordinator");
+    }
     const std::string target = options.resolve ? options.resolve(options.address) : options.address;
     if (!client->stub_ || target != dialed) {
       client->stub_ = std::make_unique<Stub>(target);

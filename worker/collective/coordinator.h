@@ -8,6 +8,7 @@
 // joined an earlier session of a restarted chief is told to rendezvous again.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -60,6 +61,8 @@ struct CoordinatorClientOptions {
   // How long Connect keeps trying while the chief is not up yet.
   absl::Duration connect_timeout = absl::Minutes(5);
   absl::Duration rpc_timeout = absl::Seconds(30);  // Join and Set; Get waits its own timeout
+  // When set and true, Connect stops waiting for the chief (CANCELLED): a signal arrived.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // A KeyValueStore over the chief's coordinator. Thread-safe.

@@ -2,6 +2,7 @@
 // 127.0.0.1, one thread per rank.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -87,6 +88,28 @@ TEST(Coordinator, ConnectWaitsForAChiefThatStartsLate) {
   chief.join();
   ASSERT_NE(client, nullptr);
   EXPECT_EQ(client->session(), server->session());
+}
+
+TEST(Coordinator, ConnectStopsWaitingOnASignal) {
+  int port;
+  {
+    auto probe = StartCoordinator(1);  // a port nothing listens on once it is freed
+    port = probe->port();
+  }
+  std::atomic<bool> stop{false};
+  std::thread signal([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    stop = true;
+  });
+  absl::Time t0 = absl::Now();
+  auto client = CoordinatorClient::Connect({.address = "127.0.0.1:" + std::to_string(port),
+                                            .rank = 1,
+                                            .world_size = 2,
+                                            .connect_timeout = absl::Minutes(5),
+                                            .stop = &stop});
+  signal.join();
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kCancelled) << client.status();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
 }
 
 // Runs `body(rank, communicator)` on `n` threads after a Gloo rendezvous through a coordinator.
