@@ -59,4 +59,26 @@ kill -0 "$pid" 2>/dev/null && { kill -9 "$pid"; fail "worker still waiting 5s af
 wait "$pid" || rc=$?
 [[ $rc -eq 143 ]] || { cat "$dir/waiting.log"; fail "worker exited $rc after SIGTERM, want 143"; }
 echo "stopped: exit $rc"
+
+step "ranks waiting in the rendezvous for a peer that never comes stop on SIGTERM (exit 143)"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cluster="{\"cluster\":{\"worker\":[\"127.0.0.1:$port\",\"127.0.0.1:9\",\"127.0.0.1:10\"]},\"task\":{\"type\":\"worker\",\"index\":INDEX}}"
+pids=()
+for i in 0 1; do
+  "$BIN/kubetrain-worker" --metrics-port=0 --bind-address=127.0.0.1 --mode=allreduce \
+    --tf-config="${cluster/INDEX/$i}" >"$dir/rank$i.log" 2>&1 &
+  pids+=($!)
+done
+for _ in $(seq 100); do
+  has "Coordinator listening" <"$dir/rank0.log" && sleep 1 && break; sleep 0.1
+done
+has "Coordinator listening" <"$dir/rank0.log" || { cat "$dir/rank0.log"; fail "the chief did not listen"; }
+kill -TERM "${pids[@]}"
+for i in 0 1; do
+  for _ in $(seq 50); do kill -0 "${pids[$i]}" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "${pids[$i]}" 2>/dev/null && { kill -9 "${pids[$i]}"; fail "rank $i still waiting 5s after SIGTERM"; }
+  rc=0; wait "${pids[$i]}" || rc=$?
+  [[ $rc -eq 143 ]] || { cat "$dir/rank$i.log"; fail "rank $i exited $rc after SIGTERM, want 143"; }
+done
+echo "stopped: both ranks exit 143"
 echo "PASS run e2e"

@@ -224,18 +224,34 @@ absl::Status CoordinatorClient::Set(const std::string& key, const std::string& v
 }
 
 absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key, absl::Duration timeout) {
-  grpc::ClientContext context;
-  // The server answers DEADLINE_EXCEEDED itself at `timeout`; the RPC's own deadline only
-  // guards against a chief that stopped answering.
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout + options_.rpc_timeout));
-  v1::GetRequest request;
-  request.set_session(session_);
-  request.set_key(key);
-  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  v1::GetResponse response;
-  RETURN_IF_ERROR(ps::FromGrpc(stub_->get().Get(&context, request, &response)),
-                  "coordinator Get \"", key, "\"");
-  return std::move(*response.mutable_value());
+  const absl::Time give_up = absl::Now() + timeout;
+  while (true) {
+    // Waits of at most a second each, so a stop request is noticed while peers are awaited.
+    const absl::Duration wait = std::min(give_up - absl::Now(), absl::Seconds(1));
+    grpc::ClientContext context;
+    // The server answers DEADLINE_EXCEEDED itself after `wait`; the RPC's own deadline only
+    // guards against a chief that stopped answering.
+    context.set_deadline(absl::ToChronoTime(absl::Now() + wait + options_.rpc_timeout));
+    v1::GetRequest request;
+    request.set_session(session_);
+    request.set_key(key);
+    request.set_timeout_ms(std::max<int64_t>(absl::ToInt64Milliseconds(wait), 0));
+    v1::GetResponse response;
+    absl::Status s = ps::FromGrpc(stub_->get().Get(&context, request, &response));
+    if (s.ok()) return std::move(*response.mutable_value());
+    const bool waited_out = s.code() == absl::StatusCode::kDeadlineExceeded;
+    if (!waited_out || absl::Now() >= give_up) {
+      if (waited_out) {
+        return absl::DeadlineExceededError(absl::StrCat("no rank set \"", key, "\" within ",
+                                                        absl::FormatDuration(timeout),
+                                                        ": is every worker of the job running?"));
+      }
+      return internal::WithContext(std::move(s), "coordinator Get \"", key, "\"");
+    }
+    if (options_.stop != nullptr && options_.stop->load()) {
+      return absl::CancelledError(absl::StrCat("stopped while waiting for \"", key, "\""));
+    }
+  }
 }
 
 }  // namespace kubetrain::worker
