@@ -3,32 +3,16 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "prometheus/text_serializer.h"
 
 namespace kubetrain {
-namespace {
-
-// "host:port" or "[v6]:port" → host and port; false when it is neither.
-bool SplitAddress(absl::string_view address, std::string* host, int* port) {
-  size_t colon = address.rfind(':');
-  if (colon == absl::string_view::npos) return false;
-  absl::string_view h = address.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  *host = std::string(h.empty() ? "0.0.0.0" : h);
-  return absl::SimpleAtoi(address.substr(colon + 1), port) && *port >= 0 && *port <= 65535;
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(absl::string_view address) {
   std::string host;
   int port = 0;
-  if (!SplitAddress(address, &host, &port)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics: \"", address, "\" is not host:port (see --metrics-port)"));
+  if (absl::Status s = SplitListenAddress(address, &host, &port); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics: ", s.message()));
   }
   std::unique_ptr<MetricsServer> m(new MetricsServer());
   m->registry_ = std::make_shared<prometheus::Registry>();
@@ -68,11 +52,6 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(absl::string
 MetricsServer::~MetricsServer() {
   if (server_) server_->stop();
   if (thread_.joinable()) thread_.join();
-}
-
-std::string JoinHostPort(absl::string_view host, int port) {
-  if (host.find(':') != absl::string_view::npos) return absl::StrCat("[", host, "]:", port);
-  return absl::StrCat(host, ":", port);
 }
 
 }  // namespace kubetrain

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/host_port.h"
 #include "prometheus/registry.h"
 
 namespace httplib {
@@ -41,8 +42,5 @@ class MetricsServer {
   std::thread thread_;
   int port_ = 0;
 };
-
-// Host/port helpers shared by servers that take "host:port" flags.
-std::string JoinHostPort(absl::string_view host, int port);
 
 }  // namespace kubetrain

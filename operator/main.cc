@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -83,15 +84,6 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   return o;
 }
 
-absl::Status SplitAddress(const std::string& address, std::string* host, int* port) {
-  size_t colon = address.rfind(':');
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), port)) {
-    return absl::InvalidArgumentError("\"" + address + "\" is not host:port");
-  }
-  *host = colon == 0 ? "0.0.0.0" : address.substr(0, colon);
-  return absl::OkStatus();
-}
-
 std::string Identity() {
   char host[256] = "operator";
   gethostname(host, sizeof(host) - 1);
@@ -128,7 +120,8 @@ absl::Status Main(int argc, char** argv) {
 
   std::string health_host;
   int health_port;
-  RETURN_IF_ERROR(SplitAddress(o.health_address, &health_host, &health_port), "--health-address");
+  RETURN_IF_ERROR(SplitListenAddress(o.health_address, &health_host, &health_port),
+                  "--health-address");
   httplib::Server health;
   health.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok", "text/plain");

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -66,7 +67,7 @@ absl::Status ApplyTfConfig(Options& opt) {
   }
   std::string host;
   int port = 0;
-  RETURN_IF_ERROR(api::SplitHostPort(config.TaskAddress(), &host, &port), "TF_CONFIG");
+  RETURN_IF_ERROR(SplitHostPort(config.TaskAddress(), &host, &port), "TF_CONFIG");
   if (opt.port == kDefaultPort) opt.port = port;
   log::Info("Read TF_CONFIG", {{"task_index", config.task_index},
                                {"ps_tasks", config.Addresses("ps").size()},

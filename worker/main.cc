@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/flags.h"
+#include "common/host_port.h"
 #include "common/hosts.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -237,8 +238,7 @@ std::string GlooHost(const Options& o, const Rendezvous& r) {
   if (!IsWildcard(o.bind_address)) return o.bind_address;
   std::string host;
   int port;
-  if (!r.self.empty() && api::SplitHostPort(ResolveTaskAddress(r.self), &host, &port).ok())
-    return host;
+  if (!r.self.empty() && SplitHostPort(ResolveTaskAddress(r.self), &host, &port).ok()) return host;
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
   return name;
@@ -274,7 +274,7 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
   Collective c;
   std::string chief_host;
   int chief_port = 0;
-  RETURN_IF_ERROR(api::SplitHostPort(r.chief, &chief_host, &chief_port), "the chief's address");
+  RETURN_IF_ERROR(SplitHostPort(r.chief, &chief_host, &chief_port), "the chief's address");
   std::string dial = r.chief;
   std::function<std::string(const std::string&)> resolve = [](const std::string& address) {
     return ResolveTaskAddress(address);

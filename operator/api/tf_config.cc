@@ -98,22 +98,4 @@ std::string ToJsonString(const TfConfig& config) {
   return doc.dump();
 }
 
-absl::Status SplitHostPort(absl::string_view address, std::string* host, int* port) {
-  size_t colon = address.rfind(':');
-  if (colon == absl::string_view::npos || colon == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("\"", address, "\" is not host:port (e.g. fmnist-ps-0.fmnist:2222)"));
-  }
-  absl::string_view h = address.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  int p;
-  if (!absl::SimpleAtoi(address.substr(colon + 1), &p) || p < 1 || p > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("\"", address, "\" has no valid port (1-65535) after the last ':'"));
-  }
-  *host = std::string(h);
-  *port = p;
-  return absl::OkStatus();
-}
-
 }  // namespace kubetrain::api

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/host_port.h"  // SplitHostPort for the cluster addresses
 
 namespace kubetrain::api {
 
@@ -32,8 +33,5 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json);
 
 // Serialises with sorted keys and no spaces, byte-for-byte what the operator puts in the env.
 std::string ToJsonString(const TfConfig& config);
-
-// Splits "host:port" (also "[v6]:port"); errors name the address.
-absl::Status SplitHostPort(absl::string_view address, std::string* host, int* port);
 
 }  // namespace kubetrain::api

@@ -1,0 +1,35 @@
+#include "common/host_port.h"
+
+#include <gtest/gtest.h>
+
+namespace kubetrain {
+namespace {
+
+TEST(SplitListenAddress, AcceptsPortZeroAndAnEmptyHost) {
+  std::string host;
+  int port = -1;
+  ASSERT_TRUE(SplitListenAddress(":8081", &host, &port).ok());
+  EXPECT_EQ(host, "0.0.0.0");
+  EXPECT_EQ(port, 8081);
+  ASSERT_TRUE(SplitListenAddress("[::1]:0", &host, &port).ok());
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 0);
+  EXPECT_EQ(SplitListenAddress("127.0.0.1", &host, &port).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SplitListenAddress("127.0.0.1:70000", &host, &port).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SplitHostPort, NeedsAHostAndADialablePort) {
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(SplitHostPort("a-ps-0.a:2222", &host, &port).ok());
+  EXPECT_EQ(host, "a-ps-0.a");
+  EXPECT_EQ(port, 2222);
+  EXPECT_FALSE(SplitHostPort(":2222", &host, &port).ok());
+  EXPECT_FALSE(SplitHostPort("a:0", &host, &port).ok());
+  EXPECT_EQ(JoinHostPort(host, port), "a-ps-0.a:2222");
+}
+
+}  // namespace
+}  // namespace kubetrain
