@@ -115,6 +115,16 @@ bool ParseLevel(absl::string_view text, Level* level) {
   return false;
 }
 
+absl::Status SetLevelFlag(absl::string_view text) {
+  Level level;
+  if (!ParseLevel(text, &level)) {
+    return absl::InvalidArgumentError(absl::StrCat("--log-level: unknown level \"", text,
+                                                   "\"; allowed: debug, info, warn, error"));
+  }
+  SetLevel(level);
+  return absl::OkStatus();
+}
+
 void Write(Level level, absl::string_view msg, Fields fields) {
   if (level < g_level.load()) return;
   std::string line = FormatLine(absl::Now(), level, msg, fields);

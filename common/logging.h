@@ -59,6 +59,8 @@ Level GetLevel();
 void SetSink(Sink sink);
 // Parses "debug", "info", "warn", "error".
 bool ParseLevel(absl::string_view text, Level* level);
+// SetLevel from a --log-level flag value; INVALID_ARGUMENT naming the flag and the levels.
+absl::Status SetLevelFlag(absl::string_view text);
 
 void Write(Level level, absl::string_view msg, Fields fields);
 

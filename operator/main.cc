@@ -76,11 +76,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
                                       o.gang_scheduler + "\"");
   }
   if (o.workers < 1) return absl::InvalidArgumentError("--workers: must be >= 1");
-  log::Level level;
-  if (!log::ParseLevel(o.log_level, &level)) {
-    return absl::InvalidArgumentError("--log-level: must be debug, info, warn or error");
-  }
-  log::SetLevel(level);
+  RETURN_IF_ERROR(log::SetLevelFlag(o.log_level));
   return o;
 }
 

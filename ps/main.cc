@@ -94,11 +94,7 @@ absl::Status Run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   ASSIGN_OR_RETURN(Options opt, ParseOptions(argc, argv));
-  log::Level level;
-  if (!log::ParseLevel(opt.log_level, &level)) {
-    return absl::InvalidArgumentError(absl::StrCat("--log-level: unknown level ", opt.log_level));
-  }
-  log::SetLevel(level);
+  RETURN_IF_ERROR(log::SetLevelFlag(opt.log_level));
   RETURN_IF_ERROR(ApplyTfConfig(opt));
 
   ASSIGN_OR_RETURN(auto metrics_server,

@@ -138,11 +138,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
     return absl::InvalidArgumentError("--collective-timeout: must be > 0");
   }
   t.fusion_bytes = int64_t{o.fusion_threshold_mb} << 20;
-  log::Level level;
-  if (!log::ParseLevel(o.log_level, &level)) {
-    return absl::InvalidArgumentError("--log-level: must be debug, info, warn or error");
-  }
-  log::SetLevel(level);
+  RETURN_IF_ERROR(log::SetLevelFlag(o.log_level));
   RETURN_IF_ERROR(ValidateOptions(t));
   return o;
 }

@@ -64,6 +64,7 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
             "serve plain HTTP (kubectl and helm then send no bearer token)");
   ASSIGN_OR_RETURN(std::vector<std::string> rest, flags.Parse(argc, argv));
   if (!rest.empty()) return absl::InvalidArgumentError("localkube takes no positional arguments");
+  RETURN_IF_ERROR(log::SetLevelFlag(o.log_level));
   return o;
 }
 
@@ -74,8 +75,6 @@ int Run(int argc, char** argv) {
     std::cerr << "localkube: " << options.status().message() << "\n";
     return 2;
   }
-  log::Level level;
-  if (log::ParseLevel(options->log_level, &level)) log::SetLevel(level);
   // Block the stop signals in every thread; main waits for them with sigwait.
   sigset_t stop;
   sigemptyset(&stop);
