@@ -1,7 +1,5 @@
 #include "worker/allreduce_trainer.h"
 
-#include <random>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
@@ -10,6 +8,8 @@
 #include "worker/checkpoint.h"
 #include "worker/data/shard.h"
 #include "worker/models.h"
+#include "worker/progress_log.h"
+#include "worker/random.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -26,11 +26,6 @@ uint64_t DecodeU64(const float* in) {
   uint64_t v = 0;
   for (int i = 0; i < kChunks; ++i) v |= static_cast<uint64_t>(in[i]) << (16 * i);
   return v;
-}
-
-std::string NewRunId() {
-  std::random_device rd;
-  return absl::StrFormat("%08x%08x", rd(), rd());
 }
 
 }  // namespace
@@ -159,7 +154,7 @@ class AllReduceTrainer::Impl {
   // values and optimizer slots, so all start from one state however they were initialised.
   absl::Status SyncInitialState() {
     step_ = 0;
-    run_id_ = NewRunId();
+    run_id_ = RandomHexId();
     if (chief() && !options_.checkpoint_dir.empty()) {
       ASSIGN_OR_RETURN(std::optional<ps::ModelState> state,
                        checkpointer_.LoadLatest(options_.model));
@@ -219,8 +214,7 @@ class AllReduceTrainer::Impl {
   // ---- training ------------------------------------------------------------------------------
 
   absl::StatusOr<TrainingSummary> TrainLoop(const std::atomic<bool>& stop) {
-    progress_time_ = absl::Now();
-    progress_step_ = step_;
+    progress_.Start(step_);
     int64_t pos = step_;
     while (pos < TotalSteps()) {
       if (stop.load()) return absl::CancelledError("stopped by signal");
@@ -246,7 +240,7 @@ class AllReduceTrainer::Impl {
       if (epoch_end) RETURN_IF_ERROR(VerifyIdentical(pos));
 #endif
       if (!chief()) continue;
-      MaybeLogProgress(pos);
+      progress_.MaybeLog(pos, pos / steps_per_epoch_, last_loss_, GlobalBatch());
       if (epoch_end && pos < TotalSteps()) RETURN_IF_ERROR(LogEvaluation(pos));
       if (absl::Now() - last_checkpoint_time_ >= options_.checkpoint_every) {
         absl::Status s = SaveCheckpoint(pos);
@@ -334,28 +328,10 @@ class AllReduceTrainer::Impl {
 
   // ---- the chief's duties --------------------------------------------------------------------
 
-  void MaybeLogProgress(int64_t pos) {
-    absl::Time now = absl::Now();
-    if (now - progress_time_ < options_.log_every) return;
-    double rate = static_cast<double>(pos - progress_step_) * GlobalBatch() /
-                  absl::ToDoubleSeconds(now - progress_time_);
-    progress_time_ = now;
-    progress_step_ = pos;
-    if (metrics_) metrics_->examples_per_second.Set(rate);
-    log::Info("progress", {{"step", pos},
-                           {"epoch", pos / steps_per_epoch_},
-                           {"loss", last_loss_},
-                           {"examples_per_sec", absl::StrFormat("%.0f", rate)}});
-  }
-
   absl::Status LogEvaluation(int64_t pos) {
     if (test_ == nullptr) return absl::FailedPreconditionError("no test set loaded");
     ASSIGN_OR_RETURN(EvalResult eval, model_->Evaluate(*test_, options_.eval_batch));
-    if (metrics_) metrics_->accuracy.Set(eval.accuracy);
-    log::Info("evaluation", {{"step", pos},
-                             {"epoch", pos / steps_per_epoch_},
-                             {"loss", eval.loss},
-                             {"accuracy", eval.accuracy}});
+    worker::LogEvaluation(eval, pos, pos / steps_per_epoch_, metrics_);
     last_eval_ = eval;
     return absl::OkStatus();
   }
@@ -435,8 +411,7 @@ class AllReduceTrainer::Impl {
   uint64_t checksum_ = 0;
 
   absl::Time start_;
-  absl::Time progress_time_;
-  int64_t progress_step_ = 0;
+  ProgressLog progress_{options_.log_every, metrics_};
   float last_loss_ = 0;
   EvalResult last_eval_;
   std::string last_checkpoint_;

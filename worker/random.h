@@ -6,6 +6,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <random>
+#include <string>
+
+#include "absl/strings/str_format.h"
 
 namespace kubetrain::worker {
 
@@ -48,5 +52,12 @@ class Rng {
 
   uint64_t state_;
 };
+
+// 16 hex digits from the system's entropy source, never seeded (unlike Rng): the id of a training
+// run or of a rendezvous session, which must differ between runs.
+inline std::string RandomHexId() {
+  std::random_device rd;
+  return absl::StrFormat("%08x%08x", rd(), rd());
+}
 
 }  // namespace kubetrain::worker

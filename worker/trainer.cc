@@ -2,7 +2,6 @@
 
 #include <condition_variable>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +17,8 @@
 #include "worker/data/batch_iterator.h"
 #include "worker/data/shard.h"
 #include "worker/models.h"
+#include "worker/progress_log.h"
+#include "worker/random.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -29,11 +30,6 @@ absl::StatusOr<ps::OptimizerKind> ParseOptimizer(const std::string& name) {
   if (name == "adagrad") return ps::OptimizerKind::kAdagrad;
   return absl::InvalidArgumentError(absl::StrCat("--optimizer: unsupported value \"", name,
                                                  "\"; allowed: sgd, momentum, adam, adagrad"));
-}
-
-std::string NewRunId() {
-  std::random_device rd;
-  return absl::StrFormat("%08x%08x", rd(), rd());
 }
 
 // Errors after which training waits for the ps to come back rather than giving up.
@@ -218,7 +214,7 @@ class Trainer::Impl {
     ps::ModelState state;
     state.config = Config();
     state.global_step = 0;
-    state.run_id = NewRunId();
+    state.run_id = RandomHexId();
     RETURN_IF_ERROR(model_->ReadValues(absl::MakeSpan(flat_values_)));
     for (size_t i = 0; i < value_spans_.size(); ++i) {
       state.variables.push_back({model_->variables()[i]->name,
@@ -493,8 +489,7 @@ class Trainer::Impl {
       log::Info("Continuing from the parameter servers' step",
                 {{"global_step", version_.step()}, {"epoch", pos / steps_per_epoch_}});
     }
-    progress_time_ = absl::Now();
-    progress_step_ = version_.step();
+    progress_.Start(version_.step());
     while (!Done(pos)) {
       if (stop.load()) return absl::CancelledError("stopped by signal");
       int64_t epoch_before = pos / steps_per_epoch_;
@@ -510,7 +505,8 @@ class Trainer::Impl {
       pos = *next;
       if (metrics_) metrics_->epoch.Set(static_cast<double>(pos / steps_per_epoch_));
       if (id_.role != Role::kChief) continue;
-      MaybeLogProgress(pos);
+      progress_.MaybeLog(version_.step(), pos / steps_per_epoch_, last_loss_,
+                         options_.mode == Mode::kPsSync ? GlobalBatch() : options_.batch_size);
       if (pos / steps_per_epoch_ > epoch_before && !Done(pos)) {
         RETURN_IF_ERROR(LogEvaluation(pos));
       }
@@ -524,22 +520,6 @@ class Trainer::Impl {
     return Summary();
   }
 
-  void MaybeLogProgress(int64_t pos) {
-    absl::Time now = absl::Now();
-    if (now - progress_time_ < options_.log_every) return;
-    if (version_.step() < progress_step_) progress_step_ = version_.step();  // restored: restart
-    double rate = static_cast<double>(version_.step() - progress_step_) *
-                  (options_.mode == Mode::kPsSync ? GlobalBatch() : options_.batch_size) /
-                  absl::ToDoubleSeconds(now - progress_time_);
-    progress_time_ = now;
-    progress_step_ = version_.step();
-    if (metrics_) metrics_->examples_per_second.Set(rate);
-    log::Info("progress", {{"step", version_.step()},
-                           {"epoch", pos / steps_per_epoch_},
-                           {"loss", last_loss_},
-                           {"examples_per_sec", absl::StrFormat("%.0f", rate)}});
-  }
-
   absl::StatusOr<EvalResult> Evaluate() {
     if (test_ == nullptr) return absl::FailedPreconditionError("no test set loaded");
     RETURN_IF_ERROR(model_->WriteValues(absl::MakeConstSpan(flat_values_)));
@@ -548,16 +528,11 @@ class Trainer::Impl {
 
   absl::Status LogEvaluation(int64_t pos) {
     ASSIGN_OR_RETURN(EvalResult eval, Evaluate());
-    if (metrics_) metrics_->accuracy.Set(eval.accuracy);
-    if (steps_per_epoch_ == 0) {  // an evaluator has no training shard to count epochs by
-      log::Info("evaluation",
-                {{"step", version_.step()}, {"loss", eval.loss}, {"accuracy", eval.accuracy}});
-    } else {
-      log::Info("evaluation", {{"step", version_.step()},
-                               {"epoch", pos / steps_per_epoch_},
-                               {"loss", eval.loss},
-                               {"accuracy", eval.accuracy}});
-    }
+    // An evaluator has no training shard to count epochs by.
+    worker::LogEvaluation(
+        eval, version_.step(),
+        steps_per_epoch_ == 0 ? std::nullopt : std::optional<int64_t>(pos / steps_per_epoch_),
+        metrics_);
     last_eval_ = eval;
     return absl::OkStatus();
   }
@@ -636,8 +611,7 @@ class Trainer::Impl {
   std::unique_ptr<ShardBatches> batches_;
 
   absl::Time start_;
-  absl::Time progress_time_;
-  int64_t progress_step_ = 0;
+  ProgressLog progress_{options_.log_every, metrics_};
   float last_loss_ = 0;
   int64_t local_steps_ = 0;
   EvalResult last_eval_;

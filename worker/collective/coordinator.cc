@@ -1,7 +1,5 @@
 #include "worker/collective/coordinator.h"
 
-#include <random>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/backoff.h"
@@ -10,14 +8,10 @@
 #include "grpcpp/grpcpp.h"
 #include "kubetrain/v1/coordinator.grpc.pb.h"
 #include "ps/wire.h"
+#include "worker/random.h"
 
 namespace kubetrain::worker {
 namespace {
-
-std::string NewSession() {
-  std::random_device rd;
-  return absl::StrFormat("%08x%08x", rd(), rd());
-}
 
 grpc::Status WrongSession(const std::string& got, const std::string& want) {
   return grpc::Status(
@@ -114,7 +108,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         absl::StrCat("coordinator: world size must be >= 1, got ", options.world_size));
   }
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
-  server->session_ = NewSession();
+  server->session_ = RandomHexId();
   server->service_ = std::make_unique<Service>(server->session_, options.world_size);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &server->port_);
