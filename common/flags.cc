@@ -5,6 +5,7 @@
 #include <iostream>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -49,10 +50,59 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
 
 }  // namespace
 
+FlagSet::Limits& FlagSet::Limits::Range(double min, double max) {
+  min_ = min;
+  max_ = max;
+  return *this;
+}
+
+FlagSet::Limits& FlagSet::Limits::AtLeast(double min) {
+  min_ = min;
+  return *this;
+}
+
+FlagSet::Limits& FlagSet::Limits::Range(absl::Duration min, absl::Duration max) {
+  min_duration_ = min;
+  max_duration_ = max;
+  return *this;
+}
+
+FlagSet::Limits& FlagSet::Limits::AtLeast(absl::Duration min) {
+  min_duration_ = min;
+  return *this;
+}
+
+bool FlagSet::Limits::Contains(double value) const {
+  return (!min_ || value >= *min_) && (!max_ || value <= *max_);
+}
+
+bool FlagSet::Limits::Contains(absl::Duration value) const {
+  return (!min_duration_ || value >= *min_duration_) && (!max_duration_ || value <= *max_duration_);
+}
+
+std::string FlagSet::Limits::Describe() const {
+  auto describe = [](const auto& min, const auto& max, auto format) -> std::string {
+    if (min && max) return absl::StrCat(" from ", format(*min), " to ", format(*max));
+    if (min) return absl::StrCat(" >= ", format(*min));
+    if (max) return absl::StrCat(" <= ", format(*max));
+    return "";
+  };
+  return describe(min_, max_, [](double v) { return absl::StrCat(v); }) +
+         describe(min_duration_, max_duration_,
+                  [](absl::Duration d) { return absl::FormatDuration(d); });
+}
+
 FlagSet::FlagSet(std::string program, std::string summary)
     : program_(std::move(program)), summary_(std::move(summary)) {}
 
 void FlagSet::AddFlag(Flag flag) { flags_.push_back(std::move(flag)); }
+
+FlagSet::Limits& FlagSet::AddLimited(Flag flag, std::shared_ptr<Limits> limits) {
+  flag.limits = std::move(limits);
+  Limits& out = *flag.limits;
+  AddFlag(std::move(flag));
+  return out;
+}
 
 void FlagSet::Add(absl::string_view name, std::string* target, absl::string_view help,
                   absl::string_view env) {
@@ -64,50 +114,69 @@ void FlagSet::Add(absl::string_view name, std::string* target, absl::string_view
            }});
 }
 
-void FlagSet::Add(absl::string_view name, int* target, absl::string_view help,
-                  absl::string_view env) {
-  AddFlag({std::string(name), std::string(help), std::string(env), std::to_string(*target), false,
-           [target](absl::string_view v) {
-             int parsed;
-             if (!absl::SimpleAtoi(v, &parsed)) return absl::InvalidArgumentError("an integer");
-             *target = parsed;
-             return absl::OkStatus();
-           }});
+FlagSet::Limits& FlagSet::Add(absl::string_view name, int* target, absl::string_view help,
+                              absl::string_view env) {
+  auto limits = std::make_shared<Limits>();
+  return AddLimited(
+      {std::string(name), std::string(help), std::string(env), std::to_string(*target), false,
+       [target, limits](absl::string_view v) {
+         int parsed;
+         if (!absl::SimpleAtoi(v, &parsed) || !limits->Contains(static_cast<double>(parsed))) {
+           return absl::InvalidArgumentError(absl::StrCat("an integer", limits->Describe()));
+         }
+         *target = parsed;
+         return absl::OkStatus();
+       }},
+      limits);
 }
 
-void FlagSet::Add(absl::string_view name, int64_t* target, absl::string_view help,
-                  absl::string_view env) {
-  AddFlag({std::string(name), std::string(help), std::string(env), std::to_string(*target), false,
-           [target](absl::string_view v) {
-             int64_t parsed;
-             if (!absl::SimpleAtoi(v, &parsed)) return absl::InvalidArgumentError("an integer");
-             *target = parsed;
-             return absl::OkStatus();
-           }});
+FlagSet::Limits& FlagSet::Add(absl::string_view name, int64_t* target, absl::string_view help,
+                              absl::string_view env) {
+  auto limits = std::make_shared<Limits>();
+  return AddLimited(
+      {std::string(name), std::string(help), std::string(env), std::to_string(*target), false,
+       [target, limits](absl::string_view v) {
+         int64_t parsed;
+         if (!absl::SimpleAtoi(v, &parsed) || !limits->Contains(static_cast<double>(parsed))) {
+           return absl::InvalidArgumentError(absl::StrCat("an integer", limits->Describe()));
+         }
+         *target = parsed;
+         return absl::OkStatus();
+       }},
+      limits);
 }
 
-void FlagSet::Add(absl::string_view name, uint64_t* target, absl::string_view help,
-                  absl::string_view env) {
-  AddFlag({std::string(name), std::string(help), std::string(env), std::to_string(*target), false,
-           [target](absl::string_view v) {
-             uint64_t parsed;
-             if (!absl::SimpleAtoi(v, &parsed)) {
-               return absl::InvalidArgumentError("a non-negative integer");
-             }
-             *target = parsed;
-             return absl::OkStatus();
-           }});
+FlagSet::Limits& FlagSet::Add(absl::string_view name, uint64_t* target, absl::string_view help,
+                              absl::string_view env) {
+  auto limits = std::make_shared<Limits>();
+  return AddLimited(
+      {std::string(name), std::string(help), std::string(env), std::to_string(*target), false,
+       [target, limits](absl::string_view v) {
+         uint64_t parsed;
+         if (!absl::SimpleAtoi(v, &parsed) || !limits->Contains(static_cast<double>(parsed))) {
+           return absl::InvalidArgumentError(
+               absl::StrCat("a non-negative integer", limits->Describe()));
+         }
+         *target = parsed;
+         return absl::OkStatus();
+       }},
+      limits);
 }
 
-void FlagSet::Add(absl::string_view name, double* target, absl::string_view help,
-                  absl::string_view env) {
-  AddFlag({std::string(name), std::string(help), std::string(env), absl::StrCat(*target), false,
-           [target](absl::string_view v) {
-             double parsed;
-             if (!absl::SimpleAtod(v, &parsed)) return absl::InvalidArgumentError("a number");
-             *target = parsed;
-             return absl::OkStatus();
-           }});
+FlagSet::Limits& FlagSet::Add(absl::string_view name, double* target, absl::string_view help,
+                              absl::string_view env) {
+  auto limits = std::make_shared<Limits>();
+  return AddLimited(
+      {std::string(name), std::string(help), std::string(env), absl::StrCat(*target), false,
+       [target, limits](absl::string_view v) {
+         double parsed;
+         if (!absl::SimpleAtod(v, &parsed) || !limits->Contains(static_cast<double>(parsed))) {
+           return absl::InvalidArgumentError(absl::StrCat("a number", limits->Describe()));
+         }
+         *target = parsed;
+         return absl::OkStatus();
+       }},
+      limits);
 }
 
 void FlagSet::Add(absl::string_view name, bool* target, absl::string_view help,
@@ -121,22 +190,27 @@ void FlagSet::Add(absl::string_view name, bool* target, absl::string_view help,
            }});
 }
 
-void FlagSet::Add(absl::string_view name, absl::Duration* target, absl::string_view help,
-                  absl::string_view env) {
-  AddFlag({std::string(name), std::string(help), std::string(env), absl::FormatDuration(*target),
-           false, [target](absl::string_view v) {
-             double seconds;
-             if (absl::SimpleAtod(v, &seconds)) {
-               *target = absl::Seconds(seconds);
-               return absl::OkStatus();
-             }
-             absl::Duration parsed;
-             if (!absl::ParseDuration(v, &parsed)) {
-               return absl::InvalidArgumentError("a duration such as 30s, 2m or 500ms");
-             }
-             *target = parsed;
-             return absl::OkStatus();
-           }});
+FlagSet::Limits& FlagSet::Add(absl::string_view name, absl::Duration* target,
+                              absl::string_view help, absl::string_view env) {
+  auto limits = std::make_shared<Limits>();
+  return AddLimited(
+      {std::string(name), std::string(help), std::string(env), absl::FormatDuration(*target), false,
+       [target, limits](absl::string_view v) {
+         absl::Duration parsed;
+         double seconds;
+         if (absl::SimpleAtod(v, &seconds)) {
+           parsed = absl::Seconds(seconds);
+         } else if (!absl::ParseDuration(v, &parsed)) {
+           return absl::InvalidArgumentError(
+               absl::StrCat("a duration such as 30s, 2m or 500ms", limits->Describe()));
+         }
+         if (!limits->Contains(parsed)) {
+           return absl::InvalidArgumentError(absl::StrCat("a duration", limits->Describe()));
+         }
+         *target = parsed;
+         return absl::OkStatus();
+       }},
+      limits);
 }
 
 void FlagSet::Add(absl::string_view name, std::vector<std::string>* target, absl::string_view help,
@@ -249,7 +323,12 @@ std::string FlagSet::Help() const {
   for (const Flag& f : flags_) {
     std::string left = absl::StrCat("  --", f.name, f.is_bool ? "" : " VALUE");
     absl::StrAppend(&out, absl::StrFormat("%-28s %s", left, f.help));
-    if (!f.default_text.empty()) absl::StrAppend(&out, " (default ", f.default_text, ")");
+    const std::string range = f.limits ? f.limits->Describe() : "";
+    if (!f.default_text.empty()) {
+      absl::StrAppend(&out, " (default ", f.default_text, range.empty() ? "" : ";", range, ")");
+    } else if (!range.empty()) {
+      absl::StrAppend(&out, " (", absl::StripLeadingAsciiWhitespace(range), ")");
+    }
     if (!f.env.empty()) absl::StrAppend(&out, " [$", f.env, "]");
     out += "\n";
   }

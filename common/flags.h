@@ -3,7 +3,7 @@
 //
 //   struct Options { int port = 2222; std::string data_dir = "/usr/share/datasets/fashion-mnist";
 //   }; Options opt; FlagSet flags("kubetrain-ps", "Serves variables to workers.");
-//   flags.Add("port", &opt.port, "gRPC port", "KUBETRAIN_PORT");
+//   flags.Add("port", &opt.port, "gRPC port", "KUBETRAIN_PORT").Port();
 //   ASSIGN_OR_RETURN(std::vector<std::string> args, flags.Parse(argc, argv));
 //
 // Precedence: a flag on the command line, then its environment variable, then the default.
@@ -15,33 +15,58 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace kubetrain {
 
 class FlagSet {
  public:
+  // The accepted range of a numeric or duration flag, checked for the command line and the
+  // environment alike, so an out-of-range value is refused with the flag's name instead of
+  // being used (a port of 99999 would otherwise wrap or pick a random port). Both ends are
+  // inclusive; unset ends are unbounded.
+  class Limits {
+   public:
+    Limits& Range(double min, double max);
+    Limits& AtLeast(double min);
+    Limits& Port() { return Range(0, 65535); }
+    Limits& Range(absl::Duration min, absl::Duration max);
+    Limits& AtLeast(absl::Duration min);
+
+    bool Contains(double value) const;
+    bool Contains(absl::Duration value) const;
+    // " from 0 to 65535", " >= 0s", ...; "" when unbounded. Completes "must be an integer".
+    std::string Describe() const;
+
+   private:
+    std::optional<double> min_, max_;
+    std::optional<absl::Duration> min_duration_, max_duration_;
+  };
+
   FlagSet(std::string program, std::string summary);
 
   void Add(absl::string_view name, std::string* target, absl::string_view help,
            absl::string_view env = "");
-  void Add(absl::string_view name, int* target, absl::string_view help, absl::string_view env = "");
-  void Add(absl::string_view name, int64_t* target, absl::string_view help,
-           absl::string_view env = "");
-  void Add(absl::string_view name, uint64_t* target, absl::string_view help,
-           absl::string_view env = "");
-  void Add(absl::string_view name, double* target, absl::string_view help,
-           absl::string_view env = "");
+  Limits& Add(absl::string_view name, int* target, absl::string_view help,
+              absl::string_view env = "");
+  Limits& Add(absl::string_view name, int64_t* target, absl::string_view help,
+              absl::string_view env = "");
+  Limits& Add(absl::string_view name, uint64_t* target, absl::string_view help,
+              absl::string_view env = "");
+  Limits& Add(absl::string_view name, double* target, absl::string_view help,
+              absl::string_view env = "");
   void Add(absl::string_view name, bool* target, absl::string_view help,
            absl::string_view env = "");
   // Durations as Go/absl strings: "30s", "1m30s", "500ms"; a bare number means seconds.
-  void Add(absl::string_view name, absl::Duration* target, absl::string_view help,
-           absl::string_view env = "");
+  Limits& Add(absl::string_view name, absl::Duration* target, absl::string_view help,
+              absl::string_view env = "");
   // A flag that may be given several times; each value is appended.
   void Add(absl::string_view name, std::vector<std::string>* target, absl::string_view help,
            absl::string_view env = "");
@@ -63,9 +88,12 @@ class FlagSet {
     std::string default_text;
     bool is_bool = false;
     std::function<absl::Status(absl::string_view)> set;
+    // Shared with `set`, which checks parsed values against it; null for unbounded types.
+    std::shared_ptr<Limits> limits;
   };
 
   void AddFlag(Flag flag);
+  Limits& AddLimited(Flag flag, std::shared_ptr<Limits> limits);
   absl::Status Set(const Flag& flag, absl::string_view value, absl::string_view source);
   absl::Status ApplyEnvironment(const std::map<std::string, bool>& seen);
   std::string Suggest(absl::string_view name) const;

@@ -29,31 +29,39 @@ struct Options {
   int max_message_mb = 256;
   std::string log_level = "info";
   absl::Duration max_pull_wait = absl::Minutes(10);
-  absl::Duration shutdown_grace = absl::Seconds(5);
+  absl::Duration shutdown_grace = absl::Seconds(1);
   std::string tf_config;
 };
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   Options opt;
   FlagSet flags("kubetrain-ps", "Parameter server: holds a shard of the model's variables.");
-  flags.Add("port", &opt.port,
-            "gRPC port; when left at 2222, the port of this task in TF_CONFIG wins",
-            "KUBETRAIN_PORT");
+  flags
+      .Add("port", &opt.port,
+           "gRPC port; when left at 2222, the port of this task in TF_CONFIG wins",
+           "KUBETRAIN_PORT")
+      .Port();
   flags.Add("bind-address", &opt.bind_address, "address to bind gRPC on", "KUBETRAIN_BIND_ADDRESS");
-  flags.Add("metrics-port", &opt.metrics_port, "Prometheus /metrics port",
-            "KUBETRAIN_METRICS_PORT");
-  flags.Add("max-message-mb", &opt.max_message_mb, "largest gRPC message sent or received, MiB",
-            "KUBETRAIN_MAX_MESSAGE_MB");
+  flags
+      .Add("metrics-port", &opt.metrics_port, "Prometheus /metrics port (0: any)",
+           "KUBETRAIN_METRICS_PORT")
+      .Port();
+  // 2047 MiB keeps the byte count within gRPC's int message limits.
+  flags
+      .Add("max-message-mb", &opt.max_message_mb, "largest gRPC message sent or received, MiB",
+           "KUBETRAIN_MAX_MESSAGE_MB")
+      .Range(4, 2047);
   flags.Add("log-level", &opt.log_level, "debug, info, warn or error", "KUBETRAIN_LOG_LEVEL");
-  flags.Add("max-pull-wait", &opt.max_pull_wait, "longest a Pull waits for its step",
-            "KUBETRAIN_MAX_PULL_WAIT");
-  flags.Add("shutdown-grace", &opt.shutdown_grace, "time given to calls in flight at shutdown");
+  flags
+      .Add("max-pull-wait", &opt.max_pull_wait, "longest a Pull waits for its step",
+           "KUBETRAIN_MAX_PULL_WAIT")
+      .AtLeast(absl::ZeroDuration());
+  // Capped so the process exits within 2 s of SIGTERM whatever its clients do.
+  flags.Add("shutdown-grace", &opt.shutdown_grace, "time given to calls in flight at shutdown")
+      .Range(absl::ZeroDuration(), absl::Milliseconds(1500));
   flags.Add("tf-config", &opt.tf_config, "cluster spec JSON (TensorFlow's TF_CONFIG)", "TF_CONFIG");
   ASSIGN_OR_RETURN(std::vector<std::string> args, flags.Parse(argc, argv));
   if (!args.empty()) return absl::InvalidArgumentError("kubetrain-ps takes no arguments");
-  if (opt.max_message_mb < 4 || opt.max_message_mb > 2047) {
-    return absl::InvalidArgumentError("--max-message-mb must be in [4, 2047]");
-  }
   return opt;
 }
 

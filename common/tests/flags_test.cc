@@ -111,5 +111,64 @@ TEST(FlagSet, HelpListsFlagsDefaultsAndEnv) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
 }
 
+TEST(FlagSet, PortOutsideZeroTo65535IsRefusedFromFlagAndEnvironment) {
+  int port = 2222;
+  FlagSet flags("prog", "");
+  flags.Add("port", &port, "gRPC port", "KT_TEST_RANGE_PORT").Port();
+  auto r = flags.Parse({"--port=99999"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "--port: must be an integer from 0 to 65535, got \"99999\"");
+  EXPECT_EQ(port, 2222);
+  EXPECT_FALSE(flags.Parse({"--port=-1"}).ok());
+  ASSERT_TRUE(flags.Parse({"--port=65535"}).ok());
+  EXPECT_EQ(port, 65535);
+  setenv("KT_TEST_RANGE_PORT", "70000", 1);
+  r = flags.Parse(std::vector<std::string>{});
+  unsetenv("KT_TEST_RANGE_PORT");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "environment variable KT_TEST_RANGE_PORT: must be an integer from 0 to 65535, got "
+            "\"70000\"");
+  EXPECT_NE(flags.Help().find("(default 2222; from 0 to 65535)"), std::string::npos)
+      << flags.Help();
+}
+
+TEST(FlagSet, NegativeDurationIsRefusedWhenTheFlagMustBeNonNegative) {
+  absl::Duration wait = absl::Minutes(10);
+  FlagSet flags("prog", "");
+  flags.Add("max-pull-wait", &wait, "longest wait").AtLeast(absl::ZeroDuration());
+  auto r = flags.Parse({"--max-pull-wait=-5s"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "--max-pull-wait: must be a duration >= 0, got \"-5s\"");
+  EXPECT_FALSE(flags.Parse({"--max-pull-wait=-1"}).ok());
+  EXPECT_EQ(wait, absl::Minutes(10));
+  ASSERT_TRUE(flags.Parse({"--max-pull-wait=0"}).ok());
+  EXPECT_EQ(wait, absl::ZeroDuration());
+}
+
+TEST(FlagSet, IntegerAndNumberRangesNameTheirBounds) {
+  int workers = 4;
+  double rate = 1;
+  uint64_t mib = 64;
+  absl::Duration grace = absl::Seconds(1);
+  FlagSet flags("prog", "");
+  flags.Add("workers", &workers, "").AtLeast(1);
+  flags.Add("rate", &rate, "").Range(0, 1);
+  flags.Add("mib", &mib, "").Range(1, 1024);
+  flags.Add("grace", &grace, "").Range(absl::ZeroDuration(), absl::Seconds(2));
+  EXPECT_EQ(flags.Parse({"--workers=0"}).status().message(),
+            "--workers: must be an integer >= 1, got \"0\"");
+  EXPECT_EQ(flags.Parse({"--rate=1.5"}).status().message(),
+            "--rate: must be a number from 0 to 1, got \"1.5\"");
+  EXPECT_EQ(flags.Parse({"--mib=2000"}).status().message(),
+            "--mib: must be a non-negative integer from 1 to 1024, got \"2000\"");
+  EXPECT_EQ(flags.Parse({"--grace=3s"}).status().message(),
+            "--grace: must be a duration from 0 to 2s, got \"3s\"");
+  ASSERT_TRUE(flags.Parse({"--workers=2", "--rate=0.5", "--mib=1024", "--grace=2s"}).ok());
+  EXPECT_EQ(workers, 2);
+  EXPECT_EQ(mib, 1024u);
+  EXPECT_EQ(grace, absl::Seconds(2));
+}
+
 }  // namespace
 }  // namespace kubetrain
