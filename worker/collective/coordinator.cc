@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/backoff.h"
+#include "common/job_secret.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "grpcpp/grpcpp.h"
@@ -26,8 +27,11 @@ grpc::Status WrongSession(const std::string& got, const std::string& want) {
 // the request's timeout, the RPC's deadline or the server's shutdown, whichever comes first.
 class CoordinatorServer::Service final : public v1::Coordinator::Service {
  public:
-  Service(std::string session, int world_size)
-      : session_(std::move(session)), world_size_(world_size) {}
+  Service(std::string session, const CoordinatorServerOptions& options)
+      : session_(std::move(session)),
+        world_size_(options.world_size),
+        max_store_bytes_(options.max_store_bytes),
+        verifier_(options.secret) {}
 
   void Shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -37,6 +41,7 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
 
   grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request,
                     v1::JoinResponse* response) override {
+    if (grpc::Status auth = verifier_.Check(*context); !auth.ok()) return auth;
     if (request->world_size() != world_size_) {
       return grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
@@ -55,9 +60,23 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Set(grpc::ServerContext*, const v1::SetRequest* request, v1::SetResponse*) override {
+  grpc::Status Set(grpc::ServerContext* context, const v1::SetRequest* request,
+                   v1::SetResponse*) override {
+    if (grpc::Status auth = verifier_.Check(*context); !auth.ok()) return auth;
     if (request->session() != session_) return WrongSession(request->session(), session_);
     std::lock_guard<std::mutex> lock(mu_);
+    auto it = values_.find(request->key());
+    const int64_t replaced =
+        it == values_.end() ? 0 : static_cast<int64_t>(it->first.size() + it->second.size());
+    const int64_t added = static_cast<int64_t>(request->key().size() + request->value().size());
+    if (store_bytes_ - replaced + added > max_store_bytes_) {
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("the rendezvous store would hold ", store_bytes_ - replaced + added,
+                       " bytes, more than its limit of ", max_store_bytes_, " (key \"",
+                       request->key().substr(0, 64), "\")"));
+    }
+    store_bytes_ += added - replaced;
     values_[request->key()] = request->value();
     cv_.notify_all();
     return grpc::Status::OK;
@@ -65,6 +84,7 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
 
   grpc::Status Get(grpc::ServerContext* context, const v1::GetRequest* request,
                    v1::GetResponse* response) override {
+    if (grpc::Status auth = verifier_.Check(*context); !auth.ok()) return auth;
     if (request->session() != session_) return WrongSession(request->session(), session_);
     auto deadline = std::chrono::system_clock::now() +
                     std::chrono::milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
@@ -95,9 +115,12 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
  private:
   const std::string session_;
   const int world_size_;
+  const int64_t max_store_bytes_;
+  const JobSecretVerifier verifier_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::string> values_;
+  int64_t store_bytes_ = 0;  // keys and values in values_
   bool shutting_down_ = false;
 };
 
@@ -109,7 +132,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
   server->session_ = RandomHexId();
-  server->service_ = std::make_unique<Service>(server->session_, options.world_size);
+  if (absl::Status s = ValidateJobSecret(options.secret); !s.ok()) return s;
+  server->service_ = std::make_unique<Service>(server->session_, options);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->service_.get());
@@ -122,7 +146,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   log::Info("Coordinator listening", {{"address", options.address},
                                       {"port", server->port_},
                                       {"session", server->session_},
-                                      {"workers", options.world_size}});
+                                      {"workers", options.world_size},
+                                      {"job_secret", !options.secret.empty()}});
+  if (options.secret.empty()) {
+    log::Warn("Coordinator accepts calls from anyone: no job secret (set " +
+              std::string(kJobSecretEnv) + ")");
+  }
   return server;
 }
 
@@ -133,9 +162,8 @@ CoordinatorServer::~CoordinatorServer() {
 
 class CoordinatorClient::Stub {
  public:
-  explicit Stub(const std::string& address)
-      : stub_(v1::Coordinator::NewStub(grpc::CreateCustomChannel(
-            address, grpc::InsecureChannelCredentials(), ChannelArgs()))) {}
+  Stub(const std::string& address, const std::string& secret)
+      : stub_(v1::Coordinator::NewStub(CreateJobChannel(address, ChannelArgs(), secret))) {}
 
   v1::Coordinator::Stub& get() { return *stub_; }
 
@@ -166,7 +194,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     }
     const std::string target = options.resolve ? options.resolve(options.address) : options.address;
     if (!client->stub_ || target != dialed) {
-      client->stub_ = std::make_unique<Stub>(target);
+      client->stub_ = std::make_unique<Stub>(target, options.secret);
       dialed = target;
     }
     grpc::ClientContext context;

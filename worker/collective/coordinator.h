@@ -29,6 +29,12 @@ namespace kubetrain::worker {
 struct CoordinatorServerOptions {
   std::string address;  // host:port to listen on; port 0 picks a free one
   int world_size = 1;
+  // The job's shared secret (common/job_secret.h): calls without it are UNAUTHENTICATED.
+  // Empty accepts every caller.
+  std::string secret;
+  // What the rendezvous may hold in all (keys and values), so a misbehaving rank cannot grow
+  // the chief without bound; Gloo's rendezvous needs a few KiB per rank.
+  int64_t max_store_bytes = 64 << 20;
 };
 
 class CoordinatorServer {
@@ -63,6 +69,7 @@ struct CoordinatorClientOptions {
   absl::Duration rpc_timeout = absl::Seconds(30);  // Join and Set; Get waits its own timeout
   // When set and true, Connect stops waiting for the chief (CANCELLED): a signal arrived.
   const std::atomic<bool>* stop = nullptr;
+  std::string secret;  // the job's shared secret, sent on every call
 };
 
 // A KeyValueStore over the chief's coordinator. Thread-safe.

@@ -61,6 +61,40 @@ TEST(Coordinator, ARankCountingAnotherWorldSizeIsRefusedWithTheFix) {
   EXPECT_NE(client.status().message().find("TF_CONFIG"), std::string::npos) << client.status();
 }
 
+TEST(Coordinator, AStrangerWithoutTheJobSecretIsRefused) {
+  const std::string secret = "0123456789abcdef0123456789abcdef";
+  auto server =
+      CoordinatorServer::Start({.address = "127.0.0.1:0", .world_size = 1, .secret = secret});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = "127.0.0.1:" + std::to_string((*server)->port());
+  auto stranger = CoordinatorClient::Connect(
+      {.address = address, .rank = 0, .world_size = 1, .connect_timeout = absl::Seconds(10)});
+  ASSERT_EQ(stranger.status().code(), absl::StatusCode::kUnauthenticated) << stranger.status();
+  EXPECT_NE(stranger.status().message().find("KUBETRAIN_JOB_SECRET"), std::string::npos);
+  auto member = CoordinatorClient::Connect({.address = address,
+                                            .rank = 0,
+                                            .world_size = 1,
+                                            .connect_timeout = absl::Seconds(10),
+                                            .secret = secret});
+  ASSERT_TRUE(member.ok()) << member.status();
+  EXPECT_TRUE((*member)->Set("k", "v").ok());
+}
+
+TEST(Coordinator, TheRendezvousStoreIsBounded) {
+  auto server = CoordinatorServer::Start(
+      {.address = "127.0.0.1:0", .world_size = 1, .max_store_bytes = 1000});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Join((*server)->port(), 0, 1);
+  ASSERT_TRUE(client->Set("a", std::string(600, 'x')).ok());
+  ASSERT_TRUE(client->Set("a", std::string(900, 'y')).ok()) << "replacing a value frees its bytes";
+  absl::Status full = client->Set("b", std::string(200, 'z'));
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_NE(full.message().find("limit of 1000"), std::string::npos) << full;
+  absl::StatusOr<std::string> kept = client->Get("a", absl::Seconds(5));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->size(), 900u);
+}
+
 TEST(Coordinator, ARestartedChiefTellsOldRanksToRendezvousAgain) {
   auto server = StartCoordinator(2);
   const int port = server->port();
