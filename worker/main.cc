@@ -101,7 +101,8 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("bind-address", &o.bind_address, "address the metrics server binds",
         "KUBETRAIN_BIND_ADDRESS");
   f.Add("metrics-port", &o.metrics_port, "Prometheus /metrics port (0: any)",
-        "KUBETRAIN_METRICS_PORT");
+        "KUBETRAIN_METRICS_PORT")
+      .Port();
   f.Add("log-level", &o.log_level, "debug, info, warn or error", "KUBETRAIN_LOG_LEVEL");
   f.Add("communicator", &o.communicator,
         "allreduce: auto (nccl on a CUDA device, gloo on the CPU), gloo or nccl");

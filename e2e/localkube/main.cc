@@ -43,7 +43,7 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   FlagSet flags("localkube",
                 "Serves the Kubernetes API on 127.0.0.1 from memory; with --run-pods also runs "
                 "pods as local processes.");
-  flags.Add("port", &o.port, "TCP port on 127.0.0.1; 0 picks a free one");
+  flags.Add("port", &o.port, "TCP port on 127.0.0.1; 0 picks a free one").Port();
   flags.Add("token", &o.token, "bearer token clients must send; empty accepts any request");
   flags.Add("kubeconfig-out", &o.kubeconfig_out, "write a kubeconfig for this server here");
   flags.Add("address-file", &o.address_file, "write the server URL here once listening");
