@@ -3,7 +3,14 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -122,6 +129,87 @@ TEST(IdxReader, MissingFileIsNotFoundNamingPath) {
   auto array = ReadIdx(path, kIdxImagesMagic);
   EXPECT_EQ(array.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(array.status().message(), "IDX file " + path + " not found");
+}
+
+TEST(IdxReader, HeaderClaimingMoreThanAPlainFileHoldsIsDataLossNamingFile) {
+  // 16-byte header + 100 bytes: a 116-byte file claiming 2147483647 images of 28x28.
+  const std::string path =
+      WritePlain("huge_claim.idx", IdxBytes(kIdxImagesMagic, {2147483647u, 28, 28}, Iota(100)));
+  auto array = ReadIdx(path, kIdxImagesMagic);
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(array.status().message(),
+            "IDX file " + path +
+                " is truncated: its header declares 2147483647x28x28 = 1683627179248 data bytes, "
+                "the file holds 100");
+}
+
+TEST(IdxReader, HeaderClaimingMoreThanAGzipFileCanHoldIsDataLossNamingFile) {
+  const std::string path =
+      WriteGz("huge_claim.gz", IdxBytes(kIdxImagesMagic, {2147483647u, 28, 28}, Iota(100)));
+  auto array = ReadIdx(path, kIdxImagesMagic);
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(array.status().message().find("IDX file " + path +
+                                          " is truncated: its header "
+                                          "declares 2147483647x28x28 = 1683627179248 data bytes, "
+                                          "more than a gzip file of "),
+            std::string::npos)
+      << array.status();
+}
+
+TEST(IdxReader, OverflowingShapeIsDataLoss) {
+  const std::string path = WritePlain(
+      "overflow.idx", IdxBytes(kIdxImagesMagic, {2147483647u, 2147483647u, 2147483647u}, {}));
+  auto array = ReadIdx(path, kIdxImagesMagic);
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(array.status().message(), "IDX file " + path +
+                                          " declares an impossible shape "
+                                          "2147483647x2147483647x2147483647");
+}
+
+TEST(IdxReader, GzipShorterThanItsPlausibleClaimIsDataLoss) {
+  // Half of the declared 1000x28x28 pixels, incompressible enough that the header passes the
+  // size check; the stream still ends early, which the read reports.
+  std::vector<uint8_t> bytes = IdxBytes(kIdxImagesMagic, {1000, 28, 28}, {});
+  uint32_t x = 12345;
+  for (int i = 0; i < 500 * 28 * 28; ++i) {
+    x = x * 1664525u + 1013904223u;
+    bytes.push_back(static_cast<uint8_t>(x >> 24));
+  }
+  const std::string path = WriteGz("half.gz", bytes);
+  auto array = ReadIdx(path, kIdxImagesMagic);
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(array.status().message(),
+            "IDX file " + path + " is truncated: expected 784000 data bytes, read 392000");
+}
+
+TEST(IdxReader, FifoIsRefusedNamingFile) {
+  const std::string path = TempPath("fifo.gz");
+  std::filesystem::remove(path);
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  auto read = std::async(std::launch::async, [&] { return ReadIdx(path, kIdxImagesMagic); });
+  if (read.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    // Unblock the reader so the test ends, then fail.
+    int fd = open(path.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) close(fd);
+    ADD_FAILURE() << "ReadIdx blocked on a FIFO";
+  }
+  auto array = read.get();
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(array.status().message(),
+            "IDX file " + path +
+                " is a FIFO, not a regular file; replace it with the IDX file or point "
+                "--data-dir elsewhere");
+  std::filesystem::remove(path);
+}
+
+TEST(IdxReader, DirectoryIsRefusedNamingFile) {
+  const std::string path = TempPath("dir.gz");
+  std::filesystem::create_directories(path);
+  auto array = ReadIdx(path, kIdxImagesMagic);
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(array.status().message().find("IDX file " + path + " is a directory"),
+            std::string::npos)
+      << array.status();
 }
 
 }  // namespace
