@@ -268,8 +268,18 @@ TrainingJobStatus DecodeStatus(const json& v) {
 }  // namespace
 
 std::string Describe(const json& value) {
-  if (value.is_string()) return "\"" + value.get<std::string>() + "\"";
-  return value.dump();
+  // Long values are cut so that one bad field cannot flood the terminal or an event.
+  constexpr size_t kMax = 80;
+  const bool quoted = value.is_string();
+  std::string text = quoted ? value.get_ref<const std::string&>()
+                            : value.dump(-1, ' ', false, json::error_handler_t::replace);
+  const size_t size = text.size();
+  if (size <= kMax) return quoted ? "\"" + text + "\"" : text;
+  size_t cut = kMax;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  text.resize(cut);
+  return absl::StrCat(quoted ? "\"" : "", text, quoted ? "\"" : "", "... (", size,
+                      quoted ? " characters)" : " characters of JSON)");
 }
 
 TrainingJob Decode(const json& doc, FieldErrors* errors) {

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 namespace kubetrain::api {
 namespace {
 
@@ -82,6 +87,218 @@ TEST(Yaml, MissingFileNamesPath) {
   ASSERT_FALSE(text.ok());
   EXPECT_EQ(text.status().message(),
             "/nonexistent/job.yaml: cannot open: No such file or directory");
+}
+
+TEST(Yaml, LongNumbersResolveWithoutRecursion) {
+  // A regex matcher recursed once per character here and overflowed the stack.
+  std::string digits(30000, '9');
+  auto docs = ParseYamlDocuments("int: " + digits + "\nfloat: 1." + digits + "\nneg: -" + digits +
+                                 "e5\nbig: 18446744073709551615\nhuge: 1e999\n");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  const json& d = docs->front();
+  // Beyond a double's range stays a string, as in kubectl: JSON cannot hold infinity.
+  EXPECT_EQ(d["int"], digits);
+  EXPECT_DOUBLE_EQ(d["float"].get<double>(), 2.0);
+  EXPECT_TRUE(d["neg"].is_string());
+  EXPECT_EQ(d["big"].get<uint64_t>(), 18446744073709551615u);
+  EXPECT_EQ(d["huge"], "1e999");
+}
+
+TEST(Yaml, NumberGrammarMatchesKubectl) {
+  auto docs = ParseYamlDocuments(R"(
+underscores: 1_000
+hex: 0x1F
+plus: +7
+zero: 0
+leading_zero: 012
+dot: .5
+exp_neg: 2.5e-3
+trailing_dot: 3.
+bare_sign: '-'
+ip: 10.0.0.1
+e_only: 1e
+inf: .inf
+)");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  const json& d = docs->front();
+  EXPECT_EQ(d["underscores"], 1000);
+  EXPECT_EQ(d["hex"], 31);
+  EXPECT_EQ(d["plus"], 7);
+  EXPECT_EQ(d["zero"], 0);
+  EXPECT_EQ(d["leading_zero"], 12.0);
+  EXPECT_EQ(d["dot"], 0.5);
+  EXPECT_EQ(d["exp_neg"], 0.0025);
+  EXPECT_EQ(d["trailing_dot"], 3.0);
+  EXPECT_EQ(d["bare_sign"], "-");
+  EXPECT_EQ(d["ip"], "10.0.0.1");
+  EXPECT_EQ(d["e_only"], "1e");
+  EXPECT_TRUE(d["inf"].is_number_float());
+}
+
+TEST(Yaml, AliasesWithinBudgetExpand) {
+  auto docs = ParseYamlDocuments(
+      "base: &c {image: x, args: [a, b]}\nother: *c\nname: &n job\n"
+      "copy: *n\n");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  EXPECT_EQ((*docs)[0]["other"], (*docs)[0]["base"]);
+  EXPECT_EQ((*docs)[0]["copy"], "job");
+}
+
+TEST(Yaml, BillionLaughsIsRefusedQuickly) {
+  // 9 levels of 9 aliases each: 387,420,489 strings from a file of under 600 bytes.
+  std::string text = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  std::string prev = "a";
+  for (char c = 'b'; c <= 'i'; ++c) {
+    std::string name(1, c);
+    text += name + ": &" + name + " [";
+    for (int i = 0; i < 9; ++i) text += (i ? ", *" : "*") + prev;
+    text += "]\n";
+    prev = name;
+  }
+  ASSERT_LT(text.size(), 600u);
+  absl::Time start = absl::Now();
+  auto docs = ParseYamlDocuments(text);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  ASSERT_FALSE(docs.ok());
+  EXPECT_EQ(docs.status().message(),
+            "line 6: alias *e would expand the document to more than 100000 nodes copied "
+            "through aliases (a \"billion laughs\" file?); repeat less through aliases");
+}
+
+TEST(Yaml, DeepNestingIsRefusedWithTheLimitAndLine) {
+  std::string maps;
+  for (int i = 0; i < 100000; ++i) maps += "{b: ";
+  for (const std::string& text :
+       {"a: " + std::string(100000, '[') + std::string(100000, ']') + "\n", "a: " + maps + "\n",
+        std::string("[") + std::string(3000, '[') + "1" + std::string(3001, ']')}) {
+    auto docs = ParseYamlDocuments(text);
+    ASSERT_FALSE(docs.ok());
+    EXPECT_EQ(docs.status().message(),
+              "line 1: nesting deeper than 100 levels of maps and lists; flatten the manifest");
+  }
+  std::string block;
+  for (int i = 0; i < 600; ++i) block += std::string(2 * i, ' ') + "k" + std::to_string(i) + ":\n";
+  auto docs = ParseYamlDocuments(block);
+  ASSERT_FALSE(docs.ok());
+  EXPECT_EQ(docs.status().message(),
+            "line 101: nesting deeper than 100 levels of maps and lists; flatten the manifest");
+  // An alias cannot smuggle depth past the limit either.
+  std::string deep = "a: &d " + std::string(60, '[') + std::string(60, ']') +
+                     "\nb: " + std::string(60, '[') + "*d" + std::string(60, ']') + "\n";
+  docs = ParseYamlDocuments(deep);
+  ASSERT_FALSE(docs.ok());
+  EXPECT_NE(docs.status().message().find("line 2: alias *d nests deeper than 100"),
+            absl::string_view::npos)
+      << docs.status();
+  std::string ok = "a: " + std::string(99, '[') + std::string(99, ']') + "\n";
+  EXPECT_TRUE(ParseYamlDocuments(ok).ok());
+}
+
+TEST(Yaml, DuplicateKeysAreRefusedWithBothLines) {
+  auto docs = ParseYamlDocuments("metadata:\n  name: a\n  labels: {x: y}\n  name: b\n");
+  ASSERT_FALSE(docs.ok());
+  EXPECT_EQ(docs.status().message(),
+            "line 4: key \"name\" already set in metadata at line 2; remove one of them");
+  docs = ParseYamlDocuments("spec:\n  replicaSpecs: {}\n  replicaSpecs: {}\n");
+  ASSERT_FALSE(docs.ok());
+  EXPECT_EQ(docs.status().message(),
+            "line 3: key \"replicaSpecs\" already set in spec at line 2; remove one of them");
+  // JSON input, all on one line: columns tell the keys apart.
+  docs = ParseYamlDocuments(R"({"kind":"TrainingJob","kind":"Pod"})");
+  ASSERT_FALSE(docs.ok());
+  EXPECT_EQ(docs.status().message(),
+            "line 1, column 23: key \"kind\" already set in map at line 1, column 2; remove one "
+            "of them");
+  // The same key in different maps, or in different documents, is fine.
+  EXPECT_TRUE(ParseYamlDocuments("a: {name: x}\nb: {name: y}\n---\na: 1\n").ok());
+}
+
+TEST(Yaml, InvalidUtf8IsRefusedWithTheFieldPath) {
+  auto docs = ParseYamlDocuments(
+      "spec:\n  containers:\n  - args: [ok, \"bad\xff\"]\nmetadata:\n  labels: {app: x}\n");
+  ASSERT_FALSE(docs.ok());
+  EXPECT_EQ(docs.status().message(),
+            "line 3: spec.containers[0].args[1]: invalid UTF-8 (byte 0xff at offset 3 of the "
+            "value); manifests must be UTF-8 text");
+  docs = ParseYamlDocuments("metadata:\n  labels:\n    \xc3\x28: x\n");
+  ASSERT_FALSE(docs.ok());
+  EXPECT_EQ(docs.status().message(),
+            "line 3: metadata.labels: invalid UTF-8 (byte 0xc3 at offset 0 of the key); "
+            "manifests must be UTF-8 text");
+  docs = ParseYamlDocuments("# caf\xe9\na: 1\n");
+  ASSERT_FALSE(docs.ok());
+  EXPECT_EQ(docs.status().message(),
+            "not UTF-8 text: byte 0xe9 at line 1, column 6 is not valid UTF-8; save the file as "
+            "UTF-8");
+  docs = ParseYamlDocuments("name: \"caf\xc3\xa9 \xe6\x97\xa5\xf0\x9f\x98\x80\"\n");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+}
+
+TEST(Yaml, Utf8Checker) {
+  EXPECT_EQ(InvalidUtf8Offset("plain ascii"), absl::string_view::npos);
+  EXPECT_EQ(InvalidUtf8Offset("\xc3\xa9\xe2\x82\xac\xf4\x8f\xbf\xbf"), absl::string_view::npos);
+  EXPECT_EQ(InvalidUtf8Offset("ab\x80"), 2u);            // stray continuation byte
+  EXPECT_EQ(InvalidUtf8Offset("\xc0\xaf"), 0u);          // overlong '/'
+  EXPECT_EQ(InvalidUtf8Offset("x\xed\xa0\x80"), 1u);     // UTF-16 surrogate
+  EXPECT_EQ(InvalidUtf8Offset("\xf4\x90\x80\x80"), 0u);  // beyond U+10FFFF
+  EXPECT_EQ(InvalidUtf8Offset("ok\xe2\x82"), 2u);        // truncated
+}
+
+TEST(Yaml, BinaryInputIsNamedAsSuch) {
+  auto docs = ParseYamlDocuments(std::string("apiVersion: v1\n\0\x01zzz\x7f", 22));
+  ASSERT_FALSE(docs.ok());
+  EXPECT_EQ(docs.status().message(),
+            "not YAML text: contains a NUL byte at offset 15 (line 2, column 1); is it a binary "
+            "file (or UTF-16 without a byte-order mark)?");
+  docs = ParseYamlDocuments("a: \x1b[31mred\n");
+  ASSERT_FALSE(docs.ok());
+  EXPECT_EQ(docs.status().message(),
+            "not YAML text: contains control character 0x1b at offset 3 (line 1, column 4); YAML "
+            "allows only tab, newline and carriage return");
+}
+
+TEST(Yaml, NonStringKeysAreRefusedOrKeptAsText) {
+  auto docs = ParseYamlDocuments("? [a, b]\n: x\n");
+  ASSERT_FALSE(docs.ok());
+  EXPECT_EQ(docs.status().message(),
+            "line 1: a map or list used as a map key; keys must be strings");
+  docs = ParseYamlDocuments("1: one\ntrue: yes\n");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  EXPECT_EQ((*docs)[0]["1"], "one");
+  EXPECT_EQ((*docs)[0]["true"], true);
+}
+
+TEST(Yaml, OversizedFileIsRefused) {
+  std::string path = ::testing::TempDir() + "/big.yaml";
+  {
+    std::ofstream out(path);
+    std::string line(1023, 'x');
+    for (int i = 0; i < 17 * 1024; ++i) out << line << "\n";
+  }
+  auto text = ReadFileOrStdin(path);
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(text.status().message(),
+            path +
+                ": larger than 16 MiB; a manifest is at most that big (the API server takes "
+                "at most 3 MiB)");
+}
+
+TEST(Yaml, JsonShapeCheckNamesThePath) {
+  json v = {{"spec", {{"args", json::array({"ok", "bad\xff"})}}}};
+  EXPECT_EQ(CheckJsonShape(v).message(),
+            "spec.args[1]: invalid UTF-8 (byte 0xff at offset 3 of the value); strings must be "
+            "UTF-8");
+  json doc = json::object();
+  json* cur = &doc["spec"];
+  for (int i = 0; i < 100000; ++i) {
+    *cur = json::array({nullptr});
+    cur = &(*cur)[0];
+  }
+  absl::Status s = CheckJsonShape(doc);
+  EXPECT_EQ(s.message().substr(0, 9), "spec[0][0");
+  EXPECT_NE(s.message().find(": nesting deeper than 100 levels of objects and arrays"),
+            absl::string_view::npos);
+  EXPECT_TRUE(CheckJsonShape(json{{"a", {{"b", json::array({1, "x"})}}}}).ok());
 }
 
 }  // namespace
