@@ -156,8 +156,11 @@ class AllReduceTrainer::Impl {
     step_ = 0;
     run_id_ = RandomHexId();
     if (chief() && !options_.checkpoint_dir.empty()) {
-      ASSIGN_OR_RETURN(std::optional<ps::ModelState> state,
-                       checkpointer_.LoadLatest(options_.model));
+      CheckpointExpectation expected{options_.model, TotalSteps(), {}};
+      for (Variable* v : model_->variables()) {
+        expected.variables.push_back({v->name, static_cast<uint64_t>(v->size())});
+      }
+      ASSIGN_OR_RETURN(std::optional<ps::ModelState> state, checkpointer_.LoadLatest(expected));
       if (state) RETURN_IF_ERROR(Restore(*state));
     }
     float encoded[kChunks];

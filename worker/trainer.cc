@@ -224,6 +224,20 @@ class Trainer::Impl {
     return state;
   }
 
+  // What a checkpoint must fit to be restored into this job.
+  CheckpointExpectation Expectation() const {
+    CheckpointExpectation e{options_.model, -1, {}};
+    if (steps_per_epoch_ > 0) {
+      // Async: a push or two of each worker may land after the last counted one.
+      e.max_step =
+          options_.mode == Mode::kPsSync ? TotalSteps() : (TotalSteps() + 1) * id_.num_workers;
+    }
+    for (Variable* v : model_->variables()) {
+      e.variables.push_back({v->name, static_cast<uint64_t>(v->size())});
+    }
+    return e;
+  }
+
   // The chief fills every ps: resumes a run they already hold, restores the latest checkpoint,
   // or initialises a new run from the seeded model.
   absl::Status PrepareChief() {
@@ -247,7 +261,7 @@ class Trainer::Impl {
     if (any_initialized) return RefillEmptyPs();
     std::optional<ps::ModelState> restored;
     if (!options_.checkpoint_dir.empty()) {
-      ASSIGN_OR_RETURN(restored, checkpointer_.LoadLatest(options_.model));
+      ASSIGN_OR_RETURN(restored, checkpointer_.LoadLatest(Expectation()));
     }
     if (restored) {
       restored->config = Config();  // flags may have changed between runs; the values stay
@@ -292,7 +306,7 @@ class Trainer::Impl {
                          "--checkpoint-dir"));
       }
       ASSIGN_OR_RETURN(std::optional<ps::ModelState> state,
-                       checkpointer_.LoadLatest(options_.model));
+                       checkpointer_.LoadLatest(Expectation()));
       if (!state) {
         return absl::FailedPreconditionError(
             absl::StrCat("ps ", i, " (", infos[i].address, ") came back empty and ",

@@ -2,8 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
+
+#include "kubetrain/v1/checkpoint.pb.h"
+#include "ps/wire.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -22,6 +28,36 @@ ps::ModelState State(int64_t step) {
       {"dense1/kernel", {1.5f, -2.0f, float(step)}, {{"momentum", {0.25f, 0, 1}}}});
   s.variables.push_back({"dense1/bias", {3.0f}, {}});
   return s;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteAll(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
+}
+
+// A checkpoint file as kubetrain wrote them before files carried a checksum: the bare proto.
+void WriteUnframed(const std::string& path, const ps::ModelState& s, const std::string& model) {
+  v1::Checkpoint ckpt;
+  ckpt.set_global_step(s.global_step);
+  *ckpt.mutable_config() = ps::ToProto(s.config);
+  ckpt.set_run_id(s.run_id);
+  ckpt.set_model(model);
+  for (const ps::VariableState& v : s.variables) {
+    v1::VariableCheckpoint* out = ckpt.add_variables();
+    out->set_name(v.name);
+    out->set_values(std::string(reinterpret_cast<const char*>(v.values.data()),
+                                v.values.size() * sizeof(float)));
+  }
+  WriteAll(path, ckpt.SerializeAsString());
+}
+
+// What State() fits: the two variables with their sizes.
+CheckpointExpectation Expect(int64_t max_step = 1000) {
+  return {"mlp", max_step, {{"dense1/kernel", 3}, {"dense1/bias", 1}}};
 }
 
 std::string FreshDir(const std::string& name) {
@@ -90,6 +126,156 @@ TEST(Checkpointer, CorruptCheckpointIsDataLoss) {
   auto latest = c.LoadLatest("mlp");
   ASSERT_FALSE(latest.ok());
   EXPECT_EQ(latest.status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(Checkpointer, UnreadableManifestFallsBackToTheNewestValidCheckpoint) {
+  std::string dir = FreshDir("ckpt_bad_manifest");
+  Checkpointer first({dir, 3});
+  for (int step : {0, 10, 20}) ASSERT_TRUE(first.Save(State(step), "mlp").ok());
+  WriteAll(dir + "/checkpoint.json", "{\"latest\": 5, \"all\": ");
+  auto latest = Checkpointer({dir, 3}).LoadLatest(Expect());
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ((*latest)->global_step, 20);
+}
+
+TEST(Checkpointer, ManifestNamingAMissingFileFallsBackToAScan) {
+  std::string dir = FreshDir("ckpt_missing_latest");
+  Checkpointer c({dir, 3});
+  ASSERT_TRUE(c.Save(State(10), "mlp").ok());
+  ASSERT_TRUE(c.Save(State(20), "mlp").ok());
+  fs::remove(dir + "/ckpt-20.pb");
+  auto latest = c.LoadLatest(Expect());
+  ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status();
+  EXPECT_EQ((*latest)->global_step, 10);
+}
+
+TEST(Checkpointer, ALaterRunNeverOverwritesAnEarlierRunsCheckpoint) {
+  std::string dir = FreshDir("ckpt_no_overwrite");
+  ASSERT_TRUE(Checkpointer({dir, 3}).Save(State(0), "mlp").ok());
+  ASSERT_TRUE(Checkpointer({dir, 3}).Save(State(10), "mlp").ok());
+  const std::string earlier = ReadAll(dir + "/ckpt-0.pb");
+  WriteAll(dir + "/checkpoint.json", "not json");
+  // A second run starting afresh at step 0, with a keep of 1.
+  Checkpointer second({dir, 1});
+  auto path = second.Save(State(0), "mlp");
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(*path, dir + "/ckpt-0.1.pb");
+  EXPECT_EQ(ReadAll(dir + "/ckpt-0.pb"), earlier);
+  // Its own file it may replace; the earlier run's files are not its to rotate away.
+  EXPECT_EQ(*second.Save(State(0), "mlp"), dir + "/ckpt-0.1.pb");
+  ASSERT_TRUE(second.Save(State(5), "mlp").ok());
+  EXPECT_FALSE(fs::exists(dir + "/ckpt-0.1.pb"));
+  EXPECT_TRUE(fs::exists(dir + "/ckpt-0.pb"));
+  EXPECT_TRUE(fs::exists(dir + "/ckpt-10.pb"));
+}
+
+TEST(Checkpointer, ManifestEntriesOutsideTheDirectoryAreNeverDeleted) {
+  std::string dir = FreshDir("ckpt_traversal");
+  fs::create_directories(dir + "/sub");
+  WriteAll(dir + "/precious.pb", "keep me");
+  WriteAll(dir + "/sub/checkpoint.json", R"({"latest": "ckpt-1.pb", "all": ["../precious.pb"]})");
+  ASSERT_TRUE(Checkpointer({dir + "/sub", 1}).Save(State(2), "mlp").ok());
+  EXPECT_TRUE(fs::exists(dir + "/precious.pb"));
+}
+
+TEST(Checkpointer, ChecksumMismatchIsDataLossNamingTheFile) {
+  std::string dir = FreshDir("ckpt_checksum");
+  Checkpointer c({dir, 2});
+  auto path = c.Save(State(5), "mlp");
+  ASSERT_TRUE(path.ok());
+  std::string data = ReadAll(*path);
+  data[data.size() - 2] ^= 0x01;  // one bit of a float value: still a valid proto
+  WriteAll(*path, data);
+  auto latest = c.LoadLatest(Expect());
+  ASSERT_FALSE(latest.ok());
+  EXPECT_EQ(latest.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(latest.status().message(), *path + " is corrupt: checksum mismatch");
+}
+
+TEST(Checkpointer, ReadsOlderFilesWithoutAChecksum) {
+  std::string dir = FreshDir("ckpt_legacy");
+  fs::create_directories(dir);
+  WriteUnframed(dir + "/ckpt-7.pb", State(7), "mlp");
+  WriteAll(dir + "/checkpoint.json", R"({"latest": "ckpt-7.pb", "all": ["ckpt-7.pb"]})");
+  auto latest = Checkpointer({dir, 2}).LoadLatest(Expect());
+  ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status();
+  EXPECT_EQ((*latest)->global_step, 7);
+  EXPECT_EQ((*latest)->variables[0].values, (std::vector<float>{1.5f, -2.0f, 7.0f}));
+}
+
+TEST(Checkpointer, RefusesNonFiniteValuesNamingTheFile) {
+  std::string dir = FreshDir("ckpt_nan");
+  fs::create_directories(dir);
+  ps::ModelState s = State(7);
+  for (float& v : s.variables[0].values) v = std::numeric_limits<float>::quiet_NaN();
+  WriteUnframed(dir + "/ckpt-7.pb", s, "mlp");
+  WriteAll(dir + "/checkpoint.json", R"({"latest": "ckpt-7.pb", "all": ["ckpt-7.pb"]})");
+  auto latest = Checkpointer({dir, 2}).LoadLatest(Expect());
+  ASSERT_FALSE(latest.ok());
+  EXPECT_EQ(latest.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(latest.status().message(),
+            dir +
+                "/ckpt-7.pb: variable dense1/kernel holds nan at index 0 (training had "
+                "diverged); delete it to resume from an earlier checkpoint, or use another "
+                "--checkpoint-dir");
+}
+
+TEST(Checkpointer, SaveRefusesNonFiniteValuesAndKeepsTheEarlierCheckpoints) {
+  std::string dir = FreshDir("ckpt_save_nan");
+  Checkpointer c({dir, 1});
+  ASSERT_TRUE(c.Save(State(5), "mlp").ok());
+  ps::ModelState s = State(6);
+  s.variables[1].values[0] = std::numeric_limits<float>::infinity();
+  auto path = c.Save(s, "mlp");
+  ASSERT_FALSE(path.ok());
+  EXPECT_EQ(path.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fs::exists(dir + "/ckpt-5.pb"));
+  EXPECT_EQ((*c.LoadLatest(Expect()))->global_step, 5);
+}
+
+TEST(Checkpointer, RefusesAStepBeyondTheJobNamingTheFile) {
+  std::string dir = FreshDir("ckpt_step");
+  Checkpointer c({dir, 2});
+  ASSERT_TRUE(c.Save(State(int64_t{1} << 62), "mlp").ok());
+  auto latest = c.LoadLatest(Expect(937));
+  ASSERT_FALSE(latest.ok());
+  EXPECT_EQ(latest.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(latest.status().message(),
+            dir +
+                "/ckpt-4611686018427387904.pb is at global step 4611686018427387904, beyond "
+                "the 937 steps this job trains; raise --epochs to continue it, or use another "
+                "--checkpoint-dir");
+}
+
+TEST(Checkpointer, RefusesVariablesOfAnotherShapeNamingTheFile) {
+  std::string dir = FreshDir("ckpt_shape");
+  Checkpointer c({dir, 2});
+  ASSERT_TRUE(c.Save(State(3), "mlp").ok());
+  CheckpointExpectation e = Expect();
+  e.variables[0].elements = 4;
+  auto latest = c.LoadLatest(e);
+  ASSERT_FALSE(latest.ok());
+  EXPECT_EQ(latest.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(latest.status().message(),
+            dir +
+                "/ckpt-3.pb: variable dense1/kernel has 3 values, the mlp model's has 4; it was "
+                "written for another model, use another --checkpoint-dir");
+}
+
+TEST(Checkpointer, NoUsableCheckpointIsAnErrorNotAFreshStart) {
+  std::string dir = FreshDir("ckpt_none_usable");
+  Checkpointer c({dir, 3});
+  auto path = c.Save(State(5), "mlp");
+  ASSERT_TRUE(path.ok());
+  WriteAll(*path, "\x08\xff\xff garbage");
+  fs::remove(dir + "/checkpoint.json");
+  auto latest = c.LoadLatest(Expect());
+  ASSERT_FALSE(latest.ok());
+  EXPECT_EQ(latest.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(latest.status().message().find("no usable checkpoint in " + dir), std::string::npos)
+      << latest.status();
+  EXPECT_NE(latest.status().message().find(*path), std::string::npos) << latest.status();
 }
 
 }  // namespace
