@@ -1,4 +1,4 @@
-// The model zoo: the two architectures of DESIGN §5, built from layers on a Device.
+// The model zoo: the two architectures of docs/architecture.md §5.7, built from layers on a Device.
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@
 namespace kubetrain::bench {
 
 struct BackendOptions {
-  int threads = 1;  // CPU: OpenBLAS threads (DESIGN §8: one per process by default)
+  int threads = 1;  // CPU: OpenBLAS threads (docs/architecture.md §8: one per process by default)
 };
 
 // Runs a list of GEMMs directly on a backend's BLAS, without the model or the Device layer.

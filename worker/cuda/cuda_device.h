@@ -34,7 +34,7 @@ struct CudaDeviceOptions {
   int ordinal = 0;
   // Host<->device copies pass through two pinned staging buffers of this size: while one
   // chunk's DMA runs, the next chunk is copied to or from pageable memory on the CPU. 1 MiB
-  // splits a ~4 MiB ps partition (DESIGN §5) into four overlapping steps.
+  // splits a ~4 MiB ps partition (docs/architecture.md §5.4) into four overlapping steps.
   size_t staging_chunk_bytes = size_t{1} << 20;
 };
 
