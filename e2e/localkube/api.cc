@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "e2e/localkube/decode.h"
 #include "e2e/localkube/errors.h"
 #include "e2e/localkube/patch.h"
 #include "e2e/localkube/schema.h"
@@ -93,12 +94,15 @@ bool ValidName(const std::string& name) {
   return absl::ascii_isalnum(name.front()) && absl::ascii_isalnum(name.back());
 }
 
-absl::StatusOr<json> ParseJson(absl::string_view body) {
-  try {
-    return json::parse(body.begin(), body.end());
-  } catch (const json::exception& e) {
-    return BadRequestError(absl::StrCat("error decoding request body: ", e.what()));
-  }
+// A patch result is decoded into the typed object like a request body; apiserver reports a
+// failure as an Invalid "patch" field carrying the patched document.
+absl::Status PatchedTypesOk(const ResourceType& type, json* patched) {
+  absl::Status st = CheckFieldTypes(type, patched);
+  if (st.ok()) return st;
+  return InvalidError(
+      "", "",
+      {{"FieldValueInvalid",
+        absl::StrCat("Invalid value: \"", patched->dump(), "\": ", st.message()), "patch"}});
 }
 
 }  // namespace
@@ -454,6 +458,7 @@ absl::StatusOr<json> Api::Patch(const Target& target, absl::string_view content_
   }
   json patch;
   if (apply) {
+    if (absl::Status st = CheckUtf8(body); !st.ok()) return BadRequestError(st.message());
     ASSIGN_OR_RETURN(std::vector<json> docs, api::ParseYamlDocuments(body));
     if (docs.size() != 1 || !docs[0].is_object()) {
       return BadRequestError("apply patch must hold exactly one object");
@@ -463,12 +468,13 @@ absl::StatusOr<json> Api::Patch(const Target& target, absl::string_view content_
       return BadRequestError("metadata.managedFields must be nil");
     }
   } else {
-    ASSIGN_OR_RETURN(patch, ParseJson(body));
+    ASSIGN_OR_RETURN(patch, DecodeJson(body));
   }
   auto old = store_->Get(type.StorageKey(), target.ns, target.name);
   if (!old) {
     if (!apply || !target.subresource.empty()) return NotFoundError(type.Qualified(), target.name);
     *created = true;
+    RETURN_IF_ERROR(PatchedTypesOk(type, &patch));
     return CreateLocked(target, std::move(patch), options);
   }
   json current = *old;
@@ -490,6 +496,7 @@ absl::StatusOr<json> Api::Patch(const Target& target, absl::string_view content_
                                                std::move(updated), *old, options));
     return ScaleOf(type, stored);
   }
+  RETURN_IF_ERROR(PatchedTypesOk(type, &patched));
   return UpdateLocked(target, std::move(patched), *old, options);
 }
 
@@ -657,7 +664,11 @@ void Api::CollectGarbageLocked() {
         dependents[ref.value("uid", "")].emplace_back(k, o);
       }
     }
-    for (auto& [k, o] : everything) {
+    for (auto& entry : everything) {
+      // Plain references, not structured bindings: the lambdas below capture them, which
+      // clang accepts only from version 16.
+      auto& k = entry.first;
+      auto& o = entry.second;
       const json& refs = Meta(o).value("ownerReferences", json::array());
       bool orphaned = !refs.empty() && !IsDeleting(o);
       for (const auto& ref : refs) orphaned = orphaned && !uids.count(ref.value("uid", ""));

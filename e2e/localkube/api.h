@@ -41,6 +41,7 @@ struct ListOptions {
   FieldSelector fields;
   int64_t limit = 0;
   std::string continue_token;
+  int64_t resource_version = 0;  // parsed `resourceVersion`; 0: any
 };
 
 struct DeleteOptions {

@@ -104,6 +104,15 @@ absl::Status BadRequestError(absl::string_view message) {
 
 absl::Status GoneError(absl::string_view message) { return ApiError(410, "Expired", message); }
 
+absl::Status TooLargeResourceVersionError(int64_t requested, int64_t current) {
+  return ApiError(
+      504, "Timeout",
+      absl::StrCat("Timeout: Too large resource version: ", requested, ", current: ", current),
+      {{"causes",
+        {{{"reason", "ResourceVersionTooLarge"}, {"message", "Too large resource version"}}}},
+       {"retryAfterSeconds", 1}});
+}
+
 nlohmann::json StatusBody(const absl::Status& status) {
   if (auto payload = status.GetPayload(kPayloadUrl)) {
     return nlohmann::json::parse(std::string(*payload));

@@ -3,6 +3,7 @@
 // the HTTP layer turns it into a response.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ absl::Status InvalidError(absl::string_view qualified_kind, absl::string_view na
                           const std::vector<Cause>& causes);
 absl::Status BadRequestError(absl::string_view message);
 absl::Status GoneError(absl::string_view message);
+// 504 Timeout for a read at a resourceVersion the store has not reached (cause
+// ResourceVersionTooLarge, retry after 1 s), as the watch cache answers after waiting 3 s.
+absl::Status TooLargeResourceVersionError(int64_t requested, int64_t current);
 
 // The Status object for an error (synthesised from the absl code when there is no payload).
 nlohmann::json StatusBody(const absl::Status& status);

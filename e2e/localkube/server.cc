@@ -2,8 +2,10 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "absl/strings/ascii.h"
@@ -15,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "e2e/localkube/decode.h"
 #include "e2e/localkube/discovery.h"
 #include "e2e/localkube/errors.h"
 #include "e2e/localkube/protobuf.h"
@@ -97,22 +100,6 @@ ParsedPath SplitApiPath(const std::string& path) {
   return p;
 }
 
-absl::StatusOr<json> ParseBody(const httplib::Request& req) {
-  if (req.body.empty()) return json::object();
-  std::string ct = absl::AsciiStrToLower(req.get_header_value("Content-Type"));
-  if (absl::StrContains(ct, "protobuf")) return DecodeK8sProtobuf(req.body);
-  if (absl::StrContains(ct, "yaml")) {
-    auto docs = api::ParseYamlDocuments(req.body);
-    if (!docs.ok() || docs->size() != 1) return BadRequestError("could not decode YAML body");
-    return (*docs)[0];
-  }
-  try {
-    return json::parse(req.body);
-  } catch (const json::exception& e) {
-    return BadRequestError(absl::StrCat("error decoding request body: ", e.what()));
-  }
-}
-
 WriteOptions WriteOptionsOf(const httplib::Request& req) {
   WriteOptions o;
   o.dry_run = req.has_param("dryRun");
@@ -123,8 +110,24 @@ WriteOptions WriteOptionsOf(const httplib::Request& req) {
   return o;
 }
 
+// The apiserver's versioner: strconv.ParseUint on anything but "" and "0".
+absl::StatusOr<int64_t> ParseResourceVersion(const std::string& rv) {
+  if (rv.empty() || rv == "0") return 0;
+  auto invalid = [&](absl::string_view why) {
+    std::string quoted = absl::StrCat("\"", absl::CHexEscape(rv), "\"");
+    return BadRequestError(
+        absl::StrCat("invalid resource version: resourceVersion: Invalid value: ", quoted,
+                     ": strconv.ParseUint: parsing ", quoted, ": ", why));
+  };
+  if (!std::all_of(rv.begin(), rv.end(), absl::ascii_isdigit)) return invalid("invalid syntax");
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(rv, &v)) return invalid("value out of range");
+  return static_cast<int64_t>(std::min<uint64_t>(v, std::numeric_limits<int64_t>::max()));
+}
+
 absl::StatusOr<ListOptions> ListOptionsOf(const httplib::Request& req) {
   ListOptions o;
+  ASSIGN_OR_RETURN(o.resource_version, ParseResourceVersion(Param(req, "resourceVersion")));
   ASSIGN_OR_RETURN(o.labels, LabelSelector::Parse(Param(req, "labelSelector")));
   ASSIGN_OR_RETURN(o.fields, FieldSelector::Parse(Param(req, "fieldSelector")));
   absl::SimpleAtoi(Param(req, "limit"), &o.limit);
@@ -138,11 +141,7 @@ absl::StatusOr<DeleteOptions> DeleteOptionsOf(const httplib::Request& req) {
   if (absl::StrContains(req.get_header_value("Content-Type"), "protobuf")) {
     ASSIGN_OR_RETURN(body, DecodeK8sProtobuf(req.body));
   } else if (!req.body.empty()) {
-    try {
-      body = json::parse(req.body);
-    } catch (const json::exception&) {
-      return BadRequestError("could not decode DeleteOptions");
-    }
+    ASSIGN_OR_RETURN(body, DecodeJson(req.body));
   }
   o.propagation = body.value("propagationPolicy", Param(req, "propagationPolicy"));
   if (body.value("orphanDependents", false) || ParseBool(Param(req, "orphanDependents"))) {
@@ -265,6 +264,15 @@ void Server::Stop() {
   if (http_) http_->stop();
   if (listener_.joinable()) listener_.join();
   if (compactor_.joinable()) compactor_.join();
+}
+
+bool Server::WaitForRevision(int64_t revision) {
+  Store* store = api_->store();
+  absl::Time deadline = absl::Now() + options_.too_large_rv_wait;
+  while (!stopping_ && store->Revision() < revision && absl::Now() < deadline) {
+    store->WaitForChange(revision - 1, deadline);
+  }
+  return store->Revision() >= revision;
 }
 
 bool Server::Authorized(const httplib::Request& req) const {
@@ -410,6 +418,11 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res) 
     if (ParseBool(Param(req, "watch"))) return ServeWatch(target, req, res);
     auto list_options = ListOptionsOf(req);
     if (!list_options.ok()) return ReplyError(res, list_options.status());
+    // "Not older than" this version: wait for the store to get there, as the watch cache does.
+    if (list_options->continue_token.empty() && !WaitForRevision(list_options->resource_version)) {
+      return ReplyError(res, TooLargeResourceVersionError(list_options->resource_version,
+                                                          api_->store()->Revision()));
+    }
     result = api_->List(target, *list_options);
     if (result.ok() && WantsTable(req)) {
       std::vector<json> items((*result)["items"].begin(), (*result)["items"].end());
@@ -425,12 +438,14 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res) 
                        Param(req, "includeObject"));
     }
   } else if (m == "POST" && collection) {
-    auto body = ParseBody(req);
+    auto body = DecodeObject(*target.type, *api_->registry(), req.get_header_value("Content-Type"),
+                             req.body);
     if (!body.ok()) return ReplyError(res, body.status());
     result = api_->Create(target, std::move(*body), WriteOptionsOf(req));
     ok_code = 201;
   } else if (m == "PUT" && !collection) {
-    auto body = ParseBody(req);
+    auto body = DecodeObject(*target.type, *api_->registry(), req.get_header_value("Content-Type"),
+                             req.body);
     if (!body.ok()) return ReplyError(res, body.status());
     bool created = false;
     result = api_->Update(target, std::move(*body), WriteOptionsOf(req), &created);
@@ -474,7 +489,7 @@ void Server::ServeWatch(const Target& target, const httplib::Request& req, httpl
   int64_t timeout = 0;
   absl::SimpleAtoi(Param(req, "timeoutSeconds"), &timeout);
   if (timeout <= 0) timeout = 1800;
-  std::string rv = Param(req, "resourceVersion");
+  const bool initial_list = filter->resource_version == 0;
   bool bookmarks = ParseBool(Param(req, "allowWatchBookmarks"));
   bool table = WantsTable(req);
   std::string include_object = Param(req, "includeObject");
@@ -487,8 +502,8 @@ void Server::ServeWatch(const Target& target, const httplib::Request& req, httpl
   }
   res.status = 200;
   res.set_chunked_content_provider(
-      kJson, [this, target, filter = *filter, rv, bookmarks, table, include_object, deadline, drop](
-                 size_t, httplib::DataSink& sink) {
+      kJson, [this, target, filter = *filter, initial_list, bookmarks, table, include_object,
+              deadline, drop](size_t, httplib::DataSink& sink) {
         Store* store = api_->store();
         const std::string key = target.type->StorageKey();
         auto emit = [&](json event) {
@@ -504,7 +519,7 @@ void Server::ServeWatch(const Target& target, const httplib::Request& req, httpl
           return sink.write(line.data(), line.size());
         };
         int64_t cursor = 0;
-        if (rv.empty() || rv == "0") {
+        if (initial_list) {
           std::vector<json> objects = store->List(key, target.ns, &cursor);
           for (json& o : objects) {
             StoreEvent e{cursor, "ADDED", key, std::move(o), nullptr};
@@ -512,8 +527,17 @@ void Server::ServeWatch(const Target& target, const httplib::Request& req, httpl
               if (!emit(*ev)) return false;
             }
           }
-        } else if (!absl::SimpleAtoi(rv, &cursor)) {
-          cursor = 0;
+        } else if (!WaitForRevision(filter.resource_version)) {
+          // Past the answer's start, errors travel as an ERROR event (the apiserver's
+          // errWatcher); client-go relists on this cause.
+          if (stopping_) return false;
+          emit({{"type", "ERROR"},
+                {"object", StatusBody(TooLargeResourceVersionError(filter.resource_version,
+                                                                   store->Revision()))}});
+          sink.done();
+          return true;
+        } else {
+          cursor = filter.resource_version;
         }
         absl::Time next_bookmark = absl::Now() + options_.bookmark_every;
         while (!stopping_ && sink.is_writable()) {

@@ -35,6 +35,9 @@ struct ServerOptions {
   absl::Duration latency = absl::ZeroDuration();
   absl::Duration compact_every = absl::ZeroDuration();
   absl::Duration bookmark_every = absl::Seconds(15);
+  // How long a read at a resourceVersion ahead of the store waits before 504 (the watch
+  // cache's blockTimeout).
+  absl::Duration too_large_rv_wait = absl::Seconds(3);
 };
 
 class Server {
@@ -54,6 +57,8 @@ class Server {
  private:
   void Handle(const httplib::Request& req, httplib::Response& res);
   bool Authorized(const httplib::Request& req) const;
+  // Waits (up to too_large_rv_wait, or until Stop) for the store to reach `revision`.
+  bool WaitForRevision(int64_t revision);
   bool InjectFault(const httplib::Request& req, httplib::Response& res);
   bool ServeDiscovery(const httplib::Request& req, httplib::Response& res);
   void ServeResource(const httplib::Request& req, httplib::Response& res);

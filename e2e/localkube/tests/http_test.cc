@@ -3,6 +3,10 @@
 #include <httplib.h>
 
 #include <memory>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
 
 #include "e2e/localkube/api.h"
 #include "e2e/localkube/server.h"
@@ -312,6 +316,183 @@ TEST_F(LocalkubeHttp, GarbageCollectionAndFinalizers) {
   EXPECT_EQ(Call("DELETE", "/api/v1/namespaces/doomed").code, 200);
   EXPECT_EQ(Call("GET", "/api/v1/namespaces/doomed/configmaps/x").code, 404);
   EXPECT_EQ(Call("GET", "/api/v1/namespaces/doomed").code, 404);
+}
+
+// A CRD whose spec keeps any value, so nesting reaches storage untouched.
+json BlobCrd() {
+  return json::parse(R"({
+    "apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
+    "metadata":{"name":"blobs.test.dev"},
+    "spec":{"group":"test.dev","scope":"Namespaced",
+      "names":{"plural":"blobs","singular":"blob","kind":"Blob"},
+      "versions":[{"name":"v1","served":true,"storage":true,
+        "schema":{"openAPIV3Schema":{"type":"object","properties":{
+          "spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}}}]}})");
+}
+
+// `levels` nested objects around 1, e.g. {"a":{"a":1}} for 2.
+std::string Nested(int levels) {
+  std::string text;
+  for (int i = 0; i < levels; ++i) text += R"({"a":)";
+  text += "1";
+  text.append(levels, '}');
+  return text;
+}
+
+TEST_F(LocalkubeHttp, NestingBeyondTheJsonDecoderLimitIsABadRequest) {
+  ASSERT_EQ(Call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", BlobCrd()).code,
+            201);
+  const std::string blobs = "/apis/test.dev/v1/namespaces/default/blobs";
+  // The document's own object and spec are two levels: 9998 more reach encoding/json's 10000.
+  std::string at_limit =
+      R"({"apiVersion":"test.dev/v1","kind":"Blob","metadata":{"name":"deep"},"spec":)" +
+      Nested(9998) + "}";
+  auto created = client_->Post(blobs.c_str(), at_limit, "application/json");
+  ASSERT_TRUE(created);
+  EXPECT_EQ(created->status, 201) << created->body.substr(0, 300);
+  auto got = client_->Get((blobs + "/deep").c_str());
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->status, 200);
+  EXPECT_EQ(Call("GET", blobs).code, 200);
+  EXPECT_EQ(Call("PATCH", blobs + "/deep", json::parse(R"({"metadata":{"labels":{"a":"b"}}})"),
+                 "application/merge-patch+json")
+                .code,
+            200);
+  EXPECT_EQ(Call("DELETE", blobs + "/deep").code, 200);
+
+  std::string over = R"({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"deep"},"data":)" +
+                     Nested(80000) + "}";
+  auto refused = client_->Post(kConfigMaps, over, "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  json status = json::parse(refused->body);
+  EXPECT_EQ(status["reason"], "BadRequest");
+  EXPECT_EQ(status["message"],
+            "the object provided is unrecognized (must be of type ConfigMap): couldn't get "
+            "version/kind; json parse error: invalid character '{' exceeded max depth "
+            "({\"apiVersion\":\"v1\",\"kind\":\"Con ...)");
+  auto patch = client_->Patch((blobs + "/x").c_str(), R"({"spec":)" + Nested(80000) + "}",
+                              "application/merge-patch+json");
+  ASSERT_TRUE(patch);
+  EXPECT_EQ(patch->status, 400);
+  EXPECT_EQ(Call("GET", "/version").code, 200);  // still serving
+}
+
+TEST_F(LocalkubeHttp, InvalidUtf8IsABadRequestAndNeverStored) {
+  auto json_body =
+      client_->Post(kConfigMaps, "{\"metadata\":{\"name\":\"u\"},\"data\":{\"k\":\"\xff\xfe\"}}",
+                    "application/json");
+  ASSERT_TRUE(json_body);
+  EXPECT_EQ(json_body->status, 400);
+  EXPECT_TRUE(absl::StrContains(json::parse(json_body->body)["message"].get<std::string>(),
+                                "invalid UTF-8 byte 0xFF"));
+  auto yaml_body = client_->Post(
+      kConfigMaps, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: u\ndata:\n  k: \"\xff\"\n",
+      "application/yaml");
+  ASSERT_TRUE(yaml_body);
+  EXPECT_EQ(yaml_body->status, 400);
+  auto patch = client_->Patch((std::string(kConfigMaps) + "/u").c_str(),
+                              "{\"data\":{\"k\":\"\xc0\xaf\"}}", "application/merge-patch+json");
+  ASSERT_TRUE(patch);
+  EXPECT_EQ(patch->status, 400);
+  Reply list = Call("GET", kConfigMaps);
+  EXPECT_EQ(list.code, 200);
+  EXPECT_TRUE(list.body["items"].empty());
+}
+
+TEST_F(LocalkubeHttp, BodyOfAnotherKindOrVersionIsABadRequest) {
+  json secret = {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "s"}}}};
+  Reply r = Call("POST", kConfigMaps, secret);
+  EXPECT_EQ(r.code, 400);
+  EXPECT_EQ(r.body["reason"], "BadRequest");
+  EXPECT_EQ(r.body["message"],
+            "Secret in version \"v1\" cannot be handled as a ConfigMap: converting (v1.Secret) to "
+            "(core.ConfigMap): unknown conversion");
+  json other_group = {
+      {"apiVersion", "apps/v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "c"}}}};
+  r = Call("POST", kConfigMaps, other_group);
+  EXPECT_EQ(r.code, 400);
+  EXPECT_EQ(
+      r.body["message"],
+      "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: no kind \"ConfigMap\" is "
+      "registered for version \"apps/v1\" in scheme \"pkg/api/legacyscheme/scheme.go:30\"");
+  ASSERT_EQ(Call("POST", kConfigMaps, json{{"metadata", {{"name", "c"}}}}).code, 201);
+  json put = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "c"}}}};
+  EXPECT_EQ(Call("PUT", std::string(kConfigMaps) + "/c", put).code, 400);
+  EXPECT_EQ(Call("GET", "/api/v1/namespaces/default/secrets/s").code, 404);
+}
+
+TEST_F(LocalkubeHttp, FieldsOfTheWrongGoTypeAreBadRequests) {
+  Reply data =
+      Call("POST", kConfigMaps, json::parse(R"({"metadata":{"name":"d"},"data":{"k":1}})"));
+  EXPECT_EQ(data.code, 400);
+  EXPECT_EQ(data.body["message"],
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal "
+            "number into Go struct field ConfigMap.data of type string");
+  Reply secret = Call("POST", "/api/v1/namespaces/default/secrets",
+                      json::parse(R"({"metadata":{"name":"s"},"stringData":{"k":true}})"));
+  EXPECT_EQ(secret.code, 400);
+  Reply rv =
+      Call("POST", kConfigMaps, json::parse(R"({"metadata":{"name":"r","resourceVersion":5}})"));
+  EXPECT_EQ(rv.code, 400);
+  EXPECT_EQ(rv.body["message"],
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal "
+            "number into Go struct field ObjectMeta.metadata.resourceVersion of type string");
+  EXPECT_EQ(Call("POST", kConfigMaps, json::parse(R"({"metadata":{"name":7}})")).code, 400);
+  ASSERT_EQ(Call("POST", kConfigMaps, json::parse(R"({"metadata":{"name":"ok"}})")).code, 201);
+  Reply patched = Call("PATCH", std::string(kConfigMaps) + "/ok",
+                       json::parse(R"({"data":{"k":[1]}})"), "application/merge-patch+json");
+  EXPECT_EQ(patched.code, 422);
+  EXPECT_EQ(patched.body["details"]["causes"][0]["field"], "patch");
+  EXPECT_EQ(Call("GET", kConfigMaps).body["items"].size(), 1u);
+}
+
+TEST_F(LocalkubeHttp, UnparsableResourceVersionIsABadRequest) {
+  for (const char* query : {"?resourceVersion=abc", "?watch=true&resourceVersion=abc"}) {
+    Reply r = Call("GET", std::string(kConfigMaps) + query);
+    EXPECT_EQ(r.code, 400) << query;
+    EXPECT_EQ(r.body["message"],
+              "invalid resource version: resourceVersion: Invalid value: \"abc\": "
+              "strconv.ParseUint: parsing \"abc\": invalid syntax");
+  }
+  EXPECT_EQ(Call("GET", std::string(kConfigMaps) + "?resourceVersion=-1").code, 400);
+}
+
+TEST_F(LocalkubeHttp, FutureResourceVersionTimesOutAfterTheWatchCacheWait) {
+  Reply created = Call("POST", kConfigMaps, json{{"metadata", {{"name", "a"}}}});
+  int64_t rv = std::stoll(created.body["metadata"]["resourceVersion"].get<std::string>());
+  std::string future = std::to_string(rv + 1000);
+  absl::Time start = absl::Now();
+  Reply list = Call("GET", std::string(kConfigMaps) + "?resourceVersion=" + future);
+  absl::Duration waited = absl::Now() - start;
+  EXPECT_EQ(list.code, 504);
+  EXPECT_EQ(list.body["reason"], "Timeout");
+  EXPECT_EQ(list.body["message"],
+            "Timeout: Too large resource version: " + future + ", current: " + std::to_string(rv));
+  EXPECT_EQ(list.body["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+  EXPECT_EQ(list.body["details"]["retryAfterSeconds"], 1);
+  EXPECT_GE(waited, absl::Milliseconds(2900));
+  EXPECT_LT(waited, absl::Seconds(6));
+
+  std::vector<json> events =
+      Watch(std::string(kConfigMaps) + "?watch=true&timeoutSeconds=10&resourceVersion=" + future);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["type"], "ERROR");
+  EXPECT_EQ(events[0]["object"]["code"], 504);
+  EXPECT_EQ(events[0]["object"]["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+
+  // A version reached while waiting is served.
+  std::thread writer([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_default_headers({{"Authorization", std::string("bearer ") + kToken}});
+    c.Post(kConfigMaps, R"({"metadata":{"name":"b"}})", "application/json");
+  });
+  Reply caught_up =
+      Call("GET", std::string(kConfigMaps) + "?resourceVersion=" + std::to_string(rv + 1));
+  writer.join();
+  EXPECT_EQ(caught_up.code, 200);
+  EXPECT_EQ(caught_up.body["items"].size(), 2u);
 }
 
 TEST_F(LocalkubeHttp, DryRunWritesNothing) {
