@@ -1,11 +1,15 @@
 #include "e2e/localkube/kubelet.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -47,12 +51,58 @@ std::string FieldRef(const json& pod, const std::string& path, const std::string
 
 }  // namespace
 
-Kubelet::Kubelet(KubeletOptions options, Api* api) : options_(std::move(options)), api_(api) {}
+Kubelet::Kubelet(KubeletOptions options, Api* api) : options_(std::move(options)), api_(api) {
+  ReserveIpBlock();
+}
 
-Kubelet::~Kubelet() { Stop(); }
+Kubelet::~Kubelet() {
+  Stop();
+  if (block_lock_fd_ >= 0) close(block_lock_fd_);
+}
+
+// Several localkubes share one machine's loopback: each takes a random 127.X.Y.0/24 (X >= 1,
+// clear of 127.0.0.x) and holds an flock on a file naming it, so no two running instances
+// ever hand out the same pod IP and pods of different instances never collide on ports.
+void Kubelet::ReserveIpBlock() {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> x(1, 254), y(0, 255);
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "localkube-ip-blocks";
+  std::filesystem::create_directories(dir, ec);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    block_x_ = x(rng), block_y_ = y(rng);
+    std::string path = (dir / absl::StrCat("127.", block_x_, ".", block_y_)).string();
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) break;  // no lock directory: the random pick alone keeps collisions unlikely
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      block_lock_fd_ = fd;
+      return;
+    }
+    close(fd);
+  }
+  log::Warn("Using an unreserved pod IP block", {{"block", ip_block()}});
+}
+
+std::string Kubelet::ip_block() const {
+  return absl::StrCat("127.", block_x_, ".", block_y_, ".0/24");
+}
+
+std::string Kubelet::AllocateIp() {
+  std::set<std::string> used;
+  for (const auto& [key, pod] : pods_) used.insert(pod->ip);
+  // Round robin over the block so a just-freed address is the last to be handed out again.
+  for (int i = 0; i < 254; ++i) {
+    std::string ip = absl::StrCat("127.", block_x_, ".", block_y_, ".", 1 + next_ip_++ % 254);
+    if (!used.count(ip)) return ip;
+  }
+  // 254 live pods: spill into the following blocks, unreserved.
+  int n = next_ip_++;
+  return absl::StrCat("127.", block_x_, ".", (block_y_ + 1 + n / 254) % 256, ".", 1 + n % 254);
+}
 
 void Kubelet::Start() {
   std::filesystem::create_directories(options_.log_dir);
+  log::Info("Reserved pod IP block", {{"block", ip_block()}});
   WriteHosts();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -89,7 +139,11 @@ void Kubelet::Sync() {
     events.clear();
     for (auto& p : current) events.push_back({scanned, "MODIFIED", "/pods", p, p});
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [key, pod] : pods_) {
+    for (auto& entry : pods_) {
+      // Plain references, not structured bindings: the lambda below captures `key`, which
+      // clang accepts only from version 16.
+      const auto& key = entry.first;
+      auto& pod = entry.second;
       bool present = std::any_of(current.begin(), current.end(), [&](const json& p) {
         return Key(p["metadata"].value("namespace", ""), p["metadata"].value("name", "")) == key;
       });
@@ -144,8 +198,10 @@ void Kubelet::Admit(const json& object) {
   pod->name = object["metadata"].value("name", "");
   pod->uid = object["metadata"].value("uid", "");
   pod->object = object;
-  int n = next_ip_++;
-  pod->ip = absl::StrCat("127.0.", 1 + n / 250, ".", 1 + n % 250);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pod->ip = AllocateIp();
+  }
   pod->dir = absl::StrCat(options_.log_dir, "/", pod->ns, "_", pod->name, "_", pod->uid);
   pod->start_time = Now();
   std::filesystem::create_directories(pod->dir);

@@ -41,6 +41,9 @@ class Kubelet : public LogSource {
   void Start();
   void Stop();
 
+  // The loopback /24 this kubelet's pod IPs come from, e.g. "127.83.4.0/24".
+  std::string ip_block() const;
+
   absl::StatusOr<std::string> LogPath(const std::string& ns, const std::string& pod,
                                       const std::string& container, bool previous) override;
   bool Running(const std::string& ns, const std::string& pod,
@@ -84,6 +87,8 @@ class Kubelet : public LogSource {
   void WriteHosts();
   std::vector<std::string> Environment(const Pod& pod, const Container& c,
                                        std::map<std::string, std::string>* vars) const;
+  void ReserveIpBlock();
+  std::string AllocateIp();  // with mu_ held
   std::string ResolveBinary(const std::string& image, std::string command) const;
   static std::string Key(const std::string& ns, const std::string& name) { return ns + "/" + name; }
 
@@ -95,6 +100,8 @@ class Kubelet : public LogSource {
   std::map<std::string, std::unique_ptr<Pod>> pods_;
   int64_t cursor_ = 0;
   int next_ip_ = 0;
+  int block_x_ = 0, block_y_ = 0;  // pods get 127.<x>.<y>.1-254
+  int block_lock_fd_ = -1;         // flock held on the block's file while we live
 };
 
 }  // namespace kubetrain::localkube
