@@ -1,6 +1,7 @@
 #include "ps/client.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <utility>
 
@@ -199,10 +200,30 @@ absl::Status PsClient::FanOut(absl::string_view method, const std::vector<int>& 
     pending.push_back(std::move(p));
   }
   absl::Status first;
-  for (size_t done = 0; done < pending.size(); ++done) {
+  bool cancelled = false;
+  for (size_t done = 0; done < pending.size();) {
     void* tag = nullptr;
     bool ok = false;
-    if (!cq.Next(&tag, &ok)) break;
+    // Short waits, so a stop request cancels what is in flight instead of waiting it out.
+    grpc::CompletionQueue::NextStatus next;
+    if (options_.stop == nullptr) {
+      next =
+          cq.Next(&tag, &ok) ? grpc::CompletionQueue::GOT_EVENT : grpc::CompletionQueue::SHUTDOWN;
+    } else {
+      next = cq.AsyncNext(
+          &tag, &ok,
+          std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.stop_poll));
+    }
+    if (next == grpc::CompletionQueue::SHUTDOWN) break;
+    if (next == grpc::CompletionQueue::TIMEOUT) {
+      if (!cancelled && Stopped()) {
+        cancelled = true;
+        if (first.ok()) first = absl::CancelledError(absl::StrCat(method, ": stopped"));
+        for (auto& p : pending) p->context.TryCancel();
+      }
+      continue;
+    }
+    ++done;
     const size_t i = reinterpret_cast<size_t>(tag);
     absl::Status status = FromGrpc(pending[i]->status);
     if (status.ok()) status = call.Done(targets[i], pending[i]->response);
@@ -529,6 +550,7 @@ absl::Status PsClient::WaitReady(absl::Duration timeout, bool require_initialize
   Backoff backoff(options_.wait_ready_backoff);
   const absl::Time give_up = absl::Now() + timeout;
   for (int attempt = 1;; ++attempt) {
+    if (Stopped()) return absl::CancelledError("stopped while waiting for parameter servers");
     ASSIGN_OR_RETURN(std::string reason, NotReadyReason(Status(), plan_, require_initialized));
     if (reason.empty()) return absl::OkStatus();
     const absl::Duration left = give_up - absl::Now();
@@ -539,7 +561,11 @@ absl::Status PsClient::WaitReady(absl::Duration timeout, bool require_initialize
     const absl::Duration delay = std::min(backoff.Next(), left);
     log::Info("Waiting for parameter servers",
               {{"attempt", attempt}, {"reason", reason}, {"retry_in", delay}});
-    absl::SleepFor(delay);
+    const absl::Time wake = absl::Now() + delay;
+    for (absl::Time now = absl::Now(); now < wake; now = absl::Now()) {
+      if (Stopped()) return absl::CancelledError("stopped while waiting for parameter servers");
+      absl::SleepFor(std::min(wake - now, options_.stop_poll));
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 // per variable in plan.variables() order, each variables()[i].elements long.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -42,6 +43,11 @@ struct ClientOptions {
   absl::Duration reconnect_backoff = absl::Seconds(1);
   BackoffOptions wait_ready_backoff{.initial = absl::Milliseconds(500), .max = absl::Seconds(10)};
   uint32_t worker = 0;  // sent with pushes, for the ps's logs
+  // When set, every call in flight (a Pull waiting for a step included) and every WaitReady
+  // gives up within about stop_poll once it turns true, with CANCELLED "stopped": a worker
+  // told to stop must not sit out a deadline of minutes.
+  const std::atomic<bool>* stop = nullptr;
+  absl::Duration stop_poll = absl::Milliseconds(50);
 };
 
 // The per-ps global steps (and run ids) of the values a worker holds; what a Push is computed
@@ -129,7 +135,8 @@ class PsClient {
 
   // Polls Status until every ps answers and, with require_initialized, holds initialised state.
   // Retries UNAVAILABLE, DEADLINE_EXCEEDED and "not initialised" with backoff, logging one line
-  // per retry; DEADLINE_EXCEEDED naming the last reason once `timeout` has passed.
+  // per retry; DEADLINE_EXCEEDED naming the last reason once `timeout` has passed, CANCELLED
+  // once options.stop is set.
   absl::Status WaitReady(absl::Duration timeout, bool require_initialized);
 
  private:
@@ -139,6 +146,7 @@ class PsClient {
   absl::Status FanOut(absl::string_view method, const std::vector<int>& targets,
                       absl::Duration timeout, Call& call);
   std::vector<int> AllPs() const;
+  bool Stopped() const { return options_.stop != nullptr && options_.stop->load(); }
   absl::Status CheckBuffers(size_t count, const std::vector<size_t>& sizes) const;
   absl::StatusOr<v1::InitRequest> MakeInit(int ps, const ModelState& state) const;
   absl::Status InitAll(const std::vector<int>& targets, const ModelState& state);

@@ -328,7 +328,13 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
                                           {"ps", absl::StrJoin(id.ps_addresses, ",")},
                                           {"model", o.trainer.model},
                                           {"mode", o.mode}});
-  ASSIGN_OR_RETURN(FashionMnist data, LoadFashionMnist(o.data_dir));
+  absl::StatusOr<FashionMnist> data = LoadFashionMnist(o.data_dir, &g_stop);
+  if (g_stop.load()) {
+    log::Info("Stopped by signal while loading the data");
+    *exit_code = 128 + SIGTERM;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(data.status());
   ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> metrics_server,
                    MetricsServer::Start(JoinHostPort(o.bind_address, o.metrics_port)));
   WorkerMetrics metrics(metrics_server->registry(),
@@ -346,7 +352,7 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
     collective = std::move(*connected);
     id.communicator = collective.communicator.get();
   }
-  Trainer trainer(o.trainer, id, *device, &data.train, &data.test, &metrics);
+  Trainer trainer(o.trainer, id, *device, &data->train, &data->test, &metrics);
   absl::StatusOr<TrainingSummary> summary = trainer.Run(g_stop);
   if (!summary.ok() && g_stop.load()) {
     log::Info("Stopped by signal");

@@ -123,6 +123,7 @@ class Trainer::Impl {
 
   absl::StatusOr<TrainingSummary> Run(const std::atomic<bool>& stop) {
     start_ = absl::Now();
+    stop_ = &stop;
     RETURN_IF_ERROR(Setup());
     if (id_.role == Role::kEvaluator) return EvaluatorLoop(stop);
     if (id_.role == Role::kChief) {
@@ -184,6 +185,7 @@ class Trainer::Impl {
     }
     ps::ClientOptions client_options;
     client_options.worker = static_cast<uint32_t>(id_.rank);
+    client_options.stop = stop_;
     ASSIGN_OR_RETURN(std::unique_ptr<ps::PsClient> client,
                      ps::PsClient::Create(resolved, *plan_, client_options));
     std::lock_guard<std::mutex> lock(client_mu_);
@@ -387,9 +389,17 @@ class Trainer::Impl {
       absl::Duration wait = backoff.Next();
       log::Info("Waiting for the parameter servers",
                 {{"reason", last_reason}, {"retry_in", wait}, {"attempt", backoff.attempts()}});
-      absl::SleepFor(wait);
+      SleepUnlessStopped(wait, stop);
     }
     return absl::CancelledError("stopped");
+  }
+
+  // Sleeps for `d`, waking early (within 50 ms) when `stop` is set.
+  static void SleepUnlessStopped(absl::Duration d, const std::atomic<bool>& stop) {
+    const absl::Time wake = absl::Now() + d;
+    for (absl::Time now = absl::Now(); now < wake && !stop.load(); now = absl::Now()) {
+      absl::SleepFor(std::min(wake - now, absl::Milliseconds(50)));
+    }
   }
 
   absl::Status Recover(const absl::Status& cause, const std::atomic<bool>& stop) {
@@ -508,6 +518,7 @@ class Trainer::Impl {
       if (stop.load()) return absl::CancelledError("stopped by signal");
       int64_t epoch_before = pos / steps_per_epoch_;
       absl::StatusOr<int64_t> next = Step(pos, stop);
+      if (!next.ok() && stop.load()) return absl::CancelledError("stopped by signal");
       if (!next.ok()) {
         if (!Recoverable(next.status())) return next.status();
         absl::Status recovered = Recover(next.status(), stop);
@@ -596,7 +607,7 @@ class Trainer::Impl {
       RETURN_IF_ERROR(ready);
       RETURN_IF_ERROR(LogEvaluation(version_.step()));
       absl::Time next = absl::Now() + options_.eval_every;
-      while (!stop.load() && absl::Now() < next) absl::SleepFor(absl::Milliseconds(200));
+      SleepUnlessStopped(next - absl::Now(), stop);
     }
     log::Info("Training is over; evaluator exiting", {{"accuracy", last_eval_.accuracy}});
     return Summary();
@@ -604,6 +615,7 @@ class Trainer::Impl {
 
   const TrainerOptions options_;
   const TaskIdentity id_;
+  const std::atomic<bool>* stop_ = nullptr;  // Run's; in-flight ps calls give up once it is set
   Device& device_;
   const Dataset* train_;
   const Dataset* test_;

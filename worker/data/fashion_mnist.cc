@@ -42,10 +42,10 @@ struct RawSplit {
   IdxArray labels;
 };
 
-absl::StatusOr<RawSplit> ReadSplit(const SplitFiles& files) {
+absl::StatusOr<RawSplit> ReadSplit(const SplitFiles& files, const std::atomic<bool>* stop) {
   RawSplit raw;
-  ASSIGN_OR_RETURN(raw.images, ReadIdx(files.images, kIdxImagesMagic));
-  ASSIGN_OR_RETURN(raw.labels, ReadIdx(files.labels, kIdxLabelsMagic));
+  ASSIGN_OR_RETURN(raw.images, ReadIdx(files.images, kIdxImagesMagic, stop));
+  ASSIGN_OR_RETURN(raw.labels, ReadIdx(files.labels, kIdxLabelsMagic, stop));
   return raw;
 }
 
@@ -92,13 +92,15 @@ absl::StatusOr<Dataset> MakeDataset(const IdxArray& images, const IdxArray& labe
   return data;
 }
 
-absl::StatusOr<FashionMnist> LoadFashionMnist(absl::string_view dir) {
+absl::StatusOr<FashionMnist> LoadFashionMnist(absl::string_view dir,
+                                              const std::atomic<bool>* stop) {
   const SplitFiles train_files = FilesOf(dir, "train");
   const SplitFiles test_files = FilesOf(dir, "t10k");
   RETURN_IF_ERROR(CheckInstalled(
       {train_files.images, train_files.labels, test_files.images, test_files.labels}));
-  ASSIGN_OR_RETURN(RawSplit train, ReadSplit(train_files));
-  ASSIGN_OR_RETURN(RawSplit test, ReadSplit(test_files));
+  ASSIGN_OR_RETURN(RawSplit train, ReadSplit(train_files, stop));
+  ASSIGN_OR_RETURN(RawSplit test, ReadSplit(test_files, stop));
+  if (stop != nullptr && stop->load()) return absl::CancelledError("stopped while loading");
   FashionMnist out;
   out.normalization = ComputeNormalization(train.images);
   ASSIGN_OR_RETURN(out.train,

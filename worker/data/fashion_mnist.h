@@ -1,6 +1,7 @@
 // Loads Fashion-MNIST (Debian package `dataset-fashion-mnist`) from its four IDX .gz files.
 #pragma once
 
+#include <atomic>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -21,8 +22,10 @@ struct FashionMnist {
 
 // Reads train-{images,labels} and t10k-{images,labels} under `dir`. A missing file is one
 // NOT_FOUND error that names the path and the Debian package to install; malformed files give
-// the IdxReader errors; images and labels that disagree give INVALID_ARGUMENT.
-absl::StatusOr<FashionMnist> LoadFashionMnist(absl::string_view dir = kDefaultFashionMnistDir);
+// the IdxReader errors; images and labels that disagree give INVALID_ARGUMENT. CANCELLED soon
+// after `stop` (when given) turns true: loading takes about a second.
+absl::StatusOr<FashionMnist> LoadFashionMnist(absl::string_view dir = kDefaultFashionMnistDir,
+                                              const std::atomic<bool>* stop = nullptr);
 
 // Converts raw uint8 IDX images [n, h, w] and labels [n] into a Dataset, scaling pixels by
 // `norm`. Exposed for tests and for other IDX datasets of the same layout.

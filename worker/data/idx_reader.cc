@@ -30,7 +30,7 @@ using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
 constexpr uint64_t kMaxDeflateRatio = 1032;
 // Data is read in chunks of this size, so memory grows with what the file really holds, not
 // with what its header claims.
-constexpr size_t kReadChunk = size_t{16} << 20;
+constexpr size_t kReadChunk = size_t{4} << 20;
 
 const char* FileKind(mode_t mode) {
   if (S_ISFIFO(mode)) return "a FIFO";
@@ -155,10 +155,13 @@ absl::StatusOr<size_t> DeclaredSize(const std::string& path, const std::vector<i
 
 // Reads the `size` data bytes into `data`, growing it chunk by chunk: a gzip stream may still
 // decompress to less than its header declares, and memory should follow what really arrives.
-absl::Status ReadData(gzFile file, const std::string& path, size_t size,
-                      std::vector<uint8_t>& data) {
+absl::Status ReadData(gzFile file, const std::string& path, size_t size, std::vector<uint8_t>& data,
+                      const std::atomic<bool>* stop) {
   size_t done = 0;
   while (done < size) {
+    if (stop != nullptr && stop->load()) {
+      return absl::CancelledError(absl::StrCat("stopped while reading IDX file ", path));
+    }
     if (data.size() == done) data.resize(done + std::min(kReadChunk, size - done));
     const unsigned chunk = static_cast<unsigned>(std::min<size_t>(data.size() - done, INT_MAX / 2));
     const int got = gzread(file, data.data() + done, chunk);
@@ -178,7 +181,8 @@ absl::Status ReadData(gzFile file, const std::string& path, size_t size,
 
 }  // namespace
 
-absl::StatusOr<IdxArray> ReadIdx(absl::string_view path_view, uint32_t expected_magic) {
+absl::StatusOr<IdxArray> ReadIdx(absl::string_view path_view, uint32_t expected_magic,
+                                 const std::atomic<bool>* stop) {
   const std::string path(path_view);
   ASSIGN_OR_RETURN(OpenedFile opened, Open(path));
   gzFile file = opened.file.get();
@@ -190,7 +194,7 @@ absl::StatusOr<IdxArray> ReadIdx(absl::string_view path_view, uint32_t expected_
   IdxArray array;
   ASSIGN_OR_RETURN(array.dims, ReadDims(file, path, static_cast<int>(magic & 0xff)));
   ASSIGN_OR_RETURN(const size_t size, DeclaredSize(path, array.dims, opened));
-  RETURN_IF_ERROR(ReadData(file, path, size, array.data));
+  RETURN_IF_ERROR(ReadData(file, path, size, array.data, stop));
   return array;
 }
 

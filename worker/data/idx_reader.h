@@ -4,6 +4,7 @@
 // row-major data. Only type 0x08 (unsigned byte) is supported: it is all (Fashion-)MNIST uses.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -23,7 +24,9 @@ struct IdxArray {
 
 // Reads `path` and checks its magic equals `expected_magic`.
 // Errors: NOT_FOUND (no such file), INVALID_ARGUMENT (wrong magic or a negative dimension),
-// DATA_LOSS (header or data shorter than declared, or a corrupt gzip stream).
-absl::StatusOr<IdxArray> ReadIdx(absl::string_view path, uint32_t expected_magic);
+// DATA_LOSS (header or data shorter than declared, or a corrupt gzip stream), and CANCELLED
+// soon after `stop` (when given) turns true.
+absl::StatusOr<IdxArray> ReadIdx(absl::string_view path, uint32_t expected_magic,
+                                 const std::atomic<bool>* stop = nullptr);
 
 }  // namespace kubetrain::worker

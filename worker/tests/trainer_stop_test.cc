@@ -1,0 +1,145 @@
+// A task told to stop (SIGTERM sets the flag Trainer::Run watches) returns promptly from every
+// state it can wait in: the ps not up, a ps that accepts connections but never answers, the
+// chief not having initialised the ps yet, and a sync pull waiting for a peer's push.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <string>
+
+#include "ps/service.h"
+#include "worker/cpu/cpu_device.h"
+#include "worker/tests/fashion_mnist_fixture.h"
+#include "worker/trainer.h"
+
+namespace kubetrain::worker {
+namespace {
+
+// A loopback listener that never accepts: the kernel completes the TCP handshake, gRPC's never
+// does, so a call to it hangs until its deadline.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(listen(fd_, 16), 0);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentListener() { close(fd_); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// A loopback port nothing listens on (bound, then released).
+std::string ClosedAddress() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+}
+
+class TrainerStopTest : public FashionMnistTest {
+ protected:
+  TrainerOptions Options() {
+    TrainerOptions o;
+    o.epochs = 1;
+    o.checkpoint_dir = ::testing::TempDir() + "/trainer_stop_" +
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(o.checkpoint_dir);
+    // Long enough that a task which ignores the stop flag is caught waiting.
+    o.ready_timeout = absl::Seconds(20);
+    return o;
+  }
+
+  // Runs the task, sets the stop flag once `ready()` holds and `settle` has passed, and returns
+  // how long Run took to return after that.
+  absl::Duration RunThenStop(const TrainerOptions& options, TaskIdentity id, absl::Duration settle,
+                             const std::function<bool()>& ready = nullptr) {
+    auto run = std::async(std::launch::async, [&] {
+      CpuDevice device;
+      Trainer trainer(options, id, device, &data_->train, &data_->test, nullptr);
+      return trainer.Run(stop_);
+    });
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (ready && !ready() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(20));
+    absl::SleepFor(settle);
+    EXPECT_NE(run.wait_for(std::chrono::seconds(0)), std::future_status::ready)
+        << "Run returned before it was stopped: " << run.get().status();
+    stop_ = true;
+    const absl::Time stopped = absl::Now();
+    absl::StatusOr<TrainingSummary> result = run.get();
+    const absl::Duration took = absl::Now() - stopped;
+    EXPECT_FALSE(result.ok());
+    return took;
+  }
+
+  std::atomic<bool> stop_{false};
+};
+
+TEST_F(TrainerStopTest, ChiefWaitingForAPsThatIsNotUpStopsPromptly) {
+  const absl::Duration took =
+      RunThenStop(Options(), {Role::kChief, 0, 2, {ClosedAddress()}}, absl::Seconds(2));
+  EXPECT_LT(took, absl::Seconds(1));
+}
+
+TEST_F(TrainerStopTest, WorkerCallingAPsThatNeverAnswersStopsPromptly) {
+  SilentListener silent;
+  const absl::Duration took =
+      RunThenStop(Options(), {Role::kWorker, 1, 2, {silent.address()}}, absl::Seconds(2));
+  EXPECT_LT(took, absl::Seconds(1));
+}
+
+TEST_F(TrainerStopTest, ChiefCallingAPsThatNeverAnswersStopsPromptly) {
+  SilentListener silent;
+  const absl::Duration took =
+      RunThenStop(Options(), {Role::kChief, 0, 2, {silent.address()}}, absl::Seconds(2));
+  EXPECT_LT(took, absl::Seconds(1));
+}
+
+TEST_F(TrainerStopTest, WorkerWaitingForTheChiefToInitialiseStopsPromptly) {
+  ps::ServerOptions ps_options;
+  ps_options.address = "127.0.0.1:0";
+  auto ps = ps::PsServer::Start(ps_options, nullptr);
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  // The retry backoff has grown to its longest (2 s) by now.
+  const absl::Duration took =
+      RunThenStop(Options(), {Role::kWorker, 1, 2, {(*ps)->address()}}, absl::Seconds(4.5));
+  EXPECT_LT(took, absl::Seconds(1));
+}
+
+TEST_F(TrainerStopTest, SyncTaskWaitingInPullForAPeerStopsPromptly) {
+  ps::ServerOptions ps_options;
+  ps_options.address = "127.0.0.1:0";
+  auto ps = ps::PsServer::Start(ps_options, nullptr);
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  ps::PsServer& server = **ps;
+  // The chief of two workers pushes step 0 and then waits for the other, which never comes.
+  const absl::Duration took =
+      RunThenStop(Options(), {Role::kChief, 0, 2, {server.address()}}, absl::Seconds(1.5),
+                  [&] { return server.store().Status().initialized; });
+  EXPECT_EQ(server.store().Status().global_step, 0);
+  EXPECT_LT(took, absl::Seconds(1));
+}
+
+}  // namespace
+}  // namespace kubetrain::worker

@@ -1,0 +1,120 @@
+// kubetrain-worker as a process: SIGTERM ends it within 2 s, exit status 143, whatever it is
+// waiting on.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "worker/data/fashion_mnist.h"
+
+namespace kubetrain::worker {
+namespace {
+
+std::string ClosedAddress() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+}
+
+class WorkerSigtermTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(std::string(kDefaultFashionMnistDir))) {
+      GTEST_SKIP() << "Fashion-MNIST not installed (dataset-fashion-mnist)";
+    }
+  }
+
+  // Starts the worker with `args`, its output to a log under the test's temp dir.
+  pid_t Start(std::vector<std::string> args) {
+    args.insert(args.begin(), KUBETRAIN_WORKER_BIN);
+    log_ = ::testing::TempDir() + "/worker_sigterm_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".log";
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
+
+  // Sends SIGTERM after `delay`; the exit status and the seconds from signal to exit (or -1
+  // when it had not exited after 5 s, after which it is killed).
+  std::pair<int, double> TerminateAfter(pid_t pid, absl::Duration delay) {
+    absl::SleepFor(delay);
+    int status = 0;
+    EXPECT_EQ(waitpid(pid, &status, WNOHANG), 0) << "exited before SIGTERM; see " << log_;
+    kill(pid, SIGTERM);
+    const absl::Time sent = absl::Now();
+    while (absl::Now() - sent < absl::Seconds(5)) {
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+                absl::ToDoubleSeconds(absl::Now() - sent)};
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return {-1, -1};
+  }
+
+  std::vector<std::string> WorkerArgs(const std::string& ps) {
+    return {"--ps=" + ps,          "--worker-index=1",         "--num-workers=2",
+            "--device=cpu",        "--bind-address=127.0.0.1", "--metrics-port=0",
+            "--ready-timeout=60s", "--job-name=sigterm-test"};
+  }
+
+  std::string log_;
+};
+
+TEST_F(WorkerSigtermTest, StopsWhileLoadingTheData) {
+  pid_t pid = Start(WorkerArgs(ClosedAddress()));
+  auto [code, seconds] = TerminateAfter(pid, absl::Milliseconds(300));
+  EXPECT_EQ(code, 143) << "see " << log_;
+  EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << log_;
+  EXPECT_LT(seconds, 2.0) << "see " << log_;
+}
+
+TEST_F(WorkerSigtermTest, StopsWhileWaitingForTheParameterServers) {
+  pid_t pid = Start(WorkerArgs(ClosedAddress()));
+  auto [code, seconds] = TerminateAfter(pid, absl::Seconds(4));
+  EXPECT_EQ(code, 143) << "see " << log_;
+  EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << log_;
+  EXPECT_LT(seconds, 2.0) << "see " << log_;
+}
+
+TEST_F(WorkerSigtermTest, ChiefStopsWhileWaitingForTheParameterServers) {
+  std::vector<std::string> args = WorkerArgs(ClosedAddress());
+  args[1] = "--worker-index=0";
+  args.push_back("--checkpoint-dir=" + ::testing::TempDir() + "/worker_sigterm_ckpt");
+  pid_t pid = Start(args);
+  auto [code, seconds] = TerminateAfter(pid, absl::Seconds(4));
+  EXPECT_EQ(code, 143) << "see " << log_;
+  EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << log_;
+  EXPECT_LT(seconds, 2.0) << "see " << log_;
+}
+
+}  // namespace
+}  // namespace kubetrain::worker
