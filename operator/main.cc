@@ -26,7 +26,47 @@ namespace kubetrain {
 namespace {
 
 std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop.store(true); }
+std::atomic<bool> g_signalled{false};  // a stop asked from outside, which must be quick
+void OnSignal(int) {
+  g_signalled.store(true);
+  g_stop.store(true);
+}
+
+// Kubernetes sends SIGKILL after the grace period, and a stuck stop holds up a rollout: once a
+// signal asks for a stop, cut the API calls still in flight after kCutCallsAfter and leave outright
+// at kExitAfter, whatever is still running.
+constexpr absl::Duration kCutCallsAfter = absl::Milliseconds(1000);
+constexpr absl::Duration kExitAfter = absl::Milliseconds(1800);
+
+class StopWatchdog {
+ public:
+  explicit StopWatchdog(kube::Client& client)
+      : thread_([this, &client] {
+          while (!g_signalled.load() && !done_.load()) absl::SleepFor(absl::Milliseconds(20));
+          if (done_.load()) return;
+          absl::Time asked = absl::Now();
+          while (!done_.load() && absl::Now() - asked < kCutCallsAfter) {
+            absl::SleepFor(absl::Milliseconds(10));
+          }
+          client.Shutdown();
+          while (!done_.load() && absl::Now() - asked < kExitAfter) {
+            absl::SleepFor(absl::Milliseconds(10));
+          }
+          if (done_.load()) return;
+          log::Warn("Stopping took too long; exiting without waiting for the rest",
+                    {{"waited", kExitAfter}});
+          std::cerr.flush();
+          _exit(0);
+        }) {}
+  ~StopWatchdog() {
+    done_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 struct Options {
   std::string kubeconfig;
@@ -100,6 +140,7 @@ absl::Status Main(int argc, char** argv) {
   };
   ASSIGN_OR_RETURN(std::unique_ptr<kube::Client> client,
                    kube::Client::Create(cluster, client_options));
+  StopWatchdog watchdog(*client);
   log::Info("Starting kubetrain-operator",
             {{"cluster", cluster.source},
              {"server", absl::StrCat(cluster.host, ":", cluster.port)},
@@ -132,6 +173,7 @@ absl::Status Main(int argc, char** argv) {
   std::thread health_thread([&health] { health.listen_after_bind(); });
 
   absl::Status result;
+  absl::Status start_error;
   if (o.leader_elect) {
     kube::LeaderElectionOptions le;
     le.namespace_ =
@@ -140,9 +182,9 @@ absl::Status Main(int argc, char** argv) {
     le.identity = Identity();
     kube::LeaderElector elector(*client, le,
                                 {[&] {
-                                   absl::Status s = controller.Start();
-                                   if (!s.ok()) {
-                                     log::Error("Controller failed to start", {{"error", s}});
+                                   absl::Status s = controller.Start(&g_stop);
+                                   if (!s.ok() && !absl::IsCancelled(s)) {
+                                     start_error = s;
                                      g_stop = true;
                                    }
                                  },
@@ -151,10 +193,14 @@ absl::Status Main(int argc, char** argv) {
                                    log::Info("Observed leader", {{"identity", id}});
                                  }});
     result = elector.Run(g_stop);
+    if (result.ok()) result = start_error;
   } else {
-    result = controller.Start();
-    while (result.ok() && !g_stop.load()) absl::SleepFor(absl::Milliseconds(200));
+    result = controller.Start(&g_stop);
+    if (absl::IsCancelled(result)) result = absl::OkStatus();
+    while (result.ok() && !g_stop.load()) absl::SleepFor(absl::Milliseconds(50));
   }
+  // Nothing needs the API any more (the lease is released): end the calls still in flight.
+  client->Shutdown();
   controller.Stop();
   health.stop();
   health_thread.join();

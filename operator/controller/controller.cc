@@ -48,16 +48,22 @@ void Controller::EnqueueOwner(const json& obj) {
   if (!job.empty()) queue_.Add(meta.value("namespace", "default") + "/" + job);
 }
 
-absl::Status Controller::Start() {
+absl::Status Controller::Start(const std::atomic<bool>* stop) {
   jobs_.Start();
   pods_.Start();
   services_.Start();
-  for (kube::Informer* inf : {&jobs_, &pods_, &services_}) {
-    if (!inf->WaitForSync(options_.sync_timeout)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "informer caches did not sync within ", absl::FormatDuration(options_.sync_timeout),
-          "; is the TrainingJob CRD installed and may the operator list it?"));
+  absl::Time deadline = absl::Now() + options_.sync_timeout;
+  while (!(jobs_.HasSynced() && pods_.HasSynced() && services_.HasSynced())) {
+    if (stop != nullptr && stop->load()) {
+      return absl::CancelledError("stopped before the informer caches synced");
     }
+    for (kube::Informer* inf : {&jobs_, &pods_, &services_}) {
+      // Retrying cannot fix a certificate that fails verification: say so now, not in minutes.
+      absl::Status e = inf->last_error();
+      if (kube::IsTlsVerificationError(e)) return e;
+    }
+    if (absl::Now() > deadline) return SyncFailure();
+    absl::SleepFor(absl::Milliseconds(20));
   }
   ready_ = true;
   log::Info("Caches synced; starting workers",
@@ -65,6 +71,34 @@ absl::Status Controller::Start() {
              {"namespace", options_.namespace_.empty() ? "(all)" : options_.namespace_}});
   for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { Work(); });
   return absl::OkStatus();
+}
+
+absl::Status Controller::SyncFailure() const {
+  std::string waited = absl::StrCat("the informer caches did not sync within ",
+                                    absl::FormatDuration(options_.sync_timeout));
+  for (const kube::Informer* inf : {&jobs_, &pods_, &services_}) {
+    if (inf->HasSynced()) continue;
+    absl::Status e = inf->last_error();
+    if (e.ok()) continue;
+    const std::string& plural = inf->resource().plural;
+    std::string fix;
+    if (e.code() == absl::StatusCode::kNotFound && plural == "trainingjobs") {
+      fix =
+          "the TrainingJob CRD is not installed: kubectl apply -f deploy/crd/ (or install the "
+          "Helm chart)";
+    } else if (e.code() == absl::StatusCode::kPermissionDenied) {
+      fix = absl::StrCat("the operator may not list and watch ", plural,
+                         ": apply deploy/rbac/ (or the chart's RBAC) for its service account");
+    } else if (e.code() == absl::StatusCode::kUnauthenticated) {
+      fix = "the API server rejected the operator's credentials";
+    } else {
+      fix = absl::StrCat("listing ", plural, " kept failing");
+    }
+    return absl::Status(
+        e.code() == absl::StatusCode::kUnknown ? absl::StatusCode::kUnavailable : e.code(),
+        absl::StrCat(waited, ": ", fix, "; last error: ", e.message()));
+  }
+  return absl::DeadlineExceededError(waited + " (the lists are slow; no request failed)");
 }
 
 void Controller::Stop() {

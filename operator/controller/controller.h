@@ -32,9 +32,11 @@ class Controller {
   Controller(kube::Client& client, ControllerOptions options, OperatorMetrics* metrics);
   ~Controller();
 
-  // Starts the informers, waits for their first lists, then the workers. DEADLINE_EXCEEDED if
-  // the caches do not sync in time.
-  absl::Status Start();
+  // Starts the informers, waits for their first lists, then the workers. Returns CANCELLED as
+  // soon as `stop` is set, at once the error of an API server whose certificate fails
+  // verification, and when the caches do not sync in time the first real cause: no CRD (404),
+  // no permission (403), bad credentials (401), no connection, or DEADLINE_EXCEEDED.
+  absl::Status Start(const std::atomic<bool>* stop = nullptr);
   void Stop();
   bool Ready() const { return ready_.load(); }
   const kube::WorkQueue& queue() const { return queue_; }
@@ -42,6 +44,7 @@ class Controller {
  private:
   void Work();
   void EnqueueOwner(const nlohmann::json& obj);
+  absl::Status SyncFailure() const;
 
   kube::Client& client_;
   const ControllerOptions options_;

@@ -3,11 +3,14 @@
 #include <httplib.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,6 +24,7 @@ using nlohmann::json;
 
 constexpr int kPoolSize = 8;
 constexpr absl::Duration kMaxIdle = absl::Seconds(20);
+constexpr char kTlsVerificationPayload[] = "type.kubetrain.dev/tls-verification";
 
 std::string UrlEncode(absl::string_view s) {
   std::string out;
@@ -112,6 +116,10 @@ const char* ContentType(PatchType type) {
 }
 
 }  // namespace
+
+bool IsTlsVerificationError(const absl::Status& s) {
+  return s.GetPayload(kTlsVerificationPayload).has_value();
+}
 
 std::string Resource::CollectionPath(const std::string& ns) const {
   std::string path =
@@ -269,7 +277,9 @@ void Client::ReturnConnection(std::unique_ptr<httplib::ClientImpl> conn) {
 absl::StatusOr<json> Client::Do(Call& call) {
   std::string what = absl::StrCat(call.method, " ", call.path.substr(0, call.path.find('?')));
   for (int attempt = 0;; ++attempt) {
-    limiter_.Wait();
+    if (!SleepUnlessShutDown(limiter_.Reserve())) {
+      return absl::CancelledError(what + ": the client is shutting down");
+    }
     std::unique_ptr<httplib::ClientImpl> conn = TakeConnection();
     bool reused = conn != nullptr;
     if (!conn) {
@@ -286,18 +296,19 @@ absl::StatusOr<json> Client::Do(Call& call) {
       req.body = call.body;
       req.headers.emplace("Content-Type", call.content_type);
     }
+    TrackInFlight(conn.get(), true);
     httplib::Result res = conn->send(req);
+    TrackInFlight(conn.get(), false);
     if (options_.on_request) options_.on_request(call.verb, res ? res->status : 0);
     if (!res) {
       // A reused connection the server had closed: nothing reached the server when the write
       // failed, and GET/PUT/DELETE are safe to repeat; try once more on a fresh connection.
       bool idempotent = call.method == "GET" || call.method == "PUT" || call.method == "DELETE";
-      if (reused && (res.error() == httplib::Error::Write || idempotent) && attempt == 0) {
+      if (reused && (res.error() == httplib::Error::Write || idempotent) && attempt == 0 &&
+          !shutdown_.load()) {
         continue;
       }
-      return absl::UnavailableError(absl::StrCat(what, ": cannot reach the API server at ",
-                                                 config_.host, ":", config_.port, ": ",
-                                                 httplib::to_string(res.error())));
+      return TransportError(what, *conn, static_cast<int>(res.error()));
     }
     int code = res->status;
     std::string body = std::move(res->body);
@@ -313,8 +324,70 @@ absl::StatusOr<json> Client::Do(Call& call) {
     int seconds = 0;
     bool retryable = (code == 429 || code >= 500) && absl::SimpleAtoi(retry_after, &seconds);
     if (!retryable || attempt >= options_.max_retries) return StatusFromResponse(code, body, what);
-    absl::SleepFor(std::min(absl::Seconds(std::max(seconds, 0)), options_.max_retry_after));
+    if (!SleepUnlessShutDown(
+            std::min(absl::Seconds(std::max(seconds, 0)), options_.max_retry_after))) {
+      return StatusFromResponse(code, body, what);
+    }
   }
+}
+
+absl::Status Client::TransportError(const std::string& what, httplib::ClientImpl& conn,
+                                    int error_code) {
+  if (shutdown_.load()) return absl::CancelledError(what + ": the client is shutting down");
+  auto error = static_cast<httplib::Error>(error_code);
+  std::string server = absl::StrCat(config_.scheme, "://", config_.host, ":", config_.port);
+  if (error == httplib::Error::SSLServerVerification) {
+    long result = X509_V_OK;
+    if (auto* ssl = dynamic_cast<httplib::SSLClient*>(&conn)) {
+      result = ssl->get_openssl_verify_result();
+    }
+    std::string why = result == X509_V_OK ? "its certificate does not name host " + config_.host
+                                          : X509_verify_cert_error_string(result);
+    std::string ca = config_.ca_source.empty()
+                         ? std::string("the system's trusted CAs (no certificate-authority given)")
+                         : "the CA in " + config_.ca_source;
+    absl::Status s = absl::UnavailableError(absl::StrCat(
+        what, ": TLS certificate verification of the API server ", server, " failed: ", why,
+        "; verified against ", ca,
+        ". Give the cluster's CA (certificate-authority) or the right server in ", config_.source));
+    s.SetPayload(kTlsVerificationPayload, absl::Cord(server));
+    return s;
+  }
+  std::string hint;
+  if (error == httplib::Error::SSLConnection) {
+    hint = " (the TLS handshake failed: does the server speak HTTPS?)";
+  } else if (error == httplib::Error::Connection || error == httplib::Error::ConnectionTimeout) {
+    hint = absl::StrCat(" (is it running, and is the server in ", config_.source, " right?)");
+  }
+  return absl::UnavailableError(absl::StrCat(what, ": cannot reach the API server at ", server,
+                                             ": ", httplib::to_string(error), hint));
+}
+
+bool Client::SleepUnlessShutDown(absl::Duration d) {
+  absl::Time until = absl::Now() + d;
+  while (!shutdown_.load()) {
+    absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) return true;
+    absl::SleepFor(std::min(left, absl::Milliseconds(20)));
+  }
+  return false;
+}
+
+void Client::TrackInFlight(httplib::ClientImpl* conn, bool add) {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (add) {
+    in_flight_.push_back(conn);
+    // Shutdown may have run between the caller's check and here: stop this one too.
+    if (shutdown_.load()) conn->stop();
+  } else {
+    std::erase(in_flight_, conn);
+  }
+}
+
+void Client::Shutdown() {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  shutdown_ = true;
+  for (httplib::ClientImpl* conn : in_flight_) conn->stop();
 }
 
 std::string Client::ObjectPath(const Resource& r, const std::string& ns,
@@ -423,7 +496,7 @@ absl::Status Client::Watch(const Resource& r, const std::string& ns, const Watch
                                     {"labelSelector", o.label_selector},
                                     {"fieldSelector", o.field_selector}});
   std::string what = absl::StrCat("WATCH ", r.CollectionPath(ns));
-  limiter_.Wait();
+  if (!SleepUnlessShutDown(limiter_.Reserve())) return absl::OkStatus();
   // The server ends the watch after timeoutSeconds; read longer than that, never shorter.
   ASSIGN_OR_RETURN(std::unique_ptr<httplib::ClientImpl> conn,
                    Connect(absl::Seconds(o.timeout_seconds + 30)));
@@ -473,16 +546,20 @@ absl::Status Client::Watch(const Resource& r, const std::string& ns, const Watch
     pending.erase(0, start);
     return true;
   };
+  TrackInFlight(conn.get(), true);
   httplib::Result res = conn->send(req);
+  TrackInFlight(conn.get(), false);
   if (cancel != nullptr) cancel->Detach();
   if (options_.on_request) options_.on_request("watch", http);
   if (!event_error.ok()) return event_error;
-  if (stopped_by_caller || (cancel != nullptr && cancel->cancelled())) return absl::OkStatus();
+  if (stopped_by_caller || (cancel != nullptr && cancel->cancelled()) || shutdown_.load()) {
+    return absl::OkStatus();
+  }
   if (http != 0 && http != 200) return StatusFromResponse(http, error_body, what);
   if (!res) {
     // A read timeout or a closed connection ends this watch; the caller re-watches.
     if (res.error() == httplib::Error::Read) return absl::OkStatus();
-    return absl::UnavailableError(absl::StrCat(what, ": ", httplib::to_string(res.error())));
+    return TransportError(what, *conn, static_cast<int>(res.error()));
   }
   return absl::OkStatus();
 }

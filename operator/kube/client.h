@@ -107,8 +107,9 @@ struct ClientOptions {
 
 // Error codes: 404 NOT_FOUND, 409 AlreadyExists ALREADY_EXISTS, 409 Conflict ABORTED (re-read
 // and retry), 410 Expired/Gone OUT_OF_RANGE (relist), 400/422 INVALID_ARGUMENT, 401
-// UNAUTHENTICATED, 403 PERMISSION_DENIED, 429/5xx/no connection UNAVAILABLE. The message is the
-// server's Status message, with the verb and path.
+// UNAUTHENTICATED, 403 PERMISSION_DENIED, 429/5xx/no connection UNAVAILABLE, a server
+// certificate that fails verification UNAVAILABLE with IsTlsVerificationError, after Shutdown
+// CANCELLED. The message is the server's Status message, with the verb and path.
 class Client {
  public:
   static absl::StatusOr<std::unique_ptr<Client>> Create(ClusterConfig config,
@@ -151,11 +152,21 @@ class Client {
   // Raw GET of an absolute API path (discovery, /version, /healthz). For tests and tools.
   absl::StatusOr<nlohmann::json> GetPath(const std::string& path);
 
+  // Makes every call in flight or to come return CANCELLED at once, watches included, so a
+  // stopping process does not sit out request timeouts, Retry-After waits or rate limits.
+  void Shutdown();
+  bool shut_down() const { return shutdown_.load(); }
+
  private:
   struct Call;
   Client(ClusterConfig config, ClientOptions options);
 
   absl::StatusOr<nlohmann::json> Do(Call& call);
+  // Why a request got no HTTP answer, naming the server and, for TLS failures, the CA used.
+  absl::Status TransportError(const std::string& what, httplib::ClientImpl& conn, int error);
+  // Sleeps up to `d`; false when Shutdown cut it short.
+  bool SleepUnlessShutDown(absl::Duration d);
+  void TrackInFlight(httplib::ClientImpl* conn, bool add);
   absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Connect(absl::Duration read_timeout);
   std::unique_ptr<httplib::ClientImpl> TakeConnection();
   void ReturnConnection(std::unique_ptr<httplib::ClientImpl> conn);
@@ -170,8 +181,14 @@ class Client {
     absl::Time last_used;
   };
   std::mutex pool_mu_;
-  std::vector<PooledConnection> pool_;  // most recently used last
+  std::vector<PooledConnection> pool_;           // most recently used last
+  std::vector<httplib::ClientImpl*> in_flight_;  // guarded by pool_mu_
+  std::atomic<bool> shutdown_{false};
 };
+
+// True when `s` says the API server's TLS certificate failed verification: retrying with the
+// same configuration cannot succeed.
+bool IsTlsVerificationError(const absl::Status& s);
 
 // The Status code for an HTTP answer: decodes `body` when it is a Status object.
 absl::Status StatusFromResponse(int http_code, const std::string& body, const std::string& what);

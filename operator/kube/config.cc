@@ -121,6 +121,13 @@ absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std:
                   ctx.value("cluster", ""));
   fs::path base = fs::path(path).parent_path();
   ASSIGN_OR_RETURN(config.ca_pem, Pem(cluster, "certificate-authority", base, path));
+  if (cluster.contains("certificate-authority-data")) {
+    config.ca_source = absl::StrCat("certificate-authority-data of cluster ",
+                                    ctx.value("cluster", ""), " in ", path);
+  } else if (cluster.contains("certificate-authority")) {
+    fs::path file = cluster["certificate-authority"].get<std::string>();
+    config.ca_source = (file.is_relative() ? base / file : file).string();
+  }
   config.insecure_skip_tls_verify = cluster.value("insecure-skip-tls-verify", false);
   config.token = user.value("token", "");
   if (user.contains("tokenFile")) {
@@ -157,7 +164,10 @@ absl::StatusOr<ClusterConfig> LoadInClusterConfig(const std::string& dir) {
   ASSIGN_OR_RETURN(std::string token, ReadFile(config.token_file), "service-account token");
   config.token = std::string(absl::StripAsciiWhitespace(token));
   absl::StatusOr<std::string> ca = ReadFile(dir + "/ca.crt");
-  if (ca.ok()) config.ca_pem = *ca;
+  if (ca.ok()) {
+    config.ca_pem = *ca;
+    config.ca_source = dir + "/ca.crt";
+  }
   const char* pod_ns = std::getenv("POD_NAMESPACE");
   absl::StatusOr<std::string> ns = ReadFile(dir + "/namespace");
   if (pod_ns != nullptr && *pod_ns != '\0') {

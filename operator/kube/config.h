@@ -21,6 +21,7 @@ struct ClusterConfig {
   std::string token;        // static bearer token
   std::string token_file;   // re-read at most once a minute (bound service-account tokens)
   std::string ca_pem;       // trusted CA certificates; empty: the system's
+  std::string ca_source;    // where ca_pem came from, for TLS errors ("" = the system's CAs)
   std::string client_cert_pem;
   std::string client_key_pem;
   bool insecure_skip_tls_verify = false;

@@ -81,6 +81,11 @@ std::vector<json> Informer::ListByLabel(const std::string& ns, const std::string
   return out;
 }
 
+absl::Status Informer::last_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_error_;
+}
+
 std::string Informer::resource_version() const {
   std::lock_guard<std::mutex> lock(mu_);
   return resource_version_;
@@ -92,6 +97,10 @@ void Informer::Run() {
   while (!stop_.load()) {
     absl::Status s = need_list ? Relist() : WatchOnce();
     if (stop_.load()) break;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_error_ = s;
+    }
     if (s.ok()) {
       need_list = false;
       if (synced_.load()) backoff.Reset();

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "operator/kube/client.h"
 
@@ -55,6 +56,9 @@ class Informer {
   void Stop();
 
   bool HasSynced() const { return synced_.load(); }
+  // Why the last LIST or WATCH failed; OK once one succeeds again.
+  absl::Status last_error() const;
+  const Resource& resource() const { return resource_; }
   // True once the first LIST is in the cache; false after `timeout`.
   bool WaitForSync(absl::Duration timeout) const;
 
@@ -84,6 +88,7 @@ class Informer {
   mutable std::mutex mu_;
   std::map<std::string, nlohmann::json> cache_;
   std::string resource_version_;
+  absl::Status last_error_;
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> synced_{false};

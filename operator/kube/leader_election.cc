@@ -11,6 +11,19 @@ LeaderElector::LeaderElector(Client& client, LeaderElectionOptions options,
                              LeaderCallbacks callbacks)
     : client_(client), options_(std::move(options)), callbacks_(std::move(callbacks)) {}
 
+void LeaderElector::NoteFailure(const absl::Status& s) {
+  // A 409 is the normal outcome of losing a race for the lease.
+  if (s.ok() || s.code() == absl::StatusCode::kAborted ||
+      s.code() == absl::StatusCode::kAlreadyExists) {
+    return;
+  }
+  if (IsTlsVerificationError(s)) fatal_ = s;
+  if (std::string(s.message()) == last_failure_) return;
+  last_failure_ = std::string(s.message());
+  log::Warn("Cannot acquire or renew the leader lease; retrying",
+            {{"lease", options_.namespace_ + "/" + options_.name}, {"error", s}});
+}
+
 void LeaderElector::Observe(const json& lease) {
   std::string record = lease["spec"].dump();
   if (record != observed_record_) {
@@ -40,11 +53,18 @@ bool LeaderElector::TryAcquireOrRenew() {
                   {"metadata", {{"name", options_.name}, {"namespace", options_.namespace_}}},
                   {"spec", spec}};
     absl::StatusOr<json> created = client_.Create(leases, options_.namespace_, lease);
-    if (!created.ok()) return false;  // another candidate created it first
+    if (!created.ok()) {  // usually: another candidate created it first
+      NoteFailure(created.status());
+      return false;
+    }
     Observe(*created);
     return true;
   }
-  if (!current.ok()) return false;
+  if (!current.ok()) {
+    NoteFailure(current.status());
+    return false;
+  }
+  last_failure_.clear();
   Observe(*current);
   const json& held = (*current)["spec"];
   std::string holder = held.value("holderIdentity", "");
@@ -59,7 +79,10 @@ bool LeaderElector::TryAcquireOrRenew() {
   updated["spec"] = spec;
   // The resourceVersion read above makes this PUT conditional: of two candidates, one gets 409.
   absl::StatusOr<json> written = client_.Update(leases, options_.namespace_, updated);
-  if (!written.ok()) return false;
+  if (!written.ok()) {
+    NoteFailure(written.status());
+    return false;
+  }
   Observe(*written);
   return true;
 }
@@ -79,7 +102,10 @@ absl::Status LeaderElector::Run(const std::atomic<bool>& stop) {
     absl::Time until = absl::Now() + d;
     while (!stop.load() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
   };
-  while (!stop.load() && !TryAcquireOrRenew()) sleep(options_.retry_period);
+  while (!stop.load() && !TryAcquireOrRenew()) {
+    if (!fatal_.ok()) return fatal_;
+    sleep(options_.retry_period);
+  }
   if (stop.load()) return absl::OkStatus();
   leader_ = true;
   log::Info("Became the leader", {{"lease", options_.namespace_ + "/" + options_.name},

@@ -41,13 +41,17 @@ class LeaderElector {
   LeaderElector(Client& client, LeaderElectionOptions options, LeaderCallbacks callbacks);
 
   // Campaigns until leader, then renews until leadership is lost (returns UNAVAILABLE) or
-  // `stop` is set (returns OK, after releasing the lease if configured).
+  // `stop` is set (returns OK, after releasing the lease if configured). Returns at once the
+  // error of an API server whose certificate fails verification, which retrying cannot fix.
+  // Failures to read or write the lease are logged, each new cause once.
   absl::Status Run(const std::atomic<bool>& stop);
   bool IsLeader() const { return leader_.load(); }
 
  private:
   // One acquire-or-renew attempt; true when this process holds the lease afterwards.
   bool TryAcquireOrRenew();
+  // Logs `s` unless it repeats the last failure; remembers a TLS verification failure.
+  void NoteFailure(const absl::Status& s);
   void Release();
   void Observe(const nlohmann::json& lease);
 
@@ -57,6 +61,8 @@ class LeaderElector {
   std::atomic<bool> leader_{false};
   std::optional<nlohmann::json> last_lease_;  // as last read or written
   std::string observed_holder_;
+  std::string last_failure_;
+  absl::Status fatal_;
   std::string observed_record_;
   absl::Time observed_time_ = absl::InfinitePast();
 };

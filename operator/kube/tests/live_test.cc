@@ -4,7 +4,9 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "operator/kube/config.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/leader_election.h"
 #include "operator/kube/tests/localkube_fixture.h"
@@ -41,6 +43,51 @@ class LiveTest : public ::testing::Test {
   std::unique_ptr<Localkube> server_;
   std::unique_ptr<Client> client_;
 };
+
+TEST_F(LiveTest, WrongCaIsATlsVerificationErrorNamingServerAndCa) {
+  StartServer();
+  auto other = Localkube::Start();
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto config = LoadKubeconfig(server_->kubeconfig());
+  auto other_config = LoadKubeconfig((*other)->kubeconfig());
+  ASSERT_TRUE(config.ok() && other_config.ok());
+  config->ca_pem = other_config->ca_pem;
+  auto client = Client::Create(*config);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto got = (*client)->List(kConfigMaps, "default", {});
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(IsTlsVerificationError(got.status())) << got.status();
+  std::string message(got.status().message());
+  EXPECT_NE(message.find(absl::StrCat("API server https://", config->host, ":", config->port)),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find(config->ca_source), std::string::npos) << message;
+  // The right CA works, and a refused connection is not a TLS problem.
+  EXPECT_TRUE(client_->List(kConfigMaps, "default", {}).ok());
+  config->port = 1;
+  auto refused = Client::Create(*config);
+  ASSERT_TRUE(refused.ok());
+  auto no_server = (*refused)->List(kConfigMaps, "default", {});
+  EXPECT_EQ(no_server.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(IsTlsVerificationError(no_server.status()));
+  EXPECT_NE(no_server.status().message().find("cannot reach the API server"), std::string::npos)
+      << no_server.status();
+}
+
+// A slow answer must not hold up a process that is stopping.
+TEST_F(LiveTest, ShutdownCutsCallsInFlight) {
+  StartServer({"--latency=5s"}, {.qps = 0});
+  absl::Status result;
+  std::thread caller([&] { result = client_->List(kConfigMaps, "default", {}).status(); });
+  absl::SleepFor(absl::Milliseconds(300));
+  absl::Time asked = absl::Now();
+  client_->Shutdown();
+  caller.join();
+  EXPECT_LT(absl::Now() - asked, absl::Milliseconds(500));
+  EXPECT_FALSE(result.ok());
+  EXPECT_EQ(client_->List(kConfigMaps, "default", {}).status().code(),
+            absl::StatusCode::kCancelled);
+}
 
 TEST_F(LiveTest, CrudAndErrorCodesByWhatTheCallerShouldDo) {
   StartServer();
