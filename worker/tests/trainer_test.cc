@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "prometheus/registry.h"
 #include "ps/service.h"
+#include "worker/checkpoint.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/fashion_mnist.h"
+#include "worker/models.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 
 namespace kubetrain::worker {
@@ -57,6 +61,30 @@ class TrainerTest : public FashionMnistTest {
                        ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(o.checkpoint_dir);
     return o;
+  }
+
+  // The seeded mlp's initial values as a checkpoint at `step`.
+  static ps::ModelState ModelAt(int64_t step) {
+    CpuDevice device;
+    auto model = MakeModel("mlp", device, 1);
+    EXPECT_TRUE(model.ok()) << model.status();
+    std::vector<float> flat((*model)->num_parameters());
+    EXPECT_TRUE((*model)->ReadValues(absl::MakeSpan(flat)).ok());
+    ps::ModelState state;
+    state.global_step = step;
+    state.run_id = "earlier-run";
+    size_t offset = 0;
+    for (Variable* v : (*model)->variables()) {
+      state.variables.push_back(
+          {v->name, {flat.begin() + offset, flat.begin() + offset + v->size()}, {}});
+      offset += v->size();
+    }
+    return state;
+  }
+
+  static std::string ReadAll(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
   std::atomic<bool> stop_{false};
@@ -150,6 +178,38 @@ TEST_F(TrainerTest, EvaluatorEvaluatesUntilTrainingIsOver) {
   ASSERT_TRUE(summary.ok()) << summary.status();
   ASSERT_TRUE(eval_result.ok()) << eval_result.status();
   EXPECT_GT(eval_result->test_accuracy, 0.5);
+}
+
+TEST_F(TrainerTest, ChiefWithAnUnreadableManifestResumesTheNewestCheckpointAndKeepsIt) {
+  auto ps = StartPs();
+  TrainerOptions options = Options(Mode::kPsSync, 1);
+  // One worker, 1 epoch: 937 steps. The earlier run got to the end.
+  Checkpointer earlier({options.checkpoint_dir, 3});
+  ASSERT_TRUE(earlier.Save(ModelAt(0), "mlp").ok());
+  ASSERT_TRUE(earlier.Save(ModelAt(937), "mlp").ok());
+  const std::string before = ReadAll(options.checkpoint_dir + "/ckpt-937.pb");
+  std::ofstream(options.checkpoint_dir + "/checkpoint.json", std::ios::trunc) << "{\"latest\": 5";
+  auto summary = Train(options, {ps->address()}, 1);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->steps, 937);
+  EXPECT_EQ(summary->checkpoint, options.checkpoint_dir + "/ckpt-937.1.pb");
+  EXPECT_EQ(ReadAll(options.checkpoint_dir + "/ckpt-937.pb"), before);
+  EXPECT_TRUE(std::filesystem::exists(options.checkpoint_dir + "/ckpt-0.pb"));
+}
+
+TEST_F(TrainerTest, ChiefRefusesACheckpointBeyondTheJobNamingIt) {
+  auto ps = StartPs();
+  TrainerOptions options = Options(Mode::kPsSync, 1);
+  ASSERT_TRUE(
+      Checkpointer({options.checkpoint_dir, 3}).Save(ModelAt(int64_t{1} << 62), "mlp").ok());
+  auto summary = Train(options, {ps->address()}, 1);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find(options.checkpoint_dir +
+                                            "/ckpt-4611686018427387904.pb is at global step "
+                                            "4611686018427387904, beyond the 937 steps"),
+            std::string::npos)
+      << summary.status();
+  EXPECT_FALSE(ps->store().Status().initialized);
 }
 
 TEST(TrainerOptions, BadValuesNameTheFlag) {
