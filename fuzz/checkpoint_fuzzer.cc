@@ -13,6 +13,7 @@
 
 #include "absl/strings/string_view.h"
 #include "fuzz/fuzz_util.h"
+#include "google/protobuf/stubs/logging.h"
 #include "worker/checkpoint.h"
 
 namespace {
@@ -37,6 +38,8 @@ std::string Frame(absl::string_view payload) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   kubetrain::fuzz::QuietLogs();
+  // Protobuf logs every string field that is not UTF-8; the parse result is what matters.
+  google::protobuf::SetLogHandler(nullptr);
   return 0;
 }
 
