@@ -108,13 +108,15 @@ absl::Status Run(int argc, char** argv) {
   ASSIGN_OR_RETURN(auto metrics_server,
                    MetricsServer::Start(JoinHostPort(opt.bind_address, opt.metrics_port)));
   PsMetrics metrics(metrics_server->registry());
-  ServerOptions server_options{JoinHostPort(opt.bind_address, opt.port),
-                               opt.max_message_mb << 20,
-                               {.max_pull_wait = opt.max_pull_wait}};
+  ServerOptions server_options{.address = JoinHostPort(opt.bind_address, opt.port),
+                               .max_message_bytes = opt.max_message_mb << 20,
+                               .service = {.max_pull_wait = opt.max_pull_wait}};
   ASSIGN_OR_RETURN(auto server, PsServer::Start(server_options, &metrics));
-  log::Info("Serving parameter server", {{"address", server_options.address},
-                                         {"metrics_port", metrics_server->port()},
-                                         {"state", "uninitialised, waiting for the chief"}});
+  // The port actually bound: with --port=0 the system picks one.
+  log::Info("Serving parameter server",
+            {{"address", JoinHostPort(opt.bind_address, server->port())},
+             {"metrics_port", metrics_server->port()},
+             {"state", "uninitialised, waiting for the chief"}});
   WaitForShutdown(signals, server->service());
   server->Stop(opt.shutdown_grace);
   log::Info("Stopped parameter server");

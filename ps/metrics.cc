@@ -40,7 +40,9 @@ PsMetrics::PsMetrics(prometheus::Registry& registry)
       stale_dropped_(Counter(registry, "kubetrain_ps_stale_gradients_dropped_total",
                              "Sync-mode gradients dropped because their step was behind.")),
       parameter_bytes_(Gauge(registry, "kubetrain_ps_parameter_bytes",
-                             "Bytes of variable values held by this shard (slots excluded).")) {}
+                             "Bytes of variable values held by this shard (slots excluded).")),
+      nonfinite_rejected_(Counter(registry, "kubetrain_ps_nonfinite_rejected_total",
+                                  "Pushes and Inits refused for a NaN or infinite value.")) {}
 
 void PsMetrics::CountRequest(absl::string_view method, absl::string_view code) {
   requests_.Add({{"method", std::string(method)}, {"code", std::string(code)}}).Increment();

@@ -26,6 +26,7 @@ class PsMetrics {
   void SetGlobalStep(int64_t step) { global_step_.Set(static_cast<double>(step)); }
   void CountStaleGradient() { stale_dropped_.Increment(); }
   void SetParameterBytes(uint64_t bytes) { parameter_bytes_.Set(static_cast<double>(bytes)); }
+  void CountNonFiniteRejected() { nonfinite_rejected_.Increment(); }
 
   double stale_gradients_dropped() const { return stale_dropped_.Value(); }
 
@@ -37,6 +38,7 @@ class PsMetrics {
   prometheus::Gauge& global_step_;
   prometheus::Counter& stale_dropped_;
   prometheus::Gauge& parameter_bytes_;
+  prometheus::Counter& nonfinite_rejected_;
 };
 
 }  // namespace kubetrain::ps

@@ -1,23 +1,33 @@
 #include "ps/service.h"
 
 #include <algorithm>
+#include <exception>
+#include <new>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "grpcpp/impl/rpc_service_method.h"
 #include "grpcpp/server_builder.h"
-#include "grpcpp/support/method_handler.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/proto_buffer_writer.h"
 #include "ps/wire.h"
 
 namespace kubetrain::ps {
 namespace {
 
-// Codes a healthy cluster produces routinely (waiting for the chief, slow peers) are not logged.
+// Codes a healthy cluster produces routinely (waiting for the chief, slow peers, workers that
+// stop) are not logged.
 bool Routine(absl::StatusCode code) {
   return code == absl::StatusCode::kOk || code == absl::StatusCode::kFailedPrecondition ||
-         code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable;
+         code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable ||
+         code == absl::StatusCode::kCancelled;
 }
+
+// At most this many refusals are logged per window; the rest are counted into the next line.
+constexpr int kLogLinesPerWindow = 10;
+constexpr absl::Duration kLogWindow = absl::Seconds(10);
 
 std::vector<PartitionKey> KeysOf(const v1::PullRequest& request) {
   std::vector<PartitionKey> keys;
@@ -26,159 +36,400 @@ std::vector<PartitionKey> KeysOf(const v1::PullRequest& request) {
   return keys;
 }
 
+template <typename Message>
+absl::Status ParseRequest(absl::string_view method, const grpc::ByteBuffer& request,
+                          Message& message) {
+  if (request.Length() == 0) return absl::OkStatus();  // proto3: every field at its default
+  grpc::ByteBuffer copy(request);                      // shares the slices, copies no bytes
+  grpc::ProtoBufferReader reader(&copy);
+  if (!reader.status().ok() || !message.ParseFromZeroCopyStream(&reader)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "malformed ", method, " request: ", request.Length(), " bytes that are not a ",
+        message.GetTypeName(), " message (is the client built from this ps's ps.proto?)"));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Message>
+absl::Status SerializeResponse(const Message& message, grpc::ByteBuffer& out, size_t& bytes) {
+  bool own_buffer = false;
+  const grpc::Status s =
+      grpc::GenericSerialize<grpc::ProtoBufferWriter, Message>(message, &out, &own_buffer);
+  if (!s.ok()) return absl::InternalError(absl::StrCat("encoding the answer: ", s.error_message()));
+  bytes = out.Length();
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+// A Pull waiting for its step. Owned by gRPC from the handler's return until OnDone. Exactly one
+// party answers it: whoever takes it out of the wait lists (a step, the deadline thread, a
+// cancellation or shutdown), so it is never finished twice.
+class ParameterServerService::ParkedPull final : public grpc::ServerUnaryReactor {
+ public:
+  enum class State { kNew, kParked, kQueued };
+
+  ParkedPull(ParameterServerService* service, std::vector<PartitionKey> keys, int64_t min_step,
+             absl::Time deadline, grpc::ByteBuffer* response, size_t request_bytes)
+      : service(service),
+        keys(std::move(keys)),
+        min_step(min_step),
+        deadline(deadline),
+        response(response),
+        request_bytes(request_bytes) {}
+
+  void OnCancel() override {
+    if (!service->Unpark(this)) return;  // already being answered
+    Finish(service->Conclude("Pull", absl::CancelledError("client cancelled the pull"),
+                             request_bytes, 0));
+  }
+  void OnDone() override { delete this; }
+
+  ParameterServerService* const service;
+  const std::vector<PartitionKey> keys;
+  const int64_t min_step;
+  const absl::Time deadline;
+  grpc::ByteBuffer* const response;
+  const size_t request_bytes;
+  // Guarded by the service's park_mu_.
+  State state = State::kNew;
+  std::multimap<int64_t, ParkedPull*>::iterator by_step;
+  std::multimap<absl::Time, ParkedPull*>::iterator by_deadline;
+};
 
 ParameterServerService::ParameterServerService(ShardStore& store, PsMetrics* metrics,
                                                ServiceOptions options)
     : store_(store), metrics_(metrics), options_(options) {
   RegisterMethods();
+  store_.SetChangeListener([this] { OnStoreChange(); });
+  for (int i = 0; i < std::max(1, options_.wake_threads); ++i) {
+    threads_.emplace_back([this] { WakeLoop(); });
+  }
+  threads_.emplace_back([this] { DeadlineLoop(); });
 }
 
-namespace {
-
-// One protobuf-coded unary method: `Fn` is a member of ParameterServerService.
-template <typename Request, typename Response,
-          grpc::Status (ParameterServerService::*Fn)(grpc::ServerContext*, const Request*,
-                                                     Response*)>
-grpc::internal::RpcServiceMethod* ProtoMethod(const char* path, ParameterServerService* service) {
-  using MessageLite = grpc::protobuf::MessageLite;
-  return new grpc::internal::RpcServiceMethod(
-      path, grpc::internal::RpcMethod::NORMAL_RPC,
-      new grpc::internal::RpcMethodHandler<ParameterServerService, Request, Response, MessageLite,
-                                           MessageLite>(
-          [](ParameterServerService* s, grpc::ServerContext* context, const Request* request,
-             Response* response) { return (s->*Fn)(context, request, response); },
-          service));
+ParameterServerService::~ParameterServerService() {
+  store_.SetChangeListener(nullptr);
+  {
+    absl::MutexLock lock(&park_mu_);
+    stopping_ = true;
+    wake_cv_.SignalAll();
+    deadline_cv_.SignalAll();
+  }
+  for (std::thread& t : threads_) t.join();
+  // Normally empty: the server stopped first, which closed the store and answered every pull.
+  std::vector<ParkedPull*> left;
+  {
+    absl::MutexLock lock(&park_mu_);
+    for (auto& [step, pull] : by_step_) left.push_back(pull);
+    left.insert(left.end(), wake_queue_.begin(), wake_queue_.end());
+    by_step_.clear();
+    by_deadline_.clear();
+    wake_queue_.clear();
+  }
+  for (ParkedPull* pull : left) {
+    pull->Finish(
+        Conclude("Pull", absl::UnavailableError("ps shutting down"), pull->request_bytes, 0));
+  }
 }
 
-}  // namespace
+void ParameterServerService::AddRaw(
+    const char* path,
+    std::function<grpc::ServerUnaryReactor*(grpc::CallbackServerContext*, const grpc::ByteBuffer*,
+                                            grpc::ByteBuffer*)>
+        reactor) {
+  AddMethod(
+      new grpc::internal::RpcServiceMethod(path, grpc::internal::RpcMethod::NORMAL_RPC, nullptr));
+  MarkMethodCallback(methods_added_++,
+                     new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+                         std::move(reactor)));
+}
+
+void ParameterServerService::AddUnary(const char* path, absl::string_view name, Handler handler) {
+  AddRaw(path, [this, name, handler](grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+    return Dispatch(name, handler, context, request, response);
+  });
+}
 
 void ParameterServerService::RegisterMethods() {
-  using grpc::internal::RpcMethod;
-  using grpc::internal::RpcMethodHandler;
-  using grpc::internal::RpcServiceMethod;
-  using MessageLite = grpc::protobuf::MessageLite;
   using Self = ParameterServerService;
-  AddMethod(ProtoMethod<v1::InitRequest, v1::InitResponse, &Self::Init>(
-      "/kubetrain.v1.ParameterServer/Init", this));
-  AddMethod(new RpcServiceMethod(
-      kPushMethod, RpcMethod::NORMAL_RPC,
-      new RpcMethodHandler<Self, PushFrame, v1::PushResponse, PushFrame, MessageLite>(
-          [](Self* service, grpc::ServerContext* context, const PushFrame* request,
-             v1::PushResponse* response) {
-            return service->PushTensors(context, request, response);
-          },
-          this)));
-  AddMethod(new RpcServiceMethod(
-      kPullMethod, RpcMethod::NORMAL_RPC,
-      new RpcMethodHandler<Self, v1::PullRequest, PullFrame, MessageLite, PullFrame>(
-          [](Self* service, grpc::ServerContext* context, const v1::PullRequest* request,
-             PullFrame* response) { return service->PullTensors(context, request, response); },
-          this)));
-  AddMethod(ProtoMethod<v1::ExportRequest, v1::ExportResponse, &Self::Export>(
-      "/kubetrain.v1.ParameterServer/Export", this));
-  AddMethod(ProtoMethod<v1::StatusRequest, v1::StatusResponse, &Self::Status>(
-      "/kubetrain.v1.ParameterServer/Status", this));
-  AddMethod(ProtoMethod<v1::ShutdownRequest, v1::ShutdownResponse, &Self::Shutdown>(
-      "/kubetrain.v1.ParameterServer/Shutdown", this));
+  AddUnary("/kubetrain.v1.ParameterServer/Init", "Init", &Self::Init);
+  AddUnary(kPushMethod, "Push", &Self::Push);
+  AddRaw(kPullMethod,
+         [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                grpc::ByteBuffer* response) { return Pull(context, request, response); });
+  AddUnary("/kubetrain.v1.ParameterServer/Export", "Export", &Self::Export);
+  AddUnary("/kubetrain.v1.ParameterServer/Status", "Status", &Self::Status);
+  AddUnary("/kubetrain.v1.ParameterServer/Shutdown", "Shutdown", &Self::Shutdown);
 }
 
-grpc::Status ParameterServerService::Finish(absl::string_view method, const absl::Status& status,
-                                            const google::protobuf::Message& request,
-                                            const google::protobuf::Message& response) {
-  return Finish(method, status, request.ByteSizeLong(), response.ByteSizeLong());
+grpc::ServerUnaryReactor* ParameterServerService::Dispatch(absl::string_view method,
+                                                           Handler handler,
+                                                           grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  size_t response_bytes = 0;
+  absl::Status status;
+  // gRPC would answer an escaped exception with a bare UNKNOWN and log nothing.
+  try {
+    status = (this->*handler)(*context, *request, *response, response_bytes);
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError(
+        absl::StrCat(method, ": out of memory handling a ", request->Length(), "-byte request"));
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat(method, ": ", e.what()));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(Conclude(method, status, request->Length(), response_bytes));
+  return reactor;
 }
 
-grpc::Status ParameterServerService::Finish(absl::string_view method, const absl::Status& status,
-                                            size_t request_bytes, size_t response_bytes) {
+grpc::Status ParameterServerService::Conclude(absl::string_view method, const absl::Status& status,
+                                              size_t request_bytes, size_t response_bytes) {
   if (metrics_ != nullptr) {
     metrics_->CountRequest(method, absl::StatusCodeToString(status.code()));
     metrics_->AddReceivedBytes(request_bytes);
     if (status.ok()) metrics_->AddSentBytes(response_bytes);
   }
   if (!Routine(status.code())) {
-    log::Warn("Refused request", {{"method", method}, {"error", status}});
+    int64_t suppressed = -1;
+    {
+      absl::MutexLock lock(&log_mu_);
+      const absl::Time now = absl::Now();
+      if (now - log_window_start_ >= kLogWindow) {
+        log_window_start_ = now;
+        logged_in_window_ = 0;
+      }
+      if (logged_in_window_ < kLogLinesPerWindow) {
+        ++logged_in_window_;
+        suppressed = std::exchange(suppressed_, 0);
+      } else {
+        ++suppressed_;
+      }
+    }
+    const std::string code = absl::StatusCodeToString(status.code());
+    if (suppressed == 0) {
+      log::Warn("Refused request", {{"method", method}, {"code", code}, {"error", status}});
+    } else if (suppressed > 0) {
+      log::Warn("Refused request", {{"method", method},
+                                    {"code", code},
+                                    {"error", status},
+                                    {"refusals_not_logged", suppressed}});
+    }
   }
   return ToGrpc(status);
 }
 
-grpc::Status ParameterServerService::Init(grpc::ServerContext*, const v1::InitRequest* request,
-                                          v1::InitResponse* response) {
-  absl::Status status;
-  if (auto state = ShardStateFromInit(*request); !state.ok()) {
-    status = state.status();
-  } else {
-    status = store_.Init(*std::move(state));
-  }
-  if (status.ok()) {
-    const StoreStatus s = store_.Status();
-    log::Info("Initialised shard", {{"global_step", s.global_step},
-                                    {"partitions", s.partitions},
-                                    {"parameter_bytes", s.parameter_bytes},
-                                    {"run_id", s.run_id}});
-  }
-  return Finish("Init", status, *request, *response);
-}
-
-absl::Status ParameterServerService::DoPush(const PushFrame& request, v1::PushResponse& response) {
-  ASSIGN_OR_RETURN(PushOutcome outcome, store_.Push(request.args()));
-  response.set_global_step(outcome.global_step);
-  response.set_stale(outcome.stale);
-  return absl::OkStatus();
-}
-
-grpc::Status ParameterServerService::PushTensors(grpc::ServerContext*, const PushFrame* request,
-                                                 v1::PushResponse* response) {
-  return Finish("Push", DoPush(*request, *response), request->byte_size(),
-                response->ByteSizeLong());
-}
-
-absl::Status ParameterServerService::DoPull(grpc::ServerContext& context,
-                                            const v1::PullRequest& request, PullFrame& response) {
-  const absl::Time deadline =
-      std::min(absl::FromChrono(context.deadline()), absl::Now() + options_.max_pull_wait);
-  const std::vector<PartitionKey> keys = KeysOf(request);
-  auto visit = [&response](const PartitionKey& key, uint64_t offset,
-                           std::span<const float> values) {
-    response.Add(key, offset, values);  // copies under the store's lock: pushes may follow
-  };
-  ASSIGN_OR_RETURN(PullOutcome outcome, store_.Pull(keys, request.min_step(), deadline, visit));
-  response.Finish(outcome.global_step, std::move(outcome.run_id));
-  return absl::OkStatus();
-}
-
-grpc::Status ParameterServerService::PullTensors(grpc::ServerContext* context,
-                                                 const v1::PullRequest* request,
-                                                 PullFrame* response) {
-  absl::Status status = DoPull(*context, *request, *response);
-  if (!status.ok()) response->Clear();  // a failed visit may have filled part of it
-  return Finish("Pull", status, request->ByteSizeLong(), response->byte_size());
-}
-
-grpc::Status ParameterServerService::Export(grpc::ServerContext*, const v1::ExportRequest* request,
-                                            v1::ExportResponse* response) {
-  auto state = store_.Export();
-  if (state.ok()) ShardStateToExport(*state, response);
-  return Finish("Export", state.status(), *request, *response);
-}
-
-grpc::Status ParameterServerService::Status(grpc::ServerContext*, const v1::StatusRequest* request,
-                                            v1::StatusResponse* response) {
+absl::Status ParameterServerService::Init(grpc::CallbackServerContext&,
+                                          const grpc::ByteBuffer& request,
+                                          grpc::ByteBuffer& response, size_t& response_bytes) {
+  v1::InitRequest init;
+  RETURN_IF_ERROR(ParseRequest("Init", request, init));
+  ASSIGN_OR_RETURN(ShardState state, ShardStateFromInit(init));
+  init.Clear();  // the store takes a copy; do not hold the request's twice
+  RETURN_IF_ERROR(store_.Init(std::move(state)));
   const StoreStatus s = store_.Status();
-  response->set_initialized(s.initialized);
-  response->set_global_step(s.global_step);
-  response->set_parameter_bytes(s.parameter_bytes);
-  response->set_run_id(s.run_id);
-  response->set_shutting_down(s.closed || shutdown_requested());
-  response->set_partitions(static_cast<uint32_t>(s.partitions));
-  return Finish("Status", absl::OkStatus(), *request, *response);
+  log::Info("Initialised shard", {{"global_step", s.global_step},
+                                  {"partitions", s.partitions},
+                                  {"parameter_bytes", s.parameter_bytes},
+                                  {"run_id", s.run_id}});
+  return SerializeResponse(v1::InitResponse(), response, response_bytes);
 }
 
-grpc::Status ParameterServerService::Shutdown(grpc::ServerContext*,
-                                              const v1::ShutdownRequest* request,
-                                              v1::ShutdownResponse* response) {
-  RequestShutdown(request->reason().empty() ? "Shutdown RPC" : request->reason());
-  return Finish("Shutdown", absl::OkStatus(), *request, *response);
+absl::Status ParameterServerService::Push(grpc::CallbackServerContext&,
+                                          const grpc::ByteBuffer& request,
+                                          grpc::ByteBuffer& response, size_t& response_bytes) {
+  PushFrame frame;
+  grpc::ByteBuffer copy(request);  // the frame takes the slices' references, not their bytes
+  RETURN_IF_ERROR(frame.Parse(copy));
+  ASSIGN_OR_RETURN(PushOutcome outcome, store_.Push(frame.args()));
+  v1::PushResponse answer;
+  answer.set_global_step(outcome.global_step);
+  answer.set_stale(outcome.stale);
+  return SerializeResponse(answer, response, response_bytes);
+}
+
+absl::Status ParameterServerService::PullNow(const std::vector<PartitionKey>& keys,
+                                             int64_t min_step, grpc::ByteBuffer& response,
+                                             size_t& response_bytes) {
+  PullFrame frame;
+  auto visit = [&frame](const PartitionKey& key, uint64_t offset, std::span<const float> values) {
+    frame.Add(key, offset, values);  // copies under the store's lock: pushes may follow
+  };
+  ASSIGN_OR_RETURN(PullOutcome outcome, store_.Pull(keys, min_step, absl::InfinitePast(), visit,
+                                                    options_.max_response_bytes));
+  frame.Finish(outcome.global_step, std::move(outcome.run_id));
+  response_bytes = frame.byte_size();
+  response = frame.Encode();
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
+  const size_t request_bytes = request->Length();
+  size_t response_bytes = 0;
+  absl::Status status;
+  try {
+    v1::PullRequest pull;
+    status = ParseRequest("Pull", *request, pull);
+    if (status.ok()) {
+      std::vector<PartitionKey> keys = KeysOf(pull);
+      status = PullNow(keys, pull.min_step(), *response, response_bytes);
+      const absl::Time deadline =
+          std::min(absl::FromChrono(context->deadline()), absl::Now() + options_.max_pull_wait);
+      if (absl::IsDeadlineExceeded(status) && absl::Now() < deadline) {
+        auto* parked = new ParkedPull(this, std::move(keys), pull.min_step(), deadline, response,
+                                      request_bytes);
+        Park(parked);  // another thread may answer it from here on
+        return parked;
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError(
+        absl::StrCat("Pull: out of memory handling a ", request_bytes, "-byte request"));
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("Pull: ", e.what()));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(Conclude("Pull", status, request_bytes, response_bytes));
+  return reactor;
+}
+
+void ParameterServerService::Park(ParkedPull* pull) {
+  absl::MutexLock lock(&park_mu_);
+  // Checked under park_mu_, which OnStoreChange also takes after every change: a step that
+  // arrives between the caller's attempt and here is seen either here or there.
+  if (store_.PullReady(pull->min_step) || absl::Now() >= pull->deadline) {
+    pull->state = ParkedPull::State::kQueued;
+    wake_queue_.push_back(pull);
+    wake_cv_.Signal();
+    return;
+  }
+  pull->state = ParkedPull::State::kParked;
+  pull->by_step = by_step_.emplace(pull->min_step, pull);
+  pull->by_deadline = by_deadline_.emplace(pull->deadline, pull);
+  if (pull->by_deadline == by_deadline_.begin()) deadline_cv_.Signal();
+}
+
+bool ParameterServerService::Unpark(ParkedPull* pull) {
+  absl::MutexLock lock(&park_mu_);
+  if (pull->state != ParkedPull::State::kParked) return false;
+  by_step_.erase(pull->by_step);
+  by_deadline_.erase(pull->by_deadline);
+  pull->state = ParkedPull::State::kQueued;  // the caller answers it
+  return true;
+}
+
+void ParameterServerService::OnStoreChange() {
+  absl::MutexLock lock(&park_mu_);
+  // For one store state, readiness only grows as min_step falls: wake from the lowest step up.
+  while (!by_step_.empty() && store_.PullReady(by_step_.begin()->first)) {
+    const int64_t step = by_step_.begin()->first;
+    while (!by_step_.empty() && by_step_.begin()->first == step) {
+      ParkedPull* pull = by_step_.begin()->second;
+      by_step_.erase(by_step_.begin());
+      by_deadline_.erase(pull->by_deadline);
+      pull->state = ParkedPull::State::kQueued;
+      wake_queue_.push_back(pull);
+    }
+    wake_cv_.SignalAll();
+  }
+}
+
+void ParameterServerService::WakeLoop() {
+  while (true) {
+    ParkedPull* pull;
+    {
+      absl::MutexLock lock(&park_mu_);
+      while (wake_queue_.empty() && !stopping_) wake_cv_.Wait(&park_mu_);
+      if (wake_queue_.empty()) return;
+      pull = wake_queue_.front();
+      wake_queue_.pop_front();
+    }
+    AnswerParked(pull);
+  }
+}
+
+void ParameterServerService::DeadlineLoop() {
+  absl::MutexLock lock(&park_mu_);
+  while (!stopping_) {
+    const absl::Time now = absl::Now();
+    bool expired = false;
+    while (!by_deadline_.empty() && by_deadline_.begin()->first <= now) {
+      ParkedPull* pull = by_deadline_.begin()->second;
+      by_deadline_.erase(by_deadline_.begin());
+      by_step_.erase(pull->by_step);
+      pull->state = ParkedPull::State::kQueued;
+      wake_queue_.push_back(pull);
+      expired = true;
+    }
+    if (expired) wake_cv_.SignalAll();
+    const absl::Time next =
+        by_deadline_.empty() ? absl::InfiniteFuture() : by_deadline_.begin()->first;
+    deadline_cv_.WaitWithDeadline(&park_mu_, next);
+  }
+}
+
+void ParameterServerService::AnswerParked(ParkedPull* pull) {
+  size_t response_bytes = 0;
+  absl::Status status;
+  try {
+    status = PullNow(pull->keys, pull->min_step, *pull->response, response_bytes);
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError(
+        absl::StrCat("Pull: out of memory answering a pull of ", pull->keys.size(), " partitions"));
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("Pull: ", e.what()));
+  }
+  if (absl::IsDeadlineExceeded(status) && absl::Now() < pull->deadline) {
+    Park(pull);  // an Init moved the step back after the wake-up: wait on
+    return;
+  }
+  // The reactor may be deleted as soon as Finish is called.
+  pull->Finish(Conclude("Pull", status, pull->request_bytes, response_bytes));
+}
+
+absl::Status ParameterServerService::Export(grpc::CallbackServerContext&,
+                                            const grpc::ByteBuffer& request,
+                                            grpc::ByteBuffer& response, size_t& response_bytes) {
+  v1::ExportRequest export_request;
+  RETURN_IF_ERROR(ParseRequest("Export", request, export_request));
+  ASSIGN_OR_RETURN(ShardState state, store_.Export());
+  v1::ExportResponse answer;
+  ShardStateToExport(state, &answer);
+  if (answer.ByteSizeLong() > options_.max_response_bytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("export is ", answer.ByteSizeLong(), " bytes, over the ",
+                     options_.max_response_bytes, "-byte message limit; raise --max-message-mb"));
+  }
+  return SerializeResponse(answer, response, response_bytes);
+}
+
+absl::Status ParameterServerService::Status(grpc::CallbackServerContext&,
+                                            const grpc::ByteBuffer& request,
+                                            grpc::ByteBuffer& response, size_t& response_bytes) {
+  v1::StatusRequest status_request;
+  RETURN_IF_ERROR(ParseRequest("Status", request, status_request));
+  const StoreStatus s = store_.Status();
+  v1::StatusResponse answer;
+  answer.set_initialized(s.initialized);
+  answer.set_global_step(s.global_step);
+  answer.set_parameter_bytes(s.parameter_bytes);
+  answer.set_run_id(s.run_id);
+  answer.set_shutting_down(s.closed || shutdown_requested());
+  answer.set_partitions(static_cast<uint32_t>(s.partitions));
+  return SerializeResponse(answer, response, response_bytes);
+}
+
+absl::Status ParameterServerService::Shutdown(grpc::CallbackServerContext&,
+                                              const grpc::ByteBuffer& request,
+                                              grpc::ByteBuffer& response, size_t& response_bytes) {
+  v1::ShutdownRequest shutdown;
+  RETURN_IF_ERROR(ParseRequest("Shutdown", request, shutdown));
+  RequestShutdown(shutdown.reason().empty() ? "Shutdown RPC" : shutdown.reason());
+  return SerializeResponse(v1::ShutdownResponse(), response, response_bytes);
 }
 
 void ParameterServerService::RequestShutdown(absl::string_view reason) {
@@ -188,7 +439,7 @@ void ParameterServerService::RequestShutdown(absl::string_view reason) {
     shutdown_requested_ = true;
   }
   log::Info("Shutting down", {{"reason", reason}});
-  store_.Close();
+  store_.Close();  // answers every parked pull through OnStoreChange
 }
 
 bool ParameterServerService::shutdown_requested() const {
@@ -201,17 +452,34 @@ bool ParameterServerService::WaitForShutdownRequest(absl::Duration timeout) cons
   return mu_.AwaitWithTimeout(absl::Condition(&shutdown_requested_), timeout);
 }
 
+size_t ParameterServerService::parked_pulls() const {
+  absl::MutexLock lock(&park_mu_);
+  return by_step_.size();
+}
+
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const ServerOptions& options,
                                                           PsMetrics* metrics) {
   std::unique_ptr<PsServer> server(new PsServer());
   server->host_ = options.address.substr(0, options.address.rfind(':'));
   server->store_ = std::make_unique<ShardStore>(metrics);
+  ServiceOptions service_options = options.service;
+  service_options.max_response_bytes =
+      std::min<uint64_t>(service_options.max_response_bytes, options.max_message_bytes);
   server->service_ =
-      std::make_unique<ParameterServerService>(*server->store_, metrics, options.service);
+      std::make_unique<ParameterServerService>(*server->store_, metrics, service_options);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &server->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(
+                                 std::min(options.max_connection_idle, absl::Hours(24)))));
+  // Probe quiet connections so a peer that vanished (pod deleted, node lost) is noticed and
+  // its parked pulls cancelled, and let clients' own keepalive pings through.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
@@ -235,7 +503,7 @@ void PsServer::Stop(absl::Duration grace) {
     if (stopped_ || server_ == nullptr) return;
     stopped_ = true;
   }
-  // Close first: a pull blocked on a step would otherwise hold Shutdown for the whole grace.
+  // Close first: parked pulls are answered now instead of being cancelled after the grace.
   service_->RequestShutdown("server stopping");
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();

@@ -1,8 +1,14 @@
 // The kubetrain.v1.ParameterServer gRPC service over one ShardStore, and PsServer, which runs it.
 #pragma once
 
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -11,6 +17,8 @@
 #include "absl/time/time.h"
 #include "grpcpp/impl/service_type.h"
 #include "grpcpp/server.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/server_callback.h"
 #include "kubetrain/v1/ps.grpc.pb.h"
 #include "ps/metrics.h"
 #include "ps/store.h"
@@ -20,63 +28,122 @@ namespace kubetrain::ps {
 
 struct ServiceOptions {
   // Upper bound on how long a Pull waits for its min_step, whatever the client's deadline, so a
-  // vanished client cannot pin a server thread for long.
+  // vanished client cannot keep a parked pull for long.
   absl::Duration max_pull_wait = absl::Minutes(10);
+  // A Pull whose answer would be larger is refused before anything is copied (gRPC could not
+  // send it anyway). PsServer sets it to its message limit.
+  uint64_t max_response_bytes = uint64_t{256} << 20;
+  // Threads that answer pulls woken by a step, copying in parallel. Pulls waiting for a step hold
+  // no thread at all.
+  int wake_threads = 4;
 };
 
-// Translates RPCs to ShardStore calls and counts them. Owns nothing but the shutdown flag; the
-// store and metrics must outlive it. Thread-safe (gRPC calls it from many threads).
+// Translates RPCs to ShardStore calls and counts them. The store and metrics must outlive it.
+// Thread-safe.
 //
-// Implements kubetrain.v1.ParameterServer by registering its methods itself (as generated code
-// does) rather than deriving from the generated Service: Push and Pull carry the tensors, so
-// their request (push) and response (pull) are coded by ps/tensor_coding.h straight between
-// gRPC's slices and the store, with the same bytes on the wire; the others use protobuf.
+// Every method uses gRPC's callback API over raw byte buffers: the service parses requests
+// itself, so malformed bytes are answered INVALID_ARGUMENT (counted and logged like any other
+// refusal) rather than gRPC's bare INTERNAL. Push requests and Pull responses are coded by
+// ps/tensor_coding.h straight between gRPC's slices and the store, with protobuf's bytes on the
+// wire; the other methods use protobuf. A Pull waiting for its min_step is parked: it holds no
+// thread until the step arrives, its deadline passes, the client cancels or the store closes.
 class ParameterServerService final : public grpc::Service {
  public:
   ParameterServerService(ShardStore& store, PsMetrics* metrics, ServiceOptions options = {});
+  // Answers any pull still parked (UNAVAILABLE) and joins the service's threads.
+  ~ParameterServerService() override;
 
-  grpc::Status Init(grpc::ServerContext* context, const v1::InitRequest* request,
-                    v1::InitResponse* response);
-  grpc::Status PushTensors(grpc::ServerContext* context, const PushFrame* request,
-                           v1::PushResponse* response);
-  grpc::Status PullTensors(grpc::ServerContext* context, const v1::PullRequest* request,
-                           PullFrame* response);
-  grpc::Status Export(grpc::ServerContext* context, const v1::ExportRequest* request,
-                      v1::ExportResponse* response);
-  grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
-                      v1::StatusResponse* response);
-  grpc::Status Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest* request,
-                        v1::ShutdownResponse* response);
-
-  // Closes the store (waking blocked pulls) and marks shutdown as requested. Idempotent.
+  // Closes the store (answering parked pulls) and marks shutdown as requested. Idempotent.
   void RequestShutdown(absl::string_view reason);
   bool shutdown_requested() const;
   // True once shutdown was requested, false if `timeout` passed first.
   bool WaitForShutdownRequest(absl::Duration timeout) const;
 
+  // Pulls parked waiting for a step (tests and diagnostics).
+  size_t parked_pulls() const;
+
  private:
+  class ParkedPull;
+  using Handler = absl::Status (ParameterServerService::*)(grpc::CallbackServerContext&,
+                                                           const grpc::ByteBuffer&,
+                                                           grpc::ByteBuffer&, size_t&);
+
   // Adds the six methods in ps.proto's order.
   void RegisterMethods();
-  absl::Status DoPush(const PushFrame& request, v1::PushResponse& response);
-  absl::Status DoPull(grpc::ServerContext& context, const v1::PullRequest& request,
-                      PullFrame& response);
-  grpc::Status Finish(absl::string_view method, const absl::Status& status, size_t request_bytes,
-                      size_t response_bytes);
-  grpc::Status Finish(absl::string_view method, const absl::Status& status,
-                      const google::protobuf::Message& request,
-                      const google::protobuf::Message& response);
+  void AddUnary(const char* path, absl::string_view name, Handler handler);
+  // Registers a callback method taking and answering raw bytes.
+  void AddRaw(const char* path,
+              std::function<grpc::ServerUnaryReactor*(grpc::CallbackServerContext*,
+                                                      const grpc::ByteBuffer*, grpc::ByteBuffer*)>
+                  reactor);
+  grpc::ServerUnaryReactor* Dispatch(absl::string_view method, Handler handler,
+                                     grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request, grpc::ByteBuffer* response);
+
+  absl::Status Init(grpc::CallbackServerContext& context, const grpc::ByteBuffer& request,
+                    grpc::ByteBuffer& response, size_t& response_bytes);
+  absl::Status Push(grpc::CallbackServerContext& context, const grpc::ByteBuffer& request,
+                    grpc::ByteBuffer& response, size_t& response_bytes);
+  absl::Status Export(grpc::CallbackServerContext& context, const grpc::ByteBuffer& request,
+                      grpc::ByteBuffer& response, size_t& response_bytes);
+  absl::Status Status(grpc::CallbackServerContext& context, const grpc::ByteBuffer& request,
+                      grpc::ByteBuffer& response, size_t& response_bytes);
+  absl::Status Shutdown(grpc::CallbackServerContext& context, const grpc::ByteBuffer& request,
+                        grpc::ByteBuffer& response, size_t& response_bytes);
+  // Pull has its own reactor path, since it may park.
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer* request, grpc::ByteBuffer* response);
+
+  // Pulls now (never waits); DEADLINE_EXCEEDED while the step is not there yet.
+  absl::Status PullNow(const std::vector<PartitionKey>& keys, int64_t min_step,
+                       grpc::ByteBuffer& response, size_t& response_bytes);
+  // Answers a parked pull that was taken out of the wait lists; the reactor may be gone after.
+  void AnswerParked(ParkedPull* pull);
+  // Parks `pull`, or queues it for an answer at once when its step came meanwhile.
+  void Park(ParkedPull* pull);
+  // Takes `pull` out of the wait lists; false when someone else already took it.
+  bool Unpark(ParkedPull* pull);
+  // Moves parked pulls whose step arrived (or whose store closed) to the wake queue.
+  void OnStoreChange();
+  void WakeLoop();
+  void DeadlineLoop();
+
+  // Counts, logs (rate-limited) and converts the outcome of one call.
+  grpc::Status Conclude(absl::string_view method, const absl::Status& status, size_t request_bytes,
+                        size_t response_bytes);
 
   ShardStore& store_;
   PsMetrics* const metrics_;
   const ServiceOptions options_;
+  int methods_added_ = 0;
+
   mutable absl::Mutex mu_;
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Parked pulls, by min_step (woken in step order) and by deadline (expired by one thread).
+  mutable absl::Mutex park_mu_;
+  absl::CondVar wake_cv_;      // wake_queue_ filled, or stopping_
+  absl::CondVar deadline_cv_;  // an earlier deadline, or stopping_
+  std::multimap<int64_t, ParkedPull*> by_step_ ABSL_GUARDED_BY(park_mu_);
+  std::multimap<absl::Time, ParkedPull*> by_deadline_ ABSL_GUARDED_BY(park_mu_);
+  std::deque<ParkedPull*> wake_queue_ ABSL_GUARDED_BY(park_mu_);
+  bool stopping_ ABSL_GUARDED_BY(park_mu_) = false;
+  std::vector<std::thread> threads_;
+
+  // Refusal log rate limit: a flood of bad requests must not fill the disk.
+  absl::Mutex log_mu_;
+  absl::Time log_window_start_ ABSL_GUARDED_BY(log_mu_) = absl::InfinitePast();
+  int logged_in_window_ ABSL_GUARDED_BY(log_mu_) = 0;
+  int64_t suppressed_ ABSL_GUARDED_BY(log_mu_) = 0;
 };
 
 struct ServerOptions {
   std::string address = "0.0.0.0:2222";  // port 0 picks a free port (tests)
   // gRPC refuses messages over 4 MiB by default; a pull of a whole shard is far larger.
   int max_message_bytes = 256 << 20;
+  // Connections with no call for this long are closed, so clients that vanished without closing
+  // their sockets do not accumulate.
+  absl::Duration max_connection_idle = absl::Minutes(5);
   ServiceOptions service;
 };
 
@@ -94,8 +161,9 @@ class PsServer {
   ShardStore& store() { return *store_; }
   ParameterServerService& service() { return *service_; }
 
-  // Stops taking calls, wakes blocked pulls, and waits up to `grace` for calls in flight.
-  void Stop(absl::Duration grace = absl::Seconds(5));
+  // Stops taking calls, answers parked pulls, and waits up to `grace` for calls in flight
+  // (cancelling those still running then).
+  void Stop(absl::Duration grace = absl::Seconds(1));
 
  private:
   PsServer() = default;

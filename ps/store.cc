@@ -78,6 +78,22 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+int64_t FirstNonFinite(std::span<const float> values) {
+  // A branch-free OR over the exponent bits lets the common all-finite case vectorise; the index
+  // is only searched for once a bad value is known to be there.
+  constexpr uint32_t kExponent = 0x7f800000u;
+  const float* data = values.data();
+  uint32_t any = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    any |= static_cast<uint32_t>((std::bit_cast<uint32_t>(data[i]) & kExponent) == kExponent);
+  }
+  if (any == 0) return -1;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if ((std::bit_cast<uint32_t>(data[i]) & kExponent) == kExponent) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
 std::span<const float> AsFloats(absl::string_view bytes, std::vector<float>& scratch) {
   const size_t n = bytes.size() / sizeof(float);
   if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
@@ -91,6 +107,19 @@ std::span<const float> AsFloats(absl::string_view bytes, std::vector<float>& scr
 ShardStore::ShardStore(PsMetrics* metrics) : metrics_(metrics) {}
 ShardStore::~ShardStore() = default;
 
+void ShardStore::SetChangeListener(std::function<void()> listener) {
+  listener_ = std::move(listener);
+}
+
+void ShardStore::NotifyChange() const {
+  if (listener_) listener_();
+}
+
+bool ShardStore::PullReady(int64_t min_step) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return ReadyForPull(min_step);
+}
+
 absl::Status ShardStore::Init(ShardState state) {
   if (absl::Status s = ValidateConfig(state.config); !s.ok()) return s;
   if (state.global_step < 0) return absl::InvalidArgumentError("global_step must be >= 0");
@@ -103,6 +132,20 @@ absl::Status ShardStore::Init(ShardState state) {
   for (PartitionState& ps : state.partitions) {
     if (ps.values.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("partition ", KeyName(ps.key), " is empty"));
+    }
+    if (int64_t bad = FirstNonFinite(ps.values); bad >= 0) {
+      if (metrics_ != nullptr) metrics_->CountNonFiniteRejected();
+      return absl::InvalidArgumentError(absl::StrCat("partition ", KeyName(ps.key), " has ",
+                                                     ps.values[bad], " at index ", bad,
+                                                     "; every value must be finite"));
+    }
+    for (const auto& [name, slot] : ps.slots) {
+      if (int64_t bad = FirstNonFinite(slot); bad >= 0) {
+        if (metrics_ != nullptr) metrics_->CountNonFiniteRejected();
+        return absl::InvalidArgumentError(
+            absl::StrCat("slot ", name, " of partition ", KeyName(ps.key), " has ", slot[bad],
+                         " at index ", bad, "; every value must be finite"));
+      }
     }
     auto slots = OrderSlots(ps, **optimizer);
     if (!slots.ok()) return slots.status();
@@ -121,7 +164,7 @@ absl::Status ShardStore::Init(ShardState state) {
     }
     partitions.push_back(std::move(p));
   }
-  absl::WriterMutexLock lock(&mu_);
+  absl::ReleasableMutexLock lock(&mu_);
   if (closed_) return absl::UnavailableError("ps shutting down");
   initialized_ = true;
   ++generation_;
@@ -140,6 +183,8 @@ absl::Status ShardStore::Init(ShardState state) {
     metrics_->SetGlobalStep(global_step_);
     metrics_->SetParameterBytes(bytes);
   }
+  lock.Release();
+  NotifyChange();
   return absl::OkStatus();
 }
 
@@ -184,6 +229,18 @@ ShardStore::Resolve(const PushArgs& args) const {
 }
 
 absl::StatusOr<PushOutcome> ShardStore::Push(const PushArgs& args) {
+  // Checked before any lock and any sum: one NaN would spread to every value it is averaged or
+  // applied into, and no later step could undo it.
+  std::vector<float> scratch;
+  for (const GradientRef& g : args.gradients) {
+    std::span<const float> grad = AsFloats(g.bytes, scratch);
+    if (int64_t bad = FirstNonFinite(grad); bad >= 0) {
+      if (metrics_ != nullptr) metrics_->CountNonFiniteRejected();
+      return absl::InvalidArgumentError(absl::StrCat("gradient for partition ", KeyName(g.key),
+                                                     " has ", grad[bad], " at index ", bad,
+                                                     "; push refused, nothing applied"));
+    }
+  }
   UpdateMode mode;
   {
     absl::ReaderMutexLock lock(&mu_);
@@ -228,7 +285,9 @@ absl::StatusOr<PushOutcome> ShardStore::PushSync(const PushArgs& args) {
     generation = generation_;
     if (!completes_round) return PushOutcome{global_step_, false};
   }
-  return PushOutcome{ApplySyncRound(generation), false};
+  const int64_t step = ApplySyncRound(generation);
+  NotifyChange();
+  return PushOutcome{step, false};
 }
 
 int64_t ShardStore::ApplySyncRound(uint64_t generation) {
@@ -260,7 +319,7 @@ int64_t ShardStore::ApplySyncRound(uint64_t generation) {
 }
 
 absl::StatusOr<PushOutcome> ShardStore::PushAsync(const PushArgs& args) {
-  absl::WriterMutexLock lock(&mu_);
+  absl::ReleasableMutexLock lock(&mu_);
   if (absl::Status s = CheckServing(); !s.ok()) return s;
   if (config_.mode != UpdateMode::kAsync) return absl::AbortedError("update mode changed; retry");
   auto targets = Resolve(args);
@@ -273,7 +332,10 @@ absl::StatusOr<PushOutcome> ShardStore::PushAsync(const PushArgs& args) {
     metrics_->ObserveUpdateSeconds(SecondsSince(start));
     metrics_->SetGlobalStep(global_step_);
   }
-  return PushOutcome{global_step_, false};
+  const PushOutcome outcome{global_step_, false};
+  lock.Release();
+  NotifyChange();
+  return outcome;
 }
 
 void ShardStore::ApplyOne(Partition& p, std::span<const float> grad) {
@@ -290,7 +352,8 @@ bool ShardStore::ReadyForPull(int64_t min_step) const {
 }
 
 absl::StatusOr<PullOutcome> ShardStore::Pull(std::span<const PartitionKey> keys, int64_t min_step,
-                                             absl::Time deadline, PullVisitor visit) const {
+                                             absl::Time deadline, PullVisitor visit,
+                                             uint64_t max_response_bytes) const {
   absl::ReaderMutexLock lock(&mu_);
   struct Ready {
     const ShardStore* store;
@@ -302,10 +365,31 @@ absl::StatusOr<PullOutcome> ShardStore::Pull(std::span<const PartitionKey> keys,
         absl::StrCat("global step ", global_step_, " did not reach ", min_step, " in time"));
   }
   if (absl::Status s = CheckServing(); !s.ok()) return s;
+  // Sized before anything is copied: a request naming a large partition many times would
+  // otherwise build a response of any size.
+  absl::flat_hash_set<const Partition*> seen;
+  uint64_t response_bytes = run_id_.size() + 32;
+  auto add = [&response_bytes](const Partition& p) {
+    response_bytes += p.values.size() * sizeof(float) + p.key.variable.size() + 48;
+  };
   for (const PartitionKey& key : keys) {
-    if (!by_key_.contains(key)) {
+    auto it = by_key_.find(key);
+    if (it == by_key_.end()) {
       return absl::NotFoundError(absl::StrCat("no partition ", KeyName(key), " on this ps"));
     }
+    if (!seen.insert(it->second).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partition ", KeyName(key), " named twice in one pull"));
+    }
+    add(*it->second);
+  }
+  if (keys.empty()) {
+    for (const auto& p : partitions_) add(*p);
+  }
+  if (response_bytes > max_response_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pull would answer ", response_bytes, " bytes, over the ", max_response_bytes,
+        "-byte message limit; pull fewer partitions per call or raise --max-message-mb"));
   }
   if (keys.empty()) {
     for (const auto& p : partitions_) visit(p->key, p->offset, p->values);
@@ -340,8 +424,11 @@ StoreStatus ShardStore::Status() const {
 }
 
 void ShardStore::Close() {
-  absl::WriterMutexLock lock(&mu_);
-  closed_ = true;
+  {
+    absl::WriterMutexLock lock(&mu_);
+    closed_ = true;
+  }
+  NotifyChange();
 }
 
 }  // namespace kubetrain::ps

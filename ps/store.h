@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <span>
@@ -106,20 +108,33 @@ class ShardStore {
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
 
+  // Called after every change that can make a waiting pull ready (Init, a step, Close), outside
+  // the store's locks, so a server can wake pulls it parked without a thread each. Set it before
+  // the store is shared; null clears it.
+  void SetChangeListener(std::function<void()> listener);
+
   // Creates or replaces every partition, slot and the global step (chief: init or restore).
-  // INVALID_ARGUMENT on a bad config, duplicate keys, empty values or mis-sized/unknown slots.
+  // INVALID_ARGUMENT on a bad config, duplicate keys, empty values, mis-sized/unknown slots, or a
+  // NaN or infinite value or slot.
   absl::Status Init(ShardState state);
 
   // FAILED_PRECONDITION before Init; ABORTED on a run id mismatch; INVALID_ARGUMENT on unknown
-  // keys, wrong sizes, duplicates, or (sync) a push that does not cover every partition exactly
-  // once; UNAVAILABLE after Close. A stale push is OK with outcome.stale set.
+  // keys, wrong sizes, duplicates, a NaN or infinite gradient (nothing is applied), or (sync) a
+  // push that does not cover every partition exactly once; UNAVAILABLE after Close. A stale push
+  // is OK with outcome.stale set.
   absl::StatusOr<PushOutcome> Push(const PushArgs& args);
 
   // Visits `keys` (all partitions when empty) once global_step >= min_step. DEADLINE_EXCEEDED if
-  // that does not happen by `deadline`; FAILED_PRECONDITION before Init; NOT_FOUND on an unknown
-  // key; UNAVAILABLE after Close.
-  absl::StatusOr<PullOutcome> Pull(std::span<const PartitionKey> keys, int64_t min_step,
-                                   absl::Time deadline, PullVisitor visit) const;
+  // that does not happen by `deadline` (a past deadline only tries); FAILED_PRECONDITION before
+  // Init; NOT_FOUND on an unknown key; INVALID_ARGUMENT on a key named twice or when the values
+  // and their framing would exceed `max_response_bytes` (checked before anything is visited);
+  // UNAVAILABLE after Close.
+  absl::StatusOr<PullOutcome> Pull(
+      std::span<const PartitionKey> keys, int64_t min_step, absl::Time deadline, PullVisitor visit,
+      uint64_t max_response_bytes = std::numeric_limits<uint64_t>::max()) const;
+
+  // Whether a Pull for `min_step` would answer now rather than wait.
+  bool PullReady(int64_t min_step) const;
 
   // FAILED_PRECONDITION before Init.
   absl::StatusOr<ShardState> Export() const;
@@ -141,9 +156,11 @@ class ShardStore {
   int64_t ApplySyncRound(uint64_t generation);
   void ApplyOne(Partition& p, std::span<const float> grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountStale();
+  void NotifyChange() const;
   bool ReadyForPull(int64_t min_step) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   PsMetrics* const metrics_;
+  std::function<void()> listener_;
 
   mutable absl::Mutex mu_;
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
@@ -161,6 +178,9 @@ class ShardStore {
   int admitted_ ABSL_GUARDED_BY(round_mu_) = 0;  // pushes let into this step's round
   int arrived_ ABSL_GUARDED_BY(round_mu_) = 0;   // of those, finished accumulating
 };
+
+// The index of the first NaN or infinity in `values`, or -1 when all are finite.
+int64_t FirstNonFinite(std::span<const float> values);
 
 // Views little-endian float32 bytes as floats: in place when aligned (protobuf's heap-allocated
 // bytes fields are), else via a copy into `scratch`. `bytes.size()` must be a multiple of 4.

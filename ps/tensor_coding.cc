@@ -281,7 +281,7 @@ absl::StatusOr<PartitionFields> ReadPartition(SliceReader& r, size_t end) {
     }
   }
   if (r.position() != end) return Malformed("partition runs past its length");
-  if (p.values_bytes != p.length * sizeof(float)) {
+  if (p.values_bytes % sizeof(float) != 0 || p.values_bytes / sizeof(float) != p.length) {
     return absl::InvalidArgumentError(absl::StrCat("partition ", p.key.variable, "/", p.key.index,
                                                    " has ", p.values_bytes, " value bytes for ",
                                                    p.length, " floats"));

@@ -49,9 +49,12 @@ v1::OptimizerKind KindToProto(OptimizerKind kind) {
 
 absl::StatusOr<std::vector<float>> FloatsFromBytes(const std::string& bytes, uint64_t length,
                                                    absl::string_view what) {
-  if (bytes.size() != length * sizeof(float)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " has ", bytes.size(), " bytes, want ", length * sizeof(float)));
+  // Compared by division: length * 4 wraps for a length near 2^62, and the vector below would
+  // then be sized from the claim rather than from the bytes received.
+  if (bytes.size() % sizeof(float) != 0 || bytes.size() / sizeof(float) != length) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", bytes.size(),
+                                                   " value bytes for length ", length,
+                                                   "; want 4 bytes (float32) per element"));
   }
   std::vector<float> out(length);
   std::memcpy(out.data(), bytes.data(), bytes.size());
