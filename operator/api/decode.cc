@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "operator/api/yaml.h"
 
 namespace kubetrain::api {
 namespace {
@@ -267,6 +268,13 @@ TrainingJobStatus DecodeStatus(const json& v) {
 
 }  // namespace
 
+std::string StringField(const json& obj, const char* key, std::string fallback) {
+  if (!obj.is_object()) return fallback;
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_string()) return fallback;
+  return it->get<std::string>();
+}
+
 std::string Describe(const json& value) {
   // Long values are cut so that one bad field cannot flood the terminal or an event.
   constexpr size_t kMax = 80;
@@ -286,6 +294,11 @@ TrainingJob Decode(const json& doc, FieldErrors* errors) {
   Decoder d(errors);
   TrainingJob job;
   if (!d.Object(doc, "")) return job;
+  // Objects from the API server or built in code bypass the YAML reader's checks.
+  if (absl::Status shape = CheckJsonShape(doc); !shape.ok()) {
+    d.Error("", std::string(shape.message()));
+    return job;
+  }
   job.api_version.clear();
   job.kind.clear();
   if (doc.contains("apiVersion"))

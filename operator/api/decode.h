@@ -19,6 +19,10 @@ nlohmann::json ToJson(const TrainingJob& job);
 nlohmann::json ToJson(const TrainingJobSpec& spec);
 nlohmann::json ToJson(const TrainingJobStatus& status);
 
+// obj[key] when obj is an object holding a string there, else `fallback`. Unlike json::value it
+// never throws, so a field of the wrong type cannot abort the program that reads it.
+std::string StringField(const nlohmann::json& obj, const char* key, std::string fallback = "");
+
 // Formats a JSON value for an error message: strings quoted, everything else as compact JSON.
 std::string Describe(const nlohmann::json& value);
 

@@ -1,5 +1,7 @@
 #include "operator/api/defaults.h"
 
+#include "operator/api/decode.h"
+
 namespace kubetrain::api {
 namespace {
 
@@ -8,7 +10,7 @@ using nlohmann::json;
 bool HasPortNamed(const json& container, const char* name) {
   if (!container.contains("ports") || !container["ports"].is_array()) return false;
   for (const json& p : container["ports"]) {
-    if (p.is_object() && p.value("name", "") == name) return true;
+    if (p.is_object() && StringField(p, "name") == name) return true;
   }
   return false;
 }
@@ -57,7 +59,7 @@ const json* TrainingContainer(const json& pod_template) {
   auto containers = spec->find("containers");
   if (containers == spec->end() || !containers->is_array()) return nullptr;
   for (const json& c : *containers) {
-    if (c.is_object() && c.value("name", "") == kDefaultContainerName) return &c;
+    if (c.is_object() && StringField(c, "name") == kDefaultContainerName) return &c;
   }
   return nullptr;
 }

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "operator/api/decode.h"
 #include "operator/api/defaults.h"
 
 namespace kubetrain::api {
@@ -32,7 +33,7 @@ void SetEnv(json* container, const std::string& name, const std::string& value) 
   json& env = (*container)["env"];
   if (!env.is_array()) env = json::array();
   for (json& e : env) {
-    if (e.is_object() && e.value("name", "") == name) {
+    if (e.is_object() && StringField(e, "name") == name) {
       e = {{"name", name}, {"value", value}};
       return;
     }
@@ -46,7 +47,7 @@ void SetEnvFieldRef(json* container, const std::string& name, const std::string&
   if (!env.is_array()) env = json::array();
   json entry = {{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", field}}}}}};
   for (json& e : env) {
-    if (e.is_object() && e.value("name", "") == name) {
+    if (e.is_object() && StringField(e, "name") == name) {
       e = entry;
       return;
     }
@@ -88,7 +89,7 @@ int ContainerPort(const TrainingJob& job, ReplicaType type, const char* port_nam
   const json* c = TrainingContainer(it->second.template_);
   if (c == nullptr || !c->contains("ports") || !(*c)["ports"].is_array()) return fallback;
   for (const json& p : (*c)["ports"]) {
-    if (p.is_object() && p.value("name", "") == port_name && p.contains("containerPort") &&
+    if (p.is_object() && StringField(p, "name") == port_name && p.contains("containerPort") &&
         p["containerPort"].is_number_integer()) {
       return p["containerPort"].get<int>();
     }

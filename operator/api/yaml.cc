@@ -258,6 +258,8 @@ class JsonBuilder : public YAML::EventHandler {
     size_t alias_nodes_at_start = 0;
     size_t nodes = 1;  // this collection and everything in it
     int depth = 1;     // levels of collections, this one included
+    bool is_key = false;
+    YAML::Mark start;
     // Maps: the key awaiting its value, and the line of every key seen.
     bool has_key = false;
     std::string key;
@@ -314,10 +316,9 @@ class JsonBuilder : public YAML::EventHandler {
   }
 
   void Start(const YAML::Mark& mark, YAML::anchor_t anchor, json empty) {
-    if (IsKeyPosition()) {
-      throw Refusal{
-          absl::StrCat(LineOf(mark), ": a map or list used as a map key; keys must be strings")};
-    }
+    // A collection as a key is refused when it ends: if it never ends, the syntax error (an
+    // unclosed bracket that yaml-cpp reads as a key) is the better answer.
+    const bool is_key = IsKeyPosition();
     if (stack_.size() >= static_cast<size_t>(kMaxNestingDepth)) {
       throw Refusal{absl::StrCat(LineOf(mark), ": nesting deeper than ", kMaxNestingDepth,
                                  " levels of maps and lists; flatten the manifest")};
@@ -325,6 +326,8 @@ class JsonBuilder : public YAML::EventHandler {
     Frame f;
     f.value = std::move(empty);
     f.anchor = anchor;
+    f.is_key = is_key;
+    f.start = mark;
     if (anchor != YAML::NullAnchor) f.anchor_name = std::move(anchor_name_);
     anchor_name_.clear();
     stack_.push_back(std::move(f));
@@ -333,6 +336,10 @@ class JsonBuilder : public YAML::EventHandler {
   void End() {
     Frame f = std::move(stack_.back());
     stack_.pop_back();
+    if (f.is_key) {
+      throw Refusal{
+          absl::StrCat(LineOf(f.start), ": a map or list used as a map key; keys must be strings")};
+    }
     if (f.anchor != YAML::NullAnchor) {
       anchors_[f.anchor] = {f.value, f.nodes, f.depth, false, "", f.anchor_name};
     }

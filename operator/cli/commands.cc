@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
+#include "operator/api/decode.h"
 #include "operator/api/render.h"
 #include "operator/api/validation.h"
 #include "operator/api/yaml.h"
@@ -41,9 +42,10 @@ std::string Describe(const std::string& file, size_t index, size_t count, const 
   if (count > 1) absl::StrAppend(&where, ": document ", index + 1);
   if (doc.is_object() && doc.contains("metadata") && doc["metadata"].is_object() &&
       doc["metadata"].contains("name") && doc["metadata"]["name"].is_string()) {
-    std::string kind = doc.value("kind", "object");
-    absl::StrAppend(&where, " (", kind.empty() ? "object" : kind, " ",
-                    doc["metadata"]["name"].get<std::string>(), ")");
+    std::string kind = api::StringField(doc, "kind", "object");
+    std::string name = doc["metadata"]["name"].get<std::string>();
+    if (name.size() > 80) name = name.substr(0, 80) + "...";  // invalid anyway; reported below
+    absl::StrAppend(&where, " (", kind.empty() ? "object" : kind, " ", name, ")");
   }
   return where;
 }
@@ -201,8 +203,10 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   return result->reason == "Interrupted" ? 130 : 1;
 }
 
-int Main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
-         const std::atomic<bool>& stop) {
+namespace {
+
+int Dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+             const std::atomic<bool>& stop) {
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     (args.empty() ? err : out) << kUsage;
     return args.empty() ? 2 : 0;
@@ -213,6 +217,21 @@ int Main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
   if (args[0] == "run") return Run(rest, out, err, stop);
   err << "kubetrain: unknown command \"" << args[0] << "\"\n\n" << kUsage;
   return 2;
+}
+
+}  // namespace
+
+int Main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+         const std::atomic<bool>& stop) {
+  // The last line of defence: a defect must end in a message and exit status, never an abort
+  // that leaves a core file and no hint of which input caused it.
+  try {
+    return Dispatch(args, out, err, stop);
+  } catch (const std::exception& e) {
+    err << "kubetrain: internal error: " << e.what()
+        << "; please report it with the manifest that caused it\n";
+    return 70;  // EX_SOFTWARE
+  }
 }
 
 }  // namespace kubetrain::cli

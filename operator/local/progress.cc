@@ -1,6 +1,7 @@
 #include "operator/local/progress.h"
 
 #include "absl/strings/str_cat.h"
+#include "operator/api/decode.h"
 
 namespace kubetrain::local {
 namespace {
@@ -42,7 +43,7 @@ std::map<std::string, std::string> ParseLogfmt(absl::string_view line) {
 bool ProgressTracker::Observe(absl::string_view line) {
   if (!line.empty() && line.front() == '{') {
     nlohmann::json doc = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
-    if (doc.is_object() && doc.value("event", "") == "training_complete") {
+    if (doc.is_object() && api::StringField(doc, "event") == "training_complete") {
       completion_ = doc;
       return true;
     }

@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "operator/api/decode.h"
 #include "operator/api/types.h"
 
 namespace kubetrain::local {
@@ -11,9 +12,12 @@ using nlohmann::json;
 
 absl::StatusOr<std::string> FieldRef(const json& pod, const json& ref, const std::string& path,
                                      const CommandContext& ctx) {
-  std::string field = ref.value("fieldPath", "");
-  if (field == "metadata.name") return pod["metadata"].value("name", "");
-  if (field == "metadata.namespace") return pod["metadata"].value("namespace", "default");
+  std::string field = api::StringField(ref, "fieldPath");
+  if (field == "metadata.name")
+    return pod.contains("metadata") ? api::StringField(pod["metadata"], "name") : "";
+  if (field == "metadata.namespace")
+    return pod.contains("metadata") ? api::StringField(pod["metadata"], "namespace", "default")
+                                    : "default";
   if (field == "status.podIP" || field == "status.hostIP") return ctx.pod_ip;
   if (field == "spec.nodeName") return std::string("localhost");
   return absl::InvalidArgumentError(absl::StrCat(
@@ -25,11 +29,15 @@ absl::Status AddContainerEnv(const json& pod, const json& container, const std::
                              const CommandContext& ctx, std::map<std::string, std::string>* env) {
   if (!container.contains("env")) return absl::OkStatus();
   const json& list = container["env"];
+  if (!list.is_array()) return absl::InvalidArgumentError(path + ".env: must be a list");
   for (size_t i = 0; i < list.size(); ++i) {
     const json& e = list[i];
     std::string item = absl::StrCat(path, ".env[", i, "]");
-    std::string name = e.value("name", "");
+    if (!e.is_object()) return absl::InvalidArgumentError(item + ": must be an object");
+    std::string name = api::StringField(e, "name");
     if (e.contains("value")) {
+      if (!e["value"].is_string())
+        return absl::InvalidArgumentError(item + ".value: must be a string");
       (*env)[name] = ExpandVars(e["value"].get<std::string>(), *env);
     } else if (e.contains("valueFrom") && e["valueFrom"].contains("fieldRef")) {
       absl::StatusOr<std::string> v = FieldRef(pod, e["valueFrom"]["fieldRef"], item, ctx);
@@ -78,11 +86,15 @@ absl::StatusOr<std::vector<std::string>> ContainerArgv(
     absl::string_view field_path) {
   std::vector<std::string> argv;
   if (container.contains("command") && container["command"].is_array()) {
-    for (const json& c : container["command"])
+    for (const json& c : container["command"]) {
+      if (!c.is_string())
+        return absl::InvalidArgumentError(
+            absl::StrCat(field_path, ".command: must be a list of strings"));
       argv.push_back(ExpandVars(c.get<std::string>(), env));
+    }
   }
   if (argv.empty()) {
-    std::string image = container.value("image", "");
+    std::string image = api::StringField(container, "image");
     std::string repo = image.substr(0, image.find_first_of(":@"));
     if (!absl::StartsWith(repo, "kubetrain/")) {
       return absl::InvalidArgumentError(
@@ -92,16 +104,25 @@ absl::StatusOr<std::vector<std::string>> ContainerArgv(
     argv.push_back("kubetrain-" + repo.substr(std::string("kubetrain/").size()));
   }
   if (container.contains("args") && container["args"].is_array()) {
-    for (const json& a : container["args"]) argv.push_back(ExpandVars(a.get<std::string>(), env));
+    for (const json& a : container["args"]) {
+      if (!a.is_string())
+        return absl::InvalidArgumentError(
+            absl::StrCat(field_path, ".args: must be a list of strings"));
+      argv.push_back(ExpandVars(a.get<std::string>(), env));
+    }
   }
   return argv;
 }
 
 absl::StatusOr<ProcessOptions> ProcessForPod(const json& pod, const CommandContext& ctx) {
+  if (!pod.is_object() || !pod.contains("spec") || !pod["spec"].is_object() ||
+      !pod["spec"].contains("containers") || !pod["spec"]["containers"].is_array()) {
+    return absl::InvalidArgumentError("pod has no list of containers");
+  }
   const json& containers = pod["spec"]["containers"];
   for (size_t i = 0; i < containers.size(); ++i) {
     const json& c = containers[i];
-    if (c.value("name", "") != api::kDefaultContainerName) continue;
+    if (api::StringField(c, "name") != api::kDefaultContainerName) continue;
     std::string path = absl::StrCat("containers[", i, "]");
     ProcessOptions options;
     options.env = ctx.base_env;
@@ -113,7 +134,7 @@ absl::StatusOr<ProcessOptions> ProcessForPod(const json& pod, const CommandConte
     // The build's own binaries win over anything of the same name on PATH.
     std::string path_var = options.env.count("PATH") ? options.env["PATH"] : "/usr/bin:/bin";
     if (!ctx.bin_dir.empty()) options.env["PATH"] = ctx.bin_dir + ":" + path_var;
-    if (c.contains("workingDir")) options.working_dir = c["workingDir"].get<std::string>();
+    options.working_dir = api::StringField(c, "workingDir");
     return options;
   }
   return absl::InvalidArgumentError("pod has no container named \"kubetrain\"");

@@ -23,6 +23,42 @@ TEST(Decode, ExampleDecodesWithoutErrorsAndRoundTrips) {
   EXPECT_EQ(ToJson(job), doc);
 }
 
+TEST(Decode, ObjectsFromTheApiServerGetTheManifestReadersChecks) {
+  // The operator decodes JSON that never went through the YAML reader.
+  json doc = MinimalJob(1, 2);
+  doc["metadata"]["annotations"] = {{"note", "caf\xe9"}};
+  FieldErrors errors;
+  Decode(doc, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].ToString(),
+            "metadata.annotations.note: invalid UTF-8 (byte 0xe9 at offset 3 of the value); "
+            "strings must be UTF-8");
+
+  doc = MinimalJob(1, 2);
+  json* cur = &doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["affinity"];
+  for (int i = 0; i < 50000; ++i) {
+    *cur = json::object({{"x", nullptr}});
+    cur = &(*cur)["x"];
+  }
+  errors.clear();
+  Decode(doc, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].message.find("nesting deeper than 100 levels"), std::string::npos)
+      << errors[0].ToString();
+}
+
+TEST(Decode, LongValuesAreCutInMessages) {
+  json doc = MinimalJob(1, 2);
+  doc["spec"]["replicaSpecs"]["Worker"]["replicas"] = std::string(100000, '7');
+  FieldErrors errors;
+  Decode(doc, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].message,
+            "must be an integer, got \"" + std::string(80, '7') + "\"... (100000 characters)");
+  EXPECT_EQ(Describe(json::array({std::string(100, 'a')})).size(),
+            80 + std::string("... (104 characters of JSON)").size());
+}
+
 TEST(Decode, UnknownPodTemplateFieldsSurviveRoundTrip) {
   json doc = MinimalJob(1, 2);
   json& tmpl = doc["spec"]["replicaSpecs"]["Worker"]["template"];

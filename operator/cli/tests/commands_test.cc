@@ -66,6 +66,82 @@ TEST(ValidateCommand, MissingFileAndSyntaxErrorsAreReported) {
   EXPECT_NE(broken.err.find("YAML syntax error at line"), std::string::npos) << broken.err;
 }
 
+std::string WriteFile(const std::string& name, const std::string& text) {
+  std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+std::string Example() {
+  std::ifstream in(Src("deploy/examples/fashion-mnist.yaml"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+TEST(ValidateCommand, HostileManifestsGetClearErrorsNotCrashes) {
+  struct Case {
+    std::string name;
+    std::string text;
+    std::string expected;
+  };
+  std::string laughs = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (char c = 'b'; c <= 'i'; ++c) {
+    laughs += std::string(1, c) + ": &" + std::string(1, c) + " [";
+    for (int i = 0; i < 9; ++i) laughs += (i ? ", *" : "*") + std::string(1, c - 1);
+    laughs += "]\n";
+  }
+  std::vector<Case> cases = {
+      {"long-int.yaml", Replace(Example(), "replicas: 2", "replicas: " + std::string(30000, '9')),
+       "spec.replicaSpecs.Worker.replicas: must be an integer, got \"" + std::string(80, '9') +
+           "\"... (30000 characters)"},
+      {"long-float.yaml",
+       Replace(Example(), "replicas: 2", "replicas: 1." + std::string(30000, '5')),
+       "spec.replicaSpecs.Worker.replicas: must be an integer, got 1.5555555555555556"},
+      {"laughs.yaml", laughs, "line 6: alias *e would expand the document"},
+      {"deep.yaml", "a: " + std::string(100000, '[') + "\n",
+       "line 1: nesting deeper than 100 levels of maps and lists"},
+      {"dup.yaml", Replace(Example(), "  name: fashion-mnist\n", "  name: a\n  name: b\n"),
+       "line 9: key \"name\" already set in metadata at line 8; remove one of them"},
+      {"binary.yaml",
+       std::string("\x7f"
+                   "ELF\0\x02\x01\x01zzz",
+                   11),
+       "not YAML text: contains a NUL byte at offset 4 (line 1, column 5)"},
+      {"utf8.yaml", Replace(Example(), "--seed=1", "--seed=\xff"),
+       "line 38: spec.replicaSpecs.Worker.template.spec.containers[0].args[6]: invalid UTF-8"},
+      {"label.yaml",
+       Replace(Example(), "  name: fashion-mnist\n",
+               "  name: fashion-mnist\n  labels: {team: \"caf\xe9\"}\n"),
+       "line 9: metadata.labels.team: invalid UTF-8 (byte 0xe9 at offset 3 of the value)"},
+      {"kind.yaml", Replace(Example(), "kind: TrainingJob", "kind: [5]"),
+       "kind: must be a string, got [5]"},
+      {"env.yaml",
+       Replace(Example(), "command: [\"kubetrain-ps\"]",
+               "command: [\"kubetrain-ps\"]\n              env: [{name: 5, value: x}]"),
+       "spec.replicaSpecs.PS.template.spec.containers[0].env[0].name: must be a string, got 5"},
+  };
+  for (const Case& c : cases) {
+    std::string path = WriteFile(c.name, c.text);
+    for (const char* command : {"validate", "render"}) {
+      Result r = RunCli({command, "--output=json", path});
+      if (std::string(command) == "validate") r = RunCli({command, path});
+      EXPECT_EQ(r.code, 1) << c.name << " " << command << "\n" << r.err;
+      EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.name << " " << command << "\n"
+                                                           << r.err;
+      EXPECT_LT(r.err.size(), 2000u) << c.name;
+      EXPECT_EQ(r.out, "") << c.name;
+    }
+  }
+}
+
 TEST(ValidateCommand, NoFilesIsAUsageError) {
   Result r = RunCli({"validate"});
   EXPECT_EQ(r.code, 2);

@@ -13,6 +13,15 @@ TEST(ParseLogfmt, ReadsPlainAndQuotedValues) {
   EXPECT_EQ(f["x"], "a \"b\"");
 }
 
+TEST(ProgressTracker, OddJsonLinesAreIgnored) {
+  // A task prints what it likes; a JSON line with an unexpected shape must not end the run.
+  ProgressTracker t;
+  EXPECT_FALSE(t.Observe(R"({"event":5})"));
+  EXPECT_FALSE(t.Observe(R"({"event":["training_complete"]})"));
+  EXPECT_FALSE(t.Observe("{not json"));
+  EXPECT_TRUE(t.Observe(R"({"event":"training_complete"})"));
+}
+
 TEST(ProgressTracker, KeepsLatestValuesAndCompletion) {
   ProgressTracker t;
   EXPECT_FALSE(t.Observe("level=info msg=starting"));

@@ -53,6 +53,29 @@ TEST(ProcessForPod, EnvFieldRefsAndBinDirFirstOnPath) {
   EXPECT_EQ(opts->env["PATH"], "/opt/kt/bin:/usr/bin");
 }
 
+TEST(ProcessForPod, WrongTypesAreErrorsNotExceptions) {
+  for (
+      const char* text : {
+          R"js({"spec":{"containers":[{"name":"kubetrain","command":["x",5]}]}})js",
+          R"js({"spec":{"containers":[{"name":"kubetrain","command":["x"],"args":[true]}]}})js",
+          R"js({"spec":{"containers":[{"name":"kubetrain","command":["x"],"env":[{"name":"A","value":1}]}]}})js",
+          R"js({"spec":{"containers":[{"name":"kubetrain","command":["x"],"env":[7]}]}})js",
+          R"js({"spec":{"containers":{"name":"kubetrain"}}})js",
+          R"js({"spec":5})js",
+      }) {
+    auto opts = ProcessForPod(json::parse(text), {});
+    EXPECT_FALSE(opts.ok()) << text;
+  }
+  // A fieldRef of the wrong shape and a name of the wrong type read as absent.
+  json pod = json::parse(R"js({"metadata":{"name":"p"},"spec":{"containers":[{"name":5},
+    {"name":"kubetrain","image":"kubetrain/worker","workingDir":3,
+     "env":[{"name":"T","valueFrom":{"fieldRef":{"fieldPath":9}}}]}]}})js");
+  auto opts = ProcessForPod(pod, {});
+  ASSERT_FALSE(opts.ok());
+  EXPECT_NE(opts.status().message().find("fieldPath: \"\" is not available"), std::string::npos)
+      << opts.status();
+}
+
 TEST(ProcessForPod, SecretRefsAreRejectedWithTheField) {
   json pod = json::parse(R"js({"metadata":{"name":"p"},"spec":{"containers":[{"name":"kubetrain",
     "command":["x"],"env":[{"name":"T","valueFrom":{"secretKeyRef":{"name":"s","key":"k"}}}]}]}})js");
