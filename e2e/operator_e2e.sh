@@ -57,8 +57,18 @@ import json, sys
 s = json.loads(sys.argv[1])
 assert s["test_accuracy"] >= 0.80, s
 PY
-acc=$(k get tj fm -o jsonpath='{.status.progress.accuracy}')
-echo "status.progress.accuracy=$acc"
+# The finished job's status carries the chief's final figures, not the last scrape of its
+# metrics, and no pod of it is active any more.
+status=$(k get tj fm -o json)
+python3 - "$summary" "$status" <<'PY' || fail "status.progress is not the chief's final summary"
+import json, sys
+s, st = json.loads(sys.argv[1]), json.loads(sys.argv[2])["status"]
+p = st["progress"]
+assert p["step"] == s["steps"] and abs(p["accuracy"] - s["test_accuracy"]) < 1e-9, (p, s)
+active = {t: r.get("active", 0) for t, r in st["replicaStatuses"].items()}
+assert not any(active.values()), active
+print("status.progress step=%d accuracy=%s, no active pods" % (p["step"], p["accuracy"]))
+PY
 k get tj fm
 
 step "a ps killed mid-training is restarted, refilled, and the job still succeeds"

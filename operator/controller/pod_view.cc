@@ -15,6 +15,8 @@ void ReadTermination(const json& status, PodView* view) {
     if (state.contains("terminated") && state["terminated"].contains("exitCode")) {
       view->exit_code = state["terminated"]["exitCode"].get<int>();
       if (view->reason.empty()) view->reason = state["terminated"].value("reason", "");
+      const json& message = state["terminated"].value("message", json());
+      if (message.is_string()) view->termination_message = message.get<std::string>();
       return;
     }
   }

@@ -22,6 +22,9 @@ struct PodView {
   // (evicted, lost node) has none and is treated as killed.
   std::optional<int> exit_code;
   std::string reason;  // pod or container termination reason (OOMKilled, Evicted, ...)
+  // What the training container left in its termination log (terminationMessagePath, by
+  // default /dev/termination-log) when it ended: the chief writes its final summary there.
+  std::string termination_message;
 };
 
 // nullopt when the pod lacks the kubetrain replica labels.

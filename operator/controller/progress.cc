@@ -4,7 +4,11 @@
 
 #include <cmath>
 #include <map>
+#include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -36,6 +40,30 @@ absl::StatusOr<api::Progress> ParseProgress(absl::string_view text) {
   p.accuracy = get("kubetrain_worker_accuracy");
   p.examples_per_second = get("kubetrain_worker_examples_per_second");
   return p;
+}
+
+absl::StatusOr<api::Progress> ParseFinalSummary(absl::string_view text) {
+  // The last summary wins: a restarted chief may have printed an earlier one.
+  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    absl::string_view line = absl::StripAsciiWhitespace(*it);
+    size_t brace = line.find('{');
+    if (brace == absl::string_view::npos) continue;
+    nlohmann::json doc = nlohmann::json::parse(line.substr(brace), nullptr, false);
+    if (!doc.is_object() || doc.value("event", "") != "training_complete") continue;
+    auto number = [&](const char* key) {
+      const nlohmann::json& v = doc.value(key, nlohmann::json());
+      return v.is_number() && std::isfinite(v.get<double>()) ? v.get<double>() : 0.0;
+    };
+    api::Progress p;
+    p.step = static_cast<int64_t>(number("steps"));
+    p.epoch = static_cast<int64_t>(number("epochs"));
+    p.loss = number("test_loss");
+    p.accuracy = number("test_accuracy");
+    p.examples_per_second = number("examples_per_sec");
+    return p;
+  }
+  return absl::NotFoundError("no training_complete summary");
 }
 
 absl::StatusOr<api::Progress> FetchProgress(const std::string& ip, int port,

@@ -15,6 +15,10 @@ namespace kubetrain::controller {
 // NOT_FOUND when the text has no kubetrain_worker_global_step sample.
 absl::StatusOr<api::Progress> ParseProgress(absl::string_view metrics_text);
 
+// The final figures from the chief's summary line, {"event":"training_complete","steps":...},
+// found anywhere in `text` (a termination message or the end of a log). NOT_FOUND without one.
+absl::StatusOr<api::Progress> ParseFinalSummary(absl::string_view text);
+
 // GET http://<ip>:<port>/metrics with a short timeout.
 absl::StatusOr<api::Progress> FetchProgress(const std::string& ip, int port,
                                             absl::Duration timeout);

@@ -11,6 +11,7 @@
 #include "operator/api/decode.h"
 #include "operator/api/render.h"
 #include "operator/api/restart.h"
+#include "operator/api/tf_config.h"
 #include "operator/api/validation.h"
 #include "operator/controller/conditions.h"
 #include "operator/controller/pod_view.h"
@@ -34,6 +35,7 @@ struct Reconciler::Pass {
   std::vector<PodView> failed;  // failed pods whose restart policy retries them
   std::optional<absl::Duration> requeue;
   absl::Time now;
+  bool finishing = false;  // this pass ended the job
 
   std::string JobRef() const { return ns + "/" + name; }
   void Requeue(absl::Duration d) {
@@ -60,6 +62,33 @@ int TotalRestarts(const api::TrainingJobStatus& status) {
 
 bool Active(const PodView& v) {
   return !v.deleting && (v.phase == "Pending" || v.phase == "Running");
+}
+
+// Lines of the chief's log searched for its summary when it left no termination message.
+constexpr int kSummaryLogLines = 20;
+
+// The cluster part of the TF_CONFIG a pod was created with; nullopt when it has none.
+std::optional<std::map<std::string, std::vector<std::string>>> PodCluster(const json& pod) {
+  const json& containers = pod.value("spec", json::object()).value("containers", json::array());
+  if (!containers.is_array()) return std::nullopt;
+  for (const json& c : containers) {
+    if (!c.is_object() || !c.contains("env") || !c["env"].is_array()) continue;
+    for (const json& e : c["env"]) {
+      if (!e.is_object() || e.value("name", "") != "TF_CONFIG") continue;
+      absl::StatusOr<api::TfConfig> tf = api::ParseTfConfig(e.value("value", ""));
+      if (tf.ok()) return tf->cluster;
+    }
+  }
+  return std::nullopt;
+}
+
+// "ps=1,worker=2": the shape of a cluster, for events and messages.
+std::string Shape(const std::map<std::string, std::vector<std::string>>& cluster) {
+  std::vector<std::string> parts;
+  for (const auto& [type, addresses] : cluster) {
+    parts.push_back(absl::StrCat(type, "=", addresses.size()));
+  }
+  return parts.empty() ? "(none)" : absl::StrJoin(parts, ",");
 }
 
 }  // namespace
@@ -153,6 +182,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   if (p.status.start_time.empty()) p.status.start_time = kube::FormatTime(p.now);
   RETURN_IF_ERROR(EnsureService(p));
   if (options_.gang_scheduler == "volcano") RETURN_IF_ERROR(EnsurePodGroup(p));
+  RETURN_IF_ERROR(RestartOnClusterChange(p));
   RETURN_IF_ERROR(SyncTasks(p));
   RETURN_IF_ERROR(HandleRestarts(p));
   CheckSuccess(p);
@@ -164,7 +194,9 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
 }
 
 absl::StatusOr<ReconcileResult> Reconciler::FinishedJob(Pass& p) {
+  ReadFinalSummary(p);
   RETURN_IF_ERROR(Cleanup(p));
+  CountActive(p);
   RETURN_IF_ERROR(WriteStatus(p));
   const auto& ttl = p.job.spec.run_policy.ttl_seconds_after_finished;
   if (!ttl) return ReconcileResult{};
@@ -434,6 +466,7 @@ void Reconciler::Finish(Pass& p, bool succeeded, const std::string& reason,
   if (!SetCondition(&p.status, succeeded ? kSucceeded : kFailed, true, reason, message, p.now)) {
     return;
   }
+  p.finishing = true;
   p.status.completion_time = kube::FormatTime(p.now);
   if (succeeded) {
     events_.Normal(p.object, "JobSucceeded", "TrainingJob succeeded job=" + p.JobRef());
@@ -471,6 +504,79 @@ void Reconciler::ReadProgress(Pass& p) {
     if (progress.ok()) p.status.progress = *progress;
     p.Requeue(options_.progress_interval);
     return;
+  }
+}
+
+absl::Status Reconciler::RestartOnClusterChange(Pass& p) {
+  api::ClusterDnsAddresses addresses(options_.cluster_domain);
+  std::vector<api::Task> tasks = api::Tasks(p.job, addresses);
+  if (tasks.empty()) return absl::OkStatus();
+  std::map<std::string, std::vector<std::string>> wanted =
+      api::TfConfigFor(p.job, addresses, tasks.front().type, tasks.front().index).cluster;
+  std::optional<std::map<std::string, std::vector<std::string>>> stale;
+  for (const auto& [name, pod] : p.pods) {
+    std::optional<PodView> v = ViewPod(pod);
+    if (!v || v->deleting) continue;
+    std::optional<std::map<std::string, std::vector<std::string>>> cluster = PodCluster(pod);
+    if (cluster && *cluster != wanted) {
+      stale = std::move(cluster);
+      break;
+    }
+  }
+  if (!stale) return absl::OkStatus();
+  // Until training is elastic, every task must see one cluster spec: a pod with the old one
+  // would wait for peers that no longer exist or never learn of new ones. Start the whole job
+  // again on the new spec; it resumes from the chief's checkpoint. The user asked for this, so
+  // it is no failure and does not count against backoffLimit.
+  std::map<std::string, json> pods = p.pods;
+  for (const auto& [name, pod] : pods) {
+    std::optional<PodView> v = ViewPod(pod);
+    if (v && !v->deleting) RETURN_IF_ERROR(DeletePod(p, pod, "ClusterSpecChanged"));
+  }
+  for (auto& [type, done] : p.completed) done.clear();
+  std::string message = absl::StrCat("Restarted every Pod for a new cluster spec job=", p.JobRef(),
+                                     " old=", Shape(*stale), " new=", Shape(wanted));
+  events_.Normal(p.object, "ClusterSpecChanged", message);
+  log::Info("Cluster spec changed; restarting every pod",
+            {{"job", p.JobRef()}, {"old", Shape(*stale)}, {"new", Shape(wanted)}});
+  if (metrics_) metrics_->JobRestarted(p.ns);
+  SetCondition(&p.status, kRestarting, true, "ClusterSpecChanged",
+               absl::StrCat("TrainingJob ", p.JobRef(), " is restarting because its cluster spec ",
+                            "changed from ", Shape(*stale), " to ", Shape(wanted), "."),
+               p.now);
+  return absl::OkStatus();
+}
+
+void Reconciler::ReadFinalSummary(Pass& p) {
+  api::ClusterDnsAddresses addresses(options_.cluster_domain);
+  for (const api::Task& t : api::Tasks(p.job, addresses)) {
+    if (!t.chief) continue;
+    auto it = p.pods.find(t.name);
+    if (it == p.pods.end()) return;
+    std::optional<PodView> v = ViewPod(it->second);
+    if (!v) return;
+    absl::StatusOr<api::Progress> summary = ParseFinalSummary(v->termination_message);
+    if (!summary.ok() && p.finishing && v->phase == "Succeeded") {
+      // No termination message (a kubelet or image that does not write one): the summary is
+      // the chief's last log line. Read once, when the job ends, before cleanup removes pods.
+      absl::StatusOr<std::string> log =
+          client_.GetLog(p.ns, t.name, api::kDefaultContainerName, kSummaryLogLines);
+      if (log.ok()) {
+        summary = ParseFinalSummary(*log);
+      } else {
+        log::Debug("Could not read the chief's log", {{"pod", t.name}, {"error", log.status()}});
+      }
+    }
+    if (summary.ok()) p.status.progress = *summary;
+    return;
+  }
+}
+
+void Reconciler::CountActive(Pass& p) {
+  for (auto& [type, rs] : p.status.replica_statuses) rs.active = 0;
+  for (const auto& [name, pod] : p.pods) {
+    std::optional<PodView> v = ViewPod(pod);
+    if (v && Active(*v)) ++p.status.replica_statuses[v->type].active;
   }
 }
 

@@ -55,6 +55,9 @@ class Reconciler {
   absl::Status Cleanup(Pass& p);
   absl::Status Suspend(Pass& p);
   absl::Status SyncTasks(Pass& p);
+  absl::Status RestartOnClusterChange(Pass& p);
+  void ReadFinalSummary(Pass& p);
+  void CountActive(Pass& p);
   absl::Status HandleRestarts(Pass& p);
   void CheckSuccess(Pass& p);
   void CheckDeadline(Pass& p);

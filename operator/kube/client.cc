@@ -197,6 +197,7 @@ struct Client::Call {
   std::string path;    // with query
   std::string body;
   std::string content_type = "application/json";
+  bool text = false;  // a text answer (logs): returned as a JSON string, not parsed
 };
 
 Client::Client(ClusterConfig config, ClientOptions options)
@@ -288,7 +289,8 @@ absl::StatusOr<json> Client::Do(Call& call) {
     httplib::Request req;
     req.method = call.method;
     req.path = config_.path_prefix + call.path;
-    req.headers = {{"Accept", "application/json"}, {"User-Agent", options_.user_agent}};
+    req.headers = {{"Accept", call.text ? "*/*" : "application/json"},
+                   {"User-Agent", options_.user_agent}};
     std::string token = tokens_.Token();
     if (!token.empty()) req.headers.emplace("Authorization", "Bearer " + token);
     if (!call.body.empty() || call.method == "POST" || call.method == "PUT" ||
@@ -315,6 +317,7 @@ absl::StatusOr<json> Client::Do(Call& call) {
     std::string retry_after = res->get_header_value("Retry-After");
     ReturnConnection(std::move(conn));
     if (code >= 200 && code < 300) {
+      if (call.text) return json(std::move(body));
       if (body.empty()) return json::object();
       json doc = json::parse(body, nullptr, false);
       if (doc.is_discarded())
@@ -478,6 +481,19 @@ absl::Status Client::Delete(const Resource& r, const std::string& ns, const std:
   if (o.grace_period_seconds) body["gracePeriodSeconds"] = *o.grace_period_seconds;
   Call call{"DELETE", "delete", ObjectPath(r, ns, name), body.dump()};
   return Do(call).status();
+}
+
+absl::StatusOr<std::string> Client::GetLog(const std::string& ns, const std::string& pod,
+                                           const std::string& container, int tail_lines,
+                                           int64_t limit_bytes) {
+  Call call{"GET", "get",
+            ObjectPath(Resource::Pods(), ns, pod) + "/log" +
+                Query({{"container", container},
+                       {"tailLines", std::to_string(tail_lines)},
+                       {"limitBytes", std::to_string(limit_bytes)}})};
+  call.text = true;
+  ASSIGN_OR_RETURN(json text, Do(call));
+  return text.get<std::string>();
 }
 
 absl::StatusOr<json> Client::GetPath(const std::string& path) {

@@ -149,6 +149,11 @@ class Client {
                      const std::function<bool(const WatchEvent&)>& on_event,
                      WatchCancel* cancel = nullptr);
 
+  // The last `tail_lines` lines (at most `limit_bytes`) of a container's log, as text.
+  absl::StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod,
+                                     const std::string& container, int tail_lines,
+                                     int64_t limit_bytes = 64 << 10);
+
   // Raw GET of an absolute API path (discovery, /version, /healthz). For tests and tools.
   absl::StatusOr<nlohmann::json> GetPath(const std::string& path);
 

@@ -340,6 +340,124 @@ TEST_F(ControllerTest, ProgressIsReadFromTheChiefsMetrics) {
   serve.join();
 }
 
+// The chief's metrics lag its end: the last scrape may be a whole epoch old. The summary the
+// chief leaves in its termination log is what the finished job's status must show, and no pod
+// of a finished job is active any more.
+TEST_F(ControllerTest, FinishedJobCarriesTheChiefsFinalSummaryAndNoActivePods) {
+  httplib::Server metrics;
+  metrics.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("kubetrain_worker_global_step 612\nkubetrain_worker_accuracy 0.8596\n",
+                    "text/plain");
+  });
+  int port = metrics.bind_to_any_port("127.0.0.1");
+  std::thread serve([&] { metrics.listen_after_bind(); });
+  json job = Job("fin", {{"PS", Replica(1)}, {"Worker", Replica(2)}});
+  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"] =
+      json::array({{{"name", "metrics"}, {"containerPort", port}}});
+  Create(job);
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "fin-worker-1").has_value(); }));
+  SetPod("fin-ps-0", "Running");
+  SetPod("fin-worker-1", "Running");
+  SetPod("fin-worker-0", "Running");
+  ASSERT_TRUE(Eventually(
+      [&] { return Status("fin").value("progress", json::object()).value("step", 0) == 612; }));
+  ASSERT_EQ(ReplicaField("fin", "Worker", "active", 0), 2);
+  json cs = {
+      {"name", "kubetrain"},
+      {"ready", false},
+      {"restartCount", 0},
+      {"image", "kubetrain/worker:0.1.0"},
+      {"imageID", ""},
+      {"state",
+       {{"terminated",
+         {{"exitCode", 0},
+          {"reason", "Completed"},
+          {"message", R"({"event":"training_complete","test_accuracy":0.8735,"test_loss":0.3571,)"
+                      R"("steps":936,"epochs":2,"examples_per_sec":20150.5,"wall_seconds":3.1})"
+                      "\n"}}}}}};
+  json patch = {{"status", {{"phase", "Succeeded"}, {"containerStatuses", {cs}}}}};
+  ASSERT_TRUE(client_
+                  ->Patch(Resource::Pods(), "default", "fin-worker-0", kube::PatchType::kMerge,
+                          patch.dump(), "status")
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return State("fin") == "Succeeded"; }));
+  EXPECT_TRUE(Eventually([&] {
+    json st = Status("fin");
+    return st.value("progress", json::object()).value("step", 0) == 936 &&
+           ReplicaField("fin", "Worker", "active", -1) == 0 &&
+           ReplicaField("fin", "PS", "active", -1) == 0;
+  })) << Status("fin").dump();
+  json progress = Status("fin")["progress"];
+  EXPECT_DOUBLE_EQ(progress.value("accuracy", 0.0), 0.8735);
+  EXPECT_DOUBLE_EQ(progress.value("loss", 0.0), 0.3571);
+  EXPECT_EQ(progress.value("epoch", 0), 2);
+  EXPECT_EQ(ReplicaField("fin", "Worker", "succeeded", 0), 1);
+  metrics.stop();
+  serve.join();
+}
+
+std::string TfConfigOf(const json& pod) {
+  for (const json& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == "TF_CONFIG") return e["value"];
+  }
+  return "";
+}
+
+TEST_F(ControllerTest, ReplicaChangeRestartsTheWholeJobOnTheNewClusterSpec) {
+  Create(Job("sc", {{"PS", Replica(1)}, {"Worker", Replica(2)}}, {{"backoffLimit", 0}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "sc-worker-1").has_value(); }));
+  SetPod("sc-worker-0", "Running");
+  ASSERT_TRUE(Eventually([&] { return State("sc") == "Running"; }));
+  std::map<std::string, std::string> old_uids;
+  for (const char* pod : {"sc-ps-0", "sc-worker-0", "sc-worker-1"}) old_uids[pod] = Uid(pod);
+
+  ASSERT_TRUE(client_
+                  ->Patch(Resource::TrainingJobs(), "default", "sc", kube::PatchType::kMerge,
+                          R"({"spec":{"replicaSpecs":{"Worker":{"replicas":3}}}})")
+                  .ok());
+  const std::string three_workers =
+      R"("worker":["sc-worker-0.sc.default.svc:2222","sc-worker-1.sc.default.svc:2222",)"
+      R"("sc-worker-2.sc.default.svc:2222"])";
+  // Every pod, old names included, runs again with the 3-worker cluster spec.
+  ASSERT_TRUE(Eventually([&] {
+    for (const char* name : {"sc-ps-0", "sc-worker-0", "sc-worker-1", "sc-worker-2"}) {
+      auto pod = Get(Resource::Pods(), name);
+      if (!pod || (*pod)["metadata"].contains("deletionTimestamp")) return false;
+      if (old_uids.count(name) && Uid(name) == old_uids[name]) return false;
+      if (TfConfigOf(*pod).find(three_workers) == std::string::npos) return false;
+    }
+    return true;
+  })) << EventMessages("sc").size();
+  EXPECT_TRUE(HasEvent("sc",
+                       "Restarted every Pod for a new cluster spec job=default/sc "
+                       "old=ps=1,worker=2 new=ps=1,worker=3"));
+  // A change the user asked for is no failure: backoffLimit 0 does not fail the job.
+  EXPECT_NE(State("sc"), "Failed");
+  EXPECT_EQ(ReplicaField("sc", "Worker", "restarts", 0), 0);
+  EXPECT_EQ(ReplicaField("sc", "PS", "restarts", 0), 0);
+
+  // Scaling down drops the pods beyond the new count.
+  std::string w0 = Uid("sc-worker-0");
+  ASSERT_TRUE(client_
+                  ->Patch(Resource::TrainingJobs(), "default", "sc", kube::PatchType::kMerge,
+                          R"({"spec":{"replicaSpecs":{"Worker":{"replicas":1}}}})")
+                  .ok());
+  ASSERT_TRUE(Eventually([&] {
+    auto pod = Get(Resource::Pods(), "sc-worker-0");
+    return pod && Uid("sc-worker-0") != w0 &&
+           TfConfigOf(*pod).find(R"("worker":["sc-worker-0.sc.default.svc:2222"])") !=
+               std::string::npos &&
+           !Get(Resource::Pods(), "sc-worker-1").has_value() &&
+           !Get(Resource::Pods(), "sc-worker-2").has_value();
+  }));
+  EXPECT_TRUE(HasEvent("sc",
+                       "Restarted every Pod for a new cluster spec job=default/sc "
+                       "old=ps=1,worker=3 new=ps=1,worker=1"));
+  absl::SleepFor(absl::Milliseconds(500));  // no restart loop: the new pods stay
+  EXPECT_TRUE(Get(Resource::Pods(), "sc-worker-0").has_value());
+  EXPECT_FALSE(Get(Resource::Pods(), "sc-worker-1").has_value());
+}
+
 TEST_F(ControllerTest, SpecTheSchemaCannotCatchFailsAsInvalidSpec) {
   json job = Job("inv", {{"Worker", Replica(1)}});
   job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] =
