@@ -148,7 +148,7 @@ k -n e2e apply -f "$HERE/testdata/pod-hello.yaml" >/dev/null || fail "pod apply"
 k -n e2e wait --for=condition=Ready --timeout=20s pod/hello >/dev/null || fail "pod never Ready"
 [[ $(k -n e2e get pod hello -o jsonpath='{.status.phase}') == Running ]] || fail "pod not Running"
 POD_IP=$(k -n e2e get pod hello -o jsonpath='{.status.podIP}')
-[[ $POD_IP == 127.0.* ]] || fail "pod IP $POD_IP is not loopback"
+[[ $POD_IP == 127.* ]] || fail "pod IP $POD_IP is not loopback"
 grep -q "^$POD_IP hello-0 hello-0.greet hello-0.greet.e2e.svc hello-0.greet.e2e.svc.cluster.local" "$HOSTS" ||
   fail "hosts file: $(cat "$HOSTS")"
 for _ in $(seq 50); do k -n e2e logs hello | has tick && break; sleep 0.2; done
