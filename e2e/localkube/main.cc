@@ -116,6 +116,7 @@ int Run(int argc, char** argv) {
         (std::filesystem::temp_directory_path() / absl::StrCat("localkube-tls-", getpid()))
             .string();
     std::filesystem::create_directories(dir);
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all);  // holds the key
     scratch.push_back(dir);
     auto tls = MakeSelfSignedCert(dir);
     if (!tls.ok()) {

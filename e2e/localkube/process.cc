@@ -1,6 +1,7 @@
 #include "e2e/localkube/process.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -21,12 +22,22 @@ std::string Stamp() {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E9SZ", absl::Now(), absl::UTCTimeZone());
 }
 
-// Copies the child's output to the log, one stamped line per line of output.
-void CopyLines(int fd, const std::string& path, std::atomic<bool>* done) {
+// Copies the child's output to the log, one stamped line per line of output. Once `stop` is
+// set it drains for at most half a second more: a grandchild that left the process group can
+// hold the pipe open for as long as it likes, and must not hold up its owner's destruction.
+void CopyLines(int fd, const std::string& path, std::atomic<bool>* done,
+               const std::atomic<bool>* stop) {
   std::ofstream log(path, std::ios::app);
   std::string pending;
   char buf[4096];
+  absl::Time give_up = absl::InfiniteFuture();
   for (;;) {
+    if (*stop && give_up == absl::InfiniteFuture()) give_up = absl::Now() + absl::Milliseconds(500);
+    if (absl::Now() >= give_up) break;
+    pollfd p = {fd, POLLIN, 0};
+    int ready = poll(&p, 1, 100);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
     ssize_t n = read(fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -81,7 +92,8 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(const ProcessSpec& spec)
   auto process = std::unique_ptr<Process>(new Process());
   process->pid_ = pid;
   process->out_fd_ = pipefd[0];
-  process->reader_ = std::thread(CopyLines, pipefd[0], spec.log_path, &process->reader_done_);
+  process->reader_ = std::thread(CopyLines, pipefd[0], spec.log_path, &process->reader_done_,
+                                 &process->stop_reader_);
   return process;
 }
 
@@ -90,6 +102,7 @@ Process::~Process() {
     kill(-pid_, SIGKILL);
     if (!exited_) waitpid(pid_, nullptr, 0);
   }
+  stop_reader_ = true;
   if (reader_.joinable()) reader_.join();
 }
 

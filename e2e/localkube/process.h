@@ -47,6 +47,7 @@ class Process {
   bool exited_ = false;
   int exit_code_ = 0;
   std::atomic<bool> reader_done_{false};
+  std::atomic<bool> stop_reader_{false};
   std::thread reader_;
 };
 

@@ -1,9 +1,15 @@
 #include "e2e/localkube/server.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -22,6 +28,7 @@
 #include "e2e/localkube/errors.h"
 #include "e2e/localkube/protobuf.h"
 #include "e2e/localkube/table.h"
+#include "e2e/localkube/tls.h"
 #include "operator/api/yaml.h"
 
 namespace kubetrain::localkube {
@@ -32,28 +39,83 @@ using json = nlohmann::json;
 constexpr char kJson[] = "application/json";
 
 // Runs every connection on its own thread: watches and `logs -f` hold a connection for minutes,
-// so a fixed pool (httplib's default is 8 threads) would starve ordinary requests.
+// so a fixed pool (httplib's default is 8 threads) would starve ordinary requests. Threads get a
+// large stack: objects may nest 10000 deep (the JSON decoder's limit) and copying, printing and
+// merging them recurses once per level, which a default stack does not hold in debug or
+// sanitizer builds.
 class ThreadPerConnection : public httplib::TaskQueue {
  public:
+  // `while_draining` runs every 100 ms while shutdown waits for connections to finish.
+  explicit ThreadPerConnection(std::function<void()> while_draining)
+      : while_draining_(std::move(while_draining)) {}
+
   void enqueue(std::function<void()> fn) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++active_;
-    std::thread([this, fn = std::move(fn)] {
-      fn();
-      std::lock_guard<std::mutex> l(mu_);
-      if (--active_ == 0) idle_.notify_all();
-    }).detach();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++active_;
+    }
+    auto* task = new Task{this, std::move(fn)};
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, kStackBytes);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t thread;
+    if (pthread_create(&thread, &attr, &Run, task) != 0) Run(task);  // serve it inline
+    pthread_attr_destroy(&attr);
   }
   void shutdown() override {
     std::unique_lock<std::mutex> lock(mu_);
-    idle_.wait_for(lock, std::chrono::seconds(10), [&] { return active_ == 0; });
+    absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (active_ > 0 && absl::Now() < deadline) {
+      lock.unlock();
+      if (while_draining_) while_draining_();
+      lock.lock();
+      idle_.wait_for(lock, std::chrono::milliseconds(100), [&] { return active_ == 0; });
+    }
   }
 
  private:
+  static constexpr size_t kStackBytes = 64 << 20;
+  struct Task {
+    ThreadPerConnection* queue;
+    std::function<void()> fn;
+  };
+  static void* Run(void* arg) {
+    std::unique_ptr<Task> task(static_cast<Task*>(arg));
+    task->fn();
+    ThreadPerConnection* queue = task->queue;
+    task.reset();
+    std::lock_guard<std::mutex> l(queue->mu_);
+    if (--queue->active_ == 0) queue->idle_.notify_all();
+    return nullptr;
+  }
+
+  std::function<void()> while_draining_;
   std::mutex mu_;
   std::condition_variable idle_;
   int active_ = 0;
 };
+
+// Shuts down every accepted connection to `port` in this process. httplib's idle keep-alive
+// connections otherwise sit out their whole keep-alive timeout after stop(), and localkube
+// must exit within 2 s of SIGTERM.
+void ShutdownConnections(int port) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &fd)) continue;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
+    if (local.ss_family != AF_INET) continue;
+    if (ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port) != port) continue;
+    // Connected ones only: the accepted sockets, not a listener.
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
+    ::shutdown(fd, SHUT_RDWR);
+  }
+}
 
 // Go's strconv.ParseBool, which is what the apiserver uses for query booleans.
 bool ParseBool(const std::string& v) {
@@ -221,7 +283,9 @@ absl::Status Server::Start() {
     if (!https->is_valid()) return absl::InternalError("cannot load the TLS certificate");
     http_ = std::move(https);
   }
-  http_->new_task_queue = [] { return new ThreadPerConnection(); };
+  http_->new_task_queue = [this] {
+    return new ThreadPerConnection([this] { ShutdownConnections(port_); });
+  };
   http_->set_payload_max_length(64 << 20);
   http_->set_keep_alive_max_count(10000);
   http_->set_keep_alive_timeout(30);
@@ -262,6 +326,7 @@ void Server::Stop() {
   if (stopping_.exchange(true)) return;
   api_->store()->Shutdown();
   if (http_) http_->stop();
+  if (port_ > 0) ShutdownConnections(port_);
   if (listener_.joinable()) listener_.join();
   if (compactor_.joinable()) compactor_.join();
 }
@@ -653,24 +718,18 @@ void Server::ServeLog(const Target& target, const httplib::Request& req, httplib
 
 absl::Status WriteKubeconfig(const std::string& path, const std::string& server,
                              const std::string& token, const std::string& ca_pem) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << "apiVersion: v1\nkind: Config\n"
-        << "clusters:\n- name: localkube\n  cluster:\n    server: " << server << "\n"
-        << (ca_pem.empty() ? ""
-                           : "    certificate-authority-data: " + absl::Base64Escape(ca_pem) + "\n")
-        << "users:\n- name: localkube\n  user:\n"
-        << (token.empty() ? "    username: admin\n" : "    token: " + token + "\n")
-        << "contexts:\n- name: localkube\n  context:\n    cluster: localkube\n"
-        << "    user: localkube\n    namespace: default\n"
-        << "current-context: localkube\n";
-    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot rename to ", path));
-  }
-  return absl::OkStatus();
+  std::string text = absl::StrCat(
+      "apiVersion: v1\nkind: Config\n",
+      "clusters:\n- name: localkube\n  cluster:\n    server: ", server, "\n",
+      ca_pem.empty()
+          ? ""
+          : absl::StrCat("    certificate-authority-data: ", absl::Base64Escape(ca_pem), "\n"),
+      "users:\n- name: localkube\n  user:\n",
+      token.empty() ? "    username: admin\n" : absl::StrCat("    token: ", token, "\n"),
+      "contexts:\n- name: localkube\n  context:\n    cluster: localkube\n",
+      "    user: localkube\n    namespace: default\n", "current-context: localkube\n");
+  // It carries the admin token.
+  return WritePrivateFile(path, text);
 }
 
 }  // namespace kubetrain::localkube

@@ -75,7 +75,7 @@ class Server {
   int port_ = 0;
 };
 
-// Writes a kubeconfig pointing at `server` with `token` (namespace default).
+// Writes a kubeconfig pointing at `server` with `token` (namespace default), mode 0600.
 // `ca_pem` (may be empty) becomes certificate-authority-data.
 absl::Status WriteKubeconfig(const std::string& path, const std::string& server,
                              const std::string& token, const std::string& ca_pem);

@@ -1,11 +1,16 @@
 #include "e2e/localkube/tls.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <fstream>
@@ -79,12 +84,36 @@ absl::StatusOr<TlsFiles> MakeSelfSignedCert(const std::string& dir) {
   files.cert_path = dir + "/cert.pem";
   files.key_path = dir + "/key.pem";
   std::ofstream(files.cert_path) << files.cert_pem;
-  {
-    std::ofstream out(files.key_path);
-    out << key_pem;
-  }
-  chmod(files.key_path.c_str(), 0600);
+  if (absl::Status st = WritePrivateFile(files.key_path, key_pem); !st.ok()) return st;
   return files;
+}
+
+absl::Status WritePrivateFile(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  }
+  // A leftover temporary file keeps its old mode through O_CREAT.
+  bool ok = fchmod(fd, 0600) == 0;
+  for (size_t done = 0; ok && done < content.size();) {
+    ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += n;
+  }
+  int saved = errno;
+  if (close(fd) != 0) ok = false;
+  if (!ok) {
+    unlink(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(saved)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kubetrain::localkube

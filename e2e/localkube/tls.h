@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace kubetrain::localkube {
@@ -17,5 +18,9 @@ struct TlsFiles {
 
 // Writes cert.pem and key.pem (mode 0600) into `dir`.
 absl::StatusOr<TlsFiles> MakeSelfSignedCert(const std::string& dir);
+
+// Writes `content` to `path` through a temporary file renamed into place, created mode 0600:
+// keys and tokens are never readable by others, not even for the moment before a chmod.
+absl::Status WritePrivateFile(const std::string& path, const std::string& content);
 
 }  // namespace kubetrain::localkube

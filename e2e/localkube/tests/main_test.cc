@@ -1,0 +1,176 @@
+// Runs the localkube binary itself: what its files look like on disk and how it stops.
+#include <fcntl.h>
+#include <httplib.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+
+extern char** environ;
+
+namespace {
+
+using nlohmann::json;
+
+class LocalkubeProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (std::filesystem::temp_directory_path() /
+            absl::StrCat("localkube_main_test-", getpid(), "-",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Starts localkube with `flags` and waits (up to 20 s) for its address file.
+  void Start(std::vector<std::string> flags) {
+    std::vector<std::string> args = {LOCALKUBE_BINARY, "--port", "0", "--address-file",
+                                     dir_ + "/address"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, (dir_ + "/out").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    ASSERT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    for (absl::Time deadline = absl::Now() + absl::Seconds(20); absl::Now() < deadline;
+         absl::SleepFor(absl::Milliseconds(20))) {
+      std::ifstream in(dir_ + "/address");
+      std::string line;
+      if (std::getline(in, line) && !line.empty()) {
+        address_ = line;
+        port_ = std::stoi(line.substr(line.rfind(':') + 1));
+        return;
+      }
+    }
+    FAIL() << "localkube did not start";
+  }
+
+  // Sends SIGTERM and returns how long the process took to exit (its status in `status`).
+  absl::Duration Terminate(int* status) {
+    absl::Time start = absl::Now();
+    kill(pid_, SIGTERM);
+    for (absl::Time deadline = start + absl::Seconds(15); absl::Now() < deadline;
+         absl::SleepFor(absl::Milliseconds(10))) {
+      if (waitpid(pid_, status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return absl::Now() - start;
+      }
+    }
+    return absl::InfiniteDuration();
+  }
+
+  std::string dir_;
+  pid_t pid_ = -1;
+  std::string address_;
+  int port_ = 0;
+};
+
+int Mode(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return -1;
+  return st.st_mode & 0777;
+}
+
+TEST_F(LocalkubeProcess, FilesWithCredentialsAreOwnerOnly) {
+  std::string kubeconfig = dir_ + "/kubeconfig";
+  std::ofstream(kubeconfig) << "stale\n";
+  chmod(kubeconfig.c_str(), 0644);
+  ASSERT_NO_FATAL_FAILURE(Start({"--token", "secret-token", "--kubeconfig-out", kubeconfig}));
+  EXPECT_EQ(Mode(kubeconfig), 0600);
+  std::ifstream in(kubeconfig);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("token: secret-token"), std::string::npos);
+  std::string tls =
+      (std::filesystem::temp_directory_path() / absl::StrCat("localkube-tls-", pid_)).string();
+  EXPECT_EQ(Mode(tls + "/key.pem"), 0600);
+  EXPECT_EQ(Mode(tls), 0700);
+  int status = 0;
+  EXPECT_LT(Terminate(&status), absl::Seconds(2));
+}
+
+TEST_F(LocalkubeProcess, ExitsWithinTwoSecondsOfSigtermWithWatchesAndPods) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--insecure-http", "--run-pods", "--hosts-file", dir_ + "/hosts",
+                                 "--pod-log-dir", dir_ + "/logs"}));
+  httplib::Client client("127.0.0.1", port_);
+  client.set_read_timeout(10, 0);
+  // A pod that ignores SIGTERM, with a grandchild in its own session holding the log pipe.
+  json pod = {
+      {"metadata", {{"name", "stubborn"}}},
+      {"spec",
+       {{"terminationGracePeriodSeconds", 30},
+        {"containers",
+         {{{"name", "c"},
+           {"image", "busybox"},
+           {"command", {"sh", "-c", "trap '' TERM; setsid sleep 6 & echo started; sleep 60"}}}}}}}};
+  auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 201);
+  bool running = false;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(10); !running && absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    auto got = client.Get("/api/v1/namespaces/default/pods/stubborn");
+    running = got && json::parse(got->body)["status"].value("phase", "") == "Running";
+  }
+  ASSERT_TRUE(running);
+  // An open watch, a `logs -f` and an idle keep-alive connection.
+  std::atomic<bool> watching{false};
+  std::thread watch([&] {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(20, 0);
+    c.Get("/api/v1/namespaces/default/configmaps?watch=true", [&](const char*, size_t) {
+      watching = true;
+      return true;
+    });
+  });
+  std::thread follow([&] {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(20, 0);
+    c.Get("/api/v1/namespaces/default/pods/stubborn/log?follow=true",
+          [&](const char*, size_t) { return true; });
+  });
+  httplib::Client idle("127.0.0.1", port_);
+  idle.set_keep_alive(true);
+  ASSERT_TRUE(idle.Get("/version"));
+  client.Post("/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"x"}})",
+              "application/json");
+  for (absl::Time deadline = absl::Now() + absl::Seconds(5); !watching && absl::Now() < deadline;)
+    absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(watching);
+  int status = 0;
+  absl::Duration took = Terminate(&status);
+  watch.join();
+  follow.join();
+  EXPECT_LT(took, absl::Seconds(2));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+}  // namespace
