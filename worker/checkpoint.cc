@@ -53,7 +53,8 @@ absl::StatusOr<std::vector<float>> Floats(const std::string& bytes, absl::string
         absl::StrCat(what, " is ", bytes.size(), " bytes, not a whole number of float32 values"));
   }
   std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  // memcpy from or to a null pointer is undefined even for zero bytes (an empty vector's data()).
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
   return v;
 }
 
