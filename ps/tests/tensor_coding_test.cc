@@ -190,6 +190,31 @@ TEST(TensorCoding, ValueBytesDisagreeingWithLengthAreRefused) {
   EXPECT_THAT(parsed.message(), HasSubstr("8 value bytes for 3 floats"));
 }
 
+// 2^62 floats are 2^64 bytes: a length check by multiplication wraps to zero and accepts them.
+TEST(TensorCoding, LengthWhoseByteCountOverflowsIsRefused) {
+  v1::PushRequest push;
+  v1::Partition* g = push.add_gradients();
+  g->mutable_key()->set_variable("w");
+  g->set_length(uint64_t{1} << 62);
+  grpc::ByteBuffer wire = Chunked(push.SerializeAsString(), 1 << 20);
+  PushFrame frame;
+  const absl::Status parsed = frame.Parse(wire);
+  EXPECT_EQ(parsed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(parsed.message(), HasSubstr("0 value bytes for 4611686018427387904 floats"));
+
+  v1::PullResponse response;
+  *response.add_values() = *g;
+  bool asked = false;
+  auto header = DecodePullResponse(
+      Chunked(response.SerializeAsString(), 1 << 20),
+      [&](const PartitionKey&, uint64_t, uint64_t) -> absl::StatusOr<std::span<float>> {
+        asked = true;
+        return std::span<float>();
+      });
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(asked);
+}
+
 TEST(TensorCoding, TruncatedMessagesAreRefused) {
   const std::vector<float> values(100, 2.0f);
   PullFrame frame;
