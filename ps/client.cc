@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_secret.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "grpcpp/create_channel.h"
@@ -27,7 +28,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, backoff_ms);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, backoff_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, backoff_ms);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return CreateJobChannel(address, args, options.secret);
 }
 
 // The variables of `state` in plan order; INVALID_ARGUMENT if one is missing or mis-sized.

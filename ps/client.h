@@ -48,6 +48,8 @@ struct ClientOptions {
   // told to stop must not sit out a deadline of minutes.
   const std::atomic<bool>* stop = nullptr;
   absl::Duration stop_poll = absl::Milliseconds(50);
+  // The job's shared secret (common/job_secret.h), sent with every call; empty sends none.
+  std::string secret;
 };
 
 // The per-ps global steps (and run ids) of the values a worker holds; what a Push is computed

@@ -15,6 +15,7 @@
 #include "common/flags.h"
 #include "common/host_port.h"
 #include "common/hosts.h"
+#include "common/job_secret.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -113,10 +114,15 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("coordinator", &o.coordinator,
         "allreduce without TF_CONFIG: the chief's rendezvous address host:port (the chief "
         "listens on its port)");
+  f.Add("job-secret", &t.job_secret,
+        "the job's shared secret sent with every ps and coordinator call (prefer the "
+        "environment variable: a flag shows in the process list)",
+        kJobSecretEnv);
   ASSIGN_OR_RETURN(std::vector<std::string> rest, f.Parse(argc, argv));
   if (!rest.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", rest[0], "\""));
   }
+  RETURN_IF_ERROR(ValidateJobSecret(t.job_secret));
   if (o.mode == "ps-sync") {
     t.mode = Mode::kPsSync;
   } else if (o.mode == "ps-async") {
@@ -277,9 +283,10 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
     return ResolveTaskAddress(address);
   };
   if (id.role == Role::kChief) {
-    ASSIGN_OR_RETURN(
-        c.coordinator,
-        CoordinatorServer::Start({JoinHostPort(o.bind_address, chief_port), id.num_workers}));
+    ASSIGN_OR_RETURN(c.coordinator,
+                     CoordinatorServer::Start({.address = JoinHostPort(o.bind_address, chief_port),
+                                               .world_size = id.num_workers,
+                                               .secret = o.trainer.job_secret}));
     dial = JoinHostPort(IsWildcard(o.bind_address) ? "127.0.0.1" : o.bind_address, chief_port);
     resolve = nullptr;
   }
@@ -288,7 +295,8 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
                                                         .rank = id.rank,
                                                         .world_size = id.num_workers,
                                                         .connect_timeout = o.trainer.ready_timeout,
-                                                        .stop = &g_stop}));
+                                                        .stop = &g_stop,
+                                                        .secret = o.trainer.job_secret}));
   ASSIGN_OR_RETURN(std::string kind, CommunicatorFor(o.communicator, device));
   if (kind == "nccl") {  // only ever on a CUDA device, so only in a build with CUDA
 #ifdef KUBETRAIN_HAVE_CUDA

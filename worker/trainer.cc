@@ -186,6 +186,7 @@ class Trainer::Impl {
     ps::ClientOptions client_options;
     client_options.worker = static_cast<uint32_t>(id_.rank);
     client_options.stop = stop_;
+    client_options.secret = options_.job_secret;
     ASSIGN_OR_RETURN(std::unique_ptr<ps::PsClient> client,
                      ps::PsClient::Create(resolved, *plan_, client_options));
     std::lock_guard<std::mutex> lock(client_mu_);

@@ -60,6 +60,8 @@ struct TrainerOptions {
   // All-reduce mode: gradients are packed into buffers of at most this many bytes, one
   // collective each (Horovod's fusion threshold, same default).
   int64_t fusion_bytes = int64_t{64} << 20;
+  // The job's shared secret, sent with every ps call (common/job_secret.h).
+  std::string job_secret;
 };
 
 struct TaskIdentity {
