@@ -10,6 +10,9 @@ namespace {
 
 using nlohmann::json;
 
+// Above any job the operator accepts; a larger index can only be a corrupt or hostile value.
+constexpr int kMaxIndex = 1'000'000;
+
 absl::Status Bad(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG: ", field, ": ", problem));
 }
@@ -41,10 +44,22 @@ absl::Status ParseTask(const json& task, TfConfig* out) {
   }
   out->task_type = task["type"].get<std::string>();
   if (task.contains("index")) {
-    if (!task["index"].is_number_integer()) return Bad("task.index", "must be an integer");
-    out->task_index = task["index"].get<int>();
+    const json& index = task["index"];
+    // Checked before narrowing: 4294967296 would otherwise wrap to 0 and make a second chief.
+    if (!index.is_number_integer()) {
+      return Bad("task.index",
+                 absl::StrCat("must be a non-negative integer, got ",
+                              index.dump(-1, ' ', false, json::error_handler_t::replace)));
+    }
+    if (index.is_number_unsigned() ? index.get<uint64_t>() > uint64_t{kMaxIndex}
+                                   : index.get<int64_t>() > int64_t{kMaxIndex}) {
+      return Bad("task.index", absl::StrCat("must be at most ", kMaxIndex, ", got ", index.dump()));
+    }
+    if (!index.is_number_unsigned() && index.get<int64_t>() < 0) {
+      return Bad("task.index", absl::StrCat("must be >= 0, got ", index.dump()));
+    }
+    out->task_index = static_cast<int>(index.get<int64_t>());
   }
-  if (out->task_index < 0) return Bad("task.index", "must be >= 0");
   if (out->task_type == "evaluator") return absl::OkStatus();
   auto it = out->cluster.find(out->task_type);
   if (it == out->cluster.end()) {
@@ -77,6 +92,11 @@ const std::vector<std::string>& TfConfig::Addresses(absl::string_view type) cons
 }
 
 absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text) {
+  if (text.size() > kMaxTfConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG: ", text.size(),
+                                                   " bytes, more than the ", kMaxTfConfigBytes,
+                                                   " a process environment can carry"));
+  }
   json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return absl::InvalidArgumentError("TF_CONFIG: not valid JSON");
   if (!doc.is_object()) return absl::InvalidArgumentError("TF_CONFIG: must be a JSON object");

@@ -27,6 +27,10 @@ struct TfConfig {
   const std::vector<std::string>& Addresses(absl::string_view type) const;
 };
 
+// The kernel refuses a single environment string over 128 KiB (MAX_ARG_STRLEN), so no process
+// can be started with a larger TF_CONFIG.
+inline constexpr size_t kMaxTfConfigBytes = 128 * 1024;
+
 // Parses and checks TF_CONFIG; errors name the field, e.g.
 // `TF_CONFIG: task.index: 3 is out of range, cluster.worker has 2 entries`.
 absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace kubetrain::api {
 namespace {
 
@@ -71,7 +73,40 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"cluster":{"worker":["w:1","w:2"]},"task":{"type":"worker","index":3}})",
                 "TF_CONFIG: task.index: 3 is out of range, cluster.worker has 2 entries"},
         BadCase{R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":"0"}})",
-                "TF_CONFIG: task.index: must be an integer"}));
+                "TF_CONFIG: task.index: must be a non-negative integer, got \"0\""},
+        // 4294967296 used to wrap to 0 on the way to int and made a second chief.
+        BadCase{R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":4294967296}})",
+                "TF_CONFIG: task.index: must be at most 1000000, got 4294967296"},
+        BadCase{
+            R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":18446744073709551615}})",
+            "TF_CONFIG: task.index: must be at most 1000000, got 18446744073709551615"},
+        BadCase{R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":-4294967296}})",
+                "TF_CONFIG: task.index: must be >= 0, got -4294967296"},
+        BadCase{R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":0.5}})",
+                "TF_CONFIG: task.index: must be a non-negative integer, got 0.5"},
+        BadCase{R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":null}})",
+                "TF_CONFIG: task.index: must be a non-negative integer, got null"},
+        BadCase{R"({"cluster":{"worker":["w:1"]},"task":{"type":5}})",
+                "TF_CONFIG: task.type: required string (chief, ps, worker or evaluator)"},
+        BadCase{R"({"cluster":{"worker":["w:1"]},"task":[]})",
+                "TF_CONFIG: task: must be an object with type and index"},
+        BadCase{R"({"cluster":["w:1"],"task":{"type":"worker"}})",
+                "TF_CONFIG: cluster: must be an object of task type to addresses"},
+        BadCase{R"({"cluster":{"worker":[5]},"task":{"type":"worker"}})",
+                "TF_CONFIG: cluster.worker[0]: must be a \"host:port\" string"}));
+
+TEST(TfConfig, OversizedInputIsRefusedBeforeParsing) {
+  std::string huge = R"({"cluster":{"worker":[)";
+  for (int i = 0; i < 30000; ++i) huge += (i ? ",\"" : "\"") + std::string("w:1\"");
+  huge += R"(]},"task":{"type":"worker"}})";
+  auto config = ParseTfConfig(huge);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().message(),
+            absl::StrCat("TF_CONFIG: ", huge.size(),
+                         " bytes, more than the 131072 a process environment can carry"));
+  // Deep nesting is only JSON, not a crash.
+  EXPECT_FALSE(ParseTfConfig(std::string(100000, '[') + std::string(100000, ']')).ok());
+}
 
 TEST(SplitHostPort, HandlesIpv6AndNames) {
   std::string host;
