@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/stop_signal.h"
 #include "operator/api/tf_config.h"
 #include "worker/collective/coordinator.h"
 #include "worker/collective/gloo_communicator.h"
@@ -36,7 +37,6 @@ namespace kubetrain::worker {
 namespace {
 
 std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop.store(true); }
 
 struct Options {
   TrainerOptions trainer;
@@ -377,11 +377,9 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
 }  // namespace kubetrain::worker
 
 int main(int argc, char** argv) {
-  struct sigaction sa = {};
-  sa.sa_handler = kubetrain::worker::OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  // A collective inside Gloo or NCCL cannot be interrupted: the watchdog ends the process if
+  // the flag alone has not stopped it in time.
+  kubetrain::InstallStopSignals(&kubetrain::worker::g_stop, absl::Milliseconds(1500));
   signal(SIGPIPE, SIG_IGN);
   int exit_code = 1;
   absl::Status s = kubetrain::worker::Main(argc, argv, &exit_code);

@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,18 @@ class WorkerSigtermTest : public ::testing::Test {
             "--ready-timeout=60s", "--job-name=sigterm-test"};
   }
 
+  // Waits up to `timeout` for `text` in the log of the last Start; false if it never came.
+  bool WaitForLog(const std::string& path, const std::string& text, absl::Duration timeout) {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (absl::Now() < give_up) {
+      std::ifstream in(path);
+      std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (contents.find(text) != std::string::npos) return true;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return false;
+  }
+
   std::string log_;
 };
 
@@ -114,6 +128,39 @@ TEST_F(WorkerSigtermTest, ChiefStopsWhileWaitingForTheParameterServers) {
   EXPECT_EQ(code, 143) << "see " << log_;
   EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << log_;
   EXPECT_LT(seconds, 2.0) << "see " << log_;
+}
+
+// A rank blocked inside a Gloo collective whose peer stopped answering cannot poll the stop
+// flag; the stop watchdog still ends it within 2 s.
+TEST_F(WorkerSigtermTest, AllReduceRankStopsWhileBlockedInACollective) {
+  const std::string coordinator = ClosedAddress();
+  std::vector<std::string> common = {"--mode=allreduce",
+                                     "--coordinator=" + coordinator,
+                                     "--num-workers=2",
+                                     "--device=cpu",
+                                     "--bind-address=127.0.0.1",
+                                     "--metrics-port=0",
+                                     "--ready-timeout=60s",
+                                     "--log-every=1s",
+                                     "--job-name=sigterm-allreduce"};
+  std::vector<std::string> chief_args = common;
+  chief_args.push_back("--worker-index=0");
+  chief_args.push_back("--checkpoint-dir=" + ::testing::TempDir() + "/worker_sigterm_ar_ckpt");
+  pid_t chief = Start(chief_args);
+  const std::string chief_log = log_;
+  std::vector<std::string> peer_args = common;
+  peer_args.push_back("--worker-index=1");
+  pid_t peer = Start(peer_args);
+  ASSERT_TRUE(WaitForLog(chief_log, "msg=progress", absl::Seconds(90)))
+      << "the two ranks did not start training; see " << chief_log << " and " << log_;
+  kill(peer, SIGSTOP);  // the chief's next all-reduce now waits on a peer that never answers
+  log_ = chief_log;
+  auto [code, seconds] = TerminateAfter(chief, absl::Milliseconds(500));
+  kill(peer, SIGKILL);
+  waitpid(peer, nullptr, 0);
+  EXPECT_EQ(code, 143) << "see " << chief_log;
+  EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << chief_log;
+  EXPECT_LT(seconds, 2.0) << "see " << chief_log;
 }
 
 }  // namespace
