@@ -93,6 +93,9 @@ verbs operator/controller and operator/kube use; see deploy/rbac/cluster-role.ya
   resources: ["pods", "services"]
   verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
+- apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
 {{- if eq .Values.gangScheduler "volcano" }}
