@@ -35,6 +35,19 @@ TEST(PodView, EvictedPodWithoutExitCodeCountsAsKilled) {
   EXPECT_EQ(EffectiveExitCode(*v), 137);
 }
 
+TEST(PodView, ReadsTheTrainingContainersTerminationMessageOnly) {
+  json pod = json::parse(R"({"metadata":{"name":"j-worker-0",
+      "labels":{"kubetrain.dev/replica-type":"worker","kubetrain.dev/replica-index":"0"}},
+    "status":{"phase":"Succeeded","containerStatuses":[
+      {"name":"sidecar","state":{"terminated":{"exitCode":0,"message":"not this"}}},
+      {"name":"kubetrain","state":{"terminated":{"exitCode":0,"message":"{\"steps\":9}"}}}]}})");
+  auto v = ViewPod(pod);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->termination_message, R"({"steps":9})");
+  pod["status"]["containerStatuses"][1]["state"]["terminated"]["message"] = 42;  // not text
+  EXPECT_EQ(ViewPod(pod)->termination_message, "");
+}
+
 TEST(PodView, ForeignPodsAreIgnored) {
   EXPECT_FALSE(ViewPod(json::parse(R"({"metadata":{"name":"x","labels":{"app":"y"}}})")));
 }
