@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "operator/api/decode.h"
 #include "operator/api/defaults.h"
+#include "operator/api/render.h"
 
 namespace kubetrain::api {
 namespace {
@@ -96,19 +97,61 @@ class Validator {
     if (!specs.count(ReplicaType::kWorker) && !specs.count(ReplicaType::kChief)) {
       Error("spec.replicaSpecs", "must contain a Worker or a Chief replica spec");
     }
-    for (const auto& [type, rs] : specs) Replica(type, rs);
+    bool counts_ok = true;
+    for (const auto& [type, rs] : specs) counts_ok &= Replica(type, rs);
+    if (counts_ok && IsDns1035Label(job_.metadata.name)) TfConfigSize();
   }
 
-  void Replica(ReplicaType type, const ReplicaSpec& rs) {
+  // Every task's environment carries the whole cluster's addresses, and exec fails for all of
+  // them once TF_CONFIG passes the kernel's limit.
+  void TfConfigSize() {
+    size_t size = LargestTfConfigSize(job_);
+    if (size <= kMaxTfConfigSize) return;
+    ClusterDnsAddresses addresses;
+    size_t tasks = 0;
+    size_t address_bytes = 0;
+    for (const auto& [type, rs] : job_.spec.replica_specs) {
+      if (type == ReplicaType::kEvaluator) continue;
+      for (int i = 0; i < rs.replicas.value_or(1); ++i) {
+        address_bytes += addresses.Address(job_, type, i).size();
+        ++tasks;
+      }
+    }
+    Error("spec.replicaSpecs",
+          absl::StrCat("TF_CONFIG would be ", Thousands(size), " bytes (", tasks, " tasks x ~",
+                       address_bytes / std::max<size_t>(tasks, 1), " bytes per address) > ",
+                       Thousands(kMaxTfConfigSize),
+                       ", above what a process environment can carry; lower replicas or shorten "
+                       "metadata.name and metadata.namespace"));
+  }
+
+  static std::string Thousands(size_t n) {
+    std::string digits = std::to_string(n);
+    std::string out;
+    for (size_t i = 0; i < digits.size(); ++i) {
+      if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+      out += digits[i];
+    }
+    return out;
+  }
+
+  // False when the replica count is out of range.
+  bool Replica(ReplicaType type, const ReplicaSpec& rs) {
     const std::string path = "spec.replicaSpecs." + Name(type);
     int replicas = rs.replicas.value_or(1);
+    bool ok = false;
     if (replicas < 1) {
       Error(path + ".replicas", absl::StrCat("must be >= 1, got ", replicas));
     } else if ((type == ReplicaType::kChief || type == ReplicaType::kEvaluator) && replicas > 1) {
       Error(path + ".replicas",
             absl::StrCat("must be 1 (a job has at most one ", Name(type), "), got ", replicas));
+    } else if (replicas > kMaxReplicas) {
+      Error(path + ".replicas", absl::StrCat("must be <= ", kMaxReplicas, ", got ", replicas));
+    } else {
+      ok = true;
     }
     Template(rs.template_, path + ".template");
+    return ok;
   }
 
   void Template(const json& tmpl, const std::string& path) {
@@ -291,6 +334,27 @@ class Validator {
 };
 
 }  // namespace
+
+size_t LargestTfConfigSize(const TrainingJob& job) {
+  // Summed from the address lengths, so nothing the size of TF_CONFIG is built to find out.
+  ClusterDnsAddresses addresses;
+  size_t size = std::string(R"({"cluster":{},"task":{"type":"","index":}})").size();
+  size_t longest_task = 0;
+  bool first_type = true;
+  for (const auto& [type, rs] : job.spec.replica_specs) {
+    const int replicas = rs.replicas.value_or(1);
+    const std::string task_type = TaskType(type);
+    longest_task =
+        std::max(longest_task, task_type.size() + std::to_string(std::max(replicas - 1, 0)).size());
+    if (type == ReplicaType::kEvaluator) continue;        // only ever in "task"
+    size += (first_type ? 0 : 1) + task_type.size() + 5;  // ,"ps":[]
+    first_type = false;
+    for (int i = 0; i < replicas; ++i) {
+      size += addresses.Address(job, type, i).size() + 2 + (i > 0 ? 1 : 0);  // quotes, comma
+    }
+  }
+  return size + longest_task;
+}
 
 bool IsDns1035Label(absl::string_view s) {
   return !s.empty() && s.size() <= kMaxLabelLength && IsLabelChars(s) &&

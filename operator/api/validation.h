@@ -13,6 +13,11 @@
 namespace kubetrain::api {
 
 inline constexpr int kMaxLabelLength = 63;
+// Pods of one replica type; the CRD's maximum. Far beyond it TF_CONFIG alone would be too large.
+inline constexpr int kMaxReplicas = 1000;
+// Largest TF_CONFIG a job may give its tasks: below the kernel's 128 KiB limit on one
+// environment string, with room for a cluster-domain suffix.
+inline constexpr size_t kMaxTfConfigSize = 120 * 1024;
 
 // Semantic checks on a job that SetDefaults has seen.
 FieldErrors Validate(const TrainingJob& job);
@@ -20,6 +25,10 @@ FieldErrors Validate(const TrainingJob& job);
 // The whole pipeline a user's manifest goes through: decode (type errors, unknown fields), set
 // defaults, validate. The returned job is defaulted; it is only usable when errors is empty.
 TrainingJob DecodeAndValidate(const nlohmann::json& doc, FieldErrors* errors);
+
+// The size of the largest TF_CONFIG among the job's tasks under cluster DNS addresses. The job
+// must be defaulted and hold at most kMaxReplicas per type.
+size_t LargestTfConfigSize(const TrainingJob& job);
 
 // RFC 1035 label: [a-z]([-a-z0-9]*[a-z0-9])?, at most 63 characters (Service and pod host names).
 bool IsDns1035Label(absl::string_view s);

@@ -2,6 +2,8 @@
 // accepted by `kubetrain validate` and the operator, and the other way round.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <set>
 
 #include "absl/strings/str_join.h"
@@ -143,18 +145,20 @@ TEST(CrdAgreement, MinimumsAndMaximumsMatch) {
       ++checked;
     }
   }
-  // 4 replicas minimums, 2 replicas maximums (Chief, Evaluator), ttl, deadline, backoffLimit,
-  // minAvailable.
-  EXPECT_EQ(checked, 10);
+  // 4 replicas minimums, 4 replicas maximums, ttl, deadline, backoffLimit, minAvailable.
+  EXPECT_EQ(checked, 12);
 }
 
-TEST(CrdAgreement, ReplicasAboveMaximumOnlyForChiefAndEvaluator) {
-  std::set<std::string> capped;
+TEST(CrdAgreement, EveryReplicaCountIsCapped) {
+  std::map<std::string, int64_t> capped;
   for (const Constraint& c : Constraints()) {
-    if (c.node.contains("maximum")) capped.insert(c.path);
+    if (c.node.contains("maximum")) capped[c.path] = c.node["maximum"].get<int64_t>();
   }
-  EXPECT_EQ(capped, (std::set<std::string>{"spec.replicaSpecs.Chief.replicas",
-                                           "spec.replicaSpecs.Evaluator.replicas"}));
+  EXPECT_EQ(capped,
+            (std::map<std::string, int64_t>{{"spec.replicaSpecs.Chief.replicas", 1},
+                                            {"spec.replicaSpecs.Evaluator.replicas", 1},
+                                            {"spec.replicaSpecs.PS.replicas", kMaxReplicas},
+                                            {"spec.replicaSpecs.Worker.replicas", kMaxReplicas}}));
 }
 
 TEST(CrdAgreement, SchemaDefaultsEqualCppDefaults) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "operator/api/render.h"
 #include "operator/api/tests/test_util.h"
 
 namespace kubetrain::api {
@@ -48,6 +49,43 @@ TEST(Validate, LongestNameThatFitsIsAccepted) {
   std::string name(51, 'a');
   EXPECT_TRUE(Messages(testing::MinimalJob(1, 1, false, true, name)).empty());
   EXPECT_EQ(Messages(testing::MinimalJob(1, 1, false, true, name + "a")).size(), 1u);
+}
+
+TEST(Validate, ReplicasAreCappedLikeTheCrd) {
+  json doc = testing::MinimalJob(1, 1);
+  doc["spec"]["replicaSpecs"]["Worker"]["replicas"] = 2000000000;
+  EXPECT_EQ(Messages(doc),
+            (std::vector<std::string>{
+                "spec.replicaSpecs.Worker.replicas: must be <= 1000, got 2000000000"}));
+}
+
+TEST(Validate, TfConfigThatNoProcessCouldReceiveIsRefused) {
+  // 1000 workers under a 52-character name: every pod's TF_CONFIG would pass the kernel's
+  // 128 KiB limit on one environment string, so no task could even start.
+  std::string name(52, 'a');
+  json doc = testing::MinimalJob(2, 1000, /*chief=*/true, false, name, "default");
+  EXPECT_EQ(Messages(doc), (std::vector<std::string>{
+                               "spec.replicaSpecs: TF_CONFIG would be 136,361 bytes (1003 tasks x "
+                               "~132 bytes per address) > 122,880, above what a process "
+                               "environment can carry; lower replicas or shorten metadata.name "
+                               "and metadata.namespace"}));
+}
+
+TEST(Validate, TfConfigBoundIsExact) {
+  // The estimate must equal what render produces, so the limit means what it says.
+  for (int workers : {1, 9, 10, 100, 850}) {
+    json doc = testing::MinimalJob(3, workers, true, true, std::string(40, 'b'), "team-a");
+    FieldErrors errors;
+    TrainingJob job = DecodeAndValidate(doc, &errors);
+    ClusterDnsAddresses addresses;
+    size_t largest = 0;
+    for (const Task& t : Tasks(job, addresses)) {
+      largest =
+          std::max(largest, ToJsonString(TfConfigFor(job, addresses, t.type, t.index)).size());
+    }
+    EXPECT_EQ(LargestTfConfigSize(job), largest) << workers << " workers";
+    EXPECT_EQ(!errors.empty(), largest > kMaxTfConfigSize) << workers << " workers";
+  }
 }
 
 TEST(Validate, NotAnObject) {
