@@ -243,6 +243,27 @@ TEST_F(PsFixture, PullNamingOnePartitionManyTimesIsRefusedBeforeAnythingIsCopied
   EXPECT_EQ(response.values(0).values().size(), 4u << 20);
 }
 
+TEST_F(PsFixture, InitOrPushNamingAPartitionTwiceIsRefused) {
+  Start();
+  v1::InitRequest twice = MakeInit({4, 4});
+  twice.mutable_partitions(1)->mutable_partition()->mutable_key()->set_variable("v0");
+  grpc::Status status = Init(twice);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "duplicate partition v0/0");
+  EXPECT_FALSE(server_->store().Status().initialized);
+
+  const v1::InitRequest init = MakeInit({4, 4}, v1::UPDATE_MODE_ASYNC);
+  ASSERT_TRUE(Init(init).ok());
+  v1::PushRequest push = MakePush(init, 1.0f);
+  *push.mutable_gradients(1)->mutable_key() = push.gradients(0).key();
+  v1::PushResponse response;
+  status = Push(push, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "partition v0/0 pushed twice");
+  EXPECT_EQ(server_->store().Status().global_step, 0);
+  EXPECT_EQ(Requests("Init", "INVALID_ARGUMENT") + Requests("Push", "INVALID_ARGUMENT"), 2);
+}
+
 TEST_F(PsFixture, PullLargerThanTheMessageLimitIsRefusedNamingTheLimit) {
   Start({.address = "127.0.0.1:0", .service = {.max_response_bytes = 6 << 20}});
   ASSERT_TRUE(Init(MakeInit({1 << 20, 1 << 20})).ok());  // 8 MiB in all
