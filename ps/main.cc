@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/host_port.h"
+#include "common/job_secret.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -31,6 +32,7 @@ struct Options {
   absl::Duration max_pull_wait = absl::Minutes(10);
   absl::Duration shutdown_grace = absl::Seconds(1);
   std::string tf_config;
+  std::string job_secret;
 };
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
@@ -60,8 +62,13 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   flags.Add("shutdown-grace", &opt.shutdown_grace, "time given to calls in flight at shutdown")
       .Range(absl::ZeroDuration(), absl::Milliseconds(1500));
   flags.Add("tf-config", &opt.tf_config, "cluster spec JSON (TensorFlow's TF_CONFIG)", "TF_CONFIG");
+  flags.Add("job-secret", &opt.job_secret,
+            "the job's shared secret every call must carry (prefer the environment variable: a "
+            "flag shows in the process list)",
+            kJobSecretEnv);
   ASSIGN_OR_RETURN(std::vector<std::string> args, flags.Parse(argc, argv));
   if (!args.empty()) return absl::InvalidArgumentError("kubetrain-ps takes no arguments");
+  RETURN_IF_ERROR(ValidateJobSecret(opt.job_secret));
   return opt;
 }
 
@@ -108,15 +115,23 @@ absl::Status Run(int argc, char** argv) {
   ASSIGN_OR_RETURN(auto metrics_server,
                    MetricsServer::Start(JoinHostPort(opt.bind_address, opt.metrics_port)));
   PsMetrics metrics(metrics_server->registry());
-  ServerOptions server_options{.address = JoinHostPort(opt.bind_address, opt.port),
-                               .max_message_bytes = opt.max_message_mb << 20,
-                               .service = {.max_pull_wait = opt.max_pull_wait}};
+  ServerOptions server_options{
+      .address = JoinHostPort(opt.bind_address, opt.port),
+      .max_message_bytes = opt.max_message_mb << 20,
+      .service = {.max_pull_wait = opt.max_pull_wait, .secret = opt.job_secret}};
   ASSIGN_OR_RETURN(auto server, PsServer::Start(server_options, &metrics));
   // The port actually bound: with --port=0 the system picks one.
   log::Info("Serving parameter server",
             {{"address", JoinHostPort(opt.bind_address, server->port())},
              {"metrics_port", metrics_server->port()},
-             {"state", "uninitialised, waiting for the chief"}});
+             {"state", "uninitialised, waiting for the chief"},
+             {"job_secret", !opt.job_secret.empty()}});
+  if (opt.job_secret.empty()) {
+    log::Warn(
+        absl::StrCat("Any client that reaches the port may Init or Shut down this ps: no "
+                     "job secret (set ",
+                     kJobSecretEnv, ")"));
+  }
   WaitForShutdown(signals, server->service());
   server->Stop(opt.shutdown_grace);
   log::Info("Stopped parameter server");

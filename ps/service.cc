@@ -99,7 +99,7 @@ class ParameterServerService::ParkedPull final : public grpc::ServerUnaryReactor
 
 ParameterServerService::ParameterServerService(ShardStore& store, PsMetrics* metrics,
                                                ServiceOptions options)
-    : store_(store), metrics_(metrics), options_(options) {
+    : store_(store), metrics_(metrics), options_(options), verifier_(options_.secret) {
   RegisterMethods();
   store_.SetChangeListener([this] { OnStoreChange(); });
   for (int i = 0; i < std::max(1, options_.wake_threads); ++i) {
@@ -173,7 +173,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Dispatch(absl::string_view met
   absl::Status status;
   // gRPC would answer an escaped exception with a bare UNKNOWN and log nothing.
   try {
-    status = (this->*handler)(*context, *request, *response, response_bytes);
+    status = Authenticate(*context);
+    if (status.ok()) status = (this->*handler)(*context, *request, *response, response_bytes);
   } catch (const std::bad_alloc&) {
     status = absl::ResourceExhaustedError(
         absl::StrCat(method, ": out of memory handling a ", request->Length(), "-byte request"));
@@ -219,6 +220,12 @@ grpc::Status ParameterServerService::Conclude(absl::string_view method, const ab
     }
   }
   return ToGrpc(status);
+}
+
+absl::Status ParameterServerService::Authenticate(
+    const grpc::CallbackServerContext& context) const {
+  grpc::Status s = verifier_.Check(context);
+  return s.ok() ? absl::OkStatus() : absl::UnauthenticatedError(s.error_message());
 }
 
 absl::Status ParameterServerService::Init(grpc::CallbackServerContext&,
@@ -273,7 +280,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   absl::Status status;
   try {
     v1::PullRequest pull;
-    status = ParseRequest("Pull", *request, pull);
+    status = Authenticate(*context);
+    if (status.ok()) status = ParseRequest("Pull", *request, pull);
     if (status.ok()) {
       std::vector<PartitionKey> keys = KeysOf(pull);
       status = PullNow(keys, pull.min_step(), *response, response_bytes);

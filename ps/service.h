@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/job_secret.h"
 #include "grpcpp/impl/service_type.h"
 #include "grpcpp/server.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -36,6 +37,10 @@ struct ServiceOptions {
   // Threads that answer pulls woken by a step, copying in parallel. Pulls waiting for a step hold
   // no thread at all.
   int wake_threads = 4;
+  // The job's shared secret (common/job_secret.h): a call without it is UNAUTHENTICATED, so a
+  // stranger that reaches the port can neither Init (replace every parameter) nor Shutdown the
+  // ps. Empty accepts every caller.
+  std::string secret;
 };
 
 // Translates RPCs to ShardStore calls and counts them. The store and metrics must outlive it.
@@ -112,9 +117,13 @@ class ParameterServerService final : public grpc::Service {
   grpc::Status Conclude(absl::string_view method, const absl::Status& status, size_t request_bytes,
                         size_t response_bytes);
 
+  // UNAUTHENTICATED unless the call carries the job's secret.
+  absl::Status Authenticate(const grpc::CallbackServerContext& context) const;
+
   ShardStore& store_;
   PsMetrics* const metrics_;
   const ServiceOptions options_;
+  const JobSecretVerifier verifier_;
   int methods_added_ = 0;
 
   mutable absl::Mutex mu_;

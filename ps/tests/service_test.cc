@@ -356,3 +356,43 @@ TEST(PsService, GeneratedProtobufStubInteroperatesWithTensorCodedServer) {
 
 }  // namespace
 }  // namespace kubetrain::ps
+
+namespace kubetrain::ps {
+namespace {
+
+// Without the job's secret a client can neither replace the parameters nor stop the ps; with it,
+// the whole push/pull cycle works as before.
+TEST(PsJobSecret, OnlyTheJobsClientsMayInitPullOrShutDown) {
+  const std::string secret = "job-secret-0123456789abcdef";
+  prometheus::Registry registry;
+  PsMetrics metrics(registry);
+  auto server =
+      PsServer::Start({.address = "127.0.0.1:0", .service = {.secret = secret}}, &metrics);
+  ASSERT_TRUE(server.ok()) << server.status();
+  PlacementPlan plan = Plan(1);
+  const ModelState state = InitialState(plan, TrainingConfig{});
+
+  auto stranger =
+      PsClient::Create({(*server)->address()}, plan, {.rpc_timeout = absl::Seconds(30)});
+  ASSERT_TRUE(stranger.ok()) << stranger.status();
+  absl::Status init = (*stranger)->Init(state);
+  EXPECT_EQ(init.code(), absl::StatusCode::kUnauthenticated) << init;
+  EXPECT_NE(init.message().find("KUBETRAIN_JOB_SECRET"), std::string::npos) << init;
+  EXPECT_EQ((*stranger)->Shutdown("not yours").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_FALSE((*server)->service().shutdown_requested());
+  EXPECT_EQ(Sample(registry, "kubetrain_ps_requests_total",
+                   {{"method", "Init"}, {"code", "UNAUTHENTICATED"}}),
+            1);
+
+  auto member = PsClient::Create({(*server)->address()}, plan,
+                                 {.rpc_timeout = absl::Seconds(30), .secret = secret});
+  ASSERT_TRUE(member.ok()) << member.status();
+  ASSERT_TRUE((*member)->Init(state).ok());
+  std::vector<std::vector<float>> values = Buffers(plan);
+  auto pulled = (*member)->Pull(Spans(values));
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(values[2][3], 3.0f);
+}
+
+}  // namespace
+}  // namespace kubetrain::ps
