@@ -104,7 +104,8 @@ int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   return invalid == 0 ? 0 : 1;
 }
 
-int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+           const std::atomic<bool>& stop) {
   std::string ns;
   std::string cluster_domain;
   std::string output = "yaml";
@@ -137,16 +138,38 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   if (!ok) return 1;
   api::ClusterDnsAddresses addresses(cluster_domain);
-  json list = json::array();
+  // Streamed: a large job is thousands of pods, each with the whole cluster in TF_CONFIG, and
+  // SIGTERM must be honoured within moments rather than after the last one. The JSON form is
+  // byte-for-byte what dumping one List would print.
+  bool first = true;
+  auto write = [&](const json& obj) {
+    if (output == "yaml") {
+      out << "---\n" << api::ToYaml(obj);
+      return;
+    }
+    std::string text = obj.dump(2);
+    out << (first ? "{\n  \"apiVersion\": \"v1\",\n  \"items\": [\n" : ",\n") << "    ";
+    for (char c : text) {
+      out << c;
+      if (c == '\n') out << "    ";
+    }
+    first = false;
+  };
   for (LoadedJob& j : jobs) {
     if (j.job.metadata.namespace_.empty() && !ns.empty()) j.job.metadata.namespace_ = ns;
-    for (json& obj : api::RenderObjects(j.job, addresses)) list.push_back(std::move(obj));
+    if (stop.load()) break;
+    write(api::BuildService(j.job));
+    for (const api::Task& t : api::Tasks(j.job, addresses)) {
+      if (stop.load()) break;
+      write(api::BuildPod(j.job, t.type, t.index, addresses));
+    }
   }
-  if (output == "json") {
-    out << json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", list}}.dump(2) << "\n";
-    return 0;
+  if (stop.load()) {
+    out.flush();
+    err << "kubetrain render: interrupted\n";
+    return 130;
   }
-  for (const json& obj : list) out << "---\n" << api::ToYaml(obj);
+  if (output == "json") out << "\n  ],\n  \"kind\": \"List\"\n}\n";
   return 0;
 }
 
@@ -213,7 +236,7 @@ int Dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "validate") return Validate(rest, out, err);
-  if (args[0] == "render") return Render(rest, out, err);
+  if (args[0] == "render") return Render(rest, out, err, stop);
   if (args[0] == "run") return Run(rest, out, err, stop);
   err << "kubetrain: unknown command \"" << args[0] << "\"\n\n" << kUsage;
   return 2;

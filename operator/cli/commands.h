@@ -14,7 +14,10 @@ namespace kubetrain::cli {
 int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // kubetrain render FILE: the Service and Pods the operator would create, as YAML (or JSON).
-int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// Objects are built and written one at a time, and `stop` ends the output between two of them
+// (exit 130).
+int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+           const std::atomic<bool>& stop);
 
 // kubetrain run FILE: the job as local processes until it succeeds, fails or `stop` is set.
 int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,

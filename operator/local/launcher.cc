@@ -76,7 +76,7 @@ void LocalJob::Say(absl::string_view line) {
   out_ << absl::StrFormat("%-*s | %s\n", prefix_width_, "kubetrain", line) << std::flush;
 }
 
-absl::Status LocalJob::Prepare() {
+absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
   const char* tmp = std::getenv("TMPDIR");
   run_dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/kubetrain/", job_.metadata.name, "-",
                           absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
@@ -84,7 +84,9 @@ absl::Status LocalJob::Prepare() {
   // Ports first: every task's TF_CONFIG names every other task's address.
   std::map<std::pair<api::ReplicaType, int>, int> ports;
   api::LoopbackAddresses ids([](api::ReplicaType, int) { return 0; });
+  // A large job takes seconds to prepare and start, and a signal must not wait for all of it.
   for (const api::Task& t : api::Tasks(job_, ids)) {
+    if (stop.load()) return absl::OkStatus();
     auto task = std::make_unique<Task>();
     task->task = t;
     absl::StatusOr<int> port = FreePort();
@@ -101,6 +103,7 @@ absl::Status LocalJob::Prepare() {
   prefix_width_ = std::max(prefix_width_, std::string("kubetrain").size());
   api::LoopbackAddresses addresses([&](api::ReplicaType t, int i) { return ports.at({t, i}); });
   for (auto& task : tasks_) {
+    if (stop.load()) return absl::OkStatus();
     task->task.address = addresses.Address(job_, task->task.type, task->task.index);
     nlohmann::json pod = api::BuildPod(job_, task->task.type, task->task.index, addresses);
     absl::StatusOr<ProcessOptions> opts = ProcessForPod(pod, options_.command);
@@ -317,10 +320,16 @@ void LocalJob::MaybePrintProgress(bool force) {
 
 absl::StatusOr<JobResult> LocalJob::Run(const std::atomic<bool>& stop) {
   start_ = absl::Now();
-  absl::Status prepared = Prepare();
+  absl::Status prepared = Prepare(stop);
   if (!prepared.ok()) return prepared;
-  Say(absl::StrCat("Running TrainingJob ", job_.metadata.name, ": ", tasks_.size(), " tasks"));
+  if (!stop.load()) {
+    Say(absl::StrCat("Running TrainingJob ", job_.metadata.name, ": ", tasks_.size(), " tasks"));
+  }
   for (auto& t : tasks_) {
+    if (stop.load()) {
+      Finish(false, "Interrupted", "stopped by signal");
+      break;
+    }
     absl::Status s = StartTask(*t);
     if (!s.ok()) {
       StopAll(false);

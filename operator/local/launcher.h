@@ -50,7 +50,8 @@ class LocalJob {
  private:
   struct Task;
 
-  absl::Status Prepare();
+  // Returns early, leaving the job unprepared, once `stop` is set.
+  absl::Status Prepare(const std::atomic<bool>& stop);
   absl::Status StartTask(Task& task);
   void PumpOutput(absl::Duration timeout);
   void Emit(Task& task, absl::string_view chunk, bool flush);

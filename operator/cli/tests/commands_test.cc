@@ -2,8 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 #include "operator/api/yaml.h"
 
@@ -184,6 +190,62 @@ std::string WriteJob(const std::string& name, const std::string& worker_script) 
                       << "      template: {spec: {containers: [{name: kubetrain, image: busybox, "
                       << "command: [sh, -c, '" << worker_script << "']}]}}\n";
   return path;
+}
+
+// Runs `args` on a thread, sets the stop flag (as SIGTERM does) after `delay`, and returns the
+// exit code and how long the command took to return after the flag was set.
+std::pair<int, absl::Duration> StopAfter(std::vector<std::string> args, absl::Duration delay) {
+  std::atomic<bool> stop{false};
+  std::atomic<bool> done{false};
+  int code = -1;
+  std::ostringstream out, err;
+  std::thread command([&] {
+    code = Main(args, out, err, stop);
+    done = true;
+  });
+  absl::SleepFor(delay);
+  stop = true;
+  absl::Time stopped = absl::Now();
+  // Bounded: a command that ignores the flag fails the test instead of hanging it.
+  while (!done && absl::Now() - stopped < absl::Seconds(30)) absl::SleepFor(absl::Milliseconds(5));
+  absl::Duration took = absl::Now() - stopped;
+  command.join();
+  EXPECT_EQ(code, 130) << err.str().substr(0, 2000);
+  return {code, took};
+}
+
+std::string LargeJob(const std::string& name, int workers) {
+  // sh -c takes the example's args as positional parameters and ignores them.
+  std::string text = Replace(Example(), "replicas: 2", "replicas: " + std::to_string(workers));
+  text = Replace(text, "command: [\"kubetrain-worker\"]", "command: [sh, -c, \"sleep 30\", sh]");
+  text = Replace(text, "command: [\"kubetrain-ps\"]", "command: [sh, -c, \"sleep 30\"]");
+  return WriteFile(name + ".yaml", text);
+}
+
+TEST(RenderCommand, StopsSoonAfterTheSignal) {
+  // 1000 pods, each with 1000 addresses in TF_CONFIG: seconds of output.
+  std::string path = LargeJob("render-big", 1000);
+  for (const char* output : {"--output=yaml", "--output=json"}) {
+    auto [code, took] = StopAfter({"render", output, path}, absl::Milliseconds(300));
+    EXPECT_EQ(code, 130) << output;
+    EXPECT_LT(took, absl::Seconds(2)) << output;
+  }
+}
+
+TEST(RenderCommand, JsonIsExactlyTheDumpOfOneList) {
+  std::string path = Src("deploy/examples/chief-evaluator.yaml");
+  Result r = RunCli({"render", "--output=json", path});
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json list = nlohmann::json::parse(r.out);
+  EXPECT_EQ(r.out, list.dump(2) + "\n");
+  EXPECT_EQ(list["items"].size(), 6u);  // the Service and 5 pods
+}
+
+TEST(RunCommand, StopsSoonAfterTheSignalWhileStartingALargeJob) {
+  std::string path = LargeJob("run-big", 1000);
+  auto [code, took] = StopAfter({"run", "--grace-period=1s", path}, absl::Milliseconds(300));
+  EXPECT_EQ(code, 130);
+  EXPECT_LT(took, absl::Seconds(2));
 }
 
 TEST(RunCommand, SucceedsWithExitZeroAndPrintsTheFinalStatus) {
