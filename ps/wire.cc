@@ -57,7 +57,8 @@ absl::StatusOr<std::vector<float>> FloatsFromBytes(const std::string& bytes, uin
                                                    "; want 4 bytes (float32) per element"));
   }
   std::vector<float> out(length);
-  std::memcpy(out.data(), bytes.data(), bytes.size());
+  // memcpy to or from a null pointer is undefined even for zero bytes (an empty vector's data()).
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
   return out;
 }
 
@@ -66,7 +67,7 @@ absl::StatusOr<std::vector<float>> FloatsFromBytes(const std::string& bytes, uin
 void SetFloats(std::span<const float> values, std::string* out) {
   // resize + memcpy rather than assign(char*) keeps it to exactly one pass over the data.
   out->resize(values.size_bytes());
-  std::memcpy(out->data(), values.data(), values.size_bytes());
+  if (!values.empty()) std::memcpy(out->data(), values.data(), values.size_bytes());
 }
 
 absl::Status CopyFloats(const std::string& bytes, std::span<float> out) {
@@ -74,7 +75,7 @@ absl::Status CopyFloats(const std::string& bytes, std::span<float> out) {
     return absl::InvalidArgumentError(
         absl::StrCat("got ", bytes.size(), " bytes, want ", out.size_bytes()));
   }
-  std::memcpy(out.data(), bytes.data(), bytes.size());
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
   return absl::OkStatus();
 }
 
