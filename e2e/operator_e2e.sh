@@ -29,7 +29,9 @@ start_operator() {
   fail "operator caches did not sync"
 }
 stop_all() {
+  local rc=$?
   [[ -n "$OP_PID" ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
+  (exit "$rc")  # stop_localkube exits with $?: the script's status, not the kill's
   stop_localkube
 }
 trap stop_all EXIT
@@ -39,6 +41,18 @@ job() {  # job NAME EPOCHS
   sed -e "s/name: fashion-mnist/name: $1/" -e "s/--epochs=20/--epochs=$2/" \
       -e "s|- --seed=1|- --seed=1\n                - --checkpoint-every=2s\n                - --checkpoint-dir=$LK_DIR/ckpt-$1|" \
       deploy/examples/fashion-mnist.yaml
+}
+# The pid of job $1's process matching pattern $2: other programs on the machine (tests run in
+# parallel) may run kubetrain binaries too, so match the job name in the process's environment.
+pid_of() {
+  local pid
+  for pid in $(pgrep -f "$2"); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | has -x "KUBETRAIN_JOB_NAME=$1" && {
+      echo "$pid"
+      return 0
+    }
+  done
+  return 1
 }
 step_of() { k get tj "$1" -o jsonpath='{.status.progress.step}' 2>/dev/null || true; }
 
@@ -77,7 +91,7 @@ for _ in $(seq 600); do
   s=$(step_of kill); [[ -n "$s" && "$s" -gt 300 ]] && break; sleep 0.2
 done
 [[ -n "$(step_of kill)" ]] || fail "no progress reported for job kill"
-ps_pid=$(pgrep -f "kubetrain-ps" | sed -n 1p) || fail "no kubetrain-ps process"
+ps_pid=$(pid_of kill "kubetrain-ps") || fail "no kubetrain-ps process of job kill"
 kill -9 "$ps_pid"
 echo "killed kubetrain-ps pid $ps_pid at step $(step_of kill)"
 
@@ -104,7 +118,7 @@ for _ in $(seq 600); do
 done
 [[ -n "$(step_of ar)" ]] || { k logs ar-worker-0 || true; fail "no progress reported for job ar"; }
 k logs ar-worker-0 | has "Saved checkpoint" || sleep 2
-worker_pid=$(pgrep -f "kubetrain-worker --mode=allreduce" | sed -n 1p) || fail "no all-reduce worker"
+worker_pid=$(pid_of ar "kubetrain-worker --mode=allreduce") || fail "no all-reduce worker of job ar"
 kill -9 "$worker_pid"
 echo "killed an all-reduce worker (pid $worker_pid) at step $(step_of ar)"
 k wait --for=condition=Succeeded --timeout=300s tj/ar || { k describe tj ar; k get pods; tail -60 "$LK_DIR/operator.log"; fail "ar did not succeed"; }

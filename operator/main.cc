@@ -199,9 +199,10 @@ absl::Status Main(int argc, char** argv) {
     if (absl::IsCancelled(result)) result = absl::OkStatus();
     while (result.ok() && !g_stop.load()) absl::SleepFor(absl::Milliseconds(50));
   }
-  // Nothing needs the API any more (the lease is released): end the calls still in flight.
-  client->Shutdown();
+  // Reconciles in progress finish first: a pass cut between deleting a failed pod and writing
+  // the restart into status would lose that restart. The watchdog cuts them if they hang.
   controller.Stop();
+  client->Shutdown();
   health.stop();
   health_thread.join();
   return result;
