@@ -18,22 +18,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/job_secret_env.h"
 
 namespace kubetrain {
 
 // The metadata key clients send the secret under (gRPC keys are lower-case ASCII).
 inline constexpr char kJobSecretMetadataKey[] = "x-kubetrain-job-secret";
-// The environment variable every task reads the secret from.
-inline constexpr char kJobSecretEnv[] = "KUBETRAIN_JOB_SECRET";
-// The key of the data item in the job's Kubernetes Secret.
-inline constexpr char kJobSecretKey[] = "token";
-
-// 32 random bytes from the OS, hex-encoded (64 characters).
-std::string GenerateJobSecret();
-
-// Checks a secret read from the environment or a flag: 16 to 1024 printable ASCII characters
-// (it travels as a gRPC metadata value). An empty secret is allowed and means "no secret".
-absl::Status ValidateJobSecret(absl::string_view secret);
 
 // Server side. Thread-safe (immutable after construction).
 class JobSecretVerifier {

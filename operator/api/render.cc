@@ -2,7 +2,9 @@
 
 #include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_secret_env.h"
 #include "operator/api/decode.h"
 #include "operator/api/defaults.h"
 
@@ -39,6 +41,22 @@ void SetEnv(json* container, const std::string& name, const std::string& value) 
     }
   }
   env.push_back({{"name", name}, {"value", value}});
+}
+
+// Sets env var `name` from a key of a Secret.
+void SetEnvSecretRef(json* container, const std::string& name, const std::string& secret,
+                     const std::string& key) {
+  json& env = (*container)["env"];
+  if (!env.is_array()) env = json::array();
+  json entry = {{"name", name},
+                {"valueFrom", {{"secretKeyRef", {{"name", secret}, {"key", key}}}}}};
+  for (json& e : env) {
+    if (e.is_object() && StringField(e, "name") == name) {
+      e = entry;
+      return;
+    }
+  }
+  env.push_back(entry);
 }
 
 // Sets env var `name` from a field of the pod (the downward API).
@@ -152,6 +170,16 @@ json BuildService(const TrainingJob& job) {
             {"ports", ports}}}};
 }
 
+std::string JobSecretName(const TrainingJob& job) { return job.metadata.name + "-job-secret"; }
+
+json BuildJobSecret(const TrainingJob& job, const std::string& secret) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", ObjectMetadata(job, JobSecretName(job), JobLabels(job))},
+          {"type", "Opaque"},
+          {"data", {{kJobSecretKey, absl::Base64Escape(secret)}}}};
+}
+
 json BuildPod(const TrainingJob& job, ReplicaType type, int index, const AddressScheme& addresses) {
   const ReplicaSpec& rs = job.spec.replica_specs.at(type);
   json tmpl = rs.template_.is_object() ? rs.template_ : json::object();
@@ -189,6 +217,7 @@ json BuildPod(const TrainingJob& job, ReplicaType type, int index, const Address
       SetEnv(&c, "KUBETRAIN_JOB_NAME", job.metadata.name);
       SetEnv(&c, "KUBETRAIN_REPLICA_TYPE", TaskType(type));
       SetEnv(&c, "KUBETRAIN_REPLICA_INDEX", std::to_string(index));
+      SetEnvSecretRef(&c, kJobSecretEnv, JobSecretName(job), kJobSecretKey);
       // Servers bind the pod's own address: the training port is for peers, and on hosts that
       // run several pods in one network namespace (localkube) 0.0.0.0 would collide.
       SetEnvFieldRef(&c, "KUBETRAIN_BIND_ADDRESS", "status.podIP");
@@ -197,8 +226,9 @@ json BuildPod(const TrainingJob& job, ReplicaType type, int index, const Address
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
 }
 
-std::vector<json> RenderObjects(const TrainingJob& job, const AddressScheme& addresses) {
-  std::vector<json> objects = {BuildService(job)};
+std::vector<json> RenderObjects(const TrainingJob& job, const AddressScheme& addresses,
+                                const std::string& secret) {
+  std::vector<json> objects = {BuildJobSecret(job, secret), BuildService(job)};
   for (const Task& t : Tasks(job, addresses)) {
     objects.push_back(BuildPod(job, t.type, t.index, addresses));
   }

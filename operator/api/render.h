@@ -76,10 +76,16 @@ std::map<std::string, std::string> JobLabels(const TrainingJob& job);
 
 // The job's headless Service: name <job>, clusterIP None, publishNotReadyAddresses.
 nlohmann::json BuildService(const TrainingJob& job);
+// The Secret holding the job's shared secret (docs/decisions/0005-shared-secret-per-job.md):
+// name <job>-job-secret, owned by the job, `token` = `secret`. Every container of the job reads
+// it as KUBETRAIN_JOB_SECRET; the ps and the coordinator refuse calls without it.
+std::string JobSecretName(const TrainingJob& job);
+nlohmann::json BuildJobSecret(const TrainingJob& job, const std::string& secret);
 // The pod of one task: the template plus names, labels, env (TF_CONFIG, ...), annotations.
 nlohmann::json BuildPod(const TrainingJob& job, ReplicaType type, int index,
                         const AddressScheme& addresses);
-// The Service followed by every pod: what the operator creates for a job.
-std::vector<nlohmann::json> RenderObjects(const TrainingJob& job, const AddressScheme& addresses);
+// The Secret (with `secret`), the Service, then every pod: what the operator creates for a job.
+std::vector<nlohmann::json> RenderObjects(const TrainingJob& job, const AddressScheme& addresses,
+                                          const std::string& secret);
 
 }  // namespace kubetrain::api

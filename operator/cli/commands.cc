@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
+#include "common/job_secret_env.h"
 #include "operator/api/decode.h"
 #include "operator/api/render.h"
 #include "operator/api/validation.h"
@@ -110,8 +111,9 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
   std::string cluster_domain;
   std::string output = "yaml";
   FlagSet flags("kubetrain render",
-                "Prints the headless Service and the Pods the operator creates for each "
-                "TrainingJob in FILE,\nlike 'helm template'. Owner references are added by the "
+                "Prints the Secret, the headless Service and the Pods the operator creates for "
+                "each TrainingJob in FILE,\nlike 'helm template' (the Secret with a new random "
+                "token each time). Owner references are added by the "
                 "operator once the API server has\nassigned the job a uid.");
   flags.SetPositionalUsage("FILE");
   flags.Add("namespace", &ns, "namespace for jobs whose manifest names none (default \"default\")");
@@ -158,6 +160,8 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
   for (LoadedJob& j : jobs) {
     if (j.job.metadata.namespace_.empty() && !ns.empty()) j.job.metadata.namespace_ = ns;
     if (stop.load()) break;
+    // A fresh secret, so that the output applied as it is runs a job its tasks can talk in.
+    write(api::BuildJobSecret(j.job, GenerateJobSecret()));
     write(api::BuildService(j.job));
     for (const api::Task& t : api::Tasks(j.job, addresses)) {
       if (stop.load()) break;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_secret_env.h"
 #include "operator/api/render.h"
 #include "operator/api/restart.h"
 #include "operator/local/process.h"
@@ -102,11 +103,15 @@ absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
   }
   prefix_width_ = std::max(prefix_width_, std::string("kubetrain").size());
   api::LoopbackAddresses addresses([&](api::ReplicaType t, int i) { return ports.at({t, i}); });
+  // A new secret per run, as the operator makes one per job: the run's ps and coordinator
+  // answer only its own tasks, not another run's on the same machine.
+  CommandContext command = options_.command;
+  command.secrets[api::JobSecretName(job_)][kJobSecretKey] = GenerateJobSecret();
   for (auto& task : tasks_) {
     if (stop.load()) return absl::OkStatus();
     task->task.address = addresses.Address(job_, task->task.type, task->task.index);
     nlohmann::json pod = api::BuildPod(job_, task->task.type, task->task.index, addresses);
-    absl::StatusOr<ProcessOptions> opts = ProcessForPod(pod, options_.command);
+    absl::StatusOr<ProcessOptions> opts = ProcessForPod(pod, command);
     if (!opts.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("spec.replicaSpecs.",
                                                      api::Name(task->task.type), ".template.spec.",

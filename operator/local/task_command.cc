@@ -43,10 +43,18 @@ absl::Status AddContainerEnv(const json& pod, const json& container, const std::
       absl::StatusOr<std::string> v = FieldRef(pod, e["valueFrom"]["fieldRef"], item, ctx);
       if (!v.ok()) return v.status();
       (*env)[name] = *v;
+    } else if (e.contains("valueFrom") && e["valueFrom"].is_object() &&
+               e["valueFrom"].contains("secretKeyRef") &&
+               ctx.secrets.count(api::StringField(e["valueFrom"]["secretKeyRef"], "name")) &&
+               ctx.secrets.at(api::StringField(e["valueFrom"]["secretKeyRef"], "name"))
+                   .count(api::StringField(e["valueFrom"]["secretKeyRef"], "key"))) {
+      // The job's own Secret, which `kubetrain run` made for this run.
+      const json& ref = e["valueFrom"]["secretKeyRef"];
+      (*env)[name] = ctx.secrets.at(api::StringField(ref, "name")).at(api::StringField(ref, "key"));
     } else if (e.contains("valueFrom")) {
       return absl::InvalidArgumentError(
-          absl::StrCat(item, ".valueFrom: only fieldRef is available to local runs (no ",
-                       "Secrets or ConfigMaps here); set a plain value"));
+          absl::StrCat(item, ".valueFrom: only fieldRef and the job's own Secret are available to ",
+                       "local runs (no other Secrets or ConfigMaps here); set a plain value"));
     } else {
       (*env)[name] = "";
     }

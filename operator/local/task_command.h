@@ -19,6 +19,8 @@ struct CommandContext {
   std::string bin_dir;                          // searched before PATH for the program
   std::map<std::string, std::string> base_env;  // inherited environment (PATH, HOME, ...)
   std::string pod_ip = "127.0.0.1";
+  // Secrets that secretKeyRef may name: name → key → value (the job's own secret).
+  std::map<std::string, std::map<std::string, std::string>> secrets;
 };
 
 // Kubernetes' $(VAR) expansion: $(NAME) → value when NAME is defined, kept verbatim otherwise;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "operator/api/decode.h"
 #include "operator/api/tests/test_util.h"
 #include "operator/api/validation.h"
@@ -130,7 +132,7 @@ TEST(PodBuilder, NamesLabelsEnvAndAnnotations) {
   EXPECT_EQ(pod["spec"]["containers"][0]["env"].back(),
             json::parse(R"({"name":"KUBETRAIN_BIND_ADDRESS",
                             "valueFrom":{"fieldRef":{"fieldPath":"status.podIP"}}})"));
-  EXPECT_EQ(pod["spec"]["containers"][0]["env"].size(), 6u);
+  EXPECT_EQ(pod["spec"]["containers"][0]["env"].size(), 7u);
 }
 
 TEST(PodBuilder, ChiefCarriesJobRoleLabel) {
@@ -160,14 +162,38 @@ TEST(ServiceBuilder, OneHeadlessServicePerJob) {
       "ports":[{"name":"kubetrain","port":2222,"targetPort":2222,"protocol":"TCP"}]}})"));
 }
 
-TEST(RenderObjects, ServiceThenEveryPod) {
+TEST(RenderObjects, SecretServiceThenEveryPod) {
   TrainingJob job = Job(MinimalJob(2, 3, true, true));
   ClusterDnsAddresses dns;
-  std::vector<json> objects = RenderObjects(job, dns);
-  ASSERT_EQ(objects.size(), 1u + 1 + 2 + 3 + 1);
-  EXPECT_EQ(objects[0]["kind"], "Service");
-  EXPECT_EQ(objects[1]["metadata"]["name"], "mnist-chief-0");
+  std::vector<json> objects = RenderObjects(job, dns, "s3cret-token-0123456789");
+  ASSERT_EQ(objects.size(), 1u + 1 + 1 + 2 + 3 + 1);
+  EXPECT_EQ(objects[0]["kind"], "Secret");
+  EXPECT_EQ(objects[1]["kind"], "Service");
+  EXPECT_EQ(objects[2]["metadata"]["name"], "mnist-chief-0");
   EXPECT_EQ(objects.back()["metadata"]["name"], "mnist-evaluator-0");
+}
+
+// Every container gets the job's secret from the job's own Secret, never as a literal value (a
+// literal would show in `kubectl get pod -o yaml` to anyone who may read pods).
+TEST(BuildJobSecret, OneSecretPerJobReadByEveryContainer) {
+  TrainingJob job = Job(MinimalJob(2, 3, true, true));
+  job.metadata.uid = "uid-1";
+  json secret = BuildJobSecret(job, "s3cret-token-0123456789");
+  EXPECT_EQ(secret["metadata"]["name"], "mnist-job-secret");
+  EXPECT_EQ(secret["metadata"]["namespace"], "kubeflow");
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+  EXPECT_EQ(secret["metadata"]["labels"]["kubetrain.dev/job-name"], "mnist");
+  EXPECT_EQ(secret["data"]["token"], "czNjcmV0LXRva2VuLTAxMjM0NTY3ODk=");
+  ClusterDnsAddresses dns;
+  for (const Task& t : Tasks(job, dns)) {
+    json pod = BuildPod(job, t.type, t.index, dns);
+    for (const json& c : pod["spec"]["containers"]) {
+      json want = {
+          {"name", "KUBETRAIN_JOB_SECRET"},
+          {"valueFrom", {{"secretKeyRef", {{"name", "mnist-job-secret"}, {"key", "token"}}}}}};
+      EXPECT_NE(std::find(c["env"].begin(), c["env"].end(), want), c["env"].end()) << c.dump();
+    }
+  }
 }
 
 }  // namespace

@@ -154,18 +154,26 @@ TEST(ValidateCommand, NoFilesIsAUsageError) {
   EXPECT_NE(r.err.find("no files given"), std::string::npos);
 }
 
-TEST(RenderCommand, PrintsServiceThenPodsAsYaml) {
+TEST(RenderCommand, PrintsSecretServiceThenPodsAsYaml) {
   Result r = RunCli({"render", "--namespace=team-a", Src("deploy/examples/fashion-mnist.yaml")});
   ASSERT_EQ(r.code, 0) << r.err;
   auto docs = api::ParseYamlDocuments(r.out);
   ASSERT_TRUE(docs.ok()) << docs.status();
-  ASSERT_EQ(docs->size(), 4u);  // Service, ps-0, worker-0, worker-1
-  EXPECT_EQ((*docs)[0]["kind"], "Service");
-  EXPECT_EQ((*docs)[0]["metadata"]["namespace"], "team-a");
-  EXPECT_EQ((*docs)[1]["metadata"]["name"], "fashion-mnist-ps-0");
-  EXPECT_EQ((*docs)[3]["metadata"]["name"], "fashion-mnist-worker-1");
+  ASSERT_EQ(docs->size(), 5u);  // Secret, Service, ps-0, worker-0, worker-1
+  EXPECT_EQ((*docs)[0]["kind"], "Secret");
+  EXPECT_EQ((*docs)[0]["metadata"]["name"], "fashion-mnist-job-secret");
+  EXPECT_EQ((*docs)[1]["kind"], "Service");
+  EXPECT_EQ((*docs)[1]["metadata"]["namespace"], "team-a");
+  EXPECT_EQ((*docs)[2]["metadata"]["name"], "fashion-mnist-ps-0");
+  EXPECT_EQ((*docs)[4]["metadata"]["name"], "fashion-mnist-worker-1");
   // Label values that look like numbers stay strings.
-  EXPECT_EQ((*docs)[3]["metadata"]["labels"]["kubetrain.dev/replica-index"], "1");
+  EXPECT_EQ((*docs)[4]["metadata"]["labels"]["kubetrain.dev/replica-index"], "1");
+  // Each render makes its own secret.
+  Result again =
+      RunCli({"render", "--namespace=team-a", Src("deploy/examples/fashion-mnist.yaml")});
+  auto docs2 = api::ParseYamlDocuments(again.out);
+  ASSERT_TRUE(docs2.ok()) << docs2.status();
+  EXPECT_NE((*docs)[0]["data"]["token"], (*docs2)[0]["data"]["token"]);
 }
 
 TEST(RenderCommand, JsonOutputIsAList) {
@@ -173,7 +181,7 @@ TEST(RenderCommand, JsonOutputIsAList) {
   ASSERT_EQ(r.code, 0) << r.err;
   auto list = nlohmann::json::parse(r.out);
   EXPECT_EQ(list["kind"], "List");
-  EXPECT_EQ(list["items"].size(), 4u);
+  EXPECT_EQ(list["items"].size(), 5u);  // the job's Secret, the Service and 3 pods
 }
 
 TEST(RenderCommand, InvalidJobIsNotRendered) {
@@ -238,7 +246,7 @@ TEST(RenderCommand, JsonIsExactlyTheDumpOfOneList) {
   ASSERT_EQ(r.code, 0) << r.err;
   nlohmann::json list = nlohmann::json::parse(r.out);
   EXPECT_EQ(r.out, list.dump(2) + "\n");
-  EXPECT_EQ(list["items"].size(), 6u);  // the Service and 5 pods
+  EXPECT_EQ(list["items"].size(), 7u);  // the job's Secret, the Service and 5 pods
 }
 
 TEST(RunCommand, StopsSoonAfterTheSignalWhileStartingALargeJob) {

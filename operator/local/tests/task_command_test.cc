@@ -82,8 +82,19 @@ TEST(ProcessForPod, SecretRefsAreRejectedWithTheField) {
   auto opts = ProcessForPod(pod, {});
   ASSERT_FALSE(opts.ok());
   EXPECT_EQ(opts.status().message(),
-            "containers[0].env[0].valueFrom: only fieldRef is available to local runs (no Secrets "
-            "or ConfigMaps here); set a plain value");
+            "containers[0].env[0].valueFrom: only fieldRef and the job's own Secret are available "
+            "to local runs (no other Secrets or ConfigMaps here); set a plain value");
+}
+
+TEST(ProcessForPod, TheJobsOwnSecretIsResolved) {
+  json pod = json::parse(R"js({"metadata":{"name":"p"},"spec":{"containers":[{"name":"kubetrain",
+    "command":["x"],"env":[{"name":"T","valueFrom":{"secretKeyRef":{"name":"j-job-secret",
+    "key":"token"}}}]}]}})js");
+  CommandContext ctx;
+  ctx.secrets["j-job-secret"]["token"] = "0123456789abcdef";
+  auto opts = ProcessForPod(pod, ctx);
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  EXPECT_EQ(opts->env.at("T"), "0123456789abcdef");
 }
 
 }  // namespace
