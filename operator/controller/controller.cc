@@ -90,7 +90,10 @@ absl::Status Controller::SyncFailure() const {
       fix = absl::StrCat("the operator may not list and watch ", plural,
                          ": apply deploy/rbac/ (or the chart's RBAC) for its service account");
     } else if (e.code() == absl::StatusCode::kUnauthenticated) {
-      fix = "the API server rejected the operator's credentials";
+      fix = absl::StrCat(
+          "the API server rejected the operator's credentials (the token or client "
+          "certificate of ",
+          client_.config().source, ")");
     } else {
       fix = absl::StrCat("listing ", plural, " kept failing");
     }

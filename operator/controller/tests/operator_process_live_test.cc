@@ -16,6 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "operator/controller/controller.h"
+#include "operator/kube/config.h"
 #include "operator/kube/tests/localkube_fixture.h"
 #include "prometheus/registry.h"
 
@@ -239,6 +240,25 @@ TEST_F(OperatorProcessTest, StartWithoutTheCrdNamesTheCrd) {
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "CRD is not installed")) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "trainingjobs")) << s;
+}
+
+TEST_F(OperatorProcessTest, StartWithRejectedCredentialsSaysSoNotCrd) {
+  auto guarded = kube::testing::Localkube::Start({"--token=right-token"});
+  ASSERT_TRUE(guarded.ok()) << guarded.status();
+  auto config = kube::LoadKubeconfig((*guarded)->kubeconfig());
+  ASSERT_TRUE(config.ok()) << config.status();
+  config->token = "wrong-token";
+  auto client = kube::Client::Create(*config, {.qps = 0});
+  ASSERT_TRUE(client.ok()) << client.status();
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  Controller controller(**client,
+                        {.namespace_ = "default", .workers = 1, .sync_timeout = absl::Seconds(2)},
+                        &metrics);
+  absl::Status s = controller.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "rejected the operator's credentials")) << s;
+  EXPECT_FALSE(absl::StrContains(s.message(), "CRD")) << s;
 }
 
 TEST_F(OperatorProcessTest, StartReturnsCancelledAsSoonAsStopIsSet) {
