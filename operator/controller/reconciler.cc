@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/job_secret_env.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "operator/api/decode.h"
@@ -111,6 +112,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
       std::lock_guard<std::mutex> lock(writes_mu_);
       own_writes_.erase(key);
       deleted_pods_.erase(key);
+      secret_ensured_.erase(key);
     }
     std::lock_guard<std::mutex> lock(progress_mu_);
     progress_read_.erase(key);
@@ -181,6 +183,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   }
   if (p.status.start_time.empty()) p.status.start_time = kube::FormatTime(p.now);
   RETURN_IF_ERROR(EnsureService(p));
+  RETURN_IF_ERROR(EnsureJobSecret(p));
   if (options_.gang_scheduler == "volcano") RETURN_IF_ERROR(EnsurePodGroup(p));
   RETURN_IF_ERROR(RestartOnClusterChange(p));
   RETURN_IF_ERROR(SyncTasks(p));
@@ -219,6 +222,35 @@ absl::Status Reconciler::EnsureService(Pass& p) {
   if (created.status().code() == absl::StatusCode::kAlreadyExists) return absl::OkStatus();
   RETURN_IF_ERROR(created.status(), "creating the Service of ", p.JobRef());
   events_.Normal(p.object, "CreatedService", "Created Service service=" + p.name);
+  return absl::OkStatus();
+}
+
+absl::Status Reconciler::EnsureJobSecret(Pass& p) {
+  {
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    auto it = secret_ensured_.find(p.key);
+    if (it != secret_ensured_.end() && it->second == p.job.metadata.uid) return absl::OkStatus();
+  }
+  const std::string name = api::JobSecretName(p.job);
+  absl::StatusOr<json> created = client_.Create(kube::Resource::Secrets(), p.ns,
+                                                api::BuildJobSecret(p.job, GenerateJobSecret()));
+  if (created.ok()) {
+    events_.Normal(p.object, "CreatedSecret", "Created Secret secret=" + name);
+  } else if (created.status().code() == absl::StatusCode::kAlreadyExists) {
+    // Ours from an earlier pass (or operator), or a deleted namesake's that the garbage
+    // collector has not removed yet: its pods would lose their secret when it goes.
+    ASSIGN_OR_RETURN(json existing, client_.Get(kube::Resource::Secrets(), p.ns, name),
+                     "reading the Secret of ", p.JobRef());
+    if (!OwnedBy(existing, p.job.metadata.uid)) {
+      return absl::UnavailableError(absl::StrCat(
+          "Secret ", p.ns, "/", name, " belongs to another object (an earlier job of this name, ",
+          "still being deleted?); waiting for it to go before creating the job's pods"));
+    }
+  } else {
+    return internal::WithContext(created.status(), "creating the Secret of ", p.JobRef());
+  }
+  std::lock_guard<std::mutex> lock(writes_mu_);
+  secret_ensured_[p.key] = p.job.metadata.uid;
   return absl::OkStatus();
 }
 

@@ -49,6 +49,9 @@ class Reconciler {
   struct Pass;
 
   absl::Status EnsureService(Pass& p);
+  // The job's shared-secret Secret (api::BuildJobSecret), before any of its pods: the pods read
+  // KUBETRAIN_JOB_SECRET from it. docs/decisions/0005-shared-secret-per-job.md.
+  absl::Status EnsureJobSecret(Pass& p);
   absl::Status EnsurePodGroup(Pass& p);
   absl::Status CreatePod(Pass& p, api::ReplicaType type, int index);
   absl::Status DeletePod(Pass& p, const nlohmann::json& pod, const std::string& why);
@@ -90,6 +93,8 @@ class Reconciler {
   std::map<std::string, OwnWrite> own_writes_;  // job key → last status write
   // job key → uids of pods deleted by this reconciler and still in the pod cache.
   std::map<std::string, std::set<std::string>> deleted_pods_;
+  // job key → uid of the job whose Secret is known to exist (no API call on later passes).
+  std::map<std::string, std::string> secret_ensured_;
 };
 
 }  // namespace kubetrain::controller

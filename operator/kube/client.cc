@@ -130,6 +130,7 @@ std::string Resource::CollectionPath(const std::string& ns) const {
 
 Resource Resource::Pods() { return {"", "v1", "pods", "Pod", true}; }
 Resource Resource::Services() { return {"", "v1", "services", "Service", true}; }
+Resource Resource::Secrets() { return {"", "v1", "secrets", "Secret", true}; }
 Resource Resource::Events() { return {"", "v1", "events", "Event", true}; }
 Resource Resource::Leases() { return {"coordination.k8s.io", "v1", "leases", "Lease", true}; }
 Resource Resource::TrainingJobs() {

@@ -42,6 +42,7 @@ struct Resource {
 
   static Resource Pods();
   static Resource Services();
+  static Resource Secrets();
   static Resource Events();
   static Resource Leases();
   static Resource TrainingJobs();

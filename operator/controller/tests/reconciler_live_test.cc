@@ -168,6 +168,32 @@ TEST_F(ControllerTest, CreatesHeadlessServiceAndPodsWithTfConfigAndOwners) {
   EXPECT_TRUE(HasEvent("fm", "Created Pod pod=fm-ps-0"));
 }
 
+// Each job gets its own Secret before its pods, owned by the job (so deleting the job collects
+// it), and every container reads the job's secret from it.
+TEST_F(ControllerTest, EveryJobGetsItsOwnSecretBeforeItsPods) {
+  Create(Job("sec", {{"PS", Replica(1)}, {"Worker", Replica(1)}}));
+  Create(Job("other", {{"Worker", Replica(1)}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "sec-worker-0").has_value(); }));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "other-worker-0").has_value(); }));
+  auto secret = Get(Resource::Secrets(), "sec-job-secret");
+  ASSERT_TRUE(secret.has_value());
+  auto job = Get(Resource::TrainingJobs(), "sec");
+  EXPECT_EQ((*secret)["metadata"]["ownerReferences"][0]["uid"], (*job)["metadata"]["uid"]);
+  auto other = Get(Resource::Secrets(), "other-job-secret");
+  ASSERT_TRUE(other.has_value());
+  EXPECT_NE((*secret)["data"]["token"], (*other)["data"]["token"]);
+  json pod = *Get(Resource::Pods(), "sec-ps-0");
+  bool found = false;
+  for (const json& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == "KUBETRAIN_JOB_SECRET") {
+      EXPECT_EQ(e["valueFrom"]["secretKeyRef"]["name"], "sec-job-secret");
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found) << pod.dump();
+  EXPECT_TRUE(HasEvent("sec", "Created Secret secret=sec-job-secret"));
+}
+
 TEST_F(ControllerTest, ChiefExitZeroSucceedsAndCleansUpRunningPodsAndService) {
   Create(Job("ok", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
   ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "ok-worker-1").has_value(); }));
