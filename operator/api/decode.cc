@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -213,11 +215,24 @@ TrainingJobSpec DecodeSpec(Decoder& d, const json& v) {
 }
 
 // Status is written by the operator through /status; read it without complaint.
+// Integers must be JSON integers within T's range: nlohmann converts 1.2e33 to int by a cast
+// whose result is undefined.
 template <typename T>
 void Read(const json& obj, const char* key, T* out) {
   if (!obj.is_object() || !obj.contains(key)) return;
+  const json& v = obj[key];
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u <= static_cast<uint64_t>(std::numeric_limits<T>::max())) *out = static_cast<T>(u);
+    } else if (v.is_number_integer()) {
+      const int64_t i = v.get<int64_t>();
+      if (std::in_range<T>(i)) *out = static_cast<T>(i);
+    }
+    return;
+  }
   try {
-    *out = obj[key].get<T>();
+    *out = v.get<T>();
   } catch (const json::exception&) {
   }
 }

@@ -159,6 +159,10 @@ std::string LineOf(const YAML::Mark& mark) { return absl::StrCat("line ", mark.l
 // is allocated beyond them (yaml-cpp's node API would expand aliases without bound).
 class JsonBuilder : public YAML::EventHandler {
  public:
+  // `text_bytes`: the size of the text parsed, which bounds the values it can hold.
+  explicit JsonBuilder(size_t text_bytes)
+      : text_bytes_(text_bytes), max_text_nodes_(2 * text_bytes + 16) {}
+
   // The finished documents, empty ones left out.
   std::vector<json>& documents() { return documents_; }
 
@@ -166,6 +170,7 @@ class JsonBuilder : public YAML::EventHandler {
     stack_.clear();
     anchors_.clear();
     alias_nodes_ = 0;
+    document_nodes_ = 0;
     root_ = nullptr;
   }
 
@@ -177,6 +182,7 @@ class JsonBuilder : public YAML::EventHandler {
   void OnAnchor(const YAML::Mark&, const std::string& name) override { anchor_name_ = name; }
 
   void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    CountTextNode(mark);
     if (IsKeyPosition()) {
       SetKey(mark, "null");
       return;
@@ -220,6 +226,7 @@ class JsonBuilder : public YAML::EventHandler {
 
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                 const std::string& value) override {
+    CountTextNode(mark);
     if (size_t bad = InvalidUtf8Offset(value); bad != std::string::npos) {
       std::string path = Path();
       throw Refusal{absl::StrFormat(
@@ -316,6 +323,7 @@ class JsonBuilder : public YAML::EventHandler {
   }
 
   void Start(const YAML::Mark& mark, YAML::anchor_t anchor, json empty) {
+    CountTextNode(mark);
     // A collection as a key is refused when it ends: if it never ends, the syntax error (an
     // unclosed bracket that yaml-cpp reads as a key) is the better answer.
     const bool is_key = IsKeyPosition();
@@ -348,6 +356,11 @@ class JsonBuilder : public YAML::EventHandler {
 
   // Appends a finished node to the collection being built, or makes it the document.
   void Add(json value, size_t nodes = 1, int depth = 0) {
+    document_nodes_ += nodes;
+    if (document_nodes_ > kMaxDocumentNodes) {
+      throw Refusal{absl::StrCat("a document holds more than ", kMaxDocumentNodes,
+                                 " values; is the file really a manifest?")};
+    }
     if (stack_.empty()) {
       root_ = std::move(value);
       return;
@@ -368,6 +381,20 @@ class JsonBuilder : public YAML::EventHandler {
   std::unordered_map<YAML::anchor_t, Anchored> anchors_;
   std::string anchor_name_;
   size_t alias_nodes_ = 0;
+  size_t document_nodes_ = 0;  // values added to the current document, aliases included
+  const size_t text_bytes_;
+  const size_t max_text_nodes_;
+  size_t text_nodes_ = 0;  // nulls, scalars and collections the text itself made, all documents
+
+  // Every value written in the text takes at least a byte of it (aliases are budgeted apart):
+  // more means the parser is making values up (yaml-cpp loops on some malformed input, slower
+  // with every value) and would never stop.
+  void CountTextNode(const YAML::Mark& mark) {
+    if (++text_nodes_ > max_text_nodes_) {
+      throw Refusal{absl::StrCat(LineOf(mark), ": the YAML parser made more than ", max_text_nodes_,
+                                 " values from ", text_bytes_, " bytes; the text is malformed")};
+    }
+  }
   json root_;
 };
 
@@ -380,7 +407,7 @@ std::string Position(absl::string_view text, size_t offset) {
   return absl::StrCat("line ", line, ", column ", column);
 }
 
-// UTF-16 and UTF-32 streams (with a byte-order mark) are decoded by yaml-cpp itself.
+// UTF-16 and UTF-32 streams start with a byte-order mark (yaml-cpp would decode them).
 bool HasWideByteOrderMark(absl::string_view text) {
   return absl::StartsWith(text, absl::string_view("\xFE\xFF", 2)) ||
          absl::StartsWith(text, absl::string_view("\xFF\xFE", 2)) ||
@@ -536,11 +563,14 @@ absl::Status CheckJsonShape(const json& value) {
 }
 
 absl::StatusOr<std::vector<json>> ParseYamlDocuments(absl::string_view text) {
-  const bool wide = HasWideByteOrderMark(text);
-  if (!wide) {
-    if (absl::Status s = CheckText(text); !s.ok()) return s;
+  if (HasWideByteOrderMark(text)) {
+    // yaml-cpp would decode it, but then no byte-level check of ours applies to what it made.
+    return absl::InvalidArgumentError(
+        "not UTF-8: the text starts with a UTF-16 or UTF-32 byte-order mark; save the manifest "
+        "as UTF-8, as Kubernetes expects");
   }
-  JsonBuilder builder;
+  if (absl::Status s = CheckText(text); !s.ok()) return s;
+  JsonBuilder builder(text.size());
   std::string copy(text);
   std::istringstream in(copy);
   try {
@@ -556,14 +586,14 @@ absl::StatusOr<std::vector<json>> ParseYamlDocuments(absl::string_view text) {
                                                    "manifest"));
   } catch (const YAML::Exception& e) {
     // Bytes that are not UTF-8 are the likelier cause, and the more useful answer.
-    if (size_t bad = InvalidUtf8Offset(text); !wide && bad != absl::string_view::npos) {
+    if (size_t bad = InvalidUtf8Offset(text); bad != absl::string_view::npos) {
       return InvalidUtf8Text(text, bad);
     }
     return absl::InvalidArgumentError(absl::StrCat("YAML syntax error at line ", e.mark.line + 1,
                                                    ", column ", e.mark.column + 1, ": ", e.msg));
   }
   // Values were checked with their field paths; what is left is comments and the like.
-  if (size_t bad = InvalidUtf8Offset(text); !wide && bad != absl::string_view::npos) {
+  if (size_t bad = InvalidUtf8Offset(text); bad != absl::string_view::npos) {
     return InvalidUtf8Text(text, bad);
   }
   return std::move(builder.documents());

@@ -22,6 +22,9 @@ namespace kubetrain::api {
 inline constexpr int kMaxNestingDepth = 100;
 // Nodes that aliases may add to one document, counted with everything they copy.
 inline constexpr size_t kMaxAliasNodes = 100'000;
+// Nodes of every kind one document may hold. yaml-cpp can loop on some malformed input, emitting
+// nodes without end; this ends that as well as absurdly large manifests.
+inline constexpr size_t kMaxDocumentNodes = 1'000'000;
 // Largest manifest file read; the API server itself takes at most 3 MiB per object.
 inline constexpr size_t kMaxManifestBytes = 16 << 20;
 

@@ -128,5 +128,24 @@ TEST(Decode, StatusIsReadAndWritten) {
   EXPECT_EQ(ToJson(job.status), doc["status"]);
 }
 
+// Status counts that are not integers of the field's range are ignored, not cast: 1.2e33 as an
+// int is undefined behaviour (found by fuzzing the JSON decoder).
+TEST(Decode, StatusCountsOutOfRangeOrFractionalAreIgnored) {
+  json doc = MinimalJob(1, 1);
+  doc["status"] = json::parse(R"({"replicaStatuses":{
+    "PS":{"active":1.2e33,"succeeded":-5,"failed":3.5,"restarts":4294967296},
+    "Worker":{"active":2,"succeeded":18446744073709551615}}})");
+  FieldErrors errors;
+  TrainingJob job = Decode(doc, &errors);
+  const ReplicaStatus& ps = job.status.replica_statuses.at(ReplicaType::kPS);
+  EXPECT_EQ(ps.active, 0);
+  EXPECT_EQ(ps.succeeded, -5);
+  EXPECT_EQ(ps.failed, 0);
+  EXPECT_EQ(ps.restarts, 0);
+  const ReplicaStatus& worker = job.status.replica_statuses.at(ReplicaType::kWorker);
+  EXPECT_EQ(worker.active, 2);
+  EXPECT_EQ(worker.succeeded, 0);
+}
+
 }  // namespace
 }  // namespace kubetrain::api
