@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure --timeout 600 -j $(JOBS)
 CXX_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.cc' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
-.PHONY: all deps configure build test unit demo format format-check clean
+.PHONY: all deps configure build test unit demo format format-check clean sanitize fuzz
 
 all: build
 
@@ -23,6 +23,15 @@ build: configure
 test: build format-check
 	ctest --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
 
+# Every test under ASan+UBSan (build-asan/) and the concurrent suites under TSan (build-tsan/).
+sanitize: deps
+	./scripts/sanitize all
+
+# Each libFuzzer target for FUZZ_SECONDS on its seed corpus (build-fuzz/, clang).
+FUZZ_SECONDS ?= 30
+fuzz: deps
+	./scripts/fuzz --seconds $(FUZZ_SECONDS)
+
 demo: build
 	$(BUILD_DIR)/bin/kubetrain validate deploy/examples/*.yaml
 	$(BUILD_DIR)/bin/kubetrain run deploy/examples/fashion-mnist.yaml
@@ -34,4 +43,4 @@ format-check:
 	@clang-format --dry-run --Werror $(CXX_SOURCES) && echo "format-check: $(words $(CXX_SOURCES)) files formatted"
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz

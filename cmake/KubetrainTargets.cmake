@@ -1,5 +1,18 @@
 # Helpers that keep every folder's CMakeLists.txt short and alike.
 
+# KUBETRAIN_SANITIZE=address,undefined or thread instruments every C and C++ target (`make
+# sanitize` builds build-asan and build-tsan with it). A finding stops the program: recovery is
+# off, so a test that triggers one fails.
+set(KUBETRAIN_SANITIZE "" CACHE STRING "Sanitizers for every target: address,undefined | thread | empty")
+if(KUBETRAIN_SANITIZE)
+  if(NOT KUBETRAIN_CUDA STREQUAL "OFF")
+    message(FATAL_ERROR "KUBETRAIN_SANITIZE needs -DKUBETRAIN_CUDA=OFF: nvcc takes no -fsanitize")
+  endif()
+  add_compile_options(-fsanitize=${KUBETRAIN_SANITIZE} -fno-sanitize-recover=all
+                      -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=${KUBETRAIN_SANITIZE})
+endif()
+
 # kubetrain_test(NAME SOURCES... LIBS ... [LABELS ...])
 # One GoogleTest binary per component, registered with CTest test by test.
 function(kubetrain_test name)
