@@ -1,4 +1,4 @@
-// Talks to every ps task of a job on behalf of a worker or the chief (DESIGN §5).
+// Talks to every ps task of a job on behalf of a worker or the chief (docs/architecture.md §5.5).
 //
 // Worker, sync mode:
 //   PsClient client(addresses, plan);

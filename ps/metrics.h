@@ -1,5 +1,5 @@
-// The parameter server's Prometheus metrics (DESIGN §5). Labels are bounded: RPC method and gRPC
-// code only, never a step or a variable name.
+// The parameter server's Prometheus metrics (docs/architecture.md §5.9). Labels are bounded: RPC
+// method and gRPC code only, never a step or a variable name.
 #pragma once
 
 #include <cstdint>

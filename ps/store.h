@@ -1,5 +1,5 @@
 // The partitions, optimizer slots and global step held by one ps task, and the rules that update
-// them (DESIGN §5).
+// them (docs/architecture.md §5.3).
 //
 // Sync mode follows TF's SyncReplicasOptimizer: a push computed at a step older than the global
 // step is stale and dropped (counted); pushes for the current step are summed until

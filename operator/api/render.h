@@ -1,5 +1,6 @@
-// Rendering: the exact tasks of a job and the Kubernetes objects that run them (DESIGN §4).
-// Pure functions of a defaulted, valid TrainingJob; shared by the operator and `kubetrain run`.
+// Rendering: the exact tasks of a job and the Kubernetes objects that run them
+// (docs/architecture.md §4). Pure functions of a defaulted, valid TrainingJob; shared by the
+// operator and `kubetrain run`.
 #pragma once
 
 #include <functional>

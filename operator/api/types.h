@@ -1,4 +1,4 @@
-// C++ types for the TrainingJob resource (kubetrain.dev/v1, DESIGN §3).
+// C++ types for the TrainingJob resource (kubetrain.dev/v1, docs/architecture.md §3).
 //
 // Plain values: copyable, no behaviour beyond name conversions. Decoding from JSON/YAML lives in
 // decode.h, defaulting in defaults.h, validation in validation.h, rendering in render.h.

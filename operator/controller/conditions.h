@@ -1,6 +1,6 @@
-// TrainingJob status conditions (DESIGN §3): Created, Running, Restarting, Succeeded, Failed,
-// Suspended. One entry per type; a condition that becomes True moves to the end of the list,
-// because `kubectl get tj` shows the last condition as the job's STATE.
+// TrainingJob status conditions (docs/architecture.md §3): Created, Running, Restarting,
+// Succeeded, Failed, Suspended. One entry per type; a condition that becomes True moves to the end
+// of the list, because `kubectl get tj` shows the last condition as the job's STATE.
 #pragma once
 
 #include <string>

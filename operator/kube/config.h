@@ -1,5 +1,5 @@
 // Where the API server is and how to authenticate: from a kubeconfig file or, inside a pod, from
-// the service-account files (DESIGN §2, reference kubeapi.md §7).
+// the service-account files (docs/architecture.md §2).
 #pragma once
 
 #include <memory>
