@@ -113,6 +113,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
       own_writes_.erase(key);
       deleted_pods_.erase(key);
       secret_ensured_.erase(key);
+      counted_failures_.erase(key);
     }
     std::lock_guard<std::mutex> lock(progress_mu_);
     progress_read_.erase(key);
@@ -165,6 +166,14 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
       }
     }
     deleted = std::move(still_cached);
+    // Counted failures of pods that are gone can never be seen again.
+    std::set<std::string>& counted = counted_failures_[key];
+    std::set<std::string> present;
+    for (const auto& [name, pod] : p.pods) {
+      std::string uid = pod["metadata"].value("uid", "");
+      if (counted.count(uid)) present.insert(uid);
+    }
+    counted = std::move(present);
   }
   for (const auto& [type, rs] : p.job.spec.replica_specs) {
     p.completed[type] = api::ParseIndexSet(p.status.replica_statuses[type].completed_indexes);
@@ -408,24 +417,66 @@ absl::Status Reconciler::SyncTasks(Pass& p) {
 absl::Status Reconciler::HandleRestarts(Pass& p) {
   if (p.failed.empty() || IsFinished(p.status)) return absl::OkStatus();
   const api::RunPolicy& rp = p.job.spec.run_policy;
-  bool whole_job = rp.restart_scope == api::RestartScope::kJob;
-  int needed = whole_job ? 1 : static_cast<int>(p.failed.size());
-  int limit = rp.backoff_limit.value_or(api::kDefaultBackoffLimit);
-  if (TotalRestarts(p.status) + needed > limit) {
-    Finish(p, false, "BackoffLimitExceeded",
-           absl::StrCat("TrainingJob ", p.JobRef(),
-                        " has failed because it has reached the "
-                        "specified backoff limit (",
-                        limit, " restarts); last failure: pod ", p.failed.front().name, " ",
-                        api::DescribeExit(EffectiveExitCode(p.failed.front()))));
-    return absl::OkStatus();
+  const bool whole_job = rp.restart_scope == api::RestartScope::kJob;
+  // Count first, then delete. The count is written to status before any pod goes: a write that
+  // fails leaves nothing done and the next pass decides again, where deleting first lost the
+  // count whenever the write failed (the recreated pods looked like a fresh start). Failures
+  // already counted (the write went through, a deletion did not) are only deleted again.
+  std::set<std::string> counted;
+  {
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    counted = counted_failures_[p.key];
   }
-  std::vector<std::string> names;
+  std::vector<PodView> fresh;
   for (const PodView& v : p.failed) {
-    names.push_back(v.name);
-    events_.Warning(p.object, "ExitedWithCode",
-                    absl::StrCat("Pod exited pod=", v.name, " exit_code=", EffectiveExitCode(v),
-                                 v.reason.empty() ? "" : " reason=" + v.reason));
+    if (!counted.count(v.uid)) fresh.push_back(v);
+  }
+  if (!fresh.empty()) {
+    const int needed = whole_job ? 1 : static_cast<int>(fresh.size());
+    const int limit = rp.backoff_limit.value_or(api::kDefaultBackoffLimit);
+    if (TotalRestarts(p.status) + needed > limit) {
+      Finish(p, false, "BackoffLimitExceeded",
+             absl::StrCat("TrainingJob ", p.JobRef(),
+                          " has failed because it has reached the "
+                          "specified backoff limit (",
+                          limit, " restarts); last failure: pod ", fresh.front().name, " ",
+                          api::DescribeExit(EffectiveExitCode(fresh.front()))));
+      return absl::OkStatus();
+    }
+    std::vector<std::string> names;
+    for (const PodView& v : fresh) names.push_back(v.name);
+    if (whole_job) {
+      ++p.status.replica_statuses[fresh.front().type].restarts;
+    } else {
+      for (const PodView& v : fresh) ++p.status.replica_statuses[v.type].restarts;
+    }
+    SetCondition(&p.status, kRestarting, true, "TrainingJobRestarting",
+                 absl::StrCat("TrainingJob ", p.JobRef(), " is restarting because ", names.size(),
+                              " pod(s) failed: ", absl::StrJoin(names, ", "), "."),
+                 p.now);
+    RETURN_IF_ERROR(WriteStatus(p));
+    {
+      std::lock_guard<std::mutex> lock(writes_mu_);
+      for (const PodView& v : fresh) counted_failures_[p.key].insert(v.uid);
+    }
+    for (const PodView& v : fresh) {
+      events_.Warning(p.object, "ExitedWithCode",
+                      absl::StrCat("Pod exited pod=", v.name, " exit_code=", EffectiveExitCode(v),
+                                   v.reason.empty() ? "" : " reason=" + v.reason));
+    }
+    if (whole_job) {
+      events_.Normal(p.object, "RestartedJob",
+                     absl::StrCat("Restarted every Pod of the job job=", p.JobRef(),
+                                  " failed=", absl::StrJoin(names, ",")));
+    } else {
+      for (const PodView& v : fresh) {
+        events_.Normal(
+            p.object, "RestartedPod",
+            absl::StrCat("Restarted Pod pod=", v.name, " exit_code=", EffectiveExitCode(v),
+                         " restarts=", p.status.replica_statuses[v.type].restarts));
+      }
+    }
+    if (metrics_) metrics_->JobRestarted(p.ns);
   }
   if (whole_job) {
     std::map<std::string, json> pods = p.pods;
@@ -433,24 +484,9 @@ absl::Status Reconciler::HandleRestarts(Pass& p) {
       std::optional<PodView> v = ViewPod(pod);
       if (v && !v->deleting) RETURN_IF_ERROR(DeletePod(p, pod, "RestartScopeJob"));
     }
-    ++p.status.replica_statuses[p.failed.front().type].restarts;
-    events_.Normal(p.object, "RestartedJob",
-                   absl::StrCat("Restarted every Pod of the job job=", p.JobRef(),
-                                " failed=", absl::StrJoin(names, ",")));
   } else {
-    for (const PodView& v : p.failed) {
-      RETURN_IF_ERROR(DeletePod(p, p.pods[v.name], "Restart"));
-      int restarts = ++p.status.replica_statuses[v.type].restarts;
-      events_.Normal(p.object, "RestartedPod",
-                     absl::StrCat("Restarted Pod pod=", v.name, " exit_code=", EffectiveExitCode(v),
-                                  " restarts=", restarts));
-    }
+    for (const PodView& v : p.failed) RETURN_IF_ERROR(DeletePod(p, p.pods[v.name], "Restart"));
   }
-  if (metrics_) metrics_->JobRestarted(p.ns);
-  SetCondition(&p.status, kRestarting, true, "TrainingJobRestarting",
-               absl::StrCat("TrainingJob ", p.JobRef(), " is restarting because ", names.size(),
-                            " pod(s) failed: ", absl::StrJoin(names, ", "), "."),
-               p.now);
   return absl::OkStatus();
 }
 
