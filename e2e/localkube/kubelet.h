@@ -1,7 +1,8 @@
-// A kubelet that runs pods as local processes: gives each pod a loopback IP (127.0.x.y), keeps a
-// hosts file naming them, starts each container's command with Kubernetes' env and $(VAR)
-// rules, captures logs, reports phase and container states, applies restartPolicy with backoff,
-// and stops process groups on deletion (SIGTERM, then SIGKILL after the grace period).
+// A kubelet that runs pods as local processes: gives each pod a loopback IP (from this
+// instance's own 127.X.Y.0/24 block), keeps a hosts file naming them, starts each container's
+// command with Kubernetes' env and $(VAR) rules, captures logs, reports phase and container
+// states, applies restartPolicy with backoff, and stops process groups on deletion (SIGTERM, then
+// SIGKILL after the grace period).
 //
 // Owns every pod process. One internal thread drives all state; the LogSource methods are
 // thread-safe (guarded by a mutex). Stop (or destruction) kills every child.
