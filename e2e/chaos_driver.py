@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Chaos driver for e2e/chaos_e2e.sh.
+
+Runs six small jobs (ps-sync, ps-async and all-reduce, two of each) twice: once clean with
+`kubetrain run`, then on a localkube that fails requests, cuts watches and compacts its history,
+while this driver SIGKILLs one training process of every job and the operator itself. Asserts:
+every job Succeeded; no two live processes ever claimed the same pod (the auditor); each job's
+restarts in status equal the kills it took; each final accuracy is within 0.5 points of the same
+job's clean run; the chief's final checkpoint is on disk; nothing is left after deletion.
+
+Usage: chaos_driver.py KUBECTL BIN_DIR WORK_DIR KUBECONFIG
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import yaml
+
+KUBECTL, BIN, WORK, KUBECONFIG = sys.argv[1:5]
+SEED = int(os.environ.get("CHAOS_SEED", str(int(time.time()))))
+EPOCHS = 2
+DEADLINE_S = 480  # the whole chaos phase; every wait below is bounded by it
+MANAGED = "app.kubernetes.io/managed-by=kubetrain-operator"
+rng = random.Random(SEED)
+failures = []
+
+
+def log(msg):
+    print(f"chaos | {time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def fail(msg):
+    failures.append(msg)
+    log("FAIL: " + msg)
+
+
+# ---------------------------------------------------------------- the jobs
+def manifest(name, example, mode, ckpt_dir):
+    with open(example) as f:
+        job = yaml.safe_load(f)
+    job["metadata"]["name"] = name
+    for spec in job["spec"]["replicaSpecs"].values():
+        c = spec["template"]["spec"]["containers"][0]
+        if c["command"] != ["kubetrain-worker"]:
+            continue
+        args = [a for a in c["args"] if not a.startswith(("--epochs=", "--mode="))]
+        args += [f"--mode={mode}", f"--epochs={EPOCHS}", f"--checkpoint-dir={ckpt_dir}",
+                 "--checkpoint-every=1s", "--log-every=2s"]
+        c["args"] = args
+    job["spec"]["runPolicy"]["backoffLimit"] = 5
+    return job
+
+
+JOBS = [  # name, example, mode
+    ("chaos-sync-a", "deploy/examples/fashion-mnist.yaml", "ps-sync"),
+    ("chaos-sync-b", "deploy/examples/fashion-mnist.yaml", "ps-sync"),
+    ("chaos-async-a", "deploy/examples/fashion-mnist.yaml", "ps-async"),
+    ("chaos-async-b", "deploy/examples/fashion-mnist.yaml", "ps-async"),
+    ("chaos-ar-a", "deploy/examples/fashion-mnist-allreduce.yaml", "allreduce"),
+    ("chaos-ar-b", "deploy/examples/fashion-mnist-allreduce.yaml", "allreduce"),
+]
+
+
+def write_manifest(name, example, mode, phase):
+    path = os.path.join(WORK, f"{phase}-{name}.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(manifest(name, example, mode, os.path.join(WORK, f"ckpt-{phase}-{name}")), f)
+    return path
+
+
+# ---------------------------------------------------------------- kubectl with retries
+def kubectl(*args, attempts=20, check=True):
+    """kubectl against a server that fails a share of requests: retried, bounded."""
+    last = None
+    for i in range(attempts):
+        p = subprocess.run([KUBECTL, "--kubeconfig", KUBECONFIG, *args], capture_output=True,
+                           text=True, timeout=60)
+        if p.returncode == 0:
+            return p.stdout
+        last = p.stderr.strip()
+        time.sleep(min(0.2 * (i + 1), 2))
+    if check:
+        raise RuntimeError(f"kubectl {' '.join(args)}: {last}")
+    return None
+
+
+def jobs_status():
+    out = kubectl("get", "tj", "-o", "json")
+    return {j["metadata"]["name"]: j.get("status", {}) for j in json.loads(out)["items"]}
+
+
+def condition(status, kind):
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in status.get("conditions", []))
+
+
+# ---------------------------------------------------------------- processes of pods
+def training_processes():
+    """{(job, type, index): [pid, ...]} for every live kubetrain-ps/-worker process."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue  # exited, not yet reaped
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0")[0].decode(errors="replace")
+            if os.path.basename(argv0) not in ("kubetrain-ps", "kubetrain-worker"):
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except (OSError, IndexError):
+            continue
+        job = env.get(b"KUBETRAIN_JOB_NAME", b"").decode()
+        if not job.startswith("chaos-"):
+            continue
+        key = (job, env.get(b"KUBETRAIN_REPLICA_TYPE", b"").decode(),
+               env.get(b"KUBETRAIN_REPLICA_INDEX", b"").decode())
+        found.setdefault(key, []).append(int(entry))
+    return found
+
+
+class Auditor(threading.Thread):
+    """Never two live processes for one pod: a restarted pod's new process must not start while
+    its predecessor still runs (two chiefs, two ps with one name)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.scans = 0
+        self.duplicates = []
+
+    def run(self):
+        while not self.stop.wait(0.1):
+            for key, pids in training_processes().items():
+                if len(pids) > 1:
+                    self.duplicates.append((key, pids))
+            self.scans += 1
+
+
+# ---------------------------------------------------------------- phases
+def summary_of(text):
+    """The chief's training_complete JSON line (possibly behind a `kubetrain run` prefix)."""
+    for line in text.splitlines():
+        if '"event":"training_complete"' in line and "{" in line:
+            try:
+                return json.loads(line[line.index("{"):])
+            except ValueError:
+                continue
+    return None
+
+
+def clean_runs():
+    """Each job once with `kubetrain run`, two at a time; returns {name: test_accuracy}."""
+    accuracy = {}
+    pending = list(JOBS)
+    while pending:
+        batch, pending = pending[:2], pending[2:]
+        procs = []
+        for name, example, mode in batch:
+            path = write_manifest(name, example, mode, "clean")
+            procs.append((name, subprocess.Popen([os.path.join(BIN, "kubetrain"), "run", path],
+                                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                 text=True)))
+        for name, p in procs:
+            out, _ = p.communicate(timeout=300)
+            s = summary_of(out)
+            if p.returncode != 0 or s is None:
+                print(out[-3000:])
+                raise RuntimeError(f"clean run of {name} failed (exit {p.returncode})")
+            accuracy[name] = s["test_accuracy"]
+            log(f"clean {name}: accuracy {s['test_accuracy']:.4f} in {s.get('steps')} steps")
+    return accuracy
+
+
+class Operator:
+    def __init__(self):
+        self.proc = None
+        self.kills = 0
+        self.logf = open(os.path.join(WORK, "operator.log"), "a")
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [os.path.join(BIN, "kubetrain-operator"), "--kubeconfig", KUBECONFIG,
+             "--metrics-address", "127.0.0.1:0", "--health-address", "127.0.0.1:0",
+             "--progress-interval", "1s"], stdout=self.logf, stderr=subprocess.STDOUT)
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self.kills += 1
+        log(f"killed the operator (kill {self.kills})")
+        time.sleep(rng.uniform(0.5, 2.0))
+        self.start()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                fail("the operator did not stop within 5 s of SIGTERM")
+                self.proc.kill()
+
+
+def chaos(clean_accuracy):
+    op = Operator()
+    op.start()
+    auditor = Auditor()
+    auditor.start()
+    for name, example, mode in JOBS:
+        kubectl("apply", "-f", write_manifest(name, example, mode, "chaos"))
+    total_steps = 60000 // 128 * EPOCHS  # global batch 2 x 64
+    # One kill per job, at a random step of its first 60%, of a random process of the job.
+    kill_at = {name: rng.randint(total_steps // 8, total_steps * 6 // 10) for name, _, _ in JOBS}
+    operator_kills_at = sorted(rng.uniform(2, 14) for _ in range(2))
+    kills = {name: [] for name in kill_at}
+    started = time.time()
+    done = set()
+    while time.time() - started < DEADLINE_S:
+        if operator_kills_at and time.time() - started >= operator_kills_at[0]:
+            operator_kills_at.pop(0)
+            op.kill()
+        try:
+            statuses = jobs_status()
+        except RuntimeError as e:
+            log(f"status not read: {e}")
+            continue
+        for name, st in statuses.items():
+            if condition(st, "Failed"):
+                fail(f"{name} Failed: {st.get('conditions')}")
+                done.add(name)
+            elif condition(st, "Succeeded"):
+                done.add(name)
+        if failures or len(done) == len(JOBS):
+            break
+        procs = training_processes()
+        for name, at in kill_at.items():
+            step = (statuses.get(name, {}).get("progress") or {}).get("step", 0)
+            if kills[name] or name in done or step < at:
+                continue
+            victims = [(k, pids[0]) for k, pids in procs.items() if k[0] == name]
+            if not victims:
+                continue
+            (job, rtype, index), pid = rng.choice(victims)
+            os.kill(pid, signal.SIGKILL)
+            kills[name].append(f"{rtype.lower()}-{index}")
+            log(f"killed {job} {rtype.lower()}-{index} (pid {pid}) at step {step}")
+        time.sleep(0.3)
+    else:
+        fail(f"jobs not finished within {DEADLINE_S} s: {sorted(set(kill_at) - done)}")
+
+    auditor.stop.set()
+    auditor.join()
+    elapsed = time.time() - started
+    statuses = jobs_status()
+    log(f"auditor: {auditor.scans} scans of the training processes")
+    for key, pids in auditor.duplicates[:10]:
+        fail(f"two live processes for pod {key}: pids {pids}")
+
+    rows = []
+    for name, _, mode in JOBS:
+        st = statuses.get(name, {})
+        restarts = sum(r.get("restarts", 0) for r in st.get("replicaStatuses", {}).values())
+        if restarts != len(kills[name]):
+            fail(f"{name}: {restarts} restarts in status for {len(kills[name])} kills {kills[name]}")
+        logs = kubectl("logs", f"{name}-worker-0", check=False) or ""
+        s = summary_of(logs)
+        if s is None:
+            fail(f"{name}: no training_complete summary in the chief's log")
+            continue
+        diff = abs(s["test_accuracy"] - clean_accuracy[name]) * 100
+        if diff > 0.5:
+            fail(f"{name}: accuracy {s['test_accuracy']:.4f} vs clean {clean_accuracy[name]:.4f}")
+        ckpt = os.path.join(WORK, f"ckpt-chaos-{name}")
+        files = sorted(f for f in os.listdir(ckpt)) if os.path.isdir(ckpt) else []
+        if not any(str(s["steps"]) in f for f in files):
+            fail(f"{name}: no checkpoint of the final step {s['steps']} in {ckpt}: {files}")
+        rows.append((name, mode, kills[name], restarts, clean_accuracy[name], s["test_accuracy"]))
+
+    log(f"chaos phase: {elapsed:.0f} s, {sum(len(k) for k in kills.values())} pod kills, "
+        f"{op.kills} operator kills")
+    print(f"{'job':15} {'mode':10} {'killed':12} {'restarts':8} {'clean':7} {'chaos':7}")
+    for name, mode, k, r, a, b in rows:
+        print(f"{name:15} {mode:10} {','.join(k) or '-':12} {r:<8} {a:.4f}  {b:.4f}")
+
+    kubectl("delete", "tj", "--all", "--wait=false")
+    for _ in range(300):
+        left = kubectl("get", "pods,services,secrets", "-l", MANAGED, "-o", "name", check=False)
+        if left is not None and not left.strip():
+            break
+        time.sleep(0.2)
+    else:
+        fail(f"objects left 60 s after deleting the jobs: {left}")
+    op.stop()
+
+
+def main():
+    log(f"seed {SEED} (CHAOS_SEED={SEED} repeats this run's choices)")
+    clean = clean_runs()
+    chaos(clean)
+    if failures:
+        print(f"chaos: {len(failures)} failures", file=sys.stderr)
+        sys.exit(1)
+    log("PASS")
+
+
+if __name__ == "__main__":
+    main()

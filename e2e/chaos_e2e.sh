@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Chaos: six small jobs (ps-sync, ps-async, all-reduce) on a localkube that fails 10% of
+# requests, cuts every watch every 5 s and compacts its history every 10 s, while a driver
+# SIGKILLs one training process of every job and the operator itself (e2e/chaos_driver.py says
+# what is asserted). CHAOS_SEED=N repeats a run's random choices.
+# Usage: chaos_e2e.sh LOCALKUBE KUBECTL BIN_DIR
+set -euo pipefail
+LOCALKUBE=$1
+KUBECTL=$2
+BIN=$(cd "$3" && pwd)
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source e2e/lib.sh
+
+start_localkube --run-pods --hosts-file "$(mktemp -u "${TMPDIR:-/tmp}/lk-hosts.XXXXXX")" \
+  --image-map "kubetrain/=$BIN" --error-rate 0.1 --drop-watches-every 5s --compact-every 10s
+
+step "CRD (retried: the server fails a share of requests)"
+for _ in $(seq 20); do
+  "$KUBECTL" apply -f deploy/crd/kubetrain.dev_trainingjobs.yaml >/dev/null 2>&1 && break
+  sleep 0.5
+done
+for _ in $(seq 20); do
+  "$KUBECTL" wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev \
+    >/dev/null 2>&1 && break
+  sleep 0.5
+done
+
+step "clean runs, then the same jobs under chaos"
+python3 e2e/chaos_driver.py "$KUBECTL" "$BIN" "$LK_DIR" "$KUBECONFIG" ||
+  { tail -40 "$LK_DIR/operator.log" || true; fail "chaos"; }
+echo "PASS chaos e2e"
