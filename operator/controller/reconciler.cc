@@ -549,30 +549,37 @@ void Reconciler::Finish(Pass& p, bool succeeded, const std::string& reason,
             {{"job", p.JobRef()}, {"reason", reason}, {"message", message}});
 }
 
-void Reconciler::ReadProgress(Pass& p) {
+std::optional<std::pair<api::Task, PodView>> Reconciler::ChiefPod(const Pass& p) const {
   api::ClusterDnsAddresses addresses(options_.cluster_domain);
   for (const api::Task& t : api::Tasks(p.job, addresses)) {
     if (!t.chief) continue;
     auto it = p.pods.find(t.name);
-    if (it == p.pods.end()) return;
+    if (it == p.pods.end()) return std::nullopt;
     std::optional<PodView> v = ViewPod(it->second);
-    if (!v || v->phase != "Running" || v->pod_ip.empty()) return;
-    {
-      std::lock_guard<std::mutex> lock(progress_mu_);
-      absl::Time& last = progress_read_[p.key];
-      if (p.now - last < options_.progress_interval) {
-        p.Requeue(options_.progress_interval - (p.now - last));
-        return;
-      }
-      last = p.now;
-    }
-    int port = api::ContainerPort(p.job, t.type, api::kMetricsPortName, api::kDefaultMetricsPort);
-    absl::StatusOr<api::Progress> progress =
-        FetchProgress(v->pod_ip, port, options_.progress_timeout);
-    if (progress.ok()) p.status.progress = *progress;
-    p.Requeue(options_.progress_interval);
-    return;
+    if (!v) return std::nullopt;
+    return std::make_pair(t, *v);
   }
+  return std::nullopt;
+}
+
+void Reconciler::ReadProgress(Pass& p) {
+  std::optional<std::pair<api::Task, PodView>> chief = ChiefPod(p);
+  if (!chief) return;
+  const auto& [t, v] = *chief;
+  if (v.phase != "Running" || v.pod_ip.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    absl::Time& last = progress_read_[p.key];
+    if (p.now - last < options_.progress_interval) {
+      p.Requeue(options_.progress_interval - (p.now - last));
+      return;
+    }
+    last = p.now;
+  }
+  int port = api::ContainerPort(p.job, t.type, api::kMetricsPortName, api::kDefaultMetricsPort);
+  absl::StatusOr<api::Progress> progress = FetchProgress(v.pod_ip, port, options_.progress_timeout);
+  if (progress.ok()) p.status.progress = *progress;
+  p.Requeue(options_.progress_interval);
 }
 
 absl::Status Reconciler::RestartOnClusterChange(Pass& p) {
@@ -616,28 +623,22 @@ absl::Status Reconciler::RestartOnClusterChange(Pass& p) {
 }
 
 void Reconciler::ReadFinalSummary(Pass& p) {
-  api::ClusterDnsAddresses addresses(options_.cluster_domain);
-  for (const api::Task& t : api::Tasks(p.job, addresses)) {
-    if (!t.chief) continue;
-    auto it = p.pods.find(t.name);
-    if (it == p.pods.end()) return;
-    std::optional<PodView> v = ViewPod(it->second);
-    if (!v) return;
-    absl::StatusOr<api::Progress> summary = ParseFinalSummary(v->termination_message);
-    if (!summary.ok() && p.finishing && v->phase == "Succeeded") {
-      // No termination message (a kubelet or image that does not write one): the summary is
-      // the chief's last log line. Read once, when the job ends, before cleanup removes pods.
-      absl::StatusOr<std::string> log =
-          client_.GetLog(p.ns, t.name, api::kDefaultContainerName, kSummaryLogLines);
-      if (log.ok()) {
-        summary = ParseFinalSummary(*log);
-      } else {
-        log::Debug("Could not read the chief's log", {{"pod", t.name}, {"error", log.status()}});
-      }
+  std::optional<std::pair<api::Task, PodView>> chief = ChiefPod(p);
+  if (!chief) return;
+  const auto& [t, v] = *chief;
+  absl::StatusOr<api::Progress> summary = ParseFinalSummary(v.termination_message);
+  if (!summary.ok() && p.finishing && v.phase == "Succeeded") {
+    // No termination message (a kubelet or image that does not write one): the summary is the
+    // chief's last log line. Read once, when the job ends, before cleanup removes pods.
+    absl::StatusOr<std::string> log =
+        client_.GetLog(p.ns, t.name, api::kDefaultContainerName, kSummaryLogLines);
+    if (log.ok()) {
+      summary = ParseFinalSummary(*log);
+    } else {
+      log::Debug("Could not read the chief's log", {{"pod", t.name}, {"error", log.status()}});
     }
-    if (summary.ok()) p.status.progress = *summary;
-    return;
   }
+  if (summary.ok()) p.status.progress = *summary;
 }
 
 void Reconciler::CountActive(Pass& p) {

@@ -12,14 +12,17 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "operator/api/render.h"
 #include "operator/api/types.h"
 #include "operator/controller/events.h"
 #include "operator/controller/metrics.h"
+#include "operator/controller/pod_view.h"
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
 
@@ -48,6 +51,8 @@ class Reconciler {
  private:
   struct Pass;
 
+  // The chief's task and pod as the cache shows them; none while the pod does not exist.
+  std::optional<std::pair<api::Task, PodView>> ChiefPod(const Pass& p) const;
   absl::Status EnsureService(Pass& p);
   // The job's shared-secret Secret (api::BuildJobSecret), before any of its pods: the pods read
   // KUBETRAIN_JOB_SECRET from it. docs/decisions/0005-shared-secret-per-job.md.
