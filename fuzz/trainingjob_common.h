@@ -43,7 +43,9 @@ inline void ExerciseTrainingJob(const nlohmann::json& doc) {
   }
 
   const api::ClusterDnsAddresses dns("cluster.local");
-  for (const nlohmann::json& object : api::RenderObjects(job, dns)) (void)object.dump();
+  for (const nlohmann::json& object : api::RenderObjects(job, dns, "fuzz-secret-0123456789")) {
+    (void)object.dump();
+  }
 
   const api::LoopbackAddresses loopback([](api::ReplicaType type, int index) {
     return 20000 + 100 * static_cast<int>(type) + index;

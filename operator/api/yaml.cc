@@ -464,7 +464,9 @@ void Emit(YAML::Emitter& out, const json& v) {
   } else if (v.is_string()) {
     const std::string& s = v.get_ref<const std::string&>();
     bool multiline = s.find('\n') != std::string::npos;
-    if (!ResolvePlain(s).is_string() || multiline) {
+    // yaml-cpp leaves "--- x" plain, which reads back as a document marker.
+    bool marker = absl::StartsWith(s, "---") || absl::StartsWith(s, "...");
+    if (!ResolvePlain(s).is_string() || multiline || marker) {
       out << YAML::DoubleQuoted;
     } else if (s.find('"') != std::string::npos && s.find('\'') == std::string::npos) {
       out << YAML::SingleQuoted;  // JSON values such as TF_CONFIG read best without escapes

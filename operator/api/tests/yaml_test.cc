@@ -266,6 +266,22 @@ TEST(Yaml, Utf16IsRefusedWithTheFix) {
   }
 }
 
+// Found by fuzzing: a string that starts like a document marker was written plain and read
+// back as the start of a new document.
+TEST(Yaml, StringsThatLookLikeDocumentMarkersRoundTrip) {
+  for (const std::string value : {"---      -", "--- x", "...", "... y"}) {
+    nlohmann::json doc = {{"args", {value}}, {"top", value}};
+    auto back = ParseYamlDocuments(ToYaml(doc));
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << ToYaml(doc);
+    ASSERT_EQ(back->size(), 1u) << ToYaml(doc);
+    EXPECT_EQ((*back)[0], doc) << ToYaml(doc);
+    auto scalar = ParseYamlDocuments(ToYaml(value));
+    ASSERT_TRUE(scalar.ok()) << scalar.status();
+    ASSERT_EQ(scalar->size(), 1u) << ToYaml(value);
+    EXPECT_EQ((*scalar)[0], value);
+  }
+}
+
 TEST(Yaml, BinaryInputIsNamedAsSuch) {
   auto docs = ParseYamlDocuments(std::string("apiVersion: v1\n\0\x01zzz\x7f", 22));
   ASSERT_FALSE(docs.ok());
