@@ -8,7 +8,8 @@ namespace kubetrain::worker {
 
 struct CpuDeviceOptions {
   // OpenBLAS threads for this process. ps and workers share two cores locally, so one thread per
-  // process avoids oversubscription (docs/architecture.md §8); 0 leaves OpenBLAS's own setting alone.
+  // process avoids oversubscription (docs/architecture.md §8); 0 leaves OpenBLAS's own setting
+  // alone.
   int blas_threads = 1;
 };
 
