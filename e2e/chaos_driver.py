@@ -6,7 +6,8 @@ Runs six small jobs (ps-sync, ps-async and all-reduce, two of each) twice: once 
 while this driver SIGKILLs one training process of every job and the operator itself. Asserts:
 every job Succeeded; no two live processes ever claimed the same pod (the auditor); each job's
 restarts in status equal the kills it took; each final accuracy is within 0.5 points of the same
-job's clean run; the chief's final checkpoint is on disk; nothing is left after deletion.
+job's clean run (of the range of two clean runs for ps-async, which is not reproducible run to
+run); the chief's final checkpoint is on disk; nothing is left after deletion.
 
 Usage: chaos_driver.py KUBECTL BIN_DIR WORK_DIR KUBECONFIG
 """
@@ -159,14 +160,18 @@ def summary_of(text):
 
 
 def clean_runs():
-    """Each job once with `kubetrain run`, two at a time; returns {name: test_accuracy}."""
+    """Each job with `kubetrain run`, two at a time; returns {name: [test_accuracy, ...]}.
+
+    ps-sync and all-reduce runs are reproducible to the bit, so one clean run is the reference.
+    ps-async runs are not (the order of pushes decides): two clean runs show the spread that the
+    chaos run is measured against."""
     accuracy = {}
-    pending = list(JOBS)
+    pending = [(*job, run) for job in JOBS for run in range(2 if job[2] == "ps-async" else 1)]
     while pending:
         batch, pending = pending[:2], pending[2:]
         procs = []
-        for name, example, mode in batch:
-            path = write_manifest(name, example, mode, "clean")
+        for name, example, mode, run in batch:
+            path = write_manifest(name, example, mode, f"clean{run}")  # a folder per run
             procs.append((name, subprocess.Popen([os.path.join(BIN, "kubetrain"), "run", path],
                                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                  text=True)))
@@ -176,7 +181,7 @@ def clean_runs():
             if p.returncode != 0 or s is None:
                 print(out[-3000:])
                 raise RuntimeError(f"clean run of {name} failed (exit {p.returncode})")
-            accuracy[name] = s["test_accuracy"]
+            accuracy.setdefault(name, []).append(s["test_accuracy"])
             log(f"clean {name}: accuracy {s['test_accuracy']:.4f} in {s.get('steps')} steps")
     return accuracy
 
@@ -277,20 +282,22 @@ def chaos(clean_accuracy):
         if s is None:
             fail(f"{name}: no training_complete summary in the chief's log")
             continue
-        diff = abs(s["test_accuracy"] - clean_accuracy[name]) * 100
-        if diff > 0.5:
-            fail(f"{name}: accuracy {s['test_accuracy']:.4f} vs clean {clean_accuracy[name]:.4f}")
-        ckpt = os.path.join(WORK, f"ckpt-chaos-{name}")
-        files = sorted(f for f in os.listdir(ckpt)) if os.path.isdir(ckpt) else []
-        if not any(str(s["steps"]) in f for f in files):
-            fail(f"{name}: no checkpoint of the final step {s['steps']} in {ckpt}: {files}")
-        rows.append((name, mode, kills[name], restarts, clean_accuracy[name], s["test_accuracy"]))
+        low, high = min(clean_accuracy[name]), max(clean_accuracy[name])
+        if not low - 0.005 <= s["test_accuracy"] <= high + 0.005:
+            fail(f"{name}: accuracy {s['test_accuracy']:.4f} is more than 0.5 points from the "
+                 f"clean runs' {low:.4f}..{high:.4f}")
+        # No checkpoint lost: the final one the chief reported is on disk.
+        final = s.get("checkpoint", "")
+        if not final or not os.path.isfile(final):
+            fail(f"{name}: the chief's final checkpoint {final!r} is not on disk")
+        clean = "..".join(f"{a:.4f}" for a in sorted(set(clean_accuracy[name])))
+        rows.append((name, mode, kills[name], restarts, clean, s["test_accuracy"]))
 
     log(f"chaos phase: {elapsed:.0f} s, {sum(len(k) for k in kills.values())} pod kills, "
         f"{op.kills} operator kills")
-    print(f"{'job':15} {'mode':10} {'killed':12} {'restarts':8} {'clean':7} {'chaos':7}")
+    print(f"{'job':15} {'mode':10} {'killed':12} {'restarts':8} {'clean':15} {'chaos':7}")
     for name, mode, k, r, a, b in rows:
-        print(f"{name:15} {mode:10} {','.join(k) or '-':12} {r:<8} {a:.4f}  {b:.4f}")
+        print(f"{name:15} {mode:10} {','.join(k) or '-':12} {r:<8} {a:15} {b:.4f}")
 
     kubectl("delete", "tj", "--all", "--wait=false")
     for _ in range(300):
