@@ -17,6 +17,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -463,7 +464,10 @@ void Emit(YAML::Emitter& out, const json& v) {
     out << YAML::EndSeq;
   } else if (v.is_string()) {
     const std::string& s = v.get_ref<const std::string&>();
-    bool multiline = s.find('\n') != std::string::npos;
+    // Line breaks (a lone \r too) and edge blanks do not survive a plain scalar.
+    bool multiline = s.find_first_of("\r\n") != std::string::npos ||
+                     (!s.empty() && (absl::ascii_isspace(static_cast<unsigned char>(s.front())) ||
+                                     absl::ascii_isspace(static_cast<unsigned char>(s.back()))));
     // yaml-cpp leaves "--- x" plain, which reads back as a document marker.
     bool marker = absl::StartsWith(s, "---") || absl::StartsWith(s, "...");
     if (!ResolvePlain(s).is_string() || multiline || marker) {

@@ -266,10 +266,11 @@ TEST(Yaml, Utf16IsRefusedWithTheFix) {
   }
 }
 
-// Found by fuzzing: a string that starts like a document marker was written plain and read
-// back as the start of a new document.
+// Found by fuzzing: strings that start like a document marker, or hold a carriage return, were
+// written plain and read back as something else.
 TEST(Yaml, StringsThatLookLikeDocumentMarkersRoundTrip) {
-  for (const std::string value : {"---      -", "--- x", "...", "... y"}) {
+  for (const std::string value :
+       {"---      -", "--- x", "...", "... y", "2 t - n\r", "a\rb", " lead", "trail\t"}) {
     nlohmann::json doc = {{"args", {value}}, {"top", value}};
     auto back = ParseYamlDocuments(ToYaml(doc));
     ASSERT_TRUE(back.ok()) << back.status() << "\n" << ToYaml(doc);
