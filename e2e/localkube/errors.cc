@@ -60,7 +60,9 @@ absl::Status ApiError(int http_code, absl::string_view reason, absl::string_view
   body["metadata"] = nlohmann::json::object();
   if (!details.is_null()) body["details"] = std::move(details);
   absl::Status status(CodeFor(http_code), message);
-  status.SetPayload(kPayloadUrl, absl::Cord(body.dump()));
+  // A message may quote the bytes of a body that is not UTF-8: replaced (U+FFFD), never thrown.
+  status.SetPayload(
+      kPayloadUrl, absl::Cord(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
   return status;
 }
 
