@@ -17,6 +17,7 @@
 #include "ps/service.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/tests/fashion_mnist_fixture.h"
+#include "worker/tests/loopback.h"
 #include "worker/trainer.h"
 
 namespace kubetrain::worker {
@@ -45,18 +46,7 @@ class SilentListener {
   int port_ = 0;
 };
 
-// A loopback port nothing listens on (bound, then released).
-std::string ClosedAddress() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
-}
+using testing::ClosedAddress;
 
 class TrainerStopTest : public FashionMnistTest {
  protected:

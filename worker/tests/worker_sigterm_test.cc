@@ -19,21 +19,12 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "worker/data/fashion_mnist.h"
+#include "worker/tests/loopback.h"
 
 namespace kubetrain::worker {
 namespace {
 
-std::string ClosedAddress() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
-}
+using testing::ClosedAddress;
 
 class WorkerSigtermTest : public ::testing::Test {
  protected:
