@@ -16,6 +16,8 @@
 #include "e2e/localkube/decode.h"
 #include "e2e/localkube/errors.h"
 #include "e2e/localkube/patch.h"
+#include "e2e/localkube/pod_security.h"
+#include "e2e/localkube/pod_validation.h"
 #include "e2e/localkube/schema.h"
 #include "operator/api/yaml.h"
 
@@ -269,6 +271,11 @@ absl::StatusOr<json> Api::CreateLocked(const Target& target, json body,
   } else {
     meta.erase("namespace");
   }
+  if (options.user) {
+    RETURN_IF_ERROR(AdmitOwnerReferences(*registry_, *store_, *options.user, type,
+                                         target.subresource, meta.value("namespace", ""), body,
+                                         nullptr));
+  }
   if (meta.value("name", "").empty() && !target.name.empty()) meta["name"] = target.name;
   bool generated = false;
   if (meta.value("name", "").empty()) {
@@ -283,15 +290,17 @@ absl::StatusOr<json> Api::CreateLocked(const Target& target, json body,
   }
   std::string name = meta["name"];
   if (!ValidName(name)) {
-    return InvalidError(type.QualifiedKind(), name,
-                        {{"FieldValueInvalid",
-                          absl::StrCat("Invalid value: \"", name,
-                                       "\": a lowercase RFC 1123 subdomain must consist of lower "
-                                       "case alphanumeric characters, '-' or '.'"),
-                          "metadata.name"}});
+    return InvalidError(
+        type.QualifiedKind(), name,
+        {{"FieldValueInvalid",
+          absl::StrCat("Invalid value: \"", name, "\": ", Dns1123SubdomainErrors(name).back()),
+          "metadata.name"}});
   }
   PrepareForCreate(type, &body);
   RETURN_IF_ERROR(Admit(type, &body, options));
+  if (type.kind == "Pod" && type.group.empty()) {
+    RETURN_IF_ERROR(AdmitPod(*store_, body, nullptr, options.warnings));
+  }
   std::string ns = type.namespaced ? body["metadata"].value("namespace", "") : "";
   if (auto existing = store_->Get(type.StorageKey(), ns, name)) {
     absl::Status err = AlreadyExistsError(type.Qualified(), name);
@@ -404,7 +413,14 @@ absl::StatusOr<json> Api::UpdateLocked(const Target& target, json body, const js
   }
   updated["apiVersion"] = type.GroupVersion();
   updated["kind"] = type.kind;
+  if (options.user) {
+    RETURN_IF_ERROR(AdmitOwnerReferences(*registry_, *store_, *options.user, type,
+                                         target.subresource, target.ns, updated, &old));
+  }
   RETURN_IF_ERROR(Admit(type, &updated, options));
+  if (type.kind == "Pod" && type.group.empty() && target.subresource.empty()) {
+    RETURN_IF_ERROR(AdmitPod(*store_, updated, &old, options.warnings));
+  }
   if (type.has_generation && SpecPart(type, updated) != SpecPart(type, old)) {
     updated["metadata"]["generation"] = Meta(old).value("generation", 0) + 1;
   }

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "e2e/localkube/rbac.h"
 #include "e2e/localkube/resources.h"
 #include "e2e/localkube/selectors.h"
 #include "e2e/localkube/store.h"
@@ -34,6 +35,10 @@ struct WriteOptions {
   std::string field_manager;
   bool force = false;
   std::string field_validation = "Strict";  // Strict | Warn | Ignore
+  // The requesting user when RBAC is on: OwnerReferencesPermissionEnforcement checks writes.
+  std::optional<UserInfo> user;
+  // Admission warnings for the response's `Warning` headers (may be null).
+  std::vector<std::string>* warnings = nullptr;
 };
 
 struct ListOptions {

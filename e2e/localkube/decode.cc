@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status.h"
 #include "e2e/localkube/errors.h"
+#include "e2e/localkube/pod_validation.h"
 #include "e2e/localkube/protobuf.h"
 #include "operator/api/yaml.h"
 
@@ -229,6 +230,8 @@ absl::Status CheckFieldTypes(const ResourceType& type, json* object) {
     RETURN_IF_ERROR(StringMap(*object, "data", "Secret.data", "[]uint8"));
     RETURN_IF_ERROR(StringMap(*object, "stringData", "Secret.stringData", "string"));
     RETURN_IF_ERROR(StringField(*object, "type", "Secret.type", "v1.SecretType"));
+  } else if (type.kind == "Pod") {
+    RETURN_IF_ERROR(CheckPodQuantities(object));
   }
   return absl::OkStatus();
 }

@@ -36,6 +36,8 @@ struct Options {
   absl::Duration compact_every = absl::ZeroDuration();
   std::string log_level = "info";
   bool insecure_http = false;
+  bool rbac = false;
+  std::vector<std::string> user_tokens;
 };
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
@@ -62,6 +64,10 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   flags.Add("log-level", &o.log_level, "debug, info, warn or error");
   flags.Add("insecure-http", &o.insecure_http,
             "serve plain HTTP (kubectl and helm then send no bearer token)");
+  flags.Add("rbac", &o.rbac,
+            "authorize requests with RBAC (the --token user is in system:masters and bypasses it)");
+  flags.Add("user-token", &o.user_tokens,
+            "TOKEN=USERNAME[,GROUP...]: another bearer token and its user (repeatable)");
   ASSIGN_OR_RETURN(std::vector<std::string> rest, flags.Parse(argc, argv));
   if (!rest.empty()) return absl::InvalidArgumentError("localkube takes no positional arguments");
   RETURN_IF_ERROR(log::SetLevelFlag(o.log_level));
@@ -129,6 +135,15 @@ int Run(int argc, char** argv) {
   }
   s.port = options->port;
   s.token = options->token;
+  s.rbac = options->rbac;
+  for (const std::string& flag : options->user_tokens) {
+    auto user = ParseUserToken(flag);
+    if (!user.ok()) {
+      std::cerr << "localkube: " << user.status().message() << "\n";
+      return 2;
+    }
+    s.user_tokens[user->first] = user->second;
+  }
   s.drop_watches_every = options->drop_watches_every;
   s.error_rate = options->error_rate;
   s.latency = options->latency;

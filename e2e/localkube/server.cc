@@ -26,6 +26,7 @@
 #include "e2e/localkube/decode.h"
 #include "e2e/localkube/discovery.h"
 #include "e2e/localkube/errors.h"
+#include "e2e/localkube/pod_security.h"
 #include "e2e/localkube/protobuf.h"
 #include "e2e/localkube/table.h"
 #include "e2e/localkube/tls.h"
@@ -340,13 +341,21 @@ bool Server::WaitForRevision(int64_t revision) {
   return store->Revision() >= revision;
 }
 
-bool Server::Authorized(const httplib::Request& req) const {
-  if (options_.token.empty()) return true;
+std::optional<UserInfo> Server::Authenticate(const httplib::Request& req) const {
   std::string auth = req.get_header_value("Authorization");
   size_t space = auth.find(' ');
-  if (space == std::string::npos) return false;
-  return absl::AsciiStrToLower(auth.substr(0, space)) == "bearer" &&
-         absl::StripAsciiWhitespace(auth.substr(space + 1)) == options_.token;
+  std::string token;
+  if (space != std::string::npos && absl::AsciiStrToLower(auth.substr(0, space)) == "bearer") {
+    token = std::string(absl::StripAsciiWhitespace(auth.substr(space + 1)));
+  }
+  if (!token.empty() && token == options_.token) return AdminUser();
+  if (auto it = options_.user_tokens.find(token);
+      !token.empty() && it != options_.user_tokens.end()) {
+    return it->second;
+  }
+  // Without --token every other request is the admin's.
+  if (options_.token.empty()) return AdminUser();
+  return std::nullopt;
 }
 
 bool Server::InjectFault(const httplib::Request& req, httplib::Response& res) {
@@ -376,9 +385,17 @@ void Server::Handle(const httplib::Request& req, httplib::Response& res) {
     res.set_content("ok", "text/plain");
     return;
   }
-  if (!Authorized(req)) {
+  std::optional<UserInfo> user = Authenticate(req);
+  if (!user) {
     ReplyError(res, ApiError(401, "Unauthorized", "Unauthorized"));
     return;
+  }
+  if (options_.rbac) {
+    absl::Status allowed =
+        Authorize(*api_->store(), *user,
+                  AttributesOf(req.method, req.path, ParseBool(Param(req, "watch")),
+                               Param(req, "fieldSelector")));
+    if (!allowed.ok()) return ReplyError(res, allowed);
   }
   if (InjectFault(req, res)) return;
   std::string ct = absl::AsciiStrToLower(req.get_header_value("Content-Type"));
@@ -394,7 +411,7 @@ void Server::Handle(const httplib::Request& req, httplib::Response& res) {
   }
   try {
     if (ServeDiscovery(req, res)) return;
-    ServeResource(req, res);
+    ServeResource(req, res, *user);
   } catch (const std::exception& e) {
     log::Error("Failed request", {{"path", req.path}, {"error", std::string(e.what())}});
     ReplyError(res,
@@ -443,7 +460,8 @@ bool Server::ServeDiscovery(const httplib::Request& req, httplib::Response& res)
   return true;
 }
 
-void Server::ServeResource(const httplib::Request& req, httplib::Response& res) {
+void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
+                           const UserInfo& user) {
   ParsedPath p = SplitApiPath(req.path);
   const absl::Status not_found =
       ApiError(404, "NotFound", "the server could not find the requested resource");
@@ -477,6 +495,13 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res) 
   }
   const std::string& m = req.method;
   bool collection = target.name.empty();
+  std::vector<std::string> warnings;
+  auto write_options = [&] {
+    WriteOptions o = WriteOptionsOf(req);
+    o.warnings = &warnings;
+    if (options_.rbac) o.user = user;
+    return o;
+  };
   absl::StatusOr<json> result;
   int ok_code = 200;
   if (m == "GET" && collection) {
@@ -506,19 +531,19 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res) 
     auto body = DecodeObject(*target.type, *api_->registry(), req.get_header_value("Content-Type"),
                              req.body);
     if (!body.ok()) return ReplyError(res, body.status());
-    result = api_->Create(target, std::move(*body), WriteOptionsOf(req));
+    result = api_->Create(target, std::move(*body), write_options());
     ok_code = 201;
   } else if (m == "PUT" && !collection) {
     auto body = DecodeObject(*target.type, *api_->registry(), req.get_header_value("Content-Type"),
                              req.body);
     if (!body.ok()) return ReplyError(res, body.status());
     bool created = false;
-    result = api_->Update(target, std::move(*body), WriteOptionsOf(req), &created);
+    result = api_->Update(target, std::move(*body), write_options(), &created);
     if (created) ok_code = 201;
   } else if (m == "PATCH" && !collection) {
     bool created = false;
-    result = api_->Patch(target, req.get_header_value("Content-Type"), req.body,
-                         WriteOptionsOf(req), &created);
+    result = api_->Patch(target, req.get_header_value("Content-Type"), req.body, write_options(),
+                         &created);
     if (created) ok_code = 201;
   } else if (m == "DELETE") {
     auto options = DeleteOptionsOf(req);
@@ -535,6 +560,7 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res) 
                       ApiError(405, "MethodNotAllowed",
                                "the server does not allow this method on the requested resource"));
   }
+  for (const std::string& w : warnings) res.set_header("Warning", WarningHeaderValue(w));
   if (!result.ok()) return ReplyError(res, result.status());
   Reply(res, ok_code, *result);
 }

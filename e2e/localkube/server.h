@@ -6,7 +6,9 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -27,6 +29,10 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;       // 0 picks a free port
   std::string token;  // empty accepts every request
+  // More bearer tokens and the users they authenticate as; `token` authenticates AdminUser().
+  std::map<std::string, UserInfo> user_tokens;
+  // Authorize every request with RBAC and enforce OwnerReferencesPermissionEnforcement.
+  bool rbac = false;
   // HTTPS with this certificate and key; both empty serves plain HTTP.
   std::string cert_path;
   std::string key_path;
@@ -56,12 +62,13 @@ class Server {
 
  private:
   void Handle(const httplib::Request& req, httplib::Response& res);
-  bool Authorized(const httplib::Request& req) const;
+  // The request's user; nullopt answers 401.
+  std::optional<UserInfo> Authenticate(const httplib::Request& req) const;
   // Waits (up to too_large_rv_wait, or until Stop) for the store to reach `revision`.
   bool WaitForRevision(int64_t revision);
   bool InjectFault(const httplib::Request& req, httplib::Response& res);
   bool ServeDiscovery(const httplib::Request& req, httplib::Response& res);
-  void ServeResource(const httplib::Request& req, httplib::Response& res);
+  void ServeResource(const httplib::Request& req, httplib::Response& res, const UserInfo& user);
   void ServeWatch(const Target& target, const httplib::Request& req, httplib::Response& res);
   void ServeLog(const Target& target, const httplib::Request& req, httplib::Response& res);
 
