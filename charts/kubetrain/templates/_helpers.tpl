@@ -89,6 +89,9 @@ verbs operator/controller and operator/kube use; see deploy/rbac/cluster-role.ya
 - apiGroups: ["kubetrain.dev"]
   resources: ["trainingjobs/status"]
   verbs: ["update"]
+- apiGroups: ["kubetrain.dev"]
+  resources: ["trainingjobs/finalizers"]
+  verbs: ["update"]
 - apiGroups: [""]
   resources: ["pods", "services"]
   verbs: ["get", "list", "watch", "create", "delete"]
@@ -100,10 +103,10 @@ verbs operator/controller and operator/kube use; see deploy/rbac/cluster-role.ya
   verbs: ["get"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "patch"]
 {{- if eq .Values.gangScheduler "volcano" }}
 - apiGroups: ["scheduling.volcano.sh"]
   resources: ["podgroups"]
-  verbs: ["create"]
+  verbs: ["create", "delete"]
 {{- end }}
 {{- end }}
