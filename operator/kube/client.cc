@@ -205,6 +205,9 @@ Client::Client(ClusterConfig config, ClientOptions options)
     : config_(std::move(config)),
       options_(std::move(options)),
       tokens_(config_.token, config_.token_file),
+      exec_(config_.exec ? std::make_unique<ExecCredentialProvider>(
+                               config_, ExecRunOptions{.cancelled = &shutdown_})
+                         : nullptr),
       limiter_(options_.qps, options_.burst) {}
 
 Client::~Client() = default;
@@ -248,9 +251,11 @@ absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Client::Connect(absl::Durat
   } else {
     conn = std::make_unique<httplib::ClientImpl>(config_.host, config_.port);
   }
-  conn->set_connection_timeout(5, 0);
-  conn->set_read_timeout(absl::ToChronoSeconds(read_timeout));
-  conn->set_write_timeout(absl::ToChronoSeconds(options_.timeout));
+  // Microseconds: a sub-second timeout (the leader elector's) must not truncate to 0 s.
+  conn->set_connection_timeout(
+      absl::ToChronoMicroseconds(std::min(absl::Seconds(5), options_.timeout)));
+  conn->set_read_timeout(absl::ToChronoMicroseconds(read_timeout));
+  conn->set_write_timeout(absl::ToChronoMicroseconds(options_.timeout));
   conn->set_keep_alive(true);
   // httplib sends a request's headers and body in separate writes; with Nagle on, the body of
   // every POST/PUT/PATCH waits for the server's delayed ACK (~40 ms on Linux), which capped each
@@ -278,9 +283,17 @@ void Client::ReturnConnection(std::unique_ptr<httplib::ClientImpl> conn) {
 
 absl::StatusOr<json> Client::Do(Call& call) {
   std::string what = absl::StrCat(call.method, " ", call.path.substr(0, call.path.find('?')));
+  bool reauthenticated = false;
   for (int attempt = 0;; ++attempt) {
     if (!SleepUnlessShutDown(limiter_.Reserve())) {
       return absl::CancelledError(what + ": the client is shutting down");
+    }
+    // Before taking a connection: an exec plugin may take seconds, or fail.
+    std::string token;
+    if (exec_ != nullptr) {
+      ASSIGN_OR_RETURN(token, exec_->Token(), what, ": getting credentials");
+    } else {
+      token = tokens_.Token();
     }
     std::unique_ptr<httplib::ClientImpl> conn = TakeConnection();
     bool reused = conn != nullptr;
@@ -292,7 +305,6 @@ absl::StatusOr<json> Client::Do(Call& call) {
     req.path = config_.path_prefix + call.path;
     req.headers = {{"Accept", call.text ? "*/*" : "application/json"},
                    {"User-Agent", options_.user_agent}};
-    std::string token = tokens_.Token();
     if (!token.empty()) req.headers.emplace("Authorization", "Bearer " + token);
     if (!call.body.empty() || call.method == "POST" || call.method == "PUT" ||
         call.method == "PATCH") {
@@ -324,6 +336,13 @@ absl::StatusOr<json> Client::Do(Call& call) {
       if (doc.is_discarded())
         return absl::InternalError(absl::StrCat(what, ": response is not JSON"));
       return doc;
+    }
+    if (code == 401 && exec_ != nullptr && !reauthenticated) {
+      // As client-go does: the plugin's credential was rejected (revoked, rotated early), so
+      // drop it and try once more with a fresh one.
+      exec_->Invalidate(token);
+      reauthenticated = true;
+      continue;
     }
     int seconds = 0;
     bool retryable = (code == 429 || code >= 500) && absl::SimpleAtoi(retry_after, &seconds);
@@ -439,10 +458,12 @@ absl::StatusOr<json> Client::ListAll(const Resource& r, const std::string& ns,
   return list;
 }
 
-absl::StatusOr<json> Client::Create(const Resource& r, const std::string& ns, const json& object) {
-  Call call{"POST", "create",
-            r.CollectionPath(ns) + Query({{"fieldManager", options_.field_manager}}),
-            object.dump()};
+absl::StatusOr<json> Client::Create(const Resource& r, const std::string& ns, const json& object,
+                                    const CreateOptions& options) {
+  std::vector<std::pair<std::string, std::string>> query = {
+      {"fieldManager", options_.field_manager}};
+  if (options.dry_run) query.emplace_back("dryRun", "All");
+  Call call{"POST", "create", r.CollectionPath(ns) + Query(query), object.dump()};
   return Do(call);
 }
 
@@ -514,6 +535,16 @@ absl::Status Client::Watch(const Resource& r, const std::string& ns, const Watch
                                     {"fieldSelector", o.field_selector}});
   std::string what = absl::StrCat("WATCH ", r.CollectionPath(ns));
   if (!SleepUnlessShutDown(limiter_.Reserve())) return absl::OkStatus();
+  // Before connecting: an exec plugin may take seconds, or fail.
+  std::string token;
+  if (exec_ != nullptr) {
+    absl::StatusOr<std::string> t = exec_->Token();
+    if (shutdown_.load()) return absl::OkStatus();
+    if (!t.ok()) return Annotate(t.status(), what + ": getting credentials");
+    token = *std::move(t);
+  } else {
+    token = tokens_.Token();
+  }
   // The server ends the watch after timeoutSeconds; read longer than that, never shorter.
   ASSIGN_OR_RETURN(std::unique_ptr<httplib::ClientImpl> conn,
                    Connect(absl::Seconds(o.timeout_seconds + 30)));
@@ -533,7 +564,6 @@ absl::Status Client::Watch(const Resource& r, const std::string& ns, const Watch
   req.method = "GET";
   req.path = config_.path_prefix + path;
   req.headers = {{"Accept", "application/json"}, {"User-Agent", options_.user_agent}};
-  std::string token = tokens_.Token();
   if (!token.empty()) req.headers.emplace("Authorization", "Bearer " + token);
   req.response_handler = [&](const httplib::Response& res) {
     http = res.status;
@@ -571,6 +601,10 @@ absl::Status Client::Watch(const Resource& r, const std::string& ns, const Watch
   if (!event_error.ok()) return event_error;
   if (stopped_by_caller || (cancel != nullptr && cancel->cancelled()) || shutdown_.load()) {
     return absl::OkStatus();
+  }
+  if (http == 401 && exec_ != nullptr) {
+    // The caller re-watches; let that run the plugin again rather than resend a rejected token.
+    exec_->Invalidate(token);
   }
   if (http != 0 && http != 200) return StatusFromResponse(http, error_body, what);
   if (!res) {

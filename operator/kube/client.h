@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "operator/kube/config.h"
+#include "operator/kube/exec_credential.h"
 #include "operator/kube/rate_limiter.h"
 
 namespace httplib {
@@ -70,6 +71,12 @@ struct WatchEvent {
 };
 
 enum class PatchType { kMerge, kJson, kStrategicMerge, kApply };
+
+struct CreateOptions {
+  // ?dryRun=All: the server validates and admits the object (admission webhooks, quotas, Pod
+  // Security) and answers as for a real create, but stores nothing.
+  bool dry_run = false;
+};
 
 struct DeleteOptions {
   std::string propagation_policy = "Background";  // Foreground, Background, Orphan
@@ -129,7 +136,8 @@ class Client {
   absl::StatusOr<nlohmann::json> ListAll(const Resource& r, const std::string& ns,
                                          const ListOptions& options);
   absl::StatusOr<nlohmann::json> Create(const Resource& r, const std::string& ns,
-                                        const nlohmann::json& object);
+                                        const nlohmann::json& object,
+                                        const CreateOptions& options = {});
   // PUT of the whole object (metadata.resourceVersion makes it conditional).
   absl::StatusOr<nlohmann::json> Update(const Resource& r, const std::string& ns,
                                         const nlohmann::json& object);
@@ -181,6 +189,8 @@ class Client {
   ClusterConfig config_;
   ClientOptions options_;
   TokenSource tokens_;
+  // The kubeconfig user's exec plugin (config_.exec), in place of tokens_; null without one.
+  std::unique_ptr<ExecCredentialProvider> exec_;
   TokenBucket limiter_;
   struct PooledConnection {
     std::unique_ptr<httplib::ClientImpl> conn;

@@ -63,6 +63,100 @@ absl::StatusOr<std::string> Pem(const json& obj, const std::string& field, const
   return std::string();
 }
 
+constexpr char kExecV1[] = "client.authentication.k8s.io/v1";
+constexpr char kExecV1Beta1[] = "client.authentication.k8s.io/v1beta1";
+constexpr char kExecExtension[] = "client.authentication.k8s.io/exec";
+
+// users[].user.exec, validated as client-go validates it (tools/clientcmd/validation.go), with
+// one difference: kubetrain never has a terminal to give the plugin, so interactiveMode Always
+// is refused here rather than on first use.
+absl::StatusOr<ExecConfig> ParseExec(const json& exec, const json& cluster, const std::string& user,
+                                     const fs::path& base, const std::string& path) {
+  std::string where = absl::StrCat(path, ": user ", user, ": exec");
+  auto bad = [&](absl::string_view field, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".", field, " ", why));
+  };
+  if (!exec.is_object()) return absl::InvalidArgumentError(where + " must be a mapping");
+  auto text = [&](const char* field, std::string* out) -> absl::Status {
+    if (!exec.contains(field) || exec[field].is_null()) return absl::OkStatus();
+    if (!exec[field].is_string()) return bad(field, "must be a string");
+    *out = exec[field].get<std::string>();
+    return absl::OkStatus();
+  };
+  ExecConfig config;
+  config.user = user;
+  config.source = path;
+  RETURN_IF_ERROR(text("apiVersion", &config.api_version));
+  RETURN_IF_ERROR(text("command", &config.command));
+  RETURN_IF_ERROR(text("installHint", &config.install_hint));
+  RETURN_IF_ERROR(text("interactiveMode", &config.interactive_mode));
+  if (config.api_version.empty()) {
+    return bad("apiVersion", absl::StrCat("is missing; set ", kExecV1));
+  }
+  if (config.api_version != kExecV1 && config.api_version != kExecV1Beta1) {
+    return bad("apiVersion", absl::StrCat("\"", config.api_version, "\" is not supported; use ",
+                                          kExecV1, " or ", kExecV1Beta1));
+  }
+  if (config.command.empty()) return bad("command", "is missing: name the plugin to run");
+  if (config.command.find('/') != std::string::npos) {
+    fs::path command = config.command;
+    if (command.is_relative()) config.command = (base / command).lexically_normal().string();
+  }
+  if (exec.contains("args") && !exec["args"].is_null()) {
+    if (!exec["args"].is_array()) return bad("args", "must be a list of strings");
+    for (const json& arg : exec["args"]) {
+      if (!arg.is_string()) return bad("args", "must be a list of strings");
+      config.args.push_back(arg.get<std::string>());
+    }
+  }
+  if (exec.contains("env") && !exec["env"].is_null()) {
+    if (!exec["env"].is_array()) return bad("env", "must be a list of {name, value}");
+    for (const json& var : exec["env"]) {
+      if (!var.is_object() || !var.value("name", json()).is_string() ||
+          !var.value("value", json("")).is_string()) {
+        return bad("env", "must be a list of {name, value} with string values");
+      }
+      std::string name = var["name"].get<std::string>();
+      if (name.empty() || name.find('=') != std::string::npos) {
+        return bad("env", absl::StrCat("has a bad variable name \"", name, "\""));
+      }
+      config.env.emplace_back(std::move(name), var.value("value", ""));
+    }
+  }
+  if (exec.contains("provideClusterInfo")) {
+    if (!exec["provideClusterInfo"].is_boolean())
+      return bad("provideClusterInfo", "must be true or false");
+    config.provide_cluster_info = exec["provideClusterInfo"].get<bool>();
+  }
+  // client-go defaults interactiveMode to IfAvailable for v1beta1 only; v1 must say it.
+  if (config.interactive_mode.empty() && config.api_version == kExecV1Beta1) {
+    config.interactive_mode = "IfAvailable";
+  }
+  if (config.interactive_mode.empty()) {
+    return bad("interactiveMode",
+               absl::StrCat("is missing (", kExecV1, " requires it); set interactiveMode: Never"));
+  }
+  if (config.interactive_mode == "Always") {
+    return bad("interactiveMode",
+               "is Always, but kubetrain runs the plugin without a terminal; set "
+               "interactiveMode: Never (or IfAvailable) and make the plugin work without input");
+  }
+  if (config.interactive_mode != "Never" && config.interactive_mode != "IfAvailable") {
+    return bad("interactiveMode", absl::StrCat("\"", config.interactive_mode,
+                                               "\" is not one of Never, IfAvailable, Always"));
+  }
+  config.cluster_server = cluster.value("server", "");
+  if (cluster.contains("extensions") && cluster["extensions"].is_array()) {
+    for (const json& ext : cluster["extensions"]) {
+      if (ext.is_object() && ext.value("name", json()) == kExecExtension &&
+          ext.contains("extension")) {
+        config.cluster_config_json = ext["extension"].dump();
+      }
+    }
+  }
+  return config;
+}
+
 }  // namespace
 
 absl::Status ParseServerUrl(const std::string& url, ClusterConfig* config) {
@@ -136,11 +230,19 @@ absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std:
   }
   ASSIGN_OR_RETURN(config.client_cert_pem, Pem(user, "client-certificate", base, path));
   ASSIGN_OR_RETURN(config.client_key_pem, Pem(user, "client-key", base, path));
-  if (user.contains("exec") || user.contains("auth-provider")) {
+  std::string user_name = ctx.value("user", "");
+  if (user.contains("auth-provider")) {
     return absl::UnimplementedError(absl::StrCat(
-        path, ": user ", ctx.value("user", ""),
-        " authenticates with an exec or auth-provider plugin, which kubetrain does not run; use a "
-        "token, tokenFile or client certificate"));
+        path, ": user ", user_name,
+        " authenticates with an auth-provider plugin, which kubetrain does not run; use an exec "
+        "plugin, a token, tokenFile or client certificate"));
+  }
+  if (user.contains("exec")) {
+    ASSIGN_OR_RETURN(ExecConfig exec, ParseExec(user["exec"], cluster, user_name, base, path));
+    // As in client-go, a token, token file or client certificate of the same user wins.
+    if (config.token.empty() && config.token_file.empty() && config.client_cert_pem.empty()) {
+      config.exec = std::move(exec);
+    }
   }
   config.namespace_ = ctx.value("namespace", "default");
   config.source = absl::StrCat("kubeconfig ", path, " (context ", name, ")");

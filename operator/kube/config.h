@@ -4,7 +4,10 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -13,6 +16,25 @@ namespace kubetrain::kube {
 
 inline constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
 
+// A kubeconfig user's credential plugin (users[].user.exec), as kubectl runs it: a command that
+// prints a client.authentication.k8s.io ExecCredential with a bearer token (exec_credential.h).
+struct ExecConfig {
+  std::string api_version;  // client.authentication.k8s.io/v1 or /v1beta1
+  // An absolute path when the kubeconfig named one with a '/' (relative ones resolve against the
+  // kubeconfig's folder); otherwise a name looked up in PATH when the plugin runs.
+  std::string command;
+  std::vector<std::string> args;
+  std::vector<std::pair<std::string, std::string>> env;  // set on top of the process's environment
+  std::string install_hint;                              // shown when the command is not found
+  bool provide_cluster_info = false;                     // pass the cluster in KUBERNETES_EXEC_INFO
+  std::string interactive_mode;  // "Never" or "IfAvailable": the plugin never gets a terminal
+  std::string cluster_server;    // the cluster's server URL as written
+  // The cluster's extensions entry "client.authentication.k8s.io/exec", as JSON; "" when absent.
+  std::string cluster_config_json;
+  std::string user;    // the kubeconfig user, for errors
+  std::string source;  // the kubeconfig file, for errors
+};
+
 struct ClusterConfig {
   std::string scheme = "https";  // "https" or "http"
   std::string host;
@@ -20,8 +42,11 @@ struct ClusterConfig {
   std::string path_prefix;  // e.g. "/k8s/clusters/c-1" behind a proxy; usually empty
   std::string token;        // static bearer token
   std::string token_file;   // re-read at most once a minute (bound service-account tokens)
-  std::string ca_pem;       // trusted CA certificates; empty: the system's
-  std::string ca_source;    // where ca_pem came from, for TLS errors ("" = the system's CAs)
+  // Set only when the user has no token, token file or client certificate: as in client-go,
+  // those take precedence over the plugin.
+  std::optional<ExecConfig> exec;
+  std::string ca_pem;     // trusted CA certificates; empty: the system's
+  std::string ca_source;  // where ca_pem came from, for TLS errors ("" = the system's CAs)
   std::string client_cert_pem;
   std::string client_key_pem;
   bool insecure_skip_tls_verify = false;
