@@ -155,6 +155,36 @@ absl::Status Main(int argc, char** argv) {
   copts.reconciler.progress_interval = o.progress_interval;
   controller::Controller controller(*client, copts, &metrics);
 
+  absl::Status start_error;
+  std::unique_ptr<kube::LeaderElector> elector;
+  if (o.leader_elect) {
+    kube::LeaderElectionOptions le;
+    le.namespace_ =
+        o.leader_election_namespace.empty() ? cluster.namespace_ : o.leader_election_namespace;
+    le.name = o.leader_election_id;
+    le.identity = Identity();
+    kube::LeaderCallbacks callbacks;
+    callbacks.on_started_leading = [&](const std::atomic<bool>& stop_leading) {
+      absl::Status s = controller.Start(&stop_leading);
+      if (!s.ok() && !absl::IsCancelled(s)) {
+        start_error = s;
+        g_stop = true;
+      }
+    };
+    // Another replica may hold the lease any moment now: no write of this one may land after
+    // that. Every API call in flight or to come fails at once; the process then exits non-zero
+    // and comes back as a standby.
+    callbacks.on_lost_leadership = [&] {
+      g_stop = true;
+      client->Shutdown();
+    };
+    callbacks.on_stopped_leading = [&] { controller.Stop(); };
+    callbacks.on_new_leader = [](const std::string& id) {
+      log::Info("Observed leader", {{"identity", id}});
+    };
+    elector = std::make_unique<kube::LeaderElector>(cluster, le, std::move(callbacks));
+  }
+
   std::string health_host;
   int health_port;
   RETURN_IF_ERROR(SplitListenAddress(o.health_address, &health_host, &health_port),
@@ -163,7 +193,13 @@ absl::Status Main(int argc, char** argv) {
   health.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok", "text/plain");
   });
-  health.Get("/readyz", [&controller](const httplib::Request&, httplib::Response& res) {
+  // A standby is ready: it is doing its job, which is to wait. Only the replica that runs the
+  // controller waits for its caches (else `helm --wait` with replicaCount > 1 never ends).
+  health.Get("/readyz", [&controller, &elector](const httplib::Request&, httplib::Response& res) {
+    if (elector && !elector->IsLeader()) {
+      res.set_content("ok (standby)", "text/plain");
+      return;
+    }
     res.status = controller.Ready() ? 200 : 503;
     res.set_content(controller.Ready() ? "ok" : "caches not synced", "text/plain");
   });
@@ -173,26 +209,8 @@ absl::Status Main(int argc, char** argv) {
   std::thread health_thread([&health] { health.listen_after_bind(); });
 
   absl::Status result;
-  absl::Status start_error;
-  if (o.leader_elect) {
-    kube::LeaderElectionOptions le;
-    le.namespace_ =
-        o.leader_election_namespace.empty() ? cluster.namespace_ : o.leader_election_namespace;
-    le.name = o.leader_election_id;
-    le.identity = Identity();
-    kube::LeaderElector elector(*client, le,
-                                {[&] {
-                                   absl::Status s = controller.Start(&g_stop);
-                                   if (!s.ok() && !absl::IsCancelled(s)) {
-                                     start_error = s;
-                                     g_stop = true;
-                                   }
-                                 },
-                                 nullptr,
-                                 [](const std::string& id) {
-                                   log::Info("Observed leader", {{"identity", id}});
-                                 }});
-    result = elector.Run(g_stop);
+  if (elector) {
+    result = elector->Run(g_stop);
     if (result.ok()) result = start_error;
   } else {
     result = controller.Start(&g_stop);

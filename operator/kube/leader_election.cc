@@ -1,15 +1,25 @@
 #include "operator/kube/leader_election.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/status.h"
 
 namespace kubetrain::kube {
 
 using nlohmann::json;
 
-LeaderElector::LeaderElector(Client& client, LeaderElectionOptions options,
+LeaderElector::LeaderElector(ClusterConfig cluster, LeaderElectionOptions options,
                              LeaderCallbacks callbacks)
-    : client_(client), options_(std::move(options)), callbacks_(std::move(callbacks)) {}
+    : cluster_(std::move(cluster)),
+      options_(std::move(options)),
+      callbacks_(std::move(callbacks)) {}
+
+absl::Duration LeaderElector::RequestTimeout(const LeaderElectionOptions& options) {
+  return std::max(absl::Milliseconds(50), (options.lease_duration - options.renew_deadline) / 4);
+}
 
 void LeaderElector::NoteFailure(const absl::Status& s) {
   // A 409 is the normal outcome of losing a race for the lease.
@@ -44,7 +54,7 @@ bool LeaderElector::TryAcquireOrRenew() {
   json spec = {{"holderIdentity", options_.identity},
                {"leaseDurationSeconds", absl::ToInt64Seconds(options_.lease_duration)},
                {"renewTime", FormatMicroTime(now)}};
-  absl::StatusOr<json> current = client_.Get(leases, options_.namespace_, options_.name);
+  absl::StatusOr<json> current = client_->Get(leases, options_.namespace_, options_.name);
   if (current.status().code() == absl::StatusCode::kNotFound) {
     spec["acquireTime"] = FormatMicroTime(now);
     spec["leaseTransitions"] = 0;
@@ -52,7 +62,7 @@ bool LeaderElector::TryAcquireOrRenew() {
                   {"kind", "Lease"},
                   {"metadata", {{"name", options_.name}, {"namespace", options_.namespace_}}},
                   {"spec", spec}};
-    absl::StatusOr<json> created = client_.Create(leases, options_.namespace_, lease);
+    absl::StatusOr<json> created = client_->Create(leases, options_.namespace_, lease);
     if (!created.ok()) {  // usually: another candidate created it first
       NoteFailure(created.status());
       return false;
@@ -78,7 +88,7 @@ bool LeaderElector::TryAcquireOrRenew() {
   json updated = *current;
   updated["spec"] = spec;
   // The resourceVersion read above makes this PUT conditional: of two candidates, one gets 409.
-  absl::StatusOr<json> written = client_.Update(leases, options_.namespace_, updated);
+  absl::StatusOr<json> written = client_->Update(leases, options_.namespace_, updated);
   if (!written.ok()) {
     NoteFailure(written.status());
     return false;
@@ -93,11 +103,22 @@ void LeaderElector::Release() {
   lease["spec"]["holderIdentity"] = "";
   lease["spec"]["leaseDurationSeconds"] = 1;
   lease["spec"]["renewTime"] = FormatMicroTime(absl::Now());
-  absl::StatusOr<json> written = client_.Update(Resource::Leases(), options_.namespace_, lease);
+  absl::StatusOr<json> written = client_->Update(Resource::Leases(), options_.namespace_, lease);
   if (!written.ok()) log::Warn("Could not release the leader lease", {{"error", written.status()}});
 }
 
 absl::Status LeaderElector::Run(const std::atomic<bool>& stop) {
+  if (options_.renew_deadline >= options_.lease_duration) {
+    return absl::InvalidArgumentError(
+        "leader election: the renew deadline must be shorter than the lease duration");
+  }
+  ClientOptions lease_client;
+  lease_client.qps = 0;  // never queued behind the controller's requests
+  lease_client.timeout = RequestTimeout(options_);
+  lease_client.max_retries = 0;  // a Retry-After wait would outlast the renew deadline
+  lease_client.user_agent = "kubetrain-operator/leader-election";
+  ASSIGN_OR_RETURN(client_, Client::Create(cluster_, lease_client), "leader election");
+
   auto sleep = [&](absl::Duration d) {
     absl::Time until = absl::Now() + d;
     while (!stop.load() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
@@ -110,7 +131,11 @@ absl::Status LeaderElector::Run(const std::atomic<bool>& stop) {
   leader_ = true;
   log::Info("Became the leader", {{"lease", options_.namespace_ + "/" + options_.name},
                                   {"identity", options_.identity}});
-  if (callbacks_.on_started_leading) callbacks_.on_started_leading();
+  std::atomic<bool> stop_leading{false};
+  std::thread started;
+  if (callbacks_.on_started_leading) {
+    started = std::thread([&] { callbacks_.on_started_leading(stop_leading); });
+  }
   absl::Time last_renew = absl::Now();
   absl::Status result = absl::OkStatus();
   while (!stop.load()) {
@@ -125,9 +150,17 @@ absl::Status LeaderElector::Run(const std::atomic<bool>& stop) {
     }
   }
   leader_ = false;
+  if (!result.ok()) {
+    log::Error("Lost the leader lease; stopping at once",
+               {{"lease", options_.namespace_ + "/" + options_.name}, {"error", result}});
+    if (callbacks_.on_lost_leadership) callbacks_.on_lost_leadership();
+  }
+  stop_leading = true;
+  if (started.joinable()) started.join();
+  if (callbacks_.on_stopped_leading) callbacks_.on_stopped_leading();
+  // Released only once the workers have stopped: a successor must never overlap with them.
   if (result.ok() && options_.release_on_stop) Release();
   log::Info("Stopped leading", {{"reason", result.ok() ? "stopping" : result.message()}});
-  if (callbacks_.on_stopped_leading) callbacks_.on_stopped_leading();
   return result;
 }
 

@@ -4,11 +4,24 @@
 // when a renewal has not succeeded for renewDeadline. Mutual exclusion rests on the API server's
 // resourceVersion check on PUT (409 for the loser).
 //
+// What keeps two leaders from acting at once (docs/architecture.md §9):
+// - the lease is read and written through the elector's own client, whose requests time out
+//   after a quarter of (leaseDuration - renewDeadline) and are never retried after Retry-After,
+//   so a stalled API server cannot stretch one renewal past the renew deadline, and a busy
+//   controller's rate limit cannot delay it;
+// - on_started_leading runs on its own thread: a controller waiting for its caches to sync does
+//   not hold up renewals;
+// - leadership lost: on_lost_leadership runs at once (it must cut the controller's API calls,
+//   not wait for them), then the started callback is awaited, then on_stopped_leading;
+// - stopping: the started callback is awaited, on_stopped_leading stops the workers, and only
+//   then is the lease released.
+//
 // Thread-safe: Run blocks in one thread; IsLeader may be read from any.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -31,20 +44,31 @@ struct LeaderElectionOptions {
 };
 
 struct LeaderCallbacks {
-  std::function<void()> on_started_leading;
+  // Runs on its own thread once leader; `stop_leading` becomes true when leadership ends (lost
+  // or stopped), and the callback should then return promptly.
+  std::function<void(const std::atomic<bool>& stop_leading)> on_started_leading;
+  // Leadership was lost (not given up): called first, from Run's thread; must not block.
+  std::function<void()> on_lost_leadership;
+  // After on_started_leading has returned, lost or stopped, before the lease is released.
   std::function<void()> on_stopped_leading;
   std::function<void(const std::string& identity)> on_new_leader;
 };
 
 class LeaderElector {
  public:
-  LeaderElector(Client& client, LeaderElectionOptions options, LeaderCallbacks callbacks);
+  // `cluster` is where the Lease lives; the elector makes its own client for it.
+  LeaderElector(ClusterConfig cluster, LeaderElectionOptions options, LeaderCallbacks callbacks);
 
   // Campaigns until leader, then renews until leadership is lost (returns UNAVAILABLE) or
   // `stop` is set (returns OK, after releasing the lease if configured). Returns at once the
   // error of an API server whose certificate fails verification, which retrying cannot fix.
   // Failures to read or write the lease are logged, each new cause once.
   absl::Status Run(const std::atomic<bool>& stop);
+  // How long one lease request may take: a quarter of (leaseDuration - renewDeadline). A renewal
+  // (read + write) that starts before the renew deadline ends at most half that gap after it,
+  // leaving the other half for on_lost_leadership to act before another candidate can take the
+  // lease.
+  static absl::Duration RequestTimeout(const LeaderElectionOptions& options);
   bool IsLeader() const { return leader_.load(); }
 
  private:
@@ -55,7 +79,8 @@ class LeaderElector {
   void Release();
   void Observe(const nlohmann::json& lease);
 
-  Client& client_;
+  const ClusterConfig cluster_;
+  std::unique_ptr<Client> client_;  // made by Run
   const LeaderElectionOptions options_;
   const LeaderCallbacks callbacks_;
   std::atomic<bool> leader_{false};

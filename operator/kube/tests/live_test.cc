@@ -282,8 +282,8 @@ TEST_F(LiveTest, LeaderElectionHandsOverWhenTheLeaderStops) {
   b.identity = "b";
   b.release_on_stop = false;
   std::atomic<bool> stop_a{false}, stop_b{false};
-  LeaderElector ea(*client_, a, {});
-  LeaderElector eb(**client_b, b, {});
+  LeaderElector ea(client_->config(), a, {});
+  LeaderElector eb((*client_b)->config(), b, {});
   std::thread ta([&] { ea.Run(stop_a); });
   ASSERT_TRUE(Eventually([&] { return ea.IsLeader(); }));
   std::thread tb([&] { eb.Run(stop_b); });
@@ -311,7 +311,7 @@ TEST_F(LiveTest, CrashedLeaderIsReplacedAfterTheLeaseExpires) {
   o.release_on_stop = false;  // a crash releases nothing
   {
     std::atomic<bool> stop{false};
-    LeaderElector gone(*client_, o, {});
+    LeaderElector gone(client_->config(), o, {});
     std::thread t([&] { gone.Run(stop); });
     ASSERT_TRUE(Eventually([&] { return gone.IsLeader(); }));
     stop = true;
@@ -319,7 +319,7 @@ TEST_F(LiveTest, CrashedLeaderIsReplacedAfterTheLeaseExpires) {
   }
   o.identity = "successor";
   std::atomic<bool> stop{false};
-  LeaderElector next(*client_, o, {});
+  LeaderElector next(client_->config(), o, {});
   absl::Time start = absl::Now();
   std::thread t([&] { next.Run(stop); });
   ASSERT_TRUE(Eventually([&] { return next.IsLeader(); }, absl::Seconds(5)));
