@@ -82,4 +82,13 @@ bool SetCondition(api::TrainingJobStatus* status, absl::string_view type, bool v
   return changed;
 }
 
+bool RemoveCondition(api::TrainingJobStatus* status, absl::string_view type) {
+  auto& conds = status->conditions;
+  auto gone = std::remove_if(conds.begin(), conds.end(),
+                             [&](const api::Condition& c) { return c.type == type; });
+  bool removed = gone != conds.end();
+  conds.erase(gone, conds.end());
+  return removed;
+}
+
 }  // namespace kubetrain::controller

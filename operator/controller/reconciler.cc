@@ -3,6 +3,7 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -65,6 +66,15 @@ bool Active(const PodView& v) {
   return !v.deleting && (v.phase == "Pending" || v.phase == "Running");
 }
 
+// The API server's words in an error from kube::Client ("POST /api/v1/...: <message> (Reason,
+// HTTP 403)"), without the request line.
+std::string ApiMessage(const absl::Status& error) {
+  absl::string_view m = error.message();
+  size_t colon = m.find(": ");
+  if (absl::StartsWith(m, "POST ") && colon != absl::string_view::npos) m.remove_prefix(colon + 2);
+  return std::string(m);
+}
+
 // Lines of the chief's log searched for its summary when it left no termination message.
 constexpr int kSummaryLogLines = 20;
 
@@ -114,6 +124,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
       deleted_pods_.erase(key);
       secret_ensured_.erase(key);
       counted_failures_.erase(key);
+      templates_checked_.erase(key);
     }
     std::lock_guard<std::mutex> lock(progress_mu_);
     progress_read_.erase(key);
@@ -196,6 +207,8 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   if (options_.gang_scheduler == "volcano") RETURN_IF_ERROR(EnsurePodGroup(p));
   RETURN_IF_ERROR(RestartOnClusterChange(p));
   RETURN_IF_ERROR(SyncTasks(p));
+  // Every create this pass needed went through: whatever refused them earlier has cleared.
+  if (!IsFinished(p.status)) RemoveCondition(&p.status, kReplicaFailure);
   RETURN_IF_ERROR(HandleRestarts(p));
   CheckSuccess(p);
   CheckDeadline(p);
@@ -229,7 +242,9 @@ absl::Status Reconciler::EnsureService(Pass& p) {
   json svc = api::BuildService(p.job);
   absl::StatusOr<json> created = client_.Create(kube::Resource::Services(), p.ns, svc);
   if (created.status().code() == absl::StatusCode::kAlreadyExists) return absl::OkStatus();
-  RETURN_IF_ERROR(created.status(), "creating the Service of ", p.JobRef());
+  if (!created.ok()) {
+    return CreateRefused(p, "FailedCreateService", "Service", p.name, created.status());
+  }
   events_.Normal(p.object, "CreatedService", "Created Service service=" + p.name);
   return absl::OkStatus();
 }
@@ -256,7 +271,7 @@ absl::Status Reconciler::EnsureJobSecret(Pass& p) {
           "still being deleted?); waiting for it to go before creating the job's pods"));
     }
   } else {
-    return internal::WithContext(created.status(), "creating the Secret of ", p.JobRef());
+    return CreateRefused(p, "FailedCreateSecret", "Secret", name, created.status());
   }
   std::lock_guard<std::mutex> lock(writes_mu_);
   secret_ensured_[p.key] = p.job.metadata.uid;
@@ -290,18 +305,81 @@ absl::Status Reconciler::EnsurePodGroup(Pass& p) {
   return Annotate(created.status(), "creating the PodGroup (is Volcano installed?)");
 }
 
-absl::Status Reconciler::CreatePod(Pass& p, api::ReplicaType type, int index) {
+json Reconciler::PodFor(const Pass& p, api::ReplicaType type, int index) const {
   api::ClusterDnsAddresses addresses(options_.cluster_domain);
   json pod = api::BuildPod(p.job, type, index, addresses);
   if (options_.gang_scheduler == "volcano") {
     pod["spec"]["schedulerName"] = "volcano";
     pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = p.name;
   }
+  return pod;
+}
+
+absl::StatusOr<bool> Reconciler::CheckTemplates(Pass& p) {
+  const std::string checked = absl::StrCat(p.job.metadata.uid, "/", p.job.metadata.generation);
+  {
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    auto it = templates_checked_.find(p.key);
+    if (it != templates_checked_.end() && it->second == checked) return true;
+  }
+  for (const auto& [type, spec] : p.job.spec.replica_specs) {
+    json pod = PodFor(p, type, 0);
+    absl::StatusOr<json> admitted =
+        client_.Create(kube::Resource::Pods(), p.ns, pod, {.dry_run = true});
+    if (admitted.ok() || admitted.status().code() == absl::StatusCode::kAlreadyExists) continue;
+    if (admitted.status().code() == absl::StatusCode::kInvalidArgument) {
+      // The API server's own pod validation refused the template: no retry can succeed, so the
+      // job fails now, with the server's words, instead of retrying for ever.
+      std::string message =
+          absl::StrCat("TrainingJob ", p.JobRef(), " has an invalid ", api::Name(type),
+                       " pod template: ", ApiMessage(admitted.status()));
+      events_.Warning(p.object, "InvalidSpec", message);
+      Finish(p, false, "InvalidSpec", message);
+      return false;
+    }
+    return CreateRefused(p, "FailedCreatePod", "Pod", pod["metadata"].value("name", ""),
+                         admitted.status());
+  }
+  std::lock_guard<std::mutex> lock(writes_mu_);
+  templates_checked_[p.key] = checked;
+  return true;
+}
+
+absl::Status Reconciler::CreateRefused(Pass& p, const std::string& reason, const std::string& kind,
+                                       const std::string& name, const absl::Status& error) {
+  absl::Status annotated = internal::WithContext(error, "creating ", kind, " ", name);
+  switch (error.code()) {
+    case absl::StatusCode::kInvalidArgument:     // 400/422: core/v1 validation, a webhook
+    case absl::StatusCode::kPermissionDenied:    // 403: Pod Security, ResourceQuota, RBAC
+    case absl::StatusCode::kFailedPrecondition:  // admission that wants something first
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnauthenticated:
+      break;
+    default:
+      return annotated;  // the API server is unreachable or busy: nothing to report yet
+  }
+  std::string message = absl::StrCat("Error creating ", kind, " ", name, ": ", ApiMessage(error));
+  events_.Warning(p.object, reason, message);
+  SetCondition(&p.status, kReplicaFailure, true, reason, message, p.now);
+  // What this pass learned is saved even though the pass stops here: Created, the
+  // ReplicaFailure condition with the server's reason, counts.
+  absl::Status written = WriteStatus(p);
+  if (!written.ok()) {
+    log::Warn("Could not record a refused create in status",
+              {{"job", p.JobRef()}, {"error", written}});
+  }
+  return annotated;
+}
+
+absl::Status Reconciler::CreatePod(Pass& p, api::ReplicaType type, int index) {
+  ASSIGN_OR_RETURN(bool valid, CheckTemplates(p));
+  if (!valid) return absl::OkStatus();  // the job failed as InvalidSpec
+  json pod = PodFor(p, type, index);
   std::string pod_name = pod["metadata"]["name"];
   absl::StatusOr<json> created = client_.Create(kube::Resource::Pods(), p.ns, pod);
   // Deterministic names: a pod created by an earlier pass (or operator) is simply there.
   if (created.status().code() == absl::StatusCode::kAlreadyExists) return absl::OkStatus();
-  RETURN_IF_ERROR(created.status(), "creating Pod ", pod_name);
+  if (!created.ok()) return CreateRefused(p, "FailedCreatePod", "Pod", pod_name, created.status());
   p.pods[pod_name] = *created;
   events_.Normal(p.object, "CreatedPod", "Created Pod pod=" + pod_name);
   return absl::OkStatus();
@@ -333,6 +411,14 @@ absl::Status Reconciler::Cleanup(Pass& p) {
     if (!v || v->deleting) continue;
     if (policy == api::CleanPodPolicy::kAll || Active(*v)) {
       RETURN_IF_ERROR(DeletePod(p, pod, "JobFinished"));
+    }
+  }
+  if (p.finishing && options_.gang_scheduler == "volcano") {
+    // A finished job needs no gang: its PodGroup would hold the queue's minMember reservation
+    // until the job itself is deleted (Kubeflow's operator deletes it here too).
+    absl::Status s = client_.Delete(kube::Resource::PodGroups(), p.ns, p.name);
+    if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
+      return Annotate(s, "deleting the PodGroup of " + p.JobRef());
     }
   }
   // The Service goes whatever the pods' phases: nothing dials a finished job.
@@ -369,6 +455,7 @@ absl::Status Reconciler::SyncTasks(Pass& p) {
     if (it == p.pods.end()) {
       // A replica that already succeeded is never run again, even after its pod was collected.
       if (!done.count(t.index)) RETURN_IF_ERROR(CreatePod(p, t.type, t.index));
+      if (IsFinished(p.status)) return absl::OkStatus();  // a template the server refused
       continue;
     }
     std::optional<PodView> v = ViewPod(it->second);

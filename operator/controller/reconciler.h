@@ -58,6 +58,17 @@ class Reconciler {
   // KUBETRAIN_JOB_SECRET from it. docs/decisions/0005-shared-secret-per-job.md.
   absl::Status EnsureJobSecret(Pass& p);
   absl::Status EnsurePodGroup(Pass& p);
+  nlohmann::json PodFor(const Pass& p, api::ReplicaType type, int index) const;
+  // Once per job generation, before its first pod is created: a server-side dry-run create of
+  // each replica type's pod, so admission and core/v1 validation see the templates. A template
+  // the server calls invalid fails the job as InvalidSpec (false); a refusal that may clear
+  // (quota, Pod Security) is reported as CreateRefused does.
+  absl::StatusOr<bool> CheckTemplates(Pass& p);
+  // A create the API server refused: a Warning event (`reason`, the server's message), the
+  // ReplicaFailure condition, status written; returns the error, so the job is retried with
+  // backoff. Transport errors are only returned.
+  absl::Status CreateRefused(Pass& p, const std::string& reason, const std::string& kind,
+                             const std::string& name, const absl::Status& error);
   absl::Status CreatePod(Pass& p, api::ReplicaType type, int index);
   absl::Status DeletePod(Pass& p, const nlohmann::json& pod, const std::string& why);
   absl::Status Cleanup(Pass& p);
@@ -103,6 +114,8 @@ class Reconciler {
   std::map<std::string, std::set<std::string>> counted_failures_;
   // job key → uid of the job whose Secret is known to exist (no API call on later passes).
   std::map<std::string, std::string> secret_ensured_;
+  // job key → "uid/generation" whose pod templates passed a dry-run create (CheckTemplates).
+  std::map<std::string, std::string> templates_checked_;
 };
 
 }  // namespace kubetrain::controller

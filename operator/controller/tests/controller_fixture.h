@@ -1,0 +1,151 @@
+// The controller against a live localkube, shared by the controller's live tests: a fresh
+// API server with the TrainingJob CRD, a running controller, and helpers that read what the API
+// server holds (objects, status, events) and drive pods as a kubelet would.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "operator/controller/controller.h"
+#include "operator/kube/tests/localkube_fixture.h"
+#include "prometheus/registry.h"
+
+namespace kubetrain::controller::testing {
+
+using kube::Resource;
+using nlohmann::json;
+
+inline json Replica(int replicas, const std::string& policy = "") {
+  json spec = {
+      {"replicas", replicas},
+      {"template",
+       {{"spec",
+         {{"containers",
+           json::array({{{"name", "kubetrain"}, {"image", "kubetrain/worker:0.1.0"}}})}}}}}};
+  if (!policy.empty()) spec["restartPolicy"] = policy;
+  return spec;
+}
+
+inline json Job(const std::string& name, json replica_specs, json run_policy = json::object()) {
+  return {{"apiVersion", "kubetrain.dev/v1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}, {"namespace", "default"}}},
+          {"spec", {{"replicaSpecs", replica_specs}, {"runPolicy", run_policy}}}};
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto lk = kube::testing::Localkube::Start();
+    ASSERT_TRUE(lk.ok()) << lk.status();
+    server_ = std::move(*lk);
+    auto client = server_->NewClient({.qps = 0});
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+    ASSERT_TRUE(server_->InstallTrainingJobCrd(*client_).ok());
+    StartController();
+  }
+
+  void TearDown() override { controller_.reset(); }
+
+  void StartController(ReconcilerOptions options = {}) {
+    options.progress_interval = absl::Milliseconds(200);
+    controller_ = std::make_unique<Controller>(
+        *client_, ControllerOptions{.namespace_ = "default", .workers = 2, .reconciler = options},
+        &metrics_);
+    ASSERT_TRUE(controller_->Start().ok());
+  }
+
+  void Create(const json& job) {
+    auto created = client_->Create(Resource::TrainingJobs(), "default", job);
+    ASSERT_TRUE(created.ok()) << created.status();
+  }
+
+  std::optional<json> Get(const Resource& r, const std::string& name) {
+    auto obj = client_->Get(r, "default", name);
+    if (!obj.ok()) return std::nullopt;
+    return *obj;
+  }
+
+  json Status(const std::string& job) {
+    auto obj = Get(Resource::TrainingJobs(), job);
+    return obj ? obj->value("status", json::object()) : json::object();
+  }
+
+  std::string State(const std::string& job) {
+    json st = Status(job);
+    if (!st.contains("conditions") || st["conditions"].empty()) return "";
+    return st["conditions"].back()["type"];
+  }
+
+  // Sets a pod's phase (and its container's exit code) as a kubelet would.
+  void SetPod(const std::string& pod, const std::string& phase, std::optional<int> exit_code = {}) {
+    json cs = {{"name", "kubetrain"}, {"ready", phase == "Running"},
+               {"restartCount", 0},   {"image", "kubetrain/worker:0.1.0"},
+               {"imageID", ""},       {"state", json::object()}};
+    if (exit_code) {
+      cs["state"]["terminated"] = {{"exitCode", *exit_code}};
+    } else {
+      cs["state"]["running"] = {{"startedAt", "2026-01-01T00:00:00Z"}};
+    }
+    json patch = {
+        {"status", {{"phase", phase}, {"podIP", "127.0.0.1"}, {"containerStatuses", {cs}}}}};
+    auto r = client_->Patch(Resource::Pods(), "default", pod, kube::PatchType::kMerge, patch.dump(),
+                            "status");
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+
+  // status.replicaStatuses.<type>.<field>, or `fallback` while it is not written yet.
+  template <typename T>
+  T ReplicaField(const std::string& job, const std::string& type, const std::string& field,
+                 T fallback) {
+    json rs = Status(job).value("replicaStatuses", json::object()).value(type, json::object());
+    return rs.value(field, fallback);
+  }
+
+  std::string Uid(const std::string& pod) {
+    auto obj = Get(Resource::Pods(), pod);
+    return obj ? (*obj)["metadata"].value("uid", "") : "";
+  }
+
+  std::vector<std::string> EventMessages(const std::string& job) {
+    std::vector<std::string> out;
+    auto events = client_->ListAll(Resource::Events(), "default", {});
+    if (!events.ok()) return out;
+    for (const json& e : (*events)["items"]) {
+      if (e["involvedObject"].value("name", "") == job) out.push_back(e.value("message", ""));
+    }
+    return out;
+  }
+
+  bool HasEvent(const std::string& job, const std::string& prefix) {
+    for (const std::string& m : EventMessages(job)) {
+      if (absl::StartsWith(m, prefix)) return true;
+    }
+    return false;
+  }
+
+  template <typename Pred>
+  bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(10)) {
+    absl::Time deadline = absl::Now() + timeout;
+    while (!pred()) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(25));
+    }
+    return true;
+  }
+
+  std::unique_ptr<kube::testing::Localkube> server_;
+  std::unique_ptr<kube::Client> client_;
+  prometheus::Registry registry_;
+  OperatorMetrics metrics_{registry_};
+  std::unique_ptr<Controller> controller_;
+};
+
+}  // namespace kubetrain::controller::testing
