@@ -2,6 +2,7 @@
 // work (a CA that does not match the server, no server, no CRD) and stops within 2 s of SIGTERM
 // whatever it is waiting for.
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -205,6 +206,41 @@ TEST_F(OperatorProcessTest, SigtermWhileWaitingForTheLeaderLeaseStopsWithinTwoSe
   ASSERT_TRUE((*client)->Create(kube::Resource::Leases(), "default", lease).ok());
   StartOperator(server_->kubeconfig(), {"--leader-elect", "--leader-election-namespace=default"});
   ASSERT_TRUE(WaitForOutput("another-operator")) << output_;  // Observed leader
+  EXPECT_LT(TerminateAndTime(), absl::Seconds(2)) << output_;
+}
+
+// A standby is doing its job: /readyz says so, or `helm --wait` with replicaCount > 1 (and the
+// rollout in the chart's NOTES) would wait for ever on it.
+TEST_F(OperatorProcessTest, AStandbyIsReady) {
+  auto client = server_->NewClient({.qps = 0});
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE(server_->InstallTrainingJobCrd(**client).ok());
+  json lease = {{"apiVersion", "coordination.k8s.io/v1"},
+                {"kind", "Lease"},
+                {"metadata", {{"name", "kubetrain-operator"}, {"namespace", "default"}}},
+                {"spec",
+                 {{"holderIdentity", "the-leader"},
+                  {"leaseDurationSeconds", 3600},
+                  {"renewTime", kube::FormatMicroTime(absl::Now())}}}};
+  ASSERT_TRUE((*client)->Create(kube::Resource::Leases(), "default", lease).ok());
+  int port = ClosedPort();
+  StartOperator(server_->kubeconfig(), {"--leader-elect", "--leader-election-namespace=default",
+                                        absl::StrCat("--health-address=127.0.0.1:", port)});
+  ASSERT_TRUE(WaitForOutput("the-leader")) << output_;  // Observed leader: a standby
+  httplib::Client health("127.0.0.1", port);
+  int status = 0;
+  std::string body;
+  absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (status == 0 && absl::Now() < deadline) {
+    if (httplib::Result r = health.Get("/readyz")) {
+      status = r->status;
+      body = r->body;
+    } else {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  EXPECT_EQ(status, 200) << body << output_;
+  EXPECT_EQ(body, "ok (standby)");
   EXPECT_LT(TerminateAndTime(), absl::Seconds(2)) << output_;
 }
 
