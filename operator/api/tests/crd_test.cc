@@ -34,7 +34,11 @@ struct Constraint {
 };
 
 void Collect(const json& node, const std::string& path, std::vector<Constraint>* out) {
-  if (node.value("x-kubernetes-preserve-unknown-fields", false)) return;  // the pod template
+  // Free-form nodes (the pod template) have no constraints of their own; replicaSpecs keeps
+  // unknown keys but its known ones are constrained.
+  if (node.value("x-kubernetes-preserve-unknown-fields", false) && !node.contains("properties")) {
+    return;
+  }
   out->push_back({path, node});
   if (!node.contains("properties")) return;
   for (const auto& [key, child] : node["properties"].items()) Collect(child, path + "." + key, out);
@@ -195,7 +199,10 @@ TEST(CrdAgreement, RequiredFieldsAreRequired) {
   }
 }
 
-TEST(CrdAgreement, PreserveUnknownFieldsOnlyOnPodTemplates) {
+// Unknown fields are pruned everywhere but in pod templates (core/v1, validated by the API server
+// when the pod is created) and in replicaSpecs, where a misspelt replica type must reach the
+// operator's validation rather than vanish.
+TEST(CrdAgreement, PreserveUnknownFieldsOnlyOnPodTemplatesAndReplicaSpecs) {
   std::vector<std::string> preserved;
   std::function<void(const json&, const std::string&)> walk = [&](const json& n,
                                                                   const std::string& path) {
@@ -207,9 +214,10 @@ TEST(CrdAgreement, PreserveUnknownFieldsOnlyOnPodTemplates) {
   };
   walk(Crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], "");
   EXPECT_EQ(preserved,
-            (std::vector<std::string>{
-                ".spec.replicaSpecs.Chief.template", ".spec.replicaSpecs.Evaluator.template",
-                ".spec.replicaSpecs.PS.template", ".spec.replicaSpecs.Worker.template"}));
+            (std::vector<std::string>{".spec.replicaSpecs", ".spec.replicaSpecs.Chief.template",
+                                      ".spec.replicaSpecs.Evaluator.template",
+                                      ".spec.replicaSpecs.PS.template",
+                                      ".spec.replicaSpecs.Worker.template"}));
 }
 
 TEST(CrdAgreement, NamesSubresourcesAndColumns) {

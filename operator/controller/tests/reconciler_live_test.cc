@@ -368,6 +368,20 @@ TEST_F(ControllerTest, SpecTheSchemaCannotCatchFailsAsInvalidSpec) {
   EXPECT_FALSE(Get(Resource::Pods(), "inv-worker-0").has_value());
 }
 
+// A misspelt replica type must not vanish: the CRD keeps unknown keys of replicaSpecs (a client
+// without strict field validation would otherwise have the server prune it, and the job would
+// run without its parameter servers), and the operator names it.
+TEST_F(ControllerTest, MisspeltReplicaTypeFailsAsInvalidSpecNamingIt) {
+  Create(Job("case", {{"Worker", Replica(1)}, {"ps", Replica(1)}}));
+  ASSERT_TRUE(Eventually([&] { return State("case") == "Failed"; }));
+  json failed = Status("case")["conditions"].back();
+  EXPECT_EQ(failed["reason"], "InvalidSpec");
+  std::string message = failed.value("message", "");
+  EXPECT_TRUE(absl::StrContains(message, "spec.replicaSpecs.ps")) << message;
+  EXPECT_TRUE(absl::StrContains(message, "PS")) << message;
+  EXPECT_FALSE(Get(Resource::Pods(), "case-worker-0").has_value());
+}
+
 TEST_F(ControllerTest, GangSchedulingCreatesAPodGroupForEveryPod) {
   controller_.reset();
   json crd = {
