@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The operator end to end on localkube with real pods (processes): kubectl apply of a
-# TrainingJob runs kubetrain-ps and kubetrain-worker pods to Succeeded; a ps killed mid-training
+# The operator end to end on localkube with real pods (processes), RBAC on and the operator
+# running as its service account with only deploy/rbac's grants: kubectl apply of a
+# TrainingJob runs kubetrain-ps and kubetrain-worker pods to Succeeded; the example passes Pod
+# Security "restricted" in a namespace that enforces it; a ps killed mid-training
 # is restarted and refilled by the chief; restarting the operator mid-job creates no duplicates;
 # an all-reduce job (no ps) survives a killed worker by restarting and resuming from the chief's
 # checkpoint; deleting the job collects its pods and Service.
@@ -12,13 +14,19 @@ BIN=$(cd "$3" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source e2e/lib.sh
 
+OP_TOKEN="operator-$RANDOM$RANDOM"
+OP_USER=system:serviceaccount:kubetrain-system:kubetrain-operator
 start_localkube --run-pods --hosts-file "$(mktemp -u "${TMPDIR:-/tmp}/lk-hosts.XXXXXX")" \
-  --image-map "kubetrain/=$BIN"
+  --image-map "kubetrain/=$BIN" --rbac --user-token "$OP_TOKEN=$OP_USER"
 k() { "$KUBECTL" "$@"; }
+# The operator's kubeconfig: the same server, its service account's token.
+OP_KUBECONFIG="$LK_DIR/operator.kubeconfig"
+sed "s/token: $LK_TOKEN/token: $OP_TOKEN/" "$KUBECONFIG" >"$OP_KUBECONFIG"
+has "token: $OP_TOKEN" "$OP_KUBECONFIG" || fail "no operator token in $OP_KUBECONFIG"
 
 OP_PID=""
 start_operator() {
-  "$BIN/kubetrain-operator" --kubeconfig "$KUBECONFIG" --metrics-address 127.0.0.1:0 \
+  "$BIN/kubetrain-operator" --kubeconfig "$OP_KUBECONFIG" --metrics-address 127.0.0.1:0 \
     --health-address 127.0.0.1:0 --progress-interval 1s >>"$LK_DIR/operator.log" 2>&1 &
   OP_PID=$!
   for _ in $(seq 100); do
@@ -56,9 +64,12 @@ pid_of() {
 }
 step_of() { k get tj "$1" -o jsonpath='{.status.progress.step}' 2>/dev/null || true; }
 
-step "CRD and operator"
+step "CRD, RBAC and operator (as its service account)"
 k apply -f deploy/crd/kubetrain.dev_trainingjobs.yaml >/dev/null
 k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev >/dev/null
+k apply -f deploy/rbac/cluster-role.yaml >/dev/null
+denied=$("$KUBECTL" --kubeconfig "$OP_KUBECONFIG" get configmaps 2>&1 || true)
+has "cannot list resource" <<<"$denied" || fail "the operator's token lists configmaps: RBAC is not enforced"
 start_operator
 
 step "a job runs to Succeeded"
@@ -84,6 +95,16 @@ assert not any(active.values()), active
 print("status.progress step=%d accuracy=%s, no active pods" % (p["step"], p["accuracy"]))
 PY
 k get tj fm
+
+step "the example runs in a namespace that enforces Pod Security restricted"
+k create namespace secure >/dev/null
+k label namespace secure pod-security.kubernetes.io/enforce=restricted >/dev/null
+refused=$(k -n secure run bare --image=kubetrain/worker:0.1.0 --restart=Never 2>&1 || true)
+has "violates PodSecurity" <<<"$refused" || fail "a bare pod was admitted to a restricted namespace: $refused"
+job sec 1 | k -n secure apply -f - >/dev/null
+k -n secure wait --for=condition=Succeeded --timeout=240s tj/sec ||
+  { k -n secure describe tj sec; k -n secure get pods; tail -40 "$LK_DIR/operator.log"; fail "sec did not succeed"; }
+k -n secure delete tj sec --wait --timeout=60s >/dev/null
 
 step "a ps killed mid-training is restarted, refilled, and the job still succeeds"
 job kill 3 | k apply -f - >/dev/null
