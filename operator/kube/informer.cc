@@ -1,6 +1,7 @@
 #include "operator/kube/informer.h"
 
 #include <random>
+#include <utility>
 
 #include "absl/time/clock.h"
 #include "common/backoff.h"
@@ -26,6 +27,17 @@ std::string ObjectKey(const json& obj) {
   std::string ns = meta.value("namespace", "");
   std::string name = meta.value("name", "");
   return ns.empty() ? name : ns + "/" + name;
+}
+
+void StripForCache(json& obj) {
+  if (!WellFormed(obj)) return;
+  json& meta = obj["metadata"];
+  meta.erase("managedFields");
+  auto annotations = meta.find("annotations");
+  if (annotations != meta.end() && annotations->is_object()) {
+    annotations->erase("kubectl.kubernetes.io/last-applied-configuration");
+    if (annotations->empty()) meta.erase(annotations);
+  }
 }
 
 Informer::Informer(Client& client, Resource resource, InformerOptions options)
@@ -55,17 +67,26 @@ bool Informer::WaitForSync(absl::Duration timeout) const {
 }
 
 std::optional<json> Informer::Get(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = cache_.find(key);
-  if (it == cache_.end()) return std::nullopt;
-  return it->second;
+  Entry obj;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) return std::nullopt;
+    obj = it->second;
+  }
+  return *obj;  // copied outside the lock: cached objects never change
 }
 
 std::vector<json> Informer::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Entry> objs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    objs.reserve(cache_.size());
+    for (const auto& [key, obj] : cache_) objs.push_back(obj);
+  }
   std::vector<json> out;
-  out.reserve(cache_.size());
-  for (const auto& [key, obj] : cache_) out.push_back(obj);
+  out.reserve(objs.size());
+  for (const Entry& obj : objs) out.push_back(*obj);
   return out;
 }
 
@@ -75,8 +96,8 @@ std::vector<json> Informer::ListByLabel(const std::string& ns, const std::string
   std::vector<json> out;
   for (auto it = cache_.lower_bound(ns + "/"); it != cache_.end(); ++it) {
     if (it->first.compare(0, ns.size() + 1, ns + "/") != 0) break;
-    const json& labels = it->second["metadata"].value("labels", json::object());
-    if (labels.is_object() && labels.value(key, "") == value) out.push_back(it->second);
+    const json& labels = (*it->second)["metadata"].value("labels", json::object());
+    if (labels.is_object() && labels.value(key, "") == value) out.push_back(*it->second);
   }
   return out;
 }
@@ -121,48 +142,96 @@ absl::Status Informer::Relist() {
   ListOptions o;
   o.label_selector = options_.label_selector;
   o.field_selector = options_.field_selector;
+  o.limit = options_.page_size;
   // The first list may come from the server's cache; after a 410 it must be current.
   o.resource_version = relists_.load() == 0 ? "0" : "";
-  absl::StatusOr<json> list = client_.ListAll(resource_, options_.namespace_, o);
-  if (!list.ok()) return list.status();
-  relists_++;
-  std::map<std::string, json> fresh;
-  for (json& item : (*list)["items"]) {
-    if (!WellFormed(item)) continue;
-    if (!item.contains("kind")) item["kind"] = resource_.kind;
-    if (!item.contains("apiVersion")) item["apiVersion"] = resource_.ApiVersion();
-    std::string key =
-        ObjectKey(item);  // before the move: json's operator= takes its argument first
-    fresh[key] = std::move(item);
+  Cache fresh;
+  std::string version;
+  bool expired = false;
+  absl::Status listed = ListInto(o, &fresh, &version, &expired);
+  if (!listed.ok() && expired) {
+    // As client-go's pager does: the continue token outlived the server's history, so the rest
+    // of that snapshot cannot be read; read the whole collection again in one answer.
+    log::Info("Continue token expired while listing; listing everything at once",
+              {{"resource", resource_.plural}, {"objects_read", fresh.size()}});
+    fresh.clear();
+    o.limit = 0;
+    listed = ListInto(o, &fresh, &version, &expired);
   }
-  std::vector<json> added, deleted;
-  std::vector<std::pair<json, json>> updated;
+  if (!listed.ok()) return listed;
+  relists_++;
+  std::vector<Entry> added, deleted;
+  std::vector<std::pair<Entry, Entry>> updated;
+  // Only this thread writes cache_, so reading it here needs no lock.
+  for (const auto& [key, obj] : fresh) {
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      added.push_back(obj);
+    } else if (it->second != obj && *it->second != *obj) {
+      updated.emplace_back(it->second, obj);
+    }
+  }
+  for (const auto& [key, obj] : cache_) {
+    if (!fresh.count(key)) deleted.push_back(obj);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [key, obj] : fresh) {
-      auto it = cache_.find(key);
-      if (it == cache_.end()) {
-        added.push_back(obj);
-      } else if (it->second != obj) {
-        updated.emplace_back(it->second, obj);
-      }
-    }
-    for (const auto& [key, obj] : cache_) {
-      if (!fresh.count(key)) deleted.push_back(obj);
-    }
-    cache_ = std::move(fresh);
-    resource_version_ = (*list)["metadata"].value("resourceVersion", "");
+    cache_.swap(fresh);
+    resource_version_ = version;
   }
+  fresh.clear();  // the old cache, freed outside the lock
   for (const auto& h : handlers_) {
-    for (const json& o : added)
-      if (h.on_add) h.on_add(o);
+    for (const Entry& obj : added)
+      if (h.on_add) h.on_add(*obj);
     for (const auto& [old_obj, new_obj] : updated)
-      if (h.on_update) h.on_update(old_obj, new_obj);
-    for (const json& o : deleted)
-      if (h.on_delete) h.on_delete(o);
+      if (h.on_update) h.on_update(*old_obj, *new_obj);
+    for (const Entry& obj : deleted)
+      if (h.on_delete) h.on_delete(*obj);
   }
   synced_ = true;
   return absl::OkStatus();
+}
+
+absl::Status Informer::ListInto(const ListOptions& options, Cache* fresh,
+                                std::string* resource_version, bool* continue_expired) {
+  std::string token;
+  for (bool first = true;; first = false) {
+    // One page at a time: its raw JSON is gone before the next one is read.
+    absl::StatusOr<json> page = client_.List(resource_, options_.namespace_, options, token);
+    if (!page.ok()) {
+      *continue_expired = !token.empty() && page.status().code() == absl::StatusCode::kOutOfRange;
+      return page.status();
+    }
+    json meta = page->is_object() ? page->value("metadata", json::object()) : json::object();
+    if (!meta.is_object()) meta = json::object();
+    // Every page of a paginated list is one snapshot: the first page's version is the list's.
+    if (first) *resource_version = meta.value("resourceVersion", "");
+    auto items = page->find("items");
+    if (items != page->end() && items->is_array()) {
+      for (json& item : *items) AddListed(std::move(item), fresh);
+    }
+    token = meta.value("continue", "");
+    if (token.empty()) return absl::OkStatus();
+  }
+}
+
+void Informer::AddListed(json item, Cache* fresh) const {
+  if (!WellFormed(item)) return;
+  std::string key = ObjectKey(item);
+  const json& meta = item["metadata"];
+  auto rv = meta.find("resourceVersion");
+  auto cached = cache_.find(key);
+  if (cached != cache_.end() && rv != meta.end() && rv->is_string() && !rv->empty() &&
+      (*cached->second)["metadata"].value("resourceVersion", "") == rv->get<std::string>()) {
+    // Unchanged since it was cached: one copy serves the old cache and the new one.
+    (*fresh)[key] = cached->second;
+    return;
+  }
+  if (!item.contains("kind")) item["kind"] = resource_.kind;
+  if (!item.contains("apiVersion")) item["apiVersion"] = resource_.ApiVersion();
+  if (options_.transform) options_.transform(item);
+  if (!WellFormed(item)) return;
+  (*fresh)[key] = std::make_shared<const json>(std::move(item));
 }
 
 absl::Status Informer::WatchOnce() {
@@ -199,38 +268,44 @@ void Informer::Apply(const WatchEvent& event) {
   json obj = event.object;
   if (!obj.contains("kind")) obj["kind"] = resource_.kind;
   if (!obj.contains("apiVersion")) obj["apiVersion"] = resource_.ApiVersion();
-  if (event.type == "DELETED") {
-    Remove(obj);
-  } else {
-    Upsert(obj);
+  if (options_.transform) options_.transform(obj);
+  if (WellFormed(obj)) {
+    auto entry = std::make_shared<const json>(std::move(obj));
+    if (event.type == "DELETED") {
+      Remove(entry);
+    } else {
+      Upsert(std::move(entry));
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!rv.empty()) resource_version_ = rv;
 }
 
-void Informer::Upsert(const json& obj) {
-  std::optional<json> old;
+void Informer::Upsert(Entry obj) {
+  Entry old;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto [it, inserted] = cache_.try_emplace(ObjectKey(obj), obj);
-    if (!inserted) {
-      old = std::move(it->second);
-      it->second = obj;
-    }
+    Entry& slot = cache_[ObjectKey(*obj)];
+    old = std::exchange(slot, obj);
   }
   for (const auto& h : handlers_) {
-    if (old && h.on_update) h.on_update(*old, obj);
-    if (!old && h.on_add) h.on_add(obj);
+    if (old && h.on_update) h.on_update(*old, *obj);
+    if (!old && h.on_add) h.on_add(*obj);
   }
 }
 
-void Informer::Remove(const json& obj) {
+void Informer::Remove(const Entry& obj) {
+  Entry gone;  // freed outside the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
-    cache_.erase(ObjectKey(obj));
+    auto it = cache_.find(ObjectKey(*obj));
+    if (it != cache_.end()) {
+      gone = std::move(it->second);
+      cache_.erase(it);
+    }
   }
   for (const auto& h : handlers_) {
-    if (h.on_delete) h.on_delete(obj);
+    if (h.on_delete) h.on_delete(*obj);
   }
 }
 

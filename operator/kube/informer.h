@@ -3,6 +3,13 @@
 // resourceVersion (bookmarks keep it fresh), relists on 410 Expired, backs off 0.8 s → 30 s on
 // failures, and tolerates events split across chunks (the client's job).
 //
+// Memory (docs/architecture.md §9): an optional transform trims every object before it is
+// cached (StripForCache drops managedFields and kubectl's last-applied-configuration). A relist
+// reads the collection page by page into the new cache, so one page of raw JSON is held at a
+// time, and an object whose resourceVersion has not changed shares its cached copy between the
+// old cache and the new one. A continue token refused with 410 Expired starts the list again in
+// one unpaginated request, as client-go's pager does.
+//
 // Owns its thread and cache. Thread-safe: Get/List may be called from any thread; handlers run
 // on the informer's thread, one at a time, after the cache is updated.
 #pragma once
@@ -10,6 +17,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -34,7 +42,21 @@ struct InformerOptions {
   absl::Duration initial_backoff = absl::Milliseconds(800);
   bool allow_bookmarks = true;  // bookmarks keep the resume point fresh across quiet periods
   absl::Duration max_backoff = absl::Seconds(30);
+  // Applied to every object from LIST and WATCH (deletions included) before it is cached or
+  // handed to handlers, as client-go's SetTransform: drop what no reader of the cache needs. It
+  // must keep metadata.name, namespace and resourceVersion; it runs on the informer's thread.
+  std::function<void(nlohmann::json&)> transform;
+  // Objects per LIST page while (re)listing; 0 asks for the whole collection in one answer.
+  int64_t page_size = 500;
 };
+
+// The standard transform: removes metadata.managedFields and the annotation
+// kubectl.kubernetes.io/last-applied-configuration (kubectl apply's copy of the whole applied
+// manifest), and the annotations map if that leaves it empty. Nothing else is touched. Safe for
+// objects that are only read, or written back through /status (the API server takes only status
+// from that body); never PUT a stripped object whole (Client::Update): that would delete the
+// annotation.
+void StripForCache(nlohmann::json& obj);
 
 struct EventHandlers {
   std::function<void(const nlohmann::json& obj)> on_add;
@@ -68,25 +90,39 @@ class Informer {
   std::vector<nlohmann::json> ListByLabel(const std::string& ns, const std::string& key,
                                           const std::string& value) const;
   std::string resource_version() const;
-  // Relists and rewatches done so far (for tests and metrics).
+  // Relists and rewatches done so far (for tests and metrics). A relist whose continue token
+  // expired mid-way (410) and that read everything again counts once.
   int relists() const { return relists_.load(); }
   int watches() const { return watches_.load(); }
 
  private:
+  // Cached objects are immutable and shared: a relist keeps the old entry of an object whose
+  // resourceVersion is unchanged, and handlers get the cached object without a copy.
+  using Entry = std::shared_ptr<const nlohmann::json>;
+  using Cache = std::map<std::string, Entry>;
+
   void Run();
   absl::Status Relist();
+  // Reads the collection with `options` (following continue tokens) into `fresh`. Sets
+  // `*continue_expired` when a continue token was refused with 410.
+  absl::Status ListInto(const ListOptions& options, Cache* fresh, std::string* resource_version,
+                        bool* continue_expired);
+  // Adds one listed object to `fresh`, sharing the cached entry when its resourceVersion is
+  // unchanged and transforming it otherwise.
+  void AddListed(nlohmann::json item, Cache* fresh) const;
   absl::Status WatchOnce();
   void Apply(const WatchEvent& event);
-  void Upsert(const nlohmann::json& obj);
-  void Remove(const nlohmann::json& obj);
+  void Upsert(Entry obj);
+  void Remove(const Entry& obj);
 
   Client& client_;
   const Resource resource_;
   const InformerOptions options_;
   std::vector<EventHandlers> handlers_;
 
+  // Written only on the informer's thread, always under `mu_`; that thread reads it without.
   mutable std::mutex mu_;
-  std::map<std::string, nlohmann::json> cache_;
+  Cache cache_;
   std::string resource_version_;
   absl::Status last_error_;
 

@@ -1,0 +1,704 @@
+// informer_memory: the resident memory a TrainingJob informer costs over many finished jobs,
+// caching whole objects and caching them through kube::StripForCache, and at the peak of a
+// relist (docs/architecture.md §9).
+//
+//   build/bin/informer_memory [--jobs=5000] [--page-size=500] [--managed-fields]
+//                             [--client-threads=8] [--timeout=10m] [--json]
+//
+// Phases, all in one run:
+//   1. localkube (plain HTTP on loopback) and the TrainingJob CRD.
+//   2. N TrainingJobs made from deploy/examples/*.yaml in turn (renamed), each carrying kubectl's
+//      last-applied-configuration annotation (the manifest as JSON, as `kubectl apply` writes
+//      it), then given a finished status through /status: Created, Running, Succeeded
+//      conditions, replica counts, times and the final progress.
+//   3. A loopback proxy in this process passes the informers' requests on to localkube. With
+//      --managed-fields (the default) it adds to every listed object the managedFields block a
+//      real API server would hold for it (kubectl's and the operator's entries); localkube keeps
+//      none. A GET of /informer-memory/expire-watches ends the watches in progress and answers
+//      the next watch with 410 Expired, which makes the informer relist.
+//   4. For each case this program runs itself again as a fresh process (so each RSS is its own):
+//      it makes a kube::Client, reads its RSS, starts one TrainingJob informer, waits for the
+//      sync, reads VmHWM (peak) and VmRSS (also after malloc_trim, which hands freed pages back:
+//      what stays is what the cache holds), resets the peak (/proc/self/clear_refs), forces a
+//      relist and reads the peak again. Cases: whole objects, stripped, and stripped with the
+//      whole list in one answer (--page-size=0, how the informer read it before paging).
+//
+// The ratio reported is stripped / unstripped, for the RSS the informer adds and for the cache's
+// JSON size. Nothing is asserted: the CTest smoke run only checks that the report is printed.
+#include <httplib.h>
+#include <malloc.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/flags.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "operator/api/yaml.h"
+#include "operator/kube/client.h"
+#include "operator/kube/config.h"
+#include "operator/kube/informer.h"
+#include "operator/local/process.h"
+
+namespace kubetrain {
+namespace {
+
+namespace fs = std::filesystem;
+using kube::Resource;
+using nlohmann::json;
+
+constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
+constexpr char kExpirePath[] = "/informer-memory/expire-watches";
+
+struct Options {
+  int jobs = 5000;
+  int64_t page_size = 500;
+  bool managed_fields = true;
+  int client_threads = 8;
+  absl::Duration timeout = absl::Minutes(10);
+  bool json = false;
+  std::string localkube;
+  // Set when this program runs itself as one measurement.
+  std::string measure;  // "unstripped" or "stripped"
+  std::string server;   // the proxy's URL
+};
+
+absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
+  Options o;
+  FlagSet f("informer_memory",
+            "Creates many finished TrainingJobs in a localkube it starts and reports the RSS of\n"
+            "a TrainingJob informer over them, caching whole objects and stripped ones, and at\n"
+            "the peak of a relist.");
+  f.Add("jobs", &o.jobs, "finished TrainingJobs to create").Range(1, 100000);
+  f.Add("page-size", &o.page_size, "objects per LIST page (0: the whole list in one answer)")
+      .AtLeast(0);
+  f.Add("managed-fields", &o.managed_fields,
+        "add the managedFields a real API server keeps to every listed object");
+  f.Add("client-threads", &o.client_threads, "threads creating the jobs").Range(1, 64);
+  f.Add("timeout", &o.timeout, "give up after this long in all");
+  f.Add("json", &o.json, "print the report as JSON instead of a table");
+  f.Add("localkube", &o.localkube, "localkube binary (default: next to this executable)");
+  f.Add("measure", &o.measure, "internal: run one measurement (unstripped or stripped)");
+  f.Add("server", &o.server, "internal: the API server URL for --measure");
+  ASSIGN_OR_RETURN(std::vector<std::string> rest, f.Parse(argc, argv));
+  if (!rest.empty()) return absl::InvalidArgumentError("unexpected argument \"" + rest[0] + "\"");
+  if (!o.measure.empty()) {
+    if (o.measure != "unstripped" && o.measure != "stripped") {
+      return absl::InvalidArgumentError("--measure: unstripped or stripped");
+    }
+    return o;
+  }
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (o.localkube.empty()) {
+    o.localkube = ((ec ? fs::path(".") : self.parent_path()) / "localkube").string();
+  }
+  if (!fs::exists(o.localkube)) return absl::NotFoundError("no such file: " + o.localkube);
+  return o;
+}
+
+// ---- Memory of this process ----
+
+// A field of /proc/self/status in kB (VmRSS, VmHWM); -1 when absent.
+int64_t ProcStatusKb(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) != 0) continue;
+    int64_t kb = -1;
+    std::istringstream rest(line.substr(field.size() + 1));
+    rest >> kb;
+    return kb;
+  }
+  return -1;
+}
+
+// Resets VmHWM to the current RSS (Linux ≥ 4.0); false where the kernel refuses.
+bool ResetPeak() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return out.good();
+}
+
+// ---- One measurement, in a fresh process ----
+
+template <typename Pred>
+bool WaitFor(Pred pred, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (!pred()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+absl::StatusOr<json> Measure(const Options& o) {
+  kube::ClusterConfig config;
+  RETURN_IF_ERROR(kube::ParseServerUrl(o.server, &config));
+  config.source = "--server";
+  ASSIGN_OR_RETURN(std::unique_ptr<kube::Client> client, kube::Client::Create(config, {.qps = 0}));
+  RETURN_IF_ERROR(client->GetPath("/version").status(), "reaching ", o.server);
+  malloc_trim(0);
+  json r = {{"case", o.measure}, {"page_size", o.page_size}};
+  r["baseline_kb"] = ProcStatusKb("VmRSS");
+  ResetPeak();
+  kube::InformerOptions options;
+  options.namespace_ = "default";
+  options.min_watch_timeout = absl::Seconds(1);
+  options.initial_backoff = absl::Milliseconds(10);
+  options.page_size = o.page_size;
+  if (o.measure == "stripped") options.transform = kube::StripForCache;
+  kube::Informer jobs(*client, Resource::TrainingJobs(), options);
+  absl::Time start = absl::Now();
+  jobs.Start();
+  if (!jobs.WaitForSync(o.timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the informer did not sync: ", jobs.last_error().ToString()));
+  }
+  r["sync_seconds"] = absl::ToDoubleSeconds(absl::Now() - start);
+  r["sync_peak_kb"] = ProcStatusKb("VmHWM");
+  r["synced_kb"] = ProcStatusKb("VmRSS");
+  malloc_trim(0);
+  r["synced_trimmed_kb"] = ProcStatusKb("VmRSS");
+  r["peak_reset"] = ResetPeak();
+  start = absl::Now();
+  RETURN_IF_ERROR(client->GetPath(kExpirePath).status(), "asking the proxy for a 410");
+  if (!WaitFor([&] { return jobs.relists() >= 2; }, o.timeout)) {
+    return absl::DeadlineExceededError("no relist after the watch was answered 410");
+  }
+  r["relist_seconds"] = absl::ToDoubleSeconds(absl::Now() - start);
+  r["relist_peak_kb"] = ProcStatusKb("VmHWM");
+  r["relisted_kb"] = ProcStatusKb("VmRSS");
+  jobs.Stop();
+  // Read last: List() copies the whole cache.
+  int64_t bytes = 0, managed = 0, last_applied = 0;
+  std::vector<json> cached = jobs.List();
+  for (const json& obj : cached) {
+    bytes += static_cast<int64_t>(obj.dump().size());
+    const json& meta = obj["metadata"];
+    managed += meta.contains("managedFields");
+    last_applied += meta.value("annotations", json::object()).contains(kLastApplied);
+  }
+  r["objects"] = cached.size();
+  r["cache_json_bytes"] = bytes;
+  r["with_managed_fields"] = managed;
+  r["with_last_applied"] = last_applied;
+  return r;
+}
+
+// ---- The proxy ----
+
+json FieldsOf(const json& v) {
+  json fields = json::object();
+  if (v.is_object()) {
+    for (const auto& [key, value] : v.items()) fields["f:" + key] = FieldsOf(value);
+  }
+  return fields;
+}
+
+// The managedFields a real API server holds for an object applied with `kubectl apply` (client
+// side) whose status the operator then wrote: one FieldsV1 entry per manager.
+json ManagedFields(const json& obj) {
+  json applied = {
+      {"f:metadata",
+       {{"f:annotations",
+         {{".", json::object()}, {"f:" + std::string(kLastApplied), json::object()}}}}}};
+  for (const auto& [key, value] : obj.items()) {
+    if (key != "metadata" && key != "status" && key != "kind" && key != "apiVersion") {
+      applied["f:" + key] = FieldsOf(value);
+    }
+  }
+  const json& meta = obj["metadata"];
+  std::string created = meta.value("creationTimestamp", "2026-01-01T00:00:00Z");
+  json entries = json::array({{{"manager", "kubectl-client-side-apply"},
+                               {"operation", "Update"},
+                               {"apiVersion", obj.value("apiVersion", "")},
+                               {"time", created},
+                               {"fieldsType", "FieldsV1"},
+                               {"fieldsV1", applied}}});
+  if (obj.contains("status")) {
+    entries.push_back({{"manager", "kubetrain-operator"},
+                       {"operation", "Update"},
+                       {"apiVersion", obj.value("apiVersion", "")},
+                       {"time", obj["status"].value("lastReconcileTime", created)},
+                       {"fieldsType", "FieldsV1"},
+                       {"fieldsV1", {{"f:status", FieldsOf(obj["status"])}}},
+                       {"subresource", "status"}});
+  }
+  return entries;
+}
+
+// Passes GETs on to localkube: lists with managedFields added, watches as they stream, except
+// that kExpirePath ends the watches in progress and has the next one answered 410 Expired.
+class Proxy {
+ public:
+  Proxy(std::string host, int port, bool managed_fields)
+      : host_(std::move(host)), port_(port), managed_fields_(managed_fields) {
+    server_.Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.path == kExpirePath) {
+        expire_next_watch_ = true;
+        CutWatches();
+        res.set_content("{}", "application/json");
+      } else if (req.get_param_value("watch") == "true") {
+        Watch(req, res);
+      } else {
+        List(req, res);
+      }
+    });
+    port_out_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~Proxy() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    CutWatches();
+    server_.stop();
+    thread_.join();
+  }
+  int port() const { return port_out_; }
+
+ private:
+  void List(const httplib::Request& req, httplib::Response& res) {
+    httplib::Client up(host_, port_);
+    up.set_read_timeout(300, 0);
+    httplib::Result r = up.Get(req.target.c_str());
+    if (!r) {
+      res.status = 502;
+      return;
+    }
+    res.status = r->status;
+    if (!managed_fields_ || r->status != 200) {
+      res.set_content(r->body, "application/json");
+      return;
+    }
+    json body = json::parse(r->body, nullptr, false);
+    if (body.is_object() && body.contains("items") && body["items"].is_array()) {
+      for (json& item : body["items"]) {
+        if (item.is_object() && item.contains("metadata")) {
+          item["metadata"]["managedFields"] = ManagedFields(item);
+        }
+      }
+    }
+    res.set_content(body.is_discarded() ? r->body : body.dump(), "application/json");
+  }
+
+  void Watch(const httplib::Request& req, httplib::Response& res) {
+    std::string target = req.target;
+    res.set_chunked_content_provider(
+        "application/json", [this, target](size_t, httplib::DataSink& sink) {
+          if (expire_next_watch_.exchange(false)) {
+            json status = {{"kind", "Status"},
+                           {"apiVersion", "v1"},
+                           {"status", "Failure"},
+                           {"reason", "Expired"},
+                           {"message", "too old resource version"},
+                           {"code", 410}};
+            std::string line = json{{"type", "ERROR"}, {"object", status}}.dump() + "\n";
+            sink.write(line.data(), line.size());
+            sink.done();
+            return true;
+          }
+          httplib::Client up(host_, port_);
+          up.set_read_timeout(300, 0);
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (stopping_) {
+              sink.done();
+              return true;
+            }
+            watches_.insert(&up);
+          }
+          up.Get(target.c_str(), httplib::Headers{},
+                 [&](const char* data, size_t len) { return sink.write(data, len); });
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            watches_.erase(&up);
+          }
+          sink.done();
+          return true;
+        });
+  }
+
+  void CutWatches() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (httplib::Client* c : watches_) c->stop();
+  }
+
+  const std::string host_;
+  const int port_;
+  const bool managed_fields_;
+  httplib::Server server_;
+  int port_out_ = 0;
+  std::thread thread_;
+  std::atomic<bool> expire_next_watch_{false};
+  std::mutex mu_;
+  bool stopping_ = false;  // guarded by mu_
+  std::set<httplib::Client*> watches_;
+};
+
+// ---- The jobs ----
+
+// A finished job's status as the operator leaves it.
+json FinishedStatus(const json& job, absl::Time now) {
+  std::string ref = "default/" + job["metadata"]["name"].get<std::string>();
+  std::string start = kube::FormatTime(now - absl::Minutes(42));
+  std::string running = kube::FormatTime(now - absl::Minutes(41));
+  std::string end = kube::FormatTime(now - absl::Minutes(1));
+  json replicas = json::object();
+  for (const auto& [type, spec] : job["spec"]["replicaSpecs"].items()) {
+    int n = spec.value("replicas", 1);
+    bool trains = type == "Chief" || type == "Worker";
+    replicas[type] = {
+        {"active", 0},
+        {"succeeded", trains ? n : 0},
+        {"failed", 0},
+        {"restarts", 0},
+        {"completedIndexes", trains ? (n > 1 ? absl::StrCat("0-", n - 1) : "0") : ""}};
+    if (!trains) replicas[type].erase("completedIndexes");
+  }
+  auto condition = [](const std::string& type, const std::string& status, const std::string& reason,
+                      const std::string& message, const std::string& at) {
+    return json{{"type", type},       {"status", status},     {"reason", reason},
+                {"message", message}, {"lastUpdateTime", at}, {"lastTransitionTime", at}};
+  };
+  return {{"conditions",
+           {condition("Created", "True", "TrainingJobCreated",
+                      "TrainingJob " + ref + " is created.", start),
+            condition("Running", "False", "TrainingJobRunning",
+                      "TrainingJob " + ref + " is running.", end),
+            condition("Succeeded", "True", "TrainingJobSucceeded",
+                      "TrainingJob " + ref + " successfully completed.", end)}},
+          {"replicaStatuses", replicas},
+          {"startTime", start},
+          {"completionTime", end},
+          {"lastReconcileTime", end},
+          {"observedGeneration", 1},
+          {"progress",
+           {{"step", 18760},
+            {"epoch", 20},
+            {"loss", 0.3127},
+            {"accuracy", 0.8871},
+            {"examplesPerSecond", 5120.5}}}};
+}
+
+absl::StatusOr<std::vector<json>> LoadExamples() {
+  std::vector<std::string> paths;
+  for (const auto& entry :
+       fs::directory_iterator(std::string(KUBETRAIN_SOURCE_DIR) + "/deploy/examples")) {
+    if (entry.path().extension() == ".yaml") paths.push_back(entry.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<json> out;
+  for (const std::string& p : paths) {
+    ASSIGN_OR_RETURN(std::string text, api::ReadFileOrStdin(p));
+    ASSIGN_OR_RETURN(std::vector<json> docs, api::ParseYamlDocuments(text), "reading ", p);
+    for (json& d : docs) {
+      if (d.is_object() && d.value("kind", "") == "TrainingJob") out.push_back(std::move(d));
+    }
+  }
+  if (out.empty()) return absl::NotFoundError("no TrainingJob in deploy/examples");
+  return out;
+}
+
+// Creates jobs [begin, end) and writes each one's finished status.
+absl::Status CreateJobs(kube::Client& client, const std::vector<json>& examples, int begin, int end,
+                        absl::Time deadline) {
+  for (int i = begin; i < end; ++i) {
+    if (absl::Now() > deadline) return absl::DeadlineExceededError("creating the jobs");
+    json job = examples[i % examples.size()];
+    job["metadata"]["name"] =
+        absl::StrFormat("%s-%05d", job["metadata"]["name"].get<std::string>(), i);
+    job["metadata"]["namespace"] = "default";
+    // What `kubectl apply` stores: the manifest it applied, as compact JSON.
+    job["metadata"]["annotations"][kLastApplied] = job.dump();
+    ASSIGN_OR_RETURN(json created, client.Create(Resource::TrainingJobs(), "default", job),
+                     "creating job ", i);
+    created["status"] = FinishedStatus(created, absl::Now());
+    RETURN_IF_ERROR(client.UpdateStatus(Resource::TrainingJobs(), "default", created).status(),
+                    "writing the status of job ", i);
+  }
+  return absl::OkStatus();
+}
+
+// ---- The run ----
+
+struct Localkube {
+  std::unique_ptr<local::Process> process;
+  std::string dir;
+  std::string output;
+  std::atomic<bool> stop{false};
+  std::mutex mu;  // guards process and output
+  std::thread drain;
+
+  ~Localkube() {
+    stop = true;
+    if (drain.joinable()) drain.join();
+    process.reset();
+    std::error_code ec;
+    if (!dir.empty()) fs::remove_all(dir, ec);
+  }
+};
+
+absl::Status StartLocalkube(const Options& o, Localkube* lk, kube::ClusterConfig* config) {
+  char tmpl[] = "/tmp/kt-informer-memory-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
+  lk->dir = tmpl;
+  local::ProcessOptions p;
+  p.argv = {o.localkube,
+            "--port=0",
+            "--insecure-http",
+            "--log-level=warn",
+            "--kubeconfig-out=" + lk->dir + "/kubeconfig",
+            "--address-file=" + lk->dir + "/address"};
+  p.env = {{"PATH", "/usr/bin:/bin"}, {"TMPDIR", lk->dir}};
+  ASSIGN_OR_RETURN(lk->process, local::Process::Start(p), "starting localkube");
+  // An undrained pipe would block localkube once 64 KiB of output are buffered.
+  lk->drain = std::thread([lk] {
+    while (!lk->stop.load()) {
+      {
+        std::lock_guard<std::mutex> lock(lk->mu);
+        lk->process->ReadOutput(&lk->output);
+        if (lk->output.size() > (1 << 20)) lk->output.erase(0, lk->output.size() - (64 << 10));
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!fs::exists(lk->dir + "/address") || !fs::exists(lk->dir + "/kubeconfig")) {
+    {
+      std::lock_guard<std::mutex> lock(lk->mu);
+      if (lk->process->Poll()) return absl::InternalError("localkube exited: " + lk->output);
+    }
+    if (absl::Now() > deadline) return absl::DeadlineExceededError("localkube did not start");
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSIGN_OR_RETURN(*config, kube::LoadKubeconfig(lk->dir + "/kubeconfig"));
+  return absl::OkStatus();
+}
+
+absl::Status InstallCrd(kube::Client& client) {
+  ASSIGN_OR_RETURN(std::string text,
+                   api::ReadFileOrStdin(std::string(KUBETRAIN_SOURCE_DIR) +
+                                        "/deploy/crd/kubetrain.dev_trainingjobs.yaml"));
+  ASSIGN_OR_RETURN(std::vector<json> docs, api::ParseYamlDocuments(text));
+  if (docs.size() != 1) return absl::InvalidArgumentError("the CRD file is not one document");
+  Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions",
+                "CustomResourceDefinition", false};
+  RETURN_IF_ERROR(client.Create(crds, "", docs[0]).status(), "creating the CRD");
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!client.List(Resource::TrainingJobs(), "default", {}).ok()) {
+    if (absl::Now() > deadline) return absl::DeadlineExceededError("the CRD is not served");
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::OkStatus();
+}
+
+// Runs this program again with --measure and returns the JSON it reports.
+absl::StatusOr<json> RunCase(const Options& o, const std::string& measure, int64_t page_size,
+                             const std::string& server, absl::Time deadline) {
+  std::error_code ec;
+  std::string self = fs::read_symlink("/proc/self/exe", ec).string();
+  if (ec) return absl::InternalError("cannot read /proc/self/exe");
+  local::ProcessOptions p;
+  p.argv = {self, "--measure=" + measure, "--server=" + server,
+            absl::StrCat("--page-size=", page_size),
+            absl::StrCat("--timeout=", absl::ToInt64Seconds(deadline - absl::Now()), "s")};
+  p.env = {{"PATH", "/usr/bin:/bin"}};
+  ASSIGN_OR_RETURN(std::unique_ptr<local::Process> child, local::Process::Start(p));
+  std::string out;
+  std::optional<int> code;
+  while (!(code = child->Poll())) {
+    child->ReadOutput(&out);
+    if (absl::Now() > deadline) return absl::DeadlineExceededError("measuring " + measure);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  while (child->ReadOutput(&out)) {
+  }
+  if (*code != 0) return absl::InternalError(absl::StrCat("measuring ", measure, ": ", out));
+  size_t at = out.rfind("RESULT ");
+  if (at == std::string::npos) return absl::InternalError("no result from " + measure + ": " + out);
+  size_t nl = out.find('\n', at);
+  json r =
+      json::parse(out.substr(at + 7, nl == std::string::npos ? nl : nl - at - 7), nullptr, false);
+  if (!r.is_object()) return absl::InternalError("unreadable result: " + out.substr(at));
+  return r;
+}
+
+struct Report {
+  Options opt;
+  int examples = 0;
+  double create_seconds = 0;
+  json unstripped, stripped, one_page;
+};
+
+absl::StatusOr<Report> Run(const Options& o) {
+  absl::Time deadline = absl::Now() + o.timeout;
+  Report report{.opt = o};
+  Localkube lk;
+  kube::ClusterConfig config;
+  RETURN_IF_ERROR(StartLocalkube(o, &lk, &config));
+  ASSIGN_OR_RETURN(std::unique_ptr<kube::Client> client, kube::Client::Create(config, {.qps = 0}));
+  RETURN_IF_ERROR(InstallCrd(*client));
+  ASSIGN_OR_RETURN(std::vector<json> examples, LoadExamples());
+  report.examples = static_cast<int>(examples.size());
+  absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(o.client_threads);
+  for (int t = 0; t < o.client_threads; ++t) {
+    int begin = static_cast<int>(int64_t{o.jobs} * t / o.client_threads);
+    int end = static_cast<int>(int64_t{o.jobs} * (t + 1) / o.client_threads);
+    threads.emplace_back(
+        [&, t, begin, end] { results[t] = CreateJobs(*client, examples, begin, end, deadline); });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : results) RETURN_IF_ERROR(s);
+  report.create_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+
+  Proxy proxy(config.host, config.port, o.managed_fields);
+  if (proxy.port() <= 0) return absl::InternalError("the proxy could not bind 127.0.0.1");
+  std::string server = absl::StrCat("http://127.0.0.1:", proxy.port());
+  ASSIGN_OR_RETURN(report.unstripped, RunCase(o, "unstripped", o.page_size, server, deadline));
+  ASSIGN_OR_RETURN(report.stripped, RunCase(o, "stripped", o.page_size, server, deadline));
+  ASSIGN_OR_RETURN(report.one_page, RunCase(o, "stripped", 0, server, deadline));
+  for (const json* r : {&report.unstripped, &report.stripped, &report.one_page}) {
+    if ((*r)["objects"] != o.jobs) {
+      return absl::InternalError(
+          absl::StrCat("an informer cached ", (*r)["objects"].dump(), " jobs, not ", o.jobs));
+    }
+  }
+  return report;
+}
+
+// ---- Output ----
+
+double Mib(const json& r, const std::string& key) { return r.value(key, 0.0) / 1024.0; }
+// What the informer adds to the process: RSS after the sync (freed pages handed back) less the
+// RSS before the informer started.
+double InformerMib(const json& r) { return Mib(r, "synced_trimmed_kb") - Mib(r, "baseline_kb"); }
+
+json ToJson(const Report& r) {
+  double cache_ratio = r.stripped.value("cache_json_bytes", 0.0) /
+                       std::max(1.0, r.unstripped.value("cache_json_bytes", 0.0));
+  double rss_ratio = InformerMib(r.stripped) / std::max(1e-9, InformerMib(r.unstripped));
+  return {{"jobs", r.opt.jobs},
+          {"examples", r.examples},
+          {"page_size", r.opt.page_size},
+          {"managed_fields", r.opt.managed_fields},
+          {"create_seconds", r.create_seconds},
+          {"unstripped", r.unstripped},
+          {"stripped", r.stripped},
+          {"stripped_one_page", r.one_page},
+          {"ratio_stripped_to_unstripped_informer_rss", rss_ratio},
+          {"ratio_stripped_to_unstripped_cache_json", cache_ratio}};
+}
+
+void PrintTable(const Report& r) {
+  std::printf(
+      "informer_memory: %d finished TrainingJobs (deploy/examples/*.yaml in turn, %d files), with "
+      "kubectl's last-applied-configuration%s; created in %.1f s\n\n",
+      r.opt.jobs, r.examples, r.opt.managed_fields ? " and managedFields (added by the proxy)" : "",
+      r.create_seconds);
+  std::string one_page_head = "stripped, 1 page";
+  std::printf("%-44s %12s %12s %12s %18s\n", "", "unstripped", "stripped", "ratio",
+              one_page_head.c_str());
+  std::printf("%-44s %12lld %12lld %12s %18s\n", "LIST page size (objects)",
+              static_cast<long long>(r.opt.page_size), static_cast<long long>(r.opt.page_size), "",
+              "all");
+  auto row = [&](const std::string& name, double u, double s, double one, bool ratio,
+                 int digits = 1) {
+    std::string rt = ratio && u > 0 ? absl::StrFormat("%.2f", s / u) : "";
+    std::printf("%-44s %12.*f %12.*f %12s %18.*f\n", name.c_str(), digits, u, digits, s, rt.c_str(),
+                digits, one);
+  };
+  const json &u = r.unstripped, &s = r.stripped, &o = r.one_page;
+  row("cached objects as JSON (MiB)", u.value("cache_json_bytes", 0.0) / (1 << 20),
+      s.value("cache_json_bytes", 0.0) / (1 << 20), o.value("cache_json_bytes", 0.0) / (1 << 20),
+      true);
+  row("RSS before the informer (MiB)", Mib(u, "baseline_kb"), Mib(s, "baseline_kb"),
+      Mib(o, "baseline_kb"), false);
+  row("peak RSS during the first sync, VmHWM (MiB)", Mib(u, "sync_peak_kb"), Mib(s, "sync_peak_kb"),
+      Mib(o, "sync_peak_kb"), true);
+  row("RSS after the sync, VmRSS (MiB)", Mib(u, "synced_kb"), Mib(s, "synced_kb"),
+      Mib(o, "synced_kb"), true);
+  row("RSS after the sync, after malloc_trim (MiB)", Mib(u, "synced_trimmed_kb"),
+      Mib(s, "synced_trimmed_kb"), Mib(o, "synced_trimmed_kb"), true);
+  row("  the informer's share: that less the baseline", InformerMib(u), InformerMib(s),
+      InformerMib(o), true);
+  row("peak RSS during a forced relist (MiB)", Mib(u, "relist_peak_kb"), Mib(s, "relist_peak_kb"),
+      Mib(o, "relist_peak_kb"), true);
+  row("  over the RSS before the relist (MiB)",
+      Mib(u, "relist_peak_kb") - Mib(u, "synced_trimmed_kb"),
+      Mib(s, "relist_peak_kb") - Mib(s, "synced_trimmed_kb"),
+      Mib(o, "relist_peak_kb") - Mib(o, "synced_trimmed_kb"), true);
+  row("RSS after the relist (MiB)", Mib(u, "relisted_kb"), Mib(s, "relisted_kb"),
+      Mib(o, "relisted_kb"), true);
+  row("first sync (s)", u.value("sync_seconds", 0.0), s.value("sync_seconds", 0.0),
+      o.value("sync_seconds", 0.0), false, 2);
+  row("relist after the 410 (s)", u.value("relist_seconds", 0.0), s.value("relist_seconds", 0.0),
+      o.value("relist_seconds", 0.0), false, 2);
+  std::printf("\nstripped/unstripped: informer RSS %.2f, cached JSON %.2f\n",
+              InformerMib(s) / std::max(1e-9, InformerMib(u)),
+              s.value("cache_json_bytes", 0.0) / std::max(1.0, u.value("cache_json_bytes", 0.0)));
+  if (!s.value("peak_reset", false)) {
+    std::printf("(the kernel refused to reset VmHWM: relist peaks are the whole run's)\n");
+  }
+}
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<Options> opt = ParseFlags(argc, argv);
+  if (opt.status().code() == absl::StatusCode::kCancelled) return 0;  // --help
+  if (!opt.ok()) {
+    std::fprintf(stderr, "informer_memory: %s\n", std::string(opt.status().message()).c_str());
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  if (!opt->measure.empty()) {
+    absl::StatusOr<json> r = Measure(*opt);
+    if (!r.ok()) {
+      std::fprintf(stderr, "informer_memory --measure: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("RESULT %s\n", r->dump().c_str());
+    return 0;
+  }
+  absl::StatusOr<Report> report = Run(*opt);
+  if (!report.ok()) {
+    std::fprintf(stderr, "informer_memory: %s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  if (opt->json) {
+    std::printf("%s\n", ToJson(*report).dump(2).c_str());
+  } else {
+    PrintTable(*report);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kubetrain
+
+int main(int argc, char** argv) { return kubetrain::Main(argc, argv); }

@@ -1,0 +1,622 @@
+// The informer's transform (what it caches) and its page-by-page relist, against a live
+// localkube; and the controller's status writes from a stripped cache, which must leave the
+// stripped fields on the server.
+//
+// localkube keeps no managedFields and its continue tokens never expire, so the informers here
+// talk to it through FaultProxy, a loopback HTTP proxy that adds what a real API server does:
+// a managedFields block on every object it passes on, 410 Expired for a continue token, and 410
+// for a watch whose resourceVersion is gone (docs/architecture.md §9).
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "operator/controller/controller.h"
+#include "operator/kube/config.h"
+#include "operator/kube/informer.h"
+#include "operator/kube/tests/localkube_fixture.h"
+
+namespace kubetrain::kube {
+namespace {
+
+using nlohmann::json;
+using testing::Localkube;
+
+const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
+constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
+
+template <typename Pred>
+bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (!pred()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+// The FieldsV1 set of every field in `v`, as the API server records it ({"f:a":{"f:b":{}}}).
+json FieldsOf(const json& v) {
+  json fields = json::object();
+  if (v.is_object()) {
+    for (const auto& [key, value] : v.items()) fields["f:" + key] = FieldsOf(value);
+  }
+  return fields;
+}
+
+// What a real API server stores after `kubectl apply` and a status write: one entry per manager.
+void AddManagedFields(json& obj) {
+  if (!obj.is_object() || !obj.contains("metadata") || !obj["metadata"].is_object()) return;
+  json applied = {
+      {"f:metadata", {{"f:annotations", {{"f:" + std::string(kLastApplied), json::object()}}}}}};
+  for (const auto& [key, value] : obj.items()) {
+    if (key != "metadata" && key != "status" && key != "kind" && key != "apiVersion") {
+      applied["f:" + key] = FieldsOf(value);
+    }
+  }
+  json entries = json::array({{{"manager", "kubectl-client-side-apply"},
+                               {"operation", "Update"},
+                               {"apiVersion", obj.value("apiVersion", "v1")},
+                               {"time", "2026-01-01T00:00:00Z"},
+                               {"fieldsType", "FieldsV1"},
+                               {"fieldsV1", applied}}});
+  if (obj.contains("status")) {
+    entries.push_back({{"manager", "kubetrain-operator"},
+                       {"operation", "Update"},
+                       {"apiVersion", obj.value("apiVersion", "v1")},
+                       {"time", "2026-01-01T00:00:01Z"},
+                       {"fieldsType", "FieldsV1"},
+                       {"fieldsV1", {{"f:status", FieldsOf(obj["status"])}}},
+                       {"subresource", "status"}});
+  }
+  obj["metadata"]["managedFields"] = entries;
+}
+
+json ExpiredStatus(const std::string& message) {
+  return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
+          {"status", "Failure"}, {"message", message}, {"reason", "Expired"},
+          {"code", 410}};
+}
+
+// Forwards GETs to a plain-HTTP localkube. Lists and watch events get AddManagedFields; a list
+// with a continue token is answered 410 while `expire_continues` > 0; ExpireWatches() ends the
+// watches in progress and answers the next one with a 410 ERROR event; while `hold_events` is
+// set, watch events are swallowed (the informer misses them, as across a long disconnect).
+class FaultProxy {
+ public:
+  FaultProxy(std::string host, int port) : host_(std::move(host)), port_(port) {
+    server_.Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.get_param_value("watch") == "true") {
+        Watch(req, res);
+      } else {
+        List(req, res);
+      }
+    });
+    port_out_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~FaultProxy() {
+    CutWatches(/*expire_next=*/false, /*stopping=*/true);
+    server_.stop();
+    thread_.join();
+  }
+
+  int port() const { return port_out_; }
+  void ExpireWatches() { CutWatches(/*expire_next=*/true, /*stopping=*/false); }
+  // The query of every list request, in order.
+  std::vector<httplib::Params> lists() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lists_;
+  }
+  void ClearLists() {
+    std::lock_guard<std::mutex> lock(mu_);
+    lists_.clear();
+  }
+
+  std::atomic<int> expire_continues{0};
+  std::atomic<bool> hold_events{false};
+
+ private:
+  void List(const httplib::Request& req, httplib::Response& res) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lists_.push_back(req.params);
+    }
+    if (!req.get_param_value("continue").empty() && expire_continues.load() > 0) {
+      expire_continues--;
+      res.status = 410;
+      res.set_content(ExpiredStatus("The provided continue parameter is too old to display a "
+                                    "consistent list result.")
+                          .dump(),
+                      "application/json");
+      return;
+    }
+    httplib::Client up(host_, port_);
+    httplib::Result r = up.Get(req.target.c_str());
+    if (!r) {
+      res.status = 502;
+      return;
+    }
+    res.status = r->status;
+    json body = json::parse(r->body, nullptr, false);
+    if (r->status == 200 && body.is_object() && body.contains("items")) {
+      for (json& item : body["items"]) AddManagedFields(item);
+    }
+    res.set_content(body.is_discarded() ? r->body : body.dump(), "application/json");
+  }
+
+  void Watch(const httplib::Request& req, httplib::Response& res) {
+    std::string target = req.target;
+    res.set_chunked_content_provider("application/json", [this, target](size_t,
+                                                                        httplib::DataSink& sink) {
+      httplib::Client up(host_, port_);
+      up.set_read_timeout(120, 0);
+      int generation;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) {
+          sink.done();
+          return true;
+        }
+        if (std::exchange(expire_next_watch_, false)) {
+          std::string line =
+              json{{"type", "ERROR"}, {"object", ExpiredStatus("too old resource version")}}
+                  .dump() +
+              "\n";
+          sink.write(line.data(), line.size());
+          sink.done();
+          return true;
+        }
+        generation = generation_;
+        watches_.insert(&up);
+      }
+      int status = 0;
+      std::string pending, error;
+      up.Get(
+          target.c_str(), httplib::Headers{},
+          [&](const httplib::Response& r) {
+            status = r.status;
+            return true;
+          },
+          [&](const char* data, size_t len) {
+            if (status != 200) {
+              error.append(data, len);
+              return true;
+            }
+            pending.append(data, len);
+            size_t start = 0;
+            for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+              json ev = json::parse(pending.substr(start, nl - start), nullptr, false);
+              if (!ev.is_object()) continue;
+              if (hold_events.load() && ev.value("type", "") != "ERROR") continue;
+              {
+                // Cut by CutWatches (stop() misses a connection still being made): nothing
+                // more reaches the informer on this watch.
+                std::lock_guard<std::mutex> lock(mu_);
+                if (generation != generation_) return false;
+              }
+              if (ev.value("type", "") != "BOOKMARK") AddManagedFields(ev["object"]);
+              std::string line = ev.dump() + "\n";
+              if (!sink.write(line.data(), line.size())) return false;
+            }
+            pending.erase(0, start);
+            return true;
+          });
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        watches_.erase(&up);
+      }
+      if (status != 0 && status != 200) {
+        json st = json::parse(error, nullptr, false);
+        std::string line = json{{"type", "ERROR"}, {"object", st}}.dump() + "\n";
+        sink.write(line.data(), line.size());
+      }
+      sink.done();
+      return true;
+    });
+  }
+
+  void CutWatches(bool expire_next, bool stopping) {
+    std::lock_guard<std::mutex> lock(mu_);
+    expire_next_watch_ = expire_next_watch_ || expire_next;
+    stopping_ = stopping_ || stopping;
+    ++generation_;
+    for (httplib::Client* c : watches_) c->stop();
+  }
+
+  const std::string host_;
+  const int port_;
+  httplib::Server server_;
+  int port_out_ = 0;
+  std::thread thread_;
+  mutable std::mutex mu_;  // guards what follows
+  bool expire_next_watch_ = false;
+  bool stopping_ = false;
+  int generation_ = 0;  // of CutWatches calls
+  std::set<httplib::Client*> watches_;
+  std::vector<httplib::Params> lists_;
+};
+
+json ConfigMap(const std::string& name, const std::string& value) {
+  json cm = {{"apiVersion", "v1"},
+             {"kind", "ConfigMap"},
+             {"metadata", {{"name", name}, {"namespace", "default"}}},
+             {"data", {{"v", value}}}};
+  // As `kubectl apply` leaves it: the applied manifest, as JSON, in an annotation.
+  cm["metadata"]["annotations"][kLastApplied] = cm.dump();
+  return cm;
+}
+
+// Everything an informer recorded from its handlers.
+struct Recorder {
+  std::mutex mu;
+  std::vector<json> objects;  // every object any handler got
+  std::vector<std::string> added, updated, deleted;
+
+  EventHandlers Handlers() {
+    return {[this](const json& o) { Record(o, &added); },
+            [this](const json& old_obj, const json& o) {
+              Record(old_obj, nullptr);
+              Record(o, &updated);
+            },
+            [this](const json& o) { Record(o, &deleted); }};
+  }
+  void Record(const json& o, std::vector<std::string>* names) {
+    std::lock_guard<std::mutex> lock(mu);
+    objects.push_back(o);
+    if (names) names->push_back(o["metadata"]["name"]);
+  }
+  void Clear() {
+    std::lock_guard<std::mutex> lock(mu);
+    objects.clear();
+    added.clear();
+    updated.clear();
+    deleted.clear();
+  }
+};
+
+bool Stripped(const json& obj) {
+  const json& meta = obj["metadata"];
+  return !meta.contains("managedFields") &&
+         !meta.value("annotations", json::object()).contains(kLastApplied);
+}
+
+class InformerTransformTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto lk = Localkube::Start({"--insecure-http"});
+    ASSERT_TRUE(lk.ok()) << lk.status();
+    server_ = std::move(*lk);
+    auto client = server_->NewClient({.qps = 0});
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+    auto config = LoadKubeconfig(server_->kubeconfig());
+    ASSERT_TRUE(config.ok()) << config.status();
+    ASSERT_EQ(config->scheme, "http");
+    proxy_ = std::make_unique<FaultProxy>(config->host, config->port);
+    ASSERT_GT(proxy_->port(), 0);
+    config->port = proxy_->port();
+    auto proxied = Client::Create(*config, {.qps = 0});
+    ASSERT_TRUE(proxied.ok()) << proxied.status();
+    proxied_ = std::move(*proxied);
+  }
+  void TearDown() override {
+    proxied_.reset();
+    proxy_.reset();
+  }
+
+  void CreateConfigMaps(int n, const std::string& prefix = "cm-") {
+    for (int i = 0; i < n; ++i) {
+      auto created =
+          client_->Create(kConfigMaps, "default", ConfigMap(prefix + std::to_string(i), "x"));
+      ASSERT_TRUE(created.ok()) << created.status();
+    }
+  }
+
+  // What the server holds, stripped, by name: what the cache must converge to.
+  std::map<std::string, json> ServerState() {
+    std::map<std::string, json> out;
+    auto list = client_->ListAll(kConfigMaps, "default", {});
+    EXPECT_TRUE(list.ok()) << list.status();
+    if (!list.ok()) return out;
+    for (json item : (*list)["items"]) {
+      item["kind"] = "ConfigMap";
+      item["apiVersion"] = "v1";
+      StripForCache(item);
+      out[item["metadata"]["name"]] = item;
+    }
+    return out;
+  }
+
+  static std::map<std::string, json> CacheState(const Informer& informer) {
+    std::map<std::string, json> out;
+    for (const json& o : informer.List()) out[o["metadata"]["name"]] = o;
+    return out;
+  }
+
+  std::unique_ptr<Localkube> server_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<FaultProxy> proxy_;
+  std::unique_ptr<Client> proxied_;  // through proxy_
+};
+
+TEST(StripForCacheTest, RemovesOnlyManagedFieldsAndLastAppliedConfiguration) {
+  json obj = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"name", "p"},
+                {"namespace", "default"},
+                {"uid", "u1"},
+                {"resourceVersion", "7"},
+                {"deletionTimestamp", "2026-01-01T00:00:00Z"},
+                {"labels", {{"kubetrain.dev/job-name", "j"}}},
+                {"annotations", {{kLastApplied, "{}"}, {"prometheus.io/port", "9090"}}},
+                {"ownerReferences", json::array({{{"uid", "owner"}, {"controller", true}}})},
+                {"managedFields", json::array({{{"manager", "kubectl"}}})}}},
+              {"spec", {{"containers", json::array({{{"name", "c"}, {"env", json::array()}}})}}},
+              {"status", {{"phase", "Running"}}}};
+  json want = obj;
+  want["metadata"].erase("managedFields");
+  want["metadata"]["annotations"].erase(kLastApplied);
+  StripForCache(obj);
+  EXPECT_EQ(obj, want);
+
+  // The annotations map goes when nothing else is in it, as the API server omits an empty one.
+  json only = {{"metadata", {{"name", "a"}, {"annotations", {{kLastApplied, "{}"}}}}}};
+  StripForCache(only);
+  EXPECT_EQ(only, json({{"metadata", {{"name", "a"}}}}));
+
+  json malformed = {{"metadata", "x"}};
+  StripForCache(malformed);
+  EXPECT_EQ(malformed, json({{"metadata", "x"}}));
+}
+
+// The cache and every handler hold transformed objects, from the LIST and from each kind of
+// watch event, while the other annotations, labels and owner references stay.
+TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
+  auto owner = client_->Create(kConfigMaps, "default", ConfigMap("owner", "x"));
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  json a = ConfigMap("a", "1");
+  a["metadata"]["labels"] = {{"team", "ml"}};
+  a["metadata"]["annotations"]["team.example.com/contact"] = "ml@example.com";
+  a["metadata"]["ownerReferences"] = json::array({{{"apiVersion", "v1"},
+                                                   {"kind", "ConfigMap"},
+                                                   {"name", "owner"},
+                                                   {"uid", (*owner)["metadata"]["uid"]},
+                                                   {"controller", true}}});
+  ASSERT_TRUE(client_->Create(kConfigMaps, "default", a).ok());
+
+  // Without a transform the informer caches what the server sends: the proxy's managedFields
+  // and kubectl's annotation are really there to strip.
+  Informer raw(*proxied_, kConfigMaps, {.namespace_ = "default"});
+  raw.Start();
+  ASSERT_TRUE(raw.WaitForSync(absl::Seconds(10)));
+  auto raw_a = raw.Get("default/a");
+  ASSERT_TRUE(raw_a.has_value());
+  EXPECT_TRUE((*raw_a)["metadata"].contains("managedFields"));
+  EXPECT_TRUE((*raw_a)["metadata"]["annotations"].contains(kLastApplied));
+  raw.Stop();
+
+  Recorder seen;
+  Informer informer(*proxied_, kConfigMaps,
+                    {.namespace_ = "default", .transform = StripForCache, .page_size = 2});
+  informer.AddHandlers(seen.Handlers());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  auto cached = informer.Get("default/a");
+  ASSERT_TRUE(cached.has_value());
+  const json& meta = (*cached)["metadata"];
+  EXPECT_FALSE(meta.contains("managedFields")) << cached->dump();
+  EXPECT_EQ(meta["annotations"], json({{"team.example.com/contact", "ml@example.com"}}));
+  EXPECT_EQ(meta["labels"], json({{"team", "ml"}}));
+  EXPECT_EQ(meta["ownerReferences"], a["metadata"]["ownerReferences"]);
+  EXPECT_EQ((*cached)["data"], json({{"v", "1"}}));
+  EXPECT_FALSE(meta.value("uid", "").empty());
+  EXPECT_FALSE(meta.value("resourceVersion", "").empty());
+  auto cached_owner = informer.Get("default/owner");
+  ASSERT_TRUE(cached_owner.has_value());
+  EXPECT_FALSE((*cached_owner)["metadata"].contains("annotations")) << cached_owner->dump();
+
+  // ADDED, MODIFIED and DELETED events.
+  ASSERT_TRUE(client_->Create(kConfigMaps, "default", ConfigMap("b", "1")).ok());
+  auto current = client_->Get(kConfigMaps, "default", "a");
+  ASSERT_TRUE(current.ok());
+  (*current)["data"]["v"] = "2";
+  ASSERT_TRUE(client_->Update(kConfigMaps, "default", *current).ok());
+  ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "b").ok());
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(seen.mu);
+    return seen.deleted.size() == 1 && !seen.updated.empty();
+  }));
+  EXPECT_EQ(informer.Get("default/a").value()["data"]["v"], "2");
+  std::lock_guard<std::mutex> lock(seen.mu);
+  EXPECT_EQ(seen.added, std::vector<std::string>({"a", "owner", "b"}));
+  EXPECT_EQ(seen.updated, std::vector<std::string>({"a"}));
+  EXPECT_EQ(seen.deleted, std::vector<std::string>({"b"}));
+  for (const json& o : seen.objects) EXPECT_TRUE(Stripped(o)) << o.dump();
+  informer.Stop();
+}
+
+// A relist reads page by page (limit = page_size, following continue tokens), ends with the
+// same cache when nothing changed and reports no events for it; changes the watch missed come
+// out as adds, updates and deletes relative to the old cache.
+TEST_F(InformerTransformTest, PagedRelistKeepsTheCacheAndReportsOnlyWhatChanged) {
+  CreateConfigMaps(20);
+  Recorder seen;
+  Informer informer(*proxied_, kConfigMaps,
+                    {.namespace_ = "default",
+                     .min_watch_timeout = absl::Seconds(1),
+                     .initial_backoff = absl::Milliseconds(50),
+                     .transform = StripForCache,
+                     .page_size = 3});
+  informer.AddHandlers(seen.Handlers());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  std::vector<httplib::Params> lists = proxy_->lists();
+  ASSERT_EQ(lists.size(), 7u);  // 20 objects, 3 a page
+  for (size_t i = 0; i < lists.size(); ++i) {
+    EXPECT_EQ(lists[i].find("limit")->second, "3");
+    EXPECT_EQ(lists[i].count("continue"), i == 0 ? 0u : 1u);
+  }
+  std::map<std::string, json> before = CacheState(informer);
+  ASSERT_EQ(before.size(), 20u);
+  EXPECT_EQ(before, ServerState());
+  seen.Clear();
+  proxy_->ClearLists();
+
+  proxy_->ExpireWatches();
+  ASSERT_TRUE(Eventually([&] { return informer.relists() == 2; })) << informer.relists();
+  EXPECT_EQ(proxy_->lists().size(), 7u);
+  EXPECT_EQ(CacheState(informer), before);
+  {
+    std::lock_guard<std::mutex> lock(seen.mu);
+    EXPECT_TRUE(seen.objects.empty()) << seen.objects.size() << " handler calls";
+  }
+
+  // Changes the informer does not hear of until it relists.
+  proxy_->hold_events = true;
+  ASSERT_TRUE(client_->Create(kConfigMaps, "default", ConfigMap("new", "x")).ok());
+  auto cm5 = client_->Get(kConfigMaps, "default", "cm-5");
+  ASSERT_TRUE(cm5.ok());
+  (*cm5)["data"]["v"] = "changed";
+  ASSERT_TRUE(client_->Update(kConfigMaps, "default", *cm5).ok());
+  ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "cm-12").ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(CacheState(informer), before);
+  // The next watch is refused before events flow again, so only the relist can tell.
+  proxy_->ExpireWatches();
+  proxy_->hold_events = false;
+  ASSERT_TRUE(Eventually([&] { return informer.relists() == 3; })) << informer.relists();
+  EXPECT_EQ(CacheState(informer), ServerState());
+  std::lock_guard<std::mutex> lock(seen.mu);
+  EXPECT_EQ(seen.added, std::vector<std::string>({"new"}));
+  EXPECT_EQ(seen.updated, std::vector<std::string>({"cm-5"}));
+  EXPECT_EQ(seen.deleted, std::vector<std::string>({"cm-12"}));
+  for (const json& o : seen.objects) EXPECT_TRUE(Stripped(o)) << o.dump();
+  informer.Stop();
+}
+
+// A continue token refused with 410 Expired starts the list again as client-go's pager does,
+// with one unpaginated request, and the informer still converges on the server's state, on the
+// first sync and on a later relist.
+TEST_F(InformerTransformTest, ExpiredContinueTokenRestartsTheListInFull) {
+  CreateConfigMaps(9);
+  proxy_->expire_continues = 1;
+  Recorder seen;
+  Informer informer(*proxied_, kConfigMaps,
+                    {.namespace_ = "default",
+                     .min_watch_timeout = absl::Seconds(1),
+                     .initial_backoff = absl::Milliseconds(50),
+                     .transform = StripForCache,
+                     .page_size = 2});
+  informer.AddHandlers(seen.Handlers());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  EXPECT_EQ(informer.relists(), 1);
+  EXPECT_EQ(proxy_->expire_continues.load(), 0);
+  std::vector<httplib::Params> lists = proxy_->lists();
+  ASSERT_EQ(lists.size(), 3u);
+  EXPECT_EQ(lists[0].count("continue"), 0u);
+  EXPECT_EQ(lists[1].count("continue"), 1u);  // refused with 410
+  EXPECT_EQ(lists[2].count("continue"), 0u);
+  EXPECT_EQ(lists[2].count("limit"), 0u);  // everything at once
+  EXPECT_EQ(CacheState(informer), ServerState());
+  {
+    std::lock_guard<std::mutex> lock(seen.mu);
+    EXPECT_EQ(seen.added.size(), 9u);  // once each: the objects of the refused pass are dropped
+  }
+
+  // A later relist whose token expires after a change the watch missed.
+  seen.Clear();
+  proxy_->ClearLists();
+  proxy_->hold_events = true;
+  ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "cm-7").ok());
+  CreateConfigMaps(3, "late-");
+  proxy_->expire_continues = 1;
+  proxy_->ExpireWatches();
+  proxy_->hold_events = false;
+  ASSERT_TRUE(Eventually([&] { return informer.relists() == 2; })) << informer.relists();
+  EXPECT_EQ(proxy_->expire_continues.load(), 0);
+  EXPECT_EQ(proxy_->lists().back().count("limit"), 0u);
+  EXPECT_EQ(CacheState(informer), ServerState());
+  std::lock_guard<std::mutex> lock(seen.mu);
+  EXPECT_EQ(seen.added, std::vector<std::string>({"late-0", "late-1", "late-2"}));
+  EXPECT_EQ(seen.deleted, std::vector<std::string>({"cm-7"}));
+  EXPECT_TRUE(seen.updated.empty());
+  informer.Stop();
+}
+
+// The controller caches TrainingJobs stripped and PUTs /status with its cached copy as the body.
+// /status takes only status from that body, so what the cache dropped stays on the server.
+TEST(ControllerStatusWriteTest, KeepsTheAnnotationsTheCacheDropped) {
+  auto lk = Localkube::Start();
+  ASSERT_TRUE(lk.ok()) << lk.status();
+  auto client = (*lk)->NewClient({.qps = 0});
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*lk)->InstallTrainingJobCrd(**client).ok());
+
+  json job = testing::LoadSourceYaml("deploy/examples/fashion-mnist.yaml");
+  ASSERT_TRUE(job.is_object());
+  job["metadata"]["namespace"] = "default";
+  std::string applied = job.dump();
+  job["metadata"]["annotations"] = {{kLastApplied, applied}, {"team.example.com/owner", "ml"}};
+  ASSERT_TRUE((*client)->Create(Resource::TrainingJobs(), "default", job).ok());
+
+  // The server's own /status semantics, with a body stripped as the cache holds it.
+  auto stored = (*client)->Get(Resource::TrainingJobs(), "default", "fashion-mnist");
+  ASSERT_TRUE(stored.ok());
+  json body = *stored;
+  StripForCache(body);
+  body["metadata"].erase("annotations");
+  body["metadata"]["labels"] = {{"not", "written"}};
+  const std::string now = kube::FormatTime(absl::Now());
+  body["status"] = {{"startTime", now}};
+  auto written = (*client)->UpdateStatus(Resource::TrainingJobs(), "default", body);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ((*written)["metadata"]["annotations"], (*stored)["metadata"]["annotations"]);
+  EXPECT_FALSE((*written)["metadata"].contains("labels"));
+  EXPECT_EQ((*written)["status"]["startTime"], now);
+
+  controller::Controller controller(**client, {.namespace_ = "default", .workers = 1}, nullptr);
+  absl::Status started = controller.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  auto condition = [&](const std::string& type) {
+    auto got = (*client)->Get(Resource::TrainingJobs(), "default", "fashion-mnist");
+    if (!got.ok()) return false;
+    for (const json& c : got->value("status", json::object()).value("conditions", json::array())) {
+      if (c.value("type", "") == type && c.value("status", "") == "True") return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(Eventually([&] { return condition("Created"); }));
+  // The chief (worker 0) exits 0: the job succeeds, with more status writes.
+  ASSERT_TRUE(Eventually(
+      [&] { return (*client)->Get(Resource::Pods(), "default", "fashion-mnist-worker-0").ok(); }));
+  json cs = {{"name", "kubetrain"}, {"ready", false},
+             {"restartCount", 0},   {"image", "kubetrain/worker:0.1.0"},
+             {"imageID", ""},       {"state", {{"terminated", {{"exitCode", 0}}}}}};
+  json patch = {{"status", {{"phase", "Succeeded"}, {"containerStatuses", {cs}}}}};
+  ASSERT_TRUE((*client)
+                  ->Patch(Resource::Pods(), "default", "fashion-mnist-worker-0", PatchType::kMerge,
+                          patch.dump(), "status")
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return condition("Succeeded"); }));
+  controller.Stop();
+
+  auto after = (*client)->Get(Resource::TrainingJobs(), "default", "fashion-mnist");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ((*after)["metadata"]["annotations"],
+            json({{kLastApplied, applied}, {"team.example.com/owner", "ml"}}));
+  EXPECT_EQ((*after)["spec"], (*stored)["spec"]);
+}
+
+}  // namespace
+}  // namespace kubetrain::kube
