@@ -83,6 +83,7 @@ struct Options {
   std::string gang_scheduler;
   std::string cluster_domain;
   absl::Duration progress_interval = absl::Seconds(5);
+  absl::Duration progress_write_interval = absl::Seconds(30);
   std::string log_level = "info";
 };
 
@@ -108,6 +109,9 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("cluster-domain", &o.cluster_domain,
         "DNS suffix after .svc in TF_CONFIG, e.g. cluster.local");
   f.Add("progress-interval", &o.progress_interval, "how often the chief's progress is read");
+  f.Add("progress-write-interval", &o.progress_write_interval,
+        "least time between two progress updates of one job's status (a new epoch is written at "
+        "once)");
   f.Add("log-level", &o.log_level, "debug, info, warn or error");
   ASSIGN_OR_RETURN(std::vector<std::string> rest, f.Parse(argc, argv));
   if (!rest.empty()) return absl::InvalidArgumentError("unexpected argument \"" + rest[0] + "\"");
@@ -116,6 +120,12 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
                                       o.gang_scheduler + "\"");
   }
   if (o.workers < 1) return absl::InvalidArgumentError("--workers: must be >= 1");
+  if (o.progress_interval < absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError("--progress-interval: must be >= 100ms");
+  }
+  if (o.progress_write_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--progress-write-interval: must be >= 0s");
+  }
   RETURN_IF_ERROR(log::SetLevelFlag(o.log_level));
   return o;
 }
@@ -153,6 +163,7 @@ absl::Status Main(int argc, char** argv) {
   copts.reconciler.cluster_domain = o.cluster_domain;
   copts.reconciler.gang_scheduler = o.gang_scheduler;
   copts.reconciler.progress_interval = o.progress_interval;
+  copts.reconciler.progress_write_interval = o.progress_write_interval;
   controller::Controller controller(*client, copts, &metrics);
 
   absl::Status start_error;

@@ -134,6 +134,7 @@ struct Progress {
   double loss = 0;
   double accuracy = 0;
   double examples_per_second = 0;
+  friend bool operator==(const Progress&, const Progress&) = default;
 };
 
 struct TrainingJobStatus {

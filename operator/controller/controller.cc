@@ -16,6 +16,7 @@ kube::InformerOptions Owned(const std::string& ns) {
   o.namespace_ = ns;
   // Only the objects this operator made: the caches stay small on a busy cluster.
   o.label_selector = absl::StrCat(api::kLabelManagedBy, "=", api::kManagedByValue);
+  o.transform = kube::StripForCache;
   return o;
 }
 
@@ -25,11 +26,17 @@ Controller::Controller(kube::Client& client, ControllerOptions options, Operator
     : client_(client),
       options_(std::move(options)),
       metrics_(metrics),
-      jobs_(client, kube::Resource::TrainingJobs(), {.namespace_ = options_.namespace_}),
+      jobs_(client, kube::Resource::TrainingJobs(),
+            {.namespace_ = options_.namespace_, .transform = kube::StripForCache}),
       pods_(client, kube::Resource::Pods(), Owned(options_.namespace_)),
       services_(client, kube::Resource::Services(), Owned(options_.namespace_)),
       events_(client, "kubetrain-operator"),
-      reconciler_(client, jobs_, pods_, services_, events_, metrics, options_.reconciler) {
+      progress_({.interval = options_.reconciler.progress_interval,
+                 .timeout = options_.reconciler.progress_timeout,
+                 .min_write_interval = options_.reconciler.progress_write_interval},
+                [this](const std::string& key) { queue_.Add(key); }),
+      reconciler_(client, jobs_, pods_, services_, events_, metrics, &progress_,
+                  options_.reconciler) {
   jobs_.AddHandlers({[this](const json& o) { queue_.Add(kube::ObjectKey(o)); },
                      [this](const json&, const json& o) { queue_.Add(kube::ObjectKey(o)); },
                      [this](const json& o) { queue_.Add(kube::ObjectKey(o)); }});
@@ -70,6 +77,7 @@ absl::Status Controller::Start(const std::atomic<bool>* stop) {
             {{"workers", options_.workers},
              {"namespace", options_.namespace_.empty() ? "(all)" : options_.namespace_}});
   for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { Work(); });
+  progress_.Start();
   return absl::OkStatus();
 }
 
@@ -105,6 +113,7 @@ absl::Status Controller::SyncFailure() const {
 }
 
 void Controller::Stop() {
+  progress_.Stop();
   queue_.ShutDown();
   for (auto& t : workers_) t.join();
   workers_.clear();

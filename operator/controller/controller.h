@@ -54,6 +54,7 @@ class Controller {
   kube::Informer services_;
   kube::WorkQueue queue_;
   EventRecorder events_;
+  ProgressPoller progress_;  // before reconciler_, which holds a pointer to it
   Reconciler reconciler_;
   std::vector<std::thread> workers_;
   std::atomic<bool> ready_{false};

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 
 namespace kubetrain::controller {
 
@@ -81,6 +83,104 @@ absl::StatusOr<api::Progress> FetchProgress(const std::string& ip, int port,
         absl::StrCat("chief metrics at ", ip, ":", port, ": HTTP ", res->status));
   }
   return ParseProgress(res->body);
+}
+
+ProgressPoller::ProgressPoller(Options options,
+                               std::function<void(const std::string& key)> worth_writing)
+    : options_(options), worth_writing_(std::move(worth_writing)) {}
+
+ProgressPoller::~ProgressPoller() { Stop(); }
+
+void ProgressPoller::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!threads_.empty()) return;
+  stop_ = false;
+  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { Loop(); });
+}
+
+void ProgressPoller::Stop() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    threads.swap(threads_);
+  }
+  wake_.notify_all();
+  for (std::thread& t : threads) t.join();  // a read in flight ends within its timeout
+}
+
+void ProgressPoller::Track(const std::string& key, const std::string& host, int port) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Target& t = targets_[key];
+    if (t.generation != 0 && t.host == host && t.port == port) return;
+    t.host = host;
+    t.port = port;
+    t.generation = ++generations_;
+    t.due = absl::Now();
+  }
+  wake_.notify_one();
+}
+
+void ProgressPoller::Untrack(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  targets_.erase(key);
+}
+
+std::optional<api::Progress> ProgressPoller::Latest(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = targets_.find(key);
+  if (it == targets_.end()) return std::nullopt;
+  return it->second.latest;
+}
+
+bool ProgressPoller::WorthWriting(const std::optional<api::Progress>& written,
+                                  absl::Time written_at, const api::Progress& latest,
+                                  absl::Time now) const {
+  if (!written) return true;
+  if (*written == latest) return false;
+  if (written->epoch != latest.epoch) return true;
+  return now - written_at >= options_.min_write_interval;
+}
+
+void ProgressPoller::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    absl::Time now = absl::Now();
+    auto next = targets_.end();
+    for (auto it = targets_.begin(); it != targets_.end(); ++it) {
+      if (it->second.busy) continue;
+      if (next == targets_.end() || it->second.due < next->second.due) next = it;
+    }
+    if (next == targets_.end() || next->second.due > now) {
+      absl::Duration wait = next == targets_.end() ? absl::Seconds(1) : next->second.due - now;
+      wake_.wait_for(lock, absl::ToChronoMicroseconds(std::min(wait, absl::Seconds(1))));
+      continue;
+    }
+    const std::string key = next->first;
+    Target& t = next->second;
+    t.busy = true;
+    const std::string host = t.host;
+    const int port = t.port;
+    const uint64_t generation = t.generation;
+    lock.unlock();
+    absl::StatusOr<api::Progress> read = FetchProgress(host, port, options_.timeout);
+    lock.lock();
+    auto it = targets_.find(key);
+    if (it == targets_.end()) continue;  // untracked meanwhile
+    Target& after = it->second;
+    after.busy = false;
+    after.due = absl::Now() + options_.interval;
+    if (after.generation != generation || !read.ok()) continue;
+    after.latest = *read;
+    now = absl::Now();
+    if (!WorthWriting(after.announced, after.announced_at, *read, now)) continue;
+    after.announced = *read;
+    after.announced_at = now;
+    lock.unlock();
+    worth_writing_(key);
+    lock.lock();
+  }
 }
 
 }  // namespace kubetrain::controller

@@ -106,13 +106,14 @@ std::string Shape(const std::map<std::string, std::vector<std::string>>& cluster
 
 Reconciler::Reconciler(kube::Client& client, kube::Informer& jobs, kube::Informer& pods,
                        kube::Informer& services, EventRecorder& events, OperatorMetrics* metrics,
-                       ReconcilerOptions options)
+                       ProgressPoller* progress, ReconcilerOptions options)
     : client_(client),
       jobs_(jobs),
       pods_(pods),
       services_(services),
       events_(events),
       metrics_(metrics),
+      progress_(progress),
       options_(std::move(options)) {}
 
 absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
@@ -127,7 +128,8 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
       templates_checked_.erase(key);
     }
     std::lock_guard<std::mutex> lock(progress_mu_);
-    progress_read_.erase(key);
+    progress_written_.erase(key);
+    if (progress_ != nullptr) progress_->Untrack(key);
     return ReconcileResult{};  // deleted: the garbage collector removes what it owned
   }
   std::string cached_version = (*object)["metadata"].value("resourceVersion", "");
@@ -219,6 +221,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
 }
 
 absl::StatusOr<ReconcileResult> Reconciler::FinishedJob(Pass& p) {
+  if (progress_ != nullptr) progress_->Untrack(p.key);
   ReadFinalSummary(p);
   RETURN_IF_ERROR(Cleanup(p));
   CountActive(p);
@@ -431,6 +434,7 @@ absl::Status Reconciler::Cleanup(Pass& p) {
 }
 
 absl::Status Reconciler::Suspend(Pass& p) {
+  if (progress_ != nullptr) progress_->Untrack(p.key);
   std::map<std::string, json> pods = p.pods;
   for (const auto& [name, pod] : pods) {
     std::optional<PodView> v = ViewPod(pod);
@@ -650,23 +654,24 @@ std::optional<std::pair<api::Task, PodView>> Reconciler::ChiefPod(const Pass& p)
 }
 
 void Reconciler::ReadProgress(Pass& p) {
+  if (progress_ == nullptr) return;
   std::optional<std::pair<api::Task, PodView>> chief = ChiefPod(p);
-  if (!chief) return;
-  const auto& [t, v] = *chief;
-  if (v.phase != "Running" || v.pod_ip.empty()) return;
-  {
-    std::lock_guard<std::mutex> lock(progress_mu_);
-    absl::Time& last = progress_read_[p.key];
-    if (p.now - last < options_.progress_interval) {
-      p.Requeue(options_.progress_interval - (p.now - last));
-      return;
-    }
-    last = p.now;
+  if (!chief || chief->second.phase != "Running" || chief->second.pod_ip.empty()) {
+    progress_->Untrack(p.key);
+    return;
   }
+  const auto& [t, v] = *chief;
   int port = api::ContainerPort(p.job, t.type, api::kMetricsPortName, api::kDefaultMetricsPort);
-  absl::StatusOr<api::Progress> progress = FetchProgress(v.pod_ip, port, options_.progress_timeout);
-  if (progress.ok()) p.status.progress = *progress;
-  p.Requeue(options_.progress_interval);
+  progress_->Track(p.key, v.pod_ip, port);
+  std::optional<api::Progress> latest = progress_->Latest(p.key);
+  if (!latest) return;
+  std::lock_guard<std::mutex> lock(progress_mu_);
+  auto written = progress_written_.find(p.key);
+  absl::Time written_at =
+      written == progress_written_.end() ? absl::InfinitePast() : written->second;
+  if (!progress_->WorthWriting(p.status.progress, written_at, *latest, p.now)) return;
+  p.status.progress = *latest;
+  progress_written_[p.key] = p.now;
 }
 
 absl::Status Reconciler::RestartOnClusterChange(Pass& p) {

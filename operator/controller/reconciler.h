@@ -3,7 +3,8 @@
 // builders of operator/api), creates and deletes what differs, applies restart policies,
 // deadlines, TTL, suspend and the success policy, and writes status through /status only.
 //
-// Stateless between calls except for a small memory of when each job's progress was last read.
+// Stateless between calls except for small memories of what it wrote (see the members). The
+// chief's progress comes from a ProgressPoller, never from a request made while reconciling.
 // Thread-safe; the controller never reconciles one job from two threads at once.
 #pragma once
 
@@ -23,6 +24,7 @@
 #include "operator/controller/events.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/pod_view.h"
+#include "operator/controller/progress.h"
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
 
@@ -31,8 +33,11 @@ namespace kubetrain::controller {
 struct ReconcilerOptions {
   std::string cluster_domain;  // appended to .svc in TF_CONFIG addresses when set
   std::string gang_scheduler;  // "" or "volcano"
+  // The chief's progress (ProgressPoller): read every progress_interval, written to status at
+  // most every progress_write_interval, or at once on a new epoch.
   absl::Duration progress_interval = absl::Seconds(5);
   absl::Duration progress_timeout = absl::Seconds(2);
+  absl::Duration progress_write_interval = absl::Seconds(30);
 };
 
 struct ReconcileResult {
@@ -43,7 +48,7 @@ class Reconciler {
  public:
   Reconciler(kube::Client& client, kube::Informer& jobs, kube::Informer& pods,
              kube::Informer& services, EventRecorder& events, OperatorMetrics* metrics,
-             ReconcilerOptions options);
+             ProgressPoller* progress, ReconcilerOptions options);
 
   // `key` is "namespace/name". Errors are worth a rate-limited retry (409 conflicts included).
   absl::StatusOr<ReconcileResult> Reconcile(const std::string& key);
@@ -95,8 +100,9 @@ class Reconciler {
   EventRecorder& events_;
   OperatorMetrics* metrics_;
   const ReconcilerOptions options_;
+  ProgressPoller* progress_;  // null: no progress in status
   std::mutex progress_mu_;
-  std::map<std::string, absl::Time> progress_read_;  // job key → last read
+  std::map<std::string, absl::Time> progress_written_;  // job key → last progress put in status
 
   // Status writes the job informer has not shown yet. Without this, a pass that runs right after
   // a write (a pod event arrives first) sees the old status and repeats what led to it: a job

@@ -1,6 +1,18 @@
 #include "operator/controller/progress.h"
 
 #include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 
 namespace kubetrain::controller {
 namespace {
@@ -52,6 +64,126 @@ TEST(FinalSummary, MissingOrMalformedIsNotFound) {
   auto p = ParseFinalSummary(R"({"event":"training_complete","steps":"many"})");
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->step, 0);
+}
+
+api::Progress At(int64_t step, int64_t epoch) {
+  api::Progress p;
+  p.step = step;
+  p.epoch = epoch;
+  return p;
+}
+
+TEST(ProgressPoller, WritesANewEpochAtOnceAndOtherChangesAtMostEveryInterval) {
+  ProgressPoller poller({.min_write_interval = absl::Seconds(30)}, [](const std::string&) {});
+  absl::Time t0 = absl::FromUnixSeconds(1000);
+  EXPECT_TRUE(poller.WorthWriting(std::nullopt, absl::InfinitePast(), At(10, 0), t0));
+  EXPECT_FALSE(poller.WorthWriting(At(10, 0), t0, At(10, 0), t0 + absl::Minutes(5)));
+  EXPECT_FALSE(poller.WorthWriting(At(10, 0), t0, At(50, 0), t0 + absl::Seconds(29)));
+  EXPECT_TRUE(poller.WorthWriting(At(10, 0), t0, At(50, 0), t0 + absl::Seconds(30)));
+  EXPECT_TRUE(poller.WorthWriting(At(10, 0), t0, At(11, 1), t0 + absl::Seconds(1)));
+}
+
+// A chief's /metrics whose step grows on every read; the epoch is set by the test.
+class FakeChief {
+ public:
+  FakeChief() {
+    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      reads_++;
+      res.set_content(absl::StrCat("kubetrain_worker_global_step ", reads_.load(),
+                                   "\nkubetrain_worker_epoch ", epoch_.load(), "\n"),
+                      "text/plain");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~FakeChief() {
+    server_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+  int reads() const { return reads_.load(); }
+  void set_epoch(int e) { epoch_ = e; }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::atomic<int> reads_{0};
+  std::atomic<int> epoch_{0};
+  std::thread thread_;
+};
+
+// Accepts connections (the kernel does, from its backlog) and never answers: a chief behind a
+// NetworkPolicy that drops the reply, or one too busy to serve.
+class SilentPort {
+ public:
+  SilentPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen(fd_, 64);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentPort() { close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST(ProgressPoller, ReadsOffTheCallersThreadAndAnnouncesOnlyWhatIsWorthWriting) {
+  FakeChief chief;
+  SilentPort silent;
+  absl::Mutex mu;
+  std::vector<std::string> announced;
+  ProgressPoller poller({.interval = absl::Milliseconds(50),
+                         .timeout = absl::Milliseconds(500),
+                         .min_write_interval = absl::Seconds(30),
+                         .threads = 2},
+                        [&](const std::string& key) {
+                          absl::MutexLock lock(&mu);
+                          announced.push_back(key);
+                        });
+  poller.Start();
+  // Tracking never waits for a read, even of a chief that does not answer.
+  absl::Time before = absl::Now();
+  poller.Track("ns/silent", "127.0.0.1", silent.port());
+  poller.Track("ns/job", "127.0.0.1", chief.port());
+  EXPECT_LT(absl::Now() - before, absl::Milliseconds(50));
+  auto count = [&](const std::string& key) {
+    absl::MutexLock lock(&mu);
+    return std::count(announced.begin(), announced.end(), key);
+  };
+  absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (count("ns/job") < 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(count("ns/job"), 1);
+  // The step keeps growing at the same epoch: read again and again, announced no more.
+  while (chief.reads() < 10 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_GE(chief.reads(), 10);  // the silent chief did not hold the other one up
+  EXPECT_EQ(count("ns/job"), 1);
+  ASSERT_TRUE(poller.Latest("ns/job").has_value());
+  EXPECT_GE(poller.Latest("ns/job")->step, 2);
+  // A new epoch is announced at once.
+  chief.set_epoch(1);
+  while (count("ns/job") < 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(count("ns/job"), 2);
+  EXPECT_EQ(count("ns/silent"), 0);
+  EXPECT_FALSE(poller.Latest("ns/silent").has_value());
+  // Untracked: no more reads.
+  poller.Untrack("ns/job");
+  EXPECT_FALSE(poller.Latest("ns/job").has_value());
+  absl::SleepFor(absl::Milliseconds(150));
+  int reads = chief.reads();
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(chief.reads(), reads);
+  // Stopping waits at most for a read in flight (the silent one's timeout).
+  before = absl::Now();
+  poller.Stop();
+  EXPECT_LT(absl::Now() - before, absl::Seconds(1));
 }
 
 }  // namespace

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
+#include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "operator/controller/tests/controller_fixture.h"
 
@@ -240,6 +243,48 @@ TEST_F(ControllerTest, ProgressIsReadFromTheChiefsMetrics) {
   serve.join();
 }
 
+// Progress costs the API server one status write per job per write interval, not one per read:
+// a chief whose step grows on every read at one epoch is written about once a second here, and
+// a new epoch at once.
+TEST_F(ControllerTest, ProgressIsWrittenAtMostEveryIntervalAndANewEpochAtOnce) {
+  controller_.reset();
+  StartController({.progress_write_interval = absl::Seconds(1)});
+  std::atomic<int> reads{0};
+  std::atomic<int> epoch{1};
+  httplib::Server metrics;
+  metrics.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(absl::StrCat("kubetrain_worker_global_step ", ++reads,
+                                 "\nkubetrain_worker_epoch ", epoch.load(), "\n"),
+                    "text/plain");
+  });
+  int port = metrics.bind_to_any_port("127.0.0.1");
+  std::thread serve([&] { metrics.listen_after_bind(); });
+  json job = Job("rate", {{"Worker", Replica(1)}});
+  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"] =
+      json::array({{{"name", "metrics"}, {"containerPort", port}}});
+  Create(job);
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "rate-worker-0").has_value(); }));
+  SetPod("rate-worker-0", "Running");
+  auto step = [&] { return Status("rate").value("progress", json::object()).value("step", 0); };
+  ASSERT_TRUE(Eventually([&] { return step() > 0; }));
+  std::set<int64_t> written;
+  absl::Time end = absl::Now() + absl::Seconds(3);
+  while (absl::Now() < end) {
+    written.insert(step());
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_GE(reads.load(), 10);    // read every 200 ms...
+  EXPECT_LE(written.size(), 5u);  // ...written about once a second
+  EXPECT_GE(written.size(), 2u);
+  epoch = 2;
+  absl::Time changed = absl::Now();
+  ASSERT_TRUE(Eventually(
+      [&] { return Status("rate").value("progress", json::object()).value("epoch", 0) == 2; }));
+  EXPECT_LT(absl::Now() - changed, absl::Milliseconds(900));
+  metrics.stop();
+  serve.join();
+}
+
 // The chief's metrics lag its end: the last scrape may be a whole epoch old. The summary the
 // chief leaves in its termination log is what the finished job's status must show, and no pod
 // of a finished job is active any more.
@@ -430,7 +475,7 @@ TEST_F(ControllerTest, PassAfterOwnStatusWriteDoesNotUndoItFromAStaleCache) {
   kube::Informer pods(*client_, Resource::Pods(), {.namespace_ = "default"});
   kube::Informer services(*client_, Resource::Services(), {.namespace_ = "default"});
   EventRecorder events(*client_, "kubetrain-operator");
-  Reconciler reconciler(*client_, jobs, pods, services, events, nullptr, {});
+  Reconciler reconciler(*client_, jobs, pods, services, events, nullptr, nullptr, {});
   for (kube::Informer* inf : {&jobs, &pods, &services}) {
     inf->Start();
     ASSERT_TRUE(inf->WaitForSync(absl::Seconds(10)));
