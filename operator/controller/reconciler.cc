@@ -762,6 +762,7 @@ absl::Status Reconciler::WriteStatus(Pass& p) {
   // PUT with the cached resourceVersion: a stale cache gets 409 and the job is retried.
   absl::StatusOr<json> written = client_.UpdateStatus(kube::Resource::TrainingJobs(), p.ns, object);
   RETURN_IF_ERROR(written.status(), "updating the status of ", p.JobRef());
+  kube::StripForCache(*written);  // held until the cache catches up: no bigger than its copy
   {
     // The PUT was conditional on p.object's version, so every version seen so far is older.
     std::lock_guard<std::mutex> lock(writes_mu_);
