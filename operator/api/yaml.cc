@@ -113,15 +113,20 @@ std::string WithoutUnderscores(absl::string_view s) {
   return out;
 }
 
+// YAML's infinities and not-a-numbers (.inf, -.Inf, .NaN, ...): floats JSON cannot hold.
+bool IsSpecialFloat(absl::string_view s) {
+  if (!s.empty() && (s[0] == '+' || s[0] == '-')) s.remove_prefix(1);
+  return s == ".inf" || s == ".Inf" || s == ".INF" || s == ".nan" || s == ".NaN" || s == ".NAN";
+}
+
 // Resolves an untagged plain scalar: null, bool, int, float, or else string. A number too large
 // for int64/uint64 reads as a float, and one too large for a double stays a string, as in
-// kubectl (a JSON document cannot hold infinity).
+// kubectl (a JSON document cannot hold infinity). Special floats never get here (OnScalar
+// refuses them).
 json ResolvePlain(const std::string& s) {
   if (IsNull(s)) return nullptr;
   if (IsTrue(s)) return true;
   if (IsFalse(s)) return false;
-  if (s == ".inf" || s == ".Inf" || s == "+.inf") return std::numeric_limits<double>::infinity();
-  if (s == "-.inf" || s == "-.Inf") return -std::numeric_limits<double>::infinity();
   if (LooksLikeInt(s)) {
     std::string digits = WithoutUnderscores(s);
     int64_t v;
@@ -240,6 +245,13 @@ class JsonBuilder : public YAML::EventHandler {
       Remember(anchor, value, 0, value);
       SetKey(mark, value);
       return;
+    }
+    if (tag != "!" && IsSpecialFloat(value)) {
+      // kubectl fails on these too ("json: unsupported value: +Inf"): manifests travel as JSON.
+      std::string path = Path();
+      throw Refusal{absl::StrCat(LineOf(mark), ": ", path.empty() ? "document" : path, ": ", value,
+                                 " is not a number JSON can hold (the API server's format); quote "
+                                 "it if you mean the text")};
     }
     json v = ScalarToJson(tag, value);
     Remember(anchor, v, 0, value);
@@ -448,6 +460,9 @@ void Emit(YAML::Emitter& out, const json& v) {
     }
     out << YAML::BeginMap;
     for (const auto& [key, value] : v.items()) {
+      // An implicit key ends within 1024 characters (YAML 1.2 §7.4.2); a longer one (escapes
+      // count) must be an explicit "? key".
+      if (key.size() > 256) out << YAML::LongKey;
       out << YAML::Key;
       Emit(out, key);
       out << YAML::Value;
