@@ -51,16 +51,6 @@ std::string Containers(const std::vector<std::string>& names) {
   return absl::StrCat(Pluralize("container", "containers", names.size()), " ", JoinQuote(names));
 }
 
-// Go's %q, for annotation values quoted in messages.
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out + "\"";
-}
-
 // Init containers, then containers, then ephemeral containers, as the plugin visits them.
 void VisitContainers(const json& spec, const std::function<void(const json&)>& visit) {
   for (const char* list : {"initContainers", "containers", "ephemeralContainers"}) {
@@ -99,7 +89,7 @@ std::optional<Violation> AppArmor(const json& meta, const json& spec) {
       std::string value = v.is_string() ? v.get<std::string>() : "";
       if (absl::StartsWith(k, "container.apparmor.security.beta.kubernetes.io/") &&
           !(value.empty() || value == "runtime/default" || absl::StartsWith(value, "localhost/"))) {
-        annotations.push_back(absl::StrCat(k, "=", Quote(value)));
+        annotations.push_back(absl::StrCat(k, "=", GoQuote(value)));
       }
     }
   }

@@ -73,37 +73,6 @@ bool DivideExact(const std::string& digits, int d, std::string* quotient) {
 
 int FloorDiv3(int e) { return e >= 0 ? e / 3 : -((-e + 2) / 3); }
 
-// Go's %q for the strings field errors print.
-std::string GoQuote(absl::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          out += absl::StrFormat("\\x%02x", c);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  return out + "\"";
-}
-
 // The field.Error constructors: reason (cause type) and ErrorBody.
 Cause Required(const std::string& field, absl::string_view detail = "") {
   return {"FieldValueRequired",

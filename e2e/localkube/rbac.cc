@@ -49,37 +49,6 @@ const json& ObjectField(const json& object, const char* field) {
   return it != object.end() && it->is_object() ? *it : kEmpty;
 }
 
-// Go's %q for the strings that appear in these messages.
-std::string Quote(absl::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          out += absl::StrFormat("\\x%02x", c);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  return out + "\"";
-}
-
 // The policy rule matchers of k8s.io/component-helpers/auth/rbac/validation.
 bool VerbMatches(const json& rule, const std::string& verb) {
   std::vector<std::string> verbs = StringsOf(rule, "verbs");
@@ -154,17 +123,18 @@ absl::StatusOr<json> RulesOf(const Store& store, const json& binding,
   if (kind == "Role") {
     role = store.Get(RbacKey("roles"), binding_ns, name);
     if (!role) {
-      return absl::NotFoundError(absl::StrCat("role.", kRbacGroup, " ", Quote(name), " not found"));
+      return absl::NotFoundError(
+          absl::StrCat("role.", kRbacGroup, " ", GoQuote(name), " not found"));
     }
   } else if (kind == "ClusterRole") {
     role = store.Get(RbacKey("clusterroles"), "", name);
     if (!role) {
       return absl::NotFoundError(
-          absl::StrCat("clusterrole.", kRbacGroup, " ", Quote(name), " not found"));
+          absl::StrCat("clusterrole.", kRbacGroup, " ", GoQuote(name), " not found"));
     }
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("unsupported role reference kind: ", Quote(kind)));
+        absl::StrCat("unsupported role reference kind: ", GoQuote(kind)));
   }
   auto it = role->find("rules");
   return it != role->end() && it->is_array() ? *it : json::array();
@@ -195,7 +165,7 @@ absl::Status Forbidden(const std::string& resource, const std::string& group,
     message = absl::StrCat(GroupResource(resource, group), " is forbidden: ", why);
   } else {
     message =
-        absl::StrCat(GroupResource(resource, group), " ", Quote(name), " is forbidden: ", why);
+        absl::StrCat(GroupResource(resource, group), " ", GoQuote(name), " is forbidden: ", why);
   }
   json details = json::object();
   if (!name.empty()) details["name"] = name;
@@ -208,13 +178,13 @@ absl::Status Forbidden(const std::string& resource, const std::string& group,
 std::string ForbiddenMessage(const UserInfo& user, const RequestAttributes& a) {
   std::string msg;
   if (!a.resource_request) {
-    msg = absl::StrCat("User ", Quote(user.name), " cannot ", a.verb, " path ", Quote(a.path));
+    msg = absl::StrCat("User ", GoQuote(user.name), " cannot ", a.verb, " path ", GoQuote(a.path));
   } else {
     std::string resource = a.subresource.empty() ? a.resource : a.resource + "/" + a.subresource;
     msg = absl::StrCat(
-        "User ", Quote(user.name), " cannot ", a.verb, " resource ", Quote(resource),
-        " in API group ", Quote(a.api_group),
-        a.ns.empty() ? " at the cluster scope" : absl::StrCat(" in the namespace ", Quote(a.ns)));
+        "User ", GoQuote(user.name), " cannot ", a.verb, " resource ", GoQuote(resource),
+        " in API group ", GoQuote(a.api_group),
+        a.ns.empty() ? " at the cluster scope" : absl::StrCat(" in the namespace ", GoQuote(a.ns)));
   }
   std::string out;
   for (char c : msg) {
@@ -445,8 +415,8 @@ absl::Status AdmitOwnerReferences(const Registry& registry, const Store& store,
     if (!owner) {
       std::string why = gv.size() > 2
                             ? absl::StrCat("unexpected GroupVersion string: ", api_version)
-                            : absl::StrCat("no matches for kind ", Quote(kind), " in version ",
-                                           Quote(api_version));
+                            : absl::StrCat("no matches for kind ", GoQuote(kind), " in version ",
+                                           GoQuote(api_version));
       return forbidden(absl::StrCat(
           "cannot set blockOwnerDeletion in this case because cannot find RESTMapping for "
           "APIVersion ",
