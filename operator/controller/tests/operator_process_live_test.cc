@@ -122,6 +122,22 @@ class OperatorProcessTest : public ::testing::Test {
     return std::nullopt;
   }
 
+  // Installs the CRD and gives the operator's Lease to `holder` for an hour: an operator started
+  // with --leader-elect then stands by.
+  void HoldTheLeaseAs(const std::string& holder) {
+    auto client = server_->NewClient({.qps = 0});
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_TRUE(server_->InstallTrainingJobCrd(**client).ok());
+    json lease = {{"apiVersion", "coordination.k8s.io/v1"},
+                  {"kind", "Lease"},
+                  {"metadata", {{"name", "kubetrain-operator"}, {"namespace", "default"}}},
+                  {"spec",
+                   {{"holderIdentity", holder},
+                    {"leaseDurationSeconds", 3600},
+                    {"renewTime", kube::FormatMicroTime(absl::Now())}}}};
+    ASSERT_TRUE((*client)->Create(kube::Resource::Leases(), "default", lease).ok());
+  }
+
   // SIGTERM, then how long the operator took to exit (its code must be 0).
   absl::Duration TerminateAndTime() {
     absl::Time sent = absl::Now();
@@ -193,17 +209,7 @@ TEST_F(OperatorProcessTest, SigtermWhileTheServerIsUnreachableStopsWithinTwoSeco
 }
 
 TEST_F(OperatorProcessTest, SigtermWhileWaitingForTheLeaderLeaseStopsWithinTwoSeconds) {
-  auto client = server_->NewClient({.qps = 0});
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE(server_->InstallTrainingJobCrd(**client).ok());
-  json lease = {{"apiVersion", "coordination.k8s.io/v1"},
-                {"kind", "Lease"},
-                {"metadata", {{"name", "kubetrain-operator"}, {"namespace", "default"}}},
-                {"spec",
-                 {{"holderIdentity", "another-operator"},
-                  {"leaseDurationSeconds", 3600},
-                  {"renewTime", kube::FormatMicroTime(absl::Now())}}}};
-  ASSERT_TRUE((*client)->Create(kube::Resource::Leases(), "default", lease).ok());
+  HoldTheLeaseAs("another-operator");
   StartOperator(server_->kubeconfig(), {"--leader-elect", "--leader-election-namespace=default"});
   ASSERT_TRUE(WaitForOutput("another-operator")) << output_;  // Observed leader
   EXPECT_LT(TerminateAndTime(), absl::Seconds(2)) << output_;
@@ -212,17 +218,7 @@ TEST_F(OperatorProcessTest, SigtermWhileWaitingForTheLeaderLeaseStopsWithinTwoSe
 // A standby is doing its job: /readyz says so, or `helm --wait` with replicaCount > 1 (and the
 // rollout in the chart's NOTES) would wait for ever on it.
 TEST_F(OperatorProcessTest, AStandbyIsReady) {
-  auto client = server_->NewClient({.qps = 0});
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE(server_->InstallTrainingJobCrd(**client).ok());
-  json lease = {{"apiVersion", "coordination.k8s.io/v1"},
-                {"kind", "Lease"},
-                {"metadata", {{"name", "kubetrain-operator"}, {"namespace", "default"}}},
-                {"spec",
-                 {{"holderIdentity", "the-leader"},
-                  {"leaseDurationSeconds", 3600},
-                  {"renewTime", kube::FormatMicroTime(absl::Now())}}}};
-  ASSERT_TRUE((*client)->Create(kube::Resource::Leases(), "default", lease).ok());
+  HoldTheLeaseAs("the-leader");
   int port = ClosedPort();
   StartOperator(server_->kubeconfig(), {"--leader-elect", "--leader-election-namespace=default",
                                         absl::StrCat("--health-address=127.0.0.1:", port)});
