@@ -1,5 +1,9 @@
 #include "common/host_port.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -53,6 +57,23 @@ absl::Status SplitListenAddress(absl::string_view address, std::string* host, in
   *host = h.empty() ? "0.0.0.0" : std::string(h);
   *port = p;
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError("socket: cannot create");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  if (port <= 0) return absl::UnavailableError("no free port on 127.0.0.1");
+  return port;
 }
 
 }  // namespace kubetrain

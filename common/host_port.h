@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace kubetrain {
@@ -18,5 +19,9 @@ absl::Status SplitHostPort(absl::string_view address, std::string* host, int* po
 // An address to listen on: port 0 picks a free port, and an empty host (":8080") means every
 // interface (0.0.0.0).
 absl::Status SplitListenAddress(absl::string_view address, std::string* host, int* port);
+
+// A port on 127.0.0.1 that was free a moment ago: bound to port 0, read back, released. Whoever
+// takes it next may lose a race for it (a clash shows up as a bind error, never silently).
+absl::StatusOr<int> FreeLoopbackPort();
 
 }  // namespace kubetrain

@@ -56,6 +56,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "operator/api/types.h"
@@ -128,25 +129,6 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
 }
 
 // ---- Small helpers ----
-
-// A free loopback port: bound then released, so the operator can take it a moment later.
-absl::StatusOr<int> FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return absl::InternalError("bind to 127.0.0.1:0 failed");
-  }
-  int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
 
 // A field of /proc/<pid>/status in kB (VmHWM, VmRSS); -1 when the process is gone.
 int64_t ProcStatusKb(pid_t pid, const std::string& field) {
@@ -611,8 +593,8 @@ absl::Status Bench::InstallCrd() {
 }
 
 absl::Status Bench::StartOperator() {
-  ASSIGN_OR_RETURN(metrics_port_, FreePort());
-  ASSIGN_OR_RETURN(int health_port, FreePort());
+  ASSIGN_OR_RETURN(metrics_port_, FreeLoopbackPort());
+  ASSIGN_OR_RETURN(int health_port, FreeLoopbackPort());
   local::ProcessOptions p;
   p.argv = {opt_.operator_path,
             "--kubeconfig=" + kubeconfig_,

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/kube_time.h"
 #include "common/status.h"
 #include "e2e/localkube/decode.h"
 #include "e2e/localkube/errors.h"
@@ -110,7 +111,7 @@ absl::Status PatchedTypesOk(const ResourceType& type, json* patched) {
 }  // namespace
 
 std::string NowTimestamp() {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
+  return KubeTime(absl::Now());
 }
 
 Api::Api(Registry* registry, Store* store) : registry_(registry), store_(store) {
@@ -609,9 +610,7 @@ json Api::DeleteObjectLocked(const std::string& key, json object, const DeleteOp
   if (HasFinalizers(object) || is_namespace || graceful_pod) {
     if (!meta.contains("deletionTimestamp")) {
       meta["deletionTimestamp"] =
-          graceful_pod ? absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now() + absl::Seconds(grace),
-                                          absl::UTCTimeZone())
-                       : NowTimestamp();
+          graceful_pod ? KubeTime(absl::Now() + absl::Seconds(grace)) : NowTimestamp();
       meta["deletionGracePeriodSeconds"] = graceful_pod ? grace : 0;
       if (meta.contains("generation")) meta["generation"] = meta["generation"].get<int64_t>() + 1;
     } else if (graceful_pod && grace < meta.value("deletionGracePeriodSeconds", int64_t{30})) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/kube_time.h"
 #include "common/logging.h"
 #include "e2e/localkube/errors.h"
 
@@ -26,9 +27,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Now() {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
-}
+std::string Now() { return KubeTime(absl::Now()); }
 
 // "metadata.labels['app']" style fieldRef paths.
 std::string FieldRef(const json& pod, const std::string& path, const std::string& ip) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/kube_time.h"
 #include "common/status.h"
 
 namespace kubetrain::kube {
@@ -175,13 +176,9 @@ absl::Status StatusFromResponse(int http, const std::string& body, const std::st
                                    "HTTP ", http, ")"));
 }
 
-std::string FormatTime(absl::Time t) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
-}
+std::string FormatTime(absl::Time t) { return KubeTime(t); }
 
-std::string FormatMicroTime(absl::Time t) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", t, absl::UTCTimeZone());
-}
+std::string FormatMicroTime(absl::Time t) { return KubeMicroTime(t); }
 
 absl::Time ParseTime(const std::string& text) {
   absl::Time t;

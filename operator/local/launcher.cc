@@ -1,9 +1,7 @@
 #include "operator/local/launcher.h"
 
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <climits>
@@ -12,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/host_port.h"
 #include "common/job_secret_env.h"
 #include "operator/api/render.h"
 #include "operator/api/restart.h"
@@ -19,28 +18,6 @@
 #include "operator/local/progress.h"
 
 namespace kubetrain::local {
-namespace {
-
-// Asks the kernel for a free loopback port. The socket is closed before the task binds it; the
-// window is tiny and a clash shows up as a bind error in the task's log, and a restart.
-absl::StatusOr<int> FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError("socket: cannot create");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  if (port <= 0) return absl::UnavailableError("no free port on 127.0.0.1");
-  return port;
-}
-
-}  // namespace
 
 struct LocalJob::Task {
   api::Task task;
@@ -90,9 +67,9 @@ absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
     if (stop.load()) return absl::OkStatus();
     auto task = std::make_unique<Task>();
     task->task = t;
-    absl::StatusOr<int> port = FreePort();
+    absl::StatusOr<int> port = FreeLoopbackPort();
     if (!port.ok()) return port.status();
-    absl::StatusOr<int> metrics = FreePort();
+    absl::StatusOr<int> metrics = FreeLoopbackPort();
     if (!metrics.ok()) return metrics.status();
     task->port = *port;
     task->metrics_port = *metrics;

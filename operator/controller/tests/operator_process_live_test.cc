@@ -3,9 +3,7 @@
 // whatever it is waiting for.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -16,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "common/host_port.h"
 #include "operator/controller/controller.h"
 #include "operator/kube/config.h"
 #include "operator/kube/tests/localkube_fixture.h"
@@ -43,15 +42,9 @@ std::string KubeconfigField(const std::string& text, const std::string& key) {
 
 // A loopback port nothing listens on.
 int ClosedPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  absl::StatusOr<int> port = FreeLoopbackPort();
+  EXPECT_TRUE(port.ok()) << port.status();
+  return port.value_or(1);
 }
 
 class OperatorProcessTest : public ::testing::Test {
