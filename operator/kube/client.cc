@@ -1,6 +1,7 @@
 #include "operator/kube/client.h"
 
 #include <httplib.h>
+#include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
@@ -93,6 +94,22 @@ X509* Cert(const std::string& pem) {
   X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
   BIO_free(bio);
   return cert;
+}
+
+// The certificates after the first in `pem` (intermediates) are sent with the client
+// certificate, as Go's tls.X509KeyPair does.
+void AddChain(SSL_CTX* ctx, const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (X509* leaf = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    X509_free(leaf);
+    while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+      SSL_CTX_add1_chain_cert(ctx, cert);
+      X509_free(cert);
+    }
+  }
+  BIO_free(bio);
+  // Reading stops at the end of the text with an error left on this thread's queue.
+  ERR_clear_error();
 }
 
 EVP_PKEY* Key(const std::string& pem) {
@@ -218,27 +235,34 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClusterConfig config,
   std::call_once(ignore_sigpipe, [] { signal(SIGPIPE, SIG_IGN); });
   auto client = std::unique_ptr<Client>(new Client(std::move(config), std::move(options)));
   // Fail early on unusable TLS material rather than on the first request.
+  // An exec plugin is not run yet: this connection is made without its certificate.
   ASSIGN_OR_RETURN(auto conn, client->Connect(client->options_.timeout));
-  client->ReturnConnection(std::move(conn));
+  client->ReturnConnection(std::move(conn), 0);
   return client;
 }
 
-absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Client::Connect(absl::Duration read_timeout) {
+absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Client::Connect(
+    absl::Duration read_timeout, const ExecCredentialProvider::Credential* exec_cred) {
   std::unique_ptr<httplib::ClientImpl> conn;
   if (config_.scheme == "https") {
     std::unique_ptr<httplib::SSLClient> ssl;
-    if (!config_.client_cert_pem.empty()) {
-      X509* cert = Cert(config_.client_cert_pem);
-      EVP_PKEY* key = Key(config_.client_key_pem);
+    bool from_exec = exec_cred != nullptr && !exec_cred->client_cert_pem.empty();
+    const std::string& cert_pem = from_exec ? exec_cred->client_cert_pem : config_.client_cert_pem;
+    const std::string& key_pem = from_exec ? exec_cred->client_key_pem : config_.client_key_pem;
+    if (!cert_pem.empty()) {
+      X509* cert = Cert(cert_pem);
+      EVP_PKEY* key = Key(key_pem);
       if (cert == nullptr || key == nullptr) {
         if (cert) X509_free(cert);
         if (key) EVP_PKEY_free(key);
         return absl::InvalidArgumentError(
-            absl::StrCat(config_.source, ": client certificate or key is not valid PEM"));
+            absl::StrCat(config_.source, from_exec ? ": the exec plugin's" : ":",
+                         " client certificate or key is not valid PEM"));
       }
       ssl = std::make_unique<httplib::SSLClient>(config_.host, config_.port, cert, key);
       X509_free(cert);
       EVP_PKEY_free(key);
+      AddChain(ssl->ssl_context(), cert_pem);
     } else {
       ssl = std::make_unique<httplib::SSLClient>(config_.host, config_.port);
     }
@@ -261,8 +285,12 @@ absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Client::Connect(absl::Durat
   return conn;
 }
 
-std::unique_ptr<httplib::ClientImpl> Client::TakeConnection() {
+std::unique_ptr<httplib::ClientImpl> Client::TakeConnection(int64_t cert_generation) {
   std::lock_guard<std::mutex> lock(pool_mu_);
+  // The exec plugin's certificate changed: connections made with the old one are closed, as
+  // client-go closes them on rotation.
+  std::erase_if(pool_,
+                [&](const PooledConnection& p) { return p.cert_generation != cert_generation; });
   // Servers close idle keep-alive connections (often after 30 s); a TLS connection closed that
   // way still looks alive to httplib and fails on first use. Drop connections idle that long.
   absl::Time now = absl::Now();
@@ -273,9 +301,10 @@ std::unique_ptr<httplib::ClientImpl> Client::TakeConnection() {
   return conn;
 }
 
-void Client::ReturnConnection(std::unique_ptr<httplib::ClientImpl> conn) {
+void Client::ReturnConnection(std::unique_ptr<httplib::ClientImpl> conn, int64_t cert_generation) {
+  if (exec_ != nullptr && exec_->cert_generation() != cert_generation) return;
   std::lock_guard<std::mutex> lock(pool_mu_);
-  if (pool_.size() < kPoolSize) pool_.push_back({std::move(conn), absl::Now()});
+  if (pool_.size() < kPoolSize) pool_.push_back({std::move(conn), absl::Now(), cert_generation});
 }
 
 absl::StatusOr<json> Client::Do(Call& call) {
@@ -285,17 +314,22 @@ absl::StatusOr<json> Client::Do(Call& call) {
     if (!SleepUnlessShutDown(limiter_.Reserve())) {
       return absl::CancelledError(what + ": the client is shutting down");
     }
-    // Before taking a connection: an exec plugin may take seconds, or fail.
+    // Before taking a connection: an exec plugin may take seconds, or fail, and its client
+    // certificate decides which connections may be used.
     std::string token;
+    std::optional<ExecCredentialProvider::Credential> cred;
+    int64_t generation = 0;
     if (exec_ != nullptr) {
-      ASSIGN_OR_RETURN(token, exec_->Token(), what, ": getting credentials");
+      ASSIGN_OR_RETURN(cred, exec_->Get(), what, ": getting credentials");
+      token = cred->token;
+      generation = cred->cert_generation;
     } else {
       token = tokens_.Token();
     }
-    std::unique_ptr<httplib::ClientImpl> conn = TakeConnection();
+    std::unique_ptr<httplib::ClientImpl> conn = TakeConnection(generation);
     bool reused = conn != nullptr;
     if (!conn) {
-      ASSIGN_OR_RETURN(conn, Connect(options_.timeout));
+      ASSIGN_OR_RETURN(conn, Connect(options_.timeout, cred ? &*cred : nullptr));
     }
     httplib::Request req;
     req.method = call.method;
@@ -325,7 +359,7 @@ absl::StatusOr<json> Client::Do(Call& call) {
     int code = res->status;
     std::string body = std::move(res->body);
     std::string retry_after = res->get_header_value("Retry-After");
-    ReturnConnection(std::move(conn));
+    ReturnConnection(std::move(conn), generation);
     if (code >= 200 && code < 300) {
       if (call.text) return json(std::move(body));
       if (body.empty()) return json::object();
@@ -337,7 +371,7 @@ absl::StatusOr<json> Client::Do(Call& call) {
     if (code == 401 && exec_ != nullptr && !reauthenticated) {
       // As client-go does: the plugin's credential was rejected (revoked, rotated early), so
       // drop it and try once more with a fresh one.
-      exec_->Invalidate(token);
+      exec_->Invalidate(*cred);
       reauthenticated = true;
       continue;
     }
@@ -534,17 +568,19 @@ absl::Status Client::Watch(const Resource& r, const std::string& ns, const Watch
   if (!SleepUnlessShutDown(limiter_.Reserve())) return absl::OkStatus();
   // Before connecting: an exec plugin may take seconds, or fail.
   std::string token;
+  std::optional<ExecCredentialProvider::Credential> cred;
   if (exec_ != nullptr) {
-    absl::StatusOr<std::string> t = exec_->Token();
+    absl::StatusOr<ExecCredentialProvider::Credential> c = exec_->Get();
     if (shutdown_.load()) return absl::OkStatus();
-    if (!t.ok()) return Annotate(t.status(), what + ": getting credentials");
-    token = *std::move(t);
+    if (!c.ok()) return Annotate(c.status(), what + ": getting credentials");
+    cred = *std::move(c);
+    token = cred->token;
   } else {
     token = tokens_.Token();
   }
   // The server ends the watch after timeoutSeconds; read longer than that, never shorter.
   ASSIGN_OR_RETURN(std::unique_ptr<httplib::ClientImpl> conn,
-                   Connect(absl::Seconds(o.timeout_seconds + 30)));
+                   Connect(absl::Seconds(o.timeout_seconds + 30), cred ? &*cred : nullptr));
   if (cancel != nullptr) {
     cancel->Attach(conn.get());
     if (cancel->cancelled()) {
@@ -600,8 +636,9 @@ absl::Status Client::Watch(const Resource& r, const std::string& ns, const Watch
     return absl::OkStatus();
   }
   if (http == 401 && exec_ != nullptr) {
-    // The caller re-watches; let that run the plugin again rather than resend a rejected token.
-    exec_->Invalidate(token);
+    // The caller re-watches; let that run the plugin again rather than resend a rejected
+    // credential.
+    exec_->Invalidate(*cred);
   }
   if (http != 0 && http != 200) return StatusFromResponse(http, error_body, what);
   if (!res) {

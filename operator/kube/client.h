@@ -181,9 +181,15 @@ class Client {
   // Sleeps up to `d`; false when Shutdown cut it short.
   bool SleepUnlessShutDown(absl::Duration d);
   void TrackInFlight(httplib::ClientImpl* conn, bool add);
-  absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Connect(absl::Duration read_timeout);
-  std::unique_ptr<httplib::ClientImpl> TakeConnection();
-  void ReturnConnection(std::unique_ptr<httplib::ClientImpl> conn);
+  // A connection with the kubeconfig's client certificate, or with the one in `exec_cred` (the
+  // exec plugin's current credential) when that has one.
+  absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Connect(
+      absl::Duration read_timeout, const ExecCredentialProvider::Credential* exec_cred = nullptr);
+  // A pooled connection made with the exec plugin's certificate generation `cert_generation`
+  // (0 without a plugin certificate); connections of other generations are dropped.
+  std::unique_ptr<httplib::ClientImpl> TakeConnection(int64_t cert_generation);
+  // Pools `conn`, made with `cert_generation`, unless the plugin's certificate changed since.
+  void ReturnConnection(std::unique_ptr<httplib::ClientImpl> conn, int64_t cert_generation);
   std::string ObjectPath(const Resource& r, const std::string& ns, const std::string& name) const;
 
   ClusterConfig config_;
@@ -195,6 +201,8 @@ class Client {
   struct PooledConnection {
     std::unique_ptr<httplib::ClientImpl> conn;
     absl::Time last_used;
+    int64_t
+        cert_generation;  // ExecCredentialProvider::Credential::cert_generation it was made with
   };
   std::mutex pool_mu_;
   std::vector<PooledConnection> pool_;           // most recently used last

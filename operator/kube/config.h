@@ -17,7 +17,8 @@ namespace kubetrain::kube {
 inline constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 // A kubeconfig user's credential plugin (users[].user.exec), as kubectl runs it: a command that
-// prints a client.authentication.k8s.io ExecCredential with a bearer token (exec_credential.h).
+// prints a client.authentication.k8s.io ExecCredential with a bearer token, a client
+// certificate, or both (exec_credential.h).
 struct ExecConfig {
   std::string api_version;  // client.authentication.k8s.io/v1 or /v1beta1
   // An absolute path when the kubeconfig named one with a '/' (relative ones resolve against the

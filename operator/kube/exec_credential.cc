@@ -13,15 +13,20 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/status.h"
 
 extern char** environ;
 
@@ -221,6 +226,53 @@ absl::StatusOr<std::unique_ptr<PluginProcess>> Spawn(const ExecConfig& exec,
   return std::make_unique<PluginProcess>(pid, out[0], err[0]);
 }
 
+// The first OpenSSL error of this thread, as text; clears the thread's error queue, which the
+// next TLS call on this thread would otherwise misread.
+std::string OpenSslError() {
+  unsigned long code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0) return "no PEM block found";
+  char buf[256];
+  ERR_error_string_n(code, buf, sizeof(buf));
+  return buf;
+}
+
+// The plugin's PEM: the first certificate and the key parse, the key is the certificate's.
+absl::Status CheckKeyPair(const std::string& who, const std::string& cert_pem,
+                          const std::string& key_pem) {
+  ERR_clear_error();
+  std::unique_ptr<BIO, decltype(&BIO_free)> cert_bio(
+      BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())), &BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr), &X509_free);
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": status.clientCertificateData is not a PEM certificate (", OpenSslError(), ")"));
+  }
+  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(
+      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())), &BIO_free);
+  // No passphrase callback: an encrypted key fails here rather than prompting.
+  pem_password_cb* no_prompt = [](char*, int, int, void*) { return 0; };
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, no_prompt, nullptr), &EVP_PKEY_free);
+  if (key == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": status.clientKeyData is not an unencrypted PEM private key (",
+                     OpenSslError(), ")"));
+  }
+  if (X509_check_private_key(cert.get(), key.get()) != 1) {
+    ERR_clear_error();
+    char subject[256] = "";
+    X509_NAME_oneline(X509_get_subject_name(cert.get()), subject, sizeof(subject));
+    return absl::InvalidArgumentError(
+        absl::StrCat(who,
+                     ": status.clientKeyData is not the private key of the certificate in "
+                     "status.clientCertificateData (subject ",
+                     subject, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ExecCredential> Decode(const ExecConfig& exec, const std::string& out) {
   std::string who = Describe(exec);
   json doc = json::parse(out, nullptr, false);
@@ -247,15 +299,21 @@ absl::StatusOr<ExecCredential> Decode(const ExecConfig& exec, const std::string&
   };
   ExecCredential cred;
   cred.token = text("token");
-  if (cred.token.empty()) {
-    if (!text("clientCertificateData").empty() || !text("clientKeyData").empty()) {
-      return absl::UnimplementedError(absl::StrCat(
-          who,
-          ": returned a client certificate, but kubetrain uses only tokens from exec plugins; "
-          "configure the plugin to return status.token"));
-    }
+  cred.client_cert_pem = text("clientCertificateData");
+  cred.client_key_pem = text("clientKeyData");
+  if (cred.token.empty() && cred.client_cert_pem.empty() && cred.client_key_pem.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": returned neither a token nor a client certificate"));
+  }
+  if (cred.client_cert_pem.empty() != cred.client_key_pem.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": returned ",
+        cred.client_cert_pem.empty() ? "status.clientKeyData without status.clientCertificateData"
+                                     : "status.clientCertificateData without status.clientKeyData",
+        "; a client certificate needs both"));
+  }
+  if (!cred.client_cert_pem.empty()) {
+    RETURN_IF_ERROR(CheckKeyPair(who, cred.client_cert_pem, cred.client_key_pem));
   }
   std::string expiry = text("expirationTimestamp");
   if (!expiry.empty()) {
@@ -357,11 +415,11 @@ bool ExecCredentialProvider::Cancelled() const {
   return options_.cancelled != nullptr && options_.cancelled->load();
 }
 
-absl::StatusOr<std::string> ExecCredentialProvider::Token() {
+absl::StatusOr<ExecCredentialProvider::Credential> ExecCredentialProvider::Get() {
   std::unique_lock<std::mutex> lock(mu_);
   bool waited = false;
   for (;;) {
-    if (!token_.empty() && absl::Now() < refresh_at_) return token_;
+    if (cached_ && absl::Now() < refresh_at_) return credential_;
     // The run this caller waited for failed: its error is the answer, not a second run.
     if (waited && !last_error_.ok()) return last_error_;
     if (Cancelled()) {
@@ -388,7 +446,16 @@ absl::StatusOr<std::string> ExecCredentialProvider::Token() {
     return last_error_;
   }
   last_error_ = absl::OkStatus();
-  token_ = cred->token;
+  // As client-go does, only a changed pair retires connections: a refreshed token alone does not.
+  if (cred->client_cert_pem != credential_.client_cert_pem ||
+      cred->client_key_pem != credential_.client_key_pem) {
+    ++credential_.cert_generation;
+    credential_.client_cert_pem = std::move(cred->client_cert_pem);
+    credential_.client_key_pem = std::move(cred->client_key_pem);
+  }
+  credential_.token = std::move(cred->token);
+  ++credential_.serial;
+  cached_ = true;
   if (cred->expiry == absl::InfiniteFuture()) {
     refresh_at_ = absl::InfiniteFuture();
   } else {
@@ -396,16 +463,27 @@ absl::StatusOr<std::string> ExecCredentialProvider::Token() {
         std::clamp((cred->expiry - now) / 10, absl::ZeroDuration(), kMaxRefreshMargin);
     refresh_at_ = cred->expiry - margin;
   }
-  // A token that is already expired is still tried once, as client-go does.
-  return token_;
+  // A credential that is already expired is still tried once, as client-go does.
+  return credential_;
 }
 
-void ExecCredentialProvider::Invalidate(const std::string& rejected) {
+absl::StatusOr<std::string> ExecCredentialProvider::Token() {
+  absl::StatusOr<Credential> cred = Get();
+  if (!cred.ok()) return cred.status();
+  return std::move(cred->token);
+}
+
+void ExecCredentialProvider::Invalidate(const Credential& rejected) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!token_.empty() && token_ == rejected) {
-    token_.clear();
+  if (cached_ && credential_.serial == rejected.serial) {
+    cached_ = false;
     refresh_at_ = absl::InfinitePast();
   }
+}
+
+int64_t ExecCredentialProvider::cert_generation() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return credential_.cert_generation;
 }
 
 int64_t ExecCredentialProvider::runs() const {
