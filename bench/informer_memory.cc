@@ -2,30 +2,30 @@
 // caching whole objects and caching them through kube::StripForCache, and at the peak of a
 // relist (docs/architecture.md §9).
 //
-//   build/bin/informer_memory [--jobs=5000] [--page-size=500] [--managed-fields]
-//                             [--client-threads=8] [--timeout=10m] [--json]
+//   build/bin/informer_memory [--jobs=5000] [--page-size=500] [--client-threads=8]
+//                             [--timeout=10m] [--json]
 //
 // Phases, all in one run:
-//   1. localkube (plain HTTP on loopback) and the TrainingJob CRD.
+//   1. localkube (plain HTTP on loopback, compacting its history every 200 ms) and the
+//      TrainingJob CRD.
 //   2. N TrainingJobs made from deploy/examples/*.yaml in turn (renamed), each carrying kubectl's
 //      last-applied-configuration annotation (the manifest as JSON, as `kubectl apply` writes
-//      it), then given a finished status through /status: Created, Running, Succeeded
-//      conditions, replica counts, times and the final progress.
-//   3. A loopback proxy in this process passes the informers' requests on to localkube. With
-//      --managed-fields (the default) it adds to every listed object the managedFields block a
-//      real API server would hold for it (kubectl's and the operator's entries); localkube keeps
-//      none. A GET of /informer-memory/expire-watches ends the watches in progress and answers
-//      the next watch with 410 Expired, which makes the informer relist.
-//   4. For each case this program runs itself again as a fresh process (so each RSS is its own):
+//      it), created with field manager kubectl-client-side-apply, then given a finished status
+//      through /status by field manager kubetrain-operator: Created, Running, Succeeded
+//      conditions, replica counts, times and the final progress. localkube records the
+//      managedFields a real API server would hold (one entry per manager).
+//   3. For each case this program runs itself again as a fresh process (so each RSS is its own):
 //      it makes a kube::Client, reads its RSS, starts one TrainingJob informer, waits for the
 //      sync, reads VmHWM (peak) and VmRSS (also after malloc_trim, which hands freed pages back:
 //      what stays is what the cache holds), resets the peak (/proc/self/clear_refs), forces a
-//      relist and reads the peak again. Cases: whole objects, stripped, and stripped with the
+//      relist and reads the peak again. The relist is forced as a real API server would force
+//      it: a write the informer does not watch (a ConfigMap) and a compaction after it leave
+//      the informer's resourceVersion out of the history, so its next watch (they last 1-2 s
+//      here) is answered 410 Expired. Cases: whole objects, stripped, and stripped with the
 //      whole list in one answer (--page-size=0, how the informer read it before paging).
 //
 // The ratio reported is stripped / unstripped, for the RSS the informer adds and for the cache's
 // JSON size. Nothing is asserted: the CTest smoke run only checks that the report is printed.
-#include <httplib.h>
 #include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
@@ -39,7 +39,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -48,6 +47,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -69,19 +69,18 @@ using kube::Resource;
 using nlohmann::json;
 
 constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
-constexpr char kExpirePath[] = "/informer-memory/expire-watches";
+const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
 
 struct Options {
   int jobs = 5000;
   int64_t page_size = 500;
-  bool managed_fields = true;
   int client_threads = 8;
   absl::Duration timeout = absl::Minutes(10);
   bool json = false;
   std::string localkube;
   // Set when this program runs itself as one measurement.
   std::string measure;  // "unstripped" or "stripped"
-  std::string server;   // the proxy's URL
+  std::string server;   // localkube's URL
 };
 
 absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
@@ -93,8 +92,6 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("jobs", &o.jobs, "finished TrainingJobs to create").Range(1, 100000);
   f.Add("page-size", &o.page_size, "objects per LIST page (0: the whole list in one answer)")
       .AtLeast(0);
-  f.Add("managed-fields", &o.managed_fields,
-        "add the managedFields a real API server keeps to every listed object");
   f.Add("client-threads", &o.client_threads, "threads creating the jobs").Range(1, 64);
   f.Add("timeout", &o.timeout, "give up after this long in all");
   f.Add("json", &o.json, "print the report as JSON instead of a table");
@@ -154,6 +151,33 @@ bool WaitFor(Pred pred, absl::Duration timeout) {
   return true;
 }
 
+// Writes a ConfigMap (no TrainingJob informer sees it) and waits until localkube has compacted
+// its history past that write: a watch from just before it is refused 410 Expired. Every
+// resourceVersion older than the write is then too old to watch from.
+absl::Status WriteAndWaitForCompaction(kube::Client& client, absl::Duration timeout) {
+  json cm = {{"apiVersion", "v1"},
+             {"kind", "ConfigMap"},
+             {"metadata", {{"generateName", "informer-memory-"}, {"namespace", "kube-system"}}}};
+  ASSIGN_OR_RETURN(json written, client.Create(kConfigMaps, "kube-system", cm));
+  int64_t rv = 0;
+  if (!absl::SimpleAtoi(written["metadata"].value("resourceVersion", ""), &rv) || rv < 2) {
+    return absl::InternalError("the ConfigMap written has no resourceVersion");
+  }
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    kube::WatchOptions w;
+    w.resource_version = absl::StrCat(rv - 1);
+    w.timeout_seconds = 5;
+    // Not compacted yet: the ConfigMap's own event comes at once and ends the watch.
+    absl::Status watched =
+        client.Watch(kConfigMaps, "kube-system", w, [](const kube::WatchEvent&) { return false; });
+    if (absl::IsOutOfRange(watched)) return absl::OkStatus();
+    RETURN_IF_ERROR(watched, "watching for the compaction");
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError("localkube did not compact its history");
+}
+
 absl::StatusOr<json> Measure(const Options& o) {
   kube::ClusterConfig config;
   RETURN_IF_ERROR(kube::ParseServerUrl(o.server, &config));
@@ -183,12 +207,23 @@ absl::StatusOr<json> Measure(const Options& o) {
   malloc_trim(0);
   r["synced_trimmed_kb"] = ProcStatusKb("VmRSS");
   r["peak_reset"] = ResetPeak();
-  start = absl::Now();
-  RETURN_IF_ERROR(client->GetPath(kExpirePath).status(), "asking the proxy for a 410");
-  if (!WaitFor([&] { return jobs.relists() >= 2; }, o.timeout)) {
-    return absl::DeadlineExceededError("no relist after the watch was answered 410");
+  RETURN_IF_ERROR(WriteAndWaitForCompaction(*client, o.timeout));
+  // The relist starts when the informer's next watch is answered 410.
+  absl::Time refused = absl::InfiniteFuture();
+  if (!WaitFor(
+          [&] {
+            if (refused == absl::InfiniteFuture() && absl::IsOutOfRange(jobs.last_error())) {
+              refused = absl::Now();
+            }
+            return jobs.relists() >= 2;
+          },
+          o.timeout)) {
+    return absl::DeadlineExceededError("no relist after the compaction");
   }
-  r["relist_seconds"] = absl::ToDoubleSeconds(absl::Now() - start);
+  if (refused == absl::InfiniteFuture()) {
+    return absl::InternalError("the relist came without a 410 the informer reported");
+  }
+  r["relist_seconds"] = absl::ToDoubleSeconds(absl::Now() - refused);
   r["relist_peak_kb"] = ProcStatusKb("VmHWM");
   r["relisted_kb"] = ProcStatusKb("VmRSS");
   jobs.Stop();
@@ -207,158 +242,6 @@ absl::StatusOr<json> Measure(const Options& o) {
   r["with_last_applied"] = last_applied;
   return r;
 }
-
-// ---- The proxy ----
-
-json FieldsOf(const json& v) {
-  json fields = json::object();
-  if (v.is_object()) {
-    for (const auto& [key, value] : v.items()) fields["f:" + key] = FieldsOf(value);
-  }
-  return fields;
-}
-
-// The managedFields a real API server holds for an object applied with `kubectl apply` (client
-// side) whose status the operator then wrote: one FieldsV1 entry per manager.
-json ManagedFields(const json& obj) {
-  json applied = {
-      {"f:metadata",
-       {{"f:annotations",
-         {{".", json::object()}, {"f:" + std::string(kLastApplied), json::object()}}}}}};
-  for (const auto& [key, value] : obj.items()) {
-    if (key != "metadata" && key != "status" && key != "kind" && key != "apiVersion") {
-      applied["f:" + key] = FieldsOf(value);
-    }
-  }
-  const json& meta = obj["metadata"];
-  std::string created = meta.value("creationTimestamp", "2026-01-01T00:00:00Z");
-  json entries = json::array({{{"manager", "kubectl-client-side-apply"},
-                               {"operation", "Update"},
-                               {"apiVersion", obj.value("apiVersion", "")},
-                               {"time", created},
-                               {"fieldsType", "FieldsV1"},
-                               {"fieldsV1", applied}}});
-  if (obj.contains("status")) {
-    entries.push_back({{"manager", "kubetrain-operator"},
-                       {"operation", "Update"},
-                       {"apiVersion", obj.value("apiVersion", "")},
-                       {"time", obj["status"].value("lastReconcileTime", created)},
-                       {"fieldsType", "FieldsV1"},
-                       {"fieldsV1", {{"f:status", FieldsOf(obj["status"])}}},
-                       {"subresource", "status"}});
-  }
-  return entries;
-}
-
-// Passes GETs on to localkube: lists with managedFields added, watches as they stream, except
-// that kExpirePath ends the watches in progress and has the next one answered 410 Expired.
-class Proxy {
- public:
-  Proxy(std::string host, int port, bool managed_fields)
-      : host_(std::move(host)), port_(port), managed_fields_(managed_fields) {
-    server_.Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
-      if (req.path == kExpirePath) {
-        expire_next_watch_ = true;
-        CutWatches();
-        res.set_content("{}", "application/json");
-      } else if (req.get_param_value("watch") == "true") {
-        Watch(req, res);
-      } else {
-        List(req, res);
-      }
-    });
-    port_out_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~Proxy() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    CutWatches();
-    server_.stop();
-    thread_.join();
-  }
-  int port() const { return port_out_; }
-
- private:
-  void List(const httplib::Request& req, httplib::Response& res) {
-    httplib::Client up(host_, port_);
-    up.set_read_timeout(300, 0);
-    httplib::Result r = up.Get(req.target.c_str());
-    if (!r) {
-      res.status = 502;
-      return;
-    }
-    res.status = r->status;
-    if (!managed_fields_ || r->status != 200) {
-      res.set_content(r->body, "application/json");
-      return;
-    }
-    json body = json::parse(r->body, nullptr, false);
-    if (body.is_object() && body.contains("items") && body["items"].is_array()) {
-      for (json& item : body["items"]) {
-        if (item.is_object() && item.contains("metadata")) {
-          item["metadata"]["managedFields"] = ManagedFields(item);
-        }
-      }
-    }
-    res.set_content(body.is_discarded() ? r->body : body.dump(), "application/json");
-  }
-
-  void Watch(const httplib::Request& req, httplib::Response& res) {
-    std::string target = req.target;
-    res.set_chunked_content_provider(
-        "application/json", [this, target](size_t, httplib::DataSink& sink) {
-          if (expire_next_watch_.exchange(false)) {
-            json status = {{"kind", "Status"},
-                           {"apiVersion", "v1"},
-                           {"status", "Failure"},
-                           {"reason", "Expired"},
-                           {"message", "too old resource version"},
-                           {"code", 410}};
-            std::string line = json{{"type", "ERROR"}, {"object", status}}.dump() + "\n";
-            sink.write(line.data(), line.size());
-            sink.done();
-            return true;
-          }
-          httplib::Client up(host_, port_);
-          up.set_read_timeout(300, 0);
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (stopping_) {
-              sink.done();
-              return true;
-            }
-            watches_.insert(&up);
-          }
-          up.Get(target.c_str(), httplib::Headers{},
-                 [&](const char* data, size_t len) { return sink.write(data, len); });
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            watches_.erase(&up);
-          }
-          sink.done();
-          return true;
-        });
-  }
-
-  void CutWatches() {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (httplib::Client* c : watches_) c->stop();
-  }
-
-  const std::string host_;
-  const int port_;
-  const bool managed_fields_;
-  httplib::Server server_;
-  int port_out_ = 0;
-  std::thread thread_;
-  std::atomic<bool> expire_next_watch_{false};
-  std::mutex mu_;
-  bool stopping_ = false;  // guarded by mu_
-  std::set<httplib::Client*> watches_;
-};
 
 // ---- The jobs ----
 
@@ -424,8 +307,9 @@ absl::StatusOr<std::vector<json>> LoadExamples() {
   return out;
 }
 
-// Creates jobs [begin, end) and writes each one's finished status.
-absl::Status CreateJobs(kube::Client& client, const std::vector<json>& examples, int begin, int end,
+// Creates jobs [begin, end) with `kubectl` and writes each one's finished status with `operator_`.
+absl::Status CreateJobs(kube::Client& kubectl, kube::Client& operator_,
+                        const std::vector<json>& examples, int begin, int end,
                         absl::Time deadline) {
   for (int i = begin; i < end; ++i) {
     if (absl::Now() > deadline) return absl::DeadlineExceededError("creating the jobs");
@@ -435,10 +319,10 @@ absl::Status CreateJobs(kube::Client& client, const std::vector<json>& examples,
     job["metadata"]["namespace"] = "default";
     // What `kubectl apply` stores: the manifest it applied, as compact JSON.
     job["metadata"]["annotations"][kLastApplied] = job.dump();
-    ASSIGN_OR_RETURN(json created, client.Create(Resource::TrainingJobs(), "default", job),
+    ASSIGN_OR_RETURN(json created, kubectl.Create(Resource::TrainingJobs(), "default", job),
                      "creating job ", i);
     created["status"] = FinishedStatus(created, absl::Now());
-    RETURN_IF_ERROR(client.UpdateStatus(Resource::TrainingJobs(), "default", created).status(),
+    RETURN_IF_ERROR(operator_.UpdateStatus(Resource::TrainingJobs(), "default", created).status(),
                     "writing the status of job ", i);
   }
   return absl::OkStatus();
@@ -472,6 +356,7 @@ absl::Status StartLocalkube(const Options& o, Localkube* lk, kube::ClusterConfig
             "--port=0",
             "--insecure-http",
             "--log-level=warn",
+            "--compact-every=200ms",
             "--kubeconfig-out=" + lk->dir + "/kubeconfig",
             "--address-file=" + lk->dir + "/address"};
   p.env = {{"PATH", "/usr/bin:/bin"}, {"TMPDIR", lk->dir}};
@@ -562,6 +447,9 @@ absl::StatusOr<Report> Run(const Options& o) {
   kube::ClusterConfig config;
   RETURN_IF_ERROR(StartLocalkube(o, &lk, &config));
   ASSIGN_OR_RETURN(std::unique_ptr<kube::Client> client, kube::Client::Create(config, {.qps = 0}));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<kube::Client> kubectl,
+      kube::Client::Create(config, {.qps = 0, .field_manager = "kubectl-client-side-apply"}));
   RETURN_IF_ERROR(InstallCrd(*client));
   ASSIGN_OR_RETURN(std::vector<json> examples, LoadExamples());
   report.examples = static_cast<int>(examples.size());
@@ -571,16 +459,15 @@ absl::StatusOr<Report> Run(const Options& o) {
   for (int t = 0; t < o.client_threads; ++t) {
     int begin = static_cast<int>(int64_t{o.jobs} * t / o.client_threads);
     int end = static_cast<int>(int64_t{o.jobs} * (t + 1) / o.client_threads);
-    threads.emplace_back(
-        [&, t, begin, end] { results[t] = CreateJobs(*client, examples, begin, end, deadline); });
+    threads.emplace_back([&, t, begin, end] {
+      results[t] = CreateJobs(*kubectl, *client, examples, begin, end, deadline);
+    });
   }
   for (auto& t : threads) t.join();
   for (const absl::Status& s : results) RETURN_IF_ERROR(s);
   report.create_seconds = absl::ToDoubleSeconds(absl::Now() - start);
 
-  Proxy proxy(config.host, config.port, o.managed_fields);
-  if (proxy.port() <= 0) return absl::InternalError("the proxy could not bind 127.0.0.1");
-  std::string server = absl::StrCat("http://127.0.0.1:", proxy.port());
+  std::string server = absl::StrCat("http://", config.host, ":", config.port);
   ASSIGN_OR_RETURN(report.unstripped, RunCase(o, "unstripped", o.page_size, server, deadline));
   ASSIGN_OR_RETURN(report.stripped, RunCase(o, "stripped", o.page_size, server, deadline));
   ASSIGN_OR_RETURN(report.one_page, RunCase(o, "stripped", 0, server, deadline));
@@ -607,7 +494,6 @@ json ToJson(const Report& r) {
   return {{"jobs", r.opt.jobs},
           {"examples", r.examples},
           {"page_size", r.opt.page_size},
-          {"managed_fields", r.opt.managed_fields},
           {"create_seconds", r.create_seconds},
           {"unstripped", r.unstripped},
           {"stripped", r.stripped},
@@ -619,9 +505,9 @@ json ToJson(const Report& r) {
 void PrintTable(const Report& r) {
   std::printf(
       "informer_memory: %d finished TrainingJobs (deploy/examples/*.yaml in turn, %d files), with "
-      "kubectl's last-applied-configuration%s; created in %.1f s\n\n",
-      r.opt.jobs, r.examples, r.opt.managed_fields ? " and managedFields (added by the proxy)" : "",
-      r.create_seconds);
+      "kubectl's last-applied-configuration and the managedFields localkube records; created in "
+      "%.1f s\n\n",
+      r.opt.jobs, r.examples, r.create_seconds);
   std::string one_page_head = "stripped, 1 page";
   std::printf("%-44s %12s %12s %12s %18s\n", "", "unstripped", "stripped", "ratio",
               one_page_head.c_str());
@@ -658,8 +544,8 @@ void PrintTable(const Report& r) {
       Mib(o, "relisted_kb"), true);
   row("first sync (s)", u.value("sync_seconds", 0.0), s.value("sync_seconds", 0.0),
       o.value("sync_seconds", 0.0), false, 2);
-  row("relist after the 410 (s)", u.value("relist_seconds", 0.0), s.value("relist_seconds", 0.0),
-      o.value("relist_seconds", 0.0), false, 2);
+  row("relist after the watch's 410 (s)", u.value("relist_seconds", 0.0),
+      s.value("relist_seconds", 0.0), o.value("relist_seconds", 0.0), false, 2);
   std::printf("\nstripped/unstripped: informer RSS %.2f, cached JSON %.2f\n",
               InformerMib(s) / std::max(1e-9, InformerMib(u)),
               s.value("cache_json_bytes", 0.0) / std::max(1.0, u.value("cache_json_bytes", 0.0)));

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "e2e/localkube/decode.h"
 #include "e2e/localkube/errors.h"
+#include "e2e/localkube/managed_fields.h"
 #include "e2e/localkube/patch.h"
 #include "e2e/localkube/pod_security.h"
 #include "e2e/localkube/pod_validation.h"
@@ -108,11 +109,69 @@ absl::Status PatchedTypesOk(const ResourceType& type, json* patched) {
         absl::StrCat("Invalid value: \"", patched->dump(), "\": ", st.message()), "patch"}});
 }
 
+// A list's continue token, as the apiserver's storage encodes it: unpadded base64url of
+// {"v":"meta.k8s.io/v1","rv":<revision of the first page>,"start":<next key>}, the key relative
+// to the list's prefix. rv -1 asks for the rest at the latest revision.
+struct ContinueToken {
+  int64_t revision = 0;
+  std::string start;
+};
+
+std::string EncodeContinue(const std::string& start, int64_t revision) {
+  nlohmann::ordered_json token = {{"v", "meta.k8s.io/v1"}, {"rv", revision}, {"start", start}};
+  std::string encoded = absl::WebSafeBase64Escape(token.dump());
+  while (!encoded.empty() && encoded.back() == '=') encoded.pop_back();
+  return encoded;
+}
+
+// path.Clean leaves "/" + start unchanged: no empty, "." or ".." element, no trailing slash.
+bool CleanPath(const std::string& start) {
+  std::vector<absl::string_view> parts = absl::StrSplit(start, '/');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i] == "." || parts[i] == "..") return false;
+    if (parts[i].empty() && !(i == 0 && start.empty())) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<ContinueToken> DecodeContinue(const std::string& value) {
+  auto invalid = [](absl::string_view why) {
+    return BadRequestError(absl::StrCat("invalid continue token: continue key is not valid", why));
+  };
+  std::string raw;
+  for (size_t i = 0; i < value.size(); ++i) {
+    char c = value[i];
+    if (!(absl::ascii_isalnum(c) || c == '-' || c == '_')) {
+      return invalid(absl::StrCat(": illegal base64 data at input byte ", i));
+    }
+  }
+  if (value.size() % 4 == 1 || !absl::WebSafeBase64Unescape(value, &raw)) {
+    return invalid(absl::StrCat(": illegal base64 data at input byte ", value.size() - 1));
+  }
+  json token = json::parse(raw, nullptr, false);
+  if (!token.is_object()) {
+    return invalid(": invalid character looking for beginning of value");
+  }
+  if (token.value("v", json()) != "meta.k8s.io/v1") {
+    std::string version = token.contains("v") && token["v"].is_string() ? token["v"] : "";
+    return invalid(absl::StrCat(": server does not recognize this encoded version ", version));
+  }
+  ContinueToken out;
+  if (token.contains("rv") && token["rv"].is_number_integer()) out.revision = token["rv"];
+  if (out.revision == 0) {
+    return invalid(": incorrect encoded start resourceVersion (version meta.k8s.io/v1)");
+  }
+  if (token.contains("start") && token["start"].is_string()) out.start = token["start"];
+  if (out.start.empty()) return invalid(": encoded start key empty (version meta.k8s.io/v1)");
+  std::string start = absl::StartsWith(out.start, "/") ? out.start.substr(1) : out.start;
+  if (!CleanPath(start)) return invalid(absl::StrCat(": ", out.start));
+  out.start = start;
+  return out;
+}
+
 }  // namespace
 
-std::string NowTimestamp() {
-  return KubeTime(absl::Now());
-}
+std::string NowTimestamp() { return KubeTime(absl::Now()); }
 
 Api::Api(Registry* registry, Store* store) : registry_(registry), store_(store) {
   for (const char* ns : {"default", "kube-system", "kube-public", "kube-node-lease"}) {
@@ -126,6 +185,19 @@ ResourceTypePtr Api::TypeOfStored(const json& object) const {
   return registry_->FindByKind(object.value("apiVersion", ""), object.value("kind", ""));
 }
 
+void Api::RecordFields(const Target& target, const json* live, json* object,
+                       const WriteOptions& options) const {
+  FieldWrite write;
+  write.manager = ManagerName(options.field_manager, options.user_agent);
+  write.operation = options.applied != nullptr ? "Apply" : "Update";
+  write.subresource =
+      options.fields_subresource.empty() ? target.subresource : options.fields_subresource;
+  write.api_version = target.type->GroupVersion();
+  write.applied = options.applied;
+  write.time = NowTimestamp();
+  RecordManagedFields(*target.type, live, object, write);
+}
+
 absl::StatusOr<json> Api::Get(const Target& target) const {
   const ResourceType& type = *target.type;
   auto object = store_->Get(type.StorageKey(), target.ns, target.name);
@@ -137,35 +209,59 @@ absl::StatusOr<json> Api::Get(const Target& target) const {
 
 absl::StatusOr<json> Api::List(const Target& target, const ListOptions& options) const {
   const ResourceType& type = *target.type;
-  int64_t revision = 0;
-  std::vector<json> objects = store_->List(type.StorageKey(), target.ns, &revision);
-  std::string after;
+  // Keys are "namespace/name" in the store; a token holds the next key relative to the list's
+  // prefix (the namespace's, or the resource's for cluster-scoped and all-namespace lists).
+  const std::string prefix = !target.ns.empty() ? target.ns + "/" : type.namespaced ? "" : "/";
+  std::string from;
+  int64_t at = 0;
   if (!options.continue_token.empty()) {
-    if (!absl::WebSafeBase64Unescape(options.continue_token, &after)) {
-      return BadRequestError("continue key is not valid");
+    ASSIGN_OR_RETURN(ContinueToken token, DecodeContinue(options.continue_token));
+    if (options.resource_version != 0) {
+      return BadRequestError("specifying resource version is not allowed when using continue");
     }
+    from = prefix + token.start;
+    at = token.revision > 0 ? token.revision : 0;
   }
   json items = json::array();
   std::string last_key;
   bool more = false;
-  for (json& o : objects) {
-    std::string key = NamespaceOf(o) + "/" + NameOf(o);
-    if (!after.empty() && key <= after) continue;
-    if (!options.labels.Matches(Meta(o).value("labels", json()))) continue;
-    if (!options.fields.Matches(o)) continue;
-    if (options.limit > 0 && static_cast<int64_t>(items.size()) >= options.limit) {
-      more = true;
-      break;
-    }
-    o["apiVersion"] = type.GroupVersion();
-    items.push_back(std::move(o));
-    last_key = key;
+  int64_t remaining = 0;
+  const bool count_remaining = options.labels.empty() && options.fields.empty();
+  int64_t revision = 0;
+  absl::Status scanned = store_->Scan(
+      type.StorageKey(), target.ns, from, at,
+      [&](const json& o) {
+        if (!options.labels.Matches(Meta(o).value("labels", json()))) return true;
+        if (!options.fields.Matches(o)) return true;
+        if (options.limit > 0 && static_cast<int64_t>(items.size()) >= options.limit) {
+          more = true;
+          ++remaining;
+          return count_remaining;
+        }
+        json item = o;
+        item["apiVersion"] = type.GroupVersion();
+        items.push_back(std::move(item));
+        last_key = NamespaceOf(o) + "/" + NameOf(o);
+        return true;
+      },
+      &revision);
+  if (absl::IsOutOfRange(scanned)) {
+    return ExpiredContinueError(EncodeContinue(from.substr(prefix.size()), -1));
   }
+  if (absl::IsInvalidArgument(scanned)) {
+    return TooLargeResourceVersionError(at, store_->Revision());
+  }
+  RETURN_IF_ERROR(scanned);
   json list = {{"kind", type.list_kind},
                {"apiVersion", type.GroupVersion()},
                {"metadata", {{"resourceVersion", std::to_string(revision)}}},
                {"items", std::move(items)}};
-  if (more) list["metadata"]["continue"] = absl::WebSafeBase64Escape(last_key);
+  if (more) {
+    // Every page is read at the first page's revision: the token carries it.
+    list["metadata"]["continue"] =
+        EncodeContinue(last_key.substr(prefix.size()) + std::string(1, '\0'), revision);
+    if (count_remaining) list["metadata"]["remainingItemCount"] = remaining;
+  }
   return list;
 }
 
@@ -320,6 +416,7 @@ absl::StatusOr<json> Api::CreateLocked(const Target& target, json body,
     return err;
   }
   if (options.dry_run) return body;
+  RecordFields(target, nullptr, &body, options);
   json stored = store_->Put(type.StorageKey(), std::move(body));
   if (type.kind == "CustomResourceDefinition") RETURN_IF_ERROR(registry_->RegisterCrd(stored));
   return stored;
@@ -341,8 +438,10 @@ absl::StatusOr<json> Api::Update(const Target& target, json body, const WriteOpt
   if (!body.is_object()) return BadRequestError("the body of the request must be an object");
   if (target.subresource == "scale") {
     ASSIGN_OR_RETURN(json updated, ApplyScale(type, *old, body));
+    WriteOptions scale_options = options;
+    scale_options.fields_subresource = "scale";
     ASSIGN_OR_RETURN(json stored, UpdateLocked(Target{target.type, target.ns, target.name, ""},
-                                               std::move(updated), *old, options));
+                                               std::move(updated), *old, scale_options));
     return ScaleOf(type, stored);
   }
   std::string rv = Meta(body).value("resourceVersion", "");
@@ -391,7 +490,11 @@ absl::StatusOr<json> Api::UpdateLocked(const Target& target, json body, const js
     }
     m["name"] = target.name;
     if (type.namespaced) m["namespace"] = target.ns;
-    m.erase("managedFields");
+    if (Meta(old).contains("managedFields")) {
+      m["managedFields"] = Meta(old)["managedFields"];
+    } else {
+      m.erase("managedFields");
+    }
     if (type.status_subresource) {
       if (old.contains("status")) {
         updated["status"] = old["status"];
@@ -427,6 +530,7 @@ absl::StatusOr<json> Api::UpdateLocked(const Target& target, json body, const js
   }
   updated["metadata"]["resourceVersion"] = Meta(old).value("resourceVersion", "");
   if (options.dry_run) return updated;
+  RecordFields(target, &old, &updated, options);
   json old_cmp = old;
   old_cmp["apiVersion"] = type.GroupVersion();
   if (updated == old_cmp) return old_cmp;  // no-op writes keep the resourceVersion
@@ -492,8 +596,13 @@ absl::StatusOr<json> Api::Patch(const Target& target, absl::string_view content_
     if (!apply || !target.subresource.empty()) return NotFoundError(type.Qualified(), target.name);
     *created = true;
     RETURN_IF_ERROR(PatchedTypesOk(type, &patch));
-    return CreateLocked(target, std::move(patch), options);
+    const json applied = patch;
+    WriteOptions apply_options = options;
+    apply_options.applied = &applied;
+    return CreateLocked(target, std::move(patch), apply_options);
   }
+  WriteOptions patch_options = options;
+  if (apply) patch_options.applied = &patch;
   json current = *old;
   if (target.subresource == "scale") current = ScaleOf(type, *old).value_or(json::object());
   json patched;
@@ -509,12 +618,13 @@ absl::StatusOr<json> Api::Patch(const Target& target, absl::string_view content_
   if (target.subresource == "scale") {
     ASSIGN_OR_RETURN(json updated, ApplyScale(type, *old, patched));
     updated["metadata"]["resourceVersion"] = Meta(*old).value("resourceVersion", "");
+    patch_options.fields_subresource = "scale";
     ASSIGN_OR_RETURN(json stored, UpdateLocked(Target{target.type, target.ns, target.name, ""},
-                                               std::move(updated), *old, options));
+                                               std::move(updated), *old, patch_options));
     return ScaleOf(type, stored);
   }
   RETURN_IF_ERROR(PatchedTypesOk(type, &patched));
-  return UpdateLocked(target, std::move(patched), *old, options);
+  return UpdateLocked(target, std::move(patched), *old, patch_options);
 }
 
 absl::StatusOr<json> Api::ScaleOf(const ResourceType& type, const json& object) const {

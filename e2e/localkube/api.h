@@ -39,6 +39,14 @@ struct WriteOptions {
   std::optional<UserInfo> user;
   // Admission warnings for the response's `Warning` headers (may be null).
   std::vector<std::string>* warnings = nullptr;
+  // The request's User-Agent: names the field manager when `field_manager` is empty.
+  std::string user_agent;
+  // Set by Patch for server-side apply: the applied configuration, whose fields the manager
+  // then owns (managedFields operation Apply).
+  const nlohmann::json* applied = nullptr;
+  // The subresource managedFields records a write under when it is not the target's (scale
+  // writes are stored through the resource itself).
+  std::string fields_subresource;
 };
 
 struct ListOptions {
@@ -109,6 +117,9 @@ class Api {
   void AfterRemoveLocked(const std::string& key, const nlohmann::json& removed);
   void CollectGarbageLocked();
   ResourceTypePtr TypeOfStored(const nlohmann::json& object) const;
+  // Sets `object`'s metadata.managedFields for a write that made it from `live` (null: create).
+  void RecordFields(const Target& target, const nlohmann::json* live, nlohmann::json* object,
+                    const WriteOptions& options) const;
 
   Registry* registry_;
   Store* store_;

@@ -137,6 +137,20 @@ absl::Status BadRequestError(absl::string_view message) {
 
 absl::Status GoneError(absl::string_view message) { return ApiError(410, "Expired", message); }
 
+absl::Status ExpiredContinueError(const std::string& continue_token) {
+  absl::Status status = ApiError(
+      410, "Expired",
+      "The provided continue parameter is too old to display a consistent list result. You can "
+      "start a new list without the continue parameter, or use the continue token in this "
+      "response to retrieve the remainder of the results. Continuing with the provided token "
+      "results in an inconsistent list - objects that were created, modified, or deleted "
+      "between the time the first chunk was returned and now may show up in the list.");
+  nlohmann::json body = StatusBody(status);
+  body["metadata"]["continue"] = continue_token;
+  status.SetPayload(kPayloadUrl, absl::Cord(body.dump()));
+  return status;
+}
+
 absl::Status TooLargeResourceVersionError(int64_t requested, int64_t current) {
   return ApiError(
       504, "Timeout",

@@ -32,6 +32,10 @@ absl::Status InvalidError(absl::string_view qualified_kind, absl::string_view na
                           const std::vector<Cause>& causes);
 absl::Status BadRequestError(absl::string_view message);
 absl::Status GoneError(absl::string_view message);
+// 410 Expired for a continue token whose revision was compacted away, as the apiserver's etcd3
+// storage answers it: the message offers `continue_token` (metadata.continue of the Status),
+// which goes on from the same key at the latest revision.
+absl::Status ExpiredContinueError(const std::string& continue_token);
 // 504 Timeout for a read at a resourceVersion the store has not reached (cause
 // ResourceVersionTooLarge, retry after 1 s), as the watch cache answers after waiting 3 s.
 absl::Status TooLargeResourceVersionError(int64_t requested, int64_t current);

@@ -41,6 +41,57 @@ std::vector<nlohmann::json> Store::List(const std::string& key, const std::strin
   return out;
 }
 
+absl::Status Store::Scan(const std::string& key, const std::string& ns, const std::string& from,
+                         int64_t revision, const std::function<bool(const nlohmann::json&)>& visit,
+                         int64_t* read_at) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (revision == 0) revision = revision_;
+  if (revision < compacted_) {
+    return absl::OutOfRangeError(
+        absl::StrCat("too old resource version: ", revision, " (", compacted_ + 1, ")"));
+  }
+  if (revision > revision_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resource version ", revision, " is newer than the store (", revision_, ")"));
+  }
+  *read_at = revision;
+  const std::string prefix = ns.empty() ? "" : ns + "/";
+  const std::string start = std::max(prefix, from);
+  auto in_range = [&](const std::string& k) {
+    return prefix.empty() || k.compare(0, prefix.size(), prefix) == 0;
+  };
+  // The state at `revision` of every object written since: the `previous` of its earliest later
+  // event (null: it did not exist then).
+  std::map<std::string, const nlohmann::json*> then;
+  for (auto it = history_.rbegin(); it != history_.rend() && it->revision > revision; ++it) {
+    if (it->storage_key != key) continue;
+    std::string k = KeyOf(it->object);
+    if (k < start || !in_range(k)) continue;
+    then[k] = it->previous.is_null() ? nullptr : &it->previous;
+  }
+  static const std::map<std::string, nlohmann::json> kNone;
+  auto coll_it = objects_.find(key);
+  const auto& coll = coll_it == objects_.end() ? kNone : coll_it->second;
+  auto now = coll.lower_bound(start);
+  auto old = then.begin();
+  while (true) {
+    bool have_now = now != coll.end() && in_range(now->first);
+    bool have_old = old != then.end();
+    if (!have_now && !have_old) break;
+    const nlohmann::json* object = nullptr;
+    if (have_old && (!have_now || old->first <= now->first)) {
+      if (have_now && old->first == now->first) ++now;
+      object = old->second;
+      ++old;
+    } else {
+      object = &now->second;
+      ++now;
+    }
+    if (object != nullptr && !visit(*object)) break;
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::pair<std::string, nlohmann::json>> Store::ListEverything() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::pair<std::string, nlohmann::json>> out;

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -40,6 +41,14 @@ class Store {
   // One collection (ns "" = every namespace), sorted by namespace/name, and the revision read at.
   std::vector<nlohmann::json> List(const std::string& key, const std::string& ns,
                                    int64_t* revision) const;
+  // Visits the objects of one collection (ns "" = every namespace) whose "namespace/name" key is
+  // at or after `from`, in key order, as they stood at `revision` (0: now), until `visit`
+  // returns false. The objects changed since `revision` are rebuilt from the event history, so
+  // OutOfRange when `revision` is older than it (compacted), and InvalidArgument when it is
+  // newer than the store. `read_at` receives the revision read (the current one for 0).
+  absl::Status Scan(const std::string& key, const std::string& ns, const std::string& from,
+                    int64_t revision, const std::function<bool(const nlohmann::json&)>& visit,
+                    int64_t* read_at) const;
   // Every object of every collection, as (storage key, object).
   std::vector<std::pair<std::string, nlohmann::json>> ListEverything() const;
   // What a garbage-collection pass needs, without copying the objects it cannot act on: the uid
@@ -62,7 +71,8 @@ class Store {
                            int64_t* scanned_to) const;
   // Waits until the revision passes `after`, the deadline passes or Shutdown; false on shutdown.
   bool WaitForChange(int64_t after, absl::Time deadline) const;
-  // Forgets all history: every watch resuming from an older revision gets 410.
+  // Forgets all history: every watch resuming from an older revision gets 410, and so does a
+  // Scan (a continue token) at an older revision.
   void Compact();
   // Wakes every waiter for good.
   void Shutdown();

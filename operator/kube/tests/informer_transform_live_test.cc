@@ -1,15 +1,18 @@
 // The informer's transform (what it caches) and its page-by-page relist, against a live
-// localkube; and the controller's status writes from a stripped cache, which must leave the
-// stripped fields on the server.
+// localkube, which records managedFields on every write and expires a continue token once the
+// revision of the list's first page is compacted away (--compact-every).
 //
-// localkube keeps no managedFields and its continue tokens never expire, so the informers here
-// talk to it through FaultProxy, a loopback HTTP proxy that adds what a real API server does:
-// a managedFields block on every object it passes on, 410 Expired for a continue token, and 410
-// for a watch whose resourceVersion is gone (docs/architecture.md §9).
+// The informers talk to localkube through FaultProxy, a loopback HTTP proxy that does what
+// localkube cannot be made to do on cue: end the watches in progress and answer the next one 410
+// Expired, hold watch events back (as across a long disconnect), and pause a paginated list
+// between two pages while the test changes objects and waits for a compaction (the informer's
+// pages follow each other at once, and localkube compacts on a timer only). It records the
+// query of every list it passes on.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -19,7 +22,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "operator/controller/controller.h"
 #include "operator/kube/config.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/tests/localkube_fixture.h"
@@ -43,55 +45,24 @@ bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
   return true;
 }
 
-// The FieldsV1 set of every field in `v`, as the API server records it ({"f:a":{"f:b":{}}}).
-json FieldsOf(const json& v) {
-  json fields = json::object();
-  if (v.is_object()) {
-    for (const auto& [key, value] : v.items()) fields["f:" + key] = FieldsOf(value);
-  }
-  return fields;
-}
-
-// What a real API server stores after `kubectl apply` and a status write: one entry per manager.
-void AddManagedFields(json& obj) {
-  if (!obj.is_object() || !obj.contains("metadata") || !obj["metadata"].is_object()) return;
-  json applied = {
-      {"f:metadata", {{"f:annotations", {{"f:" + std::string(kLastApplied), json::object()}}}}}};
-  for (const auto& [key, value] : obj.items()) {
-    if (key != "metadata" && key != "status" && key != "kind" && key != "apiVersion") {
-      applied["f:" + key] = FieldsOf(value);
-    }
-  }
-  json entries = json::array({{{"manager", "kubectl-client-side-apply"},
-                               {"operation", "Update"},
-                               {"apiVersion", obj.value("apiVersion", "v1")},
-                               {"time", "2026-01-01T00:00:00Z"},
-                               {"fieldsType", "FieldsV1"},
-                               {"fieldsV1", applied}}});
-  if (obj.contains("status")) {
-    entries.push_back({{"manager", "kubetrain-operator"},
-                       {"operation", "Update"},
-                       {"apiVersion", obj.value("apiVersion", "v1")},
-                       {"time", "2026-01-01T00:00:01Z"},
-                       {"fieldsType", "FieldsV1"},
-                       {"fieldsV1", {{"f:status", FieldsOf(obj["status"])}}},
-                       {"subresource", "status"}});
-  }
-  obj["metadata"]["managedFields"] = entries;
-}
-
 json ExpiredStatus(const std::string& message) {
   return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
           {"status", "Failure"}, {"message", message}, {"reason", "Expired"},
           {"code", 410}};
 }
 
-// Forwards GETs to a plain-HTTP localkube. Lists and watch events get AddManagedFields; a list
-// with a continue token is answered 410 while `expire_continues` > 0; ExpireWatches() ends the
-// watches in progress and answers the next one with a 410 ERROR event; while `hold_events` is
-// set, watch events are swallowed (the informer misses them, as across a long disconnect).
+// Forwards GETs to a plain-HTTP localkube. ExpireWatches() ends the watches in progress and
+// answers the next one with a 410 ERROR event; while `hold_events` is set, watch events are
+// swallowed (the informer misses them, as across a long disconnect); PauseBeforeNextContinue
+// runs a function before passing on the next list request that carries a continue token.
 class FaultProxy {
  public:
+  // One list request passed on: its query and the code of localkube's answer.
+  struct ListCall {
+    httplib::Params params;
+    int code = 0;
+  };
+
   FaultProxy(std::string host, int port) : host_(std::move(host)), port_(port) {
     server_.Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
       if (req.get_param_value("watch") == "true") {
@@ -111,8 +82,8 @@ class FaultProxy {
 
   int port() const { return port_out_; }
   void ExpireWatches() { CutWatches(/*expire_next=*/true, /*stopping=*/false); }
-  // The query of every list request, in order.
-  std::vector<httplib::Params> lists() const {
+  // Every list request, in order.
+  std::vector<ListCall> lists() const {
     std::lock_guard<std::mutex> lock(mu_);
     return lists_;
   }
@@ -120,37 +91,36 @@ class FaultProxy {
     std::lock_guard<std::mutex> lock(mu_);
     lists_.clear();
   }
+  // `pause` runs once, on the proxy's thread, before the next list page after the first is
+  // passed on: the informer waits for that page meanwhile.
+  void PauseBeforeNextContinue(std::function<void()> pause) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pause_ = std::move(pause);
+  }
+  bool pause_pending() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pause_ != nullptr;
+  }
 
-  std::atomic<int> expire_continues{0};
   std::atomic<bool> hold_events{false};
 
  private:
   void List(const httplib::Request& req, httplib::Response& res) {
+    std::function<void()> pause;
+    size_t index;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      lists_.push_back(req.params);
+      if (!req.get_param_value("continue").empty()) pause = std::exchange(pause_, nullptr);
+      index = lists_.size();
+      lists_.push_back({req.params, 0});
     }
-    if (!req.get_param_value("continue").empty() && expire_continues.load() > 0) {
-      expire_continues--;
-      res.status = 410;
-      res.set_content(ExpiredStatus("The provided continue parameter is too old to display a "
-                                    "consistent list result.")
-                          .dump(),
-                      "application/json");
-      return;
-    }
+    if (pause) pause();
     httplib::Client up(host_, port_);
     httplib::Result r = up.Get(req.target.c_str());
-    if (!r) {
-      res.status = 502;
-      return;
-    }
-    res.status = r->status;
-    json body = json::parse(r->body, nullptr, false);
-    if (r->status == 200 && body.is_object() && body.contains("items")) {
-      for (json& item : body["items"]) AddManagedFields(item);
-    }
-    res.set_content(body.is_discarded() ? r->body : body.dump(), "application/json");
+    res.status = r ? r->status : 502;
+    if (r) res.set_content(r->body, "application/json");
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index < lists_.size()) lists_[index].code = res.status;
   }
 
   void Watch(const httplib::Request& req, httplib::Response& res) {
@@ -203,7 +173,6 @@ class FaultProxy {
                 std::lock_guard<std::mutex> lock(mu_);
                 if (generation != generation_) return false;
               }
-              if (ev.value("type", "") != "BOOKMARK") AddManagedFields(ev["object"]);
               std::string line = ev.dump() + "\n";
               if (!sink.write(line.data(), line.size())) return false;
             }
@@ -242,7 +211,8 @@ class FaultProxy {
   bool stopping_ = false;
   int generation_ = 0;  // of CutWatches calls
   std::set<httplib::Client*> watches_;
-  std::vector<httplib::Params> lists_;
+  std::vector<ListCall> lists_;
+  std::function<void()> pause_;
 };
 
 json ConfigMap(const std::string& name, const std::string& value) {
@@ -291,8 +261,11 @@ bool Stripped(const json& obj) {
 
 class InformerTransformTest : public ::testing::Test {
  protected:
+  // localkube's flags.
+  virtual std::vector<std::string> Flags() const { return {"--insecure-http"}; }
+
   void SetUp() override {
-    auto lk = Localkube::Start({"--insecure-http"});
+    auto lk = Localkube::Start(Flags());
     ASSERT_TRUE(lk.ok()) << lk.status();
     server_ = std::move(*lk);
     auto client = server_->NewClient({.qps = 0});
@@ -394,7 +367,7 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
                                                    {"controller", true}}});
   ASSERT_TRUE(client_->Create(kConfigMaps, "default", a).ok());
 
-  // Without a transform the informer caches what the server sends: the proxy's managedFields
+  // Without a transform the informer caches what the server sends: localkube's managedFields
   // and kubectl's annotation are really there to strip.
   Informer raw(*proxied_, kConfigMaps, {.namespace_ = "default"});
   raw.Start();
@@ -460,11 +433,12 @@ TEST_F(InformerTransformTest, PagedRelistKeepsTheCacheAndReportsOnlyWhatChanged)
   informer.AddHandlers(seen.Handlers());
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
-  std::vector<httplib::Params> lists = proxy_->lists();
+  std::vector<FaultProxy::ListCall> lists = proxy_->lists();
   ASSERT_EQ(lists.size(), 7u);  // 20 objects, 3 a page
   for (size_t i = 0; i < lists.size(); ++i) {
-    EXPECT_EQ(lists[i].find("limit")->second, "3");
-    EXPECT_EQ(lists[i].count("continue"), i == 0 ? 0u : 1u);
+    EXPECT_EQ(lists[i].params.find("limit")->second, "3");
+    EXPECT_EQ(lists[i].params.count("continue"), i == 0 ? 0u : 1u);
+    EXPECT_EQ(lists[i].code, 200);
   }
   std::map<std::string, json> before = CacheState(informer);
   ASSERT_EQ(before.size(), 20u);
@@ -504,12 +478,46 @@ TEST_F(InformerTransformTest, PagedRelistKeepsTheCacheAndReportsOnlyWhatChanged)
   informer.Stop();
 }
 
-// A continue token refused with 410 Expired starts the list again as client-go's pager does,
-// with one unpaginated request, and the informer still converges on the server's state, on the
-// first sync and on a later relist.
-TEST_F(InformerTransformTest, ExpiredContinueTokenRestartsTheListInFull) {
+// localkube compacting its history every 100 ms: a continue token expires once a write and a
+// compaction come between two pages.
+class InformerContinueExpiryTest : public InformerTransformTest {
+ protected:
+  std::vector<std::string> Flags() const override {
+    return {"--insecure-http", "--compact-every=100ms"};
+  }
+
+  // Runs `changes`, writes a ConfigMap outside the informer's namespace (so that something is
+  // written even when `changes` writes nothing) and waits until localkube has compacted past
+  // it: a watch from just before that write is refused 410 Expired. A list whose first page
+  // came before all this can then not go on.
+  void ChangeAndWaitForCompaction(const std::function<void()>& changes) {
+    changes();
+    json tick = ConfigMap("tick-" + std::to_string(ticks_++), "x");
+    tick["metadata"]["namespace"] = "kube-system";
+    auto written = client_->Create(kConfigMaps, "kube-system", tick);
+    ASSERT_TRUE(written.ok()) << written.status();
+    int64_t rv = std::stoll((*written)["metadata"]["resourceVersion"].get<std::string>());
+    bool compacted = Eventually([&] {
+      WatchOptions o;
+      o.resource_version = std::to_string(rv - 1);
+      o.timeout_seconds = 5;
+      // Not compacted yet: the tick's own event comes at once and ends the watch.
+      absl::Status watched =
+          client_->Watch(kConfigMaps, "kube-system", o, [](const WatchEvent&) { return false; });
+      return absl::IsOutOfRange(watched);
+    });
+    ASSERT_TRUE(compacted) << "localkube did not compact within 15 s";
+  }
+
+  int ticks_ = 0;
+};
+
+// A continue token localkube refuses with 410 Expired (a write and a compaction came between
+// two pages) starts the list again as client-go's pager does, with one unpaginated request, and
+// the informer still converges on the server's state, on the first sync and on a later relist.
+TEST_F(InformerContinueExpiryTest, ExpiredContinueTokenRestartsTheListInFull) {
   CreateConfigMaps(9);
-  proxy_->expire_continues = 1;
+  proxy_->PauseBeforeNextContinue([this] { ChangeAndWaitForCompaction([] {}); });
   Recorder seen;
   Informer informer(*proxied_, kConfigMaps,
                     {.namespace_ = "default",
@@ -519,103 +527,47 @@ TEST_F(InformerTransformTest, ExpiredContinueTokenRestartsTheListInFull) {
                      .page_size = 2});
   informer.AddHandlers(seen.Handlers());
   informer.Start();
-  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(20)));
   EXPECT_EQ(informer.relists(), 1);
-  EXPECT_EQ(proxy_->expire_continues.load(), 0);
-  std::vector<httplib::Params> lists = proxy_->lists();
+  EXPECT_FALSE(proxy_->pause_pending());
+  std::vector<FaultProxy::ListCall> lists = proxy_->lists();
   ASSERT_EQ(lists.size(), 3u);
-  EXPECT_EQ(lists[0].count("continue"), 0u);
-  EXPECT_EQ(lists[1].count("continue"), 1u);  // refused with 410
-  EXPECT_EQ(lists[2].count("continue"), 0u);
-  EXPECT_EQ(lists[2].count("limit"), 0u);  // everything at once
+  EXPECT_EQ(lists[0].params.count("continue"), 0u);
+  EXPECT_EQ(lists[1].params.count("continue"), 1u);
+  EXPECT_EQ(lists[1].code, 410);  // localkube's own answer
+  EXPECT_EQ(lists[2].params.count("continue"), 0u);
+  EXPECT_EQ(lists[2].params.count("limit"), 0u);  // everything at once
+  EXPECT_EQ(lists[2].code, 200);
   EXPECT_EQ(CacheState(informer), ServerState());
   {
     std::lock_guard<std::mutex> lock(seen.mu);
     EXPECT_EQ(seen.added.size(), 9u);  // once each: the objects of the refused pass are dropped
   }
 
-  // A later relist whose token expires after a change the watch missed.
+  // A later relist whose token expires after changes no watch saw: they are made while the
+  // informer is between two pages of the relist.
   seen.Clear();
   proxy_->ClearLists();
-  proxy_->hold_events = true;
-  ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "cm-7").ok());
-  CreateConfigMaps(3, "late-");
-  proxy_->expire_continues = 1;
+  proxy_->PauseBeforeNextContinue([this] {
+    ChangeAndWaitForCompaction([this] {
+      ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "cm-7").ok());
+      CreateConfigMaps(3, "late-");
+    });
+  });
   proxy_->ExpireWatches();
-  proxy_->hold_events = false;
-  ASSERT_TRUE(Eventually([&] { return informer.relists() == 2; })) << informer.relists();
-  EXPECT_EQ(proxy_->expire_continues.load(), 0);
-  EXPECT_EQ(proxy_->lists().back().count("limit"), 0u);
+  ASSERT_TRUE(Eventually([&] { return informer.relists() == 2; }, absl::Seconds(20)))
+      << informer.relists();
+  EXPECT_FALSE(proxy_->pause_pending());
+  lists = proxy_->lists();
+  ASSERT_EQ(lists.size(), 3u);
+  EXPECT_EQ(lists[1].code, 410);
+  EXPECT_EQ(lists[2].params.count("limit"), 0u);
   EXPECT_EQ(CacheState(informer), ServerState());
   std::lock_guard<std::mutex> lock(seen.mu);
   EXPECT_EQ(seen.added, std::vector<std::string>({"late-0", "late-1", "late-2"}));
   EXPECT_EQ(seen.deleted, std::vector<std::string>({"cm-7"}));
   EXPECT_TRUE(seen.updated.empty());
   informer.Stop();
-}
-
-// The controller caches TrainingJobs stripped and PUTs /status with its cached copy as the body.
-// /status takes only status from that body, so what the cache dropped stays on the server.
-TEST(ControllerStatusWriteTest, KeepsTheAnnotationsTheCacheDropped) {
-  auto lk = Localkube::Start();
-  ASSERT_TRUE(lk.ok()) << lk.status();
-  auto client = (*lk)->NewClient({.qps = 0});
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*lk)->InstallTrainingJobCrd(**client).ok());
-
-  json job = testing::LoadSourceYaml("deploy/examples/fashion-mnist.yaml");
-  ASSERT_TRUE(job.is_object());
-  job["metadata"]["namespace"] = "default";
-  std::string applied = job.dump();
-  job["metadata"]["annotations"] = {{kLastApplied, applied}, {"team.example.com/owner", "ml"}};
-  ASSERT_TRUE((*client)->Create(Resource::TrainingJobs(), "default", job).ok());
-
-  // The server's own /status semantics, with a body stripped as the cache holds it.
-  auto stored = (*client)->Get(Resource::TrainingJobs(), "default", "fashion-mnist");
-  ASSERT_TRUE(stored.ok());
-  json body = *stored;
-  StripForCache(body);
-  body["metadata"].erase("annotations");
-  body["metadata"]["labels"] = {{"not", "written"}};
-  const std::string now = kube::FormatTime(absl::Now());
-  body["status"] = {{"startTime", now}};
-  auto written = (*client)->UpdateStatus(Resource::TrainingJobs(), "default", body);
-  ASSERT_TRUE(written.ok()) << written.status();
-  EXPECT_EQ((*written)["metadata"]["annotations"], (*stored)["metadata"]["annotations"]);
-  EXPECT_FALSE((*written)["metadata"].contains("labels"));
-  EXPECT_EQ((*written)["status"]["startTime"], now);
-
-  controller::Controller controller(**client, {.namespace_ = "default", .workers = 1}, nullptr);
-  absl::Status started = controller.Start();
-  ASSERT_TRUE(started.ok()) << started;
-  auto condition = [&](const std::string& type) {
-    auto got = (*client)->Get(Resource::TrainingJobs(), "default", "fashion-mnist");
-    if (!got.ok()) return false;
-    for (const json& c : got->value("status", json::object()).value("conditions", json::array())) {
-      if (c.value("type", "") == type && c.value("status", "") == "True") return true;
-    }
-    return false;
-  };
-  ASSERT_TRUE(Eventually([&] { return condition("Created"); }));
-  // The chief (worker 0) exits 0: the job succeeds, with more status writes.
-  ASSERT_TRUE(Eventually(
-      [&] { return (*client)->Get(Resource::Pods(), "default", "fashion-mnist-worker-0").ok(); }));
-  json cs = {{"name", "kubetrain"}, {"ready", false},
-             {"restartCount", 0},   {"image", "kubetrain/worker:0.1.0"},
-             {"imageID", ""},       {"state", {{"terminated", {{"exitCode", 0}}}}}};
-  json patch = {{"status", {{"phase", "Succeeded"}, {"containerStatuses", {cs}}}}};
-  ASSERT_TRUE((*client)
-                  ->Patch(Resource::Pods(), "default", "fashion-mnist-worker-0", PatchType::kMerge,
-                          patch.dump(), "status")
-                  .ok());
-  ASSERT_TRUE(Eventually([&] { return condition("Succeeded"); }));
-  controller.Stop();
-
-  auto after = (*client)->Get(Resource::TrainingJobs(), "default", "fashion-mnist");
-  ASSERT_TRUE(after.ok());
-  EXPECT_EQ((*after)["metadata"]["annotations"],
-            json({{kLastApplied, applied}, {"team.example.com/owner", "ml"}}));
-  EXPECT_EQ((*after)["spec"], (*stored)["spec"]);
 }
 
 }  // namespace
