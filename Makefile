@@ -24,8 +24,7 @@ test: build format-check
 	ctest --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
 
 # Every test under ASan+UBSan (build-asan/). sanitize-thread: the concurrent suites under TSan
-# (build-tsan/); not part of CI yet, as Debian's gRPC and abseil are not built for TSan and it
-# reports races inside them.
+# (build-tsan/). CI runs both.
 sanitize: deps
 	./scripts/sanitize address
 

@@ -1,18 +1,23 @@
 #include "e2e/localkube/server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <random>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -20,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -39,6 +45,109 @@ using json = nlohmann::json;
 
 constexpr char kJson[] = "application/json";
 
+// Whether `fd` is a connected TCP socket whose local port is `port`: one the server on `port`
+// accepted (a client's socket to that port has an ephemeral local port; the listener has no
+// peer). getsockname and getpeername only read the socket.
+bool AcceptedOn(int fd, int port) {
+  sockaddr_storage local{}, peer{};
+  socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) return false;
+  int local_port = 0;
+  if (local.ss_family == AF_INET) {
+    local_port = ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+  } else if (local.ss_family == AF_INET6) {
+    local_port = ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port);
+  }
+  if (local_port != port) return false;
+  return getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0;
+}
+
+// The inode of the socket /proc/self/fd/NAME links to ("socket:[INODE]"); 0 for anything else.
+// Reading the link does not touch the descriptor, which another thread may be closing.
+ino_t SocketInode(const std::filesystem::path& link) {
+  std::error_code ec;
+  std::string link_target = std::filesystem::read_symlink(link, ec).string();
+  absl::string_view target = link_target;
+  if (ec || !absl::ConsumePrefix(&target, "socket:[") || !absl::ConsumeSuffix(&target, "]")) {
+    return 0;
+  }
+  uint64_t inode = 0;
+  return absl::SimpleAtoi(target, &inode) ? static_cast<ino_t>(inode) : 0;
+}
+
+}  // namespace
+
+// The connections the server has accepted and not yet finished with, so that Stop can shut them
+// down: httplib's idle keep-alive connections otherwise sit out their whole keep-alive timeout
+// after stop(), and localkube must exit within 2 s of SIGTERM.
+//
+// httplib (0.11) has no hook that sees an accepted descriptor: the accept loop hands the task
+// queue a closure that serves the socket and then closes it, and the socket options callback
+// applies to the listener only. So Track, called by the queue on the accepting thread between
+// accept and the connection's task, finds the one socket on the server's port that is not tracked
+// yet (the accepting thread owns it until the task starts) and keeps a duplicate descriptor of it.
+// The duplicate stays open until the task has returned, so the socket's number cannot be reused
+// while it is tracked and a shutdown reaches that connection and nothing else; shutting down
+// and closing duplicates happen under one mutex.
+class AcceptedSockets {
+ public:
+  explicit AcceptedSockets(int port) : port_(port) {}
+  ~AcceptedSockets() {
+    for (const auto& [fd, inode] : tracked_) close(fd);
+  }
+
+  // Returns the duplicate (to hand to Untrack), or -1 when the socket was not found.
+  int Track() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+      int fd = 0;
+      if (!absl::SimpleAtoi(entry.path().filename().string(), &fd)) continue;
+      ino_t inode = SocketInode(entry.path());
+      if (inode == 0 || inodes_.contains(inode) || !AcceptedOn(fd, port_)) continue;
+      int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+      if (copy < 0) continue;
+      struct stat st;
+      if (fstat(copy, &st) != 0 || st.st_ino != inode || !AcceptedOn(copy, port_)) {
+        close(copy);  // the number was closed and reused since it was read
+        continue;
+      }
+      tracked_.emplace(copy, inode);
+      inodes_.insert(inode);
+      if (stopping_) ::shutdown(copy, SHUT_RDWR);
+      return copy;
+    }
+    return -1;
+  }
+
+  // After the connection's task has returned (httplib has closed its own descriptor).
+  void Untrack(int copy) {
+    if (copy < 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tracked_.find(copy);
+    if (it == tracked_.end()) return;
+    inodes_.erase(it->second);
+    tracked_.erase(it);
+    close(copy);
+  }
+
+  // Shuts down every tracked connection, and any tracked from now on.
+  void ShutdownAll() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (const auto& [fd, inode] : tracked_) ::shutdown(fd, SHUT_RDWR);
+  }
+
+ private:
+  const int port_;
+  std::mutex mu_;
+  std::map<int, ino_t> tracked_;  // duplicate descriptor -> socket inode
+  std::set<ino_t> inodes_;
+  bool stopping_ = false;
+};
+
+namespace {
+
 // Runs every connection on its own thread: watches and `logs -f` hold a connection for minutes,
 // so a fixed pool (httplib's default is 8 threads) would starve ordinary requests. Threads get a
 // large stack: objects may nest 10000 deep (the JSON decoder's limit) and copying, printing and
@@ -46,16 +155,15 @@ constexpr char kJson[] = "application/json";
 // sanitizer builds.
 class ThreadPerConnection : public httplib::TaskQueue {
  public:
-  // `while_draining` runs every 100 ms while shutdown waits for connections to finish.
-  explicit ThreadPerConnection(std::function<void()> while_draining)
-      : while_draining_(std::move(while_draining)) {}
+  explicit ThreadPerConnection(std::shared_ptr<AcceptedSockets> sockets)
+      : sockets_(std::move(sockets)) {}
 
   void enqueue(std::function<void()> fn) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++active_;
     }
-    auto* task = new Task{this, std::move(fn)};
+    auto* task = new Task{this, std::move(fn), sockets_->Track()};
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, kStackBytes);
@@ -64,15 +172,11 @@ class ThreadPerConnection : public httplib::TaskQueue {
     if (pthread_create(&thread, &attr, &Run, task) != 0) Run(task);  // serve it inline
     pthread_attr_destroy(&attr);
   }
+  // Shuts every connection down and waits (at most 10 s) for their threads to finish.
   void shutdown() override {
+    sockets_->ShutdownAll();
     std::unique_lock<std::mutex> lock(mu_);
-    absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (active_ > 0 && absl::Now() < deadline) {
-      lock.unlock();
-      if (while_draining_) while_draining_();
-      lock.lock();
-      idle_.wait_for(lock, std::chrono::milliseconds(100), [&] { return active_ == 0; });
-    }
+    idle_.wait_for(lock, std::chrono::seconds(10), [&] { return active_ == 0; });
   }
 
  private:
@@ -80,43 +184,24 @@ class ThreadPerConnection : public httplib::TaskQueue {
   struct Task {
     ThreadPerConnection* queue;
     std::function<void()> fn;
+    int tracked;  // AcceptedSockets::Track's duplicate
   };
   static void* Run(void* arg) {
     std::unique_ptr<Task> task(static_cast<Task*>(arg));
-    task->fn();
+    task->fn();  // serves the connection, then closes it
     ThreadPerConnection* queue = task->queue;
+    queue->sockets_->Untrack(task->tracked);
     task.reset();
     std::lock_guard<std::mutex> l(queue->mu_);
     if (--queue->active_ == 0) queue->idle_.notify_all();
     return nullptr;
   }
 
-  std::function<void()> while_draining_;
+  std::shared_ptr<AcceptedSockets> sockets_;
   std::mutex mu_;
   std::condition_variable idle_;
   int active_ = 0;
 };
-
-// Shuts down every accepted connection to `port` in this process. httplib's idle keep-alive
-// connections otherwise sit out their whole keep-alive timeout after stop(), and localkube
-// must exit within 2 s of SIGTERM.
-void ShutdownConnections(int port) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    int fd = 0;
-    if (!absl::SimpleAtoi(entry.path().filename().string(), &fd)) continue;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
-    if (local.ss_family != AF_INET) continue;
-    if (ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port) != port) continue;
-    // Connected ones only: the accepted sockets, not a listener.
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
-    ::shutdown(fd, SHUT_RDWR);
-  }
-}
 
 // Go's strconv.ParseBool, which is what the apiserver uses for query booleans.
 bool ParseBool(const std::string& v) {
@@ -284,9 +369,7 @@ absl::Status Server::Start() {
     if (!https->is_valid()) return absl::InternalError("cannot load the TLS certificate");
     http_ = std::move(https);
   }
-  http_->new_task_queue = [this] {
-    return new ThreadPerConnection([this] { ShutdownConnections(port_); });
-  };
+  http_->new_task_queue = [this] { return new ThreadPerConnection(sockets_); };
   http_->set_payload_max_length(64 << 20);
   http_->set_keep_alive_max_count(10000);
   http_->set_keep_alive_timeout(30);
@@ -308,6 +391,7 @@ absl::Status Server::Start() {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options_.host, ":", options_.port));
   }
+  sockets_ = std::make_shared<AcceptedSockets>(port_);
   listener_ = std::thread([this] { http_->listen_after_bind(); });
   if (options_.compact_every > absl::ZeroDuration()) {
     compactor_ = std::thread([this] {
@@ -327,7 +411,7 @@ void Server::Stop() {
   if (stopping_.exchange(true)) return;
   api_->store()->Shutdown();
   if (http_) http_->stop();
-  if (port_ > 0) ShutdownConnections(port_);
+  if (sockets_) sockets_->ShutdownAll();
   if (listener_.joinable()) listener_.join();
   if (compactor_.joinable()) compactor_.join();
 }

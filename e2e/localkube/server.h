@@ -25,6 +25,8 @@ struct Response;
 
 namespace kubetrain::localkube {
 
+class AcceptedSockets;  // server.cc
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;       // 0 picks a free port
@@ -76,6 +78,8 @@ class Server {
   Api* api_;
   LogSource* logs_;
   std::unique_ptr<httplib::Server> http_;
+  // The accepted connections, which Stop shuts down; shared with httplib's task queue.
+  std::shared_ptr<AcceptedSockets> sockets_;
   std::thread listener_;
   std::thread compactor_;
   std::atomic<bool> stopping_{false};
