@@ -252,6 +252,7 @@ WriteOptions WriteOptionsOf(const httplib::Request& req) {
   WriteOptions o;
   o.dry_run = req.has_param("dryRun");
   o.field_manager = Param(req, "fieldManager");
+  o.user_agent = req.get_header_value("User-Agent");  // the manager when fieldManager is absent
   o.force = ParseBool(Param(req, "force"));
   std::string v = Param(req, "fieldValidation");
   o.field_validation = v.empty() ? "Warn" : v;

@@ -296,6 +296,13 @@ TEST_F(LocalkubeLists, WritesRecordManagedFields) {
   ASSERT_EQ(dry.code, 201);
   EXPECT_FALSE(dry.body["metadata"].contains("managedFields"));
   (void)pods;
+
+  // Without fieldManager the manager is the client's User-Agent up to its first '/'.
+  Reply by_agent =
+      Send("POST", kConfigMaps, {{"metadata", {{"name", "ua"}}}, {"data", {{"k", "v"}}}},
+           "application/json", {{"User-Agent", "helm/v4.0.0 (linux/amd64)"}});
+  ASSERT_EQ(by_agent.code, 201);
+  EXPECT_EQ(by_agent.body["metadata"]["managedFields"][0]["manager"], "helm");
 }
 
 }  // namespace
