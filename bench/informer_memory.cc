@@ -403,7 +403,7 @@ absl::Status InstallCrd(kube::Client& client) {
 }
 
 // Runs this program again with --measure and returns the JSON it reports.
-absl::StatusOr<json> RunCase(const Options& o, const std::string& measure, int64_t page_size,
+absl::StatusOr<json> RunCase(const std::string& measure, int64_t page_size,
                              const std::string& server, absl::Time deadline) {
   std::error_code ec;
   std::string self = fs::read_symlink("/proc/self/exe", ec).string();
@@ -468,9 +468,9 @@ absl::StatusOr<Report> Run(const Options& o) {
   report.create_seconds = absl::ToDoubleSeconds(absl::Now() - start);
 
   std::string server = absl::StrCat("http://", config.host, ":", config.port);
-  ASSIGN_OR_RETURN(report.unstripped, RunCase(o, "unstripped", o.page_size, server, deadline));
-  ASSIGN_OR_RETURN(report.stripped, RunCase(o, "stripped", o.page_size, server, deadline));
-  ASSIGN_OR_RETURN(report.one_page, RunCase(o, "stripped", 0, server, deadline));
+  ASSIGN_OR_RETURN(report.unstripped, RunCase("unstripped", o.page_size, server, deadline));
+  ASSIGN_OR_RETURN(report.stripped, RunCase("stripped", o.page_size, server, deadline));
+  ASSIGN_OR_RETURN(report.one_page, RunCase("stripped", 0, server, deadline));
   for (const json* r : {&report.unstripped, &report.stripped, &report.one_page}) {
     if ((*r)["objects"] != o.jobs) {
       return absl::InternalError(

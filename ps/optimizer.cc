@@ -13,7 +13,7 @@ void CheckLengths(std::span<float> values, std::span<const float> grad,
                   std::span<const std::span<float>> slots, size_t want_slots) {
   assert(values.size() == grad.size());
   assert(slots.size() == want_slots);
-  for (const auto& s : slots) assert(s.size() == values.size());
+  for ([[maybe_unused]] const auto& s : slots) assert(s.size() == values.size());
   (void)values, (void)grad, (void)slots, (void)want_slots;
 }
 

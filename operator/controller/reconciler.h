@@ -99,8 +99,8 @@ class Reconciler {
   kube::Informer& services_;
   EventRecorder& events_;
   OperatorMetrics* metrics_;
-  const ReconcilerOptions options_;
   ProgressPoller* progress_;  // null: no progress in status
+  const ReconcilerOptions options_;
   std::mutex progress_mu_;
   std::map<std::string, absl::Time> progress_written_;  // job key → last progress put in status
 

@@ -138,7 +138,9 @@ class OperatorProcessTest : public ::testing::Test {
     std::optional<int> code = WaitForExit(absl::Seconds(10));
     absl::Duration took = absl::Now() - sent;
     EXPECT_TRUE(code.has_value()) << "still running 10 s after SIGTERM\n" << output_;
-    if (code) EXPECT_EQ(*code, 0) << output_;
+    if (code) {
+      EXPECT_EQ(*code, 0) << output_;
+    }
     return took;
   }
 

@@ -185,7 +185,7 @@ TEST(LeaderElectionLive, AStalledLeaderStopsBeforeAnotherTakesOver) {
   absl::Status a_result;
   std::thread ta([&] { a_result = a.Run(stop_a); });
   ASSERT_TRUE(Eventually([&] { return a.IsLeader(); }, absl::Seconds(5)));
-  std::thread tb([&] { b.Run(stop_b); });
+  std::thread tb([&] { EXPECT_TRUE(b.Run(stop_b).ok()); });
   absl::SleepFor(absl::Seconds(1));
   ASSERT_FALSE(b.IsLeader());
   absl::Time stalled_at = absl::Now();

@@ -284,9 +284,9 @@ TEST_F(LiveTest, LeaderElectionHandsOverWhenTheLeaderStops) {
   std::atomic<bool> stop_a{false}, stop_b{false};
   LeaderElector ea(client_->config(), a, {});
   LeaderElector eb((*client_b)->config(), b, {});
-  std::thread ta([&] { ea.Run(stop_a); });
+  std::thread ta([&] { EXPECT_TRUE(ea.Run(stop_a).ok()); });
   ASSERT_TRUE(Eventually([&] { return ea.IsLeader(); }));
-  std::thread tb([&] { eb.Run(stop_b); });
+  std::thread tb([&] { EXPECT_TRUE(eb.Run(stop_b).ok()); });
   absl::SleepFor(absl::Milliseconds(800));
   EXPECT_FALSE(eb.IsLeader());  // a renews; b waits
   stop_a = true;                // a releases the lease on the way out
@@ -312,7 +312,7 @@ TEST_F(LiveTest, CrashedLeaderIsReplacedAfterTheLeaseExpires) {
   {
     std::atomic<bool> stop{false};
     LeaderElector gone(client_->config(), o, {});
-    std::thread t([&] { gone.Run(stop); });
+    std::thread t([&] { EXPECT_TRUE(gone.Run(stop).ok()); });
     ASSERT_TRUE(Eventually([&] { return gone.IsLeader(); }));
     stop = true;
     t.join();
@@ -321,7 +321,7 @@ TEST_F(LiveTest, CrashedLeaderIsReplacedAfterTheLeaseExpires) {
   std::atomic<bool> stop{false};
   LeaderElector next(client_->config(), o, {});
   absl::Time start = absl::Now();
-  std::thread t([&] { next.Run(stop); });
+  std::thread t([&] { EXPECT_TRUE(next.Run(stop).ok()); });
   ASSERT_TRUE(Eventually([&] { return next.IsLeader(); }, absl::Seconds(5)));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));  // waited out the old lease
   stop = true;
