@@ -122,7 +122,7 @@ TEST(ValidateCommand, HostileManifestsGetClearErrorsNotCrashes) {
                    11),
        "not YAML text: contains a NUL byte at offset 4 (line 1, column 5)"},
       {"utf8.yaml", Replace(Example(), "--seed=1", "--seed=\xff"),
-       "line 38: spec.replicaSpecs.Worker.template.spec.containers[0].args[6]: invalid UTF-8"},
+       "line 52: spec.replicaSpecs.Worker.template.spec.containers[0].args[6]: invalid UTF-8"},
       {"label.yaml",
        Replace(Example(), "  name: fashion-mnist\n",
                "  name: fashion-mnist\n  labels: {team: \"caf\xe9\"}\n"),
