@@ -268,6 +268,11 @@ TrainingJobStatus DecodeStatus(const json& v) {
   Read(v, "completionTime", &st.completion_time);
   Read(v, "lastReconcileTime", &st.last_reconcile_time);
   Read(v, "observedGeneration", &st.observed_generation);
+  if (v.contains("countedFailures") && v["countedFailures"].is_array()) {
+    for (const json& uid : v["countedFailures"]) {
+      if (uid.is_string()) st.counted_failures.push_back(uid.get<std::string>());
+    }
+  }
   if (v.contains("progress") && v["progress"].is_object()) {
     Progress p;
     const json& pj = v["progress"];
@@ -407,6 +412,7 @@ json ToJson(const TrainingJobStatus& st) {
   if (!st.completion_time.empty()) out["completionTime"] = st.completion_time;
   if (!st.last_reconcile_time.empty()) out["lastReconcileTime"] = st.last_reconcile_time;
   if (st.observed_generation) out["observedGeneration"] = st.observed_generation;
+  if (!st.counted_failures.empty()) out["countedFailures"] = st.counted_failures;
   if (st.progress) {
     const Progress& p = *st.progress;
     out["progress"] = {{"step", p.step},

@@ -145,6 +145,10 @@ struct TrainingJobStatus {
   std::string last_reconcile_time;
   int64_t observed_generation = 0;
   std::optional<Progress> progress;
+  // uids of failed pods whose restart is already counted in `restarts` and whose deletion may
+  // still be due: written with the count, so an operator that restarts between the two never
+  // counts one failure twice (docs/architecture.md §10).
+  std::vector<std::string> counted_failures;
 };
 
 struct TrainingJob {

@@ -1,5 +1,6 @@
 #include "operator/controller/reconciler.h"
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -124,7 +125,6 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
       own_writes_.erase(key);
       deleted_pods_.erase(key);
       secret_ensured_.erase(key);
-      counted_failures_.erase(key);
       templates_checked_.erase(key);
     }
     std::lock_guard<std::mutex> lock(progress_mu_);
@@ -179,14 +179,15 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
       }
     }
     deleted = std::move(still_cached);
+  }
+  {
     // Counted failures of pods that are gone can never be seen again.
-    std::set<std::string>& counted = counted_failures_[key];
     std::set<std::string> present;
-    for (const auto& [name, pod] : p.pods) {
-      std::string uid = pod["metadata"].value("uid", "");
-      if (counted.count(uid)) present.insert(uid);
-    }
-    counted = std::move(present);
+    for (const auto& [name, pod] : p.pods) present.insert(pod["metadata"].value("uid", ""));
+    std::vector<std::string>& counted = p.status.counted_failures;
+    counted.erase(std::remove_if(counted.begin(), counted.end(),
+                                 [&](const std::string& uid) { return !present.count(uid); }),
+                  counted.end());
   }
   for (const auto& [type, rs] : p.job.spec.replica_specs) {
     p.completed[type] = api::ParseIndexSet(p.status.replica_statuses[type].completed_indexes);
@@ -511,13 +512,11 @@ absl::Status Reconciler::HandleRestarts(Pass& p) {
   const bool whole_job = rp.restart_scope == api::RestartScope::kJob;
   // Count first, then delete. The count is written to status before any pod goes: a write that
   // fails leaves nothing done and the next pass decides again, where deleting first lost the
-  // count whenever the write failed (the recreated pods looked like a fresh start). Failures
-  // already counted (the write went through, a deletion did not) are only deleted again.
-  std::set<std::string> counted;
-  {
-    std::lock_guard<std::mutex> lock(writes_mu_);
-    counted = counted_failures_[p.key];
-  }
+  // count whenever the write failed (the recreated pods looked like a fresh start). The same
+  // write records the pods counted (status.countedFailures), so a failure counted by a write
+  // whose deletion did not follow (the operator restarted in between) is only deleted again.
+  const std::set<std::string> counted(p.status.counted_failures.begin(),
+                                      p.status.counted_failures.end());
   std::vector<PodView> fresh;
   for (const PodView& v : p.failed) {
     if (!counted.count(v.uid)) fresh.push_back(v);
@@ -545,11 +544,8 @@ absl::Status Reconciler::HandleRestarts(Pass& p) {
                  absl::StrCat("TrainingJob ", p.JobRef(), " is restarting because ", names.size(),
                               " pod(s) failed: ", absl::StrJoin(names, ", "), "."),
                  p.now);
+    for (const PodView& v : fresh) p.status.counted_failures.push_back(v.uid);
     RETURN_IF_ERROR(WriteStatus(p));
-    {
-      std::lock_guard<std::mutex> lock(writes_mu_);
-      for (const PodView& v : fresh) counted_failures_[p.key].insert(v.uid);
-    }
     for (const PodView& v : fresh) {
       events_.Warning(p.object, "ExitedWithCode",
                       absl::StrCat("Pod exited pod=", v.name, " exit_code=", EffectiveExitCode(v),

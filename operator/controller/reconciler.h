@@ -115,9 +115,6 @@ class Reconciler {
   std::map<std::string, OwnWrite> own_writes_;  // job key → last status write
   // job key → uids of pods deleted by this reconciler and still in the pod cache.
   std::map<std::string, std::set<std::string>> deleted_pods_;
-  // job key → uids of failed pods whose restart is already counted in the written status (their
-  // deletion may still be due).
-  std::map<std::string, std::set<std::string>> counted_failures_;
   // job key → uid of the job whose Secret is known to exist (no API call on later passes).
   std::map<std::string, std::string> secret_ensured_;
   // job key → "uid/generation" whose pod templates passed a dry-run create (CheckTemplates).

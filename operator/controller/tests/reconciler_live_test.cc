@@ -106,6 +106,30 @@ TEST_F(ControllerTest, KilledPodIsRecreatedAndRestartsSurviveRecreation) {
   EXPECT_TRUE(Eventually([&] { return State("rs") == "Running"; }));
 }
 
+// An operator that dies between writing a restart into status and deleting the failed pod
+// leaves both behind; the next one must only delete the pod, not count the failure again
+// (found by the chaos e2e: 2 restarts in status for 1 kill).
+TEST_F(ControllerTest, ARestartCountedBeforeTheOperatorDiedIsNotCountedAgain) {
+  Create(Job("once", {{"Worker", Replica(1)}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "once-worker-0").has_value(); }));
+  controller_.reset();  // the operator dies...
+  std::string failed_uid = Uid("once-worker-0");
+  SetPod("once-worker-0", "Failed", 137);
+  // ...right after its status write counted the failure, before it deleted the pod.
+  json job = *Get(Resource::TrainingJobs(), "once");
+  job["status"]["replicaStatuses"]["Worker"]["restarts"] = 1;
+  job["status"]["countedFailures"] = json::array({failed_uid});
+  ASSERT_TRUE(client_->UpdateStatus(Resource::TrainingJobs(), "default", job).ok());
+  StartController();
+  ASSERT_TRUE(Eventually([&] {
+    std::string uid = Uid("once-worker-0");
+    return !uid.empty() && uid != failed_uid;
+  }));
+  absl::SleepFor(absl::Milliseconds(300));  // later passes must not count it either
+  EXPECT_EQ(ReplicaField("once", "Worker", "restarts", 0), 1);
+  EXPECT_FALSE(Status("once").contains("countedFailures"));  // the pod is gone: forgotten
+}
+
 TEST_F(ControllerTest, PermanentExitFailsTheJobNamingPodAndCode) {
   Create(Job("bad", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
   ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "bad-worker-1").has_value(); }));
