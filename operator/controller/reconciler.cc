@@ -544,7 +544,16 @@ absl::Status Reconciler::HandleRestarts(Pass& p) {
                  absl::StrCat("TrainingJob ", p.JobRef(), " is restarting because ", names.size(),
                               " pod(s) failed: ", absl::StrJoin(names, ", "), "."),
                  p.now);
-    for (const PodView& v : fresh) p.status.counted_failures.push_back(v.uid);
+    if (whole_job) {
+      // The restart covers every pod of the job: one that fails on its own before it is deleted
+      // (an all-reduce peer of the pod that died) is part of this restart, not another one.
+      for (const auto& [name, pod] : p.pods) {
+        std::string uid = pod["metadata"].value("uid", "");
+        if (!uid.empty() && !counted.count(uid)) p.status.counted_failures.push_back(uid);
+      }
+    } else {
+      for (const PodView& v : fresh) p.status.counted_failures.push_back(v.uid);
+    }
     RETURN_IF_ERROR(WriteStatus(p));
     for (const PodView& v : fresh) {
       events_.Warning(p.object, "ExitedWithCode",
