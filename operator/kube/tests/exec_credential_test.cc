@@ -236,6 +236,12 @@ class MtlsServer {
   std::set<std::string> rejected_;
 };
 
+// A kubeconfig cluster entry for `server`, trusting the test CA.
+json ClusterOf(const Pki& pki, const MtlsServer& server) {
+  return {{"server", absl::StrCat("https://127.0.0.1:", server.port())},
+          {"certificate-authority-data", absl::Base64Escape(pki.ca.cert_pem)}};
+}
+
 // Prints $DIR/cred-<run>.json, or $DIR/cred-last.json once there is none for this run.
 constexpr char kFilePlugin[] = R"sh(echo run >> "$DIR/runs"
 n=$(wc -l < "$DIR/runs" | tr -d ' ')
@@ -611,8 +617,7 @@ TEST_F(ExecTest, PluginsClientCertificateIsUsedForTls) {
   ASSERT_TRUE(pki.ok());
   MtlsServer server(pki);
   ASSERT_TRUE(server.ok());
-  json cluster = {{"server", absl::StrCat("https://127.0.0.1:", server.port())},
-                  {"certificate-authority-data", absl::Base64Escape(pki.ca.cert_pem)}};
+  json cluster = ClusterOf(pki, server);
 
   // The server refuses a client without a certificate: a token-only plugin gets nowhere.
   WriteToken("some-token");
@@ -669,8 +674,7 @@ TEST_F(ExecTest, ARotatedCertificateIsUsedAndOldConnectionsAreDropped) {
   ASSERT_TRUE(pki.ok());
   MtlsServer server(pki);
   ASSERT_TRUE(server.ok());
-  json cluster = {{"server", absl::StrCat("https://127.0.0.1:", server.port())},
-                  {"certificate-authority-data", absl::Base64Escape(pki.ca.cert_pem)}};
+  json cluster = ClusterOf(pki, server);
   // Run 1: certificate A, expiring in 2 to 3 s; later runs: certificate B without expiry.
   absl::Time expiry = absl::Now() + absl::Seconds(3);
   std::ofstream(dir_ + "/cred-1.json")
@@ -711,8 +715,7 @@ TEST_F(ExecTest, A401RotatesTheCertificate) {
   MtlsServer server(pki);
   ASSERT_TRUE(server.ok());
   server.Reject("kt-client-a");
-  json cluster = {{"server", absl::StrCat("https://127.0.0.1:", server.port())},
-                  {"certificate-authority-data", absl::Base64Escape(pki.ca.cert_pem)}};
+  json cluster = ClusterOf(pki, server);
   // Certificate A never expires, but the server has revoked it; the plugin's next answer is B.
   std::ofstream(dir_ + "/cred-1.json")
       << Credential("", pki.client_a.cert_pem, pki.client_a.key_pem);
