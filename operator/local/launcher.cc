@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "common/host_port.h"
 #include "common/job_secret_env.h"
+#include "operator/api/outcome.h"
 #include "operator/api/render.h"
 #include "operator/api/restart.h"
 #include "operator/local/process.h"
@@ -26,15 +27,12 @@ struct LocalJob::Task {
   ProcessOptions process_options;
   std::unique_ptr<Process> process;
   std::string partial;  // output after the last newline
-  enum class Phase {
-    kPending,
-    kRunning,
-    kSucceeded,
-    kFailed,
-    kWaitingRestart
-  } phase = Phase::kPending;
-  absl::Time restart_at;
-  int restarts = 0;
+  // kWaiting: no process (not started, or stopped for a restart) until restart_at.
+  enum class Phase { kWaiting, kRunning, kSucceeded, kFailed } phase = Phase::kWaiting;
+  int exit_code = 0;
+  absl::Time restart_at = absl::InfinitePast();
+  int restarts = 0;     // this task's restarts: its next restart's delay doubles with each
+  int incarnation = 0;  // which process of this task runs: failures are counted per incarnation
   std::string label;  // "worker-1"
   ProgressTracker progress;
 };
@@ -111,6 +109,7 @@ absl::Status LocalJob::StartTask(Task& task) {
     return absl::Status(p.status().code(), absl::StrCat(task.label, ": ", p.status().message()));
   task.process = std::move(*p);
   task.phase = Task::Phase::kRunning;
+  ++task.incarnation;
   Say(absl::StrCat("Started ", task.label, " pid=", task.process->pid(),
                    " address=", task.task.address, " metrics=127.0.0.1:", task.metrics_port,
                    task.restarts ? absl::StrCat(" restart=", task.restarts) : ""));
@@ -159,15 +158,6 @@ void LocalJob::PumpOutput(absl::Duration timeout) {
   }
 }
 
-bool LocalJob::AllWorkersSucceeded() const {
-  for (const auto& t : tasks_) {
-    bool counts =
-        t->task.type == api::ReplicaType::kWorker || t->task.type == api::ReplicaType::kChief;
-    if (counts && t->phase != Task::Phase::kSucceeded) return false;
-  }
-  return true;
-}
-
 void LocalJob::HandleExits() {
   for (auto& t : tasks_) {
     if (t->phase != Task::Phase::kRunning || !t->process->Poll()) continue;
@@ -175,52 +165,108 @@ void LocalJob::HandleExits() {
     while (t->process->ReadOutput(&rest)) {
     }
     Emit(*t, rest, /*flush=*/true);
-    OnExit(*t, *t->process->exit_code());
-    if (result_) return;
+    t->exit_code = *t->process->exit_code();
+    t->phase = t->exit_code == 0 ? Task::Phase::kSucceeded : Task::Phase::kFailed;
+    Say(absl::StrCat(t->label, " ", api::DescribeExit(t->exit_code)));
   }
 }
 
-void LocalJob::OnExit(Task& task, int code) {
-  const api::RestartPolicy policy = task.task.restart_policy;
-  Say(absl::StrCat(task.label, " ", api::DescribeExit(code)));
-  switch (api::DecideExit(policy, code)) {
-    case api::ExitAction::kSucceeded:
-      task.phase = Task::Phase::kSucceeded;
+std::vector<api::TaskState> LocalJob::Observe() const {
+  std::vector<api::TaskState> states;
+  for (const auto& t : tasks_) {
+    api::TaskState s{.type = t->task.type,
+                     .index = t->task.index,
+                     .chief = t->task.chief,
+                     .restart_policy = t->task.restart_policy,
+                     .name = t->label};
+    switch (t->phase) {
+      case Task::Phase::kWaiting:
+        break;
+      case Task::Phase::kRunning:
+        s.phase = api::TaskPhase::kRunning;
+        break;
+      case Task::Phase::kSucceeded:
+        s.phase = api::TaskPhase::kSucceeded;
+        break;
+      case Task::Phase::kFailed:
+        s.phase = api::TaskPhase::kFailed;
+        s.exit_code = t->exit_code;
+        break;
+    }
+    if (s.phase != api::TaskPhase::kAbsent) s.id = absl::StrCat(t->label, "#", t->incarnation);
+    states.push_back(std::move(s));
+  }
+  return states;
+}
+
+void LocalJob::Decide() {
+  api::JobDecision d = api::DecideJob(job_, Observe(), ledger_, absl::Now());
+  ledger_ = d.ledger;
+  const api::RunPolicy& rp = job_.spec.run_policy;
+  const int limit = rp.backoff_limit.value_or(api::kDefaultBackoffLimit);
+  switch (d.verdict) {
+    case api::Verdict::kNone:
+      break;
+    case api::Verdict::kSucceeded:
       if (job_.spec.success_policy == api::SuccessPolicy::kAllWorkers) {
-        if (AllWorkersSucceeded()) Finish(true, "Succeeded", "every worker exited 0");
-      } else if (task.task.chief) {
-        Finish(true, "Succeeded", absl::StrCat("the chief (", task.label, ") exited 0"));
+        Finish(true, "Succeeded", "every worker exited 0");
+      } else {
+        std::string chief;
+        for (const auto& t : tasks_) {
+          if (t->task.chief) chief = t->label;
+        }
+        Finish(true, "Succeeded", absl::StrCat("the chief (", chief, ") exited 0"));
       }
       return;
-    case api::ExitAction::kFail:
-      task.phase = Task::Phase::kFailed;
+    case api::Verdict::kFailed:
       Finish(false, "Failed",
-             absl::StrCat(task.label, " ", api::DescribeExit(code), ", which restartPolicy ",
-                          api::Name(policy), " does not retry"));
+             absl::StrCat(d.culprit->name, " ", api::DescribeExit(d.culprit->exit_code),
+                          ", which restartPolicy ", api::Name(d.culprit->restart_policy),
+                          " does not retry"));
       return;
-    case api::ExitAction::kRestart:
-      break;
+    case api::Verdict::kBackoffLimitExceeded:
+      Finish(false, "BackoffLimitExceeded",
+             absl::StrCat(d.culprit->name, " ", api::DescribeExit(d.culprit->exit_code), " after ",
+                          api::TotalRestarts(ledger_), " restarts; backoffLimit is ", limit));
+      return;
+    case api::Verdict::kDeadlineExceeded:
+      Finish(false, "DeadlineExceeded",
+             absl::StrCat("the job ran longer than activeDeadlineSeconds (",
+                          rp.active_deadline_seconds.value_or(0), ")"));
+      return;
   }
-  const int limit = job_.spec.run_policy.backoff_limit.value_or(api::kDefaultBackoffLimit);
-  if (restarts_ >= limit) {
-    task.phase = Task::Phase::kFailed;
-    Finish(false, "BackoffLimitExceeded",
-           absl::StrCat(task.label, " ", api::DescribeExit(code), " after ", restarts_,
-                        " restarts; backoffLimit is ", limit));
-    return;
+  if (d.whole_job && !d.stop.empty()) {
+    const api::TaskState& why = d.restarted.empty() ? d.stop.front() : d.restarted.front();
+    RestartJob(absl::StrCat(why.name, " ", api::DescribeExit(why.exit_code)));
+  } else {
+    for (const api::TaskState& s : d.stop) {
+      Task& task = *tasks_[TaskIndex(s)];
+      absl::Duration delay =
+          std::min(options_.restart_delay * (1 << std::min(task.restarts, 5)), absl::Seconds(30));
+      task.phase = Task::Phase::kWaiting;
+      task.restart_at = absl::Now() + delay;
+      task.process.reset();
+      Say(absl::StrCat("Restarting ", task.label, " in ", absl::FormatDuration(delay),
+                       " (restart ", api::TotalRestarts(ledger_), " of backoffLimit ", limit, ")"));
+    }
   }
-  ++restarts_;
-  if (job_.spec.run_policy.restart_scope == api::RestartScope::kJob) {
-    RestartJob(absl::StrCat(task.label, " ", api::DescribeExit(code)));
-    return;
+  for (const api::TaskState& s : d.start) {
+    Task& task = *tasks_[TaskIndex(s)];
+    if (task.phase != Task::Phase::kWaiting || absl::Now() < task.restart_at) continue;
+    ++task.restarts;
+    absl::Status started = StartTask(task);
+    if (!started.ok()) {
+      Finish(false, "Failed", std::string(started.message()));
+      return;
+    }
   }
-  absl::Duration delay =
-      std::min(options_.restart_delay * (1 << std::min(task.restarts, 5)), absl::Seconds(30));
-  task.phase = Task::Phase::kWaitingRestart;
-  task.restart_at = absl::Now() + delay;
-  task.process.reset();
-  Say(absl::StrCat("Restarting ", task.label, " in ", absl::FormatDuration(delay), " (restart ",
-                   restarts_, " of backoffLimit ", limit, ")"));
+}
+
+size_t LocalJob::TaskIndex(const api::TaskState& s) const {
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    if (tasks_[i]->task.type == s.type && tasks_[i]->task.index == s.index) return i;
+  }
+  return 0;  // unreachable: every state was observed from tasks_
 }
 
 void LocalJob::RestartJob(absl::string_view why) {
@@ -233,25 +279,19 @@ void LocalJob::RestartJob(absl::string_view why) {
     while (t->process && !t->process->Poll() && absl::Now() < deadline)
       PumpOutput(absl::Milliseconds(50));
     t->process.reset();
-    t->phase = Task::Phase::kWaitingRestart;
+    t->phase = Task::Phase::kWaiting;
     t->restart_at = absl::Now() + options_.restart_delay;
-  }
-}
-
-void LocalJob::StartDueRestarts() {
-  absl::Time now = absl::Now();
-  for (auto& t : tasks_) {
-    if (t->phase != Task::Phase::kWaitingRestart || now < t->restart_at) continue;
-    ++t->restarts;
-    absl::Status s = StartTask(*t);
-    if (!s.ok()) Finish(false, "Failed", std::string(s.message()));
   }
 }
 
 void LocalJob::Finish(bool succeeded, std::string reason, std::string message) {
   if (result_) return;
-  result_ = JobResult{succeeded, std::move(reason),    std::move(message),
-                      restarts_, absl::Now() - start_, std::nullopt};
+  result_ = JobResult{succeeded,
+                      std::move(reason),
+                      std::move(message),
+                      api::TotalRestarts(ledger_),
+                      absl::Now() - start_,
+                      std::nullopt};
 }
 
 void LocalJob::StopAll(bool graceful) {
@@ -318,20 +358,14 @@ absl::StatusOr<JobResult> LocalJob::Run(const std::atomic<bool>& stop) {
       return s;
     }
   }
-  const auto& rp = job_.spec.run_policy;
+  ledger_.start = start_;
   while (!result_) {
     PumpOutput(absl::Milliseconds(100));
     HandleExits();
+    Decide();  // the job-outcome policy: success, failure, restarts, the deadline
     if (result_) break;
-    StartDueRestarts();
     MaybePrintProgress(false);
     if (stop.load()) Finish(false, "Interrupted", "stopped by signal");
-    if (rp.active_deadline_seconds &&
-        absl::Now() - start_ > absl::Seconds(*rp.active_deadline_seconds)) {
-      Finish(false, "DeadlineExceeded",
-             absl::StrCat("the job ran longer than activeDeadlineSeconds (",
-                          *rp.active_deadline_seconds, ")"));
-    }
   }
   StopAll(/*graceful=*/result_->succeeded);
   if (progress_dirty_) MaybePrintProgress(/*force=*/true);

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "operator/api/outcome.h"
 #include "operator/api/types.h"
 #include "operator/local/task_command.h"
 
@@ -55,15 +56,18 @@ class LocalJob {
   absl::Status StartTask(Task& task);
   void PumpOutput(absl::Duration timeout);
   void Emit(Task& task, absl::string_view chunk, bool flush);
+  // Records the exit of every task whose process ended.
   void HandleExits();
-  void OnExit(Task& task, int code);
+  // The tasks as the job-outcome policy sees them (operator/api/outcome.h).
+  std::vector<api::TaskState> Observe() const;
+  // Observe → api::DecideJob → act: finish, stop tasks for restarts, start due ones.
+  void Decide();
+  size_t TaskIndex(const api::TaskState& s) const;
   void RestartJob(absl::string_view why);
-  void StartDueRestarts();
   void Finish(bool succeeded, std::string reason, std::string message);
   void StopAll(bool graceful);
   void MaybePrintProgress(bool force);
   void Say(absl::string_view line);
-  bool AllWorkersSucceeded() const;
 
   api::TrainingJob job_;
   LaunchOptions options_;
@@ -74,7 +78,7 @@ class LocalJob {
   absl::Time last_progress_print_ = absl::InfinitePast();
   bool progress_dirty_ = false;
   std::optional<JobResult> result_;
-  int restarts_ = 0;
+  api::JobLedger ledger_;  // completions and counted restarts, as the operator keeps in status
   std::string run_dir_;  // this run's scratch folder (checkpoints)
 };
 

@@ -128,6 +128,25 @@ TEST(LocalJob, RestartScopeJobRestartsEveryTask) {
   EXPECT_NE(o.output.find("ps-0      | ps-up", first + 1), std::string::npos) << o.output;
 }
 
+// As the operator does (operator/api/outcome.h): a whole-job restart runs a worker that had
+// already finished again, because the restarted chief needs every peer back.
+TEST(LocalJob, RestartScopeJobRunsAFinishedWorkerAgain) {
+  std::string runs = ::testing::TempDir() + "/kt_finished_worker_runs";
+  std::remove(runs.c_str());
+  Outcome o = RunJob(
+      Job({{"Worker", Replica(2,
+                              "if [ $KUBETRAIN_REPLICA_INDEX = 1 ]; then echo run >> " + runs +
+                                  "; exit 0; fi; sleep 0.5; "
+                                  "if [ $(wc -l < " + runs + ") -lt 2 ]; then kill -9 $$$$; fi",
+                              "OnFailure")}},
+          {{"restartScope", "Job"}}));
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_EQ(o.result.restarts, 1) << o.output;
+  EXPECT_TRUE(Contains(o.output, "Restarting every task (restartScope Job): worker-0 exited with "
+                                 "code 137 (SIGKILL)"))
+      << o.output;
+}
+
 TEST(LocalJob, ActiveDeadlineFailsTheJob) {
   absl::Time start = absl::Now();
   Outcome o = RunJob(Job({{"Worker", Replica(1, "sleep 30")}}, {{"activeDeadlineSeconds", 1}}));
