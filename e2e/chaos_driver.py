@@ -196,7 +196,8 @@ class Operator:
         self.proc = subprocess.Popen(
             [os.path.join(BIN, "kubetrain-operator"), "--kubeconfig", KUBECONFIG,
              "--metrics-address", "127.0.0.1:0", "--health-address", "127.0.0.1:0",
-             "--progress-interval", "1s"], stdout=self.logf, stderr=subprocess.STDOUT)
+             "--progress-interval", "1s", "--progress-write-interval", "2s"],
+            stdout=self.logf, stderr=subprocess.STDOUT)
 
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)

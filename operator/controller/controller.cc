@@ -30,6 +30,7 @@ Controller::Controller(kube::Client& client, ControllerOptions options, Operator
             {.namespace_ = options_.namespace_, .transform = kube::StripForCache}),
       pods_(client, kube::Resource::Pods(), Owned(options_.namespace_)),
       services_(client, kube::Resource::Services(), Owned(options_.namespace_)),
+      queue_({.clock = options_.reconciler.clock}),
       events_(client, "kubetrain-operator"),
       progress_({.interval = options_.reconciler.progress_interval,
                  .timeout = options_.reconciler.progress_timeout,

@@ -23,7 +23,7 @@ namespace kubetrain::controller {
 
 class EventRecorder {
  public:
-  EventRecorder(kube::Client& client, std::string component)
+  EventRecorder(kube::ApiClient& client, std::string component)
       : client_(client), component_(std::move(component)) {}
 
   void Normal(const nlohmann::json& object, const std::string& reason, const std::string& message);
@@ -33,7 +33,7 @@ class EventRecorder {
   void Record(const nlohmann::json& object, const std::string& type, const std::string& reason,
               const std::string& message);
 
-  kube::Client& client_;
+  kube::ApiClient& client_;
   const std::string component_;
 
   struct Seen {

@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "operator/api/decode.h"
+#include "operator/api/outcome.h"
 #include "operator/api/render.h"
 #include "operator/api/restart.h"
 #include "operator/api/tf_config.h"
@@ -28,19 +29,25 @@ struct Reconciler::Pass {
   std::string key;
   std::string ns;
   std::string name;
-  json object;                 // the job as cached, or as last written by us (NewestJob)
+  json object;                 // the job as cached, or as last written here (NewestJob)
   std::string cached_version;  // the resourceVersion the job informer held
   api::TrainingJob job;
   api::TrainingJobStatus status;
   json original_status;
   std::map<std::string, json> pods;  // this job's pods, by name
   std::map<api::ReplicaType, std::set<int>> completed;
-  std::vector<PodView> failed;  // failed pods whose restart policy retries them
+  std::set<std::string> going;  // uids of pods deleted here that the cache still shows
   std::optional<absl::Duration> requeue;
   absl::Time now;
   bool finishing = false;  // this pass ended the job
 
   std::string JobRef() const { return ns + "/" + name; }
+  // ViewPod, with the pods this reconciler deleted seen as going whatever the cache says.
+  std::optional<PodView> View(const json& pod) const {
+    std::optional<PodView> v = ViewPod(pod);
+    if (v && going.count(v->uid)) v->deleting = true;
+    return v;
+  }
   void Requeue(absl::Duration d) {
     if (!requeue || d < *requeue) requeue = std::max(d, absl::Milliseconds(10));
   }
@@ -55,12 +62,6 @@ bool OwnedBy(const json& pod, const std::string& uid) {
     if (ref.value("uid", "") == uid && ref.value("controller", false)) return true;
   }
   return false;
-}
-
-int TotalRestarts(const api::TrainingJobStatus& status) {
-  int total = 0;
-  for (const auto& [type, rs] : status.replica_statuses) total += rs.restarts;
-  return total;
 }
 
 bool Active(const PodView& v) {
@@ -105,9 +106,10 @@ std::string Shape(const std::map<std::string, std::vector<std::string>>& cluster
 
 }  // namespace
 
-Reconciler::Reconciler(kube::Client& client, kube::Informer& jobs, kube::Informer& pods,
-                       kube::Informer& services, EventRecorder& events, OperatorMetrics* metrics,
-                       ProgressPoller* progress, ReconcilerOptions options)
+Reconciler::Reconciler(kube::ApiClient& client, const kube::ObjectCache& jobs,
+                       const kube::ObjectCache& pods, const kube::ObjectCache& services,
+                       EventRecorder& events, OperatorMetrics* metrics, ProgressPoller* progress,
+                       ReconcilerOptions options)
     : client_(client),
       jobs_(jobs),
       pods_(pods),
@@ -115,15 +117,15 @@ Reconciler::Reconciler(kube::Client& client, kube::Informer& jobs, kube::Informe
       events_(events),
       metrics_(metrics),
       progress_(progress),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : Clock::Real()) {}
 
 absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   std::optional<json> object = jobs_.Get(key);
   if (!object) {
+    expectations_.Forget(key);
     {
       std::lock_guard<std::mutex> lock(writes_mu_);
-      own_writes_.erase(key);
-      deleted_pods_.erase(key);
       secret_ensured_.erase(key);
       templates_checked_.erase(key);
     }
@@ -133,13 +135,13 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
     return ReconcileResult{};  // deleted: the garbage collector removes what it owned
   }
   std::string cached_version = (*object)["metadata"].value("resourceVersion", "");
-  object = NewestJob(key, std::move(*object));
+  object = expectations_.NewestJob(key, std::move(*object));
   if ((*object)["metadata"].contains("deletionTimestamp")) return ReconcileResult{};
   Pass p;
   p.key = key;
   p.cached_version = cached_version;
   p.object = *object;
-  p.now = absl::Now();
+  p.now = clock_.Now();
   p.ns = (*object)["metadata"].value("namespace", "default");
   p.name = (*object)["metadata"].value("name", "");
   api::FieldErrors errors;
@@ -165,29 +167,11 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
     if (OwnedBy(pod, p.job.metadata.uid)) p.pods[pod["metadata"].value("name", "")] = pod;
   }
   {
-    // Pods this reconciler deleted that the pod informer has not yet seen go: treat them as
-    // going, or a pass that runs first would restart (and count) the same failure again.
-    std::lock_guard<std::mutex> lock(writes_mu_);
-    std::set<std::string>& deleted = deleted_pods_[key];
-    std::set<std::string> still_cached;
-    for (auto& [name, pod] : p.pods) {
-      std::string uid = pod["metadata"].value("uid", "");
-      if (!deleted.count(uid)) continue;
-      still_cached.insert(uid);
-      if (!pod["metadata"].contains("deletionTimestamp")) {
-        pod["metadata"]["deletionTimestamp"] = kube::FormatTime(p.now);
-      }
-    }
-    deleted = std::move(still_cached);
-  }
-  {
-    // Counted failures of pods that are gone can never be seen again.
+    // Pods deleted here that the pod informer has not yet seen go are going: a pass that ran
+    // before the cache caught up would otherwise restart (and count) the same failure again.
     std::set<std::string> present;
     for (const auto& [name, pod] : p.pods) present.insert(pod["metadata"].value("uid", ""));
-    std::vector<std::string>& counted = p.status.counted_failures;
-    counted.erase(std::remove_if(counted.begin(), counted.end(),
-                                 [&](const std::string& uid) { return !present.count(uid); }),
-                  counted.end());
+    p.going = expectations_.PodsGoing(key, present);
   }
   for (const auto& [type, rs] : p.job.spec.replica_specs) {
     p.completed[type] = api::ParseIndexSet(p.status.replica_statuses[type].completed_indexes);
@@ -212,9 +196,6 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   RETURN_IF_ERROR(SyncTasks(p));
   // Every create this pass needed went through: whatever refused them earlier has cleared.
   if (!IsFinished(p.status)) RemoveCondition(&p.status, kReplicaFailure);
-  RETURN_IF_ERROR(HandleRestarts(p));
-  CheckSuccess(p);
-  CheckDeadline(p);
   if (IsFinished(p.status)) return FinishedJob(p);
   ReadProgress(p);
   RETURN_IF_ERROR(WriteStatus(p));
@@ -223,6 +204,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
 
 absl::StatusOr<ReconcileResult> Reconciler::FinishedJob(Pass& p) {
   if (progress_ != nullptr) progress_->Untrack(p.key);
+  p.status.counted_failures.clear();  // a finished job restarts nothing
   ReadFinalSummary(p);
   RETURN_IF_ERROR(Cleanup(p));
   CountActive(p);
@@ -396,11 +378,9 @@ absl::Status Reconciler::DeletePod(Pass& p, const json& pod, const std::string& 
       {.propagation_policy = "Background", .precondition_uid = pod["metadata"].value("uid", "")});
   if (s.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
   RETURN_IF_ERROR(s, "deleting Pod ", name);
-  p.pods[name]["metadata"]["deletionTimestamp"] = kube::FormatTime(p.now);  // once per pass
-  {
-    std::lock_guard<std::mutex> lock(writes_mu_);
-    deleted_pods_[p.key].insert(pod["metadata"].value("uid", ""));
-  }
+  std::string uid = pod["metadata"].value("uid", "");
+  p.going.insert(uid);  // once per pass
+  expectations_.PodDeleted(p.key, uid);
   events_.Normal(p.object, "DeletedPod", absl::StrCat("Deleted Pod pod=", name, " reason=", why));
   return absl::OkStatus();
 }
@@ -411,7 +391,7 @@ absl::Status Reconciler::Cleanup(Pass& p) {
   if (policy == api::CleanPodPolicy::kNone) return absl::OkStatus();
   std::map<std::string, json> pods = p.pods;
   for (const auto& [name, pod] : pods) {
-    std::optional<PodView> v = ViewPod(pod);
+    std::optional<PodView> v = p.View(pod);
     if (!v || v->deleting) continue;
     if (policy == api::CleanPodPolicy::kAll || Active(*v)) {
       RETURN_IF_ERROR(DeletePod(p, pod, "JobFinished"));
@@ -438,7 +418,7 @@ absl::Status Reconciler::Suspend(Pass& p) {
   if (progress_ != nullptr) progress_->Untrack(p.key);
   std::map<std::string, json> pods = p.pods;
   for (const auto& [name, pod] : pods) {
-    std::optional<PodView> v = ViewPod(pod);
+    std::optional<PodView> v = p.View(pod);
     if (v && !v->deleting && Active(*v)) RETURN_IF_ERROR(DeletePod(p, pod, "Suspended"));
   }
   if (SetCondition(&p.status, kSuspended, true, "TrainingJobSuspended",
@@ -449,180 +429,136 @@ absl::Status Reconciler::Suspend(Pass& p) {
   return absl::OkStatus();
 }
 
-absl::Status Reconciler::SyncTasks(Pass& p) {
+std::vector<api::TaskState> Reconciler::ObserveTasks(const Pass& p,
+                                                     std::map<std::string, PodView>* views) const {
   api::ClusterDnsAddresses addresses(options_.cluster_domain);
-  std::map<api::ReplicaType, api::ReplicaStatus> counts;
-  bool chief_running = false;
+  std::vector<api::TaskState> tasks;
   for (const api::Task& t : api::Tasks(p.job, addresses)) {
-    api::ReplicaStatus& rs = counts[t.type];
-    std::set<int>& done = p.completed[t.type];
+    api::TaskState s{.type = t.type,
+                     .index = t.index,
+                     .chief = t.chief,
+                     .restart_policy = t.restart_policy,
+                     .name = t.name};
     auto it = p.pods.find(t.name);
-    if (it == p.pods.end()) {
-      // A replica that already succeeded is never run again, even after its pod was collected.
-      if (!done.count(t.index)) RETURN_IF_ERROR(CreatePod(p, t.type, t.index));
-      if (IsFinished(p.status)) return absl::OkStatus();  // a template the server refused
-      continue;
-    }
-    std::optional<PodView> v = ViewPod(it->second);
-    if (!v || v->deleting) continue;  // a replacement waits until the old pod is gone
-    if (v->phase == "Succeeded") {
-      done.insert(t.index);
-    } else if (v->phase == "Failed") {
-      ++rs.failed;
-      int code = EffectiveExitCode(*v);
-      switch (api::DecideExit(t.restart_policy, code)) {
-        case api::ExitAction::kSucceeded:
-          done.insert(t.index);
-          break;
-        case api::ExitAction::kRestart:
-          p.failed.push_back(*v);
-          break;
-        case api::ExitAction::kFail:
-          events_.Warning(p.object, "ExitedWithCode",
-                          absl::StrCat("Pod exited pod=", t.name, " exit_code=", code,
-                                       v->reason.empty() ? "" : " reason=" + v->reason));
-          Finish(p, false, "TrainingJobFailed",
-                 absl::StrCat("TrainingJob ", p.JobRef(), " has failed because pod ", t.name, " ",
-                              api::DescribeExit(code), " and restartPolicy ",
-                              api::Name(t.restart_policy), " does not retry it."));
-          break;
+    if (it != p.pods.end()) {
+      std::optional<PodView> v = p.View(it->second);
+      s.phase = api::TaskPhase::kGoing;  // unreadable, deleting, or a phase such as Unknown
+      if (v) {
+        s.id = v->uid;
+        if (v->deleting) {
+          s.phase = api::TaskPhase::kGoing;
+        } else if (v->phase == "Pending") {
+          s.phase = api::TaskPhase::kPending;
+        } else if (v->phase == "Running") {
+          s.phase = api::TaskPhase::kRunning;
+        } else if (v->phase == "Succeeded") {
+          s.phase = api::TaskPhase::kSucceeded;
+        } else if (v->phase == "Failed") {
+          s.phase = api::TaskPhase::kFailed;
+          s.exit_code = EffectiveExitCode(*v);
+        }
+        views->emplace(t.name, *v);
       }
-    } else if (Active(*v)) {
-      ++rs.active;
-      chief_running |= t.chief && v->phase == "Running";
     }
+    tasks.push_back(std::move(s));
   }
-  for (auto& [type, rs] : counts) {
+  return tasks;
+}
+
+absl::Status Reconciler::SyncTasks(Pass& p) {
+  // Observe.
+  std::map<std::string, PodView> views;
+  std::vector<api::TaskState> tasks = ObserveTasks(p, &views);
+  api::JobLedger ledger;
+  ledger.completed = p.completed;
+  for (const auto& [type, rs] : p.status.replica_statuses) ledger.restarts[type] = rs.restarts;
+  ledger.counted = p.status.counted_failures;
+  ledger.start = kube::ParseTime(p.status.start_time);
+  // Decide: the job-outcome policy shared with `kubetrain run` (operator/api/outcome.h).
+  api::JobDecision d = api::DecideJob(p.job, tasks, ledger, p.now);
+  // Act: status first, so a count is saved before any pod it covers goes.
+  p.completed = d.ledger.completed;
+  for (const auto& [type, spec] : p.job.spec.replica_specs) {
     api::ReplicaStatus& out = p.status.replica_statuses[type];
-    out.active = rs.active;
-    out.failed = rs.failed;
+    out.active = d.active[type];
+    out.failed = d.failed[type];
     out.succeeded = static_cast<int32_t>(p.completed[type].size());
     out.completed_indexes = api::FormatIndexSet(p.completed[type]);
   }
-  if (chief_running && p.failed.empty()) {
-    SetCondition(&p.status, kRunning, true, "TrainingJobRunning",
-                 absl::StrCat("TrainingJob ", p.JobRef(), " is running."), p.now);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Reconciler::HandleRestarts(Pass& p) {
-  if (p.failed.empty() || IsFinished(p.status)) return absl::OkStatus();
-  const api::RunPolicy& rp = p.job.spec.run_policy;
-  const bool whole_job = rp.restart_scope == api::RestartScope::kJob;
-  // Count first, then delete. The count is written to status before any pod goes: a write that
-  // fails leaves nothing done and the next pass decides again, where deleting first lost the
-  // count whenever the write failed (the recreated pods looked like a fresh start). The same
-  // write records the pods counted (status.countedFailures), so a failure counted by a write
-  // whose deletion did not follow (the operator restarted in between) is only deleted again.
-  const std::set<std::string> counted(p.status.counted_failures.begin(),
-                                      p.status.counted_failures.end());
-  std::vector<PodView> fresh;
-  for (const PodView& v : p.failed) {
-    if (!counted.count(v.uid)) fresh.push_back(v);
-  }
-  if (!fresh.empty()) {
-    const int needed = whole_job ? 1 : static_cast<int>(fresh.size());
-    const int limit = rp.backoff_limit.value_or(api::kDefaultBackoffLimit);
-    if (TotalRestarts(p.status) + needed > limit) {
+  for (const auto& [type, n] : d.ledger.restarts) p.status.replica_statuses[type].restarts = n;
+  p.status.counted_failures = d.ledger.counted;
+  auto describe = [&](const api::TaskState& t) {
+    auto v = views.find(t.name);
+    std::string reason = v == views.end() ? "" : v->second.reason;
+    return absl::StrCat("Pod exited pod=", t.name, " exit_code=", t.exit_code,
+                        reason.empty() ? "" : " reason=" + reason);
+  };
+  const int limit = p.job.spec.run_policy.backoff_limit.value_or(api::kDefaultBackoffLimit);
+  switch (d.verdict) {
+    case api::Verdict::kNone:
+      break;
+    case api::Verdict::kSucceeded:
+      Finish(p, true, "TrainingJobSucceeded",
+             absl::StrCat("TrainingJob ", p.JobRef(), " successfully completed."));
+      return absl::OkStatus();
+    case api::Verdict::kFailed:
+      events_.Warning(p.object, "ExitedWithCode", describe(*d.culprit));
+      Finish(p, false, "TrainingJobFailed",
+             absl::StrCat("TrainingJob ", p.JobRef(), " has failed because pod ", d.culprit->name,
+                          " ", api::DescribeExit(d.culprit->exit_code), " and restartPolicy ",
+                          api::Name(d.culprit->restart_policy), " does not retry it."));
+      return absl::OkStatus();
+    case api::Verdict::kBackoffLimitExceeded:
       Finish(p, false, "BackoffLimitExceeded",
              absl::StrCat("TrainingJob ", p.JobRef(),
-                          " has failed because it has reached the "
-                          "specified backoff limit (",
-                          limit, " restarts); last failure: pod ", fresh.front().name, " ",
-                          api::DescribeExit(EffectiveExitCode(fresh.front()))));
+                          " has failed because it has reached the specified backoff limit (",
+                          limit, " restarts); last failure: pod ", d.culprit->name, " ",
+                          api::DescribeExit(d.culprit->exit_code)));
       return absl::OkStatus();
-    }
+    case api::Verdict::kDeadlineExceeded:
+      Finish(p, false, "DeadlineExceeded",
+             absl::StrCat("TrainingJob ", p.JobRef(), " was active longer than its ",
+                          "activeDeadlineSeconds (",
+                          p.job.spec.run_policy.active_deadline_seconds.value_or(0), ")."));
+      return absl::OkStatus();
+  }
+  if (d.deadline) p.Requeue(*d.deadline - p.now);  // fires by itself, without another event
+  if (!d.restarted.empty()) {
     std::vector<std::string> names;
-    for (const PodView& v : fresh) names.push_back(v.name);
-    if (whole_job) {
-      ++p.status.replica_statuses[fresh.front().type].restarts;
-    } else {
-      for (const PodView& v : fresh) ++p.status.replica_statuses[v.type].restarts;
-    }
+    for (const api::TaskState& t : d.restarted) names.push_back(t.name);
     SetCondition(&p.status, kRestarting, true, "TrainingJobRestarting",
                  absl::StrCat("TrainingJob ", p.JobRef(), " is restarting because ", names.size(),
                               " pod(s) failed: ", absl::StrJoin(names, ", "), "."),
                  p.now);
-    if (whole_job) {
-      // The restart covers every pod of the job: one that fails on its own before it is deleted
-      // (an all-reduce peer of the pod that died) is part of this restart, not another one.
-      for (const auto& [name, pod] : p.pods) {
-        std::string uid = pod["metadata"].value("uid", "");
-        if (!uid.empty() && !counted.count(uid)) p.status.counted_failures.push_back(uid);
-      }
-    } else {
-      for (const PodView& v : fresh) p.status.counted_failures.push_back(v.uid);
-    }
     RETURN_IF_ERROR(WriteStatus(p));
-    for (const PodView& v : fresh) {
-      events_.Warning(p.object, "ExitedWithCode",
-                      absl::StrCat("Pod exited pod=", v.name, " exit_code=", EffectiveExitCode(v),
-                                   v.reason.empty() ? "" : " reason=" + v.reason));
+    for (const api::TaskState& t : d.restarted) {
+      events_.Warning(p.object, "ExitedWithCode", describe(t));
     }
-    if (whole_job) {
+    if (d.whole_job) {
       events_.Normal(p.object, "RestartedJob",
                      absl::StrCat("Restarted every Pod of the job job=", p.JobRef(),
                                   " failed=", absl::StrJoin(names, ",")));
     } else {
-      for (const PodView& v : fresh) {
-        events_.Normal(
-            p.object, "RestartedPod",
-            absl::StrCat("Restarted Pod pod=", v.name, " exit_code=", EffectiveExitCode(v),
-                         " restarts=", p.status.replica_statuses[v.type].restarts));
+      for (const api::TaskState& t : d.restarted) {
+        events_.Normal(p.object, "RestartedPod",
+                       absl::StrCat("Restarted Pod pod=", t.name, " exit_code=", t.exit_code,
+                                    " restarts=", p.status.replica_statuses[t.type].restarts));
       }
     }
     if (metrics_) metrics_->JobRestarted(p.ns);
   }
-  if (whole_job) {
-    std::map<std::string, json> pods = p.pods;
-    for (const auto& [name, pod] : pods) {
-      std::optional<PodView> v = ViewPod(pod);
-      if (v && !v->deleting) RETURN_IF_ERROR(DeletePod(p, pod, "RestartScopeJob"));
-    }
-  } else {
-    for (const PodView& v : p.failed) RETURN_IF_ERROR(DeletePod(p, p.pods[v.name], "Restart"));
+  for (const api::TaskState& t : d.stop) {
+    RETURN_IF_ERROR(DeletePod(p, p.pods[t.name], d.whole_job ? "RestartScopeJob" : "Restart"));
+  }
+  for (const api::TaskState& t : d.start) {
+    RETURN_IF_ERROR(CreatePod(p, t.type, t.index));
+    if (IsFinished(p.status)) return absl::OkStatus();  // a template the server refused
+  }
+  if (d.chief_running && d.stop.empty()) {
+    SetCondition(&p.status, kRunning, true, "TrainingJobRunning",
+                 absl::StrCat("TrainingJob ", p.JobRef(), " is running."), p.now);
   }
   return absl::OkStatus();
-}
-
-void Reconciler::CheckSuccess(Pass& p) {
-  if (IsFinished(p.status)) return;
-  const auto& specs = p.job.spec.replica_specs;
-  bool has_chief = specs.count(api::ReplicaType::kChief) > 0;
-  bool done;
-  if (p.job.spec.success_policy == api::SuccessPolicy::kAllWorkers) {
-    done = true;
-    for (api::ReplicaType t : {api::ReplicaType::kChief, api::ReplicaType::kWorker}) {
-      auto it = specs.find(t);
-      if (it != specs.end())
-        done &= static_cast<int>(p.completed[t].size()) >= it->second.replicas.value_or(1);
-    }
-  } else {
-    done =
-        p.completed[has_chief ? api::ReplicaType::kChief : api::ReplicaType::kWorker].count(0) > 0;
-  }
-  if (done) {
-    Finish(p, true, "TrainingJobSucceeded",
-           absl::StrCat("TrainingJob ", p.JobRef(), " successfully completed."));
-  }
-}
-
-void Reconciler::CheckDeadline(Pass& p) {
-  const auto& deadline = p.job.spec.run_policy.active_deadline_seconds;
-  if (!deadline || IsFinished(p.status)) return;
-  absl::Time start = kube::ParseTime(p.status.start_time);
-  if (start == absl::InfinitePast()) return;
-  absl::Time end = start + absl::Seconds(*deadline);
-  if (p.now >= end) {
-    Finish(p, false, "DeadlineExceeded",
-           absl::StrCat("TrainingJob ", p.JobRef(),
-                        " was active longer than its "
-                        "activeDeadlineSeconds (",
-                        *deadline, ")."));
-  } else {
-    p.Requeue(end - p.now);  // fires by itself, without another event
-  }
 }
 
 void Reconciler::Finish(Pass& p, bool succeeded, const std::string& reason,
@@ -651,7 +587,7 @@ std::optional<std::pair<api::Task, PodView>> Reconciler::ChiefPod(const Pass& p)
     if (!t.chief) continue;
     auto it = p.pods.find(t.name);
     if (it == p.pods.end()) return std::nullopt;
-    std::optional<PodView> v = ViewPod(it->second);
+    std::optional<PodView> v = p.View(it->second);
     if (!v) return std::nullopt;
     return std::make_pair(t, *v);
   }
@@ -687,7 +623,7 @@ absl::Status Reconciler::RestartOnClusterChange(Pass& p) {
       api::TfConfigFor(p.job, addresses, tasks.front().type, tasks.front().index).cluster;
   std::optional<std::map<std::string, std::vector<std::string>>> stale;
   for (const auto& [name, pod] : p.pods) {
-    std::optional<PodView> v = ViewPod(pod);
+    std::optional<PodView> v = p.View(pod);
     if (!v || v->deleting) continue;
     std::optional<std::map<std::string, std::vector<std::string>>> cluster = PodCluster(pod);
     if (cluster && *cluster != wanted) {
@@ -702,7 +638,7 @@ absl::Status Reconciler::RestartOnClusterChange(Pass& p) {
   // it is no failure and does not count against backoffLimit.
   std::map<std::string, json> pods = p.pods;
   for (const auto& [name, pod] : pods) {
-    std::optional<PodView> v = ViewPod(pod);
+    std::optional<PodView> v = p.View(pod);
     if (v && !v->deleting) RETURN_IF_ERROR(DeletePod(p, pod, "ClusterSpecChanged"));
   }
   for (auto& [type, done] : p.completed) done.clear();
@@ -741,21 +677,9 @@ void Reconciler::ReadFinalSummary(Pass& p) {
 void Reconciler::CountActive(Pass& p) {
   for (auto& [type, rs] : p.status.replica_statuses) rs.active = 0;
   for (const auto& [name, pod] : p.pods) {
-    std::optional<PodView> v = ViewPod(pod);
+    std::optional<PodView> v = p.View(pod);
     if (v && Active(*v)) ++p.status.replica_statuses[v->type].active;
   }
-}
-
-json Reconciler::NewestJob(const std::string& key, json cached) {
-  std::lock_guard<std::mutex> lock(writes_mu_);
-  auto it = own_writes_.find(key);
-  if (it == own_writes_.end()) return cached;
-  // resourceVersions are opaque: only "is one we know predates our write" can be asked.
-  if (it->second.older_versions.count(cached["metadata"].value("resourceVersion", ""))) {
-    return it->second.object;
-  }
-  own_writes_.erase(it);  // the cache has caught up with our write (or moved past it)
-  return cached;
 }
 
 absl::Status Reconciler::WriteStatus(Pass& p) {
@@ -768,14 +692,9 @@ absl::Status Reconciler::WriteStatus(Pass& p) {
   absl::StatusOr<json> written = client_.UpdateStatus(kube::Resource::TrainingJobs(), p.ns, object);
   RETURN_IF_ERROR(written.status(), "updating the status of ", p.JobRef());
   kube::StripForCache(*written);  // held until the cache catches up: no bigger than its copy
-  {
-    // The PUT was conditional on p.object's version, so every version seen so far is older.
-    std::lock_guard<std::mutex> lock(writes_mu_);
-    OwnWrite& w = own_writes_[p.key];
-    w.older_versions.insert(p.cached_version);
-    w.older_versions.insert(p.object["metadata"].value("resourceVersion", ""));
-    w.object = *written;
-  }
+  // The PUT was conditional on p.object's version, so every version seen so far is older.
+  expectations_.StatusWritten(
+      p.key, {p.cached_version, p.object["metadata"].value("resourceVersion", "")}, *written);
   p.object = *written;
   p.original_status = api::ToJson(p.status);
   return absl::OkStatus();

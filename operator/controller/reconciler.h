@@ -14,14 +14,18 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "operator/api/outcome.h"
 #include "operator/api/render.h"
 #include "operator/api/types.h"
+#include "common/clock.h"
 #include "operator/controller/events.h"
+#include "operator/controller/expectations.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/pod_view.h"
 #include "operator/controller/progress.h"
@@ -38,6 +42,7 @@ struct ReconcilerOptions {
   absl::Duration progress_interval = absl::Seconds(5);
   absl::Duration progress_timeout = absl::Seconds(2);
   absl::Duration progress_write_interval = absl::Seconds(30);
+  const Clock* clock = nullptr;  // null: the real clock
 };
 
 struct ReconcileResult {
@@ -46,8 +51,10 @@ struct ReconcileResult {
 
 class Reconciler {
  public:
-  Reconciler(kube::Client& client, kube::Informer& jobs, kube::Informer& pods,
-             kube::Informer& services, EventRecorder& events, OperatorMetrics* metrics,
+  // The caches are the controller's informers (or fakes in unit tests); `progress` may be null
+  // (no progress in status).
+  Reconciler(kube::ApiClient& client, const kube::ObjectCache& jobs, const kube::ObjectCache& pods,
+             const kube::ObjectCache& services, EventRecorder& events, OperatorMetrics* metrics,
              ProgressPoller* progress, ReconcilerOptions options);
 
   // `key` is "namespace/name". Errors are worth a rate-limited retry (409 conflicts included).
@@ -78,43 +85,34 @@ class Reconciler {
   absl::Status DeletePod(Pass& p, const nlohmann::json& pod, const std::string& why);
   absl::Status Cleanup(Pass& p);
   absl::Status Suspend(Pass& p);
+  // The job's tasks as its pods show them, for the job-outcome policy (operator/api/outcome.h);
+  // `views` receives each readable pod's view by task name.
+  std::vector<api::TaskState> ObserveTasks(const Pass& p,
+                                           std::map<std::string, PodView>* views) const;
+  // Observe → decide (api::DecideJob) → act: status, restarts, pod deletions and creations,
+  // success, failure and the deadline.
   absl::Status SyncTasks(Pass& p);
   absl::Status RestartOnClusterChange(Pass& p);
   void ReadFinalSummary(Pass& p);
   void CountActive(Pass& p);
-  absl::Status HandleRestarts(Pass& p);
-  void CheckSuccess(Pass& p);
-  void CheckDeadline(Pass& p);
   void ReadProgress(Pass& p);
   void Finish(Pass& p, bool succeeded, const std::string& reason, const std::string& message);
   absl::Status WriteStatus(Pass& p);
   absl::StatusOr<ReconcileResult> FinishedJob(Pass& p);
-  // The job to reconcile: the cached object, or this reconciler's own last status write while
-  // the cache still holds a version from before it.
-  nlohmann::json NewestJob(const std::string& key, nlohmann::json cached);
-
-  kube::Client& client_;
-  kube::Informer& jobs_;
-  kube::Informer& pods_;
-  kube::Informer& services_;
+  kube::ApiClient& client_;
+  const kube::ObjectCache& jobs_;
+  const kube::ObjectCache& pods_;
+  const kube::ObjectCache& services_;
   EventRecorder& events_;
   OperatorMetrics* metrics_;
   ProgressPoller* progress_;  // null: no progress in status
   const ReconcilerOptions options_;
+  const Clock& clock_;
   std::mutex progress_mu_;
   std::map<std::string, absl::Time> progress_written_;  // job key → last progress put in status
 
-  // Status writes the job informer has not shown yet. Without this, a pass that runs right after
-  // a write (a pod event arrives first) sees the old status and repeats what led to it: a job
-  // that just succeeded had its cleaned-up Service and pods created again, then deleted again.
-  struct OwnWrite {
-    std::set<std::string> older_versions;  // resourceVersions that predate `object`
-    nlohmann::json object;                 // as the server returned it
-  };
-  std::mutex writes_mu_;
-  std::map<std::string, OwnWrite> own_writes_;  // job key → last status write
-  // job key → uids of pods deleted by this reconciler and still in the pod cache.
-  std::map<std::string, std::set<std::string>> deleted_pods_;
+  Expectations expectations_;  // own status writes and deletions the caches may not show yet
+  std::mutex writes_mu_;       // guards the two memos below
   // job key → uid of the job whose Secret is known to exist (no API call on later passes).
   std::map<std::string, std::string> secret_ensured_;
   // job key → "uid/generation" whose pod templates passed a dry-run create (CheckTemplates).

@@ -113,21 +113,47 @@ struct ClientOptions {
   std::function<void(const std::string& verb, int code)> on_request;
 };
 
+// The verbs the controllers use, as an interface: kube::Client speaks them to an API server;
+// kube::testing::FakeApiClient (operator/kube/testing/fake_api.h) keeps objects in memory so
+// reconcile rules are unit-tested in milliseconds beside their live tests against localkube.
+// Error codes as Client documents them below.
+class ApiClient {
+ public:
+  virtual ~ApiClient() = default;
+
+  virtual absl::StatusOr<nlohmann::json> Get(const Resource& r, const std::string& ns,
+                                             const std::string& name) = 0;
+  virtual absl::StatusOr<nlohmann::json> Create(const Resource& r, const std::string& ns,
+                                                const nlohmann::json& object,
+                                                const CreateOptions& options = {}) = 0;
+  virtual absl::StatusOr<nlohmann::json> UpdateStatus(const Resource& r, const std::string& ns,
+                                                      const nlohmann::json& object) = 0;
+  virtual absl::StatusOr<nlohmann::json> Patch(const Resource& r, const std::string& ns,
+                                               const std::string& name, PatchType type,
+                                               const std::string& body,
+                                               const std::string& subresource = "") = 0;
+  virtual absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
+                              const DeleteOptions& options = {}) = 0;
+  virtual absl::StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod,
+                                             const std::string& container, int tail_lines,
+                                             int64_t limit_bytes = 64 << 10) = 0;
+};
+
 // Error codes: 404 NOT_FOUND, 409 AlreadyExists ALREADY_EXISTS, 409 Conflict ABORTED (re-read
 // and retry), 410 Expired/Gone OUT_OF_RANGE (relist), 400/422 INVALID_ARGUMENT, 401
 // UNAUTHENTICATED, 403 PERMISSION_DENIED, 429/5xx/no connection UNAVAILABLE, a server
 // certificate that fails verification UNAVAILABLE with IsTlsVerificationError, after Shutdown
 // CANCELLED. The message is the server's Status message, with the verb and path.
-class Client {
+class Client : public ApiClient {
  public:
   static absl::StatusOr<std::unique_ptr<Client>> Create(ClusterConfig config,
                                                         ClientOptions options = {});
-  ~Client();
+  ~Client() override;
 
   const ClusterConfig& config() const { return config_; }
 
   absl::StatusOr<nlohmann::json> Get(const Resource& r, const std::string& ns,
-                                     const std::string& name);
+                                     const std::string& name) override;
   // One page.
   absl::StatusOr<nlohmann::json> List(const Resource& r, const std::string& ns,
                                       const ListOptions& options,
@@ -137,19 +163,19 @@ class Client {
                                          const ListOptions& options);
   absl::StatusOr<nlohmann::json> Create(const Resource& r, const std::string& ns,
                                         const nlohmann::json& object,
-                                        const CreateOptions& options = {});
+                                        const CreateOptions& options = {}) override;
   // PUT of the whole object (metadata.resourceVersion makes it conditional).
   absl::StatusOr<nlohmann::json> Update(const Resource& r, const std::string& ns,
                                         const nlohmann::json& object);
   absl::StatusOr<nlohmann::json> UpdateStatus(const Resource& r, const std::string& ns,
-                                              const nlohmann::json& object);
+                                              const nlohmann::json& object) override;
   // `subresource` is "" or "status"; kApply sends fieldManager and force=true.
   absl::StatusOr<nlohmann::json> Patch(const Resource& r, const std::string& ns,
                                        const std::string& name, PatchType type,
                                        const std::string& body,
-                                       const std::string& subresource = "");
+                                       const std::string& subresource = "") override;
   absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
-                      const DeleteOptions& options = {});
+                      const DeleteOptions& options = {}) override;
 
   // Streams events to `on_event` until the server ends the watch (OK), `on_event` returns false
   // (OK), `cancel` is cancelled (OK), or it fails. An ERROR event is returned as its Status
@@ -161,7 +187,7 @@ class Client {
   // The last `tail_lines` lines (at most `limit_bytes`) of a container's log, as text.
   absl::StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod,
                                      const std::string& container, int tail_lines,
-                                     int64_t limit_bytes = 64 << 10);
+                                     int64_t limit_bytes = 64 << 10) override;
 
   // Raw GET of an absolute API path (discovery, /version, /healthz). For tests and tools.
   absl::StatusOr<nlohmann::json> GetPath(const std::string& path);

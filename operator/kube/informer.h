@@ -67,10 +67,22 @@ struct EventHandlers {
 // "namespace/name", or "name" for cluster-scoped objects.
 std::string ObjectKey(const nlohmann::json& obj);
 
-class Informer {
+// What a reconciler reads of a cache: an Informer's, or kube::testing::FakeApiClient's store in
+// unit tests (operator/kube/testing/fake_api.h).
+class ObjectCache {
+ public:
+  virtual ~ObjectCache() = default;
+  // By ObjectKey.
+  virtual std::optional<nlohmann::json> Get(const std::string& key) const = 0;
+  // Objects in `ns` whose label `key` equals `value` (the operator's "pods of job X").
+  virtual std::vector<nlohmann::json> ListByLabel(const std::string& ns, const std::string& key,
+                                                  const std::string& value) const = 0;
+};
+
+class Informer : public ObjectCache {
  public:
   Informer(Client& client, Resource resource, InformerOptions options = {});
-  ~Informer();
+  ~Informer() override;
 
   // Before Start.
   void AddHandlers(EventHandlers handlers);
@@ -84,11 +96,10 @@ class Informer {
   // True once the first LIST is in the cache; false after `timeout`.
   bool WaitForSync(absl::Duration timeout) const;
 
-  std::optional<nlohmann::json> Get(const std::string& key) const;
+  std::optional<nlohmann::json> Get(const std::string& key) const override;
   std::vector<nlohmann::json> List() const;
-  // Objects in `ns` whose label `key` equals `value` (the operator's "pods of job X").
   std::vector<nlohmann::json> ListByLabel(const std::string& ns, const std::string& key,
-                                          const std::string& value) const;
+                                          const std::string& value) const override;
   std::string resource_version() const;
   // Relists and rewatches done so far (for tests and metrics). A relist whose continue token
   // expired mid-way (410) and that read everything again counts once.

@@ -8,7 +8,9 @@
 namespace kubetrain::kube {
 
 WorkQueue::WorkQueue(WorkQueueOptions options)
-    : options_(options), bucket_(options.qps, options.burst) {
+    : options_(options),
+      clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
+      bucket_(options.qps, options.burst) {
   timer_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -33,7 +35,7 @@ void WorkQueue::AddAfter(const std::string& key, absl::Duration delay) {
   if (delay <= absl::ZeroDuration()) return Add(key);
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) return;
-  delayed_.emplace(absl::Now() + delay, key);
+  delayed_.emplace(clock_.Now() + delay, key);
   timer_cv_.notify_one();
 }
 
@@ -79,6 +81,11 @@ void WorkQueue::Done(const std::string& key) {
   }
 }
 
+void WorkQueue::Wake() {
+  std::lock_guard<std::mutex> lock(mu_);
+  timer_cv_.notify_all();
+}
+
 void WorkQueue::ShutDown() {
   std::lock_guard<std::mutex> lock(mu_);
   shutting_down_ = true;
@@ -104,7 +111,7 @@ size_t WorkQueue::Delayed() const {
 void WorkQueue::TimerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!shutting_down_) {
-    absl::Time now = absl::Now();
+    absl::Time now = clock_.Now();
     while (!delayed_.empty() && delayed_.begin()->first <= now) {
       std::string key = delayed_.begin()->second;
       delayed_.erase(delayed_.begin());

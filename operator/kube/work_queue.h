@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "operator/kube/rate_limiter.h"
 
 namespace kubetrain::kube {
@@ -28,6 +29,7 @@ struct WorkQueueOptions {
   absl::Duration max_delay = absl::Seconds(1000);
   double qps = 10;
   int burst = 100;
+  const Clock* clock = nullptr;  // when delayed keys are due; null: the real clock
 };
 
 class WorkQueue {
@@ -46,6 +48,9 @@ class WorkQueue {
   // Marks `key` processed: it may be handed out again.
   void Done(const std::string& key);
 
+  // The clock jumped (a FakeClock's Advance): the timer looks at the delayed keys again.
+  void Wake();
+
   // Wakes every Get with nullopt and stops the timer. Keys still queued are dropped.
   void ShutDown();
   bool shutting_down() const;
@@ -59,6 +64,7 @@ class WorkQueue {
   void TimerLoop();
 
   const WorkQueueOptions options_;
+  const Clock& clock_;
   TokenBucket bucket_;
   mutable std::mutex mu_;
   std::condition_variable ready_cv_;

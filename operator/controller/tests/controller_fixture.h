@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "operator/controller/controller.h"
+#include "operator/controller/tests/job_builders.h"
 #include "operator/kube/tests/localkube_fixture.h"
 #include "prometheus/registry.h"
 
@@ -20,24 +21,6 @@ namespace kubetrain::controller::testing {
 
 using kube::Resource;
 using nlohmann::json;
-
-inline json Replica(int replicas, const std::string& policy = "") {
-  json spec = {
-      {"replicas", replicas},
-      {"template",
-       {{"spec",
-         {{"containers",
-           json::array({{{"name", "kubetrain"}, {"image", "kubetrain/worker:0.1.0"}}})}}}}}};
-  if (!policy.empty()) spec["restartPolicy"] = policy;
-  return spec;
-}
-
-inline json Job(const std::string& name, json replica_specs, json run_policy = json::object()) {
-  return {{"apiVersion", "kubetrain.dev/v1"},
-          {"kind", "TrainingJob"},
-          {"metadata", {{"name", name}, {"namespace", "default"}}},
-          {"spec", {{"replicaSpecs", replica_specs}, {"runPolicy", run_policy}}}};
-}
 
 class ControllerTest : public ::testing::Test {
  protected:

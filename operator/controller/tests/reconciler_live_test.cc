@@ -167,6 +167,29 @@ TEST_F(ControllerTest, RestartScopeJobRecreatesEveryPod) {
   EXPECT_EQ(ReplicaField("sj", "Worker", "restarts", 0), 1);
 }
 
+// An all-reduce job whose worker 1 finished just before the chief was killed: the restarted job
+// needs worker 1 again (its chief would wait for the peer for ever), so the finished worker is
+// deleted and recreated with the rest, and the restart is counted once.
+TEST_F(ControllerTest, RestartScopeJobRunsAFinishedWorkerAgain) {
+  Create(Job("fw", {{"Worker", Replica(2, "OnFailure")}}, {{"restartScope", "Job"}}));
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "fw-worker-1").has_value(); }));
+  std::string w0_uid = Uid("fw-worker-0");
+  std::string w1_uid = Uid("fw-worker-1");
+  SetPod("fw-worker-1", "Succeeded", 0);
+  ASSERT_TRUE(Eventually(
+      [&] { return ReplicaField<std::string>("fw", "Worker", "completedIndexes", "") == "1"; }));
+  SetPod("fw-worker-0", "Failed", 137);
+  ASSERT_TRUE(Eventually([&] {
+    return !Uid("fw-worker-0").empty() && Uid("fw-worker-0") != w0_uid &&
+           !Uid("fw-worker-1").empty() && Uid("fw-worker-1") != w1_uid;
+  }));
+  EXPECT_EQ(ReplicaField<std::string>("fw", "Worker", "completedIndexes", ""), "");
+  EXPECT_EQ(ReplicaField("fw", "Worker", "restarts", 0), 1);
+  SetPod("fw-worker-0", "Succeeded", 0);
+  EXPECT_TRUE(Eventually([&] { return State("fw") == "Succeeded"; }));
+  EXPECT_EQ(ReplicaField("fw", "Worker", "restarts", 0), 1);
+}
+
 TEST_F(ControllerTest, ActiveDeadlineFailsTheJobWithoutAnyOtherEvent) {
   Create(Job("dl", {{"Worker", Replica(1)}}, {{"activeDeadlineSeconds", 2}}));
   absl::Time start = absl::Now();

@@ -42,6 +42,23 @@ TEST(WorkQueue, AddAfterFiresByItself) {
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(140));
 }
 
+TEST(WorkQueue, AddAfterFollowsAnInjectedClock) {
+  FakeClock clock;
+  WorkQueue q({.clock = &clock});
+  q.AddAfter("ns/ttl", absl::Hours(1));
+  clock.Advance(absl::Minutes(59));
+  q.Wake();
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(q.Len(), 0u);  // not due yet
+  EXPECT_EQ(q.Delayed(), 1u);
+  clock.Advance(absl::Minutes(1));
+  q.Wake();
+  std::optional<std::string> key = q.Get();  // moved in at once, an hour early in real time
+  ASSERT_TRUE(key.has_value());
+  EXPECT_EQ(*key, "ns/ttl");
+  EXPECT_EQ(q.Delayed(), 0u);
+}
+
 TEST(WorkQueue, RateLimitedBackoffGrowsAndForgetResets) {
   WorkQueue q({.base_delay = absl::Milliseconds(5), .max_delay = absl::Seconds(1)});
   for (int i = 0; i < 4; ++i) q.AddRateLimited("ns/x");

@@ -1,0 +1,53 @@
+#include "operator/controller/expectations.h"
+
+namespace kubetrain::controller {
+
+using nlohmann::json;
+
+void Expectations::StatusWritten(const std::string& key, const std::set<std::string>& older,
+                                 json written) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Write& w = writes_[key];
+  w.older_versions.insert(older.begin(), older.end());
+  w.object = std::move(written);
+}
+
+json Expectations::NewestJob(const std::string& key, json cached) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = writes_.find(key);
+  if (it == writes_.end()) return cached;
+  const json& meta = cached.value("metadata", json::object());
+  if (it->second.older_versions.count(meta.value("resourceVersion", ""))) return it->second.object;
+  writes_.erase(it);
+  return cached;
+}
+
+void Expectations::PodDeleted(const std::string& key, const std::string& uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  deleted_pods_[key].insert(uid);
+}
+
+std::set<std::string> Expectations::PodsGoing(const std::string& key,
+                                              const std::set<std::string>& present) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = deleted_pods_.find(key);
+  if (it == deleted_pods_.end()) return {};
+  std::set<std::string> going;
+  for (const std::string& uid : it->second) {
+    if (present.count(uid)) going.insert(uid);
+  }
+  if (going.empty()) {
+    deleted_pods_.erase(it);
+  } else {
+    it->second = going;
+  }
+  return going;
+}
+
+void Expectations::Forget(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  writes_.erase(key);
+  deleted_pods_.erase(key);
+}
+
+}  // namespace kubetrain::controller

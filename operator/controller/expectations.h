@@ -1,0 +1,48 @@
+// What the reconciler did that the informer caches may not show yet (client-go's controllers
+// call these "expectations"): its last status write per job, and the pods it deleted. Without
+// them a pass that runs right after a write or a deletion (an event for another object arrives
+// first) sees the world from before it and repeats what led to it: a job that just succeeded had
+// its cleaned-up pods created again, a failure counted and deleted twice.
+// docs/architecture.md §10 "Status is level-triggered". Thread-safe.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace kubetrain::controller {
+
+class Expectations {
+ public:
+  // Job `key`'s status was written and the server returned `written`; each of `older` is a
+  // resourceVersion that predates the write (resourceVersions are opaque: "is this one we know
+  // to be older" is the only question that may be asked of them).
+  void StatusWritten(const std::string& key, const std::set<std::string>& older,
+                     nlohmann::json written);
+  // The job to reconcile: `cached`, or the last write while the cache still holds a version from
+  // before it. Forgets the write once the cache has caught up with it (or moved past it).
+  nlohmann::json NewestJob(const std::string& key, nlohmann::json cached);
+
+  // Job `key`'s pod `uid` was deleted.
+  void PodDeleted(const std::string& key, const std::string& uid);
+  // Of the pods the cache shows now (`present` uids), those deleted here: they are going,
+  // whatever the cache says. Deleted pods the cache no longer shows are forgotten.
+  std::set<std::string> PodsGoing(const std::string& key, const std::set<std::string>& present);
+
+  // The job is gone: forget everything about it.
+  void Forget(const std::string& key);
+
+ private:
+  struct Write {
+    std::set<std::string> older_versions;
+    nlohmann::json object;
+  };
+  std::mutex mu_;
+  std::map<std::string, Write> writes_;                       // job key → last status write
+  std::map<std::string, std::set<std::string>> deleted_pods_;  // job key → deleted pod uids
+};
+
+}  // namespace kubetrain::controller

@@ -1,0 +1,418 @@
+// Every reconcile rule on fakes (kube::testing::FakeApiClient, a FakeClock): milliseconds per
+// rule, beside the live tests (reconciler_live_test.cc) that prove the same against localkube.
+#include "operator/controller/reconciler.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "common/clock.h"
+#include "operator/controller/tests/job_builders.h"
+#include "operator/kube/testing/fake_api.h"
+
+namespace kubetrain::controller::testing {
+namespace {
+
+using kube::Resource;
+
+class ReconcilerTest : public ::testing::Test {
+ protected:
+  ReconcilerTest() { NewReconciler(); }
+
+  // A fresh reconciler on the same API server: an operator that restarted.
+  void NewReconciler() {
+    reconciler_ = std::make_unique<Reconciler>(
+        api_, api_.Cache(Resource::TrainingJobs()), api_.Cache(Resource::Pods()),
+        api_.Cache(Resource::Services()), events_, nullptr, nullptr,
+        ReconcilerOptions{.clock = &clock_});
+  }
+
+  void Create(const json& job) {
+    ASSERT_TRUE(api_.Create(Resource::TrainingJobs(), "default", job).ok());
+  }
+
+  absl::StatusOr<ReconcileResult> Pass(const std::string& job) {
+    return reconciler_->Reconcile("default/" + job);
+  }
+
+  // Passes until one succeeds (at most `n`).
+  ReconcileResult Settle(const std::string& job, int n = 3) {
+    absl::StatusOr<ReconcileResult> r;
+    for (int i = 0; i < n; ++i) {
+      r = Pass(job);
+      if (r.ok()) return *r;
+    }
+    ADD_FAILURE() << "no pass of " << job << " succeeded: " << r.status();
+    return {};
+  }
+
+  json Status(const std::string& job) {
+    std::optional<json> obj = api_.Object(Resource::TrainingJobs(), "default", job);
+    return obj ? obj->value("status", json::object()) : json::object();
+  }
+
+  std::string State(const std::string& job) {
+    json st = Status(job);
+    if (!st.contains("conditions") || st["conditions"].empty()) return "";
+    return st["conditions"].back()["type"];
+  }
+
+  int Restarts(const std::string& job, const std::string& type = "Worker") {
+    return Status(job)["replicaStatuses"].value(type, json::object()).value("restarts", 0);
+  }
+
+  std::optional<json> Pod(const std::string& name) {
+    return api_.Object(Resource::Pods(), "default", name);
+  }
+  std::string Uid(const std::string& pod) {
+    std::optional<json> p = Pod(pod);
+    return p ? (*p)["metadata"].value("uid", "") : "";
+  }
+  bool Deleting(const std::string& pod) {
+    std::optional<json> p = Pod(pod);
+    return p && (*p)["metadata"].contains("deletionTimestamp");
+  }
+
+  std::vector<std::string> PodNames() {
+    std::vector<std::string> names;
+    for (const json& p : api_.Objects(Resource::Pods())) names.push_back(p["metadata"]["name"]);
+    return names;
+  }
+
+  bool HasEvent(const std::string& reason, const std::string& message_part) {
+    for (const json& e : api_.Objects(Resource::Events())) {
+      if (e.value("reason", "") == reason &&
+          absl::StrContains(e.value("message", ""), message_part)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  FakeClock clock_;
+  kube::testing::FakeApiClient api_{&clock_};
+  EventRecorder events_{api_, "kubetrain-operator"};
+  std::unique_ptr<Reconciler> reconciler_;
+};
+
+TEST_F(ReconcilerTest, NewJobGetsItsServiceSecretAndEveryPod) {
+  Create(Job("fm", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  Settle("fm");
+  EXPECT_EQ(PodNames(), (std::vector<std::string>{"fm-ps-0", "fm-worker-0", "fm-worker-1"}));
+  EXPECT_TRUE(api_.Object(Resource::Services(), "default", "fm").has_value());
+  EXPECT_TRUE(api_.Object(Resource::Secrets(), "default", "fm-job-secret").has_value());
+  EXPECT_EQ(State("fm"), "Created");
+  EXPECT_FALSE(Status("fm").value("startTime", "").empty());
+  EXPECT_TRUE(HasEvent("CreatedPod", "pod=fm-worker-1"));
+  // The templates were admitted by a dry-run create first, once.
+  std::vector<std::string> requests = api_.Requests();
+  EXPECT_EQ(std::count_if(requests.begin(), requests.end(),
+                          [](const std::string& r) {
+                            return absl::StartsWith(r, "create-dry-run pods");
+                          }),
+            2);
+}
+
+TEST_F(ReconcilerTest, RunningChiefMakesTheJobRunning) {
+  Create(Job("run", {{"Worker", Replica(2)}}));
+  Settle("run");
+  api_.SetPodPhase("default", "run-worker-1", "Running");
+  Settle("run");
+  EXPECT_EQ(State("run"), "Created");  // only the chief's running counts
+  api_.SetPodPhase("default", "run-worker-0", "Running");
+  Settle("run");
+  EXPECT_EQ(State("run"), "Running");
+  EXPECT_EQ(Status("run")["replicaStatuses"]["Worker"]["active"], 2);
+}
+
+TEST_F(ReconcilerTest, ChiefSuccessEndsTheJobAndCleansUpRunningPods) {
+  Create(Job("ok", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  Settle("ok");
+  api_.SetPodPhase("default", "ok-ps-0", "Running");
+  api_.SetLog("default", "ok-worker-0",
+              "training...\n{\"event\":\"training_complete\",\"test_accuracy\":0.87,\"steps\":9}\n");
+  api_.SetPodPhase("default", "ok-worker-0", "Succeeded", 0);
+  Settle("ok");
+  EXPECT_EQ(State("ok"), "Succeeded");
+  EXPECT_FALSE(Status("ok").value("completionTime", "").empty());
+  EXPECT_TRUE(Deleting("ok-ps-0"));
+  EXPECT_TRUE(Deleting("ok-worker-1"));
+  EXPECT_FALSE(Deleting("ok-worker-0"));  // finished pods stay (cleanPodPolicy Running)
+  EXPECT_FALSE(api_.Object(Resource::Services(), "default", "ok").has_value());
+  EXPECT_EQ(Status("ok")["progress"].value("accuracy", 0.0), 0.87);
+  EXPECT_TRUE(HasEvent("JobSucceeded", "job=default/ok"));
+}
+
+TEST_F(ReconcilerTest, AFinishedJobIsNotStartedAgainFromAStaleCache) {
+  Create(Job("st", {{"Worker", Replica(1)}}));
+  Settle("st");
+  api_.SetPodPhase("default", "st-worker-0", "Running");
+  Settle("st");
+  api_.Freeze();  // the job cache will not see the coming status write
+  api_.SetPodPhase("default", "st-worker-0", "Succeeded", 0);
+  api_.Thaw();
+  Settle("st");
+  ASSERT_EQ(State("st"), "Succeeded");
+  api_.FinishDeletions();
+  // The pod cache has caught up (the pod is gone) but the job cache still shows it running:
+  // the reconciler's own write wins, and nothing is created again.
+  json stale = *api_.Object(Resource::TrainingJobs(), "default", "st");
+  api_.Freeze();
+  Settle("st");
+  api_.Thaw();
+  EXPECT_EQ(State("st"), "Succeeded");
+  EXPECT_TRUE(Pod("st-worker-0").has_value());  // not deleted, not created again
+  EXPECT_EQ(stale["status"]["conditions"].back()["type"], "Succeeded");
+}
+
+TEST_F(ReconcilerTest, ExitCodePolicyFailsTheJobOnAProgramError) {
+  Create(Job("bad", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  Settle("bad");
+  api_.SetPodPhase("default", "bad-worker-1", "Failed", 1);
+  Settle("bad");
+  EXPECT_EQ(State("bad"), "Failed");
+  json last = Status("bad")["conditions"].back();
+  EXPECT_EQ(last["reason"], "TrainingJobFailed");
+  EXPECT_EQ(last["message"],
+            "TrainingJob default/bad has failed because pod bad-worker-1 exited with code 1 and "
+            "restartPolicy ExitCode does not retry it.");
+  EXPECT_TRUE(HasEvent("ExitedWithCode", "pod=bad-worker-1 exit_code=1"));
+  EXPECT_TRUE(Deleting("bad-ps-0"));
+}
+
+TEST_F(ReconcilerTest, KilledPodIsRestartedAndCountedOnce) {
+  Create(Job("k", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  Settle("k");
+  std::string uid = Uid("k-worker-1");
+  api_.SetPodPhase("default", "k-worker-1", "Failed", 137);
+  Settle("k");
+  EXPECT_EQ(Restarts("k"), 1);
+  EXPECT_TRUE(Deleting("k-worker-1"));
+  EXPECT_EQ(State("k"), "Restarting");
+  EXPECT_TRUE(HasEvent("RestartedPod", "pod=k-worker-1 exit_code=137 restarts=1"));
+  Settle("k");  // still terminating: neither counted again nor replaced
+  EXPECT_EQ(Restarts("k"), 1);
+  EXPECT_EQ(Uid("k-worker-1"), uid);
+  api_.FinishDeletions();
+  Settle("k");
+  EXPECT_NE(Uid("k-worker-1"), uid);
+  EXPECT_FALSE(Uid("k-worker-1").empty());
+  EXPECT_EQ(Restarts("k"), 1);
+}
+
+TEST_F(ReconcilerTest, ADeletionTheCacheHasNotSeenIsNotCountedAgain) {
+  Create(Job("sc", {{"Worker", Replica(2)}}));
+  Settle("sc");
+  api_.SetPodPhase("default", "sc-worker-1", "Failed", 137);
+  api_.Freeze();  // neither the deletion nor the status write reaches the caches
+  Settle("sc");
+  Settle("sc");
+  api_.Thaw();
+  EXPECT_EQ(Restarts("sc"), 1);
+  std::vector<std::string> requests = api_.Requests();
+  EXPECT_EQ(std::count(requests.begin(), requests.end(), "delete pods default/sc-worker-1"), 1);
+}
+
+TEST_F(ReconcilerTest, ARestartCountedBeforeTheOperatorDiedIsNotCountedAgain) {
+  Create(Job("od", {{"Worker", Replica(2)}}));
+  Settle("od");
+  api_.SetPodPhase("default", "od-worker-1", "Failed", 137);
+  // The count is written, then the operator dies before the pod is deleted.
+  api_.FailNext("delete", "pods", absl::UnavailableError("connection refused"));
+  EXPECT_FALSE(Pass("od").ok());
+  EXPECT_EQ(Restarts("od"), 1);
+  EXPECT_FALSE(Deleting("od-worker-1"));
+  NewReconciler();
+  Settle("od");
+  EXPECT_EQ(Restarts("od"), 1);
+  EXPECT_TRUE(Deleting("od-worker-1"));
+}
+
+TEST_F(ReconcilerTest, TheCountIsWrittenBeforeAnyPodIsDeleted) {
+  Create(Job("cw", {{"Worker", Replica(2)}}));
+  Settle("cw");
+  api_.SetPodPhase("default", "cw-worker-1", "Failed", 137);
+  api_.FailNext("update", "trainingjobs", absl::AbortedError("the object has been modified"));
+  EXPECT_FALSE(Pass("cw").ok());
+  EXPECT_FALSE(Deleting("cw-worker-1"));  // nothing done: the next pass decides again
+  EXPECT_EQ(Restarts("cw"), 0);
+  Settle("cw");
+  EXPECT_EQ(Restarts("cw"), 1);
+  EXPECT_TRUE(Deleting("cw-worker-1"));
+}
+
+TEST_F(ReconcilerTest, BackoffLimitFailsTheJob) {
+  Create(Job("bo", {{"PS", Replica(1, "OnFailure")}, {"Worker", Replica(1)}},
+             {{"backoffLimit", 1}}));
+  Settle("bo");
+  api_.SetPodPhase("default", "bo-ps-0", "Failed", 2);
+  Settle("bo");
+  api_.FinishDeletions();
+  Settle("bo");
+  api_.SetPodPhase("default", "bo-worker-0", "Failed", 137);
+  Settle("bo");
+  EXPECT_EQ(State("bo"), "Failed");
+  EXPECT_EQ(Status("bo")["conditions"].back()["reason"], "BackoffLimitExceeded");
+  EXPECT_TRUE(absl::StrContains(Status("bo")["conditions"].back().value("message", ""),
+                                "last failure: pod bo-worker-0 exited with code 137 (SIGKILL)"));
+}
+
+TEST_F(ReconcilerTest, RestartScopeJobRestartsEveryPodOnceEvenAFinishedOne) {
+  Create(Job("sj", {{"Worker", Replica(2, "OnFailure")}}, {{"restartScope", "Job"}}));
+  Settle("sj");
+  api_.SetPodPhase("default", "sj-worker-1", "Succeeded", 0);
+  Settle("sj");
+  EXPECT_EQ(Status("sj")["replicaStatuses"]["Worker"]["completedIndexes"], "1");
+  api_.SetPodPhase("default", "sj-worker-0", "Failed", 137);
+  Settle("sj");
+  EXPECT_EQ(Restarts("sj"), 1);
+  EXPECT_TRUE(Deleting("sj-worker-0"));
+  EXPECT_TRUE(Deleting("sj-worker-1"));
+  EXPECT_EQ(Status("sj")["replicaStatuses"]["Worker"].value("completedIndexes", ""), "");
+  EXPECT_TRUE(HasEvent("RestartedJob", "failed=sj-worker-0"));
+  api_.FinishDeletions();
+  Settle("sj");
+  EXPECT_EQ(PodNames(), (std::vector<std::string>{"sj-worker-0", "sj-worker-1"}));
+  EXPECT_FALSE(Deleting("sj-worker-1"));
+  EXPECT_EQ(Restarts("sj"), 1);
+}
+
+TEST_F(ReconcilerTest, AllWorkersCountsACompletionWhosePodIsGone) {
+  json job = Job("aw", {{"Worker", Replica(2)}});
+  job["spec"]["successPolicy"] = "AllWorkers";
+  Create(job);
+  Settle("aw");
+  api_.SetPodPhase("default", "aw-worker-1", "Succeeded", 0);
+  Settle("aw");
+  ASSERT_TRUE(api_.Delete(Resource::Pods(), "default", "aw-worker-1").ok());  // pod GC
+  api_.FinishDeletions();
+  Settle("aw");
+  EXPECT_FALSE(Pod("aw-worker-1").has_value());  // never run again
+  EXPECT_NE(State("aw"), "Succeeded");
+  api_.SetPodPhase("default", "aw-worker-0", "Succeeded", 0);
+  Settle("aw");
+  EXPECT_EQ(State("aw"), "Succeeded");
+}
+
+TEST_F(ReconcilerTest, ActiveDeadlineFiresOnTimeWithoutAnotherEvent) {
+  Create(Job("dl", {{"Worker", Replica(1)}}, {{"activeDeadlineSeconds", 60}}));
+  ReconcileResult r = Settle("dl");
+  ASSERT_TRUE(r.requeue_after.has_value());
+  EXPECT_EQ(*r.requeue_after, absl::Seconds(60));
+  clock_.Advance(absl::Seconds(59));
+  r = Settle("dl");
+  EXPECT_EQ(*r.requeue_after, absl::Seconds(1));
+  EXPECT_NE(State("dl"), "Failed");
+  clock_.Advance(absl::Seconds(1));
+  Settle("dl");
+  EXPECT_EQ(State("dl"), "Failed");
+  EXPECT_EQ(Status("dl")["conditions"].back()["reason"], "DeadlineExceeded");
+  EXPECT_TRUE(Deleting("dl-worker-0"));
+}
+
+TEST_F(ReconcilerTest, TtlDeletesTheFinishedJobOnTime) {
+  Create(Job("ttl", {{"Worker", Replica(1)}}, {{"ttlSecondsAfterFinished", 30}}));
+  Settle("ttl");
+  api_.SetPodPhase("default", "ttl-worker-0", "Succeeded", 0);
+  ReconcileResult r = Settle("ttl");
+  ASSERT_EQ(State("ttl"), "Succeeded");
+  ASSERT_TRUE(r.requeue_after.has_value());
+  EXPECT_EQ(*r.requeue_after, absl::Seconds(30));
+  clock_.Advance(absl::Seconds(30));
+  Settle("ttl");
+  EXPECT_FALSE(api_.Object(Resource::TrainingJobs(), "default", "ttl").has_value());
+}
+
+TEST_F(ReconcilerTest, SuspendDeletesActivePodsAndResumeRestartsTheDeadline) {
+  Create(Job("sus", {{"PS", Replica(1)}, {"Worker", Replica(1)}}, {{"activeDeadlineSeconds", 60}}));
+  Settle("sus");
+  ASSERT_TRUE(api_.Patch(Resource::TrainingJobs(), "default", "sus", kube::PatchType::kMerge,
+                         R"({"spec":{"runPolicy":{"suspend":true}}})")
+                  .ok());
+  Settle("sus");
+  EXPECT_EQ(State("sus"), "Suspended");
+  EXPECT_TRUE(Deleting("sus-ps-0"));
+  EXPECT_TRUE(Deleting("sus-worker-0"));
+  api_.FinishDeletions();
+  clock_.Advance(absl::Seconds(120));  // suspended longer than the deadline
+  ASSERT_TRUE(api_.Patch(Resource::TrainingJobs(), "default", "sus", kube::PatchType::kMerge,
+                         R"({"spec":{"runPolicy":{"suspend":false}}})")
+                  .ok());
+  ReconcileResult r = Settle("sus");
+  EXPECT_TRUE(Pod("sus-worker-0").has_value());
+  EXPECT_NE(State("sus"), "Failed");
+  EXPECT_EQ(r.requeue_after, absl::Seconds(60));
+  EXPECT_TRUE(HasEvent("JobResumed", "job=default/sus"));
+}
+
+TEST_F(ReconcilerTest, ARefusedPodIsAnEventAndAConditionAndIsRetried) {
+  Create(Job("rf", {{"Worker", Replica(1)}}));
+  absl::Status forbidden = absl::PermissionDeniedError(
+      "POST /api/v1/namespaces/default/pods: pods \"rf-worker-0\" is forbidden: exceeded quota");
+  api_.FailNext("create", "pods", forbidden, 2);  // the dry run, then the real create
+  EXPECT_FALSE(Pass("rf").ok());
+  EXPECT_EQ(State("rf"), "ReplicaFailure");
+  EXPECT_EQ(Status("rf")["conditions"].back()["reason"], "FailedCreatePod");
+  EXPECT_TRUE(HasEvent("FailedCreatePod", "exceeded quota"));
+  Settle("rf");  // whatever refused it has cleared
+  EXPECT_TRUE(Pod("rf-worker-0").has_value());
+  EXPECT_NE(State("rf"), "ReplicaFailure");
+}
+
+TEST_F(ReconcilerTest, ATemplateTheServerCallsInvalidFailsTheJob) {
+  Create(Job("inv", {{"Worker", Replica(1)}}));
+  api_.FailNext("create", "pods",
+                absl::InvalidArgumentError("POST /api/v1/namespaces/default/pods: Pod "
+                                           "\"inv-worker-0\" is invalid: spec.containers[0]"
+                                           ".resources.requests[cpu]: Invalid value: \"lots\""));
+  Settle("inv");
+  EXPECT_EQ(State("inv"), "Failed");
+  EXPECT_EQ(Status("inv")["conditions"].back()["reason"], "InvalidSpec");
+  EXPECT_TRUE(PodNames().empty());
+}
+
+TEST_F(ReconcilerTest, AnInvalidSpecFailsTheJobWithTheField) {
+  json job = Job("iv", {{"Worker", Replica(1)}});
+  job["spec"]["replicaSpecs"]["Worker"]["replicas"] = -1;
+  Create(job);
+  Settle("iv");
+  EXPECT_EQ(State("iv"), "Failed");
+  json last = Status("iv")["conditions"].back();
+  EXPECT_EQ(last["reason"], "InvalidSpec");
+  EXPECT_TRUE(absl::StrContains(last.value("message", ""), "replicas")) << last;
+  EXPECT_TRUE(PodNames().empty());
+}
+
+TEST_F(ReconcilerTest, AChangedClusterSpecRestartsEveryPodWithoutCountingIt) {
+  Create(Job("cs", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
+  Settle("cs");
+  ASSERT_TRUE(api_.Patch(Resource::TrainingJobs(), "default", "cs", kube::PatchType::kMerge,
+                         R"({"spec":{"replicaSpecs":{"Worker":{"replicas":3}}}})")
+                  .ok());
+  Settle("cs");
+  EXPECT_TRUE(Deleting("cs-ps-0"));
+  EXPECT_TRUE(Deleting("cs-worker-0"));
+  EXPECT_EQ(Status("cs")["conditions"].back()["reason"], "ClusterSpecChanged");
+  api_.FinishDeletions();
+  Settle("cs");
+  EXPECT_EQ(PodNames(),
+            (std::vector<std::string>{"cs-ps-0", "cs-worker-0", "cs-worker-1", "cs-worker-2"}));
+  EXPECT_EQ(Restarts("cs"), 0);
+}
+
+TEST_F(ReconcilerTest, ADeletedJobLeavesNothingToDo) {
+  Create(Job("gone", {{"Worker", Replica(1)}}));
+  Settle("gone");
+  ASSERT_TRUE(api_.Delete(Resource::TrainingJobs(), "default", "gone").ok());
+  size_t before = api_.Requests().size();
+  ReconcileResult r = Settle("gone");
+  EXPECT_FALSE(r.requeue_after.has_value());
+  EXPECT_EQ(api_.Requests().size(), before);  // the garbage collector removes what it owned
+}
+
+}  // namespace
+}  // namespace kubetrain::controller::testing

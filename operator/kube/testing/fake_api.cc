@@ -1,0 +1,277 @@
+#include "operator/kube/testing/fake_api.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace kubetrain::kube::testing {
+
+using nlohmann::json;
+
+class FakeApiClient::View : public ObjectCache {
+ public:
+  View(FakeApiClient& api, std::string plural) : api_(api), plural_(std::move(plural)) {}
+
+  std::optional<json> Get(const std::string& key) const override {
+    std::lock_guard<std::mutex> lock(api_.mu_);
+    const Store& store = api_.frozen_ ? *api_.frozen_ : api_.objects_;
+    auto kind = store.find(plural_);
+    if (kind == store.end()) return std::nullopt;
+    auto it = kind->second.find(key);
+    if (it == kind->second.end()) return std::nullopt;
+    return it->second;
+  }
+
+  std::vector<json> ListByLabel(const std::string& ns, const std::string& key,
+                                const std::string& value) const override {
+    std::lock_guard<std::mutex> lock(api_.mu_);
+    const Store& store = api_.frozen_ ? *api_.frozen_ : api_.objects_;
+    std::vector<json> out;
+    auto kind = store.find(plural_);
+    if (kind == store.end()) return out;
+    for (const auto& [k, obj] : kind->second) {
+      const json& meta = obj["metadata"];
+      if (meta.value("namespace", "") != ns) continue;
+      const json labels = meta.value("labels", json::object());
+      if (labels.contains(key) && labels[key] == value) out.push_back(obj);
+    }
+    return out;
+  }
+
+ private:
+  FakeApiClient& api_;
+  const std::string plural_;
+};
+
+namespace {
+
+std::string Key(const std::string& ns, const std::string& name) {
+  return ns.empty() ? name : ns + "/" + name;
+}
+
+absl::Status NotFound(const Resource& r, const std::string& name) {
+  return absl::NotFoundError(absl::StrCat(r.plural, " \"", name, "\" not found"));
+}
+
+}  // namespace
+
+FakeApiClient::FakeApiClient(const Clock* clock)
+    : clock_(clock != nullptr ? *clock : Clock::Real()) {}
+
+FakeApiClient::~FakeApiClient() = default;
+
+absl::Status FakeApiClient::Injected(const std::string& verb, const std::string& plural) {
+  auto it = failures_.find(verb + " " + plural);
+  if (it == failures_.end() || it->second.empty()) return absl::OkStatus();
+  absl::Status error = it->second.front();
+  it->second.pop_front();
+  return error;
+}
+
+void FakeApiClient::Record(const std::string& verb, const Resource& r, const std::string& ns,
+                           const std::string& name) {
+  requests_.push_back(absl::StrCat(verb, " ", r.plural, " ", Key(ns, name)));
+}
+
+std::string FakeApiClient::NextVersion() { return std::to_string(++version_); }
+
+absl::StatusOr<json> FakeApiClient::Get(const Resource& r, const std::string& ns,
+                                        const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Record("get", r, ns, name);
+  if (absl::Status s = Injected("get", r.plural); !s.ok()) return s;
+  auto& kind = objects_[r.plural];
+  auto it = kind.find(Key(ns, name));
+  if (it == kind.end()) return NotFound(r, name);
+  return it->second;
+}
+
+absl::StatusOr<json> FakeApiClient::Create(const Resource& r, const std::string& ns,
+                                           const json& object, const CreateOptions& options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  json obj = object;
+  json& meta = obj["metadata"];
+  std::string name = meta.value("name", "");
+  if (name.empty() && meta.contains("generateName")) {
+    name = absl::StrCat(meta.value("generateName", ""), uid_ + 1);
+  }
+  Record(options.dry_run ? "create-dry-run" : "create", r, ns, name);
+  if (absl::Status s = Injected("create", r.plural); !s.ok()) return s;
+  auto& kind = objects_[r.plural];
+  if (kind.count(Key(ns, name))) {
+    return absl::AlreadyExistsError(absl::StrCat(r.plural, " \"", name, "\" already exists"));
+  }
+  meta["name"] = name;
+  if (r.namespaced) meta["namespace"] = ns;
+  meta["uid"] = absl::StrCat("uid-", ++uid_);
+  meta["creationTimestamp"] = kube::FormatTime(clock_.Now());
+  meta["generation"] = 1;
+  if (r.plural == "pods" && !obj.contains("status")) obj["status"] = {{"phase", "Pending"}};
+  if (options.dry_run) return obj;
+  meta["resourceVersion"] = NextVersion();
+  kind[Key(ns, name)] = obj;
+  return obj;
+}
+
+absl::StatusOr<json> FakeApiClient::UpdateStatus(const Resource& r, const std::string& ns,
+                                                 const json& object) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string name = object["metadata"].value("name", "");
+  Record("update", r, ns, name);
+  if (absl::Status s = Injected("update", r.plural); !s.ok()) return s;
+  auto& kind = objects_[r.plural];
+  auto it = kind.find(Key(ns, name));
+  if (it == kind.end()) return NotFound(r, name);
+  std::string version = object["metadata"].value("resourceVersion", "");
+  if (!version.empty() && version != it->second["metadata"].value("resourceVersion", "")) {
+    return absl::AbortedError(absl::StrCat("Operation cannot be fulfilled on ", r.plural, " \"",
+                                           name, "\": the object has been modified"));
+  }
+  it->second["status"] = object.value("status", json::object());
+  it->second["metadata"]["resourceVersion"] = NextVersion();
+  return it->second;
+}
+
+absl::StatusOr<json> FakeApiClient::Patch(const Resource& r, const std::string& ns,
+                                          const std::string& name, PatchType type,
+                                          const std::string& body,
+                                          const std::string& subresource) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Record("patch", r, ns, name);
+  if (absl::Status s = Injected("patch", r.plural); !s.ok()) return s;
+  if (type != PatchType::kMerge || !subresource.empty()) {
+    return absl::UnimplementedError("the fake API server applies merge patches only");
+  }
+  auto& kind = objects_[r.plural];
+  auto it = kind.find(Key(ns, name));
+  if (it == kind.end()) return NotFound(r, name);
+  json patch = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (patch.is_discarded()) return absl::InvalidArgumentError("the patch is not JSON");
+  json before_spec = it->second.value("spec", json());
+  it->second.merge_patch(patch);
+  if (it->second.value("spec", json()) != before_spec) {
+    it->second["metadata"]["generation"] = it->second["metadata"].value("generation", 1) + 1;
+  }
+  it->second["metadata"]["resourceVersion"] = NextVersion();
+  return it->second;
+}
+
+absl::Status FakeApiClient::Delete(const Resource& r, const std::string& ns,
+                                   const std::string& name, const DeleteOptions& options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Record("delete", r, ns, name);
+  if (absl::Status s = Injected("delete", r.plural); !s.ok()) return s;
+  auto& kind = objects_[r.plural];
+  auto it = kind.find(Key(ns, name));
+  if (it == kind.end()) return NotFound(r, name);
+  if (!options.precondition_uid.empty() &&
+      options.precondition_uid != it->second["metadata"].value("uid", "")) {
+    return absl::AbortedError(
+        absl::StrCat("Precondition failed: UID in precondition: ", options.precondition_uid));
+  }
+  if (r.plural == "pods") {
+    json& meta = it->second["metadata"];
+    if (!meta.contains("deletionTimestamp")) {
+      meta["deletionTimestamp"] = kube::FormatTime(clock_.Now());
+      meta["resourceVersion"] = NextVersion();
+    }
+    return absl::OkStatus();
+  }
+  kind.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> FakeApiClient::GetLog(const std::string& ns, const std::string& pod,
+                                                  const std::string& /*container*/,
+                                                  int tail_lines, int64_t limit_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Record("log", Resource::Pods(), ns, pod);
+  if (absl::Status s = Injected("log", "pods"); !s.ok()) return s;
+  if (!objects_["pods"].count(Key(ns, pod))) return NotFound(Resource::Pods(), pod);
+  std::vector<std::string> lines = absl::StrSplit(logs_[Key(ns, pod)], '\n');
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();
+  size_t from = lines.size() > static_cast<size_t>(tail_lines) ? lines.size() - tail_lines : 0;
+  std::string out;
+  for (size_t i = from; i < lines.size(); ++i) absl::StrAppend(&out, lines[i], "\n");
+  if (static_cast<int64_t>(out.size()) > limit_bytes) out.erase(0, out.size() - limit_bytes);
+  return out;
+}
+
+void FakeApiClient::FailNext(const std::string& verb, const std::string& plural,
+                             absl::Status error, int times) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int i = 0; i < times; ++i) failures_[verb + " " + plural].push_back(error);
+}
+
+void FakeApiClient::SetPodPhase(const std::string& ns, const std::string& name,
+                                const std::string& phase, std::optional<int> exit_code) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_["pods"].find(Key(ns, name));
+  if (it == objects_["pods"].end()) return;
+  json& pod = it->second;
+  json container = {{"name", "kubetrain"}, {"ready", phase == "Running"}, {"restartCount", 0}};
+  if (exit_code) {
+    container["state"] = {{"terminated", {{"exitCode", *exit_code}}}};
+  } else if (phase == "Running") {
+    container["state"] = {{"running", json::object()}};
+  }
+  pod["status"] = {{"phase", phase}, {"containerStatuses", json::array({container})}};
+  if (phase == "Running") pod["status"]["podIP"] = "127.0.0.1";
+  pod["metadata"]["resourceVersion"] = NextVersion();
+}
+
+void FakeApiClient::FinishDeletions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& pods = objects_["pods"];
+  for (auto it = pods.begin(); it != pods.end();) {
+    it = it->second["metadata"].contains("deletionTimestamp") ? pods.erase(it) : std::next(it);
+  }
+}
+
+void FakeApiClient::SetLog(const std::string& ns, const std::string& pod,
+                           const std::string& text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  logs_[Key(ns, pod)] = text;
+}
+
+std::optional<json> FakeApiClient::Object(const Resource& r, const std::string& ns,
+                                          const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto kind = objects_.find(r.plural);
+  if (kind == objects_.end()) return std::nullopt;
+  auto it = kind->second.find(Key(ns, name));
+  if (it == kind->second.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<json> FakeApiClient::Objects(const Resource& r) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<json> out;
+  auto kind = objects_.find(r.plural);
+  if (kind == objects_.end()) return out;
+  for (const auto& [key, obj] : kind->second) out.push_back(obj);
+  return out;
+}
+
+std::vector<std::string> FakeApiClient::Requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return requests_;
+}
+
+const ObjectCache& FakeApiClient::Cache(const Resource& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<View>& view = views_[r.plural];
+  if (!view) view = std::make_unique<View>(*this, r.plural);
+  return *view;
+}
+
+void FakeApiClient::Freeze() {
+  std::lock_guard<std::mutex> lock(mu_);
+  frozen_ = objects_;
+}
+
+void FakeApiClient::Thaw() {
+  std::lock_guard<std::mutex> lock(mu_);
+  frozen_.reset();
+}
+
+}  // namespace kubetrain::kube::testing
