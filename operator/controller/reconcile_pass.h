@@ -1,0 +1,64 @@
+// Internal to the controller: one reconcile pass of one job, shared by the files that make up
+// Reconciler (reconciler.cc decides, reconciler_objects.cc writes the objects).
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/time/time.h"
+#include "operator/api/types.h"
+#include "operator/controller/pod_view.h"
+#include "operator/controller/reconciler.h"
+
+namespace kubetrain::controller {
+
+using nlohmann::json;
+
+struct Reconciler::Pass {
+  std::string key;
+  std::string ns;
+  std::string name;
+  json object;                 // the job as cached, or as last written here (NewestJob)
+  std::string cached_version;  // the resourceVersion the job informer held
+  api::TrainingJob job;
+  api::TrainingJobStatus status;
+  json original_status;
+  std::map<std::string, json> pods;  // this job's pods, by name
+  std::map<api::ReplicaType, std::set<int>> completed;
+  std::set<std::string> going;  // uids of pods deleted here that the cache still shows
+  std::optional<absl::Duration> requeue;
+  absl::Time now;
+  bool finishing = false;  // this pass ended the job
+
+  std::string JobRef() const { return ns + "/" + name; }
+  // ViewPod, with the pods this reconciler deleted seen as going whatever the cache says.
+  std::optional<PodView> View(const json& pod) const {
+    std::optional<PodView> v = ViewPod(pod);
+    if (v && going.count(v->uid)) v->deleting = true;
+    return v;
+  }
+  void Requeue(absl::Duration d) {
+    if (!requeue || d < *requeue) requeue = std::max(d, absl::Milliseconds(10));
+  }
+};
+
+// Whether `uid` is the controller owner of `obj` (any owner when uid is empty).
+inline bool OwnedBy(const json& pod, const std::string& uid) {
+  if (uid.empty()) return true;
+  const json& refs = pod["metadata"].value("ownerReferences", json::array());
+  for (const json& ref : refs) {
+    if (ref.value("uid", "") == uid && ref.value("controller", false)) return true;
+  }
+  return false;
+}
+
+inline bool Active(const PodView& v) {
+  return !v.deleting && (v.phase == "Pending" || v.phase == "Running");
+}
+
+}  // namespace kubetrain::controller
