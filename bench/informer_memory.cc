@@ -26,6 +26,8 @@
 //
 // The ratio reported is stripped / unstripped, for the RSS the informer adds and for the cache's
 // JSON size. Nothing is asserted: the CTest smoke run only checks that the report is printed.
+//
+// The cluster harness (localkube, the CRD, the finished jobs) is in informer_memory_cluster.h.
 #include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
@@ -52,23 +54,28 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/informer_memory_cluster.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "common/status.h"
-#include "operator/api/yaml.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
 #include "operator/kube/informer.h"
-#include "operator/local/process.h"
 
 namespace kubetrain {
 namespace {
 
 namespace fs = std::filesystem;
+using bench::CreateJobs;
+using bench::InstallCrd;
+using bench::kLastApplied;
+using bench::LoadExamples;
+using bench::Localkube;
+using bench::StartLocalkube;
 using kube::Resource;
 using nlohmann::json;
 
-constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
 const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
 
 struct Options {
@@ -243,164 +250,7 @@ absl::StatusOr<json> Measure(const Options& o) {
   return r;
 }
 
-// ---- The jobs ----
-
-// A finished job's status as the operator leaves it.
-json FinishedStatus(const json& job, absl::Time now) {
-  std::string ref = "default/" + job["metadata"]["name"].get<std::string>();
-  std::string start = kube::FormatTime(now - absl::Minutes(42));
-  std::string running = kube::FormatTime(now - absl::Minutes(41));
-  std::string end = kube::FormatTime(now - absl::Minutes(1));
-  json replicas = json::object();
-  for (const auto& [type, spec] : job["spec"]["replicaSpecs"].items()) {
-    int n = spec.value("replicas", 1);
-    bool trains = type == "Chief" || type == "Worker";
-    replicas[type] = {
-        {"active", 0},
-        {"succeeded", trains ? n : 0},
-        {"failed", 0},
-        {"restarts", 0},
-        {"completedIndexes", trains ? (n > 1 ? absl::StrCat("0-", n - 1) : "0") : ""}};
-    if (!trains) replicas[type].erase("completedIndexes");
-  }
-  auto condition = [](const std::string& type, const std::string& status, const std::string& reason,
-                      const std::string& message, const std::string& at) {
-    return json{{"type", type},       {"status", status},     {"reason", reason},
-                {"message", message}, {"lastUpdateTime", at}, {"lastTransitionTime", at}};
-  };
-  return {{"conditions",
-           {condition("Created", "True", "TrainingJobCreated",
-                      "TrainingJob " + ref + " is created.", start),
-            condition("Running", "False", "TrainingJobRunning",
-                      "TrainingJob " + ref + " is running.", end),
-            condition("Succeeded", "True", "TrainingJobSucceeded",
-                      "TrainingJob " + ref + " successfully completed.", end)}},
-          {"replicaStatuses", replicas},
-          {"startTime", start},
-          {"completionTime", end},
-          {"lastReconcileTime", end},
-          {"observedGeneration", 1},
-          {"progress",
-           {{"step", 18760},
-            {"epoch", 20},
-            {"loss", 0.3127},
-            {"accuracy", 0.8871},
-            {"examplesPerSecond", 5120.5}}}};
-}
-
-absl::StatusOr<std::vector<json>> LoadExamples() {
-  std::vector<std::string> paths;
-  for (const auto& entry :
-       fs::directory_iterator(std::string(KUBETRAIN_SOURCE_DIR) + "/deploy/examples")) {
-    if (entry.path().extension() == ".yaml") paths.push_back(entry.path().string());
-  }
-  std::sort(paths.begin(), paths.end());
-  std::vector<json> out;
-  for (const std::string& p : paths) {
-    ASSIGN_OR_RETURN(std::string text, api::ReadFileOrStdin(p));
-    ASSIGN_OR_RETURN(std::vector<json> docs, api::ParseYamlDocuments(text), "reading ", p);
-    for (json& d : docs) {
-      if (d.is_object() && d.value("kind", "") == "TrainingJob") out.push_back(std::move(d));
-    }
-  }
-  if (out.empty()) return absl::NotFoundError("no TrainingJob in deploy/examples");
-  return out;
-}
-
-// Creates jobs [begin, end) with `kubectl` and writes each one's finished status with `operator_`.
-absl::Status CreateJobs(kube::Client& kubectl, kube::Client& operator_,
-                        const std::vector<json>& examples, int begin, int end,
-                        absl::Time deadline) {
-  for (int i = begin; i < end; ++i) {
-    if (absl::Now() > deadline) return absl::DeadlineExceededError("creating the jobs");
-    json job = examples[i % examples.size()];
-    job["metadata"]["name"] =
-        absl::StrFormat("%s-%05d", job["metadata"]["name"].get<std::string>(), i);
-    job["metadata"]["namespace"] = "default";
-    // What `kubectl apply` stores: the manifest it applied, as compact JSON.
-    job["metadata"]["annotations"][kLastApplied] = job.dump();
-    ASSIGN_OR_RETURN(json created, kubectl.Create(Resource::TrainingJobs(), "default", job),
-                     "creating job ", i);
-    created["status"] = FinishedStatus(created, absl::Now());
-    RETURN_IF_ERROR(operator_.UpdateStatus(Resource::TrainingJobs(), "default", created).status(),
-                    "writing the status of job ", i);
-  }
-  return absl::OkStatus();
-}
-
 // ---- The run ----
-
-struct Localkube {
-  std::unique_ptr<local::Process> process;
-  std::string dir;
-  std::string output;
-  std::atomic<bool> stop{false};
-  std::mutex mu;  // guards process and output
-  std::thread drain;
-
-  ~Localkube() {
-    stop = true;
-    if (drain.joinable()) drain.join();
-    process.reset();
-    std::error_code ec;
-    if (!dir.empty()) fs::remove_all(dir, ec);
-  }
-};
-
-absl::Status StartLocalkube(const Options& o, Localkube* lk, kube::ClusterConfig* config) {
-  char tmpl[] = "/tmp/kt-informer-memory-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
-  lk->dir = tmpl;
-  local::ProcessOptions p;
-  p.argv = {o.localkube,
-            "--port=0",
-            "--insecure-http",
-            "--log-level=warn",
-            "--compact-every=200ms",
-            "--kubeconfig-out=" + lk->dir + "/kubeconfig",
-            "--address-file=" + lk->dir + "/address"};
-  p.env = {{"PATH", "/usr/bin:/bin"}, {"TMPDIR", lk->dir}};
-  ASSIGN_OR_RETURN(lk->process, local::Process::Start(p), "starting localkube");
-  // An undrained pipe would block localkube once 64 KiB of output are buffered.
-  lk->drain = std::thread([lk] {
-    while (!lk->stop.load()) {
-      {
-        std::lock_guard<std::mutex> lock(lk->mu);
-        lk->process->ReadOutput(&lk->output);
-        if (lk->output.size() > (1 << 20)) lk->output.erase(0, lk->output.size() - (64 << 10));
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  });
-  absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (!fs::exists(lk->dir + "/address") || !fs::exists(lk->dir + "/kubeconfig")) {
-    {
-      std::lock_guard<std::mutex> lock(lk->mu);
-      if (lk->process->Poll()) return absl::InternalError("localkube exited: " + lk->output);
-    }
-    if (absl::Now() > deadline) return absl::DeadlineExceededError("localkube did not start");
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSIGN_OR_RETURN(*config, kube::LoadKubeconfig(lk->dir + "/kubeconfig"));
-  return absl::OkStatus();
-}
-
-absl::Status InstallCrd(kube::Client& client) {
-  ASSIGN_OR_RETURN(std::string text,
-                   api::ReadFileOrStdin(std::string(KUBETRAIN_SOURCE_DIR) +
-                                        "/deploy/crd/kubetrain.dev_trainingjobs.yaml"));
-  ASSIGN_OR_RETURN(std::vector<json> docs, api::ParseYamlDocuments(text));
-  if (docs.size() != 1) return absl::InvalidArgumentError("the CRD file is not one document");
-  Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions",
-                "CustomResourceDefinition", false};
-  RETURN_IF_ERROR(client.Create(crds, "", docs[0]).status(), "creating the CRD");
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!client.List(Resource::TrainingJobs(), "default", {}).ok()) {
-    if (absl::Now() > deadline) return absl::DeadlineExceededError("the CRD is not served");
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return absl::OkStatus();
-}
 
 // Runs this program again with --measure and returns the JSON it reports.
 absl::StatusOr<json> RunCase(const std::string& measure, int64_t page_size,
@@ -408,12 +258,12 @@ absl::StatusOr<json> RunCase(const std::string& measure, int64_t page_size,
   std::error_code ec;
   std::string self = fs::read_symlink("/proc/self/exe", ec).string();
   if (ec) return absl::InternalError("cannot read /proc/self/exe");
-  local::ProcessOptions p;
+  kubetrain::ProcessOptions p;
   p.argv = {self, "--measure=" + measure, "--server=" + server,
             absl::StrCat("--page-size=", page_size),
             absl::StrCat("--timeout=", absl::ToInt64Seconds(deadline - absl::Now()), "s")};
   p.env = {{"PATH", "/usr/bin:/bin"}};
-  ASSIGN_OR_RETURN(std::unique_ptr<local::Process> child, local::Process::Start(p));
+  ASSIGN_OR_RETURN(std::unique_ptr<kubetrain::Process> child, kubetrain::Process::Start(p));
   std::string out;
   std::optional<int> code;
   while (!(code = child->Poll())) {
@@ -445,7 +295,7 @@ absl::StatusOr<Report> Run(const Options& o) {
   Report report{.opt = o};
   Localkube lk;
   kube::ClusterConfig config;
-  RETURN_IF_ERROR(StartLocalkube(o, &lk, &config));
+  RETURN_IF_ERROR(StartLocalkube(o.localkube, &lk, &config));
   ASSIGN_OR_RETURN(std::unique_ptr<kube::Client> client, kube::Client::Create(config, {.qps = 0}));
   ASSIGN_OR_RETURN(
       std::unique_ptr<kube::Client> kubectl,
@@ -556,11 +406,7 @@ void PrintTable(const Report& r) {
 
 int Main(int argc, char** argv) {
   absl::StatusOr<Options> opt = ParseFlags(argc, argv);
-  if (opt.status().code() == absl::StatusCode::kCancelled) return 0;  // --help
-  if (!opt.ok()) {
-    std::fprintf(stderr, "informer_memory: %s\n", std::string(opt.status().message()).c_str());
-    return 2;
-  }
+  if (!opt.ok()) return UsageExit("informer_memory", opt.status());
   signal(SIGPIPE, SIG_IGN);
   if (!opt->measure.empty()) {
     absl::StatusOr<json> r = Measure(*opt);

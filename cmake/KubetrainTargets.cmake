@@ -13,6 +13,30 @@ if(KUBETRAIN_SANITIZE)
   add_link_options(-fsanitize=${KUBETRAIN_SANITIZE})
 endif()
 
+# kubetrain_library(NAME SOURCES ... [PUBLIC_LIBS ...] [PRIVATE_LIBS ...])
+# The library kubetrain_NAME and its alias kubetrain::NAME (what every other target links).
+# Headers are included by their path from the source root ("operator/kube/client.h"), so the
+# root is a PUBLIC include directory. Options, definitions and conditional links go on
+# kubetrain_NAME afterwards.
+function(kubetrain_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_LIBS;PRIVATE_LIBS" ${ARGN})
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "kubetrain_library(${name}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT ARG_SOURCES)
+    message(FATAL_ERROR "kubetrain_library(${name}): no SOURCES")
+  endif()
+  add_library(kubetrain_${name} ${ARG_SOURCES})
+  add_library(kubetrain::${name} ALIAS kubetrain_${name})
+  target_include_directories(kubetrain_${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  if(ARG_PUBLIC_LIBS)
+    target_link_libraries(kubetrain_${name} PUBLIC ${ARG_PUBLIC_LIBS})
+  endif()
+  if(ARG_PRIVATE_LIBS)
+    target_link_libraries(kubetrain_${name} PRIVATE ${ARG_PRIVATE_LIBS})
+  endif()
+endfunction()
+
 # kubetrain_test(NAME SOURCES... LIBS ... [LABELS ...])
 # One GoogleTest binary per component, registered with CTest test by test.
 function(kubetrain_test name)

@@ -1,6 +1,7 @@
 #include "common/flags.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -13,7 +14,10 @@
 #include "absl/strings/str_join.h"
 
 namespace kubetrain {
+
 namespace {
+
+constexpr char kHelpRequested[] = "help requested";
 
 absl::Status BadValue(absl::string_view what, absl::string_view source, absl::string_view value) {
   return absl::InvalidArgumentError(
@@ -269,7 +273,7 @@ absl::StatusOr<std::vector<std::string>> FlagSet::Parse(const std::vector<std::s
     }
     if (arg == "-h" || arg == "--help" || arg == "-help") {
       std::cout << Help();
-      return absl::CancelledError("help requested");
+      return absl::CancelledError(kHelpRequested);
     }
     if (!absl::StartsWith(arg, "-") || arg == "-") {
       positional.push_back(arg);
@@ -334,6 +338,17 @@ std::string FlagSet::Help() const {
   }
   absl::StrAppend(&out, absl::StrFormat("%-28s %s\n", "  -h, --help", "show this help"));
   return out;
+}
+
+bool HelpRequested(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kCancelled && status.message() == kHelpRequested;
+}
+
+int UsageExit(absl::string_view program, const absl::Status& status) {
+  if (HelpRequested(status)) return 0;
+  std::fprintf(stderr, "%s: %s\n", std::string(program).c_str(),
+               std::string(status.message()).c_str());
+  return 2;
 }
 
 }  // namespace kubetrain

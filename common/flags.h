@@ -26,6 +26,13 @@
 
 namespace kubetrain {
 
+// Whether `status` is Parse's answer to -h/--help (help printed; the program exits 0).
+bool HelpRequested(const absl::Status& status);
+
+// For a program's main() after Parse (or a ParseFlags built on it) failed: 0 after --help;
+// otherwise writes "<program>: <message>" to stderr and returns 2, the usage-error code.
+int UsageExit(absl::string_view program, const absl::Status& status);
+
 class FlagSet {
  public:
   // The accepted range of a numeric or duration flag, checked for the command line and the

@@ -20,18 +20,11 @@
 // ratio of busbw (so > 1 means Gloo is faster). Timings are reported, never asserted: the CTest
 // smoke run only checks that the table is printed (and passes without MPI, where the reference
 // is skipped).
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -45,13 +38,13 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "bench/allreduce/pattern.h"
+#include "bench/allreduce/processes.h"
+#include "bench/stats.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "worker/collective/coordinator.h"
 #include "worker/collective/gloo_communicator.h"
-
-extern char** environ;
 
 // Where CMake put the reference and the mpirun it found; empty when it found no MPI.
 #ifndef KUBETRAIN_MPIRUN
@@ -63,6 +56,10 @@ extern char** environ;
 
 namespace kubetrain {
 namespace {
+
+using bench::Errno;
+using bench::RunProcesses;
+using bench::SelfPath;
 
 struct Options {
   std::string sizes = "1M,4M,16M,64M";
@@ -178,120 +175,10 @@ absl::Status CheckResults(const Results& results, const std::vector<size_t>& siz
   return absl::OkStatus();
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  if (n == 0) return 0;
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // nccl-tests' bus bandwidth in GB/s (1e9 bytes): comparable across rank counts.
 double BusBandwidth(size_t bytes, double seconds, int ranks) {
   if (seconds <= 0) return 0;
   return static_cast<double>(bytes) / seconds * 2.0 * (ranks - 1) / ranks / 1e9;
-}
-
-// ---- Child processes ----
-
-absl::Status Errno(absl::string_view what) {
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
-}
-
-// Starts one process per argv, all writing stdout into one pipe (stderr is inherited), and
-// returns what they wrote once all have exited 0. A process that fails makes the others be
-// stopped at once rather than left to run into their own timeouts; so does the deadline.
-absl::StatusOr<std::string> RunProcesses(const std::vector<std::vector<std::string>>& argvs,
-                                         absl::Duration timeout) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return Errno("pipe");
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);  // dup2 clears CLOEXEC
-  std::vector<pid_t> pids;
-  absl::Status status;
-  for (const std::vector<std::string>& argv : argvs) {
-    std::vector<std::string> args = argv;
-    std::vector<char*> cargv;
-    for (std::string& a : args) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = ::posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
-    if (rc != 0) {
-      status = absl::FailedPreconditionError(
-          absl::StrCat("cannot start ", argv[0], ": ", std::strerror(rc)));
-      break;
-    }
-    pids.push_back(pid);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-
-  std::string out;
-  std::vector<bool> running(pids.size(), true);
-  size_t left = pids.size();
-  // Reads what is in the pipe within `wait_ms`; false at end of file or when nothing came.
-  auto read_some = [&](int wait_ms) {
-    pollfd p{fds[0], POLLIN, 0};
-    if (::poll(&p, 1, wait_ms) <= 0) return false;
-    char buf[4096];
-    const ssize_t n = ::read(fds[0], buf, sizeof(buf));
-    if (n > 0) out.append(buf, static_cast<size_t>(n));
-    return n > 0;
-  };
-  const absl::Time deadline = absl::Now() + timeout;
-  while (status.ok() && left > 0) {
-    if (absl::Now() > deadline) {
-      status = absl::DeadlineExceededError(absl::StrCat(
-          argvs.front().front(), " did not finish within ", absl::FormatDuration(timeout)));
-      break;
-    }
-    if (!read_some(50)) absl::SleepFor(absl::Milliseconds(20));  // at end of file poll is instant
-    for (size_t i = 0; i < pids.size(); ++i) {
-      int wstatus = 0;
-      if (!running[i] || ::waitpid(pids[i], &wstatus, WNOHANG) != pids[i]) continue;
-      running[i] = false;
-      --left;
-      if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-        status = absl::InternalError(
-            absl::StrCat(absl::StrJoin(argvs[i], " "), " failed (",
-                         WIFEXITED(wstatus) ? absl::StrCat("exit status ", WEXITSTATUS(wstatus))
-                                            : absl::StrCat("signal ", WTERMSIG(wstatus)),
-                         ")"));
-      }
-    }
-  }
-  // What the processes wrote just before exiting; a helper they left behind holding the pipe
-  // (a launcher's daemon) must not keep us waiting.
-  if (status.ok()) {
-    while (read_some(1000)) {
-    }
-  }
-  ::close(fds[0]);
-  // Stop what is still running: politely first (mpirun then stops its ranks), then for good.
-  for (int signal : {SIGTERM, SIGKILL}) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (running[i]) ::kill(pids[i], signal);
-    }
-    const absl::Time grace = absl::Now() + absl::Seconds(3);
-    while (left > 0 && absl::Now() < grace) {
-      for (size_t i = 0; i < pids.size(); ++i) {
-        if (running[i] && ::waitpid(pids[i], nullptr, WNOHANG) == pids[i]) {
-          running[i] = false;
-          --left;
-        }
-      }
-      if (left > 0) absl::SleepFor(absl::Milliseconds(20));
-    }
-  }
-  if (!status.ok()) return status;
-  return out;
-}
-
-std::string SelfPath() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
 // ---- Gloo side ----
@@ -446,8 +333,8 @@ absl::StatusOr<Measured> Measure(const Options& opt, const std::vector<size_t>& 
         ASSIGN_OR_RETURN(mpi, RunMpi(opt, {bytes}));
       }
       if (with_mpi) {
-        const double g = Median(gloo.at(bytes).seconds);
-        m.round_ratios[bytes].push_back(g > 0 ? Median(mpi.at(bytes).seconds) / g : 0);
+        const double g = bench::Median(gloo.at(bytes).seconds);
+        m.round_ratios[bytes].push_back(g > 0 ? bench::Median(mpi.at(bytes).seconds) / g : 0);
       }
       Append(gloo, &m.gloo);
       Append(mpi, &m.mpi);
@@ -476,14 +363,14 @@ void PrintTable(const Options& opt, const std::vector<size_t>& sizes, const Meas
               "mpi busbw", "gloo/mpi", "rounds min-max");
   double goal_ratio = -1;
   for (size_t bytes : sizes) {
-    const double g = Median(m.gloo.at(bytes).seconds);
+    const double g = bench::Median(m.gloo.at(bytes).seconds);
     std::printf("%10s %10.3f %12.2f", SizeName(bytes).c_str(), g * 1e3,
                 BusBandwidth(bytes, g, opt.ranks));
     if (!with_mpi) {
       std::printf(" %10s %12s %10s %14s\n", "-", "-", "-", "-");
       continue;
     }
-    const double t = Median(m.mpi.at(bytes).seconds);
+    const double t = bench::Median(m.mpi.at(bytes).seconds);
     const double ratio = g > 0 ? t / g : 0;  // of busbw: same bytes and ranks, so times inverted
     const std::vector<double>& rounds = m.round_ratios.at(bytes);
     const auto [lo, hi] = std::minmax_element(rounds.begin(), rounds.end());
@@ -537,11 +424,7 @@ int main(int argc, char** argv) {
   flags.Add("rank", &opt.rank, "internal: run as this Gloo rank (set by the driver)");
   flags.Add("coordinator", &opt.coordinator, "internal: the driver's coordinator (host:port)");
   auto args = flags.Parse(argc, argv);
-  if (!args.ok()) {
-    if (args.status().code() == absl::StatusCode::kCancelled) return 0;  // --help
-    std::fprintf(stderr, "allreduce_bench: %s\n", args.status().ToString().c_str());
-    return 2;
-  }
+  if (!args.ok()) return UsageExit("allreduce_bench", args.status());
   // The ranks' and coordinator's info lines would split the table.
   log::SetLevel(log::Level::kWarn);
   if (absl::Status s = Run(opt); !s.ok()) {

@@ -22,27 +22,22 @@
 // Cleanup deletes (running PS/workers and the Service once the job succeeds) are real work the
 // default cleanPodPolicy asks for, and they are counted in "writes", so the ratio cannot reach 1.
 // Nothing is asserted on timings: the CTest smoke run only checks that the report is printed.
-#include <httplib.h>
-#include <netinet/in.h>
+//
+// The harness (localkube, the CRD and the operator as child processes) is in cluster.h, what is
+// read off the operator in operator_metrics.h, the report and its output in report.h.
 #include <signal.h>
-#include <stdlib.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,47 +45,29 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/operator_scale/cluster.h"
+#include "bench/operator_scale/operator_metrics.h"
+#include "bench/operator_scale/options.h"
+#include "bench/operator_scale/report.h"
+#include "bench/stats.h"
 #include "common/flags.h"
-#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "operator/api/types.h"
-#include "operator/api/yaml.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
 #include "operator/kube/informer.h"
-#include "operator/local/process.h"
 
-namespace kubetrain {
+namespace kubetrain::bench {
 namespace {
 
 namespace fs = std::filesystem;
 using kube::Resource;
 using nlohmann::json;
-
-constexpr int kIdealCreatesBase = 1;  // the Service; pods are added per shape
-constexpr int kIdealStatusWrites = 3;
-
-struct Options {
-  int jobs = 500;
-  int workers_per_job = 3;
-  int operator_workers = 4;
-  double qps = 50;  // the operator's own defaults: measure what ships
-  int burst = 100;
-  int client_threads = 4;
-  std::string localkube;
-  std::string operator_path;
-  std::string crd =
-      std::string(KUBETRAIN_SOURCE_DIR) + "/deploy/crd/kubetrain.dev_trainingjobs.yaml";
-  absl::Duration timeout = absl::Minutes(15);
-  bool json = false;
-  bool keep_logs = false;
-};
 
 absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   Options o;
@@ -126,213 +103,6 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
     if (!fs::exists(p)) return absl::NotFoundError("no such file: " + p);
   }
   return o;
-}
-
-// ---- Small helpers ----
-
-// A field of /proc/<pid>/status in kB (VmHWM, VmRSS); -1 when the process is gone.
-int64_t ProcStatusKb(pid_t pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) != 0) continue;
-    int64_t kb = -1;
-    std::istringstream rest(line.substr(field.size() + 1));
-    rest >> kb;
-    return kb;
-  }
-  return -1;
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  // Nearest rank: p99 of 500 samples is the 495th, never an interpolation below a real sample.
-  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
-
-// ---- Child processes ----
-
-// Runs localkube and the operator, drains their merged output into log files (an undrained pipe
-// would block a chatty child once 64 KiB are buffered) and notices when one exits. Process is
-// not thread-safe, so every call on it is made under `mu_`.
-class Supervisor {
- public:
-  explicit Supervisor(std::string dir) : dir_(std::move(dir)) {
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~Supervisor() {
-    // The operator first: it must not log errors about a vanished API server.
-    for (auto it = children_.rbegin(); it != children_.rend(); ++it) Stop((*it)->name);
-    stop_ = true;
-    thread_.join();
-  }
-
-  absl::StatusOr<pid_t> Start(const std::string& name, const local::ProcessOptions& options) {
-    auto child = std::make_unique<Child>();
-    child->name = name;
-    child->log_path = dir_ + "/" + name + ".log";
-    child->log = std::fopen(child->log_path.c_str(), "w");
-    if (child->log == nullptr) return absl::InternalError("cannot write " + child->log_path);
-    ASSIGN_OR_RETURN(child->process, local::Process::Start(options), "starting ", name);
-    pid_t pid = child->process->pid();
-    std::lock_guard<std::mutex> lock(mu_);
-    children_.push_back(std::move(child));
-    return pid;
-  }
-
-  // The exit code if `name` has ended.
-  std::optional<int> Exited(const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Child* c = Find(name);
-    return c ? c->exit : std::nullopt;
-  }
-
-  // The last `bytes` of a child's output, for error reports.
-  std::string Tail(const std::string& name, size_t bytes = 3000) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Child* c = Find(name);
-    if (c == nullptr) return "";
-    std::fflush(c->log);
-    std::ifstream in(c->log_path);
-    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return all.size() > bytes ? all.substr(all.size() - bytes) : all;
-  }
-
-  // SIGTERM, a grace period, then the Process destructor's SIGKILL. Returns the exit code.
-  std::optional<int> Stop(const std::string& name, absl::Duration grace = absl::Seconds(5)) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      Child* c = Find(name);
-      if (c == nullptr || !c->process) return std::nullopt;
-      if (!c->exit) c->process->Signal(SIGTERM);
-    }
-    absl::Time deadline = absl::Now() + grace;
-    while (!Exited(name) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
-    if (!Exited(name)) {
-      log::Warn("Child did not exit on SIGTERM; killing it", {{"child", name}, {"grace", grace}});
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    Child* c = Find(name);
-    Drain(*c);
-    std::optional<int> code = c->exit;
-    c->process.reset();
-    std::fclose(c->log);
-    c->log = nullptr;
-    return code;
-  }
-
- private:
-  struct Child {
-    std::string name;
-    std::string log_path;
-    std::FILE* log = nullptr;
-    std::unique_ptr<local::Process> process;
-    std::optional<int> exit;
-  };
-
-  Child* Find(const std::string& name) {
-    for (auto& c : children_) {
-      if (c->name == name) return c.get();
-    }
-    return nullptr;
-  }
-
-  void Drain(Child& c) {
-    if (!c.process) return;
-    std::string out;
-    c.process->ReadOutput(&out);
-    if (!out.empty() && c.log) std::fwrite(out.data(), 1, out.size(), c.log);
-    if (!c.exit) c.exit = c.process->Poll();
-  }
-
-  void Loop() {
-    while (!stop_.load()) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (auto& c : children_) Drain(*c);
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  }
-
-  std::string dir_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Child>> children_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
-// ---- The operator's /metrics ----
-
-struct Scrape {
-  std::map<std::string, double> by_verb;       // summed over codes
-  std::map<std::string, double> by_verb_code;  // "create 201", "update 409", ...
-  double conflicts = 0;                        // code 409 on any verb
-  double errors = 0;                           // code 0 or >= 500
-  double queue_depth = 0;
-
-  double Writes() const {
-    double w = 0;
-    for (const char* v : {"create", "update", "patch", "delete"}) {
-      auto it = by_verb.find(v);
-      if (it != by_verb.end()) w += it->second;
-    }
-    return w;
-  }
-  double Reads() const {
-    double r = 0;
-    for (const char* v : {"get", "list", "watch"}) {
-      auto it = by_verb.find(v);
-      if (it != by_verb.end()) r += it->second;
-    }
-    return r;
-  }
-};
-
-// The value of label `key` in a Prometheus sample's `{a="x",b="y"}` part.
-std::string Label(const std::string& labels, const std::string& key) {
-  std::string needle = key + "=\"";
-  size_t at = labels.find(needle);
-  if (at == std::string::npos) return "";
-  at += needle.size();
-  size_t end = labels.find('"', at);
-  return end == std::string::npos ? "" : labels.substr(at, end - at);
-}
-
-absl::StatusOr<Scrape> ScrapeMetrics(int port) {
-  httplib::Client http("127.0.0.1", port);
-  http.set_connection_timeout(5);
-  http.set_read_timeout(10);
-  httplib::Result res = http.Get("/metrics");
-  if (!res || res->status != 200) {
-    return absl::UnavailableError(absl::StrCat("GET /metrics on 127.0.0.1:", port, " failed"));
-  }
-  Scrape s;
-  std::istringstream in(res->body);
-  std::string line;
-  const std::string requests = "kubetrain_operator_api_requests_total{";
-  const std::string depth = "kubetrain_operator_queue_depth";
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    size_t space = line.rfind(' ');
-    double value = 0;
-    if (space == std::string::npos || !absl::SimpleAtod(line.substr(space + 1), &value)) continue;
-    if (line.rfind(requests, 0) == 0) {
-      std::string labels = line.substr(0, space);
-      std::string verb = Label(labels, "verb");
-      std::string code = Label(labels, "code");
-      s.by_verb[verb] += value;
-      s.by_verb_code[verb + " " + code] += value;
-      if (code == "409") s.conflicts += value;
-      if (code == "0" || (code.size() == 3 && code[0] == '5')) s.errors += value;
-    } else if (line.rfind(depth, 0) == 0 &&
-               (line[depth.size()] == ' ' || line[depth.size()] == '{')) {
-      s.queue_depth = value;
-    }
-  }
-  return s;
 }
 
 // ---- What the informers see ----
@@ -478,164 +248,34 @@ absl::Status ParallelFor(int n, int threads, const std::function<absl::Status(in
 
 // ---- The run ----
 
-struct Report {
-  Options opt;
-  int pods_per_job = 0;
-  double all_pods_s = 0;
-  double all_running_s = 0;  // from the last Running patch to every job's Running condition
-  double success_p50_s = 0;
-  double success_p99_s = 0;
-  double success_max_s = 0;
-  double success_all_s = 0;
-  std::string slowest_job;  // first chief patch to the last job Succeeded
-  Scrape ops;               // operator requests during the run (start-up excluded)
-  double events = 0;
-  std::map<std::string, double> events_by_reason;
-  double peak_rss_mib = 0;
-  double final_rss_mib = 0;
-  double wall_s = 0;
-
-  int Ideal() const { return kIdealCreatesBase + pods_per_job + kIdealStatusWrites; }
-  double WritesPerJob() const { return ops.Writes() / opt.jobs; }
-  double EventsPerJob() const { return events / opt.jobs; }
-  double NonEventWritesPerJob() const { return (ops.Writes() - events) / opt.jobs; }
-  double Ratio() const { return NonEventWritesPerJob() / Ideal(); }
-  // Without the cleanup deletes that cleanPodPolicy Running (the default) and the Service's
-  // removal ask for once the chief succeeds: PS and non-chief workers are still Running then.
-  double DeletesPerJob() const {
-    auto it = ops.by_verb.find("delete");
-    return it == ops.by_verb.end() ? 0 : it->second / opt.jobs;
-  }
-  double RatioWithoutCleanup() const {
-    return (NonEventWritesPerJob() - DeletesPerJob()) / Ideal();
-  }
-  // Answers other than 2xx (409 conflicts or AlreadyExists, 404 on deletes, 5xx, no answer).
-  double Non2xx() const {
-    double n = 0;
-    for (const auto& [key, v] : ops.by_verb_code) {
-      if (key.size() < 4 || key[key.size() - 3] != '2') n += v;
-    }
-    return n;
-  }
-};
-
 class Bench {
  public:
-  explicit Bench(Options opt) : opt_(std::move(opt)) {}
+  explicit Bench(Options opt) : opt_(std::move(opt)), cluster_(std::make_unique<Cluster>(opt_)) {}
   ~Bench() {
-    // Informers before the API server they watch, children before their temp dir.
+    // Informers before the API server they watch.
     pod_informer_.reset();
     job_informer_.reset();
-    client_.reset();
-    supervisor_.reset();
-    std::error_code ec;
-    if (!dir_.empty() && !opt_.keep_logs) fs::remove_all(dir_, ec);
+    cluster_.reset();
   }
 
   absl::StatusOr<Report> Run();
 
  private:
   absl::Time Deadline() const { return start_ + opt_.timeout; }
-  absl::Status StartLocalkube();
-  absl::Status InstallCrd();
-  absl::Status StartOperator();
-  absl::Status CheckChildren();
   absl::Status Wait(const std::string& what, const std::function<bool()>& done);
 
   Options opt_;
   absl::Time start_;
-  std::string dir_;
-  std::unique_ptr<Supervisor> supervisor_;
-  std::string kubeconfig_;
-  std::unique_ptr<kube::Client> client_;
-  pid_t operator_pid_ = 0;
-  int metrics_port_ = 0;
+  std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<Tracker> tracker_;
   std::unique_ptr<kube::Informer> pod_informer_;
   std::unique_ptr<kube::Informer> job_informer_;
 };
 
-absl::Status Bench::StartLocalkube() {
-  local::ProcessOptions p;
-  p.argv = {opt_.localkube, "--port=0", "--kubeconfig-out=" + kubeconfig_,
-            "--address-file=" + dir_ + "/address", "--log-level=warn"};
-  p.env = {{"PATH", "/usr/bin:/bin"}, {"TMPDIR", dir_}};
-  RETURN_IF_ERROR(supervisor_->Start("localkube", p).status());
-  while (!fs::exists(dir_ + "/address") || !fs::exists(kubeconfig_)) {
-    if (supervisor_->Exited("localkube")) {
-      return absl::InternalError("localkube exited: " + supervisor_->Tail("localkube"));
-    }
-    if (absl::Now() > start_ + absl::Seconds(30)) {
-      return absl::DeadlineExceededError("localkube did not start in 30s");
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSIGN_OR_RETURN(kube::ClusterConfig config, kube::LoadKubeconfig(kubeconfig_));
-  // The bench's own client is unthrottled: only the operator's limits are under test.
-  ASSIGN_OR_RETURN(client_,
-                   kube::Client::Create(config, {.qps = 0, .user_agent = "operator_scale"}));
-  return absl::OkStatus();
-}
-
-absl::Status Bench::InstallCrd() {
-  ASSIGN_OR_RETURN(std::string text, api::ReadFileOrStdin(opt_.crd));
-  ASSIGN_OR_RETURN(std::vector<json> docs, api::ParseYamlDocuments(text));
-  if (docs.size() != 1) return absl::InvalidArgumentError(opt_.crd + ": expected one document");
-  Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions",
-                "CustomResourceDefinition", false};
-  RETURN_IF_ERROR(client_->Create(crds, "", docs[0]).status(), "creating the CRD");
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!client_->List(Resource::TrainingJobs(), "default", {.limit = 1}).ok()) {
-    if (absl::Now() > deadline) return absl::DeadlineExceededError("CRD not served in 10s");
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Bench::StartOperator() {
-  ASSIGN_OR_RETURN(metrics_port_, FreeLoopbackPort());
-  ASSIGN_OR_RETURN(int health_port, FreeLoopbackPort());
-  local::ProcessOptions p;
-  p.argv = {opt_.operator_path,
-            "--kubeconfig=" + kubeconfig_,
-            "--namespace=default",
-            absl::StrCat("--qps=", opt_.qps),
-            absl::StrCat("--burst=", opt_.burst),
-            absl::StrCat("--workers=", opt_.operator_workers),
-            absl::StrCat("--metrics-address=127.0.0.1:", metrics_port_),
-            absl::StrCat("--health-address=127.0.0.1:", health_port),
-            "--log-level=info"};
-  p.env = {{"PATH", "/usr/bin:/bin"}, {"HOME", dir_}};
-  ASSIGN_OR_RETURN(operator_pid_, supervisor_->Start("operator", p));
-  httplib::Client http("127.0.0.1", health_port);
-  http.set_connection_timeout(1);
-  absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (true) {
-    if (auto code = supervisor_->Exited("operator")) {
-      return absl::InternalError(absl::StrCat("kubetrain-operator exited with ", *code, ":\n",
-                                              supervisor_->Tail("operator")));
-    }
-    httplib::Result res = http.Get("/readyz");
-    if (res && res->status == 200) return absl::OkStatus();
-    if (absl::Now() > deadline) return absl::DeadlineExceededError("operator not ready in 60s");
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-}
-
-absl::Status Bench::CheckChildren() {
-  for (const char* name : {"localkube", "operator"}) {
-    if (auto code = supervisor_->Exited(name)) {
-      return absl::InternalError(
-          absl::StrCat(name, " exited with ", *code, " mid-run:\n", supervisor_->Tail(name)));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Bench::Wait(const std::string& what, const std::function<bool()>& done) {
   // Short slices so a crashed child is reported at once rather than at the deadline.
   while (!tracker_->WaitFor(std::min(Deadline(), absl::Now() + absl::Seconds(1)), done)) {
-    RETURN_IF_ERROR(CheckChildren(), "waiting for ", what);
+    RETURN_IF_ERROR(cluster_->CheckChildren(), "waiting for ", what);
     if (tracker_->failed() > 0) {
       return absl::InternalError("a TrainingJob failed: " + tracker_->first_failure());
     }
@@ -651,18 +291,10 @@ absl::Status Bench::Wait(const std::string& what, const std::function<bool()>& d
 
 absl::StatusOr<Report> Bench::Run() {
   start_ = absl::Now();
-  char tmpl[] = "/tmp/operator-scale-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
-  dir_ = tmpl;
-  kubeconfig_ = dir_ + "/kubeconfig";
-  supervisor_ = std::make_unique<Supervisor>(dir_);
-
-  RETURN_IF_ERROR(StartLocalkube());
-  RETURN_IF_ERROR(InstallCrd());
-  RETURN_IF_ERROR(StartOperator());
-  log::Info("Operator ready", {{"pid", static_cast<int64_t>(operator_pid_)},
-                               {"metrics_port", metrics_port_},
-                               {"logs", dir_}});
+  RETURN_IF_ERROR(cluster_->Start(start_));
+  log::Info("Operator ready", {{"pid", static_cast<int64_t>(cluster_->operator_pid())},
+                               {"metrics_port", cluster_->metrics_port()},
+                               {"logs", cluster_->dir()}});
 
   Report r;
   r.opt = opt_;
@@ -671,9 +303,10 @@ absl::StatusOr<Report> Bench::Run() {
   tracker_ = std::make_unique<Tracker>(total_pods);
   kube::InformerOptions pod_options{.namespace_ = "default"};
   pod_options.label_selector = absl::StrCat(api::kLabelManagedBy, "=", api::kManagedByValue);
-  pod_informer_ = std::make_unique<kube::Informer>(*client_, Resource::Pods(), pod_options);
+  pod_informer_ =
+      std::make_unique<kube::Informer>(cluster_->client(), Resource::Pods(), pod_options);
   pod_informer_->AddHandlers({.on_add = [this](const json& o) { tracker_->PodSeen(o); }});
-  job_informer_ = std::make_unique<kube::Informer>(*client_, Resource::TrainingJobs(),
+  job_informer_ = std::make_unique<kube::Informer>(cluster_->client(), Resource::TrainingJobs(),
                                                    kube::InformerOptions{.namespace_ = "default"});
   job_informer_->AddHandlers({[this](const json& o) { tracker_->JobSeen(o); },
                               [this](const json&, const json& o) { tracker_->JobSeen(o); },
@@ -684,15 +317,15 @@ absl::StatusOr<Report> Bench::Run() {
       !job_informer_->WaitForSync(absl::Seconds(30))) {
     return absl::DeadlineExceededError("the bench's informers did not sync");
   }
-  ASSIGN_OR_RETURN(Scrape baseline, ScrapeMetrics(metrics_port_));
+  ASSIGN_OR_RETURN(Scrape baseline, ScrapeMetrics(cluster_->metrics_port()));
 
   // 2-3. Every job at once; the clock runs from the first create to the last pod seen.
   absl::Time created_start = absl::Now();
   RETURN_IF_ERROR(ParallelFor(opt_.jobs, opt_.client_threads,
                               [&](int i) -> absl::Status {
-                                return client_
-                                    ->Create(Resource::TrainingJobs(), "default",
-                                             Job(JobName(i), opt_.workers_per_job))
+                                return cluster_->client()
+                                    .Create(Resource::TrainingJobs(), "default",
+                                            Job(JobName(i), opt_.workers_per_job))
                                     .status();
                               }),
                   "creating TrainingJobs");
@@ -710,10 +343,10 @@ absl::StatusOr<Report> Bench::Run() {
   };
   RETURN_IF_ERROR(ParallelFor(total_pods, opt_.client_threads,
                               [&](int i) -> absl::Status {
-                                return client_
-                                    ->Patch(Resource::Pods(), "default", pod_name(i),
-                                            kube::PatchType::kMerge,
-                                            PodStatusPatch("Running", i, std::nullopt), "status")
+                                return cluster_->client()
+                                    .Patch(Resource::Pods(), "default", pod_name(i),
+                                           kube::PatchType::kMerge,
+                                           PodStatusPatch("Running", i, std::nullopt), "status")
                                     .status();
                               }),
                   "marking pods Running");
@@ -726,17 +359,17 @@ absl::StatusOr<Report> Bench::Run() {
   // 4b. Every chief (worker-0) Succeeded, all at once: the backlog the operator must clear.
   std::vector<absl::Time> chief_sent(opt_.jobs);
   absl::Time chiefs_start = absl::Now();
-  RETURN_IF_ERROR(
-      ParallelFor(opt_.jobs, opt_.client_threads,
-                  [&](int job) -> absl::Status {
-                    chief_sent[job] = absl::Now();
-                    return client_
-                        ->Patch(Resource::Pods(), "default", JobName(job) + "-worker-0",
-                                kube::PatchType::kMerge,
-                                PodStatusPatch("Succeeded", job * r.pods_per_job + 1, 0), "status")
-                        .status();
-                  }),
-      "marking chiefs Succeeded");
+  RETURN_IF_ERROR(ParallelFor(opt_.jobs, opt_.client_threads,
+                              [&](int job) -> absl::Status {
+                                chief_sent[job] = absl::Now();
+                                return cluster_->client()
+                                    .Patch(Resource::Pods(), "default", JobName(job) + "-worker-0",
+                                           kube::PatchType::kMerge,
+                                           PodStatusPatch("Succeeded", job * r.pods_per_job + 1, 0),
+                                           "status")
+                                    .status();
+                              }),
+                  "marking chiefs Succeeded");
   RETURN_IF_ERROR(Wait("every job's Succeeded condition",
                        [&] { return tracker_->succeeded() == static_cast<size_t>(opt_.jobs); }));
   std::map<std::string, absl::Time> succeeded = tracker_->succeeded_times();
@@ -747,9 +380,9 @@ absl::StatusOr<Report> Bench::Run() {
     last = std::max(last, done);
     latencies.push_back(std::max(0.0, absl::ToDoubleSeconds(done - chief_sent[job])));
   }
-  r.success_p50_s = Percentile(latencies, 0.50);
-  r.success_p99_s = Percentile(latencies, 0.99);
-  r.success_max_s = Percentile(latencies, 1.0);
+  r.success_p50_s = bench::Percentile(latencies, 0.50);
+  r.success_p99_s = bench::Percentile(latencies, 0.99);
+  r.success_max_s = bench::Percentile(latencies, 1.0);
   r.success_all_s = absl::ToDoubleSeconds(last - chiefs_start);
   int slowest =
       static_cast<int>(std::max_element(latencies.begin(), latencies.end()) - latencies.begin());
@@ -764,7 +397,7 @@ absl::StatusOr<Report> Bench::Run() {
   double previous = -1;
   absl::Time settle_deadline = std::min(Deadline(), absl::Now() + absl::Seconds(30));
   while (true) {
-    ASSIGN_OR_RETURN(now, ScrapeMetrics(metrics_port_));
+    ASSIGN_OR_RETURN(now, ScrapeMetrics(cluster_->metrics_port()));
     if (now.Writes() == previous && now.queue_depth == 0) break;
     if (absl::Now() > settle_deadline) break;
     previous = now.Writes();
@@ -783,7 +416,7 @@ absl::StatusOr<Report> Bench::Run() {
   r.ops.errors -= baseline.errors;
   // A fresh client: the pooled connections sat idle through the waits above, longer than
   // localkube's 30 s keep-alive, and kube::Client does not redial a pooled connection that fails.
-  ASSIGN_OR_RETURN(kube::ClusterConfig config, kube::LoadKubeconfig(kubeconfig_));
+  ASSIGN_OR_RETURN(kube::ClusterConfig config, kube::LoadKubeconfig(cluster_->kubeconfig()));
   ASSIGN_OR_RETURN(std::unique_ptr<kube::Client> lister,
                    kube::Client::Create(config, {.qps = 0, .user_agent = "operator_scale"}));
   absl::StatusOr<json> events = lister->ListAll(Resource::Events(), "default", {});
@@ -794,11 +427,11 @@ absl::StatusOr<Report> Bench::Run() {
       ++r.events_by_reason[e.value("reason", "")];
     }
   }
-  RETURN_IF_ERROR(CheckChildren());
+  RETURN_IF_ERROR(cluster_->CheckChildren());
   // VmHWM: the kernel's high-water mark of resident memory over the operator's whole life.
-  r.peak_rss_mib = static_cast<double>(ProcStatusKb(operator_pid_, "VmHWM")) / 1024.0;
-  r.final_rss_mib = static_cast<double>(ProcStatusKb(operator_pid_, "VmRSS")) / 1024.0;
-  std::optional<int> code = supervisor_->Stop("operator");
+  r.peak_rss_mib = static_cast<double>(ProcStatusKb(cluster_->operator_pid(), "VmHWM")) / 1024.0;
+  r.final_rss_mib = static_cast<double>(ProcStatusKb(cluster_->operator_pid(), "VmRSS")) / 1024.0;
+  std::optional<int> code = cluster_->StopOperator();
   if (code && *code != 0 && *code != 128 + SIGTERM) {
     log::Warn("Operator exited with an error on SIGTERM", {{"code", *code}});
   }
@@ -806,93 +439,9 @@ absl::StatusOr<Report> Bench::Run() {
   return r;
 }
 
-// ---- Output ----
-
-json ToJson(const Report& r) {
-  json verbs = json::object();
-  for (const auto& [verb, n] : r.ops.by_verb) verbs[verb] = n;
-  json codes = json::object();
-  for (const auto& [key, n] : r.ops.by_verb_code) codes[key] = n;
-  return {{"jobs", r.opt.jobs},
-          {"pods_per_job", r.pods_per_job},
-          {"operator_workers", r.opt.operator_workers},
-          {"operator_qps", r.opt.qps},
-          {"operator_burst", r.opt.burst},
-          {"all_pods_exist_seconds", r.all_pods_s},
-          {"all_jobs_running_seconds", r.all_running_s},
-          {"job_succeeded_latency_p50_seconds", r.success_p50_s},
-          {"job_succeeded_latency_p99_seconds", r.success_p99_s},
-          {"job_succeeded_latency_max_seconds", r.success_max_s},
-          {"slowest_job", r.slowest_job},
-          {"all_jobs_succeeded_seconds", r.success_all_s},
-          {"operator_requests_by_verb", verbs},
-          {"operator_requests_by_verb_and_code", codes},
-          {"operator_conflicts", r.ops.conflicts},
-          {"operator_request_errors", r.ops.errors},
-          {"operator_events", r.events},
-          {"operator_events_by_reason", r.events_by_reason},
-          {"writes_per_job", r.WritesPerJob()},
-          {"events_per_job", r.EventsPerJob()},
-          {"writes_per_job_excluding_events", r.NonEventWritesPerJob()},
-          {"reads_per_job", r.ops.Reads() / r.opt.jobs},
-          {"ideal_writes_per_job", r.Ideal()},
-          {"ratio_to_ideal", r.Ratio()},
-          {"ratio_goal", 1.5},
-          {"ratio_to_ideal_without_cleanup_deletes", r.RatioWithoutCleanup()},
-          {"operator_non_2xx_answers", r.Non2xx()},
-          {"operator_peak_rss_mib", r.peak_rss_mib},
-          {"operator_final_rss_mib", r.final_rss_mib},
-          {"rss_goal_mib", 150},
-          {"wall_seconds", r.wall_s}};
-}
-
-void PrintTable(const Report& r) {
-  auto verb = [&](const char* v) {
-    auto it = r.ops.by_verb.find(v);
-    return it == r.ops.by_verb.end() ? 0.0 : it->second / r.opt.jobs;
-  };
-  auto row = [](const std::string& name, const std::string& value, const std::string& goal = "") {
-    std::string line = absl::StrFormat("%-46s %14s  %s", name, value, goal);
-    line.erase(line.find_last_not_of(' ') + 1);
-    std::printf("%s\n", line.c_str());
-  };
-  auto f = [](double v, int digits = 2) { return absl::StrFormat("%.*f", digits, v); };
-  std::printf(
-      "operator_scale: %d TrainingJobs x (1 PS + %d Workers) = %d pods; operator --workers=%d "
-      "--qps=%g --burst=%d\n\n",
-      r.opt.jobs, r.opt.workers_per_job, r.opt.jobs * r.pods_per_job, r.opt.operator_workers,
-      r.opt.qps, r.opt.burst);
-  row("metric", "value", "goal");
-  row("time to all pods existing (s)", f(r.all_pods_s));
-  row("pods Running -> all jobs Running (s)", f(r.all_running_s));
-  row("chief Succeeded -> job Succeeded p50 (s)", f(r.success_p50_s, 3));
-  row("chief Succeeded -> job Succeeded p99 (s)", f(r.success_p99_s, 3));
-  row("chief Succeeded -> job Succeeded max (s)", f(r.success_max_s, 3));
-  row("operator API writes / job (all)", f(r.WritesPerJob()));
-  row("  create / update / patch / delete",
-      absl::StrFormat("%.2f/%.2f/%.2f/%.2f", verb("create"), verb("update"), verb("patch"),
-                      verb("delete")));
-  row("  answers other than 2xx / job (409s)",
-      absl::StrFormat("%.2f (%.2f)", r.Non2xx() / r.opt.jobs, r.ops.conflicts / r.opt.jobs));
-  row("operator Events / job", f(r.EventsPerJob()));
-  row("operator API writes / job excluding Events", f(r.NonEventWritesPerJob()));
-  row(absl::StrFormat("ratio to ideal (%d = %d creates + %d status)", r.Ideal(),
-                      kIdealCreatesBase + r.pods_per_job, kIdealStatusWrites),
-      f(r.Ratio()), r.Ratio() <= 1.5 ? "<= 1.5 (met)" : "<= 1.5 (MISSED)");
-  row("  same, without the cleanup deletes", f(r.RatioWithoutCleanup()));
-  row("operator API reads / job (get/list/watch)", f(r.ops.Reads() / r.opt.jobs));
-  row("operator peak RSS, VmHWM (MiB)", f(r.peak_rss_mib, 1),
-      r.peak_rss_mib <= 150 ? "<= 150 (met)" : "<= 150 (MISSED)");
-  row("wall time (s)", f(r.wall_s, 1));
-}
-
 int Main(int argc, char** argv) {
   absl::StatusOr<Options> opt = ParseFlags(argc, argv);
-  if (opt.status().code() == absl::StatusCode::kCancelled) return 0;  // --help
-  if (!opt.ok()) {
-    std::fprintf(stderr, "operator_scale: %s\n", std::string(opt.status().message()).c_str());
-    return 2;
-  }
+  if (!opt.ok()) return UsageExit("operator_scale", opt.status());
   // A child closing a pipe or socket must be an error return here, never a silent exit.
   signal(SIGPIPE, SIG_IGN);
   absl::StatusOr<Report> report;
@@ -917,6 +466,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace kubetrain
+}  // namespace kubetrain::bench
 
-int main(int argc, char** argv) { return kubetrain::Main(argc, argv); }
+int main(int argc, char** argv) { return kubetrain::bench::Main(argc, argv); }

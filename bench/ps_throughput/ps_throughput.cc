@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/stats.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -49,11 +50,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 // ---- Raw loopback TCP reference ----
@@ -308,7 +304,7 @@ absl::Status Run(const Options& opt) {
   ASSIGN_OR_RETURN(std::vector<double> tcp, MeasureTcp(report.model_bytes, opt.tcp_reps));
   const double mb = 2.0 * static_cast<double>(report.model_bytes) / 1e6;
   report.tcp_best_mbps = mb / *std::min_element(tcp.begin(), tcp.end());
-  report.tcp_median_mbps = mb / Median(tcp);
+  report.tcp_median_mbps = mb / bench::Median(tcp);
   for (int n = 1; n <= opt.max_ps; ++n) {
     ASSIGN_OR_RETURN(PsRow row, MeasurePs(n, ps::UpdateMode::kAsync, report.model_bytes, opt.rounds,
                                           report.tcp_best_mbps));
@@ -334,11 +330,7 @@ int main(int argc, char** argv) {
   flags.Add("tcp-reps", &opt.tcp_reps, "timed raw TCP repetitions");
   flags.Add("json", &opt.json, "print one JSON object instead of the table");
   auto args = flags.Parse(argc, argv);
-  if (!args.ok()) {
-    if (args.status().code() == absl::StatusCode::kCancelled) return 0;  // --help
-    std::fprintf(stderr, "ps_throughput: %s\n", args.status().ToString().c_str());
-    return 2;
-  }
+  if (!args.ok()) return UsageExit("ps_throughput", args.status());
   log::SetLevel(log::Level::kWarn);  // the servers' per-Init info lines would split the table
   if (absl::Status s = Run(opt); !s.ok()) {
     std::fprintf(stderr, "ps_throughput: %s\n", s.ToString().c_str());

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/stats.h"
 #include "bench/train_step/backends.h"
 #include "bench/train_step/profiling_device.h"
 #include "common/flags.h"
@@ -83,11 +84,6 @@ Batches MakeBatches(int64_t example_size, int batch, int classes, uint64_t seed)
     b.labels.push_back(std::move(labels));
   }
   return b;
-}
-
-int64_t Median(std::vector<int64_t> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 // The GEMMs of one shape, summed over the timed steps.
@@ -311,7 +307,7 @@ absl::Status Run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const absl::Status status = kubetrain::bench::Run(argc, argv);
-  if (absl::IsCancelled(status)) return 0;  // --help
+  if (kubetrain::HelpRequested(status)) return 0;
   if (!status.ok()) {
     std::fprintf(stderr, "train_step: error: %s\n", std::string(status.message()).c_str());
     return 1;

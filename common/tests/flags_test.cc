@@ -1,10 +1,15 @@
 #include "common/flags.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include "common/testing/status_matchers.h"
+
 namespace kubetrain {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 struct Options {
   int port = 2222;
@@ -44,7 +49,7 @@ TEST(FlagSet, ParsesAllFormsAndKeepsPositionals) {
 TEST(FlagSet, BareNumberDurationIsSeconds) {
   Options o;
   FlagSet flags = MakeFlags(&o);
-  ASSERT_TRUE(flags.Parse({"--timeout", "2.5"}).ok());
+  ASSERT_THAT(flags.Parse({"--timeout", "2.5"}), IsOk());
   EXPECT_EQ(o.timeout, absl::Milliseconds(2500));
 }
 
@@ -52,7 +57,7 @@ TEST(FlagSet, NegatedBoolean) {
   Options o;
   o.verbose = true;
   FlagSet flags = MakeFlags(&o);
-  ASSERT_TRUE(flags.Parse({"--no-verbose"}).ok());
+  ASSERT_THAT(flags.Parse({"--no-verbose"}), IsOk());
   EXPECT_FALSE(o.verbose);
 }
 
@@ -84,11 +89,11 @@ TEST(FlagSet, EnvironmentIsUsedUnlessFlagGiven) {
   setenv("KT_TEST_PORT", "4000", 1);
   Options a;
   FlagSet fa = MakeFlags(&a);
-  ASSERT_TRUE(fa.Parse(std::vector<std::string>{}).ok());
+  ASSERT_THAT(fa.Parse(std::vector<std::string>{}), IsOk());
   EXPECT_EQ(a.port, 4000);
   Options b;
   FlagSet fb = MakeFlags(&b);
-  ASSERT_TRUE(fb.Parse({"--port=5000"}).ok());
+  ASSERT_THAT(fb.Parse({"--port=5000"}), IsOk());
   EXPECT_EQ(b.port, 5000);
   setenv("KT_TEST_PORT", "x", 1);
   Options c;
@@ -120,7 +125,7 @@ TEST(FlagSet, PortOutsideZeroTo65535IsRefusedFromFlagAndEnvironment) {
   EXPECT_EQ(r.status().message(), "--port: must be an integer from 0 to 65535, got \"99999\"");
   EXPECT_EQ(port, 2222);
   EXPECT_FALSE(flags.Parse({"--port=-1"}).ok());
-  ASSERT_TRUE(flags.Parse({"--port=65535"}).ok());
+  ASSERT_THAT(flags.Parse({"--port=65535"}), IsOk());
   EXPECT_EQ(port, 65535);
   setenv("KT_TEST_RANGE_PORT", "70000", 1);
   r = flags.Parse(std::vector<std::string>{});
@@ -142,7 +147,7 @@ TEST(FlagSet, NegativeDurationIsRefusedWhenTheFlagMustBeNonNegative) {
   EXPECT_EQ(r.status().message(), "--max-pull-wait: must be a duration >= 0, got \"-5s\"");
   EXPECT_FALSE(flags.Parse({"--max-pull-wait=-1"}).ok());
   EXPECT_EQ(wait, absl::Minutes(10));
-  ASSERT_TRUE(flags.Parse({"--max-pull-wait=0"}).ok());
+  ASSERT_THAT(flags.Parse({"--max-pull-wait=0"}), IsOk());
   EXPECT_EQ(wait, absl::ZeroDuration());
 }
 
@@ -164,10 +169,26 @@ TEST(FlagSet, IntegerAndNumberRangesNameTheirBounds) {
             "--mib: must be a non-negative integer from 1 to 1024, got \"2000\"");
   EXPECT_EQ(flags.Parse({"--grace=3s"}).status().message(),
             "--grace: must be a duration from 0 to 2s, got \"3s\"");
-  ASSERT_TRUE(flags.Parse({"--workers=2", "--rate=0.5", "--mib=1024", "--grace=2s"}).ok());
+  ASSERT_THAT(flags.Parse({"--workers=2", "--rate=0.5", "--mib=1024", "--grace=2s"}), IsOk());
   EXPECT_EQ(workers, 2);
   EXPECT_EQ(mib, 1024u);
   EXPECT_EQ(grace, absl::Seconds(2));
+}
+
+TEST(FlagSet, HelpIsToldApartFromOtherCancellationsAndExitsZero) {
+  FlagSet flags("prog", "A program.");
+  absl::StatusOr<std::vector<std::string>> help = flags.Parse({"--help"});
+  ASSERT_FALSE(help.ok());
+  EXPECT_TRUE(HelpRequested(help.status()));
+  EXPECT_EQ(UsageExit("prog", help.status()), 0);
+  EXPECT_FALSE(HelpRequested(absl::CancelledError("stopped by signal")));
+  absl::StatusOr<std::vector<std::string>> bad = flags.Parse({"--no-such-flag"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_FALSE(HelpRequested(bad.status()));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(UsageExit("prog", bad.status()), 2);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              ::testing::StartsWith("prog: unknown flag --no-such-flag"));
 }
 
 }  // namespace

@@ -1,17 +1,22 @@
 #include "common/host_port.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "common/testing/status_matchers.h"
 
 namespace kubetrain {
 namespace {
 
+using ::kubetrain::testing::IsOk;
+
 TEST(SplitListenAddress, AcceptsPortZeroAndAnEmptyHost) {
   std::string host;
   int port = -1;
-  ASSERT_TRUE(SplitListenAddress(":8081", &host, &port).ok());
+  ASSERT_THAT(SplitListenAddress(":8081", &host, &port), IsOk());
   EXPECT_EQ(host, "0.0.0.0");
   EXPECT_EQ(port, 8081);
-  ASSERT_TRUE(SplitListenAddress("[::1]:0", &host, &port).ok());
+  ASSERT_THAT(SplitListenAddress("[::1]:0", &host, &port), IsOk());
   EXPECT_EQ(host, "::1");
   EXPECT_EQ(port, 0);
   EXPECT_EQ(SplitListenAddress("127.0.0.1", &host, &port).code(),
@@ -23,7 +28,7 @@ TEST(SplitListenAddress, AcceptsPortZeroAndAnEmptyHost) {
 TEST(SplitHostPort, NeedsAHostAndADialablePort) {
   std::string host;
   int port = 0;
-  ASSERT_TRUE(SplitHostPort("a-ps-0.a:2222", &host, &port).ok());
+  ASSERT_THAT(SplitHostPort("a-ps-0.a:2222", &host, &port), IsOk());
   EXPECT_EQ(host, "a-ps-0.a");
   EXPECT_EQ(port, 2222);
   EXPECT_FALSE(SplitHostPort(":2222", &host, &port).ok());

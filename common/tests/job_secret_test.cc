@@ -1,14 +1,18 @@
 #include "common/job_secret.h"
 
+#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <memory>
 
+#include "common/testing/status_matchers.h"
 #include "kubetrain/v1/coordinator.grpc.pb.h"
 
 namespace kubetrain {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 // A service whose only rule is the secret check, so the test sees exactly what a ps or the
 // coordinator would answer to a stranger.
@@ -79,8 +83,8 @@ TEST_F(JobSecretTest, CallWithAnotherJobsSecretIsUnauthenticated) {
 
 TEST_F(JobSecretTest, ServerWithoutSecretServesEveryone) {
   Start("");
-  EXPECT_TRUE(Call("").ok());
-  EXPECT_TRUE(Call(GenerateJobSecret()).ok());
+  EXPECT_THAT(Call(""), IsOk());
+  EXPECT_THAT(Call(GenerateJobSecret()), IsOk());
 }
 
 TEST(JobSecret, GeneratedSecretsAreLongDistinctAndValid) {
@@ -88,11 +92,11 @@ TEST(JobSecret, GeneratedSecretsAreLongDistinctAndValid) {
   std::string b = GenerateJobSecret();
   EXPECT_EQ(a.size(), 64u);
   EXPECT_NE(a, b);
-  EXPECT_TRUE(ValidateJobSecret(a).ok());
+  EXPECT_THAT(ValidateJobSecret(a), IsOk());
 }
 
 TEST(JobSecret, ValidationNamesTheVariableAndTheRule) {
-  EXPECT_TRUE(ValidateJobSecret("").ok());
+  EXPECT_THAT(ValidateJobSecret(""), IsOk());
   absl::Status short_secret = ValidateJobSecret("abc");
   EXPECT_EQ(short_secret.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(short_secret.message().find("KUBETRAIN_JOB_SECRET"), std::string::npos);

@@ -1,12 +1,18 @@
 #include "common/metrics.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include "common/testing/status_matchers.h"
 #include "prometheus/counter.h"
 
 namespace kubetrain {
 namespace {
+
+using ::kubetrain::testing::IsOk;
+using ::kubetrain::testing::StatusIs;
+using ::testing::HasSubstr;
 
 TEST(MetricsServer, ServesRegisteredCountersOverHttp) {
   auto server = MetricsServer::Start("127.0.0.1:0");
@@ -43,11 +49,9 @@ TEST(MetricsServer, ServesInAProcessWithLargeStaticTls) {
 
 TEST(MetricsServer, BusyPortIsAClearError) {
   auto first = MetricsServer::Start("127.0.0.1:0");
-  ASSERT_TRUE(first.ok());
+  ASSERT_THAT(first, IsOk());
   auto second = MetricsServer::Start(JoinHostPort("127.0.0.1", (*first)->port()));
-  ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(second.status().message().find("--metrics-port"), std::string::npos);
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("--metrics-port")));
 }
 
 TEST(JoinHostPort, BracketsIpv6) {

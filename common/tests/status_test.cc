@@ -1,9 +1,15 @@
 #include "common/status.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "common/testing/status_matchers.h"
 
 namespace kubetrain {
 namespace {
+
+using ::kubetrain::testing::IsOk;
+using ::kubetrain::testing::StatusIs;
 
 absl::Status Fails() { return absl::UnavailableError("ps-0 not reachable"); }
 absl::StatusOr<int> Seven() { return 7; }
@@ -46,12 +52,10 @@ TEST(StatusMacros, AssignOrReturnAssignsValues) { EXPECT_EQ(*AssignTwice(), 14);
 
 TEST(StatusMacros, AssignOrReturnReturnsAnnotatedError) {
   absl::StatusOr<int> r = AssignFails();
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(r.status().message(), "restoring /ckpt: no checkpoint");
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kNotFound, "restoring /ckpt: no checkpoint"));
 }
 
-TEST(Annotate, LeavesOkAlone) { EXPECT_TRUE(Annotate(absl::OkStatus(), "ctx").ok()); }
+TEST(Annotate, LeavesOkAlone) { EXPECT_THAT(Annotate(absl::OkStatus(), "ctx"), IsOk()); }
 
 }  // namespace
 }  // namespace kubetrain

@@ -1,12 +1,17 @@
-#include "operator/local/process.h"
+#include "common/process.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
 
-namespace kubetrain::local {
+namespace kubetrain {
 namespace {
+
+using ::kubetrain::testing::IsOk;
+using ::kubetrain::testing::StatusIs;
 
 ProcessOptions Shell(const std::string& script) {
   return {{"sh", "-c", script}, {{"PATH", "/usr/bin:/bin"}, {"GREETING", "hello"}}, ""};
@@ -29,14 +34,14 @@ TEST(Process, CapturesStdoutAndStderrAndExitCode) {
 
 TEST(Process, KilledBySignalReports128PlusSignal) {
   auto p = Process::Start(Shell("kill -9 $$"));
-  ASSERT_TRUE(p.ok());
+  ASSERT_THAT(p, IsOk());
   DrainAndWait(**p);
   EXPECT_EQ((*p)->exit_code(), 128 + SIGKILL);
 }
 
 TEST(Process, SignalReachesTheWholeGroup) {
   auto p = Process::Start(Shell("sleep 30 & sleep 30; echo never"));
-  ASSERT_TRUE(p.ok());
+  ASSERT_THAT(p, IsOk());
   absl::SleepFor(absl::Milliseconds(100));
   (*p)->Signal(SIGTERM);
   std::string out = DrainAndWait(**p);  // EOF only once every holder of the pipe is gone
@@ -48,7 +53,7 @@ TEST(Process, DestructorKillsARunningChild) {
   pid_t pid;
   {
     auto p = Process::Start(Shell("sleep 30"));
-    ASSERT_TRUE(p.ok());
+    ASSERT_THAT(p, IsOk());
     pid = (*p)->pid();
   }
   EXPECT_NE(kill(pid, 0), 0);  // reaped: no such process
@@ -56,11 +61,9 @@ TEST(Process, DestructorKillsARunningChild) {
 
 TEST(Process, MissingExecutableIsNotFound) {
   auto p = Process::Start({{"kubetrain-does-not-exist"}, {{"PATH", "/usr/bin"}}, ""});
-  ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(p.status().message(),
-            "executable \"kubetrain-does-not-exist\" not found in PATH (/usr/bin)");
+  EXPECT_THAT(p, StatusIs(absl::StatusCode::kNotFound,
+                          "executable \"kubetrain-does-not-exist\" not found in PATH (/usr/bin)"));
 }
 
 }  // namespace
-}  // namespace kubetrain::local
+}  // namespace kubetrain
