@@ -12,10 +12,10 @@
 #include "absl/strings/str_format.h"
 #include "common/host_port.h"
 #include "common/job_secret_env.h"
+#include "common/process.h"
 #include "operator/api/outcome.h"
 #include "operator/api/render.h"
 #include "operator/api/restart.h"
-#include "operator/local/process.h"
 #include "operator/local/progress.h"
 
 namespace kubetrain::local {
@@ -33,7 +33,7 @@ struct LocalJob::Task {
   absl::Time restart_at = absl::InfinitePast();
   int restarts = 0;     // this task's restarts: its next restart's delay doubles with each
   int incarnation = 0;  // which process of this task runs: failures are counted per incarnation
-  std::string label;  // "worker-1"
+  std::string label;    // "worker-1"
   ProgressTracker progress;
 };
 
@@ -162,8 +162,7 @@ void LocalJob::HandleExits() {
   for (auto& t : tasks_) {
     if (t->phase != Task::Phase::kRunning || !t->process->Poll()) continue;
     std::string rest;
-    while (t->process->ReadOutput(&rest)) {
-    }
+    t->process->ReadOutput(&rest);  // what is there now: a descendant may hold the pipe open
     Emit(*t, rest, /*flush=*/true);
     t->exit_code = *t->process->exit_code();
     t->phase = t->exit_code == 0 ? Task::Phase::kSucceeded : Task::Phase::kFailed;
@@ -246,8 +245,8 @@ void LocalJob::Decide() {
       task.phase = Task::Phase::kWaiting;
       task.restart_at = absl::Now() + delay;
       task.process.reset();
-      Say(absl::StrCat("Restarting ", task.label, " in ", absl::FormatDuration(delay),
-                       " (restart ", api::TotalRestarts(ledger_), " of backoffLimit ", limit, ")"));
+      Say(absl::StrCat("Restarting ", task.label, " in ", absl::FormatDuration(delay), " (restart ",
+                       api::TotalRestarts(ledger_), " of backoffLimit ", limit, ")"));
     }
   }
   for (const api::TaskState& s : d.start) {
@@ -278,6 +277,11 @@ void LocalJob::RestartJob(absl::string_view why) {
   for (auto& t : tasks_) {
     while (t->process && !t->process->Poll() && absl::Now() < deadline)
       PumpOutput(absl::Milliseconds(50));
+    if (t->process) {
+      std::string rest;               // what it wrote before it stopped is still shown
+      t->process->ReadOutput(&rest);  // what is there now: a descendant may hold the pipe open
+      Emit(*t, rest, /*flush=*/true);
+    }
     t->process.reset();
     t->phase = Task::Phase::kWaiting;
     t->restart_at = absl::Now() + options_.restart_delay;
@@ -319,8 +323,7 @@ void LocalJob::StopAll(bool graceful) {
     }
     if (t->process) {
       std::string rest;
-      while (t->process->ReadOutput(&rest)) {
-      }
+      t->process->ReadOutput(&rest);  // what is there now: a descendant may hold the pipe open
       Emit(*t, rest, true);
     }
     t->process.reset();

@@ -79,7 +79,7 @@ class LocalJob {
   bool progress_dirty_ = false;
   std::optional<JobResult> result_;
   api::JobLedger ledger_;  // completions and counted restarts, as the operator keeps in status
-  std::string run_dir_;  // this run's scratch folder (checkpoints)
+  std::string run_dir_;    // this run's scratch folder (checkpoints)
 };
 
 // The directory of the running executable: where kubetrain-ps and kubetrain-worker are built.

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "operator/local/process.h"
+#include "common/process.h"
 
 namespace kubetrain::local {
 

@@ -114,13 +114,20 @@ TEST(LocalJob, BackoffLimitEndsRestarts) {
 
 TEST(LocalJob, RestartScopeJobRestartsEveryTask) {
   std::string marker = ::testing::TempDir() + "/kt_scope_marker";
+  std::string ps_up = ::testing::TempDir() + "/kt_scope_ps_up";
   std::remove(marker.c_str());
-  Outcome o = RunJob(
-      Job({{"PS", Replica(1, "echo ps-up; sleep 30")},
-           {"Worker",
-            Replica(1, "if [ -f " + marker + " ]; then exit 0; fi; touch " + marker + "; exit 2",
-                    "OnFailure")}},
-          {{"restartScope", "Job"}}));
+  std::remove(ps_up.c_str());
+  // The worker fails only once the first ps has said it is up (at most 5 s), so that line is
+  // printed before the restart stops it.
+  Outcome o = RunJob(Job(
+      {{"PS", Replica(1, "echo ps-up; touch " + ps_up + "; sleep 30")},
+       {"Worker", Replica(1,
+                          "if [ -f " + marker +
+                              " ]; then exit 0; fi; for i in $(seq 100); "
+                              "do [ -f " +
+                              ps_up + " ] && break; sleep 0.05; done; touch " + marker + "; exit 2",
+                          "OnFailure")}},
+      {{"restartScope", "Job"}}));
   EXPECT_TRUE(o.result.succeeded) << o.output;
   EXPECT_TRUE(Contains(o.output, "Restarting every task (restartScope Job)")) << o.output;
   size_t first = o.output.find("ps-0      | ps-up");
@@ -137,14 +144,26 @@ TEST(LocalJob, RestartScopeJobRunsAFinishedWorkerAgain) {
       Job({{"Worker", Replica(2,
                               "if [ $KUBETRAIN_REPLICA_INDEX = 1 ]; then echo run >> " + runs +
                                   "; exit 0; fi; sleep 0.5; "
-                                  "if [ $(wc -l < " + runs + ") -lt 2 ]; then kill -9 $$$$; fi",
+                                  "if [ $(wc -l < " +
+                                  runs + ") -lt 2 ]; then kill -9 $$$$; fi",
                               "OnFailure")}},
           {{"restartScope", "Job"}}));
   EXPECT_TRUE(o.result.succeeded) << o.output;
   EXPECT_EQ(o.result.restarts, 1) << o.output;
-  EXPECT_TRUE(Contains(o.output, "Restarting every task (restartScope Job): worker-0 exited with "
-                                 "code 137 (SIGKILL)"))
+  EXPECT_TRUE(Contains(o.output,
+                       "Restarting every task (restartScope Job): worker-0 exited with "
+                       "code 137 (SIGKILL)"))
       << o.output;
+}
+
+// A task that leaves a background process behind (which keeps its output pipe open) still ends:
+// the launcher reads what is there and goes on instead of waiting for the pipe to close.
+TEST(LocalJob, ATaskWhoseChildOutlivesItStillEnds) {
+  absl::Time start = absl::Now();
+  Outcome o = RunJob(Job({{"Worker", Replica(1, "sleep 20 & echo done; exit 0")}}));
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_TRUE(Contains(o.output, "worker-0  | done")) << o.output;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
 TEST(LocalJob, ActiveDeadlineFailsTheJob) {

@@ -1,10 +1,14 @@
 #include "operator/local/task_command.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "common/testing/status_matchers.h"
 
 namespace kubetrain::local {
 namespace {
 
+using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
 TEST(ExpandVars, FollowsKubernetesRules) {
@@ -19,14 +23,14 @@ TEST(ContainerArgv, CommandAndArgsExpanded) {
   json c = json::parse(R"js({"name":"kubetrain","command":["kubetrain-worker"],
                            "args":["--data-dir=$(DATA)","--x"]})js");
   auto argv = ContainerArgv(c, {{"DATA", "/d"}}, "containers[0]");
-  ASSERT_TRUE(argv.ok());
+  ASSERT_THAT(argv, IsOk());
   EXPECT_EQ(*argv, (std::vector<std::string>{"kubetrain-worker", "--data-dir=/d", "--x"}));
 }
 
 TEST(ContainerArgv, KubetrainImagesMapToBinaries) {
   auto argv = ContainerArgv(json::parse(R"js({"image":"kubetrain/ps:0.1.0","args":["-v"]})js"), {},
                             "containers[0]");
-  ASSERT_TRUE(argv.ok());
+  ASSERT_THAT(argv, IsOk());
   EXPECT_EQ(*argv, (std::vector<std::string>{"kubetrain-ps", "-v"}));
 }
 
