@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
   absl::Status s = kubetrain::Main(argc, argv);
-  if (s.code() == absl::StatusCode::kCancelled && s.message() == "help requested") return 0;
+  if (kubetrain::HelpRequested(s)) return 0;
   if (!s.ok()) {
     kubetrain::log::Error("kubetrain-operator stopped", {{"error", s}});
     std::cerr << "kubetrain-operator: " << s.message() << std::endl;

@@ -20,8 +20,8 @@
 namespace kubetrain::api {
 
 enum class TaskPhase {
-  kAbsent,     // no pod / no process: not created yet, or gone after a stop
-  kPending,    // created, not running yet
+  kAbsent,   // no pod / no process: not created yet, or gone after a stop
+  kPending,  // created, not running yet
   kRunning,
   kSucceeded,  // exited 0
   kFailed,     // exited non-zero (exit_code)

@@ -1,3 +1,6 @@
+// YAML <-> JSON for manifests (see yaml.h): the reader, which builds JSON from yaml-cpp's parse
+// events within the budgets of yaml.h, the writer, and the manifest file reader. Scalar types
+// are resolved in yaml_scalar.cc; the byte-level checks of the text are in input_checks.cc.
 #include "operator/api/yaml.h"
 
 #include <yaml-cpp/depthguard.h>
@@ -8,7 +11,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -19,140 +21,15 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "operator/api/input_checks.h"
+#include "operator/api/yaml_scalar.h"
 
 namespace kubetrain::api {
 namespace {
 
 using nlohmann::json;
-
-bool IsTrue(absl::string_view s) {
-  static const char* kTrue[] = {"y",    "Y",    "yes", "Yes", "YES", "true",
-                                "True", "TRUE", "on",  "On",  "ON"};
-  for (const char* t : kTrue) {
-    if (s == t) return true;
-  }
-  return false;
-}
-
-bool IsFalse(absl::string_view s) {
-  static const char* kFalse[] = {"n",     "N",     "no",  "No",  "NO", "false",
-                                 "False", "FALSE", "off", "Off", "OFF"};
-  for (const char* f : kFalse) {
-    if (s == f) return true;
-  }
-  return false;
-}
-
-bool IsNull(absl::string_view s) {
-  return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
-}
-
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsHexDigit(char c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-
-// The scalar grammars below are matched by hand, in linear time and constant stack: a regex
-// engine recurses per character and a long number would overflow the stack.
-
-// [-+]?(0|[1-9][0-9_]*)
-bool LooksLikeInt(absl::string_view s) {
-  size_t i = 0;
-  if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
-  if (i == s.size()) return false;
-  if (s[i] == '0') return i + 1 == s.size();
-  if (!IsDigit(s[i])) return false;
-  for (++i; i < s.size(); ++i) {
-    if (!IsDigit(s[i]) && s[i] != '_') return false;
-  }
-  return true;
-}
-
-// 0x[0-9a-fA-F_]+
-bool LooksLikeHex(absl::string_view s) {
-  if (s.size() < 3 || s[0] != '0' || s[1] != 'x') return false;
-  for (size_t i = 2; i < s.size(); ++i) {
-    if (!IsHexDigit(s[i]) && s[i] != '_') return false;
-  }
-  return true;
-}
-
-// [-+]?(\.[0-9]+|[0-9][0-9_]*(\.[0-9_]*)?)([eE][-+]?[0-9]+)?
-bool LooksLikeFloat(absl::string_view s) {
-  size_t i = 0;
-  const size_t n = s.size();
-  auto skip = [&](bool underscores) {
-    size_t start = i;
-    while (i < n && (IsDigit(s[i]) || (underscores && s[i] == '_'))) ++i;
-    return i - start;
-  };
-  if (i < n && (s[i] == '-' || s[i] == '+')) ++i;
-  if (i < n && s[i] == '.') {
-    ++i;
-    if (skip(false) == 0) return false;
-  } else {
-    if (i == n || !IsDigit(s[i])) return false;
-    skip(true);
-    if (i < n && s[i] == '.') {
-      ++i;
-      skip(true);
-    }
-  }
-  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-    ++i;
-    if (i < n && (s[i] == '-' || s[i] == '+')) ++i;
-    if (skip(false) == 0) return false;
-  }
-  return i == n;
-}
-
-std::string WithoutUnderscores(absl::string_view s) {
-  std::string out(s);
-  out.erase(std::remove(out.begin(), out.end(), '_'), out.end());
-  return out;
-}
-
-// YAML's infinities and not-a-numbers (.inf, -.Inf, .NaN, ...): floats JSON cannot hold.
-bool IsSpecialFloat(absl::string_view s) {
-  if (!s.empty() && (s[0] == '+' || s[0] == '-')) s.remove_prefix(1);
-  return s == ".inf" || s == ".Inf" || s == ".INF" || s == ".nan" || s == ".NaN" || s == ".NAN";
-}
-
-// Resolves an untagged plain scalar: null, bool, int, float, or else string. A number too large
-// for int64/uint64 reads as a float, and one too large for a double stays a string, as in
-// kubectl (a JSON document cannot hold infinity). Special floats never get here (OnScalar
-// refuses them).
-json ResolvePlain(const std::string& s) {
-  if (IsNull(s)) return nullptr;
-  if (IsTrue(s)) return true;
-  if (IsFalse(s)) return false;
-  if (LooksLikeInt(s)) {
-    std::string digits = WithoutUnderscores(s);
-    int64_t v;
-    if (absl::SimpleAtoi(digits, &v)) return v;
-    uint64_t u;
-    if (digits[0] != '-' && absl::SimpleAtoi(digits, &u)) return u;
-  }
-  if (LooksLikeHex(s)) {
-    int64_t v;
-    if (absl::SimpleHexAtoi(WithoutUnderscores(s), &v)) return v;
-  }
-  if (LooksLikeFloat(s)) {
-    double v;
-    if (absl::SimpleAtod(WithoutUnderscores(s), &v) && std::isfinite(v)) return v;
-  }
-  return s;
-}
-
-json ScalarToJson(const std::string& tag, const std::string& s) {
-  if (tag == "?") return ResolvePlain(s);
-  if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
-      tag == "tag:yaml.org,2002:bool" || tag == "tag:yaml.org,2002:null") {
-    return ResolvePlain(s);
-  }
-  return s;  // quoted ("!") or explicitly a string
-}
 
 // A refusal from inside the event handler; carries its finished message out of yaml-cpp.
 struct Refusal {
@@ -411,47 +288,6 @@ class JsonBuilder : public YAML::EventHandler {
   json root_;
 };
 
-// Line and column (1-based) of byte `offset` of `text`.
-std::string Position(absl::string_view text, size_t offset) {
-  size_t line = 1 + std::count(text.begin(), text.begin() + offset, '\n');
-  size_t line_start = text.rfind('\n', offset == 0 ? 0 : offset - 1);
-  size_t column =
-      line_start == absl::string_view::npos || offset == 0 ? offset + 1 : offset - line_start;
-  return absl::StrCat("line ", line, ", column ", column);
-}
-
-// UTF-16 and UTF-32 streams start with a byte-order mark (yaml-cpp would decode them).
-bool HasWideByteOrderMark(absl::string_view text) {
-  return absl::StartsWith(text, absl::string_view("\xFE\xFF", 2)) ||
-         absl::StartsWith(text, absl::string_view("\xFF\xFE", 2)) ||
-         absl::StartsWith(text, absl::string_view("\0\0\xFE\xFF", 4));
-}
-
-// Binary input gets a plain answer instead of whatever the YAML scanner trips over first.
-absl::Status CheckText(absl::string_view text) {
-  for (size_t i = 0; i < text.size(); ++i) {
-    unsigned char c = text[i];
-    if (c >= 0x20 || c == '\t' || c == '\n' || c == '\r') continue;
-    if (c == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("not YAML text: contains a NUL byte at offset ", i, " (", Position(text, i),
-                       "); is it a binary file (or UTF-16 without a byte-order mark)?"));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrFormat("not YAML text: contains control character 0x%02x at offset %d (%s); "
-                        "YAML allows only tab, newline and carriage return",
-                        c, i, Position(text, i)));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status InvalidUtf8Text(absl::string_view text, size_t offset) {
-  return absl::InvalidArgumentError(
-      absl::StrFormat("not UTF-8 text: byte 0x%02x at %s is not valid UTF-8; save the file as "
-                      "UTF-8",
-                      static_cast<unsigned char>(text[offset]), Position(text, offset)));
-}
-
 void Emit(YAML::Emitter& out, const json& v) {
   if (v.is_object()) {
     if (v.empty()) {
@@ -499,89 +335,6 @@ void Emit(YAML::Emitter& out, const json& v) {
 }
 
 }  // namespace
-
-size_t InvalidUtf8Offset(absl::string_view s) {
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
-    unsigned char c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return i;  // a continuation byte, an overlong lead (C0, C1) or beyond U+10FFFF (F5..FF)
-    }
-    if (i + len > n) return i;
-    for (int k = 1; k < len; ++k) {
-      unsigned char cc = s[i + k];
-      if ((cc & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return i;
-    }
-    i += len;
-  }
-  return absl::string_view::npos;
-}
-
-absl::Status CheckJsonShape(const json& value) {
-  struct Item {
-    const json* value;
-    std::string path;
-    int depth;
-  };
-  std::vector<Item> todo = {{&value, "", 0}};
-  while (!todo.empty()) {
-    Item item = std::move(todo.back());
-    todo.pop_back();
-    const json& v = *item.value;
-    const std::string& where = item.path.empty() ? std::string("document") : item.path;
-    if (v.is_string()) {
-      const std::string& s = v.get_ref<const std::string&>();
-      if (size_t bad = InvalidUtf8Offset(s); bad != std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: invalid UTF-8 (byte 0x%02x at offset %d of the value); strings must be UTF-8",
-            where, static_cast<unsigned char>(s[bad]), bad));
-      }
-      continue;
-    }
-    if (!v.is_structured()) continue;
-    if (item.depth >= kMaxNestingDepth) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": nesting deeper than ", kMaxNestingDepth, " levels of objects and arrays"));
-    }
-    if (v.is_array()) {
-      for (size_t i = 0; i < v.size(); ++i) {
-        todo.push_back({&v[i], absl::StrCat(item.path, "[", i, "]"), item.depth + 1});
-      }
-      continue;
-    }
-    for (const auto& [key, child] : v.items()) {
-      if (size_t bad = InvalidUtf8Offset(key); bad != std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: a key is not valid UTF-8 (byte 0x%02x at offset %d); keys must be UTF-8", where,
-            static_cast<unsigned char>(key[bad]), bad));
-      }
-      todo.push_back(
-          {&child, item.path.empty() ? key : absl::StrCat(item.path, ".", key), item.depth + 1});
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::vector<json>> ParseYamlDocuments(absl::string_view text) {
   if (HasWideByteOrderMark(text)) {

@@ -69,7 +69,7 @@ std::vector<LoadedJob> LoadFile(const std::string& file) {
 
 // --help prints and exits 0; a bad flag prints its error and exits 2.
 int FlagExit(const absl::Status& status, std::ostream& err) {
-  if (status.code() == absl::StatusCode::kCancelled) return 0;
+  if (HelpRequested(status)) return 0;
   err << status.message() << "\n";
   return 2;
 }

@@ -41,7 +41,7 @@ class Expectations {
     nlohmann::json object;
   };
   std::mutex mu_;
-  std::map<std::string, Write> writes_;                       // job key → last status write
+  std::map<std::string, Write> writes_;                        // job key → last status write
   std::map<std::string, std::set<std::string>> deleted_pods_;  // job key → deleted pod uids
 };
 

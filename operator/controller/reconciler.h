@@ -20,10 +20,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "operator/api/outcome.h"
 #include "operator/api/render.h"
 #include "operator/api/types.h"
-#include "common/clock.h"
 #include "operator/controller/events.h"
 #include "operator/controller/expectations.h"
 #include "operator/controller/metrics.h"

@@ -1,17 +1,16 @@
+// kube::Client's REST verbs (see client.h): resource paths and query strings, one request with
+// its rate limit, credentials and retries (Do), the verbs over it, streaming watches, and the
+// reading of answers into absl::Status codes. Connections, TLS and shutdown are in
+// client_connection.cc.
 #include "operator/kube/client.h"
 
 #include <httplib.h>
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
-#include <openssl/x509_vfy.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <mutex>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,10 +22,6 @@ namespace kubetrain::kube {
 namespace {
 
 using nlohmann::json;
-
-constexpr int kPoolSize = 8;
-constexpr absl::Duration kMaxIdle = absl::Seconds(20);
-constexpr char kTlsVerificationPayload[] = "type.kubetrain.dev/tls-verification";
 
 std::string UrlEncode(absl::string_view s) {
   std::string out;
@@ -49,6 +44,16 @@ std::string Query(const std::vector<std::pair<std::string, std::string>>& params
   return q;
 }
 
+// The client's reading of an API server's answer: HTTP code and Status reason → what the caller
+// should do (docs/architecture.md §2, "Reaching the API server"). Kept apart from localkube's
+// table (e2e/localkube/errors.cc) on purpose: that one is the server's wire contract, the code
+// and reason kube-apiserver sends (§6, decision 0004), this one a client's interpretation of it;
+// one shared table would let the test server bend to the client it tests.
+// - 429 TooManyRequests is UNAVAILABLE, as 5xx: the server is busy, try again (Client::Do
+//   already retries it when it carries Retry-After, up to max_retries). Never
+//   RESOURCE_EXHAUSTED, which the reconciler records as a refused create.
+// - 415 UnsupportedMediaType is UNIMPLEMENTED, as 405: this server does not take that content
+//   type (a strategic-merge patch of a custom resource); the same request again cannot succeed.
 absl::StatusCode CodeFor(int http, const std::string& reason) {
   if (reason == "AlreadyExists") return absl::StatusCode::kAlreadyExists;
   if (reason == "Conflict") return absl::StatusCode::kAborted;
@@ -77,48 +82,6 @@ absl::StatusCode CodeFor(int http, const std::string& reason) {
   }
 }
 
-// PEM text → OpenSSL objects, owned by the caller.
-X509_STORE* CaStore(const std::string& pem) {
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  X509_STORE* store = X509_STORE_new();
-  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-    X509_STORE_add_cert(store, cert);
-    X509_free(cert);
-  }
-  BIO_free(bio);
-  return store;
-}
-
-X509* Cert(const std::string& pem) {
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
-  BIO_free(bio);
-  return cert;
-}
-
-// The certificates after the first in `pem` (intermediates) are sent with the client
-// certificate, as Go's tls.X509KeyPair does.
-void AddChain(SSL_CTX* ctx, const std::string& pem) {
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  if (X509* leaf = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-    X509_free(leaf);
-    while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-      SSL_CTX_add1_chain_cert(ctx, cert);
-      X509_free(cert);
-    }
-  }
-  BIO_free(bio);
-  // Reading stops at the end of the text with an error left on this thread's queue.
-  ERR_clear_error();
-}
-
-EVP_PKEY* Key(const std::string& pem) {
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
-  BIO_free(bio);
-  return key;
-}
-
 const char* ContentType(PatchType type) {
   switch (type) {
     case PatchType::kMerge:
@@ -134,10 +97,6 @@ const char* ContentType(PatchType type) {
 }
 
 }  // namespace
-
-bool IsTlsVerificationError(const absl::Status& s) {
-  return s.GetPayload(kTlsVerificationPayload).has_value();
-}
 
 std::string Resource::CollectionPath(const std::string& ns) const {
   std::string path =
@@ -156,27 +115,6 @@ Resource Resource::TrainingJobs() {
 }
 Resource Resource::PodGroups() {
   return {"scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", true};
-}
-
-void WatchCancel::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
-  cancelled_ = true;
-  if (conn_ != nullptr) conn_->stop();
-}
-
-bool WatchCancel::cancelled() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return cancelled_;
-}
-
-void WatchCancel::Attach(httplib::ClientImpl* conn) {
-  std::lock_guard<std::mutex> lock(mu_);
-  conn_ = conn;
-}
-
-void WatchCancel::Detach() {
-  std::lock_guard<std::mutex> lock(mu_);
-  conn_ = nullptr;
 }
 
 absl::Status StatusFromResponse(int http, const std::string& body, const std::string& what) {
@@ -239,72 +177,6 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClusterConfig config,
   ASSIGN_OR_RETURN(auto conn, client->Connect(client->options_.timeout));
   client->ReturnConnection(std::move(conn), 0);
   return client;
-}
-
-absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Client::Connect(
-    absl::Duration read_timeout, const ExecCredentialProvider::Credential* exec_cred) {
-  std::unique_ptr<httplib::ClientImpl> conn;
-  if (config_.scheme == "https") {
-    std::unique_ptr<httplib::SSLClient> ssl;
-    bool from_exec = exec_cred != nullptr && !exec_cred->client_cert_pem.empty();
-    const std::string& cert_pem = from_exec ? exec_cred->client_cert_pem : config_.client_cert_pem;
-    const std::string& key_pem = from_exec ? exec_cred->client_key_pem : config_.client_key_pem;
-    if (!cert_pem.empty()) {
-      X509* cert = Cert(cert_pem);
-      EVP_PKEY* key = Key(key_pem);
-      if (cert == nullptr || key == nullptr) {
-        if (cert) X509_free(cert);
-        if (key) EVP_PKEY_free(key);
-        return absl::InvalidArgumentError(
-            absl::StrCat(config_.source, from_exec ? ": the exec plugin's" : ":",
-                         " client certificate or key is not valid PEM"));
-      }
-      ssl = std::make_unique<httplib::SSLClient>(config_.host, config_.port, cert, key);
-      X509_free(cert);
-      EVP_PKEY_free(key);
-      AddChain(ssl->ssl_context(), cert_pem);
-    } else {
-      ssl = std::make_unique<httplib::SSLClient>(config_.host, config_.port);
-    }
-    if (!config_.ca_pem.empty()) ssl->set_ca_cert_store(CaStore(config_.ca_pem));
-    ssl->enable_server_certificate_verification(!config_.insecure_skip_tls_verify);
-    conn = std::move(ssl);
-  } else {
-    conn = std::make_unique<httplib::ClientImpl>(config_.host, config_.port);
-  }
-  // Microseconds: a sub-second timeout (the leader elector's) must not truncate to 0 s.
-  conn->set_connection_timeout(
-      absl::ToChronoMicroseconds(std::min(absl::Seconds(5), options_.timeout)));
-  conn->set_read_timeout(absl::ToChronoMicroseconds(read_timeout));
-  conn->set_write_timeout(absl::ToChronoMicroseconds(options_.timeout));
-  conn->set_keep_alive(true);
-  // httplib sends a request's headers and body in separate writes; with Nagle on, the body of
-  // every POST/PUT/PATCH waits for the server's delayed ACK (~40 ms on Linux), which capped each
-  // pooled connection near 25 writes/s. Go's client (kubectl, client-go) sets it too.
-  conn->set_tcp_nodelay(true);
-  return conn;
-}
-
-std::unique_ptr<httplib::ClientImpl> Client::TakeConnection(int64_t cert_generation) {
-  std::lock_guard<std::mutex> lock(pool_mu_);
-  // The exec plugin's certificate changed: connections made with the old one are closed, as
-  // client-go closes them on rotation.
-  std::erase_if(pool_,
-                [&](const PooledConnection& p) { return p.cert_generation != cert_generation; });
-  // Servers close idle keep-alive connections (often after 30 s); a TLS connection closed that
-  // way still looks alive to httplib and fails on first use. Drop connections idle that long.
-  absl::Time now = absl::Now();
-  while (!pool_.empty() && now - pool_.back().last_used > kMaxIdle) pool_.pop_back();
-  if (pool_.empty()) return nullptr;
-  auto conn = std::move(pool_.back().conn);
-  pool_.pop_back();
-  return conn;
-}
-
-void Client::ReturnConnection(std::unique_ptr<httplib::ClientImpl> conn, int64_t cert_generation) {
-  if (exec_ != nullptr && exec_->cert_generation() != cert_generation) return;
-  std::lock_guard<std::mutex> lock(pool_mu_);
-  if (pool_.size() < kPoolSize) pool_.push_back({std::move(conn), absl::Now(), cert_generation});
 }
 
 absl::StatusOr<json> Client::Do(Call& call) {
@@ -385,38 +257,6 @@ absl::StatusOr<json> Client::Do(Call& call) {
   }
 }
 
-absl::Status Client::TransportError(const std::string& what, httplib::ClientImpl& conn,
-                                    int error_code) {
-  if (shutdown_.load()) return absl::CancelledError(what + ": the client is shutting down");
-  auto error = static_cast<httplib::Error>(error_code);
-  std::string server = absl::StrCat(config_.scheme, "://", config_.host, ":", config_.port);
-  if (error == httplib::Error::SSLServerVerification) {
-    long result = X509_V_OK;
-    if (auto* ssl = dynamic_cast<httplib::SSLClient*>(&conn)) {
-      result = ssl->get_openssl_verify_result();
-    }
-    std::string why = result == X509_V_OK ? "its certificate does not name host " + config_.host
-                                          : X509_verify_cert_error_string(result);
-    std::string ca = config_.ca_source.empty()
-                         ? std::string("the system's trusted CAs (no certificate-authority given)")
-                         : "the CA in " + config_.ca_source;
-    absl::Status s = absl::UnavailableError(absl::StrCat(
-        what, ": TLS certificate verification of the API server ", server, " failed: ", why,
-        "; verified against ", ca,
-        ". Give the cluster's CA (certificate-authority) or the right server in ", config_.source));
-    s.SetPayload(kTlsVerificationPayload, absl::Cord(server));
-    return s;
-  }
-  std::string hint;
-  if (error == httplib::Error::SSLConnection) {
-    hint = " (the TLS handshake failed: does the server speak HTTPS?)";
-  } else if (error == httplib::Error::Connection || error == httplib::Error::ConnectionTimeout) {
-    hint = absl::StrCat(" (is it running, and is the server in ", config_.source, " right?)");
-  }
-  return absl::UnavailableError(absl::StrCat(what, ": cannot reach the API server at ", server,
-                                             ": ", httplib::to_string(error), hint));
-}
-
 bool Client::SleepUnlessShutDown(absl::Duration d) {
   absl::Time until = absl::Now() + d;
   while (!shutdown_.load()) {
@@ -425,23 +265,6 @@ bool Client::SleepUnlessShutDown(absl::Duration d) {
     absl::SleepFor(std::min(left, absl::Milliseconds(20)));
   }
   return false;
-}
-
-void Client::TrackInFlight(httplib::ClientImpl* conn, bool add) {
-  std::lock_guard<std::mutex> lock(pool_mu_);
-  if (add) {
-    in_flight_.push_back(conn);
-    // Shutdown may have run between the caller's check and here: stop this one too.
-    if (shutdown_.load()) conn->stop();
-  } else {
-    std::erase(in_flight_, conn);
-  }
-}
-
-void Client::Shutdown() {
-  std::lock_guard<std::mutex> lock(pool_mu_);
-  shutdown_ = true;
-  for (httplib::ClientImpl* conn : in_flight_) conn->stop();
 }
 
 std::string Client::ObjectPath(const Resource& r, const std::string& ns,

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/openssl_ptr.h"
 #include "common/status.h"
 
 extern char** environ;
@@ -241,20 +242,16 @@ std::string OpenSslError() {
 absl::Status CheckKeyPair(const std::string& who, const std::string& cert_pem,
                           const std::string& key_pem) {
   ERR_clear_error();
-  std::unique_ptr<BIO, decltype(&BIO_free)> cert_bio(
-      BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())), &BIO_free);
-  std::unique_ptr<X509, decltype(&X509_free)> cert(
-      PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr), &X509_free);
+  BioPtr cert_bio(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())));
+  X509Ptr cert(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
   if (cert == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         who, ": status.clientCertificateData is not a PEM certificate (", OpenSslError(), ")"));
   }
-  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(
-      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())), &BIO_free);
+  BioPtr key_bio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
   // No passphrase callback: an encrypted key fails here rather than prompting.
   pem_password_cb* no_prompt = [](char*, int, int, void*) { return 0; };
-  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
-      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, no_prompt, nullptr), &EVP_PKEY_free);
+  EvpPkeyPtr key(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, no_prompt, nullptr));
   if (key == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": status.clientKeyData is not an unencrypted PEM private key (",

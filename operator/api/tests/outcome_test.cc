@@ -42,15 +42,24 @@ std::vector<TaskState> Observe(const TrainingJob& job, const std::string& states
         state.resize(at);
       }
       switch (state[0]) {
-        case 'P': t.phase = TaskPhase::kPending; break;
-        case 'R': t.phase = TaskPhase::kRunning; break;
-        case 'S': t.phase = TaskPhase::kSucceeded; break;
-        case 'G': t.phase = TaskPhase::kGoing; break;
+        case 'P':
+          t.phase = TaskPhase::kPending;
+          break;
+        case 'R':
+          t.phase = TaskPhase::kRunning;
+          break;
+        case 'S':
+          t.phase = TaskPhase::kSucceeded;
+          break;
+        case 'G':
+          t.phase = TaskPhase::kGoing;
+          break;
         case 'F':
           t.phase = TaskPhase::kFailed;
           t.exit_code = std::stoi(state.substr(1));
           break;
-        default: break;
+        default:
+          break;
       }
       if (t.phase != TaskPhase::kAbsent) t.id = id;
     }
@@ -83,11 +92,16 @@ std::string Restarts(const JobLedger& l) {
 
 const char* VerdictName(Verdict v) {
   switch (v) {
-    case Verdict::kNone: return "none";
-    case Verdict::kSucceeded: return "succeeded";
-    case Verdict::kFailed: return "failed";
-    case Verdict::kBackoffLimitExceeded: return "backoff";
-    case Verdict::kDeadlineExceeded: return "deadline";
+    case Verdict::kNone:
+      return "none";
+    case Verdict::kSucceeded:
+      return "succeeded";
+    case Verdict::kFailed:
+      return "failed";
+    case Verdict::kBackoffLimitExceeded:
+      return "backoff";
+    case Verdict::kDeadlineExceeded:
+      return "deadline";
   }
   return "?";
 }
@@ -156,91 +170,184 @@ TEST_P(DecideJobTable, Decides) {
 INSTANTIATE_TEST_SUITE_P(
     Rules, DecideJobTable,
     ::testing::Values(
-        Case{.name = "NewJobStartsEveryTask", .ps = 1, .workers = 2, .verdict = "none",
+        Case{.name = "NewJobStartsEveryTask",
+             .ps = 1,
+             .workers = 2,
+             .verdict = "none",
              .start = "ps-0 worker-0 worker-1"},
-        Case{.name = "RunningJobWaits", .ps = 1, .workers = 2,
-             .states = "ps-0=R worker-0=R worker-1=P", .verdict = "none"},
-        Case{.name = "ChiefExitZeroSucceeds", .ps = 1, .workers = 2,
-             .states = "ps-0=R worker-0=S worker-1=R", .verdict = "succeeded",
+        Case{.name = "RunningJobWaits",
+             .ps = 1,
+             .workers = 2,
+             .states = "ps-0=R worker-0=R worker-1=P",
+             .verdict = "none"},
+        Case{.name = "ChiefExitZeroSucceeds",
+             .ps = 1,
+             .workers = 2,
+             .states = "ps-0=R worker-0=S worker-1=R",
+             .verdict = "succeeded",
              .completed = "worker:0"},
-        Case{.name = "ChiefSuccessOutranksAPeersFailure", .workers = 2,
-             .states = "worker-0=S worker-1=F137", .verdict = "succeeded",
+        Case{.name = "ChiefSuccessOutranksAPeersFailure",
+             .workers = 2,
+             .states = "worker-0=S worker-1=F137",
+             .verdict = "succeeded",
              .completed = "worker:0"},
-        Case{.name = "AllWorkersWaitsForEveryWorker", .workers = 2,
-             .spec = {{"successPolicy", "AllWorkers"}}, .states = "worker-0=S worker-1=R",
-             .verdict = "none", .completed = "worker:0"},
-        Case{.name = "AllWorkersCountsCompletionsWhosePodsAreGone", .workers = 2,
-             .spec = {{"successPolicy", "AllWorkers"}}, .states = "worker-0=S",
-             .completed_before = "worker:1", .verdict = "succeeded", .completed = "worker:0-1"},
-        Case{.name = "CompletedIndexIsNeverStartedAgain", .workers = 2,
-             .spec = {{"successPolicy", "AllWorkers"}}, .states = "worker-0=R",
-             .completed_before = "worker:1", .verdict = "none", .completed = "worker:1"},
-        Case{.name = "ExitCodePolicyFailsOnAProgramError", .ps = 1, .workers = 2,
-             .states = "ps-0=R worker-0=R worker-1=F3", .verdict = "failed",
+        Case{.name = "AllWorkersWaitsForEveryWorker",
+             .workers = 2,
+             .spec = {{"successPolicy", "AllWorkers"}},
+             .states = "worker-0=S worker-1=R",
+             .verdict = "none",
+             .completed = "worker:0"},
+        Case{.name = "AllWorkersCountsCompletionsWhosePodsAreGone",
+             .workers = 2,
+             .spec = {{"successPolicy", "AllWorkers"}},
+             .states = "worker-0=S",
+             .completed_before = "worker:1",
+             .verdict = "succeeded",
+             .completed = "worker:0-1"},
+        Case{.name = "CompletedIndexIsNeverStartedAgain",
+             .workers = 2,
+             .spec = {{"successPolicy", "AllWorkers"}},
+             .states = "worker-0=R",
+             .completed_before = "worker:1",
+             .verdict = "none",
+             .completed = "worker:1"},
+        Case{.name = "ExitCodePolicyFailsOnAProgramError",
+             .ps = 1,
+             .workers = 2,
+             .states = "ps-0=R worker-0=R worker-1=F3",
+             .verdict = "failed",
              .culprit = "worker-1"},
-        Case{.name = "ExitCodePolicyRestartsAKilledTask", .ps = 1, .workers = 2,
-             .states = "ps-0=R worker-0=R worker-1=F137", .verdict = "none",
-             .restarts = "worker:1", .restarted = "worker-1", .stop = "worker-1",
+        Case{.name = "ExitCodePolicyRestartsAKilledTask",
+             .ps = 1,
+             .workers = 2,
+             .states = "ps-0=R worker-0=R worker-1=F137",
+             .verdict = "none",
+             .restarts = "worker:1",
+             .restarted = "worker-1",
+             .stop = "worker-1",
              .counted = {"worker-1#1"}},
-        Case{.name = "ACountedFailureIsOnlyStopped", .ps = 1, .workers = 2,
-             .states = "ps-0=R worker-0=R worker-1=F137", .restarts_before = 1,
-             .counted_before = {"worker-1#1"}, .verdict = "none", .restarts = "worker:1",
-             .stop = "worker-1", .counted = {"worker-1#1"}},
-        Case{.name = "AGoingTaskIsNeitherCountedNorReplaced", .ps = 1, .workers = 2,
-             .states = "ps-0=R worker-0=R worker-1=G", .restarts_before = 1,
-             .counted_before = {"worker-1#1"}, .verdict = "none", .restarts = "worker:1",
+        Case{.name = "ACountedFailureIsOnlyStopped",
+             .ps = 1,
+             .workers = 2,
+             .states = "ps-0=R worker-0=R worker-1=F137",
+             .restarts_before = 1,
+             .counted_before = {"worker-1#1"},
+             .verdict = "none",
+             .restarts = "worker:1",
+             .stop = "worker-1",
              .counted = {"worker-1#1"}},
-        Case{.name = "AGoneTaskIsStartedAgainAndItsCountDropped", .ps = 1, .workers = 2,
-             .states = "ps-0=R worker-0=R", .restarts_before = 1,
-             .counted_before = {"worker-1#1"}, .verdict = "none", .restarts = "worker:1",
+        Case{.name = "AGoingTaskIsNeitherCountedNorReplaced",
+             .ps = 1,
+             .workers = 2,
+             .states = "ps-0=R worker-0=R worker-1=G",
+             .restarts_before = 1,
+             .counted_before = {"worker-1#1"},
+             .verdict = "none",
+             .restarts = "worker:1",
+             .counted = {"worker-1#1"}},
+        Case{.name = "AGoneTaskIsStartedAgainAndItsCountDropped",
+             .ps = 1,
+             .workers = 2,
+             .states = "ps-0=R worker-0=R",
+             .restarts_before = 1,
+             .counted_before = {"worker-1#1"},
+             .verdict = "none",
+             .restarts = "worker:1",
              .start = "worker-1"},
-        Case{.name = "PodScopeCountsEachFailure", .ps = 1, .workers = 2, .spec = kOnFailure,
-             .states = "ps-0=R worker-0=F1 worker-1=F2", .verdict = "none",
-             .restarts = "worker:2", .restarted = "worker-0 worker-1",
-             .stop = "worker-0 worker-1", .counted = {"worker-0#1", "worker-1#1"}},
-        Case{.name = "BackoffLimitEndsRestarts", .workers = 1,
-             .spec = {{"runPolicy", {{"backoffLimit", 2}}}}, .states = "worker-0=F137",
-             .restarts_before = 2, .verdict = "backoff", .culprit = "worker-0",
+        Case{.name = "PodScopeCountsEachFailure",
+             .ps = 1,
+             .workers = 2,
+             .spec = kOnFailure,
+             .states = "ps-0=R worker-0=F1 worker-1=F2",
+             .verdict = "none",
+             .restarts = "worker:2",
+             .restarted = "worker-0 worker-1",
+             .stop = "worker-0 worker-1",
+             .counted = {"worker-0#1", "worker-1#1"}},
+        Case{.name = "BackoffLimitEndsRestarts",
+             .workers = 1,
+             .spec = {{"runPolicy", {{"backoffLimit", 2}}}},
+             .states = "worker-0=F137",
+             .restarts_before = 2,
+             .verdict = "backoff",
+             .culprit = "worker-0",
              .restarts = "worker:2"},
-        Case{.name = "BackoffLimitCountsEveryFailureOfOnePass", .workers = 2,
+        Case{.name = "BackoffLimitCountsEveryFailureOfOnePass",
+             .workers = 2,
              .spec = {{"runPolicy", {{"backoffLimit", 1}}}},
-             .states = "worker-0=F137 worker-1=F137", .verdict = "backoff",
+             .states = "worker-0=F137 worker-1=F137",
+             .verdict = "backoff",
              .culprit = "worker-0"},
-        Case{.name = "JobScopeStopsEveryTaskAndCountsOneRestart", .ps = 1, .workers = 2,
-             .spec = kJobScope, .states = "ps-0=R worker-0=R worker-1=F137", .verdict = "none",
-             .restarts = "worker:1", .restarted = "worker-1",
+        Case{.name = "JobScopeStopsEveryTaskAndCountsOneRestart",
+             .ps = 1,
+             .workers = 2,
+             .spec = kJobScope,
+             .states = "ps-0=R worker-0=R worker-1=F137",
+             .verdict = "none",
+             .restarts = "worker:1",
+             .restarted = "worker-1",
              .stop = "ps-0 worker-0 worker-1",
              .counted = {"ps-0#1", "worker-0#1", "worker-1#1"}},
         // An all-reduce job whose worker 1 finished its last step just before the chief died:
         // the restarted job needs worker 1 again, or the chief waits for it for ever.
-        Case{.name = "JobScopeRunsFinishedTasksAgain", .workers = 2, .spec = kJobScope,
-             .states = "worker-0=F137 worker-1=S", .completed_before = "worker:1",
-             .verdict = "none", .restarts = "worker:1", .restarted = "worker-0",
-             .stop = "worker-0 worker-1", .counted = {"worker-0#1", "worker-1#1"}},
+        Case{.name = "JobScopeRunsFinishedTasksAgain",
+             .workers = 2,
+             .spec = kJobScope,
+             .states = "worker-0=F137 worker-1=S",
+             .completed_before = "worker:1",
+             .verdict = "none",
+             .restarts = "worker:1",
+             .restarted = "worker-0",
+             .stop = "worker-0 worker-1",
+             .counted = {"worker-0#1", "worker-1#1"}},
         // The operator died after writing that restart and before deleting the pods: the
         // finished worker belongs to the old run, the chief's failure is not counted again.
-        Case{.name = "JobScopeRestartCountedBeforeAnOperatorRestart", .workers = 2,
-             .spec = kJobScope, .states = "worker-0=F137 worker-1=S", .restarts_before = 1,
-             .counted_before = {"worker-0#1", "worker-1#1"}, .verdict = "none",
-             .restarts = "worker:1", .stop = "worker-0 worker-1",
+        Case{.name = "JobScopeRestartCountedBeforeAnOperatorRestart",
+             .workers = 2,
+             .spec = kJobScope,
+             .states = "worker-0=F137 worker-1=S",
+             .restarts_before = 1,
+             .counted_before = {"worker-0#1", "worker-1#1"},
+             .verdict = "none",
+             .restarts = "worker:1",
+             .stop = "worker-0 worker-1",
              .counted = {"worker-0#1", "worker-1#1"}},
-        Case{.name = "JobScopePeerFailingAfterTheCountIsPartOfIt", .workers = 2,
-             .spec = kJobScope, .states = "worker-0=G worker-1=F1", .restarts_before = 1,
-             .counted_before = {"worker-0#1", "worker-1#1"}, .verdict = "none",
-             .restarts = "worker:1", .stop = "worker-1",
+        Case{.name = "JobScopePeerFailingAfterTheCountIsPartOfIt",
+             .workers = 2,
+             .spec = kJobScope,
+             .states = "worker-0=G worker-1=F1",
+             .restarts_before = 1,
+             .counted_before = {"worker-0#1", "worker-1#1"},
+             .verdict = "none",
+             .restarts = "worker:1",
+             .stop = "worker-1",
              .counted = {"worker-0#1", "worker-1#1"}},
-        Case{.name = "JobScopeStartsOnlyOnceEveryOldTaskIsGone", .workers = 2,
-             .spec = kJobScope, .states = "worker-1=G", .restarts_before = 1,
-             .counted_before = {"worker-0#1", "worker-1#1"}, .verdict = "none",
-             .restarts = "worker:1", .counted = {"worker-1#1"}},
-        Case{.name = "JobScopeStartsAgainWhenAllAreGone", .workers = 2, .spec = kJobScope,
-             .restarts_before = 1, .counted_before = {"worker-0#1", "worker-1#1"},
-             .verdict = "none", .restarts = "worker:1", .start = "worker-0 worker-1"},
-        Case{.name = "DeadlineEndsTheJob", .workers = 1,
-             .spec = {{"runPolicy", {{"activeDeadlineSeconds", 5}}}}, .states = "worker-0=R",
+        Case{.name = "JobScopeStartsOnlyOnceEveryOldTaskIsGone",
+             .workers = 2,
+             .spec = kJobScope,
+             .states = "worker-1=G",
+             .restarts_before = 1,
+             .counted_before = {"worker-0#1", "worker-1#1"},
+             .verdict = "none",
+             .restarts = "worker:1",
+             .counted = {"worker-1#1"}},
+        Case{.name = "JobScopeStartsAgainWhenAllAreGone",
+             .workers = 2,
+             .spec = kJobScope,
+             .restarts_before = 1,
+             .counted_before = {"worker-0#1", "worker-1#1"},
+             .verdict = "none",
+             .restarts = "worker:1",
+             .start = "worker-0 worker-1"},
+        Case{.name = "DeadlineEndsTheJob",
+             .workers = 1,
+             .spec = {{"runPolicy", {{"activeDeadlineSeconds", 5}}}},
+             .states = "worker-0=R",
              .verdict = "deadline"},
-        Case{.name = "DeadlineOutranksARestart", .workers = 1,
-             .spec = {{"runPolicy", {{"activeDeadlineSeconds", 5}}}}, .states = "worker-0=F137",
+        Case{.name = "DeadlineOutranksARestart",
+             .workers = 1,
+             .spec = {{"runPolicy", {{"activeDeadlineSeconds", 5}}}},
+             .states = "worker-0=F137",
              .verdict = "deadline"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 

@@ -1,11 +1,16 @@
 #include "operator/api/tf_config.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
 
 namespace kubetrain::api {
 namespace {
+
+using ::kubetrain::testing::IsOk;
+using ::kubetrain::testing::StatusIs;
 
 constexpr char kWorker1[] =
     R"({"cluster":{"chief":["j-chief-0.j.ns.svc:2222"],"ps":["j-ps-0.j.ns.svc:2222"],)"
@@ -26,10 +31,10 @@ TEST(TfConfig, ParsesAndSerialisesByteForByte) {
 TEST(TfConfig, ChiefIsChiefZeroWhenPresentElseWorkerZero) {
   auto with_chief = ParseTfConfig(
       R"({"cluster":{"chief":["c:1"],"worker":["w:1"]},"task":{"type":"worker","index":0}})");
-  ASSERT_TRUE(with_chief.ok());
+  ASSERT_THAT(with_chief, IsOk());
   EXPECT_FALSE(with_chief->IsChief());
   auto without = ParseTfConfig(R"({"cluster":{"worker":["w:1"]},"task":{"type":"worker"}})");
-  ASSERT_TRUE(without.ok());
+  ASSERT_THAT(without, IsOk());
   EXPECT_TRUE(without->IsChief());
 }
 
@@ -48,9 +53,7 @@ class TfConfigErrors : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(TfConfigErrors, NameTheField) {
   auto config = ParseTfConfig(GetParam().json);
-  ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(config.status().message(), GetParam().message);
+  EXPECT_THAT(config, StatusIs(absl::StatusCode::kInvalidArgument, GetParam().message));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -111,10 +114,10 @@ TEST(TfConfig, OversizedInputIsRefusedBeforeParsing) {
 TEST(SplitHostPort, HandlesIpv6AndNames) {
   std::string host;
   int port = 0;
-  ASSERT_TRUE(SplitHostPort("[::1]:2222", &host, &port).ok());
+  ASSERT_THAT(SplitHostPort("[::1]:2222", &host, &port), IsOk());
   EXPECT_EQ(host, "::1");
   EXPECT_EQ(port, 2222);
-  ASSERT_TRUE(SplitHostPort("a-ps-0.a.default.svc:2223", &host, &port).ok());
+  ASSERT_THAT(SplitHostPort("a-ps-0.a.default.svc:2223", &host, &port), IsOk());
   EXPECT_EQ(host, "a-ps-0.a.default.svc");
   EXPECT_EQ(port, 2223);
 }

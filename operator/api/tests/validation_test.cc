@@ -1,5 +1,6 @@
 #include "operator/api/validation.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,12 +8,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "common/testing/status_matchers.h"
 #include "operator/api/render.h"
 #include "operator/api/tests/test_util.h"
 
 namespace kubetrain::api {
 namespace {
 
+using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -28,7 +31,7 @@ TEST(Validate, ExamplesAreValid) {
   for (const auto& entry : fs::directory_iterator(testing::SourcePath("deploy/examples"))) {
     if (entry.path().extension() != ".yaml") continue;
     auto text = ReadFileOrStdin(entry.path());
-    ASSERT_TRUE(text.ok());
+    ASSERT_THAT(text, IsOk());
     auto docs = ParseYamlDocuments(*text);
     ASSERT_TRUE(docs.ok()) << entry.path() << ": " << docs.status();
     for (const json& doc : *docs) {

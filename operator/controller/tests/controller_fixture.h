@@ -12,12 +12,16 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "common/testing/eventually.h"
+#include "common/testing/status_matchers.h"
 #include "operator/controller/controller.h"
 #include "operator/controller/tests/job_builders.h"
 #include "operator/kube/tests/localkube_fixture.h"
 #include "prometheus/registry.h"
 
 namespace kubetrain::controller::testing {
+
+using ::kubetrain::testing::IsOk;
 
 using kube::Resource;
 using nlohmann::json;
@@ -31,7 +35,7 @@ class ControllerTest : public ::testing::Test {
     auto client = server_->NewClient({.qps = 0});
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
-    ASSERT_TRUE(server_->InstallTrainingJobCrd(*client_).ok());
+    ASSERT_THAT(server_->InstallTrainingJobCrd(*client_), IsOk());
     StartController();
   }
 
@@ -42,7 +46,7 @@ class ControllerTest : public ::testing::Test {
     controller_ = std::make_unique<Controller>(
         *client_, ControllerOptions{.namespace_ = "default", .workers = 2, .reconciler = options},
         &metrics_);
-    ASSERT_TRUE(controller_->Start().ok());
+    ASSERT_THAT(controller_->Start(), IsOk());
   }
 
   void Create(const json& job) {
@@ -114,14 +118,10 @@ class ControllerTest : public ::testing::Test {
     return false;
   }
 
+  // The shared poll (common/testing/eventually.h) with this suite's 10 s default.
   template <typename Pred>
   bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(10)) {
-    absl::Time deadline = absl::Now() + timeout;
-    while (!pred()) {
-      if (absl::Now() > deadline) return false;
-      absl::SleepFor(absl::Milliseconds(25));
-    }
-    return true;
+    return kubetrain::testing::Eventually(pred, timeout);
   }
 
   std::unique_ptr<kube::testing::Localkube> server_;

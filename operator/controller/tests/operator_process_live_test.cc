@@ -15,12 +15,15 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "common/host_port.h"
+#include "common/testing/status_matchers.h"
 #include "operator/controller/controller.h"
 #include "operator/kube/config.h"
 #include "operator/kube/tests/localkube_fixture.h"
 #include "prometheus/registry.h"
 
 namespace kubetrain::controller {
+
+using ::kubetrain::testing::IsOk;
 namespace {
 
 using nlohmann::json;
@@ -72,13 +75,13 @@ class OperatorProcessTest : public ::testing::Test {
   }
 
   void StartOperator(const std::string& kubeconfig, std::vector<std::string> extra = {}) {
-    local::ProcessOptions options;
+    kubetrain::ProcessOptions options;
     options.argv = {KUBETRAIN_OPERATOR_PATH, "--kubeconfig=" + kubeconfig,
                     "--metrics-address=127.0.0.1:0", "--health-address=127.0.0.1:0",
                     "--namespace=default"};
     options.argv.insert(options.argv.end(), extra.begin(), extra.end());
     options.env = {{"PATH", "/usr/bin:/bin"}, {"HOME", dir_}};
-    auto p = local::Process::Start(options);
+    auto p = kubetrain::Process::Start(options);
     ASSERT_TRUE(p.ok()) << p.status();
     op_ = std::move(*p);
     output_.clear();
@@ -120,7 +123,7 @@ class OperatorProcessTest : public ::testing::Test {
   void HoldTheLeaseAs(const std::string& holder) {
     auto client = server_->NewClient({.qps = 0});
     ASSERT_TRUE(client.ok()) << client.status();
-    ASSERT_TRUE(server_->InstallTrainingJobCrd(**client).ok());
+    ASSERT_THAT(server_->InstallTrainingJobCrd(**client), IsOk());
     json lease = {{"apiVersion", "coordination.k8s.io/v1"},
                   {"kind", "Lease"},
                   {"metadata", {{"name", "kubetrain-operator"}, {"namespace", "default"}}},
@@ -128,7 +131,7 @@ class OperatorProcessTest : public ::testing::Test {
                    {{"holderIdentity", holder},
                     {"leaseDurationSeconds", 3600},
                     {"renewTime", kube::FormatMicroTime(absl::Now())}}}};
-    ASSERT_TRUE((*client)->Create(kube::Resource::Leases(), "default", lease).ok());
+    ASSERT_THAT((*client)->Create(kube::Resource::Leases(), "default", lease), IsOk());
   }
 
   // SIGTERM, then how long the operator took to exit (its code must be 0).
@@ -146,7 +149,7 @@ class OperatorProcessTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<kube::testing::Localkube> server_;
-  std::unique_ptr<local::Process> op_;
+  std::unique_ptr<kubetrain::Process> op_;
   std::string output_;
 };
 
@@ -238,13 +241,13 @@ TEST_F(OperatorProcessTest, AStandbyIsReady) {
 TEST_F(OperatorProcessTest, SigtermWhileReconcilingStopsWithinTwoSeconds) {
   auto client = server_->NewClient({.qps = 0});
   ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE(server_->InstallTrainingJobCrd(**client).ok());
+  ASSERT_THAT(server_->InstallTrainingJobCrd(**client), IsOk());
   StartOperator(server_->kubeconfig());
   ASSERT_TRUE(WaitForOutput("Caches synced")) << output_;
   json job = kube::testing::LoadSourceYaml("deploy/examples/fashion-mnist.yaml");
   ASSERT_TRUE(job.is_object());
   job["metadata"]["namespace"] = "default";
-  ASSERT_TRUE((*client)->Create(kube::Resource::TrainingJobs(), "default", job).ok());
+  ASSERT_THAT((*client)->Create(kube::Resource::TrainingJobs(), "default", job), IsOk());
   std::string pod = job["metadata"].value("name", "") + "-worker-0";
   absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (!(*client)->Get(kube::Resource::Pods(), "default", pod).ok()) {

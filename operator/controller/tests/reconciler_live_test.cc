@@ -10,9 +10,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
 #include "operator/controller/tests/controller_fixture.h"
 
 namespace kubetrain::controller {
+
+using ::kubetrain::testing::IsOk;
 namespace {
 
 using kube::Resource;
@@ -119,7 +122,7 @@ TEST_F(ControllerTest, ARestartCountedBeforeTheOperatorDiedIsNotCountedAgain) {
   json job = *Get(Resource::TrainingJobs(), "once");
   job["status"]["replicaStatuses"]["Worker"]["restarts"] = 1;
   job["status"]["countedFailures"] = json::array({failed_uid});
-  ASSERT_TRUE(client_->UpdateStatus(Resource::TrainingJobs(), "default", job).ok());
+  ASSERT_THAT(client_->UpdateStatus(Resource::TrainingJobs(), "default", job), IsOk());
   StartController();
   ASSERT_TRUE(Eventually([&] {
     std::string uid = Uid("once-worker-0");
@@ -199,12 +202,14 @@ TEST_F(ControllerTest, ActiveDeadlineFailsTheJobWithoutAnyOtherEvent) {
 }
 
 TEST_F(ControllerTest, TtlDeletesTheFinishedJob) {
-  Create(Job("ttl", {{"Worker", Replica(1)}}, {{"ttlSecondsAfterFinished", 1}}));
+  // completionTime has whole seconds (metav1.Time), so a 1 s TTL can end up to a second early:
+  // 2 s leaves the Succeeded state visible for at least one.
+  Create(Job("ttl", {{"Worker", Replica(1)}}, {{"ttlSecondsAfterFinished", 2}}));
   ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "ttl-worker-0").has_value(); }));
   SetPod("ttl-worker-0", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return State("ttl") == "Succeeded"; }));
   EXPECT_TRUE(Eventually([&] { return !Get(Resource::TrainingJobs(), "ttl").has_value(); },
-                         absl::Seconds(6)));
+                         absl::Seconds(8)));
 }
 
 TEST_F(ControllerTest, SuspendDeletesPodsAndResumeRecreatesThem) {
@@ -235,7 +240,7 @@ TEST_F(ControllerTest, CompletedReplicaIsNeverRerunAfterItsPodIsGone) {
   SetPod("aw-worker-1", "Succeeded", 0);
   ASSERT_TRUE(Eventually(
       [&] { return ReplicaField<std::string>("aw", "Worker", "completedIndexes", "") == "1"; }));
-  ASSERT_TRUE(client_->Delete(Resource::Pods(), "default", "aw-worker-1").ok());  // pod GC
+  ASSERT_THAT(client_->Delete(Resource::Pods(), "default", "aw-worker-1"), IsOk());  // pod GC
   absl::SleepFor(absl::Seconds(1));
   EXPECT_FALSE(Get(Resource::Pods(), "aw-worker-1").has_value());
   EXPECT_NE(State("aw"), "Succeeded");  // worker 0 still runs
@@ -262,7 +267,7 @@ TEST_F(ControllerTest, RestartedOperatorCreatesNoDuplicates) {
   EXPECT_EQ(Uid("dup-worker-1"), uid);
   auto pods = client_->ListAll(Resource::Pods(), "default",
                                {.label_selector = "kubetrain.dev/job-name=dup"});
-  ASSERT_TRUE(pods.ok());
+  ASSERT_THAT(pods, IsOk());
   EXPECT_EQ((*pods)["items"].size(), 3u);
 }
 
@@ -529,7 +534,7 @@ TEST_F(ControllerTest, PassAfterOwnStatusWriteDoesNotUndoItFromAStaleCache) {
   }
   Create(Job("st", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
   ASSERT_TRUE(Eventually([&] { return jobs.Get("default/st").has_value(); }));
-  ASSERT_TRUE(reconciler.Reconcile("default/st").ok());  // Service, pods, Created
+  ASSERT_THAT(reconciler.Reconcile("default/st"), IsOk());  // Service, pods, Created
   ASSERT_TRUE(Eventually([&] {
     auto job = jobs.Get("default/st");
     return job && job->value("status", json::object()).contains("conditions") &&
@@ -543,13 +548,13 @@ TEST_F(ControllerTest, PassAfterOwnStatusWriteDoesNotUndoItFromAStaleCache) {
     auto pod = pods.Get("default/st-worker-0");
     return pod && (*pod)["status"].value("phase", "") == "Succeeded";
   }));
-  ASSERT_TRUE(reconciler.Reconcile("default/st").ok());  // Succeeded: ps-0 and Service deleted
+  ASSERT_THAT(reconciler.Reconcile("default/st"), IsOk());  // Succeeded: ps-0 and Service deleted
   EXPECT_EQ(State("st"), "Succeeded");
   ASSERT_TRUE(Eventually([&] {
     return !pods.Get("default/st-ps-0").has_value() && !services.Get("default/st").has_value();
   }));
 
-  ASSERT_TRUE(reconciler.Reconcile("default/st").ok());  // cache still from before the success
+  ASSERT_THAT(reconciler.Reconcile("default/st"), IsOk());  // cache still from before the success
   EXPECT_FALSE(Get(Resource::Pods(), "st-ps-0").has_value());
   EXPECT_FALSE(Get(Resource::Services(), "st").has_value());
   EXPECT_EQ(State("st"), "Succeeded");

@@ -11,10 +11,14 @@
 
 #include "absl/strings/match.h"
 #include "common/clock.h"
+#include "common/testing/status_matchers.h"
 #include "operator/controller/tests/job_builders.h"
 #include "operator/kube/testing/fake_api.h"
 
 namespace kubetrain::controller::testing {
+
+using ::kubetrain::testing::IsOk;
+using ::kubetrain::testing::StatusIs;
 namespace {
 
 using kube::Resource;
@@ -25,14 +29,14 @@ class ReconcilerTest : public ::testing::Test {
 
   // A fresh reconciler on the same API server: an operator that restarted.
   void NewReconciler() {
-    reconciler_ = std::make_unique<Reconciler>(
-        api_, api_.Cache(Resource::TrainingJobs()), api_.Cache(Resource::Pods()),
-        api_.Cache(Resource::Services()), events_, nullptr, nullptr,
-        ReconcilerOptions{.clock = &clock_});
+    reconciler_ = std::make_unique<Reconciler>(api_, api_.Cache(Resource::TrainingJobs()),
+                                               api_.Cache(Resource::Pods()),
+                                               api_.Cache(Resource::Services()), events_, nullptr,
+                                               nullptr, ReconcilerOptions{.clock = &clock_});
   }
 
   void Create(const json& job) {
-    ASSERT_TRUE(api_.Create(Resource::TrainingJobs(), "default", job).ok());
+    ASSERT_THAT(api_.Create(Resource::TrainingJobs(), "default", job), IsOk());
   }
 
   absl::StatusOr<ReconcileResult> Pass(const std::string& job) {
@@ -110,10 +114,9 @@ TEST_F(ReconcilerTest, NewJobGetsItsServiceSecretAndEveryPod) {
   EXPECT_TRUE(HasEvent("CreatedPod", "pod=fm-worker-1"));
   // The templates were admitted by a dry-run create first, once.
   std::vector<std::string> requests = api_.Requests();
-  EXPECT_EQ(std::count_if(requests.begin(), requests.end(),
-                          [](const std::string& r) {
-                            return absl::StartsWith(r, "create-dry-run pods");
-                          }),
+  EXPECT_EQ(std::count_if(
+                requests.begin(), requests.end(),
+                [](const std::string& r) { return absl::StartsWith(r, "create-dry-run pods"); }),
             2);
 }
 
@@ -133,8 +136,9 @@ TEST_F(ReconcilerTest, ChiefSuccessEndsTheJobAndCleansUpRunningPods) {
   Create(Job("ok", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
   Settle("ok");
   api_.SetPodPhase("default", "ok-ps-0", "Running");
-  api_.SetLog("default", "ok-worker-0",
-              "training...\n{\"event\":\"training_complete\",\"test_accuracy\":0.87,\"steps\":9}\n");
+  api_.SetLog(
+      "default", "ok-worker-0",
+      "training...\n{\"event\":\"training_complete\",\"test_accuracy\":0.87,\"steps\":9}\n");
   api_.SetPodPhase("default", "ok-worker-0", "Succeeded", 0);
   Settle("ok");
   EXPECT_EQ(State("ok"), "Succeeded");
@@ -223,7 +227,7 @@ TEST_F(ReconcilerTest, ARestartCountedBeforeTheOperatorDiedIsNotCountedAgain) {
   api_.SetPodPhase("default", "od-worker-1", "Failed", 137);
   // The count is written, then the operator dies before the pod is deleted.
   api_.FailNext("delete", "pods", absl::UnavailableError("connection refused"));
-  EXPECT_FALSE(Pass("od").ok());
+  EXPECT_THAT(Pass("od"), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(Restarts("od"), 1);
   EXPECT_FALSE(Deleting("od-worker-1"));
   NewReconciler();
@@ -237,7 +241,7 @@ TEST_F(ReconcilerTest, TheCountIsWrittenBeforeAnyPodIsDeleted) {
   Settle("cw");
   api_.SetPodPhase("default", "cw-worker-1", "Failed", 137);
   api_.FailNext("update", "trainingjobs", absl::AbortedError("the object has been modified"));
-  EXPECT_FALSE(Pass("cw").ok());
+  EXPECT_THAT(Pass("cw"), StatusIs(absl::StatusCode::kAborted));
   EXPECT_FALSE(Deleting("cw-worker-1"));  // nothing done: the next pass decides again
   EXPECT_EQ(Restarts("cw"), 0);
   Settle("cw");
@@ -246,8 +250,8 @@ TEST_F(ReconcilerTest, TheCountIsWrittenBeforeAnyPodIsDeleted) {
 }
 
 TEST_F(ReconcilerTest, BackoffLimitFailsTheJob) {
-  Create(Job("bo", {{"PS", Replica(1, "OnFailure")}, {"Worker", Replica(1)}},
-             {{"backoffLimit", 1}}));
+  Create(
+      Job("bo", {{"PS", Replica(1, "OnFailure")}, {"Worker", Replica(1)}}, {{"backoffLimit", 1}}));
   Settle("bo");
   api_.SetPodPhase("default", "bo-ps-0", "Failed", 2);
   Settle("bo");
@@ -288,7 +292,7 @@ TEST_F(ReconcilerTest, AllWorkersCountsACompletionWhosePodIsGone) {
   Settle("aw");
   api_.SetPodPhase("default", "aw-worker-1", "Succeeded", 0);
   Settle("aw");
-  ASSERT_TRUE(api_.Delete(Resource::Pods(), "default", "aw-worker-1").ok());  // pod GC
+  ASSERT_THAT(api_.Delete(Resource::Pods(), "default", "aw-worker-1"), IsOk());  // pod GC
   api_.FinishDeletions();
   Settle("aw");
   EXPECT_FALSE(Pod("aw-worker-1").has_value());  // never run again
@@ -354,7 +358,8 @@ TEST_F(ReconcilerTest, ARefusedPodIsAnEventAndAConditionAndIsRetried) {
   absl::Status forbidden = absl::PermissionDeniedError(
       "POST /api/v1/namespaces/default/pods: pods \"rf-worker-0\" is forbidden: exceeded quota");
   api_.FailNext("create", "pods", forbidden, 2);  // the dry run, then the real create
-  EXPECT_FALSE(Pass("rf").ok());
+  EXPECT_THAT(Pass("rf"), StatusIs(absl::StatusCode::kPermissionDenied,
+                                   ::testing::HasSubstr("exceeded quota")));
   EXPECT_EQ(State("rf"), "ReplicaFailure");
   EXPECT_EQ(Status("rf")["conditions"].back()["reason"], "FailedCreatePod");
   EXPECT_TRUE(HasEvent("FailedCreatePod", "exceeded quota"));
@@ -407,7 +412,7 @@ TEST_F(ReconcilerTest, AChangedClusterSpecRestartsEveryPodWithoutCountingIt) {
 TEST_F(ReconcilerTest, ADeletedJobLeavesNothingToDo) {
   Create(Job("gone", {{"Worker", Replica(1)}}));
   Settle("gone");
-  ASSERT_TRUE(api_.Delete(Resource::TrainingJobs(), "default", "gone").ok());
+  ASSERT_THAT(api_.Delete(Resource::TrainingJobs(), "default", "gone"), IsOk());
   size_t before = api_.Requests().size();
   ReconcileResult r = Settle("gone");
   EXPECT_FALSE(r.requeue_after.has_value());

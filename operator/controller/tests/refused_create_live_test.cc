@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "common/testing/status_matchers.h"
 #include "operator/controller/events.h"
 #include "operator/controller/tests/controller_fixture.h"
 
 namespace kubetrain::controller {
+
+using ::kubetrain::testing::IsOk;
 namespace {
 
 using kube::Resource;
@@ -60,7 +63,7 @@ TEST_F(ControllerTest, TemplateTheApiServerCallsInvalidFailsTheJobBeforeAnyPod) 
 }
 
 TEST_F(ControllerTest, PodSecurityRefusalIsReportedInStatusAndEventsAndRetriedUntilItClears) {
-  ASSERT_TRUE(LabelNamespace(*client_, "restricted").ok());
+  ASSERT_THAT(LabelNamespace(*client_, "restricted"), IsOk());
   Create(Job("psa", {{"Worker", Replica(1)}}));
   ASSERT_TRUE(
       Eventually([&] { return FindCondition(Status("psa"), "ReplicaFailure") != nullptr; }));
@@ -83,7 +86,7 @@ TEST_F(ControllerTest, PodSecurityRefusalIsReportedInStatusAndEventsAndRetriedUn
   EXPECT_EQ(events[0]["type"], "Warning");
   EXPECT_TRUE(absl::StrContains(events[0].value("message", ""), "violates PodSecurity"));
 
-  ASSERT_TRUE(LabelNamespace(*client_, "privileged").ok());
+  ASSERT_THAT(LabelNamespace(*client_, "privileged"), IsOk());
   ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "psa-worker-0").has_value(); },
                          absl::Seconds(20)));
   EXPECT_TRUE(

@@ -6,10 +6,13 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
 #include "operator/controller/tests/controller_fixture.h"
 #include "operator/kube/informer.h"
 
 namespace kubetrain::controller::testing {
+
+using ::kubetrain::testing::IsOk;
 namespace {
 
 constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
@@ -28,7 +31,7 @@ TEST_F(ControllerStatusWriteTest, KeepsTheAnnotationsTheCacheDropped) {
   Create(job);
 
   auto stored = client_->Get(Resource::TrainingJobs(), "default", "fashion-mnist");
-  ASSERT_TRUE(stored.ok());
+  ASSERT_THAT(stored, IsOk());
   EXPECT_TRUE((*stored)["metadata"].contains("managedFields"));
   json body = *stored;
   kube::StripForCache(body);
@@ -58,7 +61,7 @@ TEST_F(ControllerStatusWriteTest, KeepsTheAnnotationsTheCacheDropped) {
   controller_.reset();
 
   auto after = client_->Get(Resource::TrainingJobs(), "default", "fashion-mnist");
-  ASSERT_TRUE(after.ok());
+  ASSERT_THAT(after, IsOk());
   EXPECT_EQ((*after)["metadata"]["annotations"],
             json({{kLastApplied, applied}, {"team.example.com/owner", "ml"}}));
   EXPECT_EQ((*after)["spec"], (*stored)["spec"]);

@@ -133,8 +133,7 @@ absl::StatusOr<json> FakeApiClient::UpdateStatus(const Resource& r, const std::s
 
 absl::StatusOr<json> FakeApiClient::Patch(const Resource& r, const std::string& ns,
                                           const std::string& name, PatchType type,
-                                          const std::string& body,
-                                          const std::string& subresource) {
+                                          const std::string& body, const std::string& subresource) {
   std::lock_guard<std::mutex> lock(mu_);
   Record("patch", r, ns, name);
   if (absl::Status s = Injected("patch", r.plural); !s.ok()) return s;
@@ -181,8 +180,8 @@ absl::Status FakeApiClient::Delete(const Resource& r, const std::string& ns,
 }
 
 absl::StatusOr<std::string> FakeApiClient::GetLog(const std::string& ns, const std::string& pod,
-                                                  const std::string& /*container*/,
-                                                  int tail_lines, int64_t limit_bytes) {
+                                                  const std::string& /*container*/, int tail_lines,
+                                                  int64_t limit_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   Record("log", Resource::Pods(), ns, pod);
   if (absl::Status s = Injected("log", "pods"); !s.ok()) return s;
@@ -196,8 +195,8 @@ absl::StatusOr<std::string> FakeApiClient::GetLog(const std::string& ns, const s
   return out;
 }
 
-void FakeApiClient::FailNext(const std::string& verb, const std::string& plural,
-                             absl::Status error, int times) {
+void FakeApiClient::FailNext(const std::string& verb, const std::string& plural, absl::Status error,
+                             int times) {
   std::lock_guard<std::mutex> lock(mu_);
   for (int i = 0; i < times; ++i) failures_[verb + " " + plural].push_back(error);
 }
@@ -227,8 +226,7 @@ void FakeApiClient::FinishDeletions() {
   }
 }
 
-void FakeApiClient::SetLog(const std::string& ns, const std::string& pod,
-                           const std::string& text) {
+void FakeApiClient::SetLog(const std::string& ns, const std::string& pod, const std::string& text) {
   std::lock_guard<std::mutex> lock(mu_);
   logs_[Key(ns, pod)] = text;
 }

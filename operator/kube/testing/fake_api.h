@@ -90,7 +90,7 @@ class FakeApiClient : public ApiClient {
   mutable std::mutex mu_;
   Store objects_;
   std::optional<Store> frozen_;
-  std::map<std::string, std::string> logs_;  // "ns/pod" → text
+  std::map<std::string, std::string> logs_;                   // "ns/pod" → text
   std::map<std::string, std::deque<absl::Status>> failures_;  // "verb plural" → errors
   std::vector<std::string> requests_;
   int64_t version_ = 100;

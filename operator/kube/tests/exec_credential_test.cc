@@ -5,6 +5,7 @@
 // from a CA the test makes.
 #include "operator/kube/exec_credential.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <openssl/evp.h>
@@ -35,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
 #include "operator/api/yaml.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
@@ -42,6 +44,8 @@
 
 namespace kubetrain::kube {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -475,7 +479,7 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
   auto got = (*client)->List(kConfigMaps, "default", {});
   EXPECT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(Runs(), 2);
-  for (int i = 0; i < 5; ++i) EXPECT_TRUE((*client)->List(kConfigMaps, "default", {}).ok());
+  for (int i = 0; i < 5; ++i) EXPECT_THAT((*client)->List(kConfigMaps, "default", {}), IsOk());
   EXPECT_EQ(Runs(), 2);
 }
 
@@ -488,10 +492,10 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
 )sh");
   auto client = NewClient(Exec(dir_ + "/plugin"));
   ASSERT_TRUE(client.ok()) << client.status();
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE((*client)->List(kConfigMaps, "default", {}).ok());
+  for (int i = 0; i < 10; ++i) ASSERT_THAT((*client)->List(kConfigMaps, "default", {}), IsOk());
   EXPECT_EQ(Runs(), 1);
   absl::SleepFor(absl::Seconds(3.2));
-  EXPECT_TRUE((*client)->List(kConfigMaps, "default", {}).ok());
+  EXPECT_THAT((*client)->List(kConfigMaps, "default", {}), IsOk());
   EXPECT_EQ(Runs(), 2);
 }
 
@@ -726,7 +730,7 @@ TEST_F(ExecTest, A401RotatesTheCertificate) {
   auto got = (*client)->List(kConfigMaps, "default", {});
   EXPECT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(Runs(), 2);
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE((*client)->List(kConfigMaps, "default", {}).ok());
+  for (int i = 0; i < 3; ++i) EXPECT_THAT((*client)->List(kConfigMaps, "default", {}), IsOk());
   EXPECT_EQ(Runs(), 2);
   std::vector<MtlsServer::Request> seen = server.requests();
   ASSERT_EQ(seen.size(), 5u);
@@ -768,7 +772,7 @@ TEST_F(ExecTest, CertificateGenerationChangesOnlyWithThePair) {
   EXPECT_NE(c2->serial, c1->serial);
   // A stale rejection does not drop the newer answer.
   provider.Invalidate(*c1);
-  ASSERT_TRUE(provider.Get().ok());
+  ASSERT_THAT(provider.Get(), IsOk());
   EXPECT_EQ(provider.runs(), 2);
 
   // The pair taken away, then a new one: each is a new generation.

@@ -8,6 +8,7 @@
 // between two pages while the test changes objects and waits for a compaction (the informer's
 // pages follow each other at once, and localkube compacts on a timer only). It records the
 // query of every list it passes on.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -22,6 +23,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/eventually.h"
+#include "common/testing/status_matchers.h"
 #include "operator/kube/config.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/tests/localkube_fixture.h"
@@ -29,21 +32,13 @@
 namespace kubetrain::kube {
 namespace {
 
+using ::kubetrain::testing::Eventually;
+using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using testing::Localkube;
 
 const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
 constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
-
-template <typename Pred>
-bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (!pred()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return true;
-}
 
 json ExpiredStatus(const std::string& message) {
   return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
@@ -365,7 +360,7 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
                                                    {"name", "owner"},
                                                    {"uid", (*owner)["metadata"]["uid"]},
                                                    {"controller", true}}});
-  ASSERT_TRUE(client_->Create(kConfigMaps, "default", a).ok());
+  ASSERT_THAT(client_->Create(kConfigMaps, "default", a), IsOk());
 
   // Without a transform the informer caches what the server sends: localkube's managedFields
   // and kubectl's annotation are really there to strip.
@@ -399,12 +394,12 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
   EXPECT_FALSE((*cached_owner)["metadata"].contains("annotations")) << cached_owner->dump();
 
   // ADDED, MODIFIED and DELETED events.
-  ASSERT_TRUE(client_->Create(kConfigMaps, "default", ConfigMap("b", "1")).ok());
+  ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("b", "1")), IsOk());
   auto current = client_->Get(kConfigMaps, "default", "a");
-  ASSERT_TRUE(current.ok());
+  ASSERT_THAT(current, IsOk());
   (*current)["data"]["v"] = "2";
-  ASSERT_TRUE(client_->Update(kConfigMaps, "default", *current).ok());
-  ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "b").ok());
+  ASSERT_THAT(client_->Update(kConfigMaps, "default", *current), IsOk());
+  ASSERT_THAT(client_->Delete(kConfigMaps, "default", "b"), IsOk());
   ASSERT_TRUE(Eventually([&] {
     std::lock_guard<std::mutex> lock(seen.mu);
     return seen.deleted.size() == 1 && !seen.updated.empty();
@@ -457,12 +452,12 @@ TEST_F(InformerTransformTest, PagedRelistKeepsTheCacheAndReportsOnlyWhatChanged)
 
   // Changes the informer does not hear of until it relists.
   proxy_->hold_events = true;
-  ASSERT_TRUE(client_->Create(kConfigMaps, "default", ConfigMap("new", "x")).ok());
+  ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("new", "x")), IsOk());
   auto cm5 = client_->Get(kConfigMaps, "default", "cm-5");
-  ASSERT_TRUE(cm5.ok());
+  ASSERT_THAT(cm5, IsOk());
   (*cm5)["data"]["v"] = "changed";
-  ASSERT_TRUE(client_->Update(kConfigMaps, "default", *cm5).ok());
-  ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "cm-12").ok());
+  ASSERT_THAT(client_->Update(kConfigMaps, "default", *cm5), IsOk());
+  ASSERT_THAT(client_->Delete(kConfigMaps, "default", "cm-12"), IsOk());
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(CacheState(informer), before);
   // The next watch is refused before events flow again, so only the relist can tell.
@@ -550,7 +545,7 @@ TEST_F(InformerContinueExpiryTest, ExpiredContinueTokenRestartsTheListInFull) {
   proxy_->ClearLists();
   proxy_->PauseBeforeNextContinue([this] {
     ChangeAndWaitForCompaction([this] {
-      ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "cm-7").ok());
+      ASSERT_THAT(client_->Delete(kConfigMaps, "default", "cm-7"), IsOk());
       CreateConfigMaps(3, "late-");
     });
   });

@@ -2,6 +2,7 @@
 // takes long to start, and an API server that stops answering the leader mid-term. What is
 // asserted is the one thing that matters: never two leaders acting at once.
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/testing/eventually.h"
+#include "common/testing/status_matchers.h"
 #include "operator/kube/config.h"
 #include "operator/kube/leader_election.h"
 #include "operator/kube/tests/localkube_fixture.h"
@@ -21,6 +24,8 @@
 namespace kubetrain::kube {
 namespace {
 
+using ::kubetrain::testing::Eventually;
+using ::kubetrain::testing::IsOk;
 using testing::Localkube;
 
 // A loopback TCP forwarder whose traffic can be frozen: while stalled, bytes stay where they
@@ -131,16 +136,6 @@ LeaderElectionOptions Options(const std::string& identity) {
           .retry_period = absl::Milliseconds(200)};
 }
 
-template <typename Pred>
-bool Eventually(Pred pred, absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (!pred()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return true;
-}
-
 TEST(LeaderElectionLive, ASlowStartDoesNotStopTheLeaderFromRenewing) {
   auto lk = Localkube::Start();
   ASSERT_TRUE(lk.ok()) << lk.status();
@@ -185,7 +180,7 @@ TEST(LeaderElectionLive, AStalledLeaderStopsBeforeAnotherTakesOver) {
   absl::Status a_result;
   std::thread ta([&] { a_result = a.Run(stop_a); });
   ASSERT_TRUE(Eventually([&] { return a.IsLeader(); }, absl::Seconds(5)));
-  std::thread tb([&] { EXPECT_TRUE(b.Run(stop_b).ok()); });
+  std::thread tb([&] { EXPECT_THAT(b.Run(stop_b), IsOk()); });
   absl::SleepFor(absl::Seconds(1));
   ASSERT_FALSE(b.IsLeader());
   absl::Time stalled_at = absl::Now();

@@ -1,4 +1,5 @@
 // The client, informer and leader election against a live localkube API server.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <set>
@@ -6,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/eventually.h"
+#include "common/testing/status_matchers.h"
 #include "operator/kube/config.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/leader_election.h"
@@ -14,6 +17,8 @@
 namespace kubetrain::kube {
 namespace {
 
+using ::kubetrain::testing::Eventually;
+using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using testing::Localkube;
 
@@ -50,7 +55,8 @@ TEST_F(LiveTest, WrongCaIsATlsVerificationErrorNamingServerAndCa) {
   ASSERT_TRUE(other.ok()) << other.status();
   auto config = LoadKubeconfig(server_->kubeconfig());
   auto other_config = LoadKubeconfig((*other)->kubeconfig());
-  ASSERT_TRUE(config.ok() && other_config.ok());
+  ASSERT_THAT(config, IsOk());
+  ASSERT_THAT(other_config, IsOk());
   config->ca_pem = other_config->ca_pem;
   auto client = Client::Create(*config);
   ASSERT_TRUE(client.ok()) << client.status();
@@ -63,10 +69,10 @@ TEST_F(LiveTest, WrongCaIsATlsVerificationErrorNamingServerAndCa) {
       << message;
   EXPECT_NE(message.find(config->ca_source), std::string::npos) << message;
   // The right CA works, and a refused connection is not a TLS problem.
-  EXPECT_TRUE(client_->List(kConfigMaps, "default", {}).ok());
+  EXPECT_THAT(client_->List(kConfigMaps, "default", {}), IsOk());
   config->port = 1;
   auto refused = Client::Create(*config);
-  ASSERT_TRUE(refused.ok());
+  ASSERT_THAT(refused, IsOk());
   auto no_server = (*refused)->List(kConfigMaps, "default", {});
   EXPECT_EQ(no_server.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_FALSE(IsTlsVerificationError(no_server.status()));
@@ -101,7 +107,7 @@ TEST_F(LiveTest, CrudAndErrorCodesByWhatTheCallerShouldDo) {
   json stale = *created;
   json fresh = *created;
   fresh["data"]["v"] = "2";
-  ASSERT_TRUE(client_->Update(kConfigMaps, "default", fresh).ok());
+  ASSERT_THAT(client_->Update(kConfigMaps, "default", fresh), IsOk());
   stale["data"]["v"] = "3";
   auto conflict = client_->Update(kConfigMaps, "default", stale);
   EXPECT_EQ(conflict.status().code(), absl::StatusCode::kAborted) << conflict.status();
@@ -116,43 +122,31 @@ TEST_F(LiveTest, CrudAndErrorCodesByWhatTheCallerShouldDo) {
   EXPECT_NE(missing.status().message().find("\"nope\" not found"), absl::string_view::npos)
       << missing.status();
 
-  ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "a").ok());
+  ASSERT_THAT(client_->Delete(kConfigMaps, "default", "a"), IsOk());
   EXPECT_EQ(client_->Get(kConfigMaps, "default", "a").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(LiveTest, ListFollowsContinueTokensAndSelectors) {
   StartServer();
   for (int i = 0; i < 7; ++i) {
-    ASSERT_TRUE(client_
-                    ->Create(kConfigMaps, "default",
-                             ConfigMap("cm-" + std::to_string(i), "x",
-                                       {{"parity", i % 2 ? "odd" : "even"}}))
-                    .ok());
+    ASSERT_THAT(client_->Create(kConfigMaps, "default",
+                                ConfigMap("cm-" + std::to_string(i), "x",
+                                          {{"parity", i % 2 ? "odd" : "even"}})),
+                IsOk());
   }
   ListOptions o;
   o.limit = 2;
   auto page = client_->List(kConfigMaps, "default", o);
-  ASSERT_TRUE(page.ok());
+  ASSERT_THAT(page, IsOk());
   EXPECT_EQ((*page)["items"].size(), 2u);
   EXPECT_FALSE((*page)["metadata"].value("continue", "").empty());
   auto all = client_->ListAll(kConfigMaps, "default", o);
-  ASSERT_TRUE(all.ok());
+  ASSERT_THAT(all, IsOk());
   EXPECT_GE((*all)["items"].size(), 7u);
   o.label_selector = "parity=odd";
   auto odd = client_->ListAll(kConfigMaps, "default", o);
-  ASSERT_TRUE(odd.ok());
+  ASSERT_THAT(odd, IsOk());
   EXPECT_EQ((*odd)["items"].size(), 3u);
-}
-
-// Waits until `pred` holds, up to `timeout`.
-template <typename Pred>
-bool Eventually(Pred pred, absl::Duration timeout = absl::Seconds(15)) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (!pred()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return true;
 }
 
 TEST_F(LiveTest, InformerResumesAfterDroppedWatchesWithoutLosingEvents) {
@@ -169,8 +163,8 @@ TEST_F(LiveTest, InformerResumesAfterDroppedWatchesWithoutLosingEvents) {
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
   for (int i = 0; i < 30; ++i) {
-    ASSERT_TRUE(
-        client_->Create(kConfigMaps, "default", ConfigMap("w" + std::to_string(i), "x")).ok());
+    ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("w" + std::to_string(i), "x")),
+                IsOk());
     absl::SleepFor(absl::Milliseconds(40));
   }
   EXPECT_TRUE(Eventually([&] { return informer.List().size() >= 30; }));
@@ -184,11 +178,11 @@ TEST_F(LiveTest, InformerResumesAfterDroppedWatchesWithoutLosingEvents) {
 TEST_F(LiveTest, WatchFromACompactedResourceVersionIs410OutOfRange) {
   StartServer({"--compact-every=100ms"});
   auto first = client_->Create(kConfigMaps, "default", ConfigMap("old", "x"));
-  ASSERT_TRUE(first.ok());
+  ASSERT_THAT(first, IsOk());
   std::string old_rv = (*first)["metadata"]["resourceVersion"];
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(
-        client_->Create(kConfigMaps, "default", ConfigMap("n" + std::to_string(i), "x")).ok());
+    ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("n" + std::to_string(i), "x")),
+                IsOk());
   }
   absl::SleepFor(absl::Milliseconds(300));
   absl::Status s =
@@ -208,18 +202,18 @@ TEST_F(LiveTest, InformerRelistsAfter410Expired) {
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(
-        client_->Create(kConfigMaps, "default", ConfigMap("e" + std::to_string(i), "x")).ok());
+    ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("e" + std::to_string(i), "x")),
+                IsOk());
   }
   const Resource secrets{"", "v1", "secrets", "Secret", true};
   for (int i = 0; i < 20; ++i) {
     json secret = {{"apiVersion", "v1"},
                    {"kind", "Secret"},
                    {"metadata", {{"name", "s" + std::to_string(i)}, {"namespace", "default"}}}};
-    ASSERT_TRUE(client_->Create(secrets, "default", secret).ok());
+    ASSERT_THAT(client_->Create(secrets, "default", secret), IsOk());
     absl::SleepFor(absl::Milliseconds(50));
   }
-  ASSERT_TRUE(client_->Delete(kConfigMaps, "default", "e3").ok());
+  ASSERT_THAT(client_->Delete(kConfigMaps, "default", "e3"), IsOk());
   EXPECT_TRUE(Eventually([&] { return informer.relists() > 1; })) << informer.relists();
   EXPECT_TRUE(Eventually([&] {
     return informer.Get("default/e0").has_value() && informer.Get("default/e4").has_value() &&
@@ -263,7 +257,7 @@ TEST_F(LiveTest, ClientSideRateLimit) {
   o.burst = 2;
   StartServer({}, o);
   absl::Time start = absl::Now();
-  for (int i = 0; i < 12; ++i) ASSERT_TRUE(client_->List(kConfigMaps, "default", {}).ok());
+  for (int i = 0; i < 12; ++i) ASSERT_THAT(client_->List(kConfigMaps, "default", {}), IsOk());
   // 2 from the burst, 10 more at 10/s (the fixture's own discovery request took one token).
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));
 }
@@ -271,7 +265,7 @@ TEST_F(LiveTest, ClientSideRateLimit) {
 TEST_F(LiveTest, LeaderElectionHandsOverWhenTheLeaderStops) {
   StartServer();
   auto client_b = server_->NewClient();
-  ASSERT_TRUE(client_b.ok());
+  ASSERT_THAT(client_b, IsOk());
   LeaderElectionOptions base{.namespace_ = "default",
                              .name = "kt-lock",
                              .lease_duration = absl::Seconds(2),
@@ -284,16 +278,16 @@ TEST_F(LiveTest, LeaderElectionHandsOverWhenTheLeaderStops) {
   std::atomic<bool> stop_a{false}, stop_b{false};
   LeaderElector ea(client_->config(), a, {});
   LeaderElector eb((*client_b)->config(), b, {});
-  std::thread ta([&] { EXPECT_TRUE(ea.Run(stop_a).ok()); });
+  std::thread ta([&] { EXPECT_THAT(ea.Run(stop_a), IsOk()); });
   ASSERT_TRUE(Eventually([&] { return ea.IsLeader(); }));
-  std::thread tb([&] { EXPECT_TRUE(eb.Run(stop_b).ok()); });
+  std::thread tb([&] { EXPECT_THAT(eb.Run(stop_b), IsOk()); });
   absl::SleepFor(absl::Milliseconds(800));
   EXPECT_FALSE(eb.IsLeader());  // a renews; b waits
   stop_a = true;                // a releases the lease on the way out
   ta.join();
   EXPECT_TRUE(Eventually([&] { return eb.IsLeader(); }, absl::Seconds(5)));
   auto lease = client_->Get(Resource::Leases(), "default", "kt-lock");
-  ASSERT_TRUE(lease.ok());
+  ASSERT_THAT(lease, IsOk());
   EXPECT_EQ((*lease)["spec"]["holderIdentity"], "b");
   EXPECT_EQ((*lease)["spec"]["leaseTransitions"], 1);
   stop_b = true;
@@ -312,7 +306,7 @@ TEST_F(LiveTest, CrashedLeaderIsReplacedAfterTheLeaseExpires) {
   {
     std::atomic<bool> stop{false};
     LeaderElector gone(client_->config(), o, {});
-    std::thread t([&] { EXPECT_TRUE(gone.Run(stop).ok()); });
+    std::thread t([&] { EXPECT_THAT(gone.Run(stop), IsOk()); });
     ASSERT_TRUE(Eventually([&] { return gone.IsLeader(); }));
     stop = true;
     t.join();
@@ -321,7 +315,7 @@ TEST_F(LiveTest, CrashedLeaderIsReplacedAfterTheLeaseExpires) {
   std::atomic<bool> stop{false};
   LeaderElector next(client_->config(), o, {});
   absl::Time start = absl::Now();
-  std::thread t([&] { EXPECT_TRUE(next.Run(stop).ok()); });
+  std::thread t([&] { EXPECT_THAT(next.Run(stop), IsOk()); });
   ASSERT_TRUE(Eventually([&] { return next.IsLeader(); }, absl::Seconds(5)));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));  // waited out the old lease
   stop = true;

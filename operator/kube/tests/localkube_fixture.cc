@@ -31,12 +31,12 @@ absl::StatusOr<std::unique_ptr<Localkube>> Localkube::Start(std::vector<std::str
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   lk->dir_ = tmpl;
   lk->kubeconfig_ = lk->dir_ + "/kubeconfig";
-  local::ProcessOptions options;
+  kubetrain::ProcessOptions options;
   options.argv = {LOCALKUBE_PATH, "--port=0", "--kubeconfig-out=" + lk->kubeconfig_,
                   "--address-file=" + lk->dir_ + "/address", "--log-level=warn"};
   options.argv.insert(options.argv.end(), extra_args.begin(), extra_args.end());
   options.env = {{"PATH", "/usr/bin:/bin"}, {"TMPDIR", lk->dir_}};
-  ASSIGN_OR_RETURN(lk->process_, local::Process::Start(options));
+  ASSIGN_OR_RETURN(lk->process_, kubetrain::Process::Start(options));
   absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (!fs::exists(lk->dir_ + "/address") || !fs::exists(lk->kubeconfig_)) {
     if (lk->process_->Poll()) {

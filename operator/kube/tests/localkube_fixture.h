@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "common/process.h"
 #include "operator/kube/client.h"
-#include "operator/local/process.h"
 
 namespace kubetrain::kube::testing {
 
@@ -26,7 +26,7 @@ class Localkube {
   absl::Status InstallTrainingJobCrd(Client& client) const;
 
  private:
-  std::unique_ptr<local::Process> process_;
+  std::unique_ptr<kubetrain::Process> process_;
   std::string dir_;
   std::string kubeconfig_;
 };
