@@ -1,3 +1,4 @@
+// Over 500 lines on purpose: every PsClient RPC as a Call struct beside the FanOut that runs it.
 #include "ps/client.h"
 
 #include <algorithm>

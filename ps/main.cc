@@ -143,7 +143,7 @@ absl::Status Run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   absl::Status status = kubetrain::ps::Run(argc, argv);
-  if (absl::IsCancelled(status)) return 0;  // --help
+  if (kubetrain::HelpRequested(status)) return 0;
   if (!status.ok()) {
     kubetrain::log::Error("kubetrain-ps failed", {{"error", status}});
     return absl::IsInvalidArgument(status) ? 2 : 1;

@@ -1,3 +1,6 @@
+// The ps's gRPC service (see service.h): request dispatch, authentication, refusal logs and
+// metrics, the Init/Push/Pull/Export/Status/Shutdown handlers, and pulls parked until their
+// step. PsServer, which hosts the service in a gRPC server, is in server.cc.
 #include "ps/service.h"
 
 #include <algorithm>
@@ -9,7 +12,6 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "grpcpp/impl/rpc_service_method.h"
-#include "grpcpp/server_builder.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "ps/wire.h"
@@ -463,58 +465,6 @@ bool ParameterServerService::WaitForShutdownRequest(absl::Duration timeout) cons
 size_t ParameterServerService::parked_pulls() const {
   absl::MutexLock lock(&park_mu_);
   return by_step_.size();
-}
-
-absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const ServerOptions& options,
-                                                          PsMetrics* metrics) {
-  std::unique_ptr<PsServer> server(new PsServer());
-  server->host_ = options.address.substr(0, options.address.rfind(':'));
-  server->store_ = std::make_unique<ShardStore>(metrics);
-  ServiceOptions service_options = options.service;
-  service_options.max_response_bytes =
-      std::min<uint64_t>(service_options.max_response_bytes, options.max_message_bytes);
-  server->service_ =
-      std::make_unique<ParameterServerService>(*server->store_, metrics, service_options);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &server->port_);
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder.SetMaxSendMessageSize(options.max_message_bytes);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-                             static_cast<int>(absl::ToInt64Milliseconds(
-                                 std::min(options.max_connection_idle, absl::Hours(24)))));
-  // Probe quiet connections so a peer that vanished (pod deleted, node lost) is noticed and
-  // its parked pulls cancelled, and let clients' own keepalive pings through.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.RegisterService(server->service_.get());
-  server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("ps: cannot listen on ", options.address,
-                     " (is the port in use? choose another with --port)"));
-  }
-  return server;
-}
-
-PsServer::~PsServer() { Stop(absl::ZeroDuration()); }
-
-std::string PsServer::address() const {
-  const bool wildcard = host_.empty() || host_ == "0.0.0.0" || host_ == "[::]";
-  return absl::StrCat(wildcard ? "127.0.0.1" : host_, ":", port_);
-}
-
-void PsServer::Stop(absl::Duration grace) {
-  {
-    absl::MutexLock lock(&stop_mu_);
-    if (stopped_ || server_ == nullptr) return;
-    stopped_ = true;
-  }
-  // Close first: parked pulls are answered now instead of being cancelled after the grace.
-  service_->RequestShutdown("server stopping");
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
-  server_->Wait();
 }
 
 }  // namespace kubetrain::ps

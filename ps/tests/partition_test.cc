@@ -1,13 +1,18 @@
 #include "ps/partition.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 #include <random>
 
+#include "common/testing/status_matchers.h"
+
 namespace kubetrain::ps {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 std::map<PartitionKey, int> Placement(const PlacementPlan& plan) {
   std::map<PartitionKey, int> out;
@@ -87,7 +92,9 @@ TEST(PlacementPlan, SameVariablesInAnyOrderGiveTheSamePlacement) {
   std::shuffle(vars.begin(), vars.end(), std::mt19937(3));
   auto shuffled = PlacementPlan::Build(vars, 4, {.max_partition_bytes = 256});
   auto again = PlacementPlan::Build(vars, 4, {.max_partition_bytes = 256});
-  ASSERT_TRUE(first.ok() && shuffled.ok() && again.ok());
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(shuffled, IsOk());
+  ASSERT_THAT(again, IsOk());
   EXPECT_EQ(Placement(*first), Placement(*shuffled));
   EXPECT_EQ(Placement(*shuffled), Placement(*again));
 }
@@ -104,7 +111,7 @@ TEST(PlacementPlan, RejectsBadInput) {
 
 TEST(PlacementPlan, MorePsThanPartitionsLeavesSomeEmpty) {
   auto plan = PlacementPlan::Build({{"a", 4}}, 3);
-  ASSERT_TRUE(plan.ok());
+  ASSERT_THAT(plan, IsOk());
   EXPECT_EQ(plan->PartitionsOn(0).size(), 1u);
   EXPECT_TRUE(plan->PartitionsOn(1).empty());
   EXPECT_EQ(plan->BytesOn(2), 0u);

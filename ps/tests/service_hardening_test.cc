@@ -2,6 +2,7 @@
 // requests, non-finite values, thousands of pulls waiting for a step, and SIGTERM to the real
 // kubetrain-ps process in the middle of all that.
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -25,6 +26,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
+#include "common/testing/eventually.h"
+#include "common/testing/status_matchers.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/security/credentials.h"
@@ -36,6 +39,9 @@ extern char** environ;
 
 namespace kubetrain::ps {
 namespace {
+
+using ::kubetrain::testing::Eventually;
+using ::kubetrain::testing::IsOk;
 
 double Sample(prometheus::Registry& registry, const std::string& name,
               const std::map<std::string, std::string>& labels = {}) {
@@ -218,18 +224,12 @@ int ThreadCount() {
   return n;
 }
 
-bool WaitFor(absl::Duration timeout, const std::function<bool()>& done) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!done()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return true;
-}
+// The parked pulls and the channel state settle within milliseconds: poll often.
+constexpr absl::Duration kPoll = absl::Milliseconds(5);
 
 TEST_F(PsFixture, PullNamingOnePartitionManyTimesIsRefusedBeforeAnythingIsCopied) {
   Start();
-  ASSERT_TRUE(Init(MakeInit({1 << 20})).ok());  // one 4 MiB partition
+  ASSERT_THAT(Init(MakeInit({1 << 20})), IsOk());  // one 4 MiB partition
   v1::PullRequest pull;
   for (int i = 0; i < 1000; ++i) pull.add_keys()->set_variable("v0");
   v1::PullResponse response;
@@ -239,7 +239,7 @@ TEST_F(PsFixture, PullNamingOnePartitionManyTimesIsRefusedBeforeAnythingIsCopied
   EXPECT_EQ(Requests("Pull", "INVALID_ARGUMENT"), 1);
   // The same partition once is fine.
   pull.mutable_keys()->DeleteSubrange(1, 999);
-  ASSERT_TRUE(Pull(pull, &response).ok());
+  ASSERT_THAT(Pull(pull, &response), IsOk());
   EXPECT_EQ(response.values(0).values().size(), 4u << 20);
 }
 
@@ -253,7 +253,7 @@ TEST_F(PsFixture, InitOrPushNamingAPartitionTwiceIsRefused) {
   EXPECT_FALSE(server_->store().Status().initialized);
 
   const v1::InitRequest init = MakeInit({4, 4}, v1::UPDATE_MODE_ASYNC);
-  ASSERT_TRUE(Init(init).ok());
+  ASSERT_THAT(Init(init), IsOk());
   v1::PushRequest push = MakePush(init, 1.0f);
   *push.mutable_gradients(1)->mutable_key() = push.gradients(0).key();
   v1::PushResponse response;
@@ -266,7 +266,7 @@ TEST_F(PsFixture, InitOrPushNamingAPartitionTwiceIsRefused) {
 
 TEST_F(PsFixture, PullLargerThanTheMessageLimitIsRefusedNamingTheLimit) {
   Start({.address = "127.0.0.1:0", .service = {.max_response_bytes = 6 << 20}});
-  ASSERT_TRUE(Init(MakeInit({1 << 20, 1 << 20})).ok());  // 8 MiB in all
+  ASSERT_THAT(Init(MakeInit({1 << 20, 1 << 20})), IsOk());  // 8 MiB in all
   v1::PullResponse response;
   grpc::Status status = Pull(v1::PullRequest(), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -274,7 +274,7 @@ TEST_F(PsFixture, PullLargerThanTheMessageLimitIsRefusedNamingTheLimit) {
       << status.error_message();
   v1::PullRequest one;
   one.add_keys()->set_variable("v1");
-  EXPECT_TRUE(Pull(one, &response).ok());
+  EXPECT_THAT(Pull(one, &response), IsOk());
 }
 
 TEST_F(PsFixture, InitClaimingAHugeLengthWithoutValuesIsInvalidArgument) {
@@ -293,7 +293,7 @@ TEST_F(PsFixture, InitClaimingAHugeLengthWithoutValuesIsInvalidArgument) {
 
 TEST_F(PsFixture, GarbageRequestBytesAreInvalidArgumentWithAMessage) {
   Start();
-  ASSERT_TRUE(Init(MakeInit({4})).ok());
+  ASSERT_THAT(Init(MakeInit({4})), IsOk());
   const std::string garbage = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01garbage";
   for (const char* method : {"Init", "Push", "Pull", "Export", "Status", "Shutdown"}) {
     const grpc::Status status =
@@ -328,7 +328,7 @@ TEST_F(PsFixture, AFloodOfRefusalsIsCountedInFullButLoggedAtMostTenLines) {
 TEST_F(PsFixture, NonFiniteGradientIsRefusedNamingPartitionAndIndexAndNothingIsApplied) {
   Start();
   const v1::InitRequest init = MakeInit({8, 32}, v1::UPDATE_MODE_ASYNC);
-  ASSERT_TRUE(Init(init).ok());
+  ASSERT_THAT(Init(init), IsOk());
   v1::PushRequest push = MakePush(init, 0.5f);
   std::vector<float> bad(32, 0.5f);
   bad[17] = std::numeric_limits<float>::quiet_NaN();
@@ -345,7 +345,7 @@ TEST_F(PsFixture, NonFiniteGradientIsRefusedNamingPartitionAndIndexAndNothingIsA
   EXPECT_EQ(Sample(registry_, "kubetrain_ps_nonfinite_rejected_total"), 2);
 
   v1::PullResponse pulled;
-  ASSERT_TRUE(Pull(v1::PullRequest(), &pulled).ok());
+  ASSERT_THAT(Pull(v1::PullRequest(), &pulled), IsOk());
   EXPECT_EQ(pulled.global_step(), 0);
   for (const v1::Partition& p : pulled.values()) {
     std::vector<float> values(p.length());
@@ -353,7 +353,7 @@ TEST_F(PsFixture, NonFiniteGradientIsRefusedNamingPartitionAndIndexAndNothingIsA
     for (float v : values) ASSERT_EQ(v, 1.0f) << p.key().variable();
   }
   // Finite gradients still train.
-  ASSERT_TRUE(Push(MakePush(init, 0.5f), &response).ok());
+  ASSERT_THAT(Push(MakePush(init, 0.5f), &response), IsOk());
   EXPECT_EQ(response.global_step(), 1);
 }
 
@@ -373,7 +373,7 @@ TEST_F(PsFixture, NonFiniteInitValueIsRefused) {
 TEST_F(PsFixture, TwoThousandWaitingPullsHoldNoThreadEachAndAllAnswerWhenTheStepComes) {
   Start();
   const v1::InitRequest init = MakeInit({256});
-  ASSERT_TRUE(Init(init).ok());
+  ASSERT_THAT(Init(init), IsOk());
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < 4; ++i) channels.push_back(Channel(server_->address(), i + 1));
   {
@@ -383,16 +383,16 @@ TEST_F(PsFixture, TwoThousandWaitingPullsHoldNoThreadEachAndAllAnswerWhenTheStep
   const int threads_before = ThreadCount();
   constexpr int kPulls = 2000;
   AsyncPulls pulls(channels, kPulls, /*min_step=*/1, absl::Seconds(60));
-  ASSERT_TRUE(WaitFor(absl::Seconds(30), [&] {
-    return server_->service().parked_pulls() == kPulls;
-  })) << server_->service().parked_pulls();
+  ASSERT_TRUE(Eventually([&] { return server_->service().parked_pulls() == kPulls; },
+                         absl::Seconds(30), kPoll))
+      << server_->service().parked_pulls();
   const int threads_waiting = ThreadCount();
   EXPECT_LT(threads_waiting - threads_before, 40)
       << threads_before << " threads before, " << threads_waiting << " with the pulls waiting";
   EXPECT_EQ(pulls.Collect(absl::ZeroDuration()), 0);
 
   v1::PushResponse pushed;
-  ASSERT_TRUE(Push(MakePush(init, 0.25f), &pushed).ok());
+  ASSERT_THAT(Push(MakePush(init, 0.25f), &pushed), IsOk());
   EXPECT_EQ(pushed.global_step(), 1);
   ASSERT_EQ(pulls.Collect(absl::Seconds(30)), kPulls);
   EXPECT_EQ(pulls.CountCode(grpc::StatusCode::OK), kPulls);
@@ -403,7 +403,7 @@ TEST_F(PsFixture, TwoThousandWaitingPullsHoldNoThreadEachAndAllAnswerWhenTheStep
 
 TEST_F(PsFixture, WaitingPullEndsAtMaxPullWaitOrWhenItsClientGivesUp) {
   Start({.address = "127.0.0.1:0", .service = {.max_pull_wait = absl::Milliseconds(300)}});
-  ASSERT_TRUE(Init(MakeInit({4})).ok());
+  ASSERT_THAT(Init(MakeInit({4})), IsOk());
   v1::PullRequest pull;
   pull.set_min_step(5);
   v1::PullResponse response;
@@ -420,16 +420,17 @@ TEST_F(PsFixture, WaitingPullEndsAtMaxPullWaitOrWhenItsClientGivesUp) {
   status = Pull(pull, &response, absl::Milliseconds(100));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_TRUE(WaitFor(absl::Seconds(5), [&] { return server_->service().parked_pulls() == 0; }));
+  EXPECT_TRUE(
+      Eventually([&] { return server_->service().parked_pulls() == 0; }, absl::Seconds(5), kPoll));
 }
 
 TEST_F(PsFixture, StopAnswersWaitingPullsUnavailableAtOnce) {
   Start();
-  ASSERT_TRUE(Init(MakeInit({16})).ok());
+  ASSERT_THAT(Init(MakeInit({16})), IsOk());
   constexpr int kPulls = 300;
   AsyncPulls pulls({channel_}, kPulls, /*min_step=*/7, absl::Seconds(60));
-  ASSERT_TRUE(
-      WaitFor(absl::Seconds(30), [&] { return server_->service().parked_pulls() == kPulls; }));
+  ASSERT_TRUE(Eventually([&] { return server_->service().parked_pulls() == kPulls; },
+                         absl::Seconds(30), kPoll));
   const absl::Time start = absl::Now();
   server_->Stop(absl::Seconds(1));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
@@ -441,11 +442,11 @@ TEST_F(PsFixture, IdleConnectionsAreClosedByTheServer) {
   Start({.address = "127.0.0.1:0", .max_connection_idle = absl::Milliseconds(300)});
   grpc::ClientContext context;
   v1::StatusResponse status;
-  ASSERT_TRUE(stub_->Status(&context, v1::StatusRequest(), &status).ok());
+  ASSERT_THAT(stub_->Status(&context, v1::StatusRequest(), &status), IsOk());
   EXPECT_EQ(channel_->GetState(false), GRPC_CHANNEL_READY);
   // The server's GOAWAY takes the client's connection down to idle.
-  EXPECT_TRUE(
-      WaitFor(absl::Seconds(10), [&] { return channel_->GetState(false) == GRPC_CHANNEL_IDLE; }));
+  EXPECT_TRUE(Eventually([&] { return channel_->GetState(false) == GRPC_CHANNEL_IDLE; },
+                         absl::Seconds(10), kPoll));
 }
 
 // ---- The kubetrain-ps process ----
@@ -546,7 +547,7 @@ TEST(PsProcess, SigtermWithPullsWaitingExitsWithinTwoSeconds) {
   {
     grpc::ClientContext context;
     v1::InitResponse response;
-    ASSERT_TRUE(stub->Init(&context, MakeInit({1024}), &response).ok());
+    ASSERT_THAT(stub->Init(&context, MakeInit({1024}), &response), IsOk());
   }
   AsyncPulls pulls({channel}, 500, /*min_step=*/10, absl::Seconds(60));
   absl::SleepFor(absl::Milliseconds(500));  // let them all arrive and park

@@ -1,5 +1,6 @@
 // The ps over real gRPC: several PsServers on 127.0.0.1 port 0 in this process, driven by
 // PsClient from several worker threads.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
+#include "common/testing/status_matchers.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -18,6 +20,8 @@
 
 namespace kubetrain::ps {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 constexpr absl::string_view kNotInitialised =
     "ps not initialised; waiting for the chief to restore it";
@@ -126,7 +130,7 @@ TEST(PsService, UninitialisedPsRefusesPushAndPullWithFailedPrecondition) {
   while (refused() < 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_GE(refused(), 1);
   // Reachable but not initialised: ready for the chief, not for workers.
-  EXPECT_TRUE(client->WaitReady(absl::Seconds(30), /*require_initialized=*/false).ok());
+  EXPECT_THAT(client->WaitReady(absl::Seconds(30), /*require_initialized=*/false), IsOk());
   EXPECT_EQ(client->WaitReady(absl::Milliseconds(300), true).code(),
             absl::StatusCode::kDeadlineExceeded);
 }
@@ -141,8 +145,8 @@ TEST(PsService, WorkersTrainSynchronouslyOverThreeShards) {
 
   auto client = cluster.Client(plan);  // shared by the worker threads: it is thread-safe
   ModelState initial = InitialState(plan, {UpdateMode::kSync, kWorkers, {.learning_rate = 1}});
-  ASSERT_TRUE(client->Init(initial).ok());
-  ASSERT_TRUE(client->WaitReady(absl::Seconds(30), true).ok());
+  ASSERT_THAT(client->Init(initial), IsOk());
+  ASSERT_THAT(client->WaitReady(absl::Seconds(30), true), IsOk());
 
   std::atomic<int> failures{0};
   std::vector<std::thread> workers;
@@ -198,10 +202,10 @@ TEST(PsService, ExportThenInitRestoresAFreshClusterExactly) {
   {
     Cluster cluster(kPs);
     auto client = cluster.Client(plan);
-    ASSERT_TRUE(client->Init(InitialState(plan, config)).ok());
+    ASSERT_THAT(client->Init(InitialState(plan, config)), IsOk());
     auto params = Buffers(plan);
     auto v = client->Pull(Spans(params));
-    ASSERT_TRUE(v.ok());
+    ASSERT_THAT(v, IsOk());
     for (int s = 0; s < 2; ++s) {
       auto grads = Buffers(plan, float(s + 1));
       std::vector<std::span<const float>> spans(grads.begin(), grads.end());
@@ -221,7 +225,7 @@ TEST(PsService, ExportThenInitRestoresAFreshClusterExactly) {
 
   Cluster fresh(kPs);  // new processes: empty until the chief restores them
   auto client = fresh.Client(plan);
-  ASSERT_TRUE(client->Init(exported).ok());
+  ASSERT_THAT(client->Init(exported), IsOk());
   auto again = client->Export();
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->global_step, exported.global_step);
@@ -240,14 +244,14 @@ TEST(PsService, RestartedShardIsRefilledAlone) {
   PlacementPlan plan = Plan(kPs);
   auto client = cluster.Client(plan);
   ModelState state = InitialState(plan, {UpdateMode::kAsync, 1, {.learning_rate = 1}});
-  ASSERT_TRUE(client->InitShard(1, state).ok());
+  ASSERT_THAT(client->InitShard(1, state), IsOk());
   auto infos = client->Status();
-  ASSERT_TRUE(infos.ok());
+  ASSERT_THAT(infos, IsOk());
   EXPECT_FALSE((*infos)[0].initialized);
   EXPECT_TRUE((*infos)[1].initialized);
   EXPECT_EQ((*infos)[1].parameter_bytes, plan.BytesOn(1));
-  ASSERT_TRUE(client->InitShard(0, state).ok());
-  EXPECT_TRUE(client->WaitReady(absl::Seconds(30), true).ok());
+  ASSERT_THAT(client->InitShard(0, state), IsOk());
+  EXPECT_THAT(client->WaitReady(absl::Seconds(30), true), IsOk());
 }
 
 TEST(PsService, WaitReadyRetriesAnUnreachablePsAndLogsEachRetry) {
@@ -261,7 +265,7 @@ TEST(PsService, WaitReadyRetriesAnUnreachablePsAndLogsEachRetry) {
       {dead_address}, plan,
       {.rpc_timeout = absl::Seconds(5),
        .wait_ready_backoff = {.initial = absl::Milliseconds(50), .max = absl::Milliseconds(100)}});
-  ASSERT_TRUE(client.ok());
+  ASSERT_THAT(client, IsOk());
   absl::Mutex mu;
   int retries = 0;
   log::SetSink([&](absl::string_view line) {
@@ -279,14 +283,14 @@ TEST(PsService, ShutdownRpcStopsTheServiceAndWakesPulls) {
   Cluster cluster(1);
   PlacementPlan plan = Plan(1);
   auto client = cluster.Client(plan);
-  ASSERT_TRUE(client->Init(InitialState(plan, {UpdateMode::kSync, 1, {}})).ok());
+  ASSERT_THAT(client->Init(InitialState(plan, {UpdateMode::kSync, 1, {}})), IsOk());
   absl::Status blocked;
   std::thread puller([&] {
     auto params = Buffers(plan);
     Version far{{100}, {}};
     blocked = client->Pull(Spans(params), &far).status();
   });
-  ASSERT_TRUE(client->Shutdown("training finished").ok());
+  ASSERT_THAT(client->Shutdown("training finished"), IsOk());
   puller.join();
   EXPECT_EQ(blocked.code(), absl::StatusCode::kUnavailable) << blocked;
   EXPECT_TRUE(cluster.server(0).service().WaitForShutdownRequest(absl::Seconds(30)));
@@ -299,11 +303,10 @@ TEST(PsService, GeneratedProtobufStubInteroperatesWithTensorCodedServer) {
   Cluster cluster(1);
   PlacementPlan plan = Plan(1);
   auto client = cluster.Client(plan);
-  ASSERT_TRUE(client
-                  ->Init(InitialState(
-                      plan, {.mode = UpdateMode::kAsync,
-                             .optimizer = {.kind = OptimizerKind::kSgd, .learning_rate = 1.0}}))
-                  .ok());
+  ASSERT_THAT(client->Init(InitialState(
+                  plan, {.mode = UpdateMode::kAsync,
+                         .optimizer = {.kind = OptimizerKind::kSgd, .learning_rate = 1.0}})),
+              IsOk());
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // the pull answer (12.8 MB) is over gRPC's 4 MiB default
   auto stub = v1::ParameterServer::NewStub(grpc::CreateCustomChannel(
@@ -326,13 +329,13 @@ TEST(PsService, GeneratedProtobufStubInteroperatesWithTensorCodedServer) {
   {
     grpc::ClientContext context;
     v1::PushResponse response;
-    ASSERT_TRUE(stub->Push(&context, push, &response).ok());
+    ASSERT_THAT(stub->Push(&context, push, &response), IsOk());
     EXPECT_EQ(response.global_step(), 1);
   }
   {
     grpc::ClientContext context;
     v1::PullResponse response;
-    ASSERT_TRUE(stub->Pull(&context, v1::PullRequest(), &response).ok());
+    ASSERT_THAT(stub->Pull(&context, v1::PullRequest(), &response), IsOk());
     EXPECT_EQ(response.global_step(), 1);
     EXPECT_EQ(response.run_id(), "run-1");
     ASSERT_EQ(response.values_size(), static_cast<int>(plan.partitions().size()));
@@ -387,7 +390,7 @@ TEST(PsJobSecret, OnlyTheJobsClientsMayInitPullOrShutDown) {
   auto member = PsClient::Create({(*server)->address()}, plan,
                                  {.rpc_timeout = absl::Seconds(30), .secret = secret});
   ASSERT_TRUE(member.ok()) << member.status();
-  ASSERT_TRUE((*member)->Init(state).ok());
+  ASSERT_THAT((*member)->Init(state), IsOk());
   std::vector<std::vector<float>> values = Buffers(plan);
   auto pulled = (*member)->Pull(Spans(values));
   ASSERT_TRUE(pulled.ok()) << pulled.status();

@@ -1,5 +1,6 @@
 #include "ps/store.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,10 +8,13 @@
 #include <thread>
 
 #include "absl/synchronization/barrier.h"
+#include "common/testing/status_matchers.h"
 #include "prometheus/registry.h"
 
 namespace kubetrain::ps {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 constexpr absl::string_view kNotInitialised =
     "ps not initialised; waiting for the chief to restore it";
@@ -81,7 +85,7 @@ TEST_F(StoreTest, UninitialisedRefusesPushAndPull) {
 }
 
 TEST_F(StoreTest, SyncAppliesTheAverageOnceAllReplicasArrived) {
-  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(3))).ok());
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(3))), IsOk());
   for (float g : {1.0f, 2.0f}) {
     auto outcome = store_.Push(Push(0, g).args);
     ASSERT_TRUE(outcome.ok()) << outcome.status();
@@ -90,7 +94,7 @@ TEST_F(StoreTest, SyncAppliesTheAverageOnceAllReplicasArrived) {
     EXPECT_EQ(Values(store_).first, kInitial);  // nothing applied before the third
   }
   auto third = store_.Push(Push(0, 6).args);
-  ASSERT_TRUE(third.ok());
+  ASSERT_THAT(third, IsOk());
   EXPECT_EQ(third->global_step, 1);
   auto [values, step] = Values(store_);
   EXPECT_EQ(step, 1);
@@ -98,10 +102,10 @@ TEST_F(StoreTest, SyncAppliesTheAverageOnceAllReplicasArrived) {
 }
 
 TEST_F(StoreTest, StaleGradientsAreDroppedAndCounted) {
-  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(1))).ok());
-  ASSERT_TRUE(store_.Push(Push(0, 1).args).ok());
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(1))), IsOk());
+  ASSERT_THAT(store_.Push(Push(0, 1).args), IsOk());
   auto stale = store_.Push(Push(0, 100).args);
-  ASSERT_TRUE(stale.ok());
+  ASSERT_THAT(stale, IsOk());
   EXPECT_TRUE(stale->stale);
   EXPECT_EQ(stale->global_step, 1);
   EXPECT_EQ(Values(store_).first, Minus(kInitial, 1));
@@ -110,7 +114,7 @@ TEST_F(StoreTest, StaleGradientsAreDroppedAndCounted) {
 
 TEST_F(StoreTest, ConcurrentSyncPushesBumpTheStepOncePerRound) {
   constexpr int kWorkers = 4, kSteps = 60;
-  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(kWorkers))).ok());
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(kWorkers))), IsOk());
   std::atomic<int> stale{0}, errors{0};
   std::vector<std::thread> workers;
   for (int w = 0; w < kWorkers; ++w) {
@@ -138,7 +142,7 @@ TEST_F(StoreTest, ConcurrentSyncPushesBumpTheStepOncePerRound) {
 TEST_F(StoreTest, PushesBeyondTheQuotaOfAStepAreStale) {
   // Four workers, two to aggregate: TF's backup workers. Exactly two win the step.
   constexpr int kWorkers = 4;
-  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(2))).ok());
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(2))), IsOk());
   absl::Barrier* start = new absl::Barrier(kWorkers);
   std::atomic<int> stale{0};
   std::vector<std::thread> workers;
@@ -160,16 +164,16 @@ TEST_F(StoreTest, PushesBeyondTheQuotaOfAStepAreStale) {
 
 TEST_F(StoreTest, AsyncAppliesEveryPushOnArrival) {
   constexpr int kWorkers = 4, kPushes = 25;
-  ASSERT_TRUE(store_.Init(TwoPartitions({UpdateMode::kAsync, 1, {.learning_rate = 1}})).ok());
+  ASSERT_THAT(store_.Init(TwoPartitions({UpdateMode::kAsync, 1, {.learning_rate = 1}})), IsOk());
   auto first = store_.Push(Push(0, 1).args);
-  ASSERT_TRUE(first.ok());
+  ASSERT_THAT(first, IsOk());
   EXPECT_EQ(first->global_step, 1);
   EXPECT_EQ(Values(store_).first, Minus(kInitial, 1));
   std::vector<std::thread> workers;
   for (int w = 0; w < kWorkers; ++w) {
     workers.emplace_back([&] {
       // The step the gradient was computed at does not matter in async mode.
-      for (int i = 0; i < kPushes; ++i) ASSERT_TRUE(store_.Push(Push(0, 1).args).ok());
+      for (int i = 0; i < kPushes; ++i) ASSERT_THAT(store_.Push(Push(0, 1).args), IsOk());
     });
   }
   for (auto& t : workers) t.join();
@@ -180,11 +184,11 @@ TEST_F(StoreTest, AsyncAppliesEveryPushOnArrival) {
 }
 
 TEST_F(StoreTest, BlockingPullWakesWhenTheStepArrives) {
-  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(1))).ok());
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(1))), IsOk());
   std::pair<std::vector<float>, int64_t> seen;
   std::thread puller([&] { seen = Values(store_, /*min_step=*/2); });
-  ASSERT_TRUE(store_.Push(Push(0, 1).args).ok());
-  ASSERT_TRUE(store_.Push(Push(1, 1).args).ok());
+  ASSERT_THAT(store_.Push(Push(0, 1).args), IsOk());
+  ASSERT_THAT(store_.Push(Push(1, 1).args), IsOk());
   puller.join();
   // Whenever the pull started, it can only have answered with step 2's values.
   EXPECT_EQ(seen.second, 2);
@@ -192,7 +196,7 @@ TEST_F(StoreTest, BlockingPullWakesWhenTheStepArrives) {
 }
 
 TEST_F(StoreTest, BlockingPullTimesOutOrIsWokenByClose) {
-  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(1))).ok());
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(1))), IsOk());
   auto timed_out = store_.Pull({}, 5, absl::Now() + absl::Milliseconds(20), [](auto&&...) {});
   EXPECT_EQ(timed_out.status().code(), absl::StatusCode::kDeadlineExceeded);
   absl::Status closed_status;
@@ -207,18 +211,18 @@ TEST_F(StoreTest, BlockingPullTimesOutOrIsWokenByClose) {
 
 TEST_F(StoreTest, ExportThenInitRestoresValuesSlotsAndStepExactly) {
   OptimizerOptions adam{.kind = OptimizerKind::kAdam, .learning_rate = 0.01};
-  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(1, adam))).ok());
-  ASSERT_TRUE(store_.Push(Push(0, 0.5f).args).ok());
-  ASSERT_TRUE(store_.Push(Push(1, -2.0f).args).ok());
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(1, adam))), IsOk());
+  ASSERT_THAT(store_.Push(Push(0, 0.5f).args), IsOk());
+  ASSERT_THAT(store_.Push(Push(1, -2.0f).args), IsOk());
   auto exported = store_.Export();
-  ASSERT_TRUE(exported.ok());
+  ASSERT_THAT(exported, IsOk());
   EXPECT_EQ(exported->global_step, 2);
   EXPECT_EQ(exported->partitions[0].slots.size(), 2u);  // m and v
 
   ShardStore restored;
-  ASSERT_TRUE(restored.Init(*exported).ok());
+  ASSERT_THAT(restored.Init(*exported), IsOk());
   auto again = restored.Export();
-  ASSERT_TRUE(again.ok());
+  ASSERT_THAT(again, IsOk());
   EXPECT_EQ(again->global_step, 2);
   EXPECT_EQ(again->run_id, "run-1");
   ASSERT_EQ(again->partitions.size(), exported->partitions.size());
@@ -228,13 +232,13 @@ TEST_F(StoreTest, ExportThenInitRestoresValuesSlotsAndStepExactly) {
     EXPECT_EQ(again->partitions[i].slots, exported->partitions[i].slots);
   }
   // The same next gradient moves both to bit-identical values (slots and step really restored).
-  ASSERT_TRUE(store_.Push(Push(2, 1.5f).args).ok());
-  ASSERT_TRUE(restored.Push(Push(2, 1.5f).args).ok());
+  ASSERT_THAT(store_.Push(Push(2, 1.5f).args), IsOk());
+  ASSERT_THAT(restored.Push(Push(2, 1.5f).args), IsOk());
   EXPECT_EQ(Values(store_).first, Values(restored).first);
 }
 
 TEST_F(StoreTest, RejectsMalformedPushes) {
-  ASSERT_TRUE(store_.Init(TwoPartitions(Sync(2))).ok());
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(2))), IsOk());
   Push partial(0, 1);
   partial.args.gradients.pop_back();
   EXPECT_EQ(store_.Push(partial.args).status().code(), absl::StatusCode::kInvalidArgument);
@@ -251,8 +255,8 @@ TEST_F(StoreTest, RejectsMalformedPushes) {
   other_run.args.run_id = "run-0";
   EXPECT_EQ(store_.Push(other_run.args).status().code(), absl::StatusCode::kAborted);
   // None of them took a place in the round: two good pushes still complete step 0.
-  ASSERT_TRUE(store_.Push(Push(0, 1).args).ok());
-  ASSERT_TRUE(store_.Push(Push(0, 3).args).ok());
+  ASSERT_THAT(store_.Push(Push(0, 1).args), IsOk());
+  ASSERT_THAT(store_.Push(Push(0, 3).args), IsOk());
   EXPECT_EQ(Values(store_).first, Minus(kInitial, 2));
 }
 

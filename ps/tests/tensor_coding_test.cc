@@ -11,16 +11,18 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
 #include "kubetrain/v1/ps.pb.h"
 
 namespace kubetrain::ps {
 namespace {
 
+using ::kubetrain::testing::IsOk;
 using ::testing::HasSubstr;
 
 std::string Flatten(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  EXPECT_THAT(buffer.Dump(&slices), IsOk());
   std::string out;
   for (const grpc::Slice& s : slices)
     out.append(reinterpret_cast<const char*>(s.begin()), s.size());
@@ -104,7 +106,7 @@ TEST(TensorCoding, PushEncodingReferencesCallerMemoryUntilReleased) {
   grpc::ByteBuffer encoded = EncodePushRequest({}, {&view, 1}, pins);
   grad[0] = 2.5f;  // not copied: the encoded message sees the change
   PushFrame frame;
-  ASSERT_TRUE(frame.Parse(encoded).ok());
+  ASSERT_THAT(frame.Parse(encoded), IsOk());
   std::vector<float> scratch;
   EXPECT_EQ(AsFloats(frame.args().gradients[0].bytes, scratch)[0], 2.5f);
   frame = PushFrame();
