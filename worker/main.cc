@@ -383,7 +383,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   int exit_code = 1;
   absl::Status s = kubetrain::worker::Main(argc, argv, &exit_code);
-  if (s.code() == absl::StatusCode::kCancelled && s.message() == "help requested") return 0;
+  if (kubetrain::HelpRequested(s)) return 0;
   if (!s.ok()) {
     kubetrain::log::Error("kubetrain-worker failed", {{"error", s}});
     std::cerr << "kubetrain-worker: " << s.message() << std::endl;

@@ -1,6 +1,6 @@
 // The chief's log lines that people read with `kubectl logs` (and `kubetrain run` parses):
 // periodic `progress` lines with the job's throughput, and `evaluation` lines, each mirrored in
-// the worker's metrics. Shared by the ps and all-reduce training loops.
+// the worker's metrics. Used by ChiefDuties (worker/chief_duties.h) in every training mode.
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,15 @@
-// Parameter-server training for one task of a job: pull → compute → push, in sync
-// (SyncReplicasOptimizer semantics on the ps) or async mode, with the chief's duties on top:
-// initialise or restore the ps, watch for a ps that comes back empty and refill it from the
-// latest checkpoint, evaluate on the test set each epoch, log progress, checkpoint, and shut the
-// ps down when training is over. An evaluator task only evaluates.
+// Training for one task of a job: the public interface worker/main.cc uses. Options, the task's
+// identity, the run's summary, and Trainer, which runs ONE training loop (worker/trainer.cc)
+// over a GradientExchange strategy (worker/gradient_exchange.h) chosen by the mode: ps-sync or
+// ps-async against parameter servers (worker/exchange_ps.h), or all-reduce among the workers
+// themselves (worker/exchange_allreduce.h). The chief's duties on top (initialise or restore
+// from the latest checkpoint, evaluate on the test set each epoch, log progress, checkpoint,
+// summarise) are ChiefDuties' (worker/chief_duties.h), the same in every mode. An evaluator task
+// (ps modes) only evaluates.
 //
-// A Trainer owns its model, ps client and (chief) checkpointer; it borrows the datasets, the
-// device and the metrics. Run is called once, from one thread; the chief starts one more thread
-// of its own to watch the ps.
+// A Trainer owns its model, strategy and (chief) duties; it borrows the datasets, the device,
+// the communicator and the metrics. Run is called once, from one thread; the ps chief starts one
+// more thread of its own to watch the ps.
 #pragma once
 
 #include <atomic>
@@ -29,7 +32,7 @@
 namespace kubetrain::worker {
 
 // ps-sync / ps-async train against parameter servers; all-reduce averages gradients among the
-// workers themselves (worker/allreduce_trainer.h).
+// workers themselves.
 enum class Mode { kPsSync, kPsAsync, kAllReduce };
 enum class Role { kChief, kWorker, kEvaluator };
 
@@ -84,7 +87,8 @@ struct TrainingSummary {
   double examples_per_second = 0;
   double wall_seconds = 0;
   std::string checkpoint;  // last checkpoint written
-  // The final line the chief prints: {"event":"training_complete","test_accuracy":...}.
+  // The final line the chief prints: {"event":"training_complete","test_accuracy":...}
+  // (worker/chief_duties.cc).
   nlohmann::ordered_json ToJson() const;
 };
 
@@ -110,8 +114,7 @@ class Trainer {
 
  private:
   class Impl;
-  std::unique_ptr<Impl> impl_;                         // ps modes
-  std::unique_ptr<class AllReduceTrainer> allreduce_;  // all-reduce mode
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace kubetrain::worker

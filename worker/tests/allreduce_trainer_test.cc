@@ -1,12 +1,12 @@
 // All-reduce training end to end in one process: a coordinator on 127.0.0.1, one thread per rank
 // with its own CPU device and Gloo communicator over loopback TCP.
-#include "worker/allreduce_trainer.h"
-
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <thread>
 
+#include "common/testing/status_matchers.h"
 #include "prometheus/registry.h"
 #include "ps/optimizer.h"
 #include "ps/service.h"
@@ -16,12 +16,16 @@
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/data/shard.h"
+#include "worker/exchange_allreduce.h"
 #include "worker/models.h"
 #include "worker/random.h"
 #include "worker/tests/fashion_mnist_fixture.h"
+#include "worker/trainer.h"
 
 namespace kubetrain::worker {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 std::string FreshDir(const std::string& name) {
   std::string dir = ::testing::TempDir() + "/allreduce_" + name;
@@ -165,12 +169,12 @@ TEST_F(AllReduceTrainerTest, ARankThatStopsFailsItsPeersInsteadOfHangingThem) {
 
 TEST_F(AllReduceTrainerTest, AnEvaluatorIsRefusedWithTheFix) {
   auto server = CoordinatorServer::Start({"127.0.0.1:0", 1});
-  ASSERT_TRUE(server.ok());
+  ASSERT_THAT(server, IsOk());
   auto store = CoordinatorClient::Connect(
       {.address = "127.0.0.1:" + std::to_string((*server)->port()), .rank = 0, .world_size = 1});
-  ASSERT_TRUE(store.ok());
+  ASSERT_THAT(store, IsOk());
   auto comm = GlooCommunicator::Create(**store, {.rank = 0, .size = 1});
-  ASSERT_TRUE(comm.ok());
+  ASSERT_THAT(comm, IsOk());
   CpuDevice device;
   TaskIdentity id{Role::kEvaluator, 0, 1, {}};
   id.communicator = comm->get();
@@ -205,21 +209,22 @@ TEST(AllReduceTrainer, AStepAppliesTheMeanOfTheRanksGradients) {
 
   CpuDevice device;
   auto model = MakeModel("mlp", device, o.seed);
-  ASSERT_TRUE(model.ok());
+  ASSERT_THAT(model, IsOk());
   auto optimizer = ps::MakeOptimizer(OptimizerFor(o, 128, 2));
-  ASSERT_TRUE(optimizer.ok());
+  ASSERT_THAT(optimizer, IsOk());
   const size_t n = (*model)->num_parameters();
   std::vector<float> values(n), grad(n), sum(n);
-  ASSERT_TRUE((*model)->ReadValues(absl::MakeSpan(values)).ok());
+  ASSERT_THAT((*model)->ReadValues(absl::MakeSpan(values)), IsOk());
   ShardBatches rank0(train, {o.seed, 0, 2}, 64), rank1(train, {o.seed, 1, 2}, 64);
   for (int step = 0; step < 2; ++step) {
     std::fill(sum.begin(), sum.end(), 0.0f);
     for (ShardBatches* batches : {&rank0, &rank1}) {
       auto batch = batches->At(step);
-      ASSERT_TRUE(batch.ok());
-      ASSERT_TRUE((*model)->WriteValues(values).ok());
-      ASSERT_TRUE((*model)->ComputeGradients((*batch)->image_span(), (*batch)->label_span()).ok());
-      ASSERT_TRUE((*model)->ReadGradients(absl::MakeSpan(grad)).ok());
+      ASSERT_THAT(batch, IsOk());
+      ASSERT_THAT((*model)->WriteValues(values), IsOk());
+      ASSERT_THAT((*model)->ComputeGradients((*batch)->image_span(), (*batch)->label_span()),
+                  IsOk());
+      ASSERT_THAT((*model)->ReadGradients(absl::MakeSpan(grad)), IsOk());
       for (size_t i = 0; i < n; ++i) sum[i] += grad[i];
     }
     ps::UpdateRule rule = (*optimizer)->Rule(step);

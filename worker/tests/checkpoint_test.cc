@@ -1,5 +1,6 @@
 #include "worker/checkpoint.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,11 +9,17 @@
 #include <iterator>
 #include <limits>
 
+#include "common/testing/status_matchers.h"
 #include "kubetrain/v1/checkpoint.pb.h"
 #include "ps/wire.h"
 
 namespace kubetrain::worker {
 namespace {
+
+using ::kubetrain::testing::IsOk;
+using ::kubetrain::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 namespace fs = std::filesystem;
 
@@ -95,7 +102,7 @@ TEST(Checkpointer, RoundTripsValuesSlotsStepAndConfig) {
 TEST(Checkpointer, KeepsOnlyTheNewestAndLoadsTheLatest) {
   std::string dir = FreshDir("ckpt_keep");
   Checkpointer c({dir, 2});
-  for (int step : {10, 20, 30}) ASSERT_TRUE(c.Save(State(step), "mlp").ok());
+  for (int step : {10, 20, 30}) ASSERT_THAT(c.Save(State(step), "mlp"), IsOk());
   EXPECT_FALSE(fs::exists(dir + "/ckpt-10.pb"));
   EXPECT_TRUE(fs::exists(dir + "/ckpt-20.pb"));
   EXPECT_TRUE(fs::exists(dir + "/ckpt-30.pb"));
@@ -108,30 +115,27 @@ TEST(Checkpointer, KeepsOnlyTheNewestAndLoadsTheLatest) {
 TEST(Checkpointer, RefusesAnotherModelsCheckpoint) {
   std::string dir = FreshDir("ckpt_model");
   Checkpointer c({dir, 2});
-  ASSERT_TRUE(c.Save(State(5), "mlp").ok());
+  ASSERT_THAT(c.Save(State(5), "mlp"), IsOk());
   auto latest = c.LoadLatest("cnn");
-  ASSERT_FALSE(latest.ok());
-  EXPECT_EQ(latest.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(latest.status().message(), dir +
-                                           "/ckpt-5.pb holds a mlp model, this run trains cnn; "
-                                           "use another --checkpoint-dir");
+  EXPECT_THAT(latest, StatusIs(absl::StatusCode::kFailedPrecondition,
+                               dir + "/ckpt-5.pb holds a mlp model, this run trains cnn; "
+                                     "use another --checkpoint-dir"));
 }
 
 TEST(Checkpointer, CorruptCheckpointIsDataLoss) {
   std::string dir = FreshDir("ckpt_corrupt");
   Checkpointer c({dir, 2});
   auto path = c.Save(State(5), "mlp");
-  ASSERT_TRUE(path.ok());
+  ASSERT_THAT(path, IsOk());
   std::ofstream(*path, std::ios::trunc) << "\x08\xff\xff garbage";
   auto latest = c.LoadLatest("mlp");
-  ASSERT_FALSE(latest.ok());
-  EXPECT_EQ(latest.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(latest, StatusIs(absl::StatusCode::kDataLoss));
 }
 
 TEST(Checkpointer, UnreadableManifestFallsBackToTheNewestValidCheckpoint) {
   std::string dir = FreshDir("ckpt_bad_manifest");
   Checkpointer first({dir, 3});
-  for (int step : {0, 10, 20}) ASSERT_TRUE(first.Save(State(step), "mlp").ok());
+  for (int step : {0, 10, 20}) ASSERT_THAT(first.Save(State(step), "mlp"), IsOk());
   WriteAll(dir + "/checkpoint.json", "{\"latest\": 5, \"all\": ");
   auto latest = Checkpointer({dir, 3}).LoadLatest(Expect());
   ASSERT_TRUE(latest.ok()) << latest.status();
@@ -142,8 +146,8 @@ TEST(Checkpointer, UnreadableManifestFallsBackToTheNewestValidCheckpoint) {
 TEST(Checkpointer, ManifestNamingAMissingFileFallsBackToAScan) {
   std::string dir = FreshDir("ckpt_missing_latest");
   Checkpointer c({dir, 3});
-  ASSERT_TRUE(c.Save(State(10), "mlp").ok());
-  ASSERT_TRUE(c.Save(State(20), "mlp").ok());
+  ASSERT_THAT(c.Save(State(10), "mlp"), IsOk());
+  ASSERT_THAT(c.Save(State(20), "mlp"), IsOk());
   fs::remove(dir + "/ckpt-20.pb");
   auto latest = c.LoadLatest(Expect());
   ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status();
@@ -152,8 +156,8 @@ TEST(Checkpointer, ManifestNamingAMissingFileFallsBackToAScan) {
 
 TEST(Checkpointer, ALaterRunNeverOverwritesAnEarlierRunsCheckpoint) {
   std::string dir = FreshDir("ckpt_no_overwrite");
-  ASSERT_TRUE(Checkpointer({dir, 3}).Save(State(0), "mlp").ok());
-  ASSERT_TRUE(Checkpointer({dir, 3}).Save(State(10), "mlp").ok());
+  ASSERT_THAT(Checkpointer({dir, 3}).Save(State(0), "mlp"), IsOk());
+  ASSERT_THAT(Checkpointer({dir, 3}).Save(State(10), "mlp"), IsOk());
   const std::string earlier = ReadAll(dir + "/ckpt-0.pb");
   WriteAll(dir + "/checkpoint.json", "not json");
   // A second run starting afresh at step 0, with a keep of 1.
@@ -164,7 +168,7 @@ TEST(Checkpointer, ALaterRunNeverOverwritesAnEarlierRunsCheckpoint) {
   EXPECT_EQ(ReadAll(dir + "/ckpt-0.pb"), earlier);
   // Its own file it may replace; the earlier run's files are not its to rotate away.
   EXPECT_EQ(*second.Save(State(0), "mlp"), dir + "/ckpt-0.1.pb");
-  ASSERT_TRUE(second.Save(State(5), "mlp").ok());
+  ASSERT_THAT(second.Save(State(5), "mlp"), IsOk());
   EXPECT_FALSE(fs::exists(dir + "/ckpt-0.1.pb"));
   EXPECT_TRUE(fs::exists(dir + "/ckpt-0.pb"));
   EXPECT_TRUE(fs::exists(dir + "/ckpt-10.pb"));
@@ -175,7 +179,7 @@ TEST(Checkpointer, ManifestEntriesOutsideTheDirectoryAreNeverDeleted) {
   fs::create_directories(dir + "/sub");
   WriteAll(dir + "/precious.pb", "keep me");
   WriteAll(dir + "/sub/checkpoint.json", R"({"latest": "ckpt-1.pb", "all": ["../precious.pb"]})");
-  ASSERT_TRUE(Checkpointer({dir + "/sub", 1}).Save(State(2), "mlp").ok());
+  ASSERT_THAT(Checkpointer({dir + "/sub", 1}).Save(State(2), "mlp"), IsOk());
   EXPECT_TRUE(fs::exists(dir + "/precious.pb"));
 }
 
@@ -183,14 +187,13 @@ TEST(Checkpointer, ChecksumMismatchIsDataLossNamingTheFile) {
   std::string dir = FreshDir("ckpt_checksum");
   Checkpointer c({dir, 2});
   auto path = c.Save(State(5), "mlp");
-  ASSERT_TRUE(path.ok());
+  ASSERT_THAT(path, IsOk());
   std::string data = ReadAll(*path);
   data[data.size() - 2] ^= 0x01;  // one bit of a float value: still a valid proto
   WriteAll(*path, data);
   auto latest = c.LoadLatest(Expect());
-  ASSERT_FALSE(latest.ok());
-  EXPECT_EQ(latest.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(latest.status().message(), *path + " is corrupt: checksum mismatch");
+  EXPECT_THAT(latest,
+              StatusIs(absl::StatusCode::kDataLoss, *path + " is corrupt: checksum mismatch"));
 }
 
 TEST(Checkpointer, ReadsOlderFilesWithoutAChecksum) {
@@ -212,19 +215,18 @@ TEST(Checkpointer, RefusesNonFiniteValuesNamingTheFile) {
   WriteUnframed(dir + "/ckpt-7.pb", s, "mlp");
   WriteAll(dir + "/checkpoint.json", R"({"latest": "ckpt-7.pb", "all": ["ckpt-7.pb"]})");
   auto latest = Checkpointer({dir, 2}).LoadLatest(Expect());
-  ASSERT_FALSE(latest.ok());
-  EXPECT_EQ(latest.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(latest.status().message(),
-            dir +
-                "/ckpt-7.pb: variable dense1/kernel holds nan at index 0 (training had "
-                "diverged); delete it to resume from an earlier checkpoint, or use another "
-                "--checkpoint-dir");
+  EXPECT_THAT(
+      latest,
+      StatusIs(absl::StatusCode::kDataLoss,
+               dir + "/ckpt-7.pb: variable dense1/kernel holds nan at index 0 (training had "
+                     "diverged); delete it to resume from an earlier checkpoint, or use another "
+                     "--checkpoint-dir"));
 }
 
 TEST(Checkpointer, SaveRefusesNonFiniteValuesAndKeepsTheEarlierCheckpoints) {
   std::string dir = FreshDir("ckpt_save_nan");
   Checkpointer c({dir, 1});
-  ASSERT_TRUE(c.Save(State(5), "mlp").ok());
+  ASSERT_THAT(c.Save(State(5), "mlp"), IsOk());
   ps::ModelState s = State(6);
   s.variables[1].values[0] = std::numeric_limits<float>::infinity();
   auto path = c.Save(s, "mlp");
@@ -237,45 +239,42 @@ TEST(Checkpointer, SaveRefusesNonFiniteValuesAndKeepsTheEarlierCheckpoints) {
 TEST(Checkpointer, RefusesAStepBeyondTheJobNamingTheFile) {
   std::string dir = FreshDir("ckpt_step");
   Checkpointer c({dir, 2});
-  ASSERT_TRUE(c.Save(State(int64_t{1} << 62), "mlp").ok());
+  ASSERT_THAT(c.Save(State(int64_t{1} << 62), "mlp"), IsOk());
   auto latest = c.LoadLatest(Expect(937));
-  ASSERT_FALSE(latest.ok());
-  EXPECT_EQ(latest.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(latest.status().message(),
-            dir +
-                "/ckpt-4611686018427387904.pb is at global step 4611686018427387904, beyond "
-                "the 937 steps this job trains; raise --epochs to continue it, or use another "
-                "--checkpoint-dir");
+  EXPECT_THAT(
+      latest,
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               dir + "/ckpt-4611686018427387904.pb is at global step 4611686018427387904, beyond "
+                     "the 937 steps this job trains; raise --epochs to continue it, or use another "
+                     "--checkpoint-dir"));
 }
 
 TEST(Checkpointer, RefusesVariablesOfAnotherShapeNamingTheFile) {
   std::string dir = FreshDir("ckpt_shape");
   Checkpointer c({dir, 2});
-  ASSERT_TRUE(c.Save(State(3), "mlp").ok());
+  ASSERT_THAT(c.Save(State(3), "mlp"), IsOk());
   CheckpointExpectation e = Expect();
   e.variables[0].elements = 4;
   auto latest = c.LoadLatest(e);
-  ASSERT_FALSE(latest.ok());
-  EXPECT_EQ(latest.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(latest.status().message(),
-            dir +
-                "/ckpt-3.pb: variable dense1/kernel has 3 values, the mlp model's has 4; it was "
-                "written for another model, use another --checkpoint-dir");
+  EXPECT_THAT(
+      latest,
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               dir +
+                   "/ckpt-3.pb: variable dense1/kernel has 3 values, the mlp model's has 4; it was "
+                   "written for another model, use another --checkpoint-dir"));
 }
 
 TEST(Checkpointer, NoUsableCheckpointIsAnErrorNotAFreshStart) {
   std::string dir = FreshDir("ckpt_none_usable");
   Checkpointer c({dir, 3});
   auto path = c.Save(State(5), "mlp");
-  ASSERT_TRUE(path.ok());
+  ASSERT_THAT(path, IsOk());
   WriteAll(*path, "\x08\xff\xff garbage");
   fs::remove(dir + "/checkpoint.json");
   auto latest = c.LoadLatest(Expect());
-  ASSERT_FALSE(latest.ok());
-  EXPECT_EQ(latest.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(latest.status().message().find("no usable checkpoint in " + dir), std::string::npos)
-      << latest.status();
-  EXPECT_NE(latest.status().message().find(*path), std::string::npos) << latest.status();
+  EXPECT_THAT(latest,
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("no usable checkpoint in " + dir), HasSubstr(*path))));
 }
 
 }  // namespace

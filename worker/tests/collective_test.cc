@@ -1,5 +1,6 @@
 // The all-reduce rendezvous and Gloo collectives over real loopback TCP: a coordinator server on
 // 127.0.0.1, one thread per rank.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,11 +8,14 @@
 #include <thread>
 #include <vector>
 
+#include "common/testing/status_matchers.h"
 #include "worker/collective/coordinator.h"
 #include "worker/collective/gloo_communicator.h"
 
 namespace kubetrain::worker {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 std::unique_ptr<CoordinatorServer> StartCoordinator(int world_size, int port = 0) {
   auto server = CoordinatorServer::Start({"127.0.0.1:" + std::to_string(port), world_size});
@@ -35,7 +39,7 @@ TEST(Coordinator, GetWaitsForAValueAnotherRankSetsLater) {
   ASSERT_EQ(a->session(), b->session());
   std::thread setter([&] {
     absl::SleepFor(absl::Milliseconds(300));
-    EXPECT_TRUE(a->Set("nccl/unique_id", std::string("\0\1\2", 3)).ok());
+    EXPECT_THAT(a->Set("nccl/unique_id", std::string("\0\1\2", 3)), IsOk());
   });
   absl::Time t0 = absl::Now();
   absl::StatusOr<std::string> got = b->Get("nccl/unique_id", absl::Seconds(10));
@@ -77,7 +81,7 @@ TEST(Coordinator, AStrangerWithoutTheJobSecretIsRefused) {
                                             .connect_timeout = absl::Seconds(10),
                                             .secret = secret});
   ASSERT_TRUE(member.ok()) << member.status();
-  EXPECT_TRUE((*member)->Set("k", "v").ok());
+  EXPECT_THAT((*member)->Set("k", "v"), IsOk());
 }
 
 TEST(Coordinator, TheRendezvousStoreIsBounded) {
@@ -85,7 +89,7 @@ TEST(Coordinator, TheRendezvousStoreIsBounded) {
       {.address = "127.0.0.1:0", .world_size = 1, .max_store_bytes = 1000});
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = Join((*server)->port(), 0, 1);
-  ASSERT_TRUE(client->Set("a", std::string(600, 'x')).ok());
+  ASSERT_THAT(client->Set("a", std::string(600, 'x')), IsOk());
   ASSERT_TRUE(client->Set("a", std::string(900, 'y')).ok()) << "replacing a value frees its bytes";
   absl::Status full = client->Set("b", std::string(200, 'z'));
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
@@ -173,9 +177,9 @@ TEST(Gloo, AllReduceSumsMinsAndMaxesExactlyOnEveryRank) {
     std::vector<float> data(1001);
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(rank * 1000 + i % 97);
     std::vector<float> lo = data, hi = data;
-    ASSERT_TRUE(comm.AllReduce(data.data(), data.size(), ReduceOp::kSum).ok());
-    ASSERT_TRUE(comm.AllReduce(lo.data(), lo.size(), ReduceOp::kMin).ok());
-    ASSERT_TRUE(comm.AllReduce(hi.data(), hi.size(), ReduceOp::kMax).ok());
+    ASSERT_THAT(comm.AllReduce(data.data(), data.size(), ReduceOp::kSum), IsOk());
+    ASSERT_THAT(comm.AllReduce(lo.data(), lo.size(), ReduceOp::kMin), IsOk());
+    ASSERT_THAT(comm.AllReduce(hi.data(), hi.size(), ReduceOp::kMax), IsOk());
     for (size_t i = 0; i < data.size(); ++i) {
       ASSERT_EQ(data[i], static_cast<float>(3000 + 3 * (i % 97))) << i;
       ASSERT_EQ(lo[i], static_cast<float>(i % 97)) << i;
@@ -187,13 +191,13 @@ TEST(Gloo, AllReduceSumsMinsAndMaxesExactlyOnEveryRank) {
 TEST(Gloo, AllReduceOfALargeBufferAndBroadcastFromANonZeroRoot) {
   WithRanks(2, [](int rank, Communicator& comm) {
     std::vector<float> big(3 << 20, static_cast<float>(rank + 1));  // 12 MiB
-    ASSERT_TRUE(comm.AllReduce(big.data(), big.size(), ReduceOp::kSum).ok());
+    ASSERT_THAT(comm.AllReduce(big.data(), big.size(), ReduceOp::kSum), IsOk());
     EXPECT_EQ(big.front(), 3.0f);
     EXPECT_EQ(big.back(), 3.0f);
     std::vector<float> values(5, static_cast<float>(rank));
-    ASSERT_TRUE(comm.Broadcast(values.data(), values.size(), /*root=*/1).ok());
+    ASSERT_THAT(comm.Broadcast(values.data(), values.size(), /*root=*/1), IsOk());
     EXPECT_EQ(values, std::vector<float>(5, 1.0f));
-    EXPECT_TRUE(comm.Barrier().ok());
+    EXPECT_THAT(comm.Barrier(), IsOk());
     EXPECT_EQ(comm.Broadcast(values.data(), values.size(), 2).code(),
               absl::StatusCode::kInvalidArgument);
   });

@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/testing/status_matchers.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/nccl_communicator.h"
@@ -34,6 +35,7 @@
 namespace kubetrain::worker {
 namespace {
 
+using ::kubetrain::testing::IsOk;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -45,9 +47,9 @@ cublasStatus_t Returns(cublasStatus_t status) { return status; }
 ncclResult_t Returns(ncclResult_t result) { return result; }
 
 TEST(CudaCheck, SuccessIsOk) {
-  EXPECT_TRUE(KT_CUDA_STATUS(Returns(cudaSuccess)).ok());
-  EXPECT_TRUE(KT_CUBLAS_STATUS(Returns(CUBLAS_STATUS_SUCCESS)).ok());
-  EXPECT_TRUE(KT_NCCL_STATUS(Returns(ncclSuccess)).ok());
+  EXPECT_THAT(KT_CUDA_STATUS(Returns(cudaSuccess)), IsOk());
+  EXPECT_THAT(KT_CUBLAS_STATUS(Returns(CUBLAS_STATUS_SUCCESS)), IsOk());
+  EXPECT_THAT(KT_NCCL_STATUS(Returns(ncclSuccess)), IsOk());
 }
 
 TEST(CudaCheck, RuntimeErrorCarriesCallSiteCallAndLibraryMessage) {
@@ -95,7 +97,7 @@ TEST(CudaCheck, ReturnFormStopsAtTheFirstFailure) {
   bool reached = false;
   EXPECT_TRUE(absl::IsInternal(TwoCalls(cudaErrorLaunchFailure, &reached)));
   EXPECT_FALSE(reached);
-  EXPECT_TRUE(TwoCalls(cudaSuccess, &reached).ok());
+  EXPECT_THAT(TwoCalls(cudaSuccess, &reached), IsOk());
   EXPECT_TRUE(reached);
 }
 
@@ -139,7 +141,7 @@ void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, d
   }
 }
 
-class CudaDeviceTest : public testing::Test {
+class CudaDeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const CudaProbe probe = ProbeCudaDevices();
@@ -199,7 +201,7 @@ TEST_F(CudaDeviceTest, CopiesRoundTripAcrossStagingChunks) {
     device.FreeBytes(a);
     device.FreeBytes(b);
   }
-  EXPECT_TRUE(device.Synchronize().ok());
+  EXPECT_THAT(device.Synchronize(), IsOk());
 }
 
 // Copies and kernels run on different streams; each must see the other's results.
@@ -250,7 +252,7 @@ void PrintTo(const GemmCase& p, std::ostream* os) {
       << " k=" << p.k;
 }
 
-class CudaGemmTest : public CudaDeviceTest, public testing::WithParamInterface<GemmCase> {};
+class CudaGemmTest : public CudaDeviceTest, public ::testing::WithParamInterface<GemmCase> {};
 
 TEST_P(CudaGemmTest, MatchesCpu) {
   const GemmCase p = GetParam();
@@ -266,11 +268,11 @@ TEST_P(CudaGemmTest, MatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllTransposesOddSizes, CudaGemmTest,
-    testing::Values(GemmCase{false, false, 37, 29, 53}, GemmCase{true, false, 37, 29, 53},
-                    GemmCase{false, true, 37, 29, 53}, GemmCase{true, true, 37, 29, 53},
-                    GemmCase{false, false, 1, 7, 3}, GemmCase{true, true, 131, 1, 257},
-                    GemmCase{true, false, 25, 33, 4097}, GemmCase{false, true, 513, 10, 129}),
-    [](const testing::TestParamInfo<GemmCase>& info) {
+    ::testing::Values(GemmCase{false, false, 37, 29, 53}, GemmCase{true, false, 37, 29, 53},
+                      GemmCase{false, true, 37, 29, 53}, GemmCase{true, true, 37, 29, 53},
+                      GemmCase{false, false, 1, 7, 3}, GemmCase{true, true, 131, 1, 257},
+                      GemmCase{true, false, 25, 33, 4097}, GemmCase{false, true, 513, 10, 129}),
+    [](const ::testing::TestParamInfo<GemmCase>& info) {
       const GemmCase& p = info.param;
       return absl::StrCat(p.trans_a ? "T" : "N", p.trans_b ? "T" : "N", "_", p.m, "x", p.n, "x",
                           p.k);
@@ -453,7 +455,8 @@ ps::UpdateRule Rule(ps::UpdateKind kind) {
   return r;
 }
 
-class CudaUpdateTest : public CudaDeviceTest, public testing::WithParamInterface<ps::UpdateKind> {};
+class CudaUpdateTest : public CudaDeviceTest,
+                       public ::testing::WithParamInterface<ps::UpdateKind> {};
 
 TEST_P(CudaUpdateTest, ThreeStepsMatchCpu) {
   const ps::UpdateRule rule = Rule(GetParam());
@@ -474,7 +477,7 @@ TEST_P(CudaUpdateTest, ThreeStepsMatchCpu) {
   ExpectNear(FromGpu(gslot1), slot1, 1e-5);
 }
 
-std::string RuleName(const testing::TestParamInfo<ps::UpdateKind>& info) {
+std::string RuleName(const ::testing::TestParamInfo<ps::UpdateKind>& info) {
   switch (info.param) {
     case ps::UpdateKind::kSgd:
       return "Sgd";
@@ -489,12 +492,12 @@ std::string RuleName(const testing::TestParamInfo<ps::UpdateKind>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllRules, CudaUpdateTest,
-                         testing::Values(ps::UpdateKind::kSgd, ps::UpdateKind::kMomentum,
-                                         ps::UpdateKind::kAdam, ps::UpdateKind::kAdagrad),
+                         ::testing::Values(ps::UpdateKind::kSgd, ps::UpdateKind::kMomentum,
+                                           ps::UpdateKind::kAdam, ps::UpdateKind::kAdagrad),
                          RuleName);
 
 // A whole forward and backward pass through the model code, on both devices from one seed.
-class CudaModelTest : public CudaDeviceTest, public testing::WithParamInterface<const char*> {};
+class CudaModelTest : public CudaDeviceTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaModelTest, ComputeGradientsMatchesCpu) {
   const int batch = 16;
@@ -511,8 +514,8 @@ TEST_P(CudaModelTest, ComputeGradientsMatchesCpu) {
   for (int32_t& y : labels) y = static_cast<int32_t>(rng.Below(cpu_model.num_classes()));
 
   std::vector<float> cpu_values(cpu_model.num_parameters()), gpu_values(cpu_values.size());
-  ASSERT_TRUE(cpu_model.ReadValues(absl::MakeSpan(cpu_values)).ok());
-  ASSERT_TRUE(gpu_model.ReadValues(absl::MakeSpan(gpu_values)).ok());
+  ASSERT_THAT(cpu_model.ReadValues(absl::MakeSpan(cpu_values)), IsOk());
+  ASSERT_THAT(gpu_model.ReadValues(absl::MakeSpan(gpu_values)), IsOk());
   ASSERT_EQ(gpu_values, cpu_values);  // same seed, same host-drawn initialisation
 
   for (int step = 0; step < 2; ++step) {  // the second step reuses every buffer
@@ -523,8 +526,8 @@ TEST_P(CudaModelTest, ComputeGradientsMatchesCpu) {
     EXPECT_NEAR(*gpu_loss, *cpu_loss, 1e-4 * (1.0 + *cpu_loss));
   }
   std::vector<float> cpu_grads(cpu_values.size()), gpu_grads(cpu_values.size());
-  ASSERT_TRUE(cpu_model.ReadGradients(absl::MakeSpan(cpu_grads)).ok());
-  ASSERT_TRUE(gpu_model.ReadGradients(absl::MakeSpan(gpu_grads)).ok());
+  ASSERT_THAT(cpu_model.ReadGradients(absl::MakeSpan(cpu_grads)), IsOk());
+  ASSERT_THAT(gpu_model.ReadGradients(absl::MakeSpan(gpu_grads)), IsOk());
   float largest = 0.0f;
   for (float g : cpu_grads) largest = std::max(largest, std::fabs(g));
   ASSERT_GT(largest, 0.0f);
@@ -533,8 +536,8 @@ TEST_P(CudaModelTest, ComputeGradientsMatchesCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BothModels, CudaModelTest, testing::Values("mlp", "cnn"),
-                         [](const testing::TestParamInfo<const char*>& info) {
+INSTANTIATE_TEST_SUITE_P(BothModels, CudaModelTest, ::testing::Values("mlp", "cnn"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.param);
                          });
 
@@ -632,7 +635,7 @@ TEST(NcclCommunicator, AllReduceBroadcastAndBarrier) {
       ASSERT_TRUE(reduced.ok()) << reduced;
       std::vector<float> got(n);
       device.Download(x, got.data(), n);
-      ASSERT_TRUE(device.Synchronize().ok());
+      ASSERT_THAT(device.Synchronize(), IsOk());
       for (int64_t i = 0; i < n; ++i) {
         const float base = static_cast<float>(i % 7 - 3);
         float want = 0.0f;
@@ -646,13 +649,13 @@ TEST(NcclCommunicator, AllReduceBroadcastAndBarrier) {
     std::vector<float> sent(n);
     for (int64_t i = 0; i < n; ++i) sent[i] = static_cast<float>(rank * 1000 + i % 13);
     device.Upload(sent.data(), x, n);
-    ASSERT_TRUE(comm.Broadcast(x.data(), n, root).ok());
+    ASSERT_THAT(comm.Broadcast(x.data(), n, root), IsOk());
     std::vector<float> got(n);
     device.Download(x, got.data(), n);
-    ASSERT_TRUE(device.Synchronize().ok());
+    ASSERT_THAT(device.Synchronize(), IsOk());
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], static_cast<float>(root * 1000 + i % 13));
     EXPECT_TRUE(absl::IsInvalidArgument(comm.Broadcast(x.data(), n, ranks)));
-    EXPECT_TRUE(comm.Barrier().ok());
+    EXPECT_THAT(comm.Barrier(), IsOk());
   });
 }
 
@@ -689,7 +692,7 @@ TEST(NcclCommunicator, SetUpTimesOutWhenAPeerNeverJoins) {
       NcclCommunicator::Create(**device, store, 0, 2, absl::Seconds(2));
   EXPECT_TRUE(absl::IsDeadlineExceeded(comm.status())) << comm.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
-  EXPECT_TRUE(store.Get(std::string(NcclCommunicator::kUniqueIdKey), absl::ZeroDuration()).ok());
+  EXPECT_THAT(store.Get(std::string(NcclCommunicator::kUniqueIdKey), absl::ZeroDuration()), IsOk());
 }
 
 // Rank 1 never joins the all-reduce: rank 0 returns DEADLINE_EXCEEDED and refuses further calls.

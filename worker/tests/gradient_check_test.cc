@@ -3,6 +3,7 @@
 // Differences in float with eps = 1e-3: rounding noise in the loss (~3e-7) divided by eps stays
 // around 3e-4, well below the 1e-2 tolerance (measured errors are ~1e-4), while a wrong gradient
 // (a missing term, a transposed kernel, an off-by-one in im2col) is off by O(1) relative.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,12 +11,15 @@
 #include <memory>
 #include <vector>
 
+#include "common/testing/status_matchers.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/models.h"
 #include "worker/random.h"
 
 namespace kubetrain::worker {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 constexpr float kEps = 1e-3f;
 constexpr double kTolerance = 1e-2;
@@ -51,10 +55,10 @@ struct Slopes {
 Slopes Measure(Model& model, const Inputs& in, std::vector<float>& values, int64_t i, double base) {
   const float saved = values[i];
   values[i] = saved + kEps;
-  EXPECT_TRUE(model.WriteValues(values).ok());
+  EXPECT_THAT(model.WriteValues(values), IsOk());
   const double plus = Loss(model, in);
   values[i] = saved - kEps;
-  EXPECT_TRUE(model.WriteValues(values).ok());
+  EXPECT_THAT(model.WriteValues(values), IsOk());
   const double minus = Loss(model, in);
   values[i] = saved;
   // Divide by the step actually taken in float, not the nominal eps.
@@ -73,8 +77,8 @@ void CheckGradients(Model& model, const Inputs& in) {
   const double base = Loss(model, in);
   EXPECT_NEAR(*loss, base, 1e-6);
   std::vector<float> values(model.num_parameters()), analytic(model.num_parameters());
-  ASSERT_TRUE(model.ReadValues(absl::MakeSpan(values)).ok());
-  ASSERT_TRUE(model.ReadGradients(absl::MakeSpan(analytic)).ok());
+  ASSERT_THAT(model.ReadValues(absl::MakeSpan(values)), IsOk());
+  ASSERT_THAT(model.ReadGradients(absl::MakeSpan(analytic)), IsOk());
   int64_t offset = 0;
   for (const Variable* var : model.variables()) {
     double diff_sq = 0.0, num_sq = 0.0, ana_sq = 0.0;
@@ -92,7 +96,7 @@ void CheckGradients(Model& model, const Inputs& in) {
       num_sq += s.central() * s.central();
       ana_sq += a * a;
     }
-    ASSERT_TRUE(model.WriteValues(values).ok());
+    ASSERT_THAT(model.WriteValues(values), IsOk());
     const double scale = std::sqrt(std::max(num_sq, ana_sq));
     EXPECT_GT(scale, 1e-4) << var->name << " has a vanishing gradient: the check would be vacuous";
     EXPECT_LT(std::sqrt(diff_sq) / scale, kTolerance) << var->name;

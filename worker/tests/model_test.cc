@@ -1,5 +1,6 @@
 #include "worker/model.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -7,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/testing/status_matchers.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/models.h"
 #include "worker/random.h"
@@ -14,6 +16,8 @@
 
 namespace kubetrain::worker {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 std::vector<std::pair<std::string, Shape>> NamesAndShapes(const Model& model) {
   std::vector<std::pair<std::string, Shape>> out;
@@ -23,13 +27,13 @@ std::vector<std::pair<std::string, Shape>> NamesAndShapes(const Model& model) {
 
 std::vector<float> Values(Model& model) {
   std::vector<float> v(model.num_parameters());
-  EXPECT_TRUE(model.ReadValues(absl::MakeSpan(v)).ok());
+  EXPECT_THAT(model.ReadValues(absl::MakeSpan(v)), IsOk());
   return v;
 }
 
 std::vector<float> Gradients(Model& model) {
   std::vector<float> g(model.num_parameters());
-  EXPECT_TRUE(model.ReadGradients(absl::MakeSpan(g)).ok());
+  EXPECT_THAT(model.ReadGradients(absl::MakeSpan(g)), IsOk());
   return g;
 }
 
@@ -71,7 +75,7 @@ TEST(Models, UnknownNameIsInvalidArgument) {
   auto model = MakeModel("resnet", device, 1);
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(model.status().message(), "unknown model 'resnet'; expected 'mlp' or 'cnn'");
-  EXPECT_TRUE(MakeModel("cnn", device, 1).ok());
+  EXPECT_THAT(MakeModel("cnn", device, 1), IsOk());
 }
 
 TEST(Models, SameSeedGivesIdenticalInitialValues) {
@@ -79,7 +83,9 @@ TEST(Models, SameSeedGivesIdenticalInitialValues) {
   auto a = MakeModel("mlp", device, 7);
   auto b = MakeModel("mlp", device, 7);
   auto c = MakeModel("mlp", device, 8);
-  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  ASSERT_THAT(c, IsOk());
   EXPECT_EQ(Values(**a), Values(**b));
   EXPECT_NE(Values(**a), Values(**c));
 }
@@ -87,7 +93,7 @@ TEST(Models, SameSeedGivesIdenticalInitialValues) {
 TEST(Models, HeInitHasTheExpectedSpreadAndZeroBiases) {
   CpuDevice device;
   auto model = MakeMlp(device);
-  ASSERT_TRUE(model.ok());
+  ASSERT_THAT(model, IsOk());
   const Variable& kernel = *(*model)->variables()[0];
   std::vector<float> w(kernel.size());
   device.Download(kernel.value, w.data(), kernel.size());
@@ -103,10 +109,10 @@ TEST(Models, HeInitHasTheExpectedSpreadAndZeroBiases) {
 TEST(Model, WriteValuesRoundTripsAndChecksSize) {
   CpuDevice device;
   auto model = MakeMlp(device, {.inputs = 3, .hidden = {2}, .classes = 2});
-  ASSERT_TRUE(model.ok());
+  ASSERT_THAT(model, IsOk());
   std::vector<float> v(static_cast<size_t>((*model)->num_parameters()));
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
-  ASSERT_TRUE((*model)->WriteValues(v).ok());
+  ASSERT_THAT((*model)->WriteValues(v), IsOk());
   EXPECT_EQ(Values(**model), v);
   v.pop_back();
   const absl::Status status = (*model)->WriteValues(v);
@@ -117,7 +123,7 @@ TEST(Model, WriteValuesRoundTripsAndChecksSize) {
 TEST(Model, RejectsMismatchedBatch) {
   CpuDevice device;
   auto model = MakeMlp(device, {.inputs = 3, .hidden = {2}, .classes = 2});
-  ASSERT_TRUE(model.ok());
+  ASSERT_THAT(model, IsOk());
   const std::vector<float> images(5);
   const std::vector<int32_t> labels = {0, 1};
   auto loss = (*model)->ComputeGradients(images, labels);
@@ -134,20 +140,20 @@ TEST(Model, RejectsMismatchedBatch) {
 TEST(Model, CnnBatchGradientIsMeanOfPerExampleGradients) {
   CpuDevice device;
   auto model = MakeCnn(device, {.seed = 2});
-  ASSERT_TRUE(model.ok());
+  ASSERT_THAT(model, IsOk());
   constexpr int kBatch = 20;  // chunks of 13 (conv1) and 1 (conv2) images: several chunks each
   const std::vector<float> images = RandomImages(kBatch * 784, 3);
   std::vector<int32_t> labels(kBatch);
   for (int i = 0; i < kBatch; ++i) labels[i] = i % 10;
   auto batch_loss = (*model)->ComputeGradients(images, labels);
-  ASSERT_TRUE(batch_loss.ok());
+  ASSERT_THAT(batch_loss, IsOk());
   const std::vector<float> batch_grad = Gradients(**model);
   std::vector<double> mean(batch_grad.size(), 0.0);
   double mean_loss = 0.0;
   for (int i = 0; i < kBatch; ++i) {
     auto loss = (*model)->ComputeGradients(absl::MakeConstSpan(images).subspan(i * 784, 784),
                                            absl::MakeConstSpan(labels).subspan(i, 1));
-    ASSERT_TRUE(loss.ok());
+    ASSERT_THAT(loss, IsOk());
     mean_loss += *loss / kBatch;
     const std::vector<float> g = Gradients(**model);
     for (size_t j = 0; j < g.size(); ++j) mean[j] += g[j] / kBatch;
@@ -164,7 +170,7 @@ TEST(Model, CnnBatchGradientIsMeanOfPerExampleGradients) {
 TEST(Model, EvaluateCountsEveryExample) {
   CpuDevice device;
   auto model = MakeMlp(device, {.inputs = 4, .hidden = {3}, .classes = 2});
-  ASSERT_TRUE(model.ok());
+  ASSERT_THAT(model, IsOk());
   Dataset data;
   data.height = 2;
   data.width = 2;
@@ -179,7 +185,7 @@ TEST(Model, EvaluateCountsEveryExample) {
   EXPECT_GT(result->loss, 0.0);
   // Same result as one batch of everything.
   auto whole = (*model)->EvaluateBatch(data.images, data.labels);
-  ASSERT_TRUE(whole.ok());
+  ASSERT_THAT(whole, IsOk());
   EXPECT_NEAR(whole->loss, result->loss, 1e-6);
   EXPECT_DOUBLE_EQ(whole->accuracy, result->accuracy);
 }
@@ -202,18 +208,18 @@ TEST(MomentumSgd, AppliesTensorFlowMomentumRule) {
 TEST(MomentumSgd, CnnOverfitsOneBatch) {
   CpuDevice device;
   auto model = MakeCnn(device, {.seed = 4});
-  ASSERT_TRUE(model.ok());
+  ASSERT_THAT(model, IsOk());
   const std::vector<float> images = RandomImages(16 * 784, 5);
   std::vector<int32_t> labels(16);
   for (int i = 0; i < 16; ++i) labels[i] = (i * 7) % 10;
   MomentumSgd sgd(device, (*model)->variables(), {.learning_rate = 0.01f, .momentum = 0.9f});
   auto first = (*model)->ComputeGradients(images, labels);
-  ASSERT_TRUE(first.ok());
+  ASSERT_THAT(first, IsOk());
   float loss = *first;
   for (int step = 0; step < 30; ++step) {
     sgd.Step();
     auto next = (*model)->ComputeGradients(images, labels);
-    ASSERT_TRUE(next.ok());
+    ASSERT_THAT(next, IsOk());
     loss = *next;
   }
   EXPECT_LT(loss, 0.1f * *first);

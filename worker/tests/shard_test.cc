@@ -1,5 +1,6 @@
 #include "worker/data/shard.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,8 +8,12 @@
 #include <set>
 #include <vector>
 
+#include "common/testing/status_matchers.h"
+
 namespace kubetrain::worker {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 std::vector<int64_t> Sorted(std::vector<int64_t> v) {
   std::sort(v.begin(), v.end());
@@ -60,7 +65,7 @@ TEST(EpochShard, RemainderIsTheTailOfThePermutationAndDropped) {
   std::set<int64_t> seen;
   for (int i = 0; i < kWorkers; ++i) {
     auto shard = EpochShard(kN, {.seed = 9, .index = i, .count = kWorkers}, 0);
-    ASSERT_TRUE(shard.ok());
+    ASSERT_THAT(shard, IsOk());
     EXPECT_EQ(static_cast<int64_t>(shard->size()), ShardSize(kN, kWorkers));
     for (int64_t x : *shard) EXPECT_TRUE(seen.insert(x).second) << "duplicate " << x;
   }
@@ -72,7 +77,7 @@ TEST(EpochShard, RemainderIsTheTailOfThePermutationAndDropped) {
 TEST(EpochShard, StridesThroughTheSharedPermutation) {
   const std::vector<int64_t> perm = EpochPermutation(12, 3, 1);
   auto shard = EpochShard(12, {.seed = 3, .index = 1, .count = 3}, 1);
-  ASSERT_TRUE(shard.ok());
+  ASSERT_THAT(shard, IsOk());
   EXPECT_EQ(*shard, (std::vector<int64_t>{perm[1], perm[4], perm[7], perm[10]}));
 }
 

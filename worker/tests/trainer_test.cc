@@ -2,6 +2,7 @@
 // thread per worker, the real Fashion-MNIST data.
 #include "worker/trainer.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <iterator>
 #include <thread>
 
+#include "common/testing/status_matchers.h"
 #include "prometheus/registry.h"
 #include "ps/service.h"
 #include "worker/checkpoint.h"
@@ -19,6 +21,8 @@
 
 namespace kubetrain::worker {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 class TrainerTest : public FashionMnistTest {
  protected:
@@ -69,7 +73,7 @@ class TrainerTest : public FashionMnistTest {
     auto model = MakeModel("mlp", device, 1);
     EXPECT_TRUE(model.ok()) << model.status();
     std::vector<float> flat((*model)->num_parameters());
-    EXPECT_TRUE((*model)->ReadValues(absl::MakeSpan(flat)).ok());
+    EXPECT_THAT((*model)->ReadValues(absl::MakeSpan(flat)), IsOk());
     ps::ModelState state;
     state.global_step = step;
     state.run_id = "earlier-run";
@@ -185,8 +189,8 @@ TEST_F(TrainerTest, ChiefWithAnUnreadableManifestResumesTheNewestCheckpointAndKe
   TrainerOptions options = Options(Mode::kPsSync, 1);
   // One worker, 1 epoch: 937 steps. The earlier run got to the end.
   Checkpointer earlier({options.checkpoint_dir, 3});
-  ASSERT_TRUE(earlier.Save(ModelAt(0), "mlp").ok());
-  ASSERT_TRUE(earlier.Save(ModelAt(937), "mlp").ok());
+  ASSERT_THAT(earlier.Save(ModelAt(0), "mlp"), IsOk());
+  ASSERT_THAT(earlier.Save(ModelAt(937), "mlp"), IsOk());
   const std::string before = ReadAll(options.checkpoint_dir + "/ckpt-937.pb");
   std::ofstream(options.checkpoint_dir + "/checkpoint.json", std::ios::trunc) << "{\"latest\": 5";
   auto summary = Train(options, {ps->address()}, 1);
@@ -200,8 +204,8 @@ TEST_F(TrainerTest, ChiefWithAnUnreadableManifestResumesTheNewestCheckpointAndKe
 TEST_F(TrainerTest, ChiefRefusesACheckpointBeyondTheJobNamingIt) {
   auto ps = StartPs();
   TrainerOptions options = Options(Mode::kPsSync, 1);
-  ASSERT_TRUE(
-      Checkpointer({options.checkpoint_dir, 3}).Save(ModelAt(int64_t{1} << 62), "mlp").ok());
+  ASSERT_THAT(Checkpointer({options.checkpoint_dir, 3}).Save(ModelAt(int64_t{1} << 62), "mlp"),
+              IsOk());
   auto summary = Train(options, {ps->address()}, 1);
   ASSERT_FALSE(summary.ok());
   EXPECT_NE(summary.status().message().find(options.checkpoint_dir +

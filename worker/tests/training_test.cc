@@ -1,10 +1,12 @@
 // End to end in one process: the MLP learns real Fashion-MNIST through the CPU device.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <string>
 
+#include "common/testing/status_matchers.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/batch_iterator.h"
 #include "worker/data/fashion_mnist.h"
@@ -14,6 +16,8 @@
 
 namespace kubetrain::worker {
 namespace {
+
+using ::kubetrain::testing::IsOk;
 
 TEST(Training, MlpReachesEightyPercentInOneEpoch) {
   if (!std::filesystem::exists(std::string(kDefaultFashionMnistDir))) {
@@ -29,7 +33,7 @@ TEST(Training, MlpReachesEightyPercentInOneEpoch) {
   MomentumSgd sgd(device, (*model)->variables(), {.learning_rate = 0.01f, .momentum = 0.9f});
 
   auto shard = EpochShard(data->train.size(), {.seed = 1, .index = 0, .count = 1}, /*epoch=*/0);
-  ASSERT_TRUE(shard.ok());
+  ASSERT_THAT(shard, IsOk());
   BatchIterator batches(data->train, *std::move(shard), /*batch_size=*/64);
   double last_loss = 0.0;
   while (const Batch* b = batches.Next()) {

@@ -1,0 +1,131 @@
+// ChiefDuties (checkpoints, evaluations, progress lines, the run's summary) and the summary's
+// JSON line; see worker/chief_duties.h.
+#include "worker/chief_duties.h"
+
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace kubetrain::worker {
+
+nlohmann::ordered_json TrainingSummary::ToJson() const {
+  nlohmann::ordered_json j;
+  j["event"] = "training_complete";
+  j["test_accuracy"] = test_accuracy;
+  j["test_loss"] = test_loss;
+  j["steps"] = steps;
+  j["epochs"] = epochs;
+  j["examples_per_sec"] = examples_per_second;
+  j["wall_seconds"] = wall_seconds;
+  if (!checkpoint.empty()) j["checkpoint"] = checkpoint;
+  return j;
+}
+
+TrainingSummary RunSummary(const TrainerOptions& options, int64_t steps, int examples_per_step,
+                           absl::Time start) {
+  TrainingSummary s;
+  s.steps = steps;
+  s.epochs = options.epochs;
+  s.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  s.examples_per_second = s.wall_seconds > 0 ? steps * examples_per_step / s.wall_seconds : 0;
+  return s;
+}
+
+ChiefDuties::ChiefDuties(const TrainerOptions& options, Model& model, GradientExchange& exchange,
+                         int64_t steps_per_epoch, const Dataset* test, WorkerMetrics* metrics,
+                         absl::Time start)
+    : options_(options),
+      model_(model),
+      exchange_(exchange),
+      steps_per_epoch_(steps_per_epoch),
+      test_(test),
+      metrics_(metrics),
+      start_(start),
+      checkpointer_({options.checkpoint_dir, options.keep_checkpoints}),
+      progress_(options.log_every, metrics) {}
+
+// ---- checkpoints ----------------------------------------------------------------------------
+
+absl::StatusOr<std::optional<ps::ModelState>> ChiefDuties::LatestCheckpoint() const {
+  if (options_.checkpoint_dir.empty()) return std::nullopt;
+  // What a checkpoint must fit to be restored into this job.
+  CheckpointExpectation expected{options_.model, exchange_.last_global_step(), {}};
+  for (Variable* v : model_.variables()) {
+    expected.variables.push_back({v->name, static_cast<uint64_t>(v->size())});
+  }
+  return checkpointer_.LoadLatest(expected);
+}
+
+absl::Status ChiefDuties::SaveInitialCheckpoint(const ps::ModelState& state) {
+  if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(last_checkpoint_, checkpointer_.Save(state, options_.model));
+  last_checkpoint_time_ = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::Status ChiefDuties::SaveCheckpoint() {
+  if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(ps::ModelState state, exchange_.Export());
+  ASSIGN_OR_RETURN(last_checkpoint_, checkpointer_.Save(state, options_.model));
+  last_checkpoint_time_ = absl::Now();
+  log::Info("Saved checkpoint", {{"path", last_checkpoint_}, {"global_step", state.global_step}});
+  return absl::OkStatus();
+}
+
+// ---- training -------------------------------------------------------------------------------
+
+void ChiefDuties::StartTraining() {
+  progress_.Start(exchange_.global_step());
+  // "Every --checkpoint-every" counts from here: a resumed run has just read (or a new one
+  // written) the checkpoint it starts from, so none is due at its first step.
+  last_checkpoint_time_ = absl::Now();
+}
+
+absl::Status ChiefDuties::AfterStep(int64_t pos, int64_t epoch_before, float loss) {
+  const int64_t epoch = pos / steps_per_epoch_;
+  progress_.MaybeLog(exchange_.global_step(), epoch, loss, exchange_.examples_per_step());
+  if (epoch > epoch_before && !exchange_.Done(pos)) RETURN_IF_ERROR(Evaluate(epoch));
+  if (absl::Now() - last_checkpoint_time_ >= options_.checkpoint_every) {
+    absl::Status s = SaveCheckpoint();
+    if (!s.ok()) log::Warn("Checkpoint failed; training goes on", {{"error", s}});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChiefDuties::Evaluate(std::optional<int64_t> epoch) {
+  if (test_ == nullptr) return absl::FailedPreconditionError("no test set loaded");
+  RETURN_IF_ERROR(exchange_.LoadParameters());
+  ASSIGN_OR_RETURN(EvalResult eval, model_.Evaluate(*test_, options_.eval_batch));
+  LogEvaluation(eval, exchange_.global_step(), epoch, metrics_);
+  last_eval_ = eval;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainingSummary> ChiefDuties::Finish() {
+  RETURN_IF_ERROR(Evaluate(options_.epochs));
+  RETURN_IF_ERROR(SaveCheckpoint(), "final checkpoint");
+  exchange_.ShutDown();
+  TrainingSummary summary = Summary();
+  if (std::optional<uint64_t> checksum = exchange_.parameter_checksum()) {
+    log::Info("Training complete", {{"steps", summary.steps},
+                                    {"accuracy", summary.test_accuracy},
+                                    {"parameter_checksum", absl::StrFormat("%016x", *checksum)},
+                                    {"wall_seconds", summary.wall_seconds}});
+  } else {
+    log::Info("Training complete", {{"steps", summary.steps},
+                                    {"accuracy", summary.test_accuracy},
+                                    {"wall_seconds", summary.wall_seconds}});
+  }
+  return summary;
+}
+
+TrainingSummary ChiefDuties::Summary() const {
+  TrainingSummary s =
+      RunSummary(options_, exchange_.global_step(), exchange_.examples_per_step(), start_);
+  s.test_accuracy = last_eval_.accuracy;
+  s.test_loss = last_eval_.loss;
+  s.checkpoint = last_checkpoint_;
+  return s;
+}
+
+}  // namespace kubetrain::worker

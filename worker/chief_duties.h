@@ -1,0 +1,88 @@
+// ChiefDuties: what the chief does besides training, the same in every training mode. It owns
+// the checkpoints (the latest one to initialise, restore or refill from; the one at step 0, the
+// periodic ones every --checkpoint-every and the final one), the evaluations on the test set
+// (each epoch and at the end), the progress lines and their metrics, and the run's summary (the
+// "Training complete" line and the TrainingSummary whose JSON the chief prints last). An
+// evaluator task uses it for its evaluations and summary only.
+//
+// It borrows the model, the gradient exchange (for the state a checkpoint holds), the test set
+// and the metrics. Called from the training thread, except LatestCheckpoint, which the ps
+// chief's watch thread calls too.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ps/client.h"
+#include "worker/checkpoint.h"
+#include "worker/data/dataset.h"
+#include "worker/gradient_exchange.h"
+#include "worker/metrics.h"
+#include "worker/model.h"
+#include "worker/progress_log.h"
+#include "worker/trainer.h"
+
+namespace kubetrain::worker {
+
+// The summary of a run that reached global step `steps`, started at `start`: what every task
+// returns; the chief's adds the test results and its last checkpoint.
+TrainingSummary RunSummary(const TrainerOptions& options, int64_t steps, int examples_per_step,
+                           absl::Time start);
+
+class ChiefDuties {
+ public:
+  // `steps_per_epoch`: the training worker's (0 for an evaluator, which calls only Evaluate and
+  // Summary). `test` may be null (Evaluate then fails), `metrics` too. `start`: when the task
+  // started.
+  ChiefDuties(const TrainerOptions& options, Model& model, GradientExchange& exchange,
+              int64_t steps_per_epoch, const Dataset* test, WorkerMetrics* metrics,
+              absl::Time start);
+
+  // The newest checkpoint that fits this job, or nullopt when there is none or no
+  // --checkpoint-dir. Safe to call from another thread while training goes on.
+  absl::StatusOr<std::optional<ps::ModelState>> LatestCheckpoint() const;
+  // Records `state`, the state a new run starts from, as the first checkpoint (without
+  // --checkpoint-dir, nothing).
+  absl::Status SaveInitialCheckpoint(const ps::ModelState& state);
+  // Writes the exchange's state as the newest checkpoint (without --checkpoint-dir, nothing).
+  absl::Status SaveCheckpoint();
+
+  // Training starts (or resumes) now: progress lines measure from here, and the first periodic
+  // checkpoint is due --checkpoint-every from now.
+  void StartTraining();
+  // After a step: the worker is at `pos`, was in epoch `epoch_before` before the step, and the
+  // step's loss was `loss`. Logs progress; evaluates when an epoch ended before the last; writes
+  // a checkpoint when one is due (a failed one is logged, and training goes on).
+  absl::Status AfterStep(int64_t pos, int64_t epoch_before, float loss);
+  // Evaluates the exchange's parameters on the test set and logs the `evaluation` line (with
+  // `epoch`, where known).
+  absl::Status Evaluate(std::optional<int64_t> epoch);
+  // Training is over: the final evaluation and checkpoint, the exchange's ShutDown, and the
+  // "Training complete" line. Returns the run's summary.
+  absl::StatusOr<TrainingSummary> Finish();
+
+  // The summary so far: global step, test results, last checkpoint.
+  TrainingSummary Summary() const;
+  const EvalResult& last_eval() const { return last_eval_; }
+
+ private:
+  const TrainerOptions& options_;
+  Model& model_;
+  GradientExchange& exchange_;
+  const int64_t steps_per_epoch_;
+  const Dataset* test_;
+  WorkerMetrics* metrics_;
+  const absl::Time start_;
+  Checkpointer checkpointer_;
+  ProgressLog progress_;
+
+  EvalResult last_eval_;
+  std::string last_checkpoint_;  // path of the last checkpoint written
+  absl::Time last_checkpoint_time_ = absl::InfinitePast();
+};
+
+}  // namespace kubetrain::worker

@@ -1,0 +1,344 @@
+// The all-reduce gradient exchange: fused gradient buffers, the local optimizer update, the
+// broadcast of rank 0's starting state and the ranks' checksum comparison; see
+// worker/exchange_allreduce.h.
+#include "worker/exchange_allreduce.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "ps/optimizer.h"
+#include "worker/chief_duties.h"
+#include "worker/random.h"
+
+namespace kubetrain::worker {
+namespace {
+
+// Collectives move floats only; a 64-bit value travels as four 16-bit chunks, each exact in a
+// float.
+constexpr int kChunks = 4;
+
+void EncodeU64(uint64_t v, float* out) {
+  for (int i = 0; i < kChunks; ++i) out[i] = static_cast<float>((v >> (16 * i)) & 0xffff);
+}
+
+uint64_t DecodeU64(const float* in) {
+  uint64_t v = 0;
+  for (int i = 0; i < kChunks; ++i) v |= static_cast<uint64_t>(in[i]) << (16 * i);
+  return v;
+}
+
+class AllReduceExchange final : public GradientExchange {
+ public:
+  explicit AllReduceExchange(const ExchangeContext& context)
+      : c_(context), device_(context.device), model_(context.model) {}
+
+  // ---- set-up ---------------------------------------------------------------------------------
+
+  absl::Status Setup() override {
+    if (c_.id.role == Role::kEvaluator) {
+      return absl::FailedPreconditionError(
+          "--mode allreduce: an evaluator reads parameters from the ps, and an all-reduce job "
+          "has none; remove the Evaluator replica (the chief evaluates every epoch) or use "
+          "--mode ps-sync");
+    }
+    comm_ = c_.id.communicator;
+    if (comm_ == nullptr) {
+      return absl::FailedPreconditionError("--mode allreduce: no communicator was connected");
+    }
+    if (comm_->size() != size() || comm_->rank() != c_.id.rank) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("communicator is rank ", comm_->rank(), " of ", comm_->size(),
+                       " but this task is rank ", c_.id.rank, " of ", size()));
+    }
+    if (c_.options.fusion_bytes < 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fusion-threshold-mb: must be > 0, got ", c_.options.fusion_bytes, " B"));
+    }
+    ASSIGN_OR_RETURN(optimizer_, ps::MakeOptimizer(OptimizerFor(c_.options, examples_per_step(),
+                                                                c_.total_steps())));
+    const int num_slots = ps::UpdateSlots(static_cast<ps::UpdateKind>(optimizer_->options().kind));
+    slots_.resize(model_.variables().size());
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Variable* v = model_.variables()[i];
+      for (int s = 0; s < num_slots; ++s) {
+        slots_[i].emplace_back(device_, v->shape());
+        device_.Fill(v->size(), optimizer_->SlotInitialValue(), slots_[i].back().data());
+      }
+    }
+    BuildBuckets();
+    scratch_ = Tensor(device_, {2 * kChunks});
+    flat_.resize(model_.num_parameters());
+    return device_.Synchronize();
+  }
+
+  // The chief restores the latest checkpoint (if any); then every rank takes rank 0's step,
+  // values and optimizer slots, so all start from one state however they were initialised.
+  absl::StatusOr<int64_t> Start(ChiefDuties* chief) override {
+    step_ = 0;
+    run_id_ = RandomHexId();
+    if (chief != nullptr) {
+      ASSIGN_OR_RETURN(std::optional<ps::ModelState> state, chief->LatestCheckpoint());
+      if (state) RETURN_IF_ERROR(Restore(*state));
+    }
+    float encoded[kChunks];
+    EncodeU64(static_cast<uint64_t>(step_), encoded);
+    device_.Upload(encoded, scratch_, kChunks);
+    RETURN_IF_ERROR(comm_->Broadcast(scratch_.data(), kChunks, 0), "broadcasting the step");
+    device_.Download(scratch_, encoded, kChunks);
+    RETURN_IF_ERROR(device_.Synchronize());
+    step_ = static_cast<int64_t>(DecodeU64(encoded));
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Variable* v = model_.variables()[i];
+      RETURN_IF_ERROR(comm_->Broadcast(v->value.data(), v->size(), 0), "broadcasting ", v->name);
+      for (Tensor& slot : slots_[i]) {
+        RETURN_IF_ERROR(comm_->Broadcast(slot.data(), slot.size(), 0), "broadcasting ", v->name);
+      }
+    }
+    if (step_ > 0) {
+      log::Info("Continuing from the checkpoint's step",
+                {{"global_step", step_}, {"epoch", step_ / c_.steps_per_epoch}});
+    }
+    return step_;
+  }
+
+  // ---- training -------------------------------------------------------------------------------
+
+  // The parameters live in the model's variables on the device.
+  absl::Status LoadParameters() override { return absl::OkStatus(); }
+
+  absl::StatusOr<ExchangedStep> Exchange(int64_t pos, float loss) override {
+    ASSIGN_OR_RETURN(float mean_loss, ReduceGradients(pos, loss));
+    ApplyUpdates(pos);
+    RETURN_IF_ERROR(device_.Synchronize(), "applying the update of step ", pos);
+    step_ = pos + 1;
+    if (c_.metrics) c_.metrics->global_step.Set(static_cast<double>(step_));
+#ifndef NDEBUG
+    if (step_ % c_.steps_per_epoch == 0) RETURN_IF_ERROR(VerifyIdentical(step_));
+#endif
+    return ExchangedStep{.next = step_, .loss = mean_loss};
+  }
+
+  // A failed collective has failed every rank: the job restarts and resumes from the chief's
+  // checkpoint.
+  absl::StatusOr<Recovery> Recover(const absl::Status& failure, int64_t) override {
+    return failure;
+  }
+
+  bool Done(int64_t pos) const override { return pos >= c_.total_steps(); }
+  absl::Status EndTraining() override { return VerifyIdentical(step_); }
+  void ShutDown() override {}
+
+  // ---- what the chief reads -------------------------------------------------------------------
+
+  // The checkpoint format the ps modes write (values, slots by name, step), so either mode can
+  // resume the other's run.
+  absl::StatusOr<ps::ModelState> Export() override {
+    ps::ModelState state;
+    state.config.mode = ps::UpdateMode::kSync;
+    state.config.replicas_to_aggregate = size();
+    state.config.optimizer = optimizer_->options();
+    state.global_step = step_;
+    state.run_id = run_id_;
+    const std::vector<std::string> slot_names = optimizer_->SlotNames();
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Variable* v = model_.variables()[i];
+      ps::VariableState& saved = state.variables.emplace_back();
+      saved.name = v->name;
+      saved.values.resize(v->size());
+      device_.Download(v->value, saved.values.data(), v->size());
+      for (size_t s = 0; s < slot_names.size(); ++s) {
+        std::vector<float>& slot = saved.slots[slot_names[s]];
+        slot.resize(v->size());
+        device_.Download(slots_[i][s], slot.data(), v->size());
+      }
+    }
+    RETURN_IF_ERROR(device_.Synchronize());
+    return state;
+  }
+
+  int64_t global_step() const override { return step_; }
+  int examples_per_step() const override { return c_.options.batch_size * size(); }
+  int64_t last_global_step() const override { return c_.total_steps(); }
+  std::optional<uint64_t> parameter_checksum() const override { return checksum_; }
+
+  absl::Status AwaitParameters(bool) override {
+    return absl::FailedPreconditionError("--mode allreduce: there are no ps to read from");
+  }
+
+ private:
+  // A variable's place in a fused gradient buffer.
+  struct Member {
+    Variable* variable;
+    std::vector<Tensor>* slots;
+    int64_t offset;
+  };
+  struct Bucket {
+    std::vector<Member> members;
+    int64_t elements = 0;
+    Tensor buffer;
+  };
+
+  int size() const { return c_.id.num_workers; }
+
+  // Packs variables in order into buffers of at most fusion_bytes (a larger variable gets one of
+  // its own); one more float at the end of the last carries the step's loss.
+  void BuildBuckets() {
+    const int64_t limit = std::max<int64_t>(1, c_.options.fusion_bytes / sizeof(float));
+    for (size_t i = 0; i < model_.variables().size(); ++i) {
+      Variable* v = model_.variables()[i];
+      if (buckets_.empty() ||
+          (buckets_.back().elements > 0 && buckets_.back().elements + v->size() > limit)) {
+        buckets_.emplace_back();
+      }
+      Bucket& b = buckets_.back();
+      b.members.push_back({v, &slots_[i], b.elements});
+      b.elements += v->size();
+    }
+    buckets_.back().elements += 1;  // the loss
+    for (Bucket& b : buckets_) b.buffer = Tensor(device_, {b.elements});
+    log::Info("All-reduce training", {{"rank", c_.id.rank},
+                                      {"workers", size()},
+                                      {"communicator", comm_->name()},
+                                      {"fused_buffers", buckets_.size()},
+                                      {"parameters", model_.num_parameters()}});
+  }
+
+  absl::Status Restore(const ps::ModelState& state) {
+    const std::vector<std::string> slot_names = optimizer_->SlotNames();
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Variable* v = model_.variables()[i];
+      const ps::VariableState* saved = nullptr;
+      for (const ps::VariableState& s : state.variables) {
+        if (s.name == v->name) saved = &s;
+      }
+      if (saved == nullptr || static_cast<int64_t>(saved->values.size()) != v->size()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("checkpoint in ", c_.options.checkpoint_dir, " has no variable ", v->name,
+                         " of ", v->size(), " values; it was written for another model"));
+      }
+      device_.Upload(saved->values.data(), v->value, v->size());
+      for (size_t s = 0; s < slot_names.size(); ++s) {
+        auto it = saved->slots.find(slot_names[s]);
+        // Another optimizer's slots (the flags changed between runs) start afresh.
+        if (it != saved->slots.end() && static_cast<int64_t>(it->second.size()) == v->size()) {
+          device_.Upload(it->second.data(), slots_[i][s], v->size());
+        }
+      }
+    }
+    step_ = state.global_step;
+    if (!state.run_id.empty()) run_id_ = state.run_id;
+    RETURN_IF_ERROR(device_.Synchronize());
+    log::Info("Restored the latest checkpoint",
+              {{"global_step", step_}, {"dir", c_.options.checkpoint_dir}});
+    return absl::OkStatus();
+  }
+
+  // Packs every gradient (and the loss) into the fused buffers and sums them over the ranks.
+  // Returns the mean loss over every rank's batch.
+  absl::StatusOr<float> ReduceGradients(int64_t pos, float loss) {
+    for (Bucket& b : buckets_) {
+      for (const Member& m : b.members) {
+        device_.CopyDeviceToDevice(m.variable->grad.data(), b.buffer.data() + m.offset,
+                                   m.variable->grad.bytes());
+      }
+    }
+    Bucket& last = buckets_.back();
+    float* loss_slot = last.buffer.data() + last.elements - 1;
+    device_.CopyHostToDevice(&loss, loss_slot, sizeof(float));
+    RETURN_IF_ERROR(device_.Synchronize(), "packing the gradients of step ", pos);
+    absl::Time t0 = absl::Now();
+    size_t bytes = 0;
+    for (Bucket& b : buckets_) {
+      RETURN_IF_ERROR(comm_->AllReduce(b.buffer.data(), b.elements, ReduceOp::kSum),
+                      "all-reducing the gradients of step ", pos);
+      bytes += b.buffer.bytes();
+    }
+    float summed_loss = 0;
+    device_.CopyDeviceToHost(loss_slot, &summed_loss, sizeof(float));
+    RETURN_IF_ERROR(device_.Synchronize());
+    if (c_.metrics) {
+      c_.metrics->allreduce_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+      // What a ring all-reduce sends per rank: 2(n-1)/n of the buffer.
+      c_.metrics->sent_bytes.Increment(2.0 * (size() - 1) / size() * static_cast<double>(bytes));
+    }
+    return summed_loss / static_cast<float>(size());
+  }
+
+  // The optimizer's update for step `pos` from the summed gradients, scaled to their mean.
+  void ApplyUpdates(int64_t pos) {
+    ps::UpdateRule rule = optimizer_->Rule(pos);
+    rule.grad_scale = 1.0f / static_cast<float>(size());
+    for (Bucket& b : buckets_) {
+      for (const Member& m : b.members) {
+        std::vector<Tensor>& slots = *m.slots;
+        device_.ApplyUpdate(rule, m.variable->size(), b.buffer.data() + m.offset,
+                            m.variable->value.data(), slots.size() > 0 ? slots[0].data() : nullptr,
+                            slots.size() > 1 ? slots[1].data() : nullptr);
+      }
+    }
+  }
+
+  // Every rank must hold bit-identical parameters: compares a checksum of them over the ranks
+  // (one max all-reduce of the checksum's chunks and their negations gives max and min).
+  absl::Status VerifyIdentical(int64_t pos) {
+    RETURN_IF_ERROR(model_.ReadValues(absl::MakeSpan(flat_)));
+    const uint64_t mine = ParameterChecksum(flat_.data(), flat_.size());
+    float chunks[2 * kChunks];
+    EncodeU64(mine, chunks);
+    for (int i = 0; i < kChunks; ++i) chunks[kChunks + i] = -chunks[i];
+    device_.Upload(chunks, scratch_, 2 * kChunks);
+    RETURN_IF_ERROR(comm_->AllReduce(scratch_.data(), 2 * kChunks, ReduceOp::kMax),
+                    "comparing parameter checksums");
+    float reduced[2 * kChunks];
+    device_.Download(scratch_, reduced, 2 * kChunks);
+    RETURN_IF_ERROR(device_.Synchronize());
+    for (int i = 0; i < kChunks; ++i) {
+      if (reduced[i] != chunks[i] || -reduced[kChunks + i] != chunks[i]) {
+        return absl::InternalError(absl::StrFormat(
+            "parameters differ across ranks at step %d (this rank's checksum %016x): the ranks "
+            "did not apply the same updates",
+            pos, mine));
+      }
+    }
+    log::Debug("Parameters identical on every rank",
+               {{"step", pos}, {"checksum", absl::StrFormat("%016x", mine)}});
+    checksum_ = mine;
+    return absl::OkStatus();
+  }
+
+  const ExchangeContext c_;
+  Device& device_;
+  Model& model_;
+  Communicator* comm_ = nullptr;
+  std::unique_ptr<ps::Optimizer> optimizer_;
+  std::vector<std::vector<Tensor>> slots_;  // per variable, the optimizer's slots
+  std::vector<Bucket> buckets_;
+  Tensor scratch_;           // small collectives (step, checksum)
+  std::vector<float> flat_;  // host copy of the parameters for the checksum
+  int64_t step_ = 0;
+  std::string run_id_;
+  uint64_t checksum_ = 0;
+};
+
+}  // namespace
+
+uint64_t ParameterChecksum(const float* values, size_t count) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values);
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < count * sizeof(float); ++i) {
+    h ^= bytes[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::unique_ptr<GradientExchange> MakeAllReduceExchange(const ExchangeContext& context) {
+  return std::make_unique<AllReduceExchange>(context);
+}
+
+}  // namespace kubetrain::worker

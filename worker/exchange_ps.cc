@@ -1,0 +1,477 @@
+// The ps-sync and ps-async gradient exchanges (push, pull), the chief's filling, watching,
+// refilling and shutting down of the ps, and every task's waiting for them; see
+// worker/exchange_ps.h.
+#include "worker/exchange_ps.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/backoff.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "ps/partition.h"
+#include "worker/chief_duties.h"
+#include "worker/random.h"
+
+namespace kubetrain::worker {
+namespace {
+
+// Errors after which training waits for the ps to come back rather than giving up.
+bool Recoverable(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// What ps-sync and ps-async share: the client, the host copies of parameters and gradients,
+// the chief's filling, watch and refill, and every task's waiting and recovery. The two modes
+// differ in the training config they give the ps, how a step pulls, and how a worker's position
+// follows from the global step.
+class PsExchange : public GradientExchange {
+ public:
+  explicit PsExchange(const ExchangeContext& context) : c_(context) {}
+  ~PsExchange() override { StopMonitor(); }
+
+  absl::Status Setup() override {
+    std::vector<ps::VariableSpec> specs;
+    size_t offset = 0;
+    flat_values_.resize(c_.model.num_parameters());
+    flat_grads_.resize(c_.model.num_parameters());
+    for (Variable* v : c_.model.variables()) {
+      specs.push_back({v->name, static_cast<uint64_t>(v->size())});
+      value_spans_.emplace_back(flat_values_.data() + offset, v->size());
+      grad_spans_.emplace_back(flat_grads_.data() + offset, v->size());
+      offset += v->size();
+    }
+    ASSIGN_OR_RETURN(ps::PlacementPlan plan,
+                     ps::PlacementPlan::Build(specs, static_cast<int>(c_.id.ps_addresses.size())));
+    plan_ = std::make_unique<ps::PlacementPlan>(std::move(plan));
+    return Reconnect();
+  }
+
+  absl::StatusOr<int64_t> Start(ChiefDuties* chief) override {
+    chief_ = chief;
+    if (chief_ != nullptr) {
+      RETURN_IF_ERROR(PrepareChief());
+    } else {
+      RETURN_IF_ERROR(WaitForPs(/*evaluated=*/false));
+    }
+    const int64_t pos = Position();
+    if (pos > 0) {
+      log::Info("Continuing from the parameter servers' step",
+                {{"global_step", version_.step()}, {"epoch", pos / c_.steps_per_epoch}});
+    }
+    return pos;
+  }
+
+  absl::Status LoadParameters() override {
+    return c_.model.WriteValues(absl::MakeConstSpan(flat_values_));
+  }
+
+  absl::StatusOr<Recovery> Recover(const absl::Status& failure, int64_t pos) override {
+    if (c_.stop.load()) return absl::CancelledError("stopped by signal");
+    if (!Recoverable(failure)) return failure;
+    log::Warn("Lost the parameter servers; waiting for them", {{"cause", failure}});
+    if (c_.metrics) c_.metrics->recoveries.Increment();
+    if (chief_ != nullptr) {
+      absl::Status refill = RefillEmptyPs();
+      if (!refill.ok() && !Recoverable(refill)) return refill;
+    }
+    absl::Status back = WaitForPs(/*evaluated=*/false);
+    if (IsTrainingOver(back)) return Recovery{.training_over = true, .pos = pos};
+    RETURN_IF_ERROR(back);
+    log::Info("Parameter servers are back", {{"global_step", version_.step()}});
+    return Recovery{.training_over = false, .pos = PositionAfterRecovery(pos)};
+  }
+
+  absl::Status EndTraining() override { return absl::OkStatus(); }
+
+  void ShutDown() override {
+    StopMonitor();
+    absl::Status s = Client()->Shutdown("training complete");
+    if (!s.ok()) log::Warn("Could not shut every parameter server down", {{"error", s}});
+  }
+
+  absl::StatusOr<ps::ModelState> Export() override {
+    ASSIGN_OR_RETURN(ps::ModelState state, Client()->Export(), "exporting the ps state");
+    return state;
+  }
+
+  int64_t global_step() const override { return version_.step(); }
+
+  absl::Status AwaitParameters(bool evaluated) override { return WaitForPs(evaluated); }
+
+ protected:
+  // The config the chief gives the ps.
+  virtual ps::TrainingConfig Config() const = 0;
+  virtual const char* mode_name() const = 0;
+  // This worker's position in its own sequence of steps, from the global step it holds.
+  virtual int64_t Position() const = 0;
+  // Where a worker that was at `pos` goes on once the ps are back.
+  virtual int64_t PositionAfterRecovery(int64_t pos) const = 0;
+
+  int num_workers() const { return c_.id.num_workers; }
+  bool chief() const { return chief_ != nullptr; }
+  const ps::Version& version() const { return version_; }
+  void set_version(ps::Version v) { version_ = std::move(v); }
+
+  // Sends this step's gradients (the model's) at the version they were computed at.
+  absl::StatusOr<ps::PushResult> PushGradients() {
+    RETURN_IF_ERROR(c_.model.ReadGradients(absl::MakeSpan(flat_grads_)));
+    std::vector<std::span<const float>> grads(grad_spans_.begin(), grad_spans_.end());
+    absl::Time t0 = absl::Now();
+    ASSIGN_OR_RETURN(ps::PushResult pushed, Client()->Push(grads, version_));
+    if (c_.metrics) {
+      c_.metrics->push_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+      c_.metrics->sent_bytes.Increment(flat_grads_.size() * sizeof(float));
+      if (pushed.stale > 0) c_.metrics->stale_pushes.Increment();
+    }
+    return pushed;
+  }
+
+  // Pulls whatever the ps hold now.
+  absl::Status PullFresh() {
+    absl::Time t0 = absl::Now();
+    ASSIGN_OR_RETURN(version_, Client()->Pull(value_spans_));
+    ObservePull(t0);
+    return absl::OkStatus();
+  }
+
+  // Sync mode: waits for the step every worker's push completes, re-asking on timeouts.
+  absl::Status PullNext() {
+    ps::Version want = version_.Next();
+    while (true) {
+      absl::Time t0 = absl::Now();
+      absl::StatusOr<ps::Version> v = Client()->Pull(value_spans_, &want);
+      if (v.ok()) {
+        version_ = *v;
+        ObservePull(t0);
+        return absl::OkStatus();
+      }
+      if (v.status().code() != absl::StatusCode::kDeadlineExceeded || c_.stop.load())
+        return v.status();
+      log::Info("Still waiting for the other workers to finish the step",
+                {{"global_step", version_.step()}});
+    }
+  }
+
+  const ExchangeContext c_;
+
+ private:
+  // ---- the ps client --------------------------------------------------------------------------
+
+  std::shared_ptr<ps::PsClient> Client() const {
+    std::lock_guard<std::mutex> lock(client_mu_);
+    return client_;
+  }
+
+  // (Re)creates the ps client when the resolved addresses changed (or there is none yet).
+  absl::Status Reconnect() {
+    std::vector<std::string> resolved;
+    for (const std::string& a : c_.id.ps_addresses)
+      resolved.push_back(c_.id.resolve ? c_.id.resolve(a) : a);
+    {
+      std::lock_guard<std::mutex> lock(client_mu_);
+      if (client_ && resolved == dialed_) return absl::OkStatus();
+    }
+    ps::ClientOptions client_options;
+    client_options.worker = static_cast<uint32_t>(c_.id.rank);
+    client_options.stop = &c_.stop;
+    client_options.secret = c_.options.job_secret;
+    ASSIGN_OR_RETURN(std::unique_ptr<ps::PsClient> client,
+                     ps::PsClient::Create(resolved, *plan_, client_options));
+    std::lock_guard<std::mutex> lock(client_mu_);
+    if (client_)
+      log::Info("Parameter server addresses changed; reconnecting",
+                {{"ps", absl::StrJoin(resolved, ",")}});
+    client_ = std::move(client);
+    dialed_ = std::move(resolved);
+    return absl::OkStatus();
+  }
+
+  void ObservePull(absl::Time t0) {
+    if (!c_.metrics) return;
+    c_.metrics->pull_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+    c_.metrics->received_bytes.Increment(flat_values_.size() * sizeof(float));
+    c_.metrics->global_step.Set(version_.step());
+  }
+
+  // ---- the chief: filling the ps --------------------------------------------------------------
+
+  // The chief fills every ps: resumes a run they already hold, restores the latest checkpoint,
+  // or initialises a new run from the seeded model. Then it watches them.
+  absl::Status PrepareChief() {
+    RETURN_IF_ERROR(Client()->WaitReady(c_.options.ready_timeout, /*require_initialized=*/false));
+    ASSIGN_OR_RETURN(std::vector<ps::ShardInfo> infos, Client()->Status());
+    bool all_initialized = true;
+    for (const ps::ShardInfo& info : infos) all_initialized &= info.initialized;
+    if (all_initialized) {
+      log::Info("Resuming the run the parameter servers hold",
+                {{"run_id", infos.front().run_id}, {"global_step", infos.front().global_step}});
+    } else {
+      RETURN_IF_ERROR(RestoreOrInitialize(infos));
+    }
+    StartMonitor();
+    return PullFresh();
+  }
+
+  absl::Status RestoreOrInitialize(const std::vector<ps::ShardInfo>& infos) {
+    bool any_initialized = false;
+    for (const ps::ShardInfo& info : infos) any_initialized |= info.initialized;
+    if (any_initialized) return RefillEmptyPs();
+    ASSIGN_OR_RETURN(std::optional<ps::ModelState> restored, chief_->LatestCheckpoint());
+    if (restored) {
+      restored->config = Config();  // flags may have changed between runs; the values stay
+      RETURN_IF_ERROR(Client()->Init(*restored), "restoring the checkpoint");
+      log::Info("Restored the parameter servers from the latest checkpoint",
+                {{"global_step", restored->global_step}, {"dir", c_.options.checkpoint_dir}});
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(ps::ModelState state, InitialState());
+    RETURN_IF_ERROR(Client()->Init(state), "initialising the parameter servers");
+    const ps::TrainingConfig& config = state.config;
+    log::Info("Initialised the parameter servers",
+              {{"run_id", state.run_id},
+               {"model", c_.options.model},
+               {"parameters", c_.model.num_parameters()},
+               {"ps", c_.id.ps_addresses.size()},
+               {"workers", num_workers()},
+               {"mode", mode_name()},
+               {"optimizer", c_.options.optimizer},
+               {"learning_rate", config.optimizer.learning_rate},
+               {"global_batch", examples_per_step()}});
+    // A first checkpoint at step 0, so a ps lost before the first periodic one can be refilled.
+    return chief_->SaveInitialCheckpoint(state);
+  }
+
+  absl::StatusOr<ps::ModelState> InitialState() {
+    ps::ModelState state;
+    state.config = Config();
+    state.global_step = 0;
+    state.run_id = RandomHexId();
+    RETURN_IF_ERROR(c_.model.ReadValues(absl::MakeSpan(flat_values_)));
+    for (size_t i = 0; i < value_spans_.size(); ++i) {
+      state.variables.push_back({c_.model.variables()[i]->name,
+                                 std::vector<float>(value_spans_[i].begin(), value_spans_[i].end()),
+                                 {}});
+    }
+    return state;
+  }
+
+  // ---- the chief: its ps watch ----------------------------------------------------------------
+
+  // Refills every ps that answers but holds nothing (it restarted) from the latest checkpoint.
+  absl::Status RefillEmptyPs() {
+    std::lock_guard<std::mutex> lock(refill_mu_);
+    ASSIGN_OR_RETURN(std::vector<ps::ShardInfo> infos, Client()->Status());
+    for (size_t i = 0; i < infos.size(); ++i) {
+      if (infos[i].initialized || infos[i].shutting_down) continue;
+      if (c_.options.checkpoint_dir.empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("ps ", i, " (", infos[i].address,
+                         ") came back empty and there is no checkpoint to refill it from; set "
+                         "--checkpoint-dir"));
+      }
+      ASSIGN_OR_RETURN(std::optional<ps::ModelState> state, chief_->LatestCheckpoint());
+      if (!state) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("ps ", i, " (", infos[i].address, ") came back empty and ",
+                         c_.options.checkpoint_dir, " holds no checkpoint"));
+      }
+      RETURN_IF_ERROR(Client()->InitShard(static_cast<int>(i), *state), "refilling ps ", i);
+      log::Warn("Refilled a parameter server that came back empty",
+                {{"ps", static_cast<int>(i)},
+                 {"address", infos[i].address},
+                 {"checkpoint_step", state->global_step}});
+    }
+    return absl::OkStatus();
+  }
+
+  void StartMonitor() {
+    monitor_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(monitor_mu_);
+      while (!monitor_stop_) {
+        monitor_cv_.wait_for(lock, absl::ToChronoMilliseconds(c_.options.monitor_every));
+        if (monitor_stop_) break;
+        lock.unlock();
+        absl::Status s = RefillEmptyPs();
+        if (!s.ok() && !Recoverable(s))
+          log::Error("Cannot refill a parameter server", {{"error", s}});
+        lock.lock();
+      }
+    });
+  }
+
+  void StopMonitor() {
+    {
+      std::lock_guard<std::mutex> lock(monitor_mu_);
+      monitor_stop_ = true;
+    }
+    monitor_cv_.notify_all();
+    if (monitor_.joinable()) monitor_.join();
+  }
+
+  // ---- every task: waiting for the ps ---------------------------------------------------------
+
+  // Waits until every ps answers with initialised state, then pulls. IsTrainingOver when the ps
+  // are shutting down, or (`evaluated`: an evaluator that has evaluated) have been unreachable
+  // for --evaluator-patience.
+  absl::Status WaitForPs(bool evaluated) {
+    // Short waits: a restarted ps is usually back within seconds, and sync training stalls until
+    // every worker notices.
+    Backoff backoff({.initial = absl::Milliseconds(200), .max = absl::Seconds(2)});
+    absl::Time deadline = absl::Now() + c_.options.ready_timeout;
+    std::string last_reason;
+    absl::Time unreachable_since = absl::InfiniteFuture();
+    while (!c_.stop.load()) {
+      absl::Status reconnected = Reconnect();
+      if (!reconnected.ok()) return reconnected;
+      absl::StatusOr<std::vector<ps::ShardInfo>> infos = Client()->Status();
+      if (infos.ok()) {
+        bool ready = true;
+        for (const ps::ShardInfo& info : *infos) {
+          if (info.shutting_down) return TrainingOverStatus();
+          ready &= info.initialized;
+        }
+        if (ready && PullFresh().ok()) return absl::OkStatus();
+        last_reason = ready ? "pull failed" : "a parameter server is not initialised yet";
+        unreachable_since = absl::InfiniteFuture();
+      } else {
+        last_reason = std::string(infos.status().message());
+        unreachable_since = std::min(unreachable_since, absl::Now());
+        // An evaluator outlives training: once it has evaluated and the ps have been gone for a
+        // while, the chief has shut them down and exited.
+        if (evaluated && absl::Now() - unreachable_since > c_.options.evaluator_patience) {
+          return TrainingOverStatus();
+        }
+      }
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("parameter servers not ready after ",
+                         absl::FormatDuration(c_.options.ready_timeout), ": ", last_reason));
+      }
+      absl::Duration wait = backoff.Next();
+      log::Info("Waiting for the parameter servers",
+                {{"reason", last_reason}, {"retry_in", wait}, {"attempt", backoff.attempts()}});
+      SleepUnlessStopped(wait, c_.stop);
+    }
+    return absl::CancelledError("stopped");
+  }
+
+  ChiefDuties* chief_ = nullptr;  // set by Start on the chief
+  std::unique_ptr<ps::PlacementPlan> plan_;
+  mutable std::mutex client_mu_;  // guards client_ and dialed_: the chief's monitor reads them
+  std::shared_ptr<ps::PsClient> client_;
+  std::vector<std::string> dialed_;  // the resolved addresses client_ dials
+  std::vector<float> flat_values_;
+  std::vector<float> flat_grads_;
+  std::vector<std::span<float>> value_spans_;
+  std::vector<std::span<float>> grad_spans_;
+  ps::Version version_;
+
+  std::mutex refill_mu_;  // one refill at a time (training thread and monitor)
+  std::mutex monitor_mu_;
+  std::condition_variable monitor_cv_;
+  bool monitor_stop_ = false;
+  std::thread monitor_;
+};
+
+// Every worker makes total_steps() steps together: one global step per round of num_workers
+// pushes, averaged.
+class PsSyncExchange final : public PsExchange {
+ public:
+  using PsExchange::PsExchange;
+
+  absl::StatusOr<ExchangedStep> Exchange(int64_t pos, float loss) override {
+    RETURN_IF_ERROR(PushGradients().status());
+    // After its last push a worker is done; the chief pulls once more, waiting for the step to
+    // complete, so its final evaluation and checkpoint see every update.
+    const bool last = pos + 1 >= c_.total_steps();
+    if (!last || chief()) RETURN_IF_ERROR(PullNext());
+    return ExchangedStep{.next = last ? pos + 1 : Position(), .loss = loss};
+  }
+
+  bool Done(int64_t pos) const override { return pos >= c_.total_steps(); }
+  int examples_per_step() const override { return c_.options.batch_size * num_workers(); }
+  int64_t last_global_step() const override {
+    return c_.steps_per_epoch > 0 ? c_.total_steps() : -1;
+  }
+
+ protected:
+  ps::TrainingConfig Config() const override {
+    ps::TrainingConfig config;
+    config.mode = ps::UpdateMode::kSync;
+    config.replicas_to_aggregate = num_workers();
+    // One update per global step.
+    config.optimizer = OptimizerFor(c_.options, examples_per_step(), c_.total_steps());
+    return config;
+  }
+  const char* mode_name() const override { return "sync"; }
+  // The global step, shared by all.
+  int64_t Position() const override { return version().step(); }
+  int64_t PositionAfterRecovery(int64_t) const override { return Position(); }
+};
+
+// Every push is applied on arrival and bumps the step: the job is done once the ps have applied
+// num_workers × total_steps() pushes, however they were shared out.
+class PsAsyncExchange final : public PsExchange {
+ public:
+  using PsExchange::PsExchange;
+
+  absl::StatusOr<ExchangedStep> Exchange(int64_t pos, float loss) override {
+    ASSIGN_OR_RETURN(ps::PushResult pushed, PushGradients());
+    set_version(pushed.version);
+    // After its last push a worker is done; the chief pulls once more so its final evaluation
+    // and checkpoint see every update.
+    if (!Done(pos + 1) || chief()) RETURN_IF_ERROR(PullFresh());
+    return ExchangedStep{.next = pos + 1, .loss = loss};
+  }
+
+  bool Done(int64_t) const override { return version().step() >= c_.total_steps() * num_workers(); }
+  int examples_per_step() const override { return c_.options.batch_size; }
+  // A push or two of each worker may land after the last counted one.
+  int64_t last_global_step() const override {
+    return c_.steps_per_epoch > 0 ? (c_.total_steps() + 1) * num_workers() : -1;
+  }
+
+ protected:
+  ps::TrainingConfig Config() const override {
+    ps::TrainingConfig config;
+    config.mode = ps::UpdateMode::kAsync;
+    config.replicas_to_aggregate = 1;
+    // One update per push.
+    config.optimizer =
+        OptimizerFor(c_.options, examples_per_step(), c_.total_steps() * num_workers());
+    return config;
+  }
+  const char* mode_name() const override { return "async"; }
+  // Every push bumps the step, so a worker's share is global_step / num_workers.
+  int64_t Position() const override { return version().step() / num_workers(); }
+  int64_t PositionAfterRecovery(int64_t pos) const override { return pos; }
+};
+
+}  // namespace
+
+std::unique_ptr<GradientExchange> MakePsSyncExchange(const ExchangeContext& context) {
+  return std::make_unique<PsSyncExchange>(context);
+}
+
+std::unique_ptr<GradientExchange> MakePsAsyncExchange(const ExchangeContext& context) {
+  return std::make_unique<PsAsyncExchange>(context);
+}
+
+}  // namespace kubetrain::worker

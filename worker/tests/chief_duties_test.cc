@@ -1,0 +1,279 @@
+// ChiefDuties over a scripted GradientExchange (no ps, no peers): when the chief evaluates,
+// checkpoints and shuts down, and what its summary says; and, end to end against a real ps, that
+// a chief resuming from a checkpoint writes no checkpoint at its first step.
+#include "worker/chief_duties.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/testing/status_matchers.h"
+#include "ps/service.h"
+#include "worker/cpu/cpu_device.h"
+#include "worker/models.h"
+#include "worker/random.h"
+#include "worker/tests/fashion_mnist_fixture.h"
+#include "worker/trainer.h"
+
+namespace kubetrain::worker {
+namespace {
+
+using ::kubetrain::testing::IsOk;
+
+std::string FreshDir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/chief_duties_" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// A strategy whose step and answers the test sets, recording what ChiefDuties asks of it.
+class ScriptedExchange : public GradientExchange {
+ public:
+  ScriptedExchange(Model& model, int64_t total_steps) : model_(model), total_(total_steps) {}
+
+  absl::Status Setup() override { return absl::OkStatus(); }
+  absl::StatusOr<int64_t> Start(ChiefDuties*) override { return step; }
+  absl::Status LoadParameters() override {
+    calls.push_back("load");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ExchangedStep> Exchange(int64_t pos, float loss) override {
+    return ExchangedStep{pos + 1, loss};
+  }
+  absl::StatusOr<Recovery> Recover(const absl::Status& failure, int64_t) override {
+    return failure;
+  }
+  bool Done(int64_t pos) const override { return pos >= total_; }
+  absl::Status EndTraining() override { return absl::OkStatus(); }
+  void ShutDown() override { calls.push_back("shutdown"); }
+  absl::StatusOr<ps::ModelState> Export() override {
+    calls.push_back("export");
+    ps::ModelState state;
+    state.global_step = step;
+    state.run_id = "scripted";
+    std::vector<float> flat(model_.num_parameters());
+    RETURN_IF_ERROR(model_.ReadValues(absl::MakeSpan(flat)));
+    size_t offset = 0;
+    for (Variable* v : model_.variables()) {
+      state.variables.push_back(
+          {v->name, {flat.begin() + offset, flat.begin() + offset + v->size()}, {}});
+      offset += v->size();
+    }
+    return state;
+  }
+  int64_t global_step() const override { return step; }
+  int examples_per_step() const override { return 32; }
+  int64_t last_global_step() const override { return total_; }
+  std::optional<uint64_t> parameter_checksum() const override { return checksum; }
+  absl::Status AwaitParameters(bool) override { return absl::OkStatus(); }
+
+  int64_t step = 0;
+  std::optional<uint64_t> checksum;
+  std::vector<std::string> calls;
+
+ private:
+  Model& model_;
+  const int64_t total_;
+};
+
+// Collects the log lines written while it lives.
+class LogCapture {
+ public:
+  LogCapture() {
+    log::SetSink([this](absl::string_view line) {
+      std::lock_guard<std::mutex> lock(mu_);
+      lines_.emplace_back(line);
+    });
+  }
+  ~LogCapture() { log::SetSink(nullptr); }
+
+  int Count(const std::string& text) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (const std::string& line : lines_) n += line.find(text) != std::string::npos;
+    return n;
+  }
+  std::string Find(const std::string& text) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& line : lines_) {
+      if (line.find(text) != std::string::npos) return line;
+    }
+    return "";
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+class ChiefDutiesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test_.height = test_.width = 28;
+    Rng rng(3);
+    for (int i = 0; i < 40; ++i) {
+      for (int p = 0; p < 28 * 28; ++p) test_.images.push_back(rng.Uniform() - 0.5f);
+      test_.labels.push_back(i % 10);
+    }
+    auto model = MakeModel("mlp", device_, 1);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    options_.epochs = 2;
+    options_.checkpoint_dir =
+        FreshDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+
+  // Runs the chief's after-step work for every step of the run, as the training loop does.
+  absl::Status RunSteps(ChiefDuties& duties, ScriptedExchange& exchange) {
+    duties.StartTraining();
+    for (int64_t pos = exchange.step; !exchange.Done(pos);) {
+      const int64_t epoch_before = pos / kStepsPerEpoch;
+      exchange.step = ++pos;
+      absl::Status s = duties.AfterStep(pos, epoch_before, 0.5f);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  static constexpr int64_t kStepsPerEpoch = 10;
+  CpuDevice device_;
+  Dataset test_;
+  std::unique_ptr<Model> model_;
+  TrainerOptions options_;
+};
+
+TEST_F(ChiefDutiesTest, EvaluatesAtEveryEpochEndButTheLastWhichFinishEvaluates) {
+  options_.epochs = 3;
+  ScriptedExchange exchange(*model_, 3 * kStepsPerEpoch);
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  LogCapture logs;
+  ASSERT_THAT(RunSteps(duties, exchange), IsOk());
+  EXPECT_EQ(logs.Count("msg=evaluation"), 2);
+  EXPECT_NE(logs.Find("msg=evaluation step=10 epoch=1"), "");
+  EXPECT_NE(logs.Find("msg=evaluation step=20 epoch=2"), "");
+  auto summary = duties.Finish();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_NE(logs.Find("msg=evaluation step=30 epoch=3"), "");
+  EXPECT_EQ(summary->steps, 30);
+  EXPECT_EQ(summary->epochs, 3);
+  EXPECT_EQ(summary->test_accuracy, duties.last_eval().accuracy);
+  EXPECT_EQ(duties.last_eval().examples, 40);
+}
+
+TEST_F(ChiefDutiesTest, NoPeriodicCheckpointIsDueBeforeThePeriodHasPassed) {
+  options_.checkpoint_every = absl::Hours(1);
+  ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  ASSERT_THAT(RunSteps(duties, exchange), IsOk());
+  // Evaluations load the parameters; nothing was exported for a checkpoint.
+  EXPECT_EQ(std::count(exchange.calls.begin(), exchange.calls.end(), "export"), 0);
+  EXPECT_FALSE(std::filesystem::exists(options_.checkpoint_dir + "/ckpt-1.pb"));
+}
+
+TEST_F(ChiefDutiesTest, ACheckpointIsWrittenWhenThePeriodHasPassed) {
+  options_.checkpoint_every = absl::ZeroDuration();
+  ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  ASSERT_THAT(RunSteps(duties, exchange), IsOk());
+  EXPECT_EQ(std::count(exchange.calls.begin(), exchange.calls.end(), "export"), 20);
+  EXPECT_EQ(duties.Summary().checkpoint, options_.checkpoint_dir + "/ckpt-20.pb");
+}
+
+TEST_F(ChiefDutiesTest, FinishEvaluatesCheckpointsThenShutsDownAndReportsTheChecksum) {
+  ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+  exchange.step = 2 * kStepsPerEpoch;
+  exchange.checksum = 0xabcdef0123456789ull;
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  LogCapture logs;
+  auto summary = duties.Finish();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(exchange.calls, (std::vector<std::string>{"load", "export", "shutdown"}));
+  EXPECT_EQ(summary->checkpoint, options_.checkpoint_dir + "/ckpt-20.pb");
+  EXPECT_NE(logs.Find("msg=\"Training complete\" steps=20"), "");
+  EXPECT_NE(logs.Find("parameter_checksum=abcdef0123456789"), "");
+  // The summary's JSON line, as the chief prints it.
+  EXPECT_EQ(summary->ToJson()["event"], "training_complete");
+  EXPECT_EQ(summary->ToJson()["checkpoint"], summary->checkpoint);
+}
+
+TEST_F(ChiefDutiesTest, WithoutACheckpointDirNothingIsWrittenOrRestored) {
+  options_.checkpoint_dir.clear();
+  options_.checkpoint_every = absl::ZeroDuration();
+  ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  ASSERT_THAT(RunSteps(duties, exchange), IsOk());
+  auto latest = duties.LatestCheckpoint();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_FALSE(latest->has_value());
+  auto summary = duties.Finish();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->checkpoint, "");
+  EXPECT_EQ(std::count(exchange.calls.begin(), exchange.calls.end(), "export"), 0);
+}
+
+TEST_F(ChiefDutiesTest, LatestCheckpointMustFitTheExchangesLastStep) {
+  ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  exchange.step = 20;
+  ASSERT_THAT(duties.SaveCheckpoint(), IsOk());
+  auto latest = duties.LatestCheckpoint();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ((*latest)->global_step, 20);
+
+  exchange.step = 21;  // one beyond the job
+  ASSERT_THAT(duties.SaveCheckpoint(), IsOk());
+  latest = duties.LatestCheckpoint();
+  EXPECT_EQ(latest.status().code(), absl::StatusCode::kFailedPrecondition) << latest.status();
+}
+
+TEST_F(ChiefDutiesTest, EvaluateWithoutATestSetFails) {
+  ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, nullptr, nullptr, absl::Now());
+  EXPECT_EQ(duties.Evaluate(1).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A chief that restores a checkpoint has just read the state it writes next: its first periodic
+// checkpoint is due --checkpoint-every after training resumes, not at its first step.
+using ResumedChiefTest = FashionMnistTest;
+
+TEST_F(ResumedChiefTest, PsSyncChiefWritesNoCheckpointAtItsFirstStepAfterARestore) {
+  ps::ServerOptions server_options;
+  server_options.address = "127.0.0.1:0";
+  auto ps = ps::PsServer::Start(server_options, nullptr);
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  TrainerOptions options;
+  options.mode = Mode::kPsSync;
+  options.batch_size = 64;
+  options.checkpoint_dir = FreshDir("resumed_ps_sync");
+  options.checkpoint_every = absl::Hours(1);
+  std::atomic<bool> stop{false};
+  // One worker: 937 steps an epoch. The first run's checkpoints: step 0 and its final one.
+  options.epochs = 1;
+  CpuDevice device;
+  auto first = Trainer(options, {Role::kChief, 0, 1, {(*ps)->address()}}, device, &data_->train,
+                       &data_->test, nullptr)
+                   .Run(stop);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->checkpoint, options.checkpoint_dir + "/ckpt-937.pb");
+
+  auto ps2 = ps::PsServer::Start(server_options, nullptr);
+  ASSERT_TRUE(ps2.ok()) << ps2.status();
+  options.epochs = 2;
+  auto second = Trainer(options, {Role::kChief, 0, 1, {(*ps2)->address()}}, device, &data_->train,
+                        &data_->test, nullptr)
+                    .Run(stop);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->steps, 1874);
+  EXPECT_EQ(second->checkpoint, options.checkpoint_dir + "/ckpt-1874.pb");
+  EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/ckpt-938.pb"));
+}
+
+}  // namespace
+}  // namespace kubetrain::worker
