@@ -1,15 +1,20 @@
 // Kubernetes object semantics over the Store: create/get/list/update/patch/delete with
 // resourceVersion concurrency, generation, status and scale subresources, CRD registration and
 // schema handling, finalizers, namespace lifecycle and ownerReference garbage collection.
+// The implementation is split by responsibility: api.cc (get, create, update, patch, scale),
+// list.cc (paginated lists), gc.cc (deletion and garbage collection), and the per-kind hooks
+// table in kinds.h.
 //
-// Thread-safe: writes are serialised by one mutex (so read-check-write is atomic); reads go
-// straight to the Store.
+// Thread-safe: writes are serialised by one (non-recursive) mutex, so read-check-write is
+// atomic; reads go straight to the Store. Every public write locks it once and works through
+// the private *Locked members, which expect it held and never call a public member.
 #pragma once
 
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -98,33 +103,42 @@ class Api {
   Store* store() const { return store_; }
 
  private:
+  // Everything below expects write_mu_ held.
   absl::StatusOr<nlohmann::json> CreateLocked(const Target& target, nlohmann::json body,
                                               const WriteOptions& options);
   absl::StatusOr<nlohmann::json> UpdateLocked(const Target& target, nlohmann::json body,
                                               const nlohmann::json& old,
                                               const WriteOptions& options);
-  absl::Status Admit(const ResourceType& type, nlohmann::json* object,
-                     const WriteOptions& options) const;
+  absl::Status MutateLocked(const std::string& storage_key, const std::string& ns,
+                            const std::string& name,
+                            const std::function<bool(nlohmann::json&)>& mutate);
+  // Deletes one stored object honouring finalizers, graceful pods and namespaces. Returns the
+  // object as it stands afterwards (marked) or as it was removed (gc.cc).
+  nlohmann::json DeleteObjectLocked(const std::string& key, nlohmann::json object,
+                                    const DeleteOptions& options);
+  // Removes an object from the store and runs its kind's `removed` hook.
+  std::optional<nlohmann::json> RemoveLocked(const std::string& key, const std::string& ns,
+                                             const std::string& name);
+  // Whether objects under `key` with a grace period wait for the kubelet before removal.
+  bool GracefulLocked(const std::string& key) const;
+  // The garbage collector and namespace controller, run to a fixed point after every delete.
+  void CollectGarbageLocked();
+
+  // Lock-free helpers (they only read their arguments and the registry).
   void PrepareForCreate(const ResourceType& type, nlohmann::json* object) const;
   absl::StatusOr<nlohmann::json> ScaleOf(const ResourceType& type,
                                          const nlohmann::json& object) const;
   absl::StatusOr<nlohmann::json> ApplyScale(const ResourceType& type, nlohmann::json object,
                                             const nlohmann::json& scale) const;
-  // Deletes one stored object honouring finalizers, graceful pods and namespaces. Returns the
-  // object as it stands afterwards (marked) or as it was removed.
-  nlohmann::json DeleteObjectLocked(const std::string& key, nlohmann::json object,
-                                    const DeleteOptions& options);
-  void AfterRemoveLocked(const std::string& key, const nlohmann::json& removed);
-  void CollectGarbageLocked();
-  ResourceTypePtr TypeOfStored(const nlohmann::json& object) const;
   // Sets `object`'s metadata.managedFields for a write that made it from `live` (null: create).
   void RecordFields(const Target& target, const nlohmann::json* live, nlohmann::json* object,
                     const WriteOptions& options) const;
 
   Registry* registry_;
   Store* store_;
+  // Set before serving starts (EnableGracefulPodDeletion), read under write_mu_.
   bool graceful_pods_ = false;
-  std::recursive_mutex write_mu_;
+  std::mutex write_mu_;
 };
 
 // RFC 3339 UTC with second precision, as metadata timestamps use.

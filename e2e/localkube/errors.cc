@@ -10,6 +10,16 @@ namespace {
 
 constexpr char kPayloadUrl[] = "type.kubetrain.dev/localkube.Status";
 
+// The absl code an ApiError carries inside localkube. The wire gets the payload's HTTP code and
+// reason, exactly as kube-apiserver sends them (docs/architecture.md §6, decision 0004). Kept
+// apart from kube::Client's table (operator/kube/client.cc) on purpose: this side is the server's
+// wire contract, that one a client's interpretation of it (what its caller should do, §2); one
+// shared table would let the test server bend to the client it tests. So codes keep the server's
+// meaning, as google.rpc pairs them with HTTP:
+// - 429 TooManyRequests is RESOURCE_EXHAUSTED: a limit of the server ran out (clients retry
+//   after Retry-After).
+// - 415 UnsupportedMediaType is INVALID_ARGUMENT, as 400 and 422: the request's body is in a
+//   format this server does not take.
 absl::StatusCode CodeFor(int http_code) {
   switch (http_code) {
     case 400:

@@ -20,8 +20,8 @@
 
 #include "absl/time/time.h"
 #include "e2e/localkube/api.h"
+#include "e2e/localkube/container_process.h"
 #include "e2e/localkube/logs.h"
-#include "e2e/localkube/process.h"
 
 namespace kubetrain::localkube {
 
@@ -58,7 +58,7 @@ class Kubelet : public LogSource {
   struct Container {
     std::string name;
     nlohmann::json spec;
-    std::unique_ptr<Process> process;
+    std::unique_ptr<ContainerProcess> process;
     int run = 0;  // log file index; restartCount = run - 1
     std::string started_at, finished_at;
     int exit_code = 0;
@@ -86,8 +86,8 @@ class Kubelet : public LogSource {
   void Tick(Pod& pod);
   void PublishStatus(Pod& pod);
   void WriteHosts();
-  std::vector<std::string> Environment(const Pod& pod, const Container& c,
-                                       std::map<std::string, std::string>* vars) const;
+  std::map<std::string, std::string> Environment(const Pod& pod, const Container& c,
+                                                 std::map<std::string, std::string>* vars) const;
   void ReserveIpBlock();
   std::string AllocateIp();  // with mu_ held
   std::string ResolveBinary(const std::string& image, std::string command) const;

@@ -76,11 +76,7 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
 
 int Run(int argc, char** argv) {
   auto options = ParseOptions(argc, argv);
-  if (!options.ok()) {
-    if (absl::IsCancelled(options.status())) return 0;
-    std::cerr << "localkube: " << options.status().message() << "\n";
-    return 2;
-  }
+  if (!options.ok()) return UsageExit("localkube", options.status());
   // Block the stop signals in every thread; main waits for them with sigwait.
   sigset_t stop;
   sigemptyset(&stop);

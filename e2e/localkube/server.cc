@@ -1,355 +1,37 @@
+// The Server's request routing: start and stop, authentication and RBAC, fault injection,
+// discovery and OpenAPI, and the REST verbs on resources (with Table content negotiation).
+// Watches are served in watch.cc, pods/log in pod_log.cc, connections in connections.cc.
 #include "e2e/localkube/server.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <filesystem>
-#include <fstream>
-#include <limits>
-#include <map>
-#include <mutex>
+#include <cstring>
 #include <random>
-#include <set>
+#include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
-#include "common/status.h"
+#include "e2e/localkube/connections.h"
 #include "e2e/localkube/decode.h"
 #include "e2e/localkube/discovery.h"
 #include "e2e/localkube/errors.h"
+#include "e2e/localkube/kinds.h"
 #include "e2e/localkube/pod_security.h"
 #include "e2e/localkube/protobuf.h"
+#include "e2e/localkube/request.h"
 #include "e2e/localkube/table.h"
 #include "e2e/localkube/tls.h"
-#include "operator/api/yaml.h"
 
 namespace kubetrain::localkube {
-namespace {
 
 using json = nlohmann::json;
-
-constexpr char kJson[] = "application/json";
-
-// Whether `fd` is a connected TCP socket whose local port is `port`: one the server on `port`
-// accepted (a client's socket to that port has an ephemeral local port; the listener has no
-// peer). getsockname and getpeername only read the socket.
-bool AcceptedOn(int fd, int port) {
-  sockaddr_storage local{}, peer{};
-  socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) return false;
-  int local_port = 0;
-  if (local.ss_family == AF_INET) {
-    local_port = ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
-  } else if (local.ss_family == AF_INET6) {
-    local_port = ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port);
-  }
-  if (local_port != port) return false;
-  return getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0;
-}
-
-// The inode of the socket /proc/self/fd/NAME links to ("socket:[INODE]"); 0 for anything else.
-// Reading the link does not touch the descriptor, which another thread may be closing.
-ino_t SocketInode(const std::filesystem::path& link) {
-  std::error_code ec;
-  std::string link_target = std::filesystem::read_symlink(link, ec).string();
-  absl::string_view target = link_target;
-  if (ec || !absl::ConsumePrefix(&target, "socket:[") || !absl::ConsumeSuffix(&target, "]")) {
-    return 0;
-  }
-  uint64_t inode = 0;
-  return absl::SimpleAtoi(target, &inode) ? static_cast<ino_t>(inode) : 0;
-}
-
-}  // namespace
-
-// The connections the server has accepted and not yet finished with, so that Stop can shut them
-// down: httplib's idle keep-alive connections otherwise sit out their whole keep-alive timeout
-// after stop(), and localkube must exit within 2 s of SIGTERM.
-//
-// httplib (0.11) has no hook that sees an accepted descriptor: the accept loop hands the task
-// queue a closure that serves the socket and then closes it, and the socket options callback
-// applies to the listener only. So Track, called by the queue on the accepting thread between
-// accept and the connection's task, finds the one socket on the server's port that is not tracked
-// yet (the accepting thread owns it until the task starts) and keeps a duplicate descriptor of it.
-// The duplicate stays open until the task has returned, so the socket's number cannot be reused
-// while it is tracked and a shutdown reaches that connection and nothing else; shutting down
-// and closing duplicates happen under one mutex.
-class AcceptedSockets {
- public:
-  explicit AcceptedSockets(int port) : port_(port) {}
-  ~AcceptedSockets() {
-    for (const auto& [fd, inode] : tracked_) close(fd);
-  }
-
-  // Returns the duplicate (to hand to Untrack), or -1 when the socket was not found.
-  int Track() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-      int fd = 0;
-      if (!absl::SimpleAtoi(entry.path().filename().string(), &fd)) continue;
-      ino_t inode = SocketInode(entry.path());
-      if (inode == 0 || inodes_.contains(inode) || !AcceptedOn(fd, port_)) continue;
-      int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-      if (copy < 0) continue;
-      struct stat st;
-      if (fstat(copy, &st) != 0 || st.st_ino != inode || !AcceptedOn(copy, port_)) {
-        close(copy);  // the number was closed and reused since it was read
-        continue;
-      }
-      tracked_.emplace(copy, inode);
-      inodes_.insert(inode);
-      if (stopping_) ::shutdown(copy, SHUT_RDWR);
-      return copy;
-    }
-    return -1;
-  }
-
-  // After the connection's task has returned (httplib has closed its own descriptor).
-  void Untrack(int copy) {
-    if (copy < 0) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = tracked_.find(copy);
-    if (it == tracked_.end()) return;
-    inodes_.erase(it->second);
-    tracked_.erase(it);
-    close(copy);
-  }
-
-  // Shuts down every tracked connection, and any tracked from now on.
-  void ShutdownAll() {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-    for (const auto& [fd, inode] : tracked_) ::shutdown(fd, SHUT_RDWR);
-  }
-
- private:
-  const int port_;
-  std::mutex mu_;
-  std::map<int, ino_t> tracked_;  // duplicate descriptor -> socket inode
-  std::set<ino_t> inodes_;
-  bool stopping_ = false;
-};
-
-namespace {
-
-// Runs every connection on its own thread: watches and `logs -f` hold a connection for minutes,
-// so a fixed pool (httplib's default is 8 threads) would starve ordinary requests. Threads get a
-// large stack: objects may nest 10000 deep (the JSON decoder's limit) and copying, printing and
-// merging them recurses once per level, which a default stack does not hold in debug or
-// sanitizer builds.
-class ThreadPerConnection : public httplib::TaskQueue {
- public:
-  explicit ThreadPerConnection(std::shared_ptr<AcceptedSockets> sockets)
-      : sockets_(std::move(sockets)) {}
-
-  void enqueue(std::function<void()> fn) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++active_;
-    }
-    auto* task = new Task{this, std::move(fn), sockets_->Track()};
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, kStackBytes);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t thread;
-    if (pthread_create(&thread, &attr, &Run, task) != 0) Run(task);  // serve it inline
-    pthread_attr_destroy(&attr);
-  }
-  // Shuts every connection down and waits (at most 10 s) for their threads to finish.
-  void shutdown() override {
-    sockets_->ShutdownAll();
-    std::unique_lock<std::mutex> lock(mu_);
-    idle_.wait_for(lock, std::chrono::seconds(10), [&] { return active_ == 0; });
-  }
-
- private:
-  static constexpr size_t kStackBytes = 64 << 20;
-  struct Task {
-    ThreadPerConnection* queue;
-    std::function<void()> fn;
-    int tracked;  // AcceptedSockets::Track's duplicate
-  };
-  static void* Run(void* arg) {
-    std::unique_ptr<Task> task(static_cast<Task*>(arg));
-    task->fn();  // serves the connection, then closes it
-    ThreadPerConnection* queue = task->queue;
-    queue->sockets_->Untrack(task->tracked);
-    task.reset();
-    std::lock_guard<std::mutex> l(queue->mu_);
-    if (--queue->active_ == 0) queue->idle_.notify_all();
-    return nullptr;
-  }
-
-  std::shared_ptr<AcceptedSockets> sockets_;
-  std::mutex mu_;
-  std::condition_variable idle_;
-  int active_ = 0;
-};
-
-// Go's strconv.ParseBool, which is what the apiserver uses for query booleans.
-bool ParseBool(const std::string& v) {
-  return v == "1" || v == "t" || v == "T" || v == "true" || v == "TRUE" || v == "True";
-}
-
-std::string Param(const httplib::Request& req, const char* name) {
-  return req.has_param(name) ? req.get_param_value(name) : "";
-}
-
-void Reply(httplib::Response& res, int code, const json& body) {
-  res.status = code;
-  res.set_content(body.dump(), kJson);
-}
-
-void ReplyError(httplib::Response& res, const absl::Status& status) {
-  json body = StatusBody(status);
-  Reply(res, body.value("code", 500), body);
-}
-
-bool WantsTable(const httplib::Request& req) {
-  return absl::StrContains(req.get_header_value("Accept"), "as=Table");
-}
-
-struct ParsedPath {
-  std::string group, version;
-  std::vector<std::string> rest;
-  bool ok = false;
-};
-
-ParsedPath SplitApiPath(const std::string& path) {
-  ParsedPath p;
-  std::vector<std::string> segs = absl::StrSplit(path, '/', absl::SkipEmpty());
-  if (segs.size() >= 2 && segs[0] == "api") {
-    p.version = segs[1];
-    p.rest.assign(segs.begin() + 2, segs.end());
-    p.ok = true;
-  } else if (segs.size() >= 3 && segs[0] == "apis") {
-    p.group = segs[1];
-    p.version = segs[2];
-    p.rest.assign(segs.begin() + 3, segs.end());
-    p.ok = true;
-  }
-  return p;
-}
-
-WriteOptions WriteOptionsOf(const httplib::Request& req) {
-  WriteOptions o;
-  o.dry_run = req.has_param("dryRun");
-  o.field_manager = Param(req, "fieldManager");
-  o.user_agent = req.get_header_value("User-Agent");  // the manager when fieldManager is absent
-  o.force = ParseBool(Param(req, "force"));
-  std::string v = Param(req, "fieldValidation");
-  o.field_validation = v.empty() ? "Warn" : v;
-  return o;
-}
-
-// The apiserver's versioner: strconv.ParseUint on anything but "" and "0".
-absl::StatusOr<int64_t> ParseResourceVersion(const std::string& rv) {
-  if (rv.empty() || rv == "0") return 0;
-  auto invalid = [&](absl::string_view why) {
-    std::string quoted = absl::StrCat("\"", absl::CHexEscape(rv), "\"");
-    return BadRequestError(
-        absl::StrCat("invalid resource version: resourceVersion: Invalid value: ", quoted,
-                     ": strconv.ParseUint: parsing ", quoted, ": ", why));
-  };
-  if (!std::all_of(rv.begin(), rv.end(), absl::ascii_isdigit)) return invalid("invalid syntax");
-  uint64_t v = 0;
-  if (!absl::SimpleAtoi(rv, &v)) return invalid("value out of range");
-  return static_cast<int64_t>(std::min<uint64_t>(v, std::numeric_limits<int64_t>::max()));
-}
-
-absl::StatusOr<ListOptions> ListOptionsOf(const httplib::Request& req) {
-  ListOptions o;
-  ASSIGN_OR_RETURN(o.resource_version, ParseResourceVersion(Param(req, "resourceVersion")));
-  ASSIGN_OR_RETURN(o.labels, LabelSelector::Parse(Param(req, "labelSelector")));
-  ASSIGN_OR_RETURN(o.fields, FieldSelector::Parse(Param(req, "fieldSelector")));
-  absl::SimpleAtoi(Param(req, "limit"), &o.limit);
-  o.continue_token = Param(req, "continue");
-  return o;
-}
-
-absl::StatusOr<DeleteOptions> DeleteOptionsOf(const httplib::Request& req) {
-  DeleteOptions o;
-  json body = json::object();
-  if (absl::StrContains(req.get_header_value("Content-Type"), "protobuf")) {
-    ASSIGN_OR_RETURN(body, DecodeK8sProtobuf(req.body));
-  } else if (!req.body.empty()) {
-    ASSIGN_OR_RETURN(body, DecodeJson(req.body));
-  }
-  o.propagation = body.value("propagationPolicy", Param(req, "propagationPolicy"));
-  if (body.value("orphanDependents", false) || ParseBool(Param(req, "orphanDependents"))) {
-    o.propagation = "Orphan";
-  }
-  if (!o.propagation.empty() && o.propagation != "Background" && o.propagation != "Foreground" &&
-      o.propagation != "Orphan") {
-    return InvalidError("DeleteOptions.meta.k8s.io", "",
-                        {{"FieldValueNotSupported",
-                          absl::StrCat("Unsupported value: \"", o.propagation,
-                                       "\": supported values: \"Foreground\", \"Background\", "
-                                       "\"Orphan\""),
-                          "propagationPolicy"}});
-  }
-  int64_t grace;
-  if (body.contains("gracePeriodSeconds") && body["gracePeriodSeconds"].is_number()) {
-    o.grace_seconds = body["gracePeriodSeconds"].get<int64_t>();
-  } else if (absl::SimpleAtoi(Param(req, "gracePeriodSeconds"), &grace)) {
-    o.grace_seconds = grace;
-  }
-  o.dry_run = req.has_param("dryRun") || body.contains("dryRun");
-  if (body.contains("preconditions")) {
-    o.precondition_uid = body["preconditions"].value("uid", "");
-    o.precondition_rv = body["preconditions"].value("resourceVersion", "");
-  }
-  return o;
-}
-
-// Applies the selector transition rules of the watch cache: entering the selection is ADDED,
-// leaving it is DELETED (with the previous state and the new revision).
-std::optional<json> WatchEventFor(const StoreEvent& e, const Target& target,
-                                  const ListOptions& filter) {
-  auto matches = [&](const json& o) {
-    if (o.is_null()) return false;
-    if (!target.ns.empty() && o["metadata"].value("namespace", "") != target.ns) return false;
-    return filter.labels.Matches(o["metadata"].value("labels", json())) && filter.fields.Matches(o);
-  };
-  bool now = e.type != "DELETED" && matches(e.object);
-  bool before = e.type == "DELETED" ? matches(e.object) : matches(e.previous);
-  json object = e.object;
-  std::string type;
-  if (now && before) {
-    type = "MODIFIED";
-  } else if (now) {
-    type = "ADDED";
-  } else if (before) {
-    type = "DELETED";
-    if (e.type != "DELETED") {
-      object = e.previous;
-      object["metadata"]["resourceVersion"] = std::to_string(e.revision);
-    }
-  } else {
-    return std::nullopt;
-  }
-  object["apiVersion"] = target.type->GroupVersion();
-  return json{{"type", type}, {"object", object}};
-}
-
-}  // namespace
 
 Server::Server(ServerOptions options, Api* api, LogSource* logs)
     : options_(std::move(options)), api_(api), logs_(logs) {}
@@ -415,15 +97,6 @@ void Server::Stop() {
   if (sockets_) sockets_->ShutdownAll();
   if (listener_.joinable()) listener_.join();
   if (compactor_.joinable()) compactor_.join();
-}
-
-bool Server::WaitForRevision(int64_t revision) {
-  Store* store = api_->store();
-  absl::Time deadline = absl::Now() + options_.too_large_rv_wait;
-  while (!stopping_ && store->Revision() < revision && absl::Now() < deadline) {
-    store->WaitForChange(revision - 1, deadline);
-  }
-  return store->Revision() >= revision;
 }
 
 std::optional<UserInfo> Server::Authenticate(const httplib::Request& req) const {
@@ -569,10 +242,10 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
   if (!target.type) return ReplyError(res, not_found);
   if (!target.type->namespaced && !target.ns.empty()) return ReplyError(res, not_found);
   const std::string& sub = target.subresource;
+  const std::vector<std::string>& served = HooksFor(*target.type).subresources;
   if (!sub.empty() && !(sub == "status" && target.type->status_subresource) &&
       !(sub == "scale" && target.type->scale_subresource) &&
-      !(sub == "log" && target.type->kind == "Pod" && target.type->group.empty()) &&
-      !(target.type->kind == "Namespace" && sub == "finalize")) {
+      std::find(served.begin(), served.end(), sub) == served.end()) {
     return ReplyError(res, not_found);
   }
   if (target.type->namespaced && target.ns.empty() && !target.name.empty()) {
@@ -648,183 +321,6 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
   for (const std::string& w : warnings) res.set_header("Warning", WarningHeaderValue(w));
   if (!result.ok()) return ReplyError(res, result.status());
   Reply(res, ok_code, *result);
-}
-
-void Server::ServeWatch(const Target& target, const httplib::Request& req, httplib::Response& res) {
-  if (req.has_param("sendInitialEvents")) {
-    // Without a real WatchList implementation the only safe answer is the one a server with the
-    // feature gate off gives: client-go then falls back to LIST + WATCH.
-    return ReplyError(res, InvalidError("ListOptions.meta.k8s.io", "",
-                                        {{"FieldValueForbidden",
-                                          "Forbidden: sendInitialEvents is forbidden for watch "
-                                          "unless the WatchList feature gate is enabled",
-                                          "sendInitialEvents"}}));
-  }
-  auto filter = ListOptionsOf(req);
-  if (!filter.ok()) return ReplyError(res, filter.status());
-  int64_t timeout = 0;
-  absl::SimpleAtoi(Param(req, "timeoutSeconds"), &timeout);
-  if (timeout <= 0) timeout = 1800;
-  const bool initial_list = filter->resource_version == 0;
-  bool bookmarks = ParseBool(Param(req, "allowWatchBookmarks"));
-  bool table = WantsTable(req);
-  std::string include_object = Param(req, "includeObject");
-  absl::Time deadline = absl::Now() + absl::Seconds(timeout);
-  bool drop = false;
-  if (options_.drop_watches_every > absl::ZeroDuration() &&
-      absl::Now() + options_.drop_watches_every < deadline) {
-    deadline = absl::Now() + options_.drop_watches_every;
-    drop = true;
-  }
-  res.status = 200;
-  res.set_chunked_content_provider(
-      kJson, [this, target, filter = *filter, initial_list, bookmarks, table, include_object,
-              deadline, drop](size_t, httplib::DataSink& sink) {
-        Store* store = api_->store();
-        const std::string key = target.type->StorageKey();
-        auto emit = [&](json event) {
-          if (table && event["type"] != "ERROR" && event["type"] != "BOOKMARK") {
-            event["object"] =
-                ToTable(*target.type, {event["object"]},
-                        event["object"]["metadata"].value("resourceVersion", ""), include_object);
-          }
-          std::string line = event.dump() + "\n";
-          log::Debug("Sent watch event", {{"type", event.value("type", "")},
-                                          {"resource", target.type->plural},
-                                          {"bytes", line.size()}});
-          return sink.write(line.data(), line.size());
-        };
-        int64_t cursor = 0;
-        if (initial_list) {
-          std::vector<json> objects = store->List(key, target.ns, &cursor);
-          for (json& o : objects) {
-            StoreEvent e{cursor, "ADDED", key, std::move(o), nullptr};
-            if (auto ev = WatchEventFor(e, target, filter)) {
-              if (!emit(*ev)) return false;
-            }
-          }
-        } else if (!WaitForRevision(filter.resource_version)) {
-          // Past the answer's start, errors travel as an ERROR event (the apiserver's
-          // errWatcher); client-go relists on this cause.
-          if (stopping_) return false;
-          emit({{"type", "ERROR"},
-                {"object", StatusBody(TooLargeResourceVersionError(filter.resource_version,
-                                                                   store->Revision()))}});
-          sink.done();
-          return true;
-        } else {
-          cursor = filter.resource_version;
-        }
-        absl::Time next_bookmark = absl::Now() + options_.bookmark_every;
-        while (!stopping_ && sink.is_writable()) {
-          std::vector<StoreEvent> events;
-          int64_t scanned = cursor;
-          absl::Status st = store->EventsAfter(key, cursor, &events, &scanned);
-          if (!st.ok()) {
-            json status = StatusBody(GoneError(st.message()));
-            status["code"] = 410;
-            emit({{"type", "ERROR"}, {"object", status}});
-            break;
-          }
-          for (const StoreEvent& e : events) {
-            if (auto ev = WatchEventFor(e, target, filter)) {
-              if (!emit(*ev)) return false;
-            }
-          }
-          cursor = scanned;
-          absl::Time now = absl::Now();
-          if (now >= deadline) break;
-          if (bookmarks && now >= next_bookmark) {
-            json obj = {{"kind", target.type->kind},
-                        {"apiVersion", target.type->GroupVersion()},
-                        {"metadata", {{"resourceVersion", std::to_string(cursor)}}}};
-            if (!emit({{"type", "BOOKMARK"}, {"object", obj}})) return false;
-            next_bookmark = now + options_.bookmark_every;
-          }
-          store->WaitForChange(cursor, std::min(deadline, next_bookmark));
-        }
-        // An injected drop ends the stream without the final chunk, like a lost connection.
-        if (drop && absl::Now() >= deadline) return false;
-        sink.done();
-        return true;
-      });
-}
-
-void Server::ServeLog(const Target& target, const httplib::Request& req, httplib::Response& res) {
-  auto pod = api_->Get(Target{target.type, target.ns, target.name, ""});
-  if (!pod.ok()) return ReplyError(res, pod.status());
-  std::string container = Param(req, "container");
-  const json containers = (*pod)["spec"].value("containers", json::array());
-  if (container.empty()) {
-    if (containers.size() != 1) {
-      return ReplyError(res, BadRequestError(absl::StrCat(
-                                 "a container name must be specified for pod ", target.name)));
-    }
-    container = containers[0].value("name", "");
-  }
-  if (!logs_) {
-    return ReplyError(
-        res, BadRequestError(absl::StrCat("container \"", container, "\" in pod \"", target.name,
-                                          "\" is waiting to start: no kubelet")));
-  }
-  auto path = logs_->LogPath(target.ns, target.name, container, ParseBool(Param(req, "previous")));
-  if (!path.ok()) return ReplyError(res, path.status());
-  bool follow = ParseBool(Param(req, "follow"));
-  bool timestamps = ParseBool(Param(req, "timestamps"));
-  // absl::SimpleAtoi zeroes its output on failure, so absent parameters keep their -1 here.
-  int64_t tail = -1, limit_bytes = -1;
-  if (req.has_param("tailLines")) absl::SimpleAtoi(Param(req, "tailLines"), &tail);
-  if (req.has_param("limitBytes")) absl::SimpleAtoi(Param(req, "limitBytes"), &limit_bytes);
-  // Each stored line is "<timestamp> <text>"; strip the stamp unless asked for.
-  auto render = [timestamps](const std::string& line) {
-    if (timestamps) return line + "\n";
-    size_t space = line.find(' ');
-    return (space == std::string::npos ? line : line.substr(space + 1)) + "\n";
-  };
-  std::ifstream in(*path);
-  std::vector<std::string> lines;
-  std::string line;
-  std::streamoff offset = 0;
-  while (std::getline(in, line)) {
-    if (in.eof()) break;  // a partial last line is sent once it is complete
-    lines.push_back(line);
-    offset = in.tellg();
-  }
-  size_t start = tail >= 0 && static_cast<size_t>(tail) < lines.size() ? lines.size() - tail : 0;
-  std::string initial;
-  for (size_t i = start; i < lines.size(); ++i) initial += render(lines[i]);
-  if (limit_bytes >= 0 && initial.size() > static_cast<size_t>(limit_bytes)) {
-    initial.resize(limit_bytes);
-  }
-  if (!follow) {
-    res.set_content(initial, "text/plain");
-    return;
-  }
-  res.set_chunked_content_provider("text/plain", [this, target, container, file = *path, initial,
-                                                  offset, render](size_t, httplib::DataSink& sink) {
-    if (!initial.empty() && !sink.write(initial.data(), initial.size())) return false;
-    std::ifstream f(file);
-    f.seekg(offset);
-    std::string pending;
-    while (!stopping_ && sink.is_writable()) {
-      bool running = logs_->Running(target.ns, target.name, container);
-      std::string chunk;
-      char buf[4096];
-      f.clear();
-      while (f.read(buf, sizeof(buf)) || f.gcount() > 0) chunk.append(buf, f.gcount());
-      pending += chunk;
-      size_t nl;
-      while ((nl = pending.find('\n')) != std::string::npos) {
-        std::string out = render(pending.substr(0, nl));
-        pending.erase(0, nl + 1);
-        if (!sink.write(out.data(), out.size())) return false;
-      }
-      if (!running && chunk.empty()) break;
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-    sink.done();
-    return true;
-  });
 }
 
 absl::Status WriteKubeconfig(const std::string& path, const std::string& server,

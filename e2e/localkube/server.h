@@ -1,5 +1,7 @@
 // The Kubernetes REST API over HTTP on loopback: routing, bearer-token auth, content
-// negotiation (JSON, Table), watch and log streaming, and fault injection.
+// negotiation (JSON, Table), watch and log streaming, and fault injection. Implemented in
+// server.cc (routing), watch.cc, pod_log.cc, request.cc (request parsing, replies) and
+// connections.cc (a thread per connection, shutting connections down on Stop).
 //
 // Owns the cpp-httplib server and its listening thread. Start/Stop from one thread; request
 // handlers run on a thread per connection (every open watch holds one).
@@ -25,7 +27,7 @@ struct Response;
 
 namespace kubetrain::localkube {
 
-class AcceptedSockets;  // server.cc
+class AcceptedSockets;  // connections.h
 
 struct ServerOptions {
   std::string host = "127.0.0.1";

@@ -17,34 +17,22 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "common/openssl_ptr.h"
 
 namespace kubetrain::localkube {
 namespace {
-
-// RAII owners for the OpenSSL objects.
-struct PkeyFree {
-  void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
 
 bool AddExtension(X509* cert, int nid, const char* value) {
   X509V3_CTX ctx;
   X509V3_set_ctx_nodb(&ctx);
   X509V3_set_ctx(&ctx, cert, cert, nullptr, nullptr, 0);
-  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+  X509ExtensionPtr ext(X509V3_EXT_conf_nid(nullptr, &ctx, nid, value));
   if (!ext) return false;
-  bool ok = X509_add_ext(cert, ext, -1) == 1;
-  X509_EXTENSION_free(ext);
-  return ok;
+  return X509_add_ext(cert, ext.get(), -1) == 1;  // adds a copy
 }
 
 std::string ToPem(const std::function<int(BIO*)>& write) {
-  std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
+  BioPtr bio(BIO_new(BIO_s_mem()));
   if (!write(bio.get())) return "";
   char* data = nullptr;
   long len = BIO_get_mem_data(bio.get(), &data);
@@ -54,9 +42,9 @@ std::string ToPem(const std::function<int(BIO*)>& write) {
 }  // namespace
 
 absl::StatusOr<TlsFiles> MakeSelfSignedCert(const std::string& dir) {
-  std::unique_ptr<EVP_PKEY, PkeyFree> key(EVP_EC_gen("P-256"));
+  EvpPkeyPtr key(EVP_EC_gen("P-256"));
   if (!key) return absl::InternalError("cannot generate a TLS key");
-  std::unique_ptr<X509, X509Free> cert(X509_new());
+  X509Ptr cert(X509_new());
   X509_set_version(cert.get(), 2);
   uint64_t serial = 0;
   RAND_bytes(reinterpret_cast<unsigned char*>(&serial), sizeof(serial));

@@ -1,10 +1,12 @@
 // Pod validation (422 Invalid), quantity decoding (400) and Pod Security Admission (403 and
 // warnings) over real HTTP, with the apiserver's wording.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <memory>
 
+#include "common/testing/status_matchers.h"
 #include "e2e/localkube/api.h"
 #include "e2e/localkube/pod_security.h"
 #include "e2e/localkube/pod_validation.h"
@@ -13,6 +15,7 @@
 namespace kubetrain::localkube {
 namespace {
 
+using ::kubetrain::testing::IsOk;
 using json = nlohmann::json;
 
 constexpr char kToken[] = "test-token";
@@ -41,7 +44,7 @@ class Admission : public ::testing::Test {
     options.token = kToken;
     api_ = std::make_unique<Api>(&registry_, &store_);
     server_ = std::make_unique<Server>(options, api_.get(), nullptr);
-    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_THAT(server_->Start(), IsOk());
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
     client_->set_read_timeout(10, 0);
     client_->set_default_headers({{"Authorization", std::string("Bearer ") + kToken}});

@@ -1,4 +1,5 @@
 // Drives a real localkube Server over HTTP on port 0: the semantics clients depend on.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -8,12 +9,14 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 
+#include "common/testing/status_matchers.h"
 #include "e2e/localkube/api.h"
 #include "e2e/localkube/server.h"
 
 namespace kubetrain::localkube {
 namespace {
 
+using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
 constexpr char kToken[] = "test-token";
@@ -51,7 +54,7 @@ class LocalkubeHttp : public ::testing::Test {
     options.bookmark_every = absl::Milliseconds(200);
     api_ = std::make_unique<Api>(&registry_, &store_);
     server_ = std::make_unique<Server>(options, api_.get(), nullptr);
-    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_THAT(server_->Start(), IsOk());
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
     client_->set_read_timeout(10, 0);
     client_->set_default_headers({{"Authorization", std::string("bearer ") + kToken}});

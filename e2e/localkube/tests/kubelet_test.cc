@@ -2,6 +2,7 @@
 // machine would.
 #include "e2e/localkube/kubelet.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,11 +12,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
 #include "e2e/localkube/api.h"
 
 namespace kubetrain::localkube {
 namespace {
 
+using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
 // One localkube's worth of state: registry, store, API and a kubelet.
@@ -38,7 +41,7 @@ struct Instance {
         {"spec",
          {{"restartPolicy", "Never"},
           {"containers", {{{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "30"}}}}}}}};
-    ASSERT_TRUE(api.Create(Pods(), pod, WriteOptions{}).ok());
+    ASSERT_THAT(api.Create(Pods(), pod, WriteOptions{}), IsOk());
   }
   // The pod's IP once the kubelet has published it ("" after 10 s).
   std::string PodIp(const std::string& name) {

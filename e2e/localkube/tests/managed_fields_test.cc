@@ -1,11 +1,13 @@
 // metadata.managedFields (RecordManagedFields, and the server recording them on writes) and list
 // continue tokens (a consistent snapshot per paginated list, 410 Expired after compaction).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <memory>
 
 #include "absl/strings/escaping.h"
+#include "common/testing/status_matchers.h"
 #include "e2e/localkube/api.h"
 #include "e2e/localkube/managed_fields.h"
 #include "e2e/localkube/server.h"
@@ -13,6 +15,7 @@
 namespace kubetrain::localkube {
 namespace {
 
+using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
 json Fields(const json& object, size_t i) {
@@ -150,7 +153,7 @@ class LocalkubeLists : public ::testing::Test {
   void SetUp() override {
     api_ = std::make_unique<Api>(&registry_, &store_);
     server_ = std::make_unique<Server>(ServerOptions{}, api_.get(), nullptr);
-    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_THAT(server_->Start(), IsOk());
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
     client_->set_read_timeout(10, 0);
   }

@@ -1,10 +1,14 @@
 #include "e2e/localkube/patch.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "common/testing/status_matchers.h"
 
 namespace kubetrain::localkube {
 namespace {
 
+using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
 json Deployment() {
@@ -16,7 +20,7 @@ json Deployment() {
 TEST(MergePatch, NullDeletesAndListsReplace) {
   auto out = ApplyMergePatch(json::parse(R"({"a":1,"b":{"c":2},"l":[1,2]})"),
                              json::parse(R"({"a":null,"b":{"d":3},"l":[3]})"));
-  ASSERT_TRUE(out.ok());
+  ASSERT_THAT(out, IsOk());
   EXPECT_EQ(*out, json::parse(R"({"b":{"c":2,"d":3},"l":[3]})"));
 }
 
@@ -24,7 +28,7 @@ TEST(JsonPatch, OperationsAndFailedTest) {
   json doc = {{"a", {{"b", 1}}}};
   auto out = ApplyJsonPatch(doc, json::parse(R"([{"op":"replace","path":"/a/b","value":2},
                                                   {"op":"add","path":"/c","value":[1]}])"));
-  ASSERT_TRUE(out.ok());
+  ASSERT_THAT(out, IsOk());
   EXPECT_EQ((*out)["a"]["b"], 2);
   EXPECT_FALSE(ApplyJsonPatch(doc, json::parse(R"([{"op":"test","path":"/a/b","value":9}])")).ok());
 }
@@ -46,7 +50,7 @@ TEST(StrategicMergePatch, EnvAndPortsMergeByKey) {
   auto out = ApplyStrategicMergePatch(Deployment(), json::parse(R"({"spec":{"template":{"spec":{
       "containers":[{"name":"app","env":[{"name":"B","value":"2"}],
                      "ports":[{"containerPort":81}]}]}}}})"));
-  ASSERT_TRUE(out.ok());
+  ASSERT_THAT(out, IsOk());
   const json& app = (*out)["spec"]["template"]["spec"]["containers"][0];
   EXPECT_EQ(app["env"].size(), 2u);
   EXPECT_EQ(app["ports"].size(), 2u);
@@ -55,22 +59,22 @@ TEST(StrategicMergePatch, EnvAndPortsMergeByKey) {
 TEST(StrategicMergePatch, DeleteAndReplaceDirectives) {
   auto out = ApplyStrategicMergePatch(Deployment(), json::parse(R"({"spec":{"template":{"spec":{
       "containers":[{"name":"sidecar","$patch":"delete"}]}}}})"));
-  ASSERT_TRUE(out.ok());
+  ASSERT_THAT(out, IsOk());
   EXPECT_EQ((*out)["spec"]["template"]["spec"]["containers"].size(), 1u);
   auto replaced = ApplyStrategicMergePatch(
       Deployment(), json::parse(R"({"spec":{"$patch":"replace","replicas":5}})"));
-  ASSERT_TRUE(replaced.ok());
+  ASSERT_THAT(replaced, IsOk());
   EXPECT_EQ((*replaced)["spec"], json::parse(R"({"replicas":5})"));
 }
 
 TEST(StrategicMergePatch, FinalizersMergeAsSet) {
   auto out = ApplyStrategicMergePatch(Deployment(),
                                       json::parse(R"({"metadata":{"finalizers":["b","a"]}})"));
-  ASSERT_TRUE(out.ok());
+  ASSERT_THAT(out, IsOk());
   EXPECT_EQ((*out)["metadata"]["finalizers"], json::parse(R"(["a","b"])"));
   auto removed = ApplyStrategicMergePatch(
       *out, json::parse(R"({"metadata":{"$deleteFromPrimitiveList/finalizers":["a"]}})"));
-  ASSERT_TRUE(removed.ok());
+  ASSERT_THAT(removed, IsOk());
   EXPECT_EQ((*removed)["metadata"]["finalizers"], json::parse(R"(["b"])"));
 }
 

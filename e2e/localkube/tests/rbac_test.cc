@@ -1,5 +1,6 @@
 // RBAC authorization and OwnerReferencesPermissionEnforcement over real HTTP, and the operator's
 // own RBAC from deploy/rbac/ checked request by request against what the operator does.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include "common/testing/status_matchers.h"
 #include "e2e/localkube/api.h"
 #include "e2e/localkube/rbac.h"
 #include "e2e/localkube/server.h"
@@ -21,6 +23,7 @@
 namespace kubetrain::localkube {
 namespace {
 
+using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
 constexpr char kAdmin[] = "admin-token";
@@ -115,7 +118,7 @@ class LocalkubeRbac : public ::testing::Test {
     options.user_tokens[kOperator] = MakeUser(kOperatorUser, {});
     api_ = std::make_unique<Api>(&registry_, &store_);
     server_ = std::make_unique<Server>(options, api_.get(), nullptr);
-    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_THAT(server_->Start(), IsOk());
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
     client_->set_read_timeout(10, 0);
     for (const char* ns : {"ns1", "ns2"}) {

@@ -1,10 +1,14 @@
 #include "e2e/localkube/selectors.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "common/testing/status_matchers.h"
 
 namespace kubetrain::localkube {
 namespace {
 
+using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
 bool LabelsMatch(const std::string& selector, const json& labels) {
@@ -43,10 +47,10 @@ TEST(FieldSelector, DottedPathsAndNegation) {
   json pod = {{"metadata", {{"name", "p"}, {"namespace", "ns"}}},
               {"status", {{"phase", "Running"}}}};
   auto sel = FieldSelector::Parse("metadata.name=p,status.phase!=Failed");
-  ASSERT_TRUE(sel.ok());
+  ASSERT_THAT(sel, IsOk());
   EXPECT_TRUE(sel->Matches(pod));
   auto other = FieldSelector::Parse("metadata.namespace==default");
-  ASSERT_TRUE(other.ok());
+  ASSERT_THAT(other, IsOk());
   EXPECT_FALSE(other->Matches(pod));
   EXPECT_FALSE(FieldSelector::Parse("metadata.name").ok());
 }
