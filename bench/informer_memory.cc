@@ -55,6 +55,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/informer_memory_cluster.h"
+#include "bench/proc_status.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/process.h"
@@ -72,6 +73,7 @@ using bench::InstallCrd;
 using bench::kLastApplied;
 using bench::LoadExamples;
 using bench::Localkube;
+using bench::ProcStatusKb;
 using bench::StartLocalkube;
 using kube::Resource;
 using nlohmann::json;
@@ -123,20 +125,6 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
 }
 
 // ---- Memory of this process ----
-
-// A field of /proc/self/status in kB (VmRSS, VmHWM); -1 when absent.
-int64_t ProcStatusKb(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) != 0) continue;
-    int64_t kb = -1;
-    std::istringstream rest(line.substr(field.size() + 1));
-    rest >> kb;
-    return kb;
-  }
-  return -1;
-}
 
 // Resets VmHWM to the current RSS (Linux ≥ 4.0); false where the kernel refuses.
 bool ResetPeak() {

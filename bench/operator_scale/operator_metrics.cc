@@ -25,19 +25,6 @@ std::string Label(const std::string& labels, const std::string& key) {
 
 }  // namespace
 
-int64_t ProcStatusKb(pid_t pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) != 0) continue;
-    int64_t kb = -1;
-    std::istringstream rest(line.substr(field.size() + 1));
-    rest >> kb;
-    return kb;
-  }
-  return -1;
-}
-
 absl::StatusOr<Scrape> ScrapeMetrics(int port) {
   httplib::Client http("127.0.0.1", port);
   http.set_connection_timeout(5);

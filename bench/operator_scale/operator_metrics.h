@@ -12,9 +12,6 @@
 
 namespace kubetrain::bench {
 
-// A field of /proc/<pid>/status in kB (VmHWM, VmRSS); -1 when the process is gone.
-int64_t ProcStatusKb(pid_t pid, const std::string& field);
-
 struct Scrape {
   std::map<std::string, double> by_verb;       // summed over codes
   std::map<std::string, double> by_verb_code;  // "create 201", "update 409", ...

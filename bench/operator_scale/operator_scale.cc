@@ -53,6 +53,7 @@
 #include "bench/operator_scale/operator_metrics.h"
 #include "bench/operator_scale/options.h"
 #include "bench/operator_scale/report.h"
+#include "bench/proc_status.h"
 #include "bench/stats.h"
 #include "common/flags.h"
 #include "common/logging.h"
@@ -429,8 +430,8 @@ absl::StatusOr<Report> Bench::Run() {
   }
   RETURN_IF_ERROR(cluster_->CheckChildren());
   // VmHWM: the kernel's high-water mark of resident memory over the operator's whole life.
-  r.peak_rss_mib = static_cast<double>(ProcStatusKb(cluster_->operator_pid(), "VmHWM")) / 1024.0;
-  r.final_rss_mib = static_cast<double>(ProcStatusKb(cluster_->operator_pid(), "VmRSS")) / 1024.0;
+  r.peak_rss_mib = static_cast<double>(ProcStatusKb("VmHWM", cluster_->operator_pid())) / 1024.0;
+  r.final_rss_mib = static_cast<double>(ProcStatusKb("VmRSS", cluster_->operator_pid())) / 1024.0;
   std::optional<int> code = cluster_->StopOperator();
   if (code && *code != 0 && *code != 128 + SIGTERM) {
     log::Warn("Operator exited with an error on SIGTERM", {{"code", *code}});
