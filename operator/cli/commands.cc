@@ -12,6 +12,7 @@
 #include "operator/api/render.h"
 #include "operator/api/validation.h"
 #include "operator/api/yaml.h"
+#include "operator/local/gpus.h"
 #include "operator/local/launcher.h"
 
 namespace kubetrain::cli {
@@ -181,13 +182,16 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         const std::atomic<bool>& stop) {
   local::LaunchOptions options;
   options.command.bin_dir = local::ExecutableDir();
-  FlagSet flags("kubetrain run",
-                "Runs the TrainingJob in FILE on this machine: one process per task on free "
-                "127.0.0.1 ports,\nwith the TF_CONFIG a pod would get, restart policies, "
-                "backoffLimit, activeDeadlineSeconds and\nsuccessPolicy applied. Containers run "
-                "their command (binaries in --bin-dir first, then PATH);\nwithout a command, "
-                "image kubetrain/<name> runs kubetrain-<name>.\nExit status: 0 succeeded, 1 "
-                "failed, 2 bad usage or manifest, 130 interrupted.");
+  FlagSet flags(
+      "kubetrain run",
+      "Runs the TrainingJob in FILE on this machine: one process per task on free "
+      "127.0.0.1 ports,\nwith the TF_CONFIG a pod would get, restart policies, "
+      "backoffLimit, activeDeadlineSeconds and\nsuccessPolicy applied. Containers run "
+      "their command (binaries in --bin-dir first, then PATH);\nwithout a command, "
+      "image kubetrain/<name> runs kubetrain-<name>. On a machine with GPUs (those "
+      "in\nCUDA_VISIBLE_DEVICES, else nvidia-smi -L) the chief, worker and evaluator "
+      "tasks get one each,\nround-robin, as CUDA_VISIBLE_DEVICES.\nExit status: 0 succeeded, 1 "
+      "failed, 2 bad usage or manifest, 130 interrupted.");
   flags.SetPositionalUsage("FILE");
   flags.Add("bin-dir", &options.command.bin_dir,
             "directory searched first for the containers' programs (default: kubetrain's own)");
@@ -213,9 +217,13 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     PrintErrors(jobs[0], err);
     return 2;
   }
-  for (const char* name : {"PATH", "HOME", "USER", "LANG", "TMPDIR", "KUBETRAIN_HOSTS_FILE"}) {
+  // CUDA_VISIBLE_DEVICES passes through (a value hiding every GPU stays in force); tasks that
+  // get a GPU of their own below override it.
+  for (const char* name :
+       {"PATH", "HOME", "USER", "LANG", "TMPDIR", "KUBETRAIN_HOSTS_FILE", "CUDA_VISIBLE_DEVICES"}) {
     if (const char* v = std::getenv(name)) options.command.base_env[name] = v;
   }
+  options.gpus = local::DetectGpus();
   local::LocalJob job(jobs[0].job, options, out);
   absl::StatusOr<local::JobResult> result = job.Run(stop);
   if (!result.ok()) {

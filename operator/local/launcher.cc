@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
@@ -13,9 +14,11 @@
 #include "common/host_port.h"
 #include "common/job_secret_env.h"
 #include "common/process.h"
+#include "operator/api/decode.h"
 #include "operator/api/outcome.h"
 #include "operator/api/render.h"
 #include "operator/api/restart.h"
+#include "operator/local/gpus.h"
 #include "operator/local/progress.h"
 
 namespace kubetrain::local {
@@ -34,6 +37,7 @@ struct LocalJob::Task {
   int restarts = 0;     // this task's restarts: its next restart's delay doubles with each
   int incarnation = 0;  // which process of this task runs: failures are counted per incarnation
   std::string label;    // "worker-1"
+  std::string gpu;      // its CUDA_VISIBLE_DEVICES when kubetrain run chose it, else ""
   ProgressTracker progress;
 };
 
@@ -42,6 +46,29 @@ std::string ExecutableDir() {
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? "" : exe.parent_path().string();
 }
+
+namespace {
+
+// Whether the pod's training container lists `name` in its env.
+bool ContainerSetsEnv(const nlohmann::json& pod, absl::string_view name) {
+  if (!pod.contains("spec") || !pod["spec"].contains("containers") ||
+      !pod["spec"]["containers"].is_array()) {
+    return false;
+  }
+  for (const nlohmann::json& c : pod["spec"]["containers"]) {
+    if (!c.is_object() || api::StringField(c, "name") != api::kDefaultContainerName) continue;
+    if (!c.contains("env") || !c["env"].is_array()) return false;
+    for (const nlohmann::json& e : c["env"]) {
+      if (e.is_object() && e.contains("name") && e["name"].is_string() &&
+          e["name"].get<std::string>() == name) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
 
 LocalJob::LocalJob(api::TrainingJob job, LaunchOptions options, std::ostream& out)
     : job_(std::move(job)), options_(std::move(options)), out_(out) {}
@@ -82,7 +109,20 @@ absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
   // answer only its own tasks, not another run's on the same machine.
   CommandContext command = options_.command;
   command.secrets[api::JobSecretName(job_)][kJobSecretKey] = GenerateJobSecret();
-  for (auto& task : tasks_) {
+  // One GPU per kubetrain-worker task, round-robin, so local ranks do not all use GPU 0.
+  std::vector<api::Task> rendered;
+  for (const auto& task : tasks_) rendered.push_back(task->task);
+  const std::vector<std::string> gpus = AssignGpus(rendered, options_.gpus);
+  const size_t gpu_tasks =
+      rendered.size() - std::count_if(rendered.begin(), rendered.end(), [](const api::Task& t) {
+        return t.type == api::ReplicaType::kPS;
+      });
+  if (!options_.gpus.empty() && gpu_tasks > options_.gpus.size()) {
+    Say(absl::StrCat(gpu_tasks, " tasks share ", options_.gpus.size(),
+                     " GPU(s) round-robin; all-reduce on GPUs (NCCL) needs a GPU per rank"));
+  }
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    Task* task = tasks_[i].get();
     if (stop.load()) return absl::OkStatus();
     task->task.address = addresses.Address(job_, task->task.type, task->task.index);
     nlohmann::json pod = api::BuildPod(job_, task->task.type, task->task.index, addresses);
@@ -98,6 +138,14 @@ absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
     if (!opts->env.count("KUBETRAIN_CHECKPOINT_DIR"))
       opts->env["KUBETRAIN_CHECKPOINT_DIR"] = run_dir_ + "/checkpoints";
     opts->env["KUBETRAIN_BIND_ADDRESS"] = options_.command.pod_ip;
+    if (!gpus[i].empty() && !ContainerSetsEnv(pod, "CUDA_VISIBLE_DEVICES")) {
+      // The task sees its one GPU as device 0, whatever its rank.
+      task->gpu = gpus[i];
+      opts->env["CUDA_VISIBLE_DEVICES"] = gpus[i];
+      if (!ContainerSetsEnv(pod, "KUBETRAIN_CUDA_DEVICE")) {
+        opts->env.insert_or_assign("KUBETRAIN_CUDA_DEVICE", std::string(1, '0'));
+      }
+    }
     task->process_options = std::move(*opts);
   }
   return absl::OkStatus();
@@ -112,6 +160,7 @@ absl::Status LocalJob::StartTask(Task& task) {
   ++task.incarnation;
   Say(absl::StrCat("Started ", task.label, " pid=", task.process->pid(),
                    " address=", task.task.address, " metrics=127.0.0.1:", task.metrics_port,
+                   task.gpu.empty() ? "" : absl::StrCat(" gpu=", task.gpu),
                    task.restarts ? absl::StrCat(" restart=", task.restarts) : ""));
   return absl::OkStatus();
 }

@@ -29,6 +29,10 @@ struct LaunchOptions {
   absl::Duration grace_period = absl::Seconds(10);       // SIGTERM → SIGKILL, and for clean exits
   absl::Duration progress_interval = absl::Seconds(10);  // how often the progress line repeats
   absl::Duration restart_delay = absl::Seconds(1);       // first restart delay; doubles, ≤ 30 s
+  // GPUs handed to the chief, worker and evaluator tasks round-robin, one each, as
+  // CUDA_VISIBLE_DEVICES (with KUBETRAIN_CUDA_DEVICE=0) unless the container sets it
+  // (DetectGpus, AssignGpus in operator/local/gpus.h); empty: nothing is set.
+  std::vector<std::string> gpus;
 };
 
 struct JobResult {

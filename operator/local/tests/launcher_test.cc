@@ -33,12 +33,14 @@ struct Outcome {
   std::string output;
 };
 
-Outcome RunJob(const json& doc, const std::atomic<bool>* stop = nullptr) {
+Outcome RunJob(const json& doc, const std::atomic<bool>* stop = nullptr,
+               std::vector<std::string> gpus = {}) {
   api::FieldErrors errors;
   api::TrainingJob job = api::DecodeAndValidate(doc, &errors);
   EXPECT_TRUE(errors.empty()) << errors.front().ToString();
   LaunchOptions options;
   options.command.base_env = {{"PATH", "/usr/bin:/bin"}};
+  options.gpus = std::move(gpus);
   options.grace_period = absl::Seconds(2);
   options.restart_delay = absl::Milliseconds(20);
   std::ostringstream out;
@@ -80,6 +82,39 @@ TEST(LocalJob, TasksGetLoopbackTfConfigAndMetricsPort) {
   EXPECT_TRUE(Contains(o.output, R"("task":{"type":"worker","index":0}})")) << o.output;
   EXPECT_TRUE(Contains(o.output, "bind=127.0.0.1 job=t")) << o.output;
   EXPECT_FALSE(Contains(o.output, "port= ")) << o.output;
+}
+
+// What a worker prints of its GPU: the variables kubetrain run sets, or "-" when unset.
+const char kPrintGpu[] =
+    "echo \"gpu $KUBETRAIN_REPLICA_TYPE-$KUBETRAIN_REPLICA_INDEX "
+    "visible=${CUDA_VISIBLE_DEVICES--} device=${KUBETRAIN_CUDA_DEVICE--}\"";
+
+TEST(LocalJob, EveryWorkerTaskGetsAGpuOfItsOwnRoundRobin) {
+  json worker = Replica(3, std::string(kPrintGpu) + "; sleep 1");
+  json chief = Replica(1, std::string(kPrintGpu) + "; sleep 1");
+  Outcome o = RunJob(Job({{"Chief", chief},
+                          {"PS", Replica(1, std::string(kPrintGpu) + "; sleep 30")},
+                          {"Worker", worker}}),
+                     nullptr, {"2", "5"});
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_TRUE(Contains(o.output, "gpu chief-0 visible=2 device=0")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "gpu worker-0 visible=5 device=0")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "gpu worker-1 visible=2 device=0")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "gpu ps-0 visible=- device=-")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "gpu=5")) << o.output;  // on the Started line
+  EXPECT_TRUE(Contains(o.output, "4 tasks share 2 GPU(s) round-robin")) << o.output;
+}
+
+TEST(LocalJob, NoGpusSetsNothingAndTheContainerWins) {
+  json worker = Replica(1, kPrintGpu);
+  Outcome none = RunJob(Job({{"Worker", worker}}));
+  EXPECT_TRUE(Contains(none.output, "gpu worker-0 visible=- device=-")) << none.output;
+  EXPECT_FALSE(Contains(none.output, "gpu=")) << none.output;
+
+  worker["template"]["spec"]["containers"][0]["env"] = {
+      {{"name", "CUDA_VISIBLE_DEVICES"}, {"value", "7"}}};
+  Outcome own = RunJob(Job({{"Worker", worker}}), nullptr, {"0", "1"});
+  EXPECT_TRUE(Contains(own.output, "gpu worker-0 visible=7 device=-")) << own.output;
 }
 
 TEST(LocalJob, ExitCodePolicyFailsOnProgramError) {
