@@ -8,9 +8,12 @@ if(NOT KUBETRAIN_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    # CMake 3.25 cannot detect a default architecture with nvcc 13: name them.
+    # CMake 3.25 cannot detect a default architecture with nvcc 13: name them. Machine code
+    # (SASS) for T4 (75), A100/A30 (80), A10/A40/RTX 30 (86), L4/L40/RTX 40 (89), H100/H200 (90)
+    # and B200 (100), plus PTX for 100, which newer GPUs compile when the program loads.
+    # docker/worker.Dockerfile and the README name the same list.
     if(NOT CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+      set(CMAKE_CUDA_ARCHITECTURES 75-real 80-real 86-real 89-real 90-real 100-real 100-virtual)
     endif()
     enable_language(CUDA)
     # CMake 3.25 knows nvcc's -std flags only up to C++17; nvcc 12+ takes -std=c++20.

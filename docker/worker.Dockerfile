@@ -3,7 +3,9 @@
 # (Debian/Ubuntu package dataset-fashion-mnist, /usr/share/datasets/fashion-mnist). From the
 # repository root:
 #   GPU (default; CUDA 13 runtime base nvidia/cuda:13.0.0-runtime-ubuntu24.04, build stage the
-#   matching -devel image; kernels for sm_80 and sm_90):
+#   matching -devel image; machine code for sm_75, sm_80, sm_86, sm_89, sm_90 and sm_100 plus
+#   PTX for compute_100, as cmake/Cuda.cmake; nodes need NVIDIA driver 580 or newer, which
+#   CUDA 13 requires; an older driver makes --device=auto train on the CPU with a warning):
 #     docker build -f docker/worker.Dockerfile -t kubetrain/worker:0.1.0 .
 #   CPU only (debian:bookworm build, debian:bookworm-slim runtime, OpenBLAS):
 #     docker build -f docker/worker.Dockerfile --build-arg VARIANT=cpu -t kubetrain/worker:0.1.0-cpu .
@@ -19,7 +21,7 @@ ARG CUDA_VERSION=13.0.0
 
 # ---- build stages (BuildKit builds only the one VARIANT selects) -------------------------------
 FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build-gpu
-ENV KUBETRAIN_CMAKE_FLAGS="-DKUBETRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=80;90"
+ENV KUBETRAIN_CMAKE_FLAGS="-DKUBETRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=75-real;80-real;86-real;89-real;90-real;100-real;100-virtual"
 
 FROM debian:bookworm AS build-cpu
 ENV KUBETRAIN_CMAKE_FLAGS="-DKUBETRAIN_CUDA=OFF"

@@ -12,15 +12,9 @@
 namespace kubetrain::worker {
 namespace {
 
+absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice([[maybe_unused]] int ordinal) {
 #if KUBETRAIN_HAVE_CUDA
-constexpr absl::string_view kCudaFix = "run where a GPU and its driver are visible";
-#else
-constexpr absl::string_view kCudaFix = "use a build configured with nvcc (KUBETRAIN_CUDA=AUTO/ON)";
-#endif
-
-absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice() {
-#if KUBETRAIN_HAVE_CUDA
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device, CudaDevice::Create());
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device, CudaDevice::Create({.ordinal = ordinal}));
   return std::unique_ptr<Device>(std::move(device));
 #else
   return CudaAvailable();
@@ -29,31 +23,48 @@ absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice() {
 
 }  // namespace
 
+CudaAvailability ProbeCuda() {
+#if KUBETRAIN_HAVE_CUDA
+  return ProbeCudaDevices().availability;
+#else
+  return ExplainCudaProbe({.built_with_cuda = false});
+#endif
+}
+
 absl::Status CudaAvailable() {
 #if KUBETRAIN_HAVE_CUDA
   return ProbeCudaDevices().status;
 #else
-  return absl::FailedPreconditionError(
-      "this build has no CUDA backend (configured without nvcc, or with -DKUBETRAIN_CUDA=OFF)");
+  return absl::FailedPreconditionError(ProbeCuda().message);
 #endif
 }
 
-absl::StatusOr<std::unique_ptr<Device>> MakeDevice(absl::string_view kind,
-                                                   const CpuDeviceOptions& cpu_options) {
-  if (kind == "cpu") return std::make_unique<CpuDevice>(cpu_options);
-  if (kind != "cuda" && kind != "auto") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device: unknown device \"", kind, "\"; expected one of: auto, cpu, cuda"));
+absl::StatusOr<ChosenDevice> MakeDevice(const DeviceRequest& request) {
+  ChosenDevice chosen;
+  if (request.kind != "cpu") chosen.cuda = ProbeCuda();
+  ASSIGN_OR_RETURN(chosen.decision, DecideDevice(request.kind, chosen.cuda));
+  if (!chosen.decision.use_cuda) {
+    chosen.device = std::make_unique<CpuDevice>(request.cpu);
+    return chosen;
   }
-  if (kind == "auto" && !CudaAvailable().ok()) return std::make_unique<CpuDevice>(cpu_options);
-  absl::StatusOr<std::unique_ptr<Device>> device = MakeCudaDevice();
-  if (device.ok()) return device;
-  const absl::Status& status = device.status();
-  if (!absl::IsFailedPrecondition(status)) {
-    return absl::Status(status.code(), absl::StrCat("--device=", kind, ": ", status.message()));
+  CudaOrdinalInputs inputs = request.cuda;
+  inputs.visible_devices = chosen.cuda.device_count;
+  absl::StatusOr<CudaOrdinal> gpu = ChooseCudaOrdinal(inputs);
+  if (!gpu.ok()) {
+    return absl::Status(gpu.status().code(),
+                        absl::StrCat("--device=", request.kind, ": ", gpu.status().message()));
   }
-  return absl::FailedPreconditionError(absl::StrCat("--device=", kind, ": ", status.message(), "; ",
-                                                    kCudaFix, ", or pass --device=cpu"));
+  chosen.gpu = *gpu;
+  absl::StatusOr<std::unique_ptr<Device>> device = MakeCudaDevice(gpu->ordinal);
+  if (!device.ok()) {
+    const absl::Status& status = device.status();
+    return absl::Status(
+        status.code(),
+        absl::StrCat("--device=", request.kind, ": ", status.message(),
+                     absl::IsFailedPrecondition(status) ? "; or pass --device=cpu" : ""));
+  }
+  chosen.device = std::move(*device);
+  return chosen;
 }
 
 std::string DescribeDevice(const Device& device) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -29,6 +30,7 @@
 #include "worker/cuda/nccl_communicator.h"
 #endif
 #include "worker/data/fashion_mnist.h"
+#include "worker/device_choice.h"
 #include "worker/device_factory.h"
 #include "worker/metrics.h"
 #include "worker/trainer.h"
@@ -42,6 +44,7 @@ struct Options {
   TrainerOptions trainer;
   std::string mode = "ps-sync";
   std::string device = "auto";
+  int cuda_device = -1;  // -1: chosen from LOCAL_RANK or TF_CONFIG (worker/device_choice.h)
   std::string data_dir = std::string(kDefaultFashionMnistDir);
   std::string tf_config;
   std::vector<std::string> ps;
@@ -93,6 +96,12 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("ready-timeout", &t.ready_timeout, "how long to wait for the parameter servers");
   f.Add("device", &o.device, "auto (CUDA when a GPU is visible, else the CPU), cpu or cuda",
         "KUBETRAIN_DEVICE");
+  f.Add("cuda-device", &o.cuda_device,
+        "the CUDA device (ordinal among the visible ones) to use; -1: the local rank "
+        "(LOCAL_RANK, else this task's place among the job's ranks on its TF_CONFIG host), "
+        "else 0",
+        "KUBETRAIN_CUDA_DEVICE")
+      .Range(-1, 1023);
   f.Add("threads", &o.threads, "OpenBLAS threads (1: ps and workers share the cores)");
   f.Add("tf-config", &o.tf_config, "cluster spec (TensorFlow's TF_CONFIG JSON)", "TF_CONFIG");
   f.Add("ps", &o.ps, "without TF_CONFIG: a ps address host:port (repeat for each)");
@@ -150,10 +159,12 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   return o;
 }
 
-// All-reduce rendezvous addresses, as the cluster spec names them.
+// Cluster-spec addresses this task needs: the all-reduce rendezvous, and every rank's (to tell
+// which ranks share this task's host when choosing its GPU).
 struct Rendezvous {
-  std::string chief;  // the coordinator: the chief's cluster-spec address
-  std::string self;   // this task's own address
+  std::string chief;               // the coordinator: the chief's cluster-spec address
+  std::string self;                // this task's own address
+  std::vector<std::string> ranks;  // TF_CONFIG: every training rank's address, in rank order
 };
 
 // Where this task stands in the job, from TF_CONFIG or the equivalent flags.
@@ -186,6 +197,10 @@ absl::StatusOr<TaskIdentity> Identify(const Options& o, Rendezvous* rendezvous) 
             ? config.Addresses("chief")[0]
             : (config.Addresses("worker").empty() ? std::string() : config.Addresses("worker")[0]);
     rendezvous->self = config.TaskAddress();
+    rendezvous->ranks = config.Addresses("chief");
+    for (const std::string& worker : config.Addresses("worker")) {
+      rendezvous->ranks.push_back(worker);
+    }
   } else {
     if (o.num_workers < 1 || o.worker_index < 0 || o.worker_index >= o.num_workers) {
       return absl::InvalidArgumentError(
@@ -300,9 +315,12 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
   ASSIGN_OR_RETURN(std::string kind, CommunicatorFor(o.communicator, device));
   if (kind == "nccl") {  // only ever on a CUDA device, so only in a build with CUDA
 #ifdef KUBETRAIN_HAVE_CUDA
-    ASSIGN_OR_RETURN(c.communicator,
-                     NcclCommunicator::Create(static_cast<CudaDevice&>(device), *c.store, id.rank,
-                                              id.num_workers, o.collective_timeout));
+    auto& gpu = static_cast<CudaDevice&>(device);
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl = NcclCommunicator::Create(
+        gpu, *c.store, id.rank, id.num_workers, o.collective_timeout, &g_stop);
+    // Two ranks on one GPU surface here, as NCCL's "Duplicate GPU detected".
+    if (!nccl.ok()) return ExplainDuplicateGpu(nccl.status(), gpu.ordinal());
+    c.communicator = std::move(*nccl);
     return c;
 #endif
   }
@@ -314,14 +332,58 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
   return c;
 }
 
+std::optional<std::string> Env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+DeviceRequest DeviceRequestFor(const Options& o, const TaskIdentity& id, const Rendezvous& r) {
+  DeviceRequest request;
+  request.kind = o.device;
+  request.cpu.blas_threads = o.threads;
+  if (o.cuda_device >= 0) request.cuda.flag = o.cuda_device;
+  request.cuda.local_rank = Env("LOCAL_RANK");
+  request.cuda.cuda_visible_devices = Env("CUDA_VISIBLE_DEVICES");
+  request.cuda.rank_addresses = r.ranks;
+  request.cuda.rank = id.role == Role::kEvaluator ? -1 : id.rank;
+  return request;
+}
+
+// The device line every task logs, and a warning when --device=auto could not use a GPU that
+// seems to be there (a driver too old for this build's CUDA, a broken driver).
+void LogDevice(const ChosenDevice& chosen, const Device& device, const std::string& name) {
+  const DeviceDecision& d = chosen.decision;
+  if (d.warn) {
+    log::Warn("CUDA is unusable; training on the CPU", {{"reason", d.reason},
+                                                        {"driver_cuda", chosen.cuda.driver_cuda},
+                                                        {"runtime_cuda", chosen.cuda.runtime_cuda},
+                                                        {"error", d.fallback}});
+  }
+  if (chosen.gpu.has_value()) {
+    log::Info("Compute device", {{"device", device.name()},
+                                 {"name", name},
+                                 {"reason", d.reason},
+                                 {"cuda_device", chosen.gpu->ordinal},
+                                 {"chosen_by", chosen.gpu->source}});
+  } else if (!d.fallback.empty()) {
+    log::Info(
+        "Compute device",
+        {{"device", device.name()}, {"name", name}, {"reason", d.reason}, {"why", d.fallback}});
+  } else {
+    log::Info("Compute device", {{"device", device.name()}, {"name", name}, {"reason", d.reason}});
+  }
+}
+
 absl::Status Main(int argc, char** argv, int* exit_code) {
   ASSIGN_OR_RETURN(Options o, ParseFlags(argc, argv));
-  ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
-                   MakeDevice(o.device, {.blas_threads = o.threads}));
-  const std::string device_name = DescribeDevice(*device);
-  log::Info("Compute device", {{"device", device->name()}, {"name", device_name}});
+  // The task's place first: its rank and its peers' hosts choose its GPU.
   Rendezvous rendezvous;
   ASSIGN_OR_RETURN(TaskIdentity id, Identify(o, &rendezvous));
+  ASSIGN_OR_RETURN(ChosenDevice chosen, MakeDevice(DeviceRequestFor(o, id, rendezvous)));
+  std::unique_ptr<Device> device = std::move(chosen.device);
+  const std::string device_name = DescribeDevice(*device);
+  LogDevice(chosen, *device, device_name);
   if (o.trainer.mode == Mode::kAllReduce) {
     RETURN_IF_ERROR(CommunicatorFor(o.communicator, *device).status());
   }
@@ -347,7 +409,7 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
                    MetricsServer::Start(JoinHostPort(o.bind_address, o.metrics_port)));
   WorkerMetrics metrics(metrics_server->registry(),
                         {o.job_name, RoleName(id.role), std::to_string(id.rank),
-                         std::string(device->name()), device_name});
+                         std::string(device->name()), device_name, chosen.decision.reason});
   Collective collective;
   if (o.trainer.mode == Mode::kAllReduce) {
     absl::StatusOr<Collective> connected = ConnectCollective(o, id, rendezvous, *device);
@@ -377,8 +439,8 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
 }  // namespace kubetrain::worker
 
 int main(int argc, char** argv) {
-  // A collective inside Gloo or NCCL cannot be interrupted: the watchdog ends the process if
-  // the flag alone has not stopped it in time.
+  // A collective inside Gloo cannot be interrupted (NCCL's waits abort on the flag): the
+  // watchdog ends the process if the flag alone has not stopped it in time.
   kubetrain::InstallStopSignals(&kubetrain::worker::g_stop, absl::Milliseconds(1500));
   signal(SIGPIPE, SIG_IGN);
   int exit_code = 1;

@@ -57,9 +57,12 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const MetricLabels& l)
   // Constant 1; the labels say which backend and hardware this task trains on.
   Labels info = Base(l);
   info["name"] = l.device_name.empty() ? l.device : l.device_name;
+  info["reason"] = l.device_reason.empty() ? "unknown" : l.device_reason;
   prometheus::BuildGauge()
       .Name("kubetrain_worker_device_info")
-      .Help("The compute device of this task (value 1; see the device and name labels).")
+      .Help(
+          "The compute device of this task (value 1; see the device and name labels) and why "
+          "(reason: requested, gpu, or why --device=auto fell back to the CPU).")
       .Register(r)
       .Add(info)
       .Set(1);

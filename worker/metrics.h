@@ -18,6 +18,9 @@ struct MetricLabels {
   std::string index;
   std::string device = "cpu";  // the backend: cpu or cuda
   std::string device_name;     // what it runs on, for kubetrain_worker_device_info (may be empty)
+  // Why this device, for kubetrain_worker_device_info: "requested", "gpu", or why --device=auto
+  // fell back to the CPU ("no-gpu", "no-driver", "driver-too-old", ...; DeviceDecision::reason).
+  std::string device_reason;
 };
 
 class WorkerMetrics {

@@ -11,21 +11,43 @@
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/kernels.h"
 #include "worker/cuda/row_major_gemm.h"
+#include "worker/device_choice.h"
 
 namespace kubetrain::worker {
 
+static_assert(cuda_error::kSuccess == cudaSuccess);
+static_assert(cuda_error::kStubLibrary == cudaErrorStubLibrary);
+static_assert(cuda_error::kInsufficientDriver == cudaErrorInsufficientDriver);
+static_assert(cuda_error::kNoDevice == cudaErrorNoDevice);
+static_assert(cuda_error::kSystemDriverMismatch == cudaErrorSystemDriverMismatch);
+static_assert(cuda_error::kCompatNotSupportedOnDevice == cudaErrorCompatNotSupportedOnDevice);
+
 CudaProbe ProbeCudaDevices() {
+  CudaProbeReport report;
+  const cudaError_t error = cudaGetDeviceCount(&report.device_count);
+  report.error = error;
+  if (error != cudaSuccess) {
+    report.device_count = 0;
+    report.error_text = absl::StrCat(cudaGetErrorName(error), ": ", cudaGetErrorString(error));
+  }
+  // Both answer without a device; the driver's is 0 when no driver is loaded.
+  if (cudaDriverGetVersion(&report.driver_version) != cudaSuccess) report.driver_version = 0;
+  if (cudaRuntimeGetVersion(&report.runtime_version) != cudaSuccess) report.runtime_version = 0;
+  // The probe's errors belong to no later call: do not leave one for a launch check to find.
+  static_cast<void>(cudaGetLastError());
+
   CudaProbe probe;
-  int count = 0;
-  probe.status = KT_CUDA_STATUS(cudaGetDeviceCount(&count));
-  if (!probe.status.ok()) return probe;
-  if (count == 0) {
-    probe.status = absl::FailedPreconditionError(
-        "no CUDA device/driver: the driver reports no CUDA device (check CUDA_VISIBLE_DEVICES "
-        "and the pod's nvidia.com/gpu request)");
+  probe.availability = ExplainCudaProbe(report);
+  if (probe.availability.available) {
+    probe.device_count = report.device_count;
     return probe;
   }
-  probe.device_count = count;
+  // Machines without a usable GPU or driver are a precondition; anything else keeps the code
+  // the CUDA error maps to (cuda_check.h).
+  const absl::Status mapped = KT_CUDA_STATUS(error);
+  probe.status = probe.availability.reason == "cuda-error" && !mapped.ok()
+                     ? absl::Status(mapped.code(), probe.availability.message)
+                     : absl::FailedPreconditionError(probe.availability.message);
   return probe;
 }
 

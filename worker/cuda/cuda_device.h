@@ -15,15 +15,19 @@
 #include "absl/strings/string_view.h"
 #include "worker/cuda/cuda_resources.h"
 #include "worker/device.h"
+#include "worker/device_choice.h"
 
 namespace kubetrain::worker {
 
 // What this process can see of CUDA. Never crashes and never aborts, also on machines without a
-// driver: there device_count is 0 and status says why (FAILED_PRECONDITION "no CUDA
-// device/driver: ..."). status is OK exactly when device_count > 0.
+// driver: there device_count is 0 and status says why, with the driver's and the runtime's
+// CUDA versions (FAILED_PRECONDITION "no CUDA device/driver: ...", "CUDA driver too old: ...";
+// worker::ExplainCudaProbe, worker/device_choice.h, words it). status is OK exactly when
+// device_count > 0.
 struct CudaProbe {
   int device_count = 0;
   absl::Status status;
+  CudaAvailability availability;  // the reason label and message behind status
 };
 CudaProbe ProbeCudaDevices();
 

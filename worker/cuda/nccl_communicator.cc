@@ -37,13 +37,13 @@ void Pause(int& polls) {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(CudaDevice& device, int rank, int size, absl::Duration timeout)
-    : device_(device), rank_(rank), size_(size), timeout_(timeout) {}
+NcclCommunicator::NcclCommunicator(CudaDevice& device, int rank, int size, absl::Duration timeout,
+                                   const std::atomic<bool>* stop)
+    : device_(device), rank_(rank), size_(size), timeout_(timeout), stop_(stop) {}
 
-absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(CudaDevice& device,
-                                                                           KeyValueStore& store,
-                                                                           int rank, int size,
-                                                                           absl::Duration timeout) {
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
+    CudaDevice& device, KeyValueStore& store, int rank, int size, absl::Duration timeout,
+    const std::atomic<bool>* stop) {
   if (size < 1 || rank < 0 || rank >= size || timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("NCCL communicator: rank ", rank, " of ", size,
                                                    " with timeout ", absl::FormatDuration(timeout),
@@ -68,9 +68,10 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(CudaD
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
 
-  std::unique_ptr<NcclCommunicator> comm(new NcclCommunicator(device, rank, size, timeout));
+  std::unique_ptr<NcclCommunicator> comm(new NcclCommunicator(device, rank, size, timeout, stop));
   ASSIGN_OR_RETURN(comm->barrier_, cuda::AllocateDeviceMemory(sizeof(float)));
-  KT_CUDA_RETURN_IF_ERROR(cudaMemset(comm->barrier_.get(), 0, sizeof(float)));
+  // On the compute stream, where the barrier's all-reduce runs after it.
+  KT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(comm->barrier_.get(), 0, sizeof(float), device.stream()));
   // Non-blocking, so that waiting for peers can be bounded by the deadline (a blocking
   // ncclCommInitRank waits forever for a rank that never comes).
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -118,6 +119,13 @@ absl::Status NcclCommunicator::TimedOut(const char* what) const {
                    ": a peer is missing or stalled; the NCCL communicator was aborted"));
 }
 
+absl::Status NcclCommunicator::Stopped(const char* what) const {
+  if (stop_ == nullptr || !stop_->load()) return absl::OkStatus();
+  return absl::CancelledError(absl::StrCat(what, " (rank ", rank_, " of ", size_,
+                                           ") interrupted by a stop request (SIGTERM); the NCCL "
+                                           "communicator was aborted"));
+}
+
 absl::Status NcclCommunicator::Abort(absl::Status status) {
   if (comm_ != nullptr) {
     const ncclResult_t aborted = ncclCommAbort(std::exchange(comm_, nullptr));
@@ -136,6 +144,7 @@ absl::Status NcclCommunicator::WaitForComm(const char* what, absl::Time deadline
     if (state == ncclSuccess) return absl::OkStatus();
     if (state != ncclInProgress) return Abort(cuda::NcclStatus(state, what, __FILE__, __LINE__));
     if (absl::Now() >= deadline) return Abort(TimedOut(what));
+    if (absl::Status stopped = Stopped(what); !stopped.ok()) return Abort(std::move(stopped));
   }
 }
 
@@ -155,6 +164,7 @@ absl::Status NcclCommunicator::WaitForStream(const char* what, absl::Time deadli
       return Abort(cuda::NcclStatus(state, what, __FILE__, __LINE__));
     }
     if (absl::Now() >= deadline) return Abort(TimedOut(what));
+    if (absl::Status stopped = Stopped(what); !stopped.ok()) return Abort(std::move(stopped));
   }
 }
 

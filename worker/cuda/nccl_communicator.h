@@ -3,6 +3,7 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -21,8 +22,10 @@ namespace kubetrain::worker {
 // memory of that CudaDevice); each call returns once its result is in place.
 //
 // The communicator is non-blocking internally: set-up and every collective are polled against
-// the timeout, and a peer that dies or stalls makes the call abort the communicator and return
-// DEADLINE_EXCEEDED (or the NCCL error that surfaced first). After that every call fails with
+// the timeout and the stop flag. A peer that dies or stalls makes the call abort the
+// communicator and return DEADLINE_EXCEEDED (or the NCCL error that surfaced first); a stop
+// request (SIGTERM) aborts it the same way and returns CANCELLED within a poll (~50 µs), so
+// the process can exit long before --collective-timeout. After either, every call fails with
 // FAILED_PRECONDITION: the job must re-rendezvous with a new communicator.
 //
 // Borrows the device, which must outlive it. Thread-compatible: used by the training thread.
@@ -32,10 +35,11 @@ class NcclCommunicator final : public Communicator {
   static constexpr absl::string_view kUniqueIdKey = "nccl/unique_id";
 
   // Rendezvous through `store` and NCCL set-up, each bounded by `timeout`, which also bounds
-  // every later collective. INVALID_ARGUMENT for a bad rank/size/timeout.
-  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(CudaDevice& device,
-                                                                  KeyValueStore& store, int rank,
-                                                                  int size, absl::Duration timeout);
+  // every later collective. INVALID_ARGUMENT for a bad rank/size/timeout. `stop`, when given,
+  // must outlive the communicator; once it is true every wait aborts (CANCELLED).
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
+      CudaDevice& device, KeyValueStore& store, int rank, int size, absl::Duration timeout,
+      const std::atomic<bool>* stop = nullptr);
 
   // Flushes and destroys the communicator (aborting it if that does not finish in time).
   ~NcclCommunicator() override;
@@ -53,7 +57,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status Barrier() override;
 
  private:
-  NcclCommunicator(CudaDevice& device, int rank, int size, absl::Duration timeout);
+  NcclCommunicator(CudaDevice& device, int rank, int size, absl::Duration timeout,
+                   const std::atomic<bool>* stop);
 
   // Fails once the communicator has been aborted; makes the device current otherwise.
   absl::Status Ready() const;
@@ -67,13 +72,16 @@ class NcclCommunicator final : public Communicator {
   // Takes a collective's non-blocking result and waits for its enqueue, then its completion.
   absl::Status Complete(ncclResult_t issued, const char* what);
   absl::Status TimedOut(const char* what) const;
+  // CANCELLED naming `what` when a stop was requested; OK otherwise.
+  absl::Status Stopped(const char* what) const;
 
   CudaDevice& device_;
   const int rank_;
   const int size_;
   const absl::Duration timeout_;
-  ncclComm_t comm_ = nullptr;   // null after an abort
-  cuda::DeviceMemory barrier_;  // the one float Barrier reduces
+  const std::atomic<bool>* const stop_;  // may be null
+  ncclComm_t comm_ = nullptr;            // null after an abort
+  cuda::DeviceMemory barrier_;           // the one float Barrier reduces
 };
 
 }  // namespace kubetrain::worker

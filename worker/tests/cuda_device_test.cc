@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -693,6 +694,27 @@ TEST(NcclCommunicator, SetUpTimesOutWhenAPeerNeverJoins) {
   EXPECT_TRUE(absl::IsDeadlineExceeded(comm.status())) << comm.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
   EXPECT_THAT(store.Get(std::string(NcclCommunicator::kUniqueIdKey), absl::ZeroDuration()), IsOk());
+}
+
+// SIGTERM while rank 0 waits for a peer that never joins: the stop flag aborts the communicator
+// at once instead of after the (long) timeout.
+TEST(NcclCommunicator, StopAbortsAWaitLongBeforeTheTimeout) {
+  KT_SKIP_WITHOUT_DEVICES(1);
+  absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create();
+  ASSERT_TRUE(device.ok()) << device.status();
+  MemoryStore store;
+  std::atomic<bool> stop{false};
+  std::thread signal([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    stop.store(true);
+  });
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
+      NcclCommunicator::Create(**device, store, 0, 2, absl::Minutes(5), &stop);
+  signal.join();
+  EXPECT_TRUE(absl::IsCancelled(comm.status())) << comm.status();
+  EXPECT_THAT(comm.status().message(), HasSubstr("stop request"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
 // Rank 1 never joins the all-reduce: rank 0 returns DEADLINE_EXCEEDED and refuses further calls.

@@ -12,16 +12,22 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
+absl::StatusOr<ChosenDevice> Make(const std::string& kind, CudaOrdinalInputs cuda = {}) {
+  return MakeDevice({.kind = kind, .cpu = {.blas_threads = 1}, .cuda = std::move(cuda)});
+}
+
 TEST(MakeDevice, CpuIsTheOpenBlasBackend) {
-  absl::StatusOr<std::unique_ptr<Device>> device = MakeDevice("cpu", {.blas_threads = 1});
+  absl::StatusOr<ChosenDevice> device = Make("cpu");
   ASSERT_TRUE(device.ok()) << device.status();
-  EXPECT_EQ((*device)->name(), "cpu");
-  EXPECT_NE(dynamic_cast<CpuDevice*>(device->get()), nullptr);
-  EXPECT_EQ(DescribeDevice(**device), "cpu");
+  EXPECT_EQ(device->device->name(), "cpu");
+  EXPECT_NE(dynamic_cast<CpuDevice*>(device->device.get()), nullptr);
+  EXPECT_EQ(DescribeDevice(*device->device), "cpu");
+  EXPECT_EQ(device->decision.reason, "requested");
+  EXPECT_FALSE(device->gpu.has_value());
 }
 
 TEST(MakeDevice, UnknownKindNamesTheFlagAndTheChoices) {
-  absl::StatusOr<std::unique_ptr<Device>> device = MakeDevice("tpu", {});
+  absl::StatusOr<ChosenDevice> device = Make("tpu");
   ASSERT_TRUE(absl::IsInvalidArgument(device.status())) << device.status();
   EXPECT_THAT(device.status().message(), HasSubstr("--device"));
   EXPECT_THAT(device.status().message(), HasSubstr("\"tpu\""));
@@ -29,8 +35,8 @@ TEST(MakeDevice, UnknownKindNamesTheFlagAndTheChoices) {
 }
 
 TEST(MakeDevice, KindsAreExactNames) {
-  EXPECT_TRUE(absl::IsInvalidArgument(MakeDevice("CPU", {}).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(MakeDevice("", {}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Make("CPU").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Make("").status()));
 }
 
 TEST(CudaAvailable, SaysWhyNot) {
@@ -46,22 +52,58 @@ TEST(CudaAvailable, SaysWhyNot) {
 
 // What "cuda" and "auto" give depends on the machine; each branch checks its own promise.
 TEST(MakeDevice, CudaWhereAvailableElseAClearPrecondition) {
-  absl::StatusOr<std::unique_ptr<Device>> device = MakeDevice("cuda", {});
+  absl::StatusOr<ChosenDevice> device = Make("cuda");
   if (CudaAvailable().ok()) {
     ASSERT_TRUE(device.ok()) << device.status();
-    EXPECT_EQ((*device)->name(), "cuda");
-    EXPECT_THAT(DescribeDevice(**device), StartsWith("cuda:0 "));
+    EXPECT_EQ(device->device->name(), "cuda");
+    EXPECT_THAT(DescribeDevice(*device->device), StartsWith("cuda:0 "));
+    ASSERT_TRUE(device->gpu.has_value());
+    EXPECT_EQ(device->gpu->source, "default");
     return;
   }
   ASSERT_TRUE(absl::IsFailedPrecondition(device.status())) << device.status();
   EXPECT_THAT(std::string(device.status().message()), StartsWith("--device=cuda: "));
+  EXPECT_THAT(device.status().message(), HasSubstr(ProbeCuda().message));
   EXPECT_THAT(device.status().message(), HasSubstr("or pass --device=cpu"));
 }
 
-TEST(MakeDevice, AutoPrefersCudaAndFallsBackToCpu) {
-  absl::StatusOr<std::unique_ptr<Device>> device = MakeDevice("auto", {});
+TEST(MakeDevice, AutoPrefersCudaAndFallsBackToCpuSayingWhy) {
+  absl::StatusOr<ChosenDevice> device = Make("auto");
   ASSERT_TRUE(device.ok()) << device.status();
-  EXPECT_EQ((*device)->name(), CudaAvailable().ok() ? "cuda" : "cpu");
+  const CudaAvailability cuda = ProbeCuda();
+  EXPECT_EQ(device->device->name(), cuda.available ? "cuda" : "cpu");
+  EXPECT_EQ(device->decision.reason, cuda.reason);
+  EXPECT_EQ(device->decision.fallback, cuda.message);
+  EXPECT_EQ(device->decision.warn, cuda.suspicious);
+}
+
+// The GPU choice applies: on a GPU machine a choice beyond the visible devices fails naming
+// the flag; without one the device falls back before any GPU is chosen.
+TEST(MakeDevice, AutoWithAnImpossibleGpuChoice) {
+  absl::StatusOr<ChosenDevice> device = Make("auto", {.flag = 1023});
+  if (!ProbeCuda().available) {
+    ASSERT_TRUE(device.ok()) << device.status();
+    EXPECT_EQ(device->device->name(), "cpu");
+    return;
+  }
+  ASSERT_TRUE(absl::IsFailedPrecondition(device.status())) << device.status();
+  EXPECT_THAT(device.status().message(), HasSubstr("--cuda-device=1023"));
+}
+
+TEST(ProbeCuda, AgreesWithCudaAvailable) {
+  const CudaAvailability cuda = ProbeCuda();
+  const absl::Status available = CudaAvailable();
+  EXPECT_EQ(cuda.available, available.ok()) << available;
+  if (!cuda.available) {
+    EXPECT_EQ(available.message(), cuda.message);
+    EXPECT_NE(cuda.reason, "gpu");
+  }
+#if KUBETRAIN_HAVE_CUDA
+  EXPECT_NE(cuda.runtime_cuda, "none");  // the runtime answers without a driver
+  EXPECT_FALSE(cuda.runtime_cuda.empty());
+#else
+  EXPECT_EQ(cuda.reason, "no-cuda-build");
+#endif
 }
 
 }  // namespace
