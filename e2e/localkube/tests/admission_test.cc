@@ -4,13 +4,21 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/testing/status_matchers.h"
 #include "e2e/localkube/api.h"
 #include "e2e/localkube/pod_security.h"
 #include "e2e/localkube/pod_validation.h"
 #include "e2e/localkube/server.h"
+#include "operator/api/render.h"
+#include "operator/api/validation.h"
+#include "operator/api/yaml.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -408,6 +416,35 @@ TEST(PodSecurity, BaselineChecksInThePluginsOrder) {
             "not set securityContext.seccompProfile.type to \"Unconfined\"), forbidden sysctls "
             "(kernel.msgmax)");
   EXPECT_TRUE(EvaluatePodSecurity("privileged", pod).empty());
+}
+
+// What users deploy: every pod the operator renders from deploy/examples/*.yaml (the GPU one
+// with its nvidia.com/gpu limit included) is a valid pod that Pod Security "restricted" admits.
+TEST(PodSecurity, EveryExamplesPodsPassRestricted) {
+  int pods = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(KUBETRAIN_SOURCE_DIR) +
+                                                               "/deploy/examples")) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    absl::StatusOr<std::vector<json>> docs = api::ParseYamlDocuments(text);
+    ASSERT_TRUE(docs.ok()) << docs.status();
+    for (const json& doc : *docs) {
+      api::FieldErrors errors;
+      const api::TrainingJob job = api::DecodeAndValidate(doc, &errors);
+      ASSERT_TRUE(errors.empty()) << errors.front().ToString();
+      const api::ClusterDnsAddresses addresses;
+      for (const api::Task& task : api::Tasks(job, addresses)) {
+        json pod = api::BuildPod(job, task.type, task.index, addresses);
+        EXPECT_THAT(CheckPodQuantities(&pod), IsOk()) << task.name;
+        EXPECT_TRUE(ValidatePod(pod).empty()) << task.name << ": " << ValidatePod(pod)[0].message;
+        EXPECT_EQ(PodSecurityDetail(EvaluatePodSecurity("restricted", pod)), "") << task.name;
+        ++pods;
+      }
+    }
+  }
+  EXPECT_GT(pods, 0);
 }
 
 }  // namespace
