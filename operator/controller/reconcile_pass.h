@@ -7,10 +7,12 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/time/time.h"
+#include "operator/api/render.h"
 #include "operator/api/types.h"
 #include "operator/controller/pod_view.h"
 #include "operator/controller/reconciler.h"
@@ -28,6 +30,7 @@ struct Reconciler::Pass {
   api::TrainingJob job;
   api::TrainingJobStatus status;
   json original_status;
+  std::vector<api::Task> tasks;      // api::Tasks of the job, once per pass
   std::map<std::string, json> pods;  // this job's pods, by name
   std::map<api::ReplicaType, std::set<int>> completed;
   std::set<std::string> going;  // uids of pods deleted here that the cache still shows

@@ -111,6 +111,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
     if (metrics_) metrics_->JobCreated(p.ns);
   }
   p.status.observed_generation = p.job.metadata.generation;
+  p.tasks = api::Tasks(p.job, api::ClusterDnsAddresses(options_.cluster_domain));
   for (const json& pod : pods_.ListByLabel(p.ns, api::kLabelJobName, p.name)) {
     if (OwnedBy(pod, p.job.metadata.uid)) p.pods[pod["metadata"].value("name", "")] = pod;
   }
@@ -173,9 +174,8 @@ absl::StatusOr<ReconcileResult> Reconciler::FinishedJob(Pass& p) {
 
 std::vector<api::TaskState> Reconciler::ObserveTasks(const Pass& p,
                                                      std::map<std::string, PodView>* views) const {
-  api::ClusterDnsAddresses addresses(options_.cluster_domain);
   std::vector<api::TaskState> tasks;
-  for (const api::Task& t : api::Tasks(p.job, addresses)) {
+  for (const api::Task& t : p.tasks) {
     api::TaskState s{.type = t.type,
                      .index = t.index,
                      .chief = t.chief,
@@ -324,8 +324,7 @@ void Reconciler::Finish(Pass& p, bool succeeded, const std::string& reason,
 }
 
 std::optional<std::pair<api::Task, PodView>> Reconciler::ChiefPod(const Pass& p) const {
-  api::ClusterDnsAddresses addresses(options_.cluster_domain);
-  for (const api::Task& t : api::Tasks(p.job, addresses)) {
+  for (const api::Task& t : p.tasks) {
     if (!t.chief) continue;
     auto it = p.pods.find(t.name);
     if (it == p.pods.end()) return std::nullopt;
@@ -358,11 +357,10 @@ void Reconciler::ReadProgress(Pass& p) {
 }
 
 absl::Status Reconciler::RestartOnClusterChange(Pass& p) {
+  if (p.tasks.empty()) return absl::OkStatus();
   api::ClusterDnsAddresses addresses(options_.cluster_domain);
-  std::vector<api::Task> tasks = api::Tasks(p.job, addresses);
-  if (tasks.empty()) return absl::OkStatus();
   std::map<std::string, std::vector<std::string>> wanted =
-      api::TfConfigFor(p.job, addresses, tasks.front().type, tasks.front().index).cluster;
+      api::TfConfigFor(p.job, addresses, p.tasks.front().type, p.tasks.front().index).cluster;
   std::optional<std::map<std::string, std::vector<std::string>>> stale;
   for (const auto& [name, pod] : p.pods) {
     std::optional<PodView> v = p.View(pod);
