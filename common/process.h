@@ -52,7 +52,9 @@ class Process {
   // Read end of the merged stdout/stderr pipe (non-blocking); -1 once drained and closed, or
   // released.
   int output_fd() const { return output_fd_; }
-  // Reads what is available; returns false at end of file (and closes the fd).
+  // Reads what is available without waiting; returns false at end of file (and closes the fd).
+  // Once the process has exited, one call reads all it wrote; do not loop until false: a
+  // descendant that outlives it (`sleep 60 &`) holds the pipe open, and true comes back for ever.
   bool ReadOutput(std::string* append_to);
   // Hands the read end of the pipe (non-blocking) to the caller, who closes it; -1 if already
   // closed. ReadOutput returns false afterwards.

@@ -211,7 +211,7 @@ void LocalJob::HandleExits() {
   for (auto& t : tasks_) {
     if (t->phase != Task::Phase::kRunning || !t->process->Poll()) continue;
     std::string rest;
-    t->process->ReadOutput(&rest);  // what is there now: a descendant may hold the pipe open
+    t->process->ReadOutput(&rest);  // all it wrote (common/process.h)
     Emit(*t, rest, /*flush=*/true);
     t->exit_code = *t->process->exit_code();
     t->phase = t->exit_code == 0 ? Task::Phase::kSucceeded : Task::Phase::kFailed;
@@ -328,7 +328,7 @@ void LocalJob::RestartJob(absl::string_view why) {
       PumpOutput(absl::Milliseconds(50));
     if (t->process) {
       std::string rest;               // what it wrote before it stopped is still shown
-      t->process->ReadOutput(&rest);  // what is there now: a descendant may hold the pipe open
+      t->process->ReadOutput(&rest);  // all it wrote (common/process.h)
       Emit(*t, rest, /*flush=*/true);
     }
     t->process.reset();
@@ -372,7 +372,7 @@ void LocalJob::StopAll(bool graceful) {
     }
     if (t->process) {
       std::string rest;
-      t->process->ReadOutput(&rest);  // what is there now: a descendant may hold the pipe open
+      t->process->ReadOutput(&rest);  // all it wrote (common/process.h)
       Emit(*t, rest, true);
     }
     t->process.reset();
