@@ -216,6 +216,16 @@ absl::StatusOr<json> Api::CreateLocked(const Target& target, json body,
   RecordFields(target, nullptr, &body, options);
   json stored = store_->Put(type.StorageKey(), std::move(body));
   if (hooks.stored) RETURN_IF_ERROR(hooks.stored(*registry_, stored));
+  if (hooks.companions) {
+    for (json& companion : hooks.companions(*store_, stored)) {
+      ResourceTypePtr companion_type =
+          registry_->FindByKind(companion.value("apiVersion", ""), companion.value("kind", ""));
+      if (!companion_type) continue;
+      std::string companion_ns = NamespaceOf(companion);
+      (void)CreateLocked(Target{companion_type, companion_ns, "", ""}, std::move(companion),
+                         WriteOptions{});
+    }
+  }
   return stored;
 }
 

@@ -5,11 +5,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+
+extern char** environ;
 
 namespace kubetrain::localkube {
 namespace {
@@ -70,6 +75,8 @@ ContainerProcess::~ContainerProcess() {
   if (reader_.joinable()) reader_.join();
 }
 
+std::string ContainerProcess::id() const { return absl::StrCat("localkube://", pid()); }
+
 bool ContainerProcess::Poll(int* exit_code) {
   const bool had_exited = process_->exit_code().has_value();
   std::optional<int> code = process_->Poll();
@@ -78,6 +85,71 @@ bool ContainerProcess::Poll(int* exit_code) {
   if (!had_exited) process_->Signal(SIGKILL);
   if (exit_code) *exit_code = *code;
   return true;
+}
+
+std::string ProcessRuntime::ResolveBinary(
+    const std::vector<std::pair<std::string, std::string>>& image_map, const std::string& image,
+    std::string command) {
+  for (const auto& [prefix, dir] : image_map) {
+    if (!absl::StartsWith(image, prefix)) continue;
+    if (command.empty()) {
+      std::string base = image.substr(image.rfind('/') + 1);
+      command = base.substr(0, base.find(':'));
+    }
+    std::string candidate = dir + "/" + command;
+    if (command.find('/') == std::string::npos && access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return command;
+}
+
+std::unique_ptr<RunningContainer> ProcessRuntime::Start(const ContainerConfig& config,
+                                                        StartFailure* failure) {
+  ProcessOptions spec;
+  // localkube's own environment, the mapped image directories first on PATH, a TMPDIR of the
+  // pod's own, then what the kubelet sets.
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) spec.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  std::string path = spec.env["PATH"];
+  for (const auto& [prefix, dir] : image_map_) path = dir + ":" + path;
+  spec.env["PATH"] = path;
+  // Each pod has its own /tmp on a real node; sharing this host's would let one pod see files
+  // another (or an earlier pod of the same name) left behind.
+  if (!config.pod_dir.empty()) {
+    std::string tmp = config.pod_dir + "/tmp";
+    std::error_code ec;
+    std::filesystem::create_directories(tmp, ec);
+    spec.env["TMPDIR"] = tmp;
+  }
+  for (const auto& [k, v] : config.env) spec.env[k] = v;
+  std::string first =
+      ResolveBinary(image_map_, config.image, config.command.empty() ? "" : config.command[0]);
+  if (config.command.empty()) {
+    spec.argv.push_back(first);
+  } else {
+    spec.argv = config.command;
+    spec.argv[0] = first;
+  }
+  spec.argv.insert(spec.argv.end(), config.args.begin(), config.args.end());
+  spec.working_dir = config.working_dir;
+  spec.not_found_exits_127 = true;  // a missing command is the container's exit 127
+  if (spec.argv[0].empty()) {
+    *failure = {"StartError",
+                "no command specified: the pod gives no command and --image-map "
+                "maps no binary for image \"" +
+                    config.image + "\""};
+    return nullptr;
+  }
+  auto process = ContainerProcess::Start(spec, config.log_path);
+  if (!process.ok()) {
+    *failure = {"StartError", std::string(process.status().message())};
+    return nullptr;
+  }
+  return std::move(*process);
 }
 
 }  // namespace kubetrain::localkube

@@ -8,10 +8,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "e2e/localkube/errors.h"
 #include "e2e/localkube/object_meta.h"
 #include "e2e/localkube/pod_security.h"
 #include "e2e/localkube/schema.h"
+#include "e2e/localkube/service_accounts.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -43,8 +45,10 @@ void ServiceDefaults(json& object) {
 }
 
 // Validation and Pod Security on create and on spec updates (not through /status).
+// The ServiceAccount admission plugin (mutating, so before validation) on creates.
 absl::Status AdmitPodWrite(const Admission& a) {
   if (!a.subresource.empty()) return absl::OkStatus();
+  if (a.old == nullptr) RETURN_IF_ERROR(AdmitPodServiceAccount(a.store, a.object));
   return AdmitPod(a.store, *a.object, a.old, a.options.warnings);
 }
 
@@ -114,15 +118,17 @@ absl::Status AdmitCustomResource(const Admission& a) {
 const std::map<std::string, KindHooks, std::less<>>& BuiltinHooks() {
   static const auto* table = [] {
     auto* t = new std::map<std::string, KindHooks, std::less<>>;
-    (*t)[kNamespacesKey] = {
-        .defaults = NamespaceDefaults, .namespace_lifecycle = true, .subresources = {"finalize"}};
+    (*t)[kNamespacesKey] = {.defaults = NamespaceDefaults,
+                            .companions = NamespaceCompanions,
+                            .namespace_lifecycle = true,
+                            .subresources = {"finalize"}};
     (*t)[kPodsKey] = {.defaults = PodDefaults,
                       .admit = AdmitPodWrite,
                       .graceful_deletion = true,
                       .delete_returns_object = true,
                       .subresources = {"log"}};
     (*t)["/services"] = {.defaults = ServiceDefaults};
-    (*t)["/serviceaccounts"] = {.delete_returns_object = true};
+    (*t)[kServiceAccountsKey] = {.delete_returns_object = true, .subresources = {"token"}};
     (*t)[kCrdsKey] = {.admit = AdmitCrd, .stored = CrdStored, .removed = CrdRemoved};
     return t;
   }();

@@ -46,6 +46,11 @@ struct KindHooks {
   std::function<absl::Status(const Admission& admission)> admit;
   // After a create or update stored the object: a CRD registers the types it declares.
   std::function<absl::Status(Registry& registry, const nlohmann::json& stored)> stored;
+  // After a create stored the object (not on dry runs): the objects the controllers make for it
+  // at once, created through the same path (a Namespace's default ServiceAccount and
+  // kube-root-ca.crt ConfigMap). Failures to create them are ignored.
+  std::function<std::vector<nlohmann::json>(const Store& store, const nlohmann::json& stored)>
+      companions;
   // After the object left the store: a CRD takes its types and their objects with it.
   std::function<void(Registry& registry, Store& store, const nlohmann::json& removed)> removed;
   // Namespace lifecycle: deletion always marks the object (status.phase Terminating), deletes

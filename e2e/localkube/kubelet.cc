@@ -1,7 +1,8 @@
-// localkube's kubelet (see kubelet.h): the pod loop that admits pods, starts, restarts and
-// stops their containers and publishes their status, the pod IP block and the hosts file. What
-// a container is started with (its environment, $(VAR) expansion, the binary its image names) is
-// in kubelet_env.cc.
+// localkube's kubelet (see kubelet.h): the pod loop that admits pods, mounts their volumes,
+// starts, restarts and stops their containers and publishes their status, the pod IP block and
+// the hosts file. What a container is started with (its environment, $(VAR) expansion, its
+// volume mounts) is in kubelet_env.cc; how it runs, in the runtime (container_process.h,
+// oci_runtime.h).
 #include "e2e/localkube/kubelet.h"
 
 #include <fcntl.h>
@@ -30,10 +31,37 @@ using json = nlohmann::json;
 
 std::string Now() { return KubeTime(absl::Now()); }
 
+std::optional<int64_t> SecurityField(const json& pod, const json& container, const char* field) {
+  for (const json* holder : {&container, &pod["spec"]}) {
+    const json ctx = holder->value("securityContext", json::object());
+    if (ctx.is_object() && ctx.contains(field) && ctx[field].is_number_integer()) {
+      return ctx[field].get<int64_t>();
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Kubelet::Kubelet(KubeletOptions options, Api* api) : options_(std::move(options)), api_(api) {
+  if (options_.runtime == "oci") {
+    runtime_ = std::make_unique<OciRuntime>(options_.oci);
+  } else {
+    runtime_ = std::make_unique<ProcessRuntime>(options_.image_map);
+  }
   ReserveIpBlock();
+}
+
+absl::Status Kubelet::CheckOptions(const KubeletOptions& options) {
+  if (options.runtime == "process") return absl::OkStatus();
+  if (options.runtime == "oci") return OciRuntime::Usable(options.oci);
+  return absl::InvalidArgumentError(
+      absl::StrCat("--runtime: unknown runtime \"", options.runtime, "\"; use process or oci"));
+}
+
+void Kubelet::SetApiServer(const std::string& host, int port) {
+  api_host_ = host;
+  api_port_ = port;
 }
 
 Kubelet::~Kubelet() {
@@ -83,7 +111,8 @@ std::string Kubelet::AllocateIp() {
 
 void Kubelet::Start() {
   std::filesystem::create_directories(options_.log_dir);
-  log::Info("Reserved pod IP block", {{"block", ip_block()}});
+  log::Info("Reserved pod IP block", {{"block", ip_block()}, {"runtime", runtime_->name()}});
+  if (auto* oci = dynamic_cast<OciRuntime*>(runtime_.get())) oci->Prepare();
   WriteHosts();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -96,7 +125,17 @@ void Kubelet::Stop() {
   }
   if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> lock(mu_);
-  pods_.clear();  // Process destructors kill and reap every group
+  // Bounded: every container is killed at once, then what the runtime holds is removed within
+  // a second, so localkube still exits within 2 s of SIGTERM (architecture.md §9 "Stopping").
+  absl::Time deadline = absl::Now() + absl::Seconds(1);
+  for (auto& [key, pod] : pods_) {
+    for (Container& c : pod->containers) {
+      if (c.process) c.process->Signal(SIGKILL);
+    }
+  }
+  runtime_->Shutdown(deadline);  // from here on, containers leave their removal to Shutdown
+  pods_.clear();                 // destructors reap every group
+  runtime_->Shutdown(deadline);
 }
 
 void Kubelet::Loop() {
@@ -199,44 +238,142 @@ void Kubelet::Admit(const json& object) {
   }
   WriteHosts();
   std::lock_guard<std::mutex> lock(mu_);
-  for (Container& c : raw->containers) StartContainer(*raw, c);
+  if (MountVolumes(*raw)) {
+    for (Container& c : raw->containers) StartContainer(*raw, c);
+  }
   log::Info("Started Pod", {{"pod", Key(raw->ns, raw->name)}, {"ip", raw->ip}});
   PublishStatus(*raw);
 }
 
+bool Kubelet::MountVolumes(Pod& pod) {
+  VolumeContext context{api_->store(), options_.service_account_token, pod.ip};
+  absl::StatusOr<std::map<std::string, PodVolume>> volumes =
+      SetUpVolumes(pod.object, pod.dir, context);
+  if (!volumes.ok()) {
+    // As a kubelet: the pod stays ContainerCreating, a FailedMount event says why, and the
+    // mount is retried with backoff.
+    for (Container& c : pod.containers) {
+      c.waiting_reason = "ContainerCreating";
+      c.waiting_message.clear();
+    }
+    pod.mount_retry_at = absl::Now() + pod.mount_backoff;
+    pod.mount_backoff = std::min(pod.mount_backoff * 2, options_.max_backoff);
+    RecordEvent(pod, "Warning", "FailedMount", std::string(volumes.status().message()));
+    return false;
+  }
+  pod.volumes = std::move(*volumes);
+  pod.volumes_ready = true;
+  return true;
+}
+
+void Kubelet::Wait(Pod& pod, Container& c, const std::string& reason, const std::string& message) {
+  c.waiting_reason = reason;
+  c.waiting_message = message;
+  c.terminated = false;
+  c.restart_at = absl::Now() + c.backoff;
+  c.backoff = std::min(c.backoff * 2, options_.max_backoff);
+  RecordEvent(pod, "Warning", "Failed", absl::StrCat("Error: ", reason, ": ", message));
+}
+
+// An Event about the pod, as the kubelet posts them; a repeat of the same reason and message
+// raises the count of the first.
+void Kubelet::RecordEvent(Pod& pod, const std::string& type, const std::string& reason,
+                          const std::string& message) {
+  std::string now = Now();
+  std::string key = reason + "\n" + message;
+  auto it = pod.events.find(key);
+  if (it != pod.events.end()) {
+    (void)api_->Mutate("/events", pod.ns, it->second, [&](json& e) {
+      e["count"] = e.value("count", 1) + 1;
+      e["lastTimestamp"] = now;
+      return true;
+    });
+    return;
+  }
+  ResourceTypePtr type_ptr = api_->registry()->Find("", "v1", "events");
+  if (!type_ptr) return;
+  std::string name = absl::StrCat(pod.name, ".", absl::ToUnixNanos(absl::Now()));
+  json event = {{"apiVersion", "v1"},
+                {"kind", "Event"},
+                {"metadata", {{"name", name}, {"namespace", pod.ns}}},
+                {"involvedObject",
+                 {{"apiVersion", "v1"},
+                  {"kind", "Pod"},
+                  {"namespace", pod.ns},
+                  {"name", pod.name},
+                  {"uid", pod.uid}}},
+                {"reason", reason},
+                {"message", message},
+                {"type", type},
+                {"source", {{"component", "kubelet"}, {"host", "localkube"}}},
+                {"reportingComponent", "kubelet"},
+                {"reportingInstance", "localkube"},
+                {"firstTimestamp", now},
+                {"lastTimestamp", now},
+                {"count", 1}};
+  if (api_->Create(Target{type_ptr, pod.ns, "", ""}, event, WriteOptions{}).ok()) {
+    pod.events[key] = name;
+  }
+  log::Warn("Pod event",
+            {{"pod", Key(pod.ns, pod.name)}, {"reason", reason}, {"message", message}});
+}
+
 void Kubelet::StartContainer(Pod& pod, Container& c) {
   std::map<std::string, std::string> vars;
-  ProcessOptions spec;
-  spec.env = Environment(pod, c, &vars);
-  std::vector<std::string> command, args;
-  for (const auto& s : c.spec.value("command", json::array())) command.push_back(Expand(s, vars));
-  for (const auto& s : c.spec.value("args", json::array())) args.push_back(Expand(s, vars));
-  std::string image = c.spec.value("image", "");
-  std::string first = ResolveBinary(image, command.empty() ? "" : command[0]);
-  if (command.empty()) {
-    spec.argv.push_back(first);
-  } else {
-    spec.argv = command;
-    spec.argv[0] = first;
+  std::string config_error;
+  ContainerConfig config;
+  config.env = Environment(pod, c, &vars, &config_error);
+  if (config_error.empty()) config_error = Mounts(pod, c, &config.mounts);
+  if (!config_error.empty()) {
+    Wait(pod, c, "CreateContainerConfigError", config_error);
+    return;
   }
-  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-  spec.working_dir = c.spec.value("workingDir", "");
-  spec.not_found_exits_127 = true;  // a missing command is the container's exit 127
+  for (const auto& s : c.spec.value("command", json::array())) {
+    if (s.is_string()) config.command.push_back(Expand(s, vars));
+  }
+  for (const auto& s : c.spec.value("args", json::array())) {
+    if (s.is_string()) config.args.push_back(Expand(s, vars));
+  }
+  config.image = c.spec.value("image", "");
+  config.working_dir = c.spec.value("workingDir", "");
+  config.run_as_user = SecurityField(pod.object, c.spec, "runAsUser");
+  config.run_as_group = SecurityField(pod.object, c.spec, "runAsGroup");
+  for (const json* holder : {&c.spec, &pod.object["spec"]}) {
+    const json ctx = holder->value("securityContext", json::object());
+    if (ctx.is_object() && ctx.contains("runAsNonRoot") && ctx["runAsNonRoot"].is_boolean()) {
+      config.run_as_non_root = ctx["runAsNonRoot"].get<bool>();
+      break;
+    }
+  }
+  config.id = absl::StrCat(pod.uid, "-", c.name, "-", c.run + 1);
+  config.etc_hosts = pod.dir + "/etc-hosts";
+  config.pod_dir = pod.dir;
+  config.log_path = absl::StrCat(pod.dir, "/", c.name, ".", c.run + 1, ".log");
+  std::ofstream(config.log_path, std::ios::app).flush();
+  c.restart_at = absl::InfiniteFuture();
+  StartFailure failure;
+  std::unique_ptr<RunningContainer> started = runtime_->Start(config, &failure);
+  if (!started && failure.reason != "StartError") {
+    Wait(pod, c, failure.reason, failure.message);
+    return;
+  }
   c.run++;
-  const std::string log_path = absl::StrCat(pod.dir, "/", c.name, ".", c.run, ".log");
-  std::ofstream(log_path, std::ios::app).flush();
   c.started_at = Now();
   c.terminated = false;
-  c.restart_at = absl::InfiniteFuture();
-  auto process = ContainerProcess::Start(spec, log_path);
-  if (!process.ok() || spec.argv[0].empty()) {
+  c.waiting_reason.clear();
+  c.waiting_message.clear();
+  if (!started) {
     c.terminated = true;
     c.exec_failed = true;
     c.exit_code = 128;
+    c.failure_message = failure.message;
     c.finished_at = Now();
     return;
   }
-  c.process = std::move(*process);
+  c.exec_failed = false;
+  c.failure_message.clear();
+  c.container_id = started->id();
+  c.process = std::move(started);
 }
 
 void Kubelet::BeginTermination(Pod& pod, int64_t grace_seconds) {
@@ -251,7 +388,20 @@ void Kubelet::BeginTermination(Pod& pod, int64_t grace_seconds) {
 void Kubelet::Tick(Pod& pod) {
   bool changed = false;
   std::string policy = pod.object["spec"].value("restartPolicy", "Always");
+  if (!pod.volumes_ready && !pod.terminating && absl::Now() >= pod.mount_retry_at) {
+    if (MountVolumes(pod)) {
+      for (Container& c : pod.containers) StartContainer(pod, c);
+      changed = true;
+    }
+  }
   for (Container& c : pod.containers) {
+    if (!c.waiting_reason.empty() && pod.volumes_ready && !pod.terminating &&
+        absl::Now() >= c.restart_at) {
+      std::string before = c.waiting_reason + "\n" + c.waiting_message;
+      StartContainer(pod, c);
+      changed = changed || before != c.waiting_reason + "\n" + c.waiting_message;
+      continue;
+    }
     int code = 0;
     if (c.process && !c.terminated && c.process->Poll(&code)) {
       c.terminated = true;
@@ -287,10 +437,14 @@ void Kubelet::Tick(Pod& pod) {
 
 void Kubelet::PublishStatus(Pod& pod) {
   json statuses = json::array();
-  int running = 0, succeeded = 0, failed = 0;
+  int running = 0, succeeded = 0, failed = 0, pending = 0;
   for (const Container& c : pod.containers) {
     json state;
-    if (!c.terminated) {
+    if (!c.waiting_reason.empty()) {
+      state = {{"waiting", {{"reason", c.waiting_reason}}}};
+      if (!c.waiting_message.empty()) state["waiting"]["message"] = c.waiting_message;
+      if (c.run == 0) ++pending;
+    } else if (!c.terminated) {
       state = {{"running", {{"startedAt", c.started_at}}}};
       ++running;
     } else if (c.restart_at != absl::InfiniteFuture()) {
@@ -305,6 +459,9 @@ void Kubelet::PublishStatus(Pod& pod) {
                                                : "Error"},
                  {"startedAt", c.started_at},
                  {"finishedAt", c.finished_at}}}};
+      if (c.exec_failed && !c.failure_message.empty()) {
+        state["terminated"]["message"] = c.failure_message;
+      }
       (c.exit_code == 0 ? succeeded : failed)++;
     }
     json last = c.terminated && c.restart_at != absl::InfiniteFuture()
@@ -314,19 +471,17 @@ void Kubelet::PublishStatus(Pod& pod) {
                              {"startedAt", c.started_at},
                              {"finishedAt", c.finished_at}}}}
                     : c.last_state;
-    statuses.push_back(
-        {{"name", c.name},
-         {"image", c.spec.value("image", "")},
-         {"imageID", ""},
-         {"containerID", absl::StrCat("localkube://", c.process ? c.process->pid() : 0)},
-         {"ready", !c.terminated},
-         {"started", !c.terminated},
-         {"restartCount", std::max(0, c.run - 1)},
-         {"state", state},
-         {"lastState", last}});
+    const bool is_running = c.waiting_reason.empty() && !c.terminated;
+    json status = {{"name", c.name},        {"image", c.spec.value("image", "")},
+                   {"imageID", ""},         {"ready", is_running},
+                   {"started", is_running}, {"restartCount", std::max(0, c.run - 1)},
+                   {"state", state},        {"lastState", last}};
+    if (!c.container_id.empty()) status["containerID"] = c.container_id;
+    statuses.push_back(status);
   }
   size_t n = pod.containers.size();
   std::string phase = "Running";
+  if (pending > 0) phase = "Pending";  // a container that never started yet
   if (running == 0 && succeeded == static_cast<int>(n)) phase = "Succeeded";
   if (running == 0 && failed > 0 && succeeded + failed == static_cast<int>(n)) {
     std::string policy = pod.object["spec"].value("restartPolicy", "Always");
@@ -372,7 +527,6 @@ void Kubelet::PublishStatus(Pod& pod) {
 }
 
 void Kubelet::WriteHosts() {
-  if (options_.hosts_file.empty()) return;
   std::string text = "127.0.0.1 localhost\n";
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -390,6 +544,15 @@ void Kubelet::WriteHosts() {
       text += absl::StrCat(pod->ip, " ", absl::StrJoin(names, " "), "\n");
     }
   }
+  // Each pod's own copy (a real kubelet's etc-hosts, which the oci runtime mounts at /etc/hosts),
+  // rewritten in place so that the mount sees the change.
+  std::vector<std::string> copies;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, pod] : pods_) copies.push_back(pod->dir + "/etc-hosts");
+  }
+  for (const std::string& copy : copies) std::ofstream(copy, std::ios::trunc) << text;
+  if (options_.hosts_file.empty()) return;
   std::string tmp = options_.hosts_file + ".tmp";
   std::ofstream(tmp) << text;
   std::rename(tmp.c_str(), options_.hosts_file.c_str());
@@ -405,6 +568,11 @@ absl::StatusOr<std::string> Kubelet::LogPath(const std::string& ns, const std::s
   }
   for (const Container& c : it->second->containers) {
     if (c.name != container) continue;
+    if (!previous && c.run < 1) {
+      return BadRequestError(
+          absl::StrCat("container \"", container, "\" in pod \"", pod, "\" is waiting to start: ",
+                       c.waiting_reason.empty() ? "ContainerCreating" : c.waiting_reason));
+    }
     int run = previous ? c.run - 1 : c.run;
     if (run < 1) {
       return BadRequestError(absl::StrCat("previous terminated container \"", container,

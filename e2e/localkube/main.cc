@@ -16,7 +16,9 @@
 #include "e2e/localkube/api.h"
 #include "e2e/localkube/kubelet.h"
 #include "e2e/localkube/server.h"
+#include "e2e/localkube/service_accounts.h"
 #include "e2e/localkube/tls.h"
+#include "e2e/localkube/workloads.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -30,6 +32,7 @@ struct Options {
   std::string hosts_file;
   std::string pod_log_dir;
   std::vector<std::string> image_map;
+  std::string runtime = "process";
   absl::Duration drop_watches_every = absl::ZeroDuration();
   double error_rate = 0;
   absl::Duration latency = absl::ZeroDuration();
@@ -53,6 +56,9 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   flags.Add("hosts-file", &o.hosts_file,
             "hosts(5) file naming pods, exported to pods as KUBETRAIN_HOSTS_FILE");
   flags.Add("pod-log-dir", &o.pod_log_dir, "where container logs go (default: a temp dir)");
+  flags.Add("runtime", &o.runtime,
+            "process (run each container's command on this host) or oci (run it from its image "
+            "with buildah; needs root)");
   flags.Add("image-map", &o.image_map,
             "PREFIX=DIR: images starting with PREFIX run binaries from DIR (repeatable)");
   flags.Add("drop-watches-every", &o.drop_watches_every, "cut every watch after this long");
@@ -89,6 +95,9 @@ int Run(int argc, char** argv) {
   Registry registry;
   Store store;
   Api api(&registry, &store);
+  // Issues and authenticates ServiceAccount tokens (TokenRequest, the kubelet's projected tokens).
+  auto sa_tokens = std::make_shared<ServiceAccountTokens>(&store);
+  std::unique_ptr<WorkloadControllers> workloads;  // the Deployment and ReplicaSet controllers
   std::unique_ptr<Kubelet> kubelet;
   if (options->run_pods) {
     KubeletOptions k;
@@ -108,8 +117,19 @@ int Run(int argc, char** argv) {
       }
       k.image_map.emplace_back(m.substr(0, eq), m.substr(eq + 1));
     }
+    k.runtime = options->runtime;
+    // Projected serviceAccountToken volumes get tokens the API server itself accepts.
+    k.service_account_token = [sa_tokens](const std::string& ns, const std::string& sa,
+                                          const std::string& audience, int64_t seconds) {
+      return sa_tokens->IssueToken(ns, sa, audience, seconds);
+    };
+    if (absl::Status st = Kubelet::CheckOptions(k); !st.ok()) {
+      std::cerr << "localkube: " << st.message() << "\n";
+      return 2;
+    }
     kubelet = std::make_unique<Kubelet>(k, &api);
     api.EnableGracefulPodDeletion();
+    workloads = std::make_unique<WorkloadControllers>(&api);
   }
   ServerOptions s;
   std::string ca_pem;
@@ -132,6 +152,7 @@ int Run(int argc, char** argv) {
   s.port = options->port;
   s.token = options->token;
   s.rbac = options->rbac;
+  s.service_account_tokens = sa_tokens;
   for (const std::string& flag : options->user_tokens) {
     auto user = ParseUserToken(flag);
     if (!user.ok()) {
@@ -144,12 +165,19 @@ int Run(int argc, char** argv) {
   s.error_rate = options->error_rate;
   s.latency = options->latency;
   s.compact_every = options->compact_every;
+  // Every namespace's kube-root-ca.crt (and default ServiceAccount), before anyone asks.
+  if (absl::Status st = PublishRootCa(&api, ca_pem); !st.ok()) {
+    std::cerr << "localkube: " << st.message() << "\n";
+    return 1;
+  }
   Server server(s, &api, kubelet.get());
   if (absl::Status st = server.Start(); !st.ok()) {
     std::cerr << "localkube: " << st.message() << "\n";
     return 1;
   }
+  if (kubelet) kubelet->SetApiServer("127.0.0.1", server.port());
   if (kubelet) kubelet->Start();
+  if (workloads) workloads->Start();
   if (!options->kubeconfig_out.empty()) {
     if (absl::Status st =
             WriteKubeconfig(options->kubeconfig_out, server.address(), s.token, ca_pem);
@@ -169,6 +197,7 @@ int Run(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop, &sig);
   log::Info("Stopping localkube", {{"signal", sig}});
+  if (workloads) workloads->Stop();
   if (kubelet) kubelet->Stop();  // kills every pod process group
   server.Stop();
   std::error_code ignored;

@@ -34,7 +34,11 @@ namespace kubetrain::localkube {
 using json = nlohmann::json;
 
 Server::Server(ServerOptions options, Api* api, LogSource* logs)
-    : options_(std::move(options)), api_(api), logs_(logs) {}
+    : options_(std::move(options)), api_(api), logs_(logs) {
+  if (!options_.service_account_tokens) {
+    options_.service_account_tokens = std::make_shared<ServiceAccountTokens>(api_->store());
+  }
+}
 
 Server::~Server() { Stop(); }
 
@@ -111,6 +115,13 @@ std::optional<UserInfo> Server::Authenticate(const httplib::Request& req) const 
       !token.empty() && it != options_.user_tokens.end()) {
     return it->second;
   }
+  // The ServiceAccount token authenticator: a JWT that verifies, has not expired, names the API
+  // audience and whose ServiceAccount still exists.
+  if (LooksLikeJwt(token)) {
+    absl::StatusOr<UserInfo> sa = options_.service_account_tokens->Authenticate(token);
+    if (sa.ok()) return *sa;
+    log::Debug("Refused a service account token", {{"error", std::string(sa.status().message())}});
+  }
   // Without --token every other request is the admin's.
   if (options_.token.empty()) return AdminUser();
   return std::nullopt;
@@ -159,7 +170,8 @@ void Server::Handle(const httplib::Request& req, httplib::Response& res) {
   std::string ct = absl::AsciiStrToLower(req.get_header_value("Content-Type"));
   if ((req.method == "POST" || req.method == "PUT") && !req.body.empty() &&
       !absl::StrContains(ct, "json") && !absl::StrContains(ct, "yaml") &&
-      !(absl::StrContains(ct, "protobuf") && DecodeK8sProtobuf(req.body).ok())) {
+      !(absl::StrContains(ct, "protobuf") &&
+        (DecodeK8sProtobuf(req.body).ok() || DecodeTokenRequestProtobuf(req.body).ok()))) {
     // Protobuf/CBOR bodies: 415 makes client-go fall back to JSON.
     ReplyError(res, ApiError(415, "UnsupportedMediaType",
                              absl::StrCat("the body of the request was in an unknown format - "
@@ -262,6 +274,11 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
   };
   absl::StatusOr<json> result;
   int ok_code = 200;
+  if (sub == "token" && m != "POST") {  // TokenRequest is create-only
+    return ReplyError(res,
+                      ApiError(405, "MethodNotAllowed",
+                               "the server does not allow this method on the requested resource"));
+  }
   if (m == "GET" && collection) {
     if (ParseBool(Param(req, "watch"))) return ServeWatch(target, req, res);
     auto list_options = ListOptionsOf(req);
@@ -285,6 +302,19 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
       result = ToTable(*target.type, {*result}, (*result)["metadata"].value("resourceVersion", ""),
                        Param(req, "includeObject"));
     }
+  } else if (m == "POST" && sub == "token" && target.type->StorageKey() == kServiceAccountsKey) {
+    // The TokenRequest subresource (authentication.k8s.io/v1 TokenRequest in, and out).
+    json body = json::object();
+    if (!req.body.empty()) {
+      auto decoded =
+          absl::StrContains(absl::AsciiStrToLower(req.get_header_value("Content-Type")), "protobuf")
+              ? DecodeTokenRequestProtobuf(req.body)
+              : DecodeJson(req.body);
+      if (!decoded.ok()) return ReplyError(res, decoded.status());
+      body = std::move(*decoded);
+    }
+    result = options_.service_account_tokens->CreateTokenRequest(target.ns, target.name, body);
+    ok_code = 201;
   } else if (m == "POST" && collection) {
     auto body = DecodeObject(*target.type, *api_->registry(), req.get_header_value("Content-Type"),
                              req.body);

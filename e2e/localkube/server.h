@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "e2e/localkube/api.h"
 #include "e2e/localkube/logs.h"
+#include "e2e/localkube/service_accounts.h"
 
 namespace httplib {
 class Server;
@@ -35,6 +36,9 @@ struct ServerOptions {
   std::string token;  // empty accepts every request
   // More bearer tokens and the users they authenticate as; `token` authenticates AdminUser().
   std::map<std::string, UserInfo> user_tokens;
+  // Issues (TokenRequest) and authenticates ServiceAccount tokens; the Server makes its own when
+  // null. Share it with the kubelet so that the tokens it mounts authenticate here.
+  std::shared_ptr<ServiceAccountTokens> service_account_tokens;
   // Authorize every request with RBAC and enforce OwnerReferencesPermissionEnforcement.
   bool rbac = false;
   // HTTPS with this certificate and key; both empty serves plain HTTP.
@@ -63,10 +67,14 @@ class Server {
   void Stop();
   int port() const { return port_; }
   std::string address() const;  // https://127.0.0.1:PORT (http:// without TLS)
+  const std::shared_ptr<ServiceAccountTokens>& service_account_tokens() const {
+    return options_.service_account_tokens;
+  }
 
  private:
   void Handle(const httplib::Request& req, httplib::Response& res);
-  // The request's user; nullopt answers 401.
+  // The request's user; nullopt answers 401. The static tokens first, then ServiceAccount
+  // tokens (JWTs).
   std::optional<UserInfo> Authenticate(const httplib::Request& req) const;
   // Waits (up to too_large_rv_wait, or until Stop) for the store to reach `revision`.
   bool WaitForRevision(int64_t revision);

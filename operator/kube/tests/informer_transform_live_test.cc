@@ -266,6 +266,10 @@ class InformerTransformTest : public ::testing::Test {
     auto client = server_->NewClient({.qps = 0});
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
+    // Like a real API server, localkube publishes the kube-root-ca.crt ConfigMap in every
+    // namespace. These tests count the ConfigMaps and list pages they make themselves, so the
+    // one they did not make goes (localkube, unlike a cluster's publisher, does not recreate it).
+    ASSERT_THAT(client_->Delete(kConfigMaps, "default", "kube-root-ca.crt"), IsOk());
     auto config = LoadKubeconfig(server_->kubeconfig());
     ASSERT_TRUE(config.ok()) << config.status();
     ASSERT_EQ(config->scheme, "http");
