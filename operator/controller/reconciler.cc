@@ -155,9 +155,12 @@ absl::StatusOr<ReconcileResult> Reconciler::FinishedJob(Pass& p) {
   if (progress_ != nullptr) progress_->Untrack(p.key);
   p.status.counted_failures.clear();  // a finished job restarts nothing
   ReadFinalSummary(p);
-  RETURN_IF_ERROR(Cleanup(p));
+  // The outcome is written even when the cleanup is refused (RBAC without delete, a webhook):
+  // the job shows Succeeded or Failed, and the cleanup is retried with backoff.
+  absl::Status cleaned = Cleanup(p);
   CountActive(p);
   RETURN_IF_ERROR(WriteStatus(p));
+  RETURN_IF_ERROR(cleaned);
   const auto& ttl = p.job.spec.run_policy.ttl_seconds_after_finished;
   if (!ttl) return ReconcileResult{};
   absl::Time finished = kube::ParseTime(p.status.completion_time);

@@ -82,6 +82,10 @@ class Reconciler {
   absl::Status CreateRefused(Pass& p, const std::string& reason, const std::string& kind,
                              const std::string& name, const absl::Status& error);
   absl::Status CreatePod(Pass& p, api::ReplicaType type, int index);
+  // A delete the API server refused (401/403: RBAC without delete, a webhook): a Warning event
+  // `reason` with the server's message; returns the error annotated (retried with backoff).
+  absl::Status DeleteRefused(Pass& p, const std::string& reason, const std::string& kind,
+                             const std::string& name, const absl::Status& error);
   absl::Status DeletePod(Pass& p, const nlohmann::json& pod, const std::string& why);
   absl::Status Cleanup(Pass& p);
   absl::Status Suspend(Pass& p);

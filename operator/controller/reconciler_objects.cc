@@ -176,13 +176,24 @@ absl::Status Reconciler::CreatePod(Pass& p, api::ReplicaType type, int index) {
   return absl::OkStatus();
 }
 
+absl::Status Reconciler::DeleteRefused(Pass& p, const std::string& reason, const std::string& kind,
+                                       const std::string& name, const absl::Status& error) {
+  if (error.code() == absl::StatusCode::kPermissionDenied ||
+      error.code() == absl::StatusCode::kUnauthenticated) {
+    // The job's events say so, not only the log; a grant fixes it without a restart.
+    events_.Warning(p.object, reason,
+                    absl::StrCat("Error deleting ", kind, " ", name, ": ", ApiMessage(error)));
+  }
+  return internal::WithContext(error, "deleting ", kind, " ", name);
+}
+
 absl::Status Reconciler::DeletePod(Pass& p, const json& pod, const std::string& why) {
   std::string name = pod["metadata"].value("name", "");
   absl::Status s = client_.Delete(
       kube::Resource::Pods(), p.ns, name,
       {.propagation_policy = "Background", .precondition_uid = pod["metadata"].value("uid", "")});
   if (s.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
-  RETURN_IF_ERROR(s, "deleting Pod ", name);
+  if (!s.ok()) return DeleteRefused(p, "FailedDeletePod", "Pod", name, s);
   std::string uid = pod["metadata"].value("uid", "");
   p.going.insert(uid);  // once per pass
   expectations_.PodDeleted(p.key, uid);
@@ -214,7 +225,9 @@ absl::Status Reconciler::Cleanup(Pass& p) {
   if (services_.Get(p.key)) {
     absl::Status s = client_.Delete(kube::Resource::Services(), p.ns, p.name);
     if (s.ok()) events_.Normal(p.object, "DeletedService", "Deleted Service service=" + p.name);
-    if (!s.ok() && s.code() != absl::StatusCode::kNotFound) return s;
+    if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
+      return DeleteRefused(p, "FailedDeleteService", "Service", p.name, s);
+    }
   }
   return absl::OkStatus();
 }

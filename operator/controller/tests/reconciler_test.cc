@@ -151,6 +151,28 @@ TEST_F(ReconcilerTest, ChiefSuccessEndsTheJobAndCleansUpRunningPods) {
   EXPECT_TRUE(HasEvent("JobSucceeded", "job=default/ok"));
 }
 
+// RBAC without `delete` on pods: the job still shows its outcome, the refusal is a Warning event
+// on the job (not only a log line), the pass fails and is retried, and once the grant is back
+// the pods go.
+TEST_F(ReconcilerTest, AForbiddenPodDeleteIsAnEventAndIsRetried) {
+  Create(Job("fd", {{"PS", Replica(1)}, {"Worker", Replica(1)}}));
+  Settle("fd");
+  api_.SetPodPhase("default", "fd-ps-0", "Running");
+  api_.SetPodPhase("default", "fd-worker-0", "Succeeded", 0);
+  absl::Status forbidden = absl::PermissionDeniedError(
+      "DELETE /api/v1/namespaces/default/pods/fd-ps-0: pods \"fd-ps-0\" is forbidden: User "
+      "\"system:serviceaccount:kubetrain-system:kubetrain-operator\" cannot delete resource "
+      "\"pods\" in API group \"\" in the namespace \"default\"");
+  api_.FailNext("delete", "pods", forbidden, 1);
+  EXPECT_THAT(Pass("fd"), StatusIs(absl::StatusCode::kPermissionDenied,
+                                   ::testing::HasSubstr("cannot delete resource")));
+  EXPECT_TRUE(HasEvent("FailedDeletePod", "cannot delete resource \"pods\""));
+  EXPECT_EQ(State("fd"), "Succeeded");  // the outcome does not wait for the cleanup
+  Settle("fd");
+  EXPECT_TRUE(Deleting("fd-ps-0"));
+  EXPECT_EQ(State("fd"), "Succeeded");
+}
+
 TEST_F(ReconcilerTest, AFinishedJobIsNotStartedAgainFromAStaleCache) {
   Create(Job("st", {{"Worker", Replica(1)}}));
   Settle("st");
