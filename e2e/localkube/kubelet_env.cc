@@ -71,7 +71,10 @@ std::map<std::string, std::string> Kubelet::Environment(const Pod& pod, const Co
   const json& spec = pod.object["spec"];
   env["HOSTNAME"] = spec.value("hostname", pod.name);
   env["KUBETRAIN_POD_IP"] = pod.ip;
-  env["KUBETRAIN_HOSTS_FILE"] = options_.hosts_file;
+  // The pods' names resolve through a hosts file: --hosts-file when given, else the pod's own
+  // copy, which the kubelet keeps current as pods come and go.
+  env["KUBETRAIN_HOSTS_FILE"] =
+      options_.hosts_file.empty() ? pod.dir + "/etc-hosts" : options_.hosts_file;
   // The `kubernetes` Service's variables, as a kubelet's service env gives every container: the
   // master service's are set whatever enableServiceLinks says (that only governs the other
   // Services of the pod's namespace, which localkube gives no variables). The container's env

@@ -40,6 +40,7 @@ struct Options {
   std::string log_level = "info";
   bool insecure_http = false;
   bool rbac = false;
+  std::string authz_log;
   std::vector<std::string> user_tokens;
 };
 
@@ -54,13 +55,15 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   flags.Add("address-file", &o.address_file, "write the server URL here once listening");
   flags.Add("run-pods", &o.run_pods, "run pods as local processes (the kubelet)");
   flags.Add("hosts-file", &o.hosts_file,
-            "hosts(5) file naming pods, exported to pods as KUBETRAIN_HOSTS_FILE");
+            "hosts(5) file naming pods, exported to pods as KUBETRAIN_HOSTS_FILE (default: each "
+            "pod gets its own copy)");
   flags.Add("pod-log-dir", &o.pod_log_dir, "where container logs go (default: a temp dir)");
   flags.Add("runtime", &o.runtime,
             "process (run each container's command on this host) or oci (run it from its image "
             "with buildah; needs root)");
   flags.Add("image-map", &o.image_map,
-            "PREFIX=DIR: images starting with PREFIX run binaries from DIR (repeatable)");
+            "PREFIX=DIR: images starting with PREFIX run binaries from DIR (repeatable; "
+            "kubetrain/ defaults to localkube's own folder)");
   flags.Add("drop-watches-every", &o.drop_watches_every, "cut every watch after this long");
   flags.Add("error-rate", &o.error_rate,
             "fraction of non-watch requests answered 500 or 429 (with Retry-After)");
@@ -72,6 +75,8 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
             "serve plain HTTP (kubectl and helm then send no bearer token)");
   flags.Add("rbac", &o.rbac,
             "authorize requests with RBAC (the --token user is in system:masters and bypasses it)");
+  flags.Add("authz-log", &o.authz_log,
+            "with --rbac: append every authorization decision here, one JSON line each");
   flags.Add("user-token", &o.user_tokens,
             "TOKEN=USERNAME[,GROUP...]: another bearer token and its user (repeatable)");
   ASSIGN_OR_RETURN(std::vector<std::string> rest, flags.Parse(argc, argv));
@@ -117,6 +122,17 @@ int Run(int argc, char** argv) {
       }
       k.image_map.emplace_back(m.substr(0, eq), m.substr(eq + 1));
     }
+    // kubetrain's own images run the programs built beside localkube unless --image-map says
+    // otherwise (process runtime: an image names no binary by itself).
+    bool kubetrain_mapped = false;
+    for (const auto& [prefix, dir] : k.image_map) kubetrain_mapped |= prefix == "kubetrain/";
+    std::error_code exe_error;
+    std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", exe_error);
+    if (!kubetrain_mapped && !exe_error) {
+      k.image_map.emplace_back("kubetrain/", exe.parent_path().string());
+      log::Info("Images kubetrain/* run programs from localkube's folder",
+                {{"dir", exe.parent_path().string()}});
+    }
     k.runtime = options->runtime;
     // Projected serviceAccountToken volumes get tokens the API server itself accepts.
     k.service_account_token = [sa_tokens](const std::string& ns, const std::string& sa,
@@ -152,6 +168,7 @@ int Run(int argc, char** argv) {
   s.port = options->port;
   s.token = options->token;
   s.rbac = options->rbac;
+  s.authz_log = options->authz_log;
   s.service_account_tokens = sa_tokens;
   for (const std::string& flag : options->user_tokens) {
     auto user = ParseUserToken(flag);

@@ -48,6 +48,10 @@ std::string Server::address() const {
 }
 
 absl::Status Server::Start() {
+  if (!options_.authz_log.empty()) {
+    authz_log_.open(options_.authz_log, std::ios::app);
+    if (!authz_log_) return absl::InvalidArgumentError("cannot open " + options_.authz_log);
+  }
   if (options_.cert_path.empty()) {
     http_ = std::make_unique<httplib::Server>();
   } else {
@@ -160,10 +164,25 @@ void Server::Handle(const httplib::Request& req, httplib::Response& res) {
     return;
   }
   if (options_.rbac) {
-    absl::Status allowed =
-        Authorize(*api_->store(), *user,
-                  AttributesOf(req.method, req.path, ParseBool(Param(req, "watch")),
-                               Param(req, "fieldSelector")));
+    RequestAttributes attributes = AttributesOf(
+        req.method, req.path, ParseBool(Param(req, "watch")), Param(req, "fieldSelector"));
+    absl::Status allowed = Authorize(*api_->store(), *user, attributes);
+    if (!options_.authz_log.empty()) {
+      json line = {{"user", user->name},
+                   {"verb", attributes.verb},
+                   {"decision", allowed.ok() ? "allow" : "forbid"}};
+      if (attributes.resource_request) {
+        line["apiGroup"] = attributes.api_group;
+        line["resource"] = attributes.resource;
+        if (!attributes.subresource.empty()) line["subresource"] = attributes.subresource;
+        if (!attributes.ns.empty()) line["namespace"] = attributes.ns;
+        if (!attributes.name.empty()) line["name"] = attributes.name;
+      } else {
+        line["path"] = attributes.path;
+      }
+      std::lock_guard<std::mutex> lock(authz_log_mu_);
+      authz_log_ << line.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;
+    }
     if (!allowed.ok()) return ReplyError(res, allowed);
   }
   if (InjectFault(req, res)) return;

@@ -8,8 +8,10 @@
 #pragma once
 
 #include <atomic>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -41,6 +43,10 @@ struct ServerOptions {
   std::shared_ptr<ServiceAccountTokens> service_account_tokens;
   // Authorize every request with RBAC and enforce OwnerReferencesPermissionEnforcement.
   bool rbac = false;
+  // With rbac: every authorization decision appended here as one JSON line (user, verb,
+  // apiGroup, resource, subresource, namespace, name, decision allow|forbid), as an audit log
+  // at the Metadata level would record it. Empty: none.
+  std::string authz_log;
   // HTTPS with this certificate and key; both empty serves plain HTTP.
   std::string cert_path;
   std::string key_path;
@@ -88,6 +94,8 @@ class Server {
   Api* api_;
   LogSource* logs_;
   std::unique_ptr<httplib::Server> http_;
+  std::mutex authz_log_mu_;
+  std::ofstream authz_log_;  // guarded by authz_log_mu_
   // The accepted connections, which Stop shuts down; shared with httplib's task queue.
   std::shared_ptr<AcceptedSockets> sockets_;
   std::thread listener_;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -115,6 +116,50 @@ TEST_F(LocalkubeProcess, FilesWithCredentialsAreOwnerOnly) {
   EXPECT_EQ(Mode(tls), 0700);
   int status = 0;
   EXPECT_LT(Terminate(&status), absl::Seconds(2));
+}
+
+// With nothing but --run-pods, pods find each other by name (each gets a hosts file of its own,
+// kept current) and kubetrain/ images run the programs built beside localkube: no --hosts-file or
+// --image-map to know about.
+TEST_F(LocalkubeProcess, RunPodsAloneResolvesPodNamesAndRunsKubetrainImages) {
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--insecure-http", "--run-pods", "--pod-log-dir", dir_ + "/logs"}));
+  httplib::Client client("127.0.0.1", port_);
+  client.set_read_timeout(10, 0);
+  auto make = [&](const std::string& name, const json& container) {
+    json pod = {{"metadata", {{"name", name}}},
+                {"spec", {{"restartPolicy", "Never"}, {"containers", {container}}}}};
+    auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
+    ASSERT_TRUE(created);
+    ASSERT_EQ(created->status, 201) << created->body;
+  };
+  auto phase = [&](const std::string& name) {
+    std::string p;
+    for (absl::Time deadline = absl::Now() + absl::Seconds(20); absl::Now() < deadline;
+         absl::SleepFor(absl::Milliseconds(50))) {
+      auto got = client.Get("/api/v1/namespaces/default/pods/" + name);
+      p = got ? json::parse(got->body)["status"].value("phase", "") : "";
+      if (p == "Succeeded" || p == "Failed") break;
+    }
+    return p;
+  };
+  auto log = [&](const std::string& name) {
+    auto got = client.Get("/api/v1/namespaces/default/pods/" + name + "/log");
+    return got ? got->body : std::string();
+  };
+  ASSERT_NO_FATAL_FAILURE(
+      make("server", {{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "30"}}}));
+  ASSERT_NO_FATAL_FAILURE(
+      make("client", {{"name", "c"},
+                      {"image", "busybox"},
+                      {"command", {"sh", "-c", "grep -w server \"$KUBETRAIN_HOSTS_FILE\""}}}));
+  EXPECT_EQ(phase("client"), "Succeeded") << log("client");
+  EXPECT_THAT(log("client"), ::testing::HasSubstr(" server"));
+  // kubetrain/localkube:1 with no command runs build/bin/localkube, which answers --help.
+  ASSERT_NO_FATAL_FAILURE(
+      make("tool", {{"name", "c"}, {"image", "kubetrain/localkube:1"}, {"args", {"--help"}}}));
+  EXPECT_EQ(phase("tool"), "Succeeded") << log("tool");
+  EXPECT_THAT(log("tool"), ::testing::HasSubstr("--run-pods"));
 }
 
 TEST_F(LocalkubeProcess, ExitsWithinTwoSecondsOfSigtermWithWatchesAndPods) {

@@ -3,12 +3,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -225,6 +228,37 @@ TEST_F(LocalkubeRbac, UserWithoutBindingsGetsTheApiServersForbiddenStatus) {
             "forbidden: User \"system:serviceaccount:ns1:sa\" cannot get path \"/metrics\"");
   // An unknown token is not a user at all.
   EXPECT_EQ(Call("nobody", "GET", "/api").code, 401);
+}
+
+// --authz-log: one JSON line per decision, allowed and forbidden alike, with what RBAC saw.
+TEST(LocalkubeAuthzLog, RecordsEveryDecisionWithItsAttributes) {
+  std::string path = ::testing::TempDir() + "/authz-log-" + std::to_string(getpid()) + ".jsonl";
+  std::remove(path.c_str());
+  Registry registry;
+  Store store;
+  Api api(&registry, &store);
+  ServerOptions options;
+  options.token = kAdmin;
+  options.rbac = true;
+  options.authz_log = path;
+  options.user_tokens[kSa] = MakeUser(kSaUser, {});
+  Server server(options, &api, nullptr);
+  ASSERT_THAT(server.Start(), IsOk());
+  httplib::Client client("127.0.0.1", server.port());
+  httplib::Headers sa = {{"Authorization", std::string("Bearer ") + kSa}};
+  ASSERT_TRUE(client.Get("/api/v1/namespaces/default/pods/p/log", sa));
+  ASSERT_TRUE(client.Get("/api", sa));
+  server.Stop();
+  std::ifstream in(path);
+  std::vector<json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], json::parse(R"({"user":"system:serviceaccount:ns1:sa","verb":"get",
+    "decision":"forbid","apiGroup":"","resource":"pods","subresource":"log",
+    "namespace":"default","name":"p"})"));
+  EXPECT_EQ(lines[1], json::parse(R"({"user":"system:serviceaccount:ns1:sa","verb":"get",
+    "decision":"allow","path":"/api"})"));
+  std::remove(path.c_str());
 }
 
 TEST_F(LocalkubeRbac, DiscoveryIsOpenToEveryAuthenticatedUser) {
