@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure --timeout 600 -j $(JOBS)
 CXX_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.cc' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
-.PHONY: all deps configure build test unit demo format format-check clean sanitize sanitize-thread fuzz
+.PHONY: all deps configure build test unit demo format format-check clean sanitize sanitize-thread fuzz images
 
 all: build
 
@@ -20,8 +20,16 @@ configure: deps $(BUILD_DIR)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build format-check
+# The images are built first so that the image checks and the in-cluster e2e (ctest -L images)
+# run; IMAGES=0 leaves them out (those tests then skip, saying why).
+IMAGES ?= 1
+test: build format-check $(if $(filter 0,$(IMAGES)),,images)
 	ctest --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
+
+# kubetrain/operator:0.1.0 and kubetrain/worker:0.1.0-cpu from docker/*.Dockerfile with docker,
+# podman or buildah; base images no registry serves are made from the Debian archive.
+images: deps
+	./scripts/build-images
 
 # Every test under ASan+UBSan (build-asan/). sanitize-thread: the concurrent suites under TSan
 # (build-tsan/). CI runs both.

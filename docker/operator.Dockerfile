@@ -10,11 +10,13 @@
 ARG RUNTIME_PACKAGES="libabsl20220623 libbrotli1 libc6 libcpp-httplib0.11 libgcc-s1 libprometheus-cpp-core1.0 libssl3 libstdc++6 libyaml-cpp0.7 zlib1g"
 
 FROM debian:bookworm AS build
+# Up to the package install, this stage is byte-identical to worker.Dockerfile's (CPU variant):
+# a builder with a layer cache installs the build packages once for both images.
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 WORKDIR /src
-COPY scripts/ scripts/
-RUN ./scripts/install-deps
+COPY scripts/install-deps scripts/install-k8s-tools scripts/
+RUN ./scripts/install-deps --build-only && rm -rf /var/lib/apt/lists/*
 COPY CMakeLists.txt Makefile ./
 COPY cmake/ cmake/
 COPY proto/ proto/
@@ -24,12 +26,15 @@ COPY ps/ ps/
 COPY worker/ worker/
 COPY bench/ bench/
 COPY e2e/ e2e/
-RUN cmake -S . -B build -DKUBETRAIN_TESTS=OFF -DKUBETRAIN_CUDA=OFF
-RUN cmake --build build -j "$(nproc)" --target kubetrain-operator && \
-    strip --strip-debug build/bin/kubetrain-operator
+# The build tree lives in a cache mount, so a rebuild after a source change recompiles only
+# what changed; the stripped binary is copied out of it to /src/dist.
+RUN --mount=type=cache,id=kubetrain-operator-build,target=/src/build \
+    cmake -S . -B build -DKUBETRAIN_TESTS=OFF -DKUBETRAIN_CUDA=OFF && \
+    cmake --build build -j "$(nproc)" --target kubetrain-operator && \
+    mkdir -p dist && strip --strip-debug -o dist/kubetrain-operator build/bin/kubetrain-operator
 COPY docker/runtime-packages.sh docker/
 ARG RUNTIME_PACKAGES
-RUN needed=$(./docker/runtime-packages.sh build/bin/kubetrain-operator) && \
+RUN needed=$(./docker/runtime-packages.sh dist/kubetrain-operator) && \
     missing=$(comm -23 <(echo "$needed") <(tr ' ' '\n' <<<"$RUNTIME_PACKAGES" | sort -u)) && \
     if [[ -n "$missing" ]]; then \
       echo "operator.Dockerfile: add to RUNTIME_PACKAGES: $missing" >&2; exit 1; \
@@ -40,7 +45,7 @@ ARG RUNTIME_PACKAGES
 RUN apt-get update -q && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $RUNTIME_PACKAGES && \
     rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/build/bin/kubetrain-operator /usr/local/bin/kubetrain-operator
+COPY --from=build /src/dist/kubetrain-operator /usr/local/bin/kubetrain-operator
 USER 65532:65532
 EXPOSE 8080 8081
 ENTRYPOINT ["/usr/local/bin/kubetrain-operator"]

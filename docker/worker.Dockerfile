@@ -21,17 +21,17 @@ ARG CUDA_VERSION=13.0.0
 
 # ---- build stages (BuildKit builds only the one VARIANT selects) -------------------------------
 FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build-gpu
-ENV KUBETRAIN_CMAKE_FLAGS="-DKUBETRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=75-real;80-real;86-real;89-real;90-real;100-real;100-virtual"
 
 FROM debian:bookworm AS build-cpu
-ENV KUBETRAIN_CMAKE_FLAGS="-DKUBETRAIN_CUDA=OFF"
 
 FROM build-${VARIANT} AS build
+# Up to the package install, this stage is byte-identical to operator.Dockerfile's (for the CPU
+# variant): a builder with a layer cache installs the build packages once for both images.
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 WORKDIR /src
-COPY scripts/ scripts/
-RUN ./scripts/install-deps
+COPY scripts/install-deps scripts/install-k8s-tools scripts/
+RUN ./scripts/install-deps --build-only && rm -rf /var/lib/apt/lists/*
 COPY CMakeLists.txt Makefile ./
 COPY cmake/ cmake/
 COPY proto/ proto/
@@ -41,13 +41,23 @@ COPY ps/ ps/
 COPY worker/ worker/
 COPY bench/ bench/
 COPY e2e/ e2e/
-RUN cmake -S . -B build -DKUBETRAIN_TESTS=OFF $KUBETRAIN_CMAKE_FLAGS
-RUN cmake --build build -j "$(nproc)" --target kubetrain-worker kubetrain-ps && \
-    strip --strip-debug build/bin/kubetrain-worker build/bin/kubetrain-ps
 COPY docker/runtime-packages.sh docker/
-RUN ./docker/runtime-packages.sh build/bin/kubetrain-worker build/bin/kubetrain-ps \
-      > build/runtime-packages.txt && \
-    echo "runtime packages: $(tr '\n' ' ' < build/runtime-packages.txt)"
+ARG VARIANT
+# The build tree lives in a cache mount, so a rebuild after a source change recompiles only
+# what changed (a VARIANT switch reconfigures it); the stripped binaries go to /src/dist.
+RUN --mount=type=cache,id=kubetrain-worker-build,target=/src/build \
+    if [[ "$VARIANT" == gpu ]]; then \
+      flags="-DKUBETRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=75-real;80-real;86-real;89-real;90-real;100-real;100-virtual"; \
+    else \
+      flags="-DKUBETRAIN_CUDA=OFF"; \
+    fi && \
+    cmake -S . -B build -DKUBETRAIN_TESTS=OFF $flags && \
+    cmake --build build -j "$(nproc)" --target kubetrain-worker kubetrain-ps && \
+    mkdir -p dist && \
+    strip --strip-debug -o dist/kubetrain-worker build/bin/kubetrain-worker && \
+    strip --strip-debug -o dist/kubetrain-ps build/bin/kubetrain-ps && \
+    ./docker/runtime-packages.sh dist/kubetrain-worker dist/kubetrain-ps > dist/runtime-packages.txt && \
+    echo "runtime packages: $(tr '\n' ' ' < dist/runtime-packages.txt)"
 
 # ---- runtime stages ---------------------------------------------------------------------------
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04 AS runtime-gpu
@@ -57,12 +67,12 @@ ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
 FROM debian:bookworm-slim AS runtime-cpu
 
 FROM runtime-${VARIANT} AS runtime
-COPY --from=build /src/build/runtime-packages.txt /tmp/runtime-packages.txt
+COPY --from=build /src/dist/runtime-packages.txt /tmp/runtime-packages.txt
 RUN apt-get update -q && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       $(cat /tmp/runtime-packages.txt) dataset-fashion-mnist && \
     rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt
-COPY --from=build /src/build/bin/kubetrain-worker /src/build/bin/kubetrain-ps /usr/local/bin/
+COPY --from=build /src/dist/kubetrain-worker /src/dist/kubetrain-ps /usr/local/bin/
 ENV KUBETRAIN_DATA_DIR=/usr/share/datasets/fashion-mnist
 USER 65532:65532
 WORKDIR /tmp
