@@ -30,22 +30,6 @@ std::mt19937_64& Rng() {
   return rng;
 }
 
-std::string NewUid() {
-  uint64_t a = Rng()(), b = Rng()();
-  a = (a & 0xffffffffffff0fffULL) | 0x4000ULL;
-  b = (b & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;
-  std::string hex = absl::StrFormat("%016x%016x", a, b);
-  return absl::StrCat(hex.substr(0, 8), "-", hex.substr(8, 4), "-", hex.substr(12, 4), "-",
-                      hex.substr(16, 4), "-", hex.substr(20));
-}
-
-std::string RandomSuffix() {
-  static constexpr char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
-  std::string s;
-  for (int i = 0; i < 5; ++i) s.push_back(kAlphabet[Rng()() % (sizeof(kAlphabet) - 1)]);
-  return s;
-}
-
 // Everything but metadata (and status when a status subresource owns it): what bumps generation.
 json SpecPart(const ResourceType& type, json object) {
   object.erase("metadata");
@@ -91,6 +75,22 @@ absl::Status PatchedTypesOk(const ResourceType& type, json* patched) {
 }
 
 }  // namespace
+
+std::string NewUid() {
+  uint64_t a = Rng()(), b = Rng()();
+  a = (a & 0xffffffffffff0fffULL) | 0x4000ULL;
+  b = (b & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;
+  std::string hex = absl::StrFormat("%016x%016x", a, b);
+  return absl::StrCat(hex.substr(0, 8), "-", hex.substr(8, 4), "-", hex.substr(12, 4), "-",
+                      hex.substr(16, 4), "-", hex.substr(20));
+}
+
+std::string RandomSuffix() {
+  static constexpr char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
+  std::string s;
+  for (int i = 0; i < 5; ++i) s.push_back(kAlphabet[Rng()() % (sizeof(kAlphabet) - 1)]);
+  return s;
+}
 
 std::string NowTimestamp() { return KubeTime(absl::Now()); }
 

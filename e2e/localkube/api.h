@@ -70,6 +70,12 @@ struct DeleteOptions {
   std::string precondition_rv;
 };
 
+// A fresh metadata.uid (a random version-4 UUID), as the API server assigns.
+std::string NewUid();
+// The 5 characters of k8s.io/apimachinery's vowel-free alphabet that generateName (and the
+// controllers naming pods and volumes) append.
+std::string RandomSuffix();
+
 class Api {
  public:
   Api(Registry* registry, Store* store);

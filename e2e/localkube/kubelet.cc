@@ -1,3 +1,5 @@
+// Over 500 lines on purpose: one pod's life (admit, mount, start, restart, stop, status, events)
+// in one loop; the container environment and the runtimes are in files of their own.
 // localkube's kubelet (see kubelet.h): the pod loop that admits pods, mounts their volumes,
 // starts, restarts and stops their containers and publishes their status, the pod IP block and
 // the hosts file. What a container is started with (its environment, $(VAR) expansion, its

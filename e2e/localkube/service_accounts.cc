@@ -1,3 +1,5 @@
+// Over 500 lines on purpose: a token's signing and checks, its issuance (TokenRequest, the kubelet)
+// and the admission that mounts it belong together.
 // ServiceAccount tokens, the ServiceAccount admission plugin and the per-namespace default
 // ServiceAccount and root CA ConfigMap (see service_accounts.h).
 #include "e2e/localkube/service_accounts.h"
@@ -39,29 +41,6 @@ constexpr int64_t kDefaultTokenSeconds = 3600;
 constexpr int64_t kProjectedTokenSeconds = 3607;
 // A token longer than this is not one of ours: refused before any decoding.
 constexpr size_t kMaxTokenBytes = 16 << 10;
-
-std::mt19937_64& Rng() {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  return rng;
-}
-
-// k8s.io/apimachinery/pkg/util/rand.String: 5 characters of its vowel-free alphabet, as
-// names.SimpleNameGenerator appends them.
-std::string RandomSuffix() {
-  static constexpr char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
-  std::string s;
-  for (int i = 0; i < 5; ++i) s.push_back(kAlphabet[Rng()() % (sizeof(kAlphabet) - 1)]);
-  return s;
-}
-
-std::string NewJti() {
-  uint64_t a = Rng()(), b = Rng()();
-  a = (a & 0xffffffffffff0fffULL) | 0x4000ULL;
-  b = (b & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;
-  std::string hex = absl::StrFormat("%016x%016x", a, b);
-  return absl::StrCat(hex.substr(0, 8), "-", hex.substr(8, 4), "-", hex.substr(12, 4), "-",
-                      hex.substr(16, 4), "-", hex.substr(20));
-}
 
 std::string B64(absl::string_view s) { return absl::WebSafeBase64Escape(s); }
 
@@ -116,7 +95,7 @@ absl::StatusOr<std::string> ServiceAccountTokens::IssueTokenAt(
                  {"exp", iat + expiration_seconds},
                  {"iat", iat},
                  {"iss", kServiceAccountIssuer},
-                 {"jti", NewJti()},
+                 {"jti", NewUid()},
                  {"kubernetes.io",
                   {{"namespace", ns}, {"serviceaccount", {{"name", name}, {"uid", UidOf(*sa)}}}}},
                  {"nbf", iat},

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "e2e/localkube/errors.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -21,38 +22,6 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr int kDefaultMode = 0644;  // the API's default defaultMode (420)
-
-// Go's %q for the strings the kubelet writes: quotes, backslashes and control characters
-// escaped.
-std::string GoQuote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (ch < 0x20 || ch == 0x7f) {
-          out += absl::StrFormat("\\x%02x", ch);
-        } else {
-          out.push_back(static_cast<char>(ch));
-        }
-    }
-  }
-  return out + "\"";
-}
 
 // The kubelet's fieldpath.FormatMap: sorted `key="value"` lines, no trailing newline.
 std::string FormatMap(const json& map) {

@@ -1,3 +1,5 @@
+// Over 500 lines on purpose: the two controllers share one pass over the store and the status
+// writers of both kinds.
 // The Deployment and ReplicaSet controllers (see workloads.h).
 #include "e2e/localkube/workloads.h"
 
