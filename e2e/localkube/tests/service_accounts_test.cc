@@ -358,7 +358,7 @@ TEST_F(ServiceAccounts, APodNamingAMissingServiceAccountIsForbidden) {
   EXPECT_EQ(Call(kAdmin, "GET", "/api/v1/namespaces/ns1/pods/x").code, 404);
 }
 
-// Protobuf field helpers for the body `kubectl create token` sends.
+// Protobuf field encoders for the body `kubectl create token` sends.
 std::string Bytes(int field, const std::string& value) {
   std::string out(1, static_cast<char>(field << 3 | 2));
   out.push_back(static_cast<char>(value.size()));  // every value here is < 128 bytes
