@@ -194,8 +194,8 @@ struct CompareAt {
   }
 };
 
-// Compares below one path; `at` is null at the root, which is never a member. The nodes it walks
-// through are created on the way down: the caller prunes the sets once.
+// Compares below one path; `root` marks the document itself, which is never a member. The nodes
+// it walks through are created on the way down: the caller prunes the sets once.
 void Compare(const json* lhs, const json* rhs, const CompareAt& at, bool root, const Shape& shape) {
   if (lhs == nullptr && rhs == nullptr) return;
   if (rhs == nullptr) return AllPaths(*lhs, at.removed, root, shape);
