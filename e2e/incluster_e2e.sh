@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The cluster story from images, as on a real cluster: localkube runs pods from their images
-# (--runtime=oci) with RBAC on; `helm install` of the chart (default values but for the metrics
-# and health ports, which the shared host network needs free) starts the operator pod from
+# (--runtime=oci) with RBAC on; `helm install` of the chart with its default values starts the
+# operator pod from
 # kubetrain/operator:0.1.0 through its Deployment, and the operator finds the API server with the
 # in-cluster config (the mounted ServiceAccount token, KUBERNETES_SERVICE_HOST/PORT; no
 # --kubeconfig). `kubectl apply` of the example runs ps and worker pods from
@@ -32,9 +32,6 @@ done
 NS=kubetrain-system
 OP=kubetrain-operator
 SA_USER=system:serviceaccount:$NS:$OP
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 AUTHZ_LOG=$(mktemp "${TMPDIR:-/tmp}/authz.XXXXXX")
 LK_CLEANUP=("$AUTHZ_LOG")
 start_localkube --run-pods --runtime oci --rbac --authz-log "$AUTHZ_LOG"
@@ -73,7 +70,7 @@ PY
 step "helm install: the operator pod runs from $OPERATOR_IMAGE with the in-cluster config"
 started=$SECONDS
 timeout 300 "$HELM" install kubetrain charts/kubetrain --namespace "$NS" --create-namespace \
-  --set metrics.port="$(free_port)" --set healthPort="$(free_port)" --wait --timeout 240s \
+  --wait --timeout 240s \
   >"$LK_DIR/install.out" 2>&1 || fail "helm install --wait: $(cat "$LK_DIR/install.out")"
 pod=$(k -n "$NS" get pods -l app.kubernetes.io/name=kubetrain -o jsonpath='{.items[0].metadata.name}')
 [[ -n "$pod" ]] || fail "no operator pod"
@@ -85,7 +82,13 @@ for _ in $(seq 150); do
 done
 k -n "$NS" logs "$pod" | has "Caches synced" || fail "the operator's caches did not sync"
 k -n "$NS" logs "$pod" | has -i "in-cluster" || fail "the operator did not use the in-cluster config"
-echo "operator pod $pod ready in $((SECONDS - started)) s"
+# The default ports on the pod's own IP: the worker pods' metrics servers (port 8080 on theirs)
+# share the host network with it here.
+pod_ip=$(k -n "$NS" get pod "$pod" -o jsonpath='{.status.podIP}')
+curl -sf -m 5 "http://$pod_ip:8080/metrics" | has '^kubetrain_' ||
+  fail "the operator's /metrics is not served on its pod IP $pod_ip:8080"
+curl -sf -m 5 "http://$pod_ip:8081/readyz" >/dev/null || fail "/readyz on $pod_ip:8081"
+echo "operator pod $pod ready in $((SECONDS - started)) s, serving metrics on $pod_ip:8080"
 
 step "kubectl apply: ps and worker pods from $WORKER_IMAGE run the example to Succeeded"
 started=$SECONDS

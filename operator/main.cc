@@ -77,6 +77,7 @@ struct Options {
   int workers = 4;
   std::string metrics_address = "0.0.0.0:8080";
   std::string health_address = "0.0.0.0:8081";
+  std::string bind_address;
   bool leader_elect = false;
   std::string leader_election_namespace;
   std::string leader_election_id = "kubetrain-operator";
@@ -86,6 +87,17 @@ struct Options {
   absl::Duration progress_write_interval = absl::Seconds(30);
   std::string log_level = "info";
 };
+
+// `address` with its host replaced by `bind` where it names none or a wildcard. Servers in a pod
+// listen on the pod's own IP, as the training pods do (docs/architecture.md §4): on hosts that run
+// several pods in one network namespace (localkube) a wildcard port is taken from all of them.
+absl::StatusOr<std::string> OnBindAddress(const std::string& address, const std::string& bind) {
+  std::string host;
+  int port;
+  RETURN_IF_ERROR(SplitListenAddress(address, &host, &port));
+  if (bind.empty() || !(host == "0.0.0.0" || host == "::")) return address;
+  return JoinHostPort(bind, port);
+}
 
 absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   Options o;
@@ -101,6 +113,10 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("workers", &o.workers, "concurrent reconciles (one job is never reconciled twice at once)");
   f.Add("metrics-address", &o.metrics_address, "host:port of /metrics");
   f.Add("health-address", &o.health_address, "host:port of /healthz and /readyz");
+  f.Add("bind-address", &o.bind_address,
+        "host the metrics and health servers listen on where their address names none or every "
+        "interface (\":8080\", \"0.0.0.0:8080\"); the chart passes the pod IP",
+        "KUBETRAIN_BIND_ADDRESS");
   f.Add("leader-elect", &o.leader_elect, "run only while holding a coordination.k8s.io Lease");
   f.Add("leader-election-namespace", &o.leader_election_namespace,
         "namespace of the Lease (default: the kubeconfig's or pod's namespace)", "POD_NAMESPACE");
@@ -127,6 +143,10 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
     return absl::InvalidArgumentError("--progress-write-interval: must be >= 0s");
   }
   RETURN_IF_ERROR(log::SetLevelFlag(o.log_level));
+  ASSIGN_OR_RETURN(o.metrics_address, OnBindAddress(o.metrics_address, o.bind_address),
+                   "--metrics-address");
+  ASSIGN_OR_RETURN(o.health_address, OnBindAddress(o.health_address, o.bind_address),
+                   "--health-address");
   return o;
 }
 

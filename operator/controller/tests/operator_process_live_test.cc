@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/escaping.h"
@@ -74,13 +75,15 @@ class OperatorProcessTest : public ::testing::Test {
     return path;
   }
 
-  void StartOperator(const std::string& kubeconfig, std::vector<std::string> extra = {}) {
+  void StartOperator(const std::string& kubeconfig, std::vector<std::string> extra = {},
+                     std::map<std::string, std::string> env = {}) {
     kubetrain::ProcessOptions options;
     options.argv = {KUBETRAIN_OPERATOR_PATH, "--kubeconfig=" + kubeconfig,
                     "--metrics-address=127.0.0.1:0", "--health-address=127.0.0.1:0",
                     "--namespace=default"};
     options.argv.insert(options.argv.end(), extra.begin(), extra.end());
     options.env = {{"PATH", "/usr/bin:/bin"}, {"HOME", dir_}};
+    options.env.insert(env.begin(), env.end());
     auto p = kubetrain::Process::Start(options);
     ASSERT_TRUE(p.ok()) << p.status();
     op_ = std::move(*p);
@@ -214,6 +217,39 @@ TEST_F(OperatorProcessTest, SigtermWhileWaitingForTheLeaderLeaseStopsWithinTwoSe
 
 // A standby is doing its job: /readyz says so, or `helm --wait` with replicaCount > 1 (and the
 // rollout in the chart's NOTES) would wait for ever on it.
+// The chart passes the pod IP as KUBETRAIN_BIND_ADDRESS: the wildcard metrics and health
+// addresses then listen there only, leaving the port free on the other addresses of a network
+// namespace that several pods share (localkube's).
+TEST_F(OperatorProcessTest, WildcardAddressesListenOnTheBindAddressOnly) {
+  HoldTheLeaseAs("the-leader");
+  int metrics_port = ClosedPort();
+  int health_port = ClosedPort();
+  StartOperator(server_->kubeconfig(),
+                {"--leader-elect", "--leader-election-namespace=default",
+                 absl::StrCat("--metrics-address=:", metrics_port),
+                 absl::StrCat("--health-address=0.0.0.0:", health_port)},
+                {{"KUBETRAIN_BIND_ADDRESS", "127.0.0.1"}});
+  ASSERT_TRUE(WaitForOutput("the-leader")) << output_;
+  httplib::Client health("127.0.0.1", health_port);
+  int status = 0;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(5); status == 0 && absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(20))) {
+    if (httplib::Result r = health.Get("/healthz")) status = r->status;
+  }
+  EXPECT_EQ(status, 200) << output_;
+  httplib::Client metrics("127.0.0.1", metrics_port);
+  httplib::Result scraped = metrics.Get("/metrics");
+  ASSERT_TRUE(scraped) << output_;
+  EXPECT_TRUE(absl::StrContains(scraped->body, "kubetrain_")) << scraped->body.substr(0, 300);
+  // Another loopback address, as another pod's IP would be: nothing listens there.
+  for (int port : {metrics_port, health_port}) {
+    httplib::Client other("127.0.0.2", port);
+    other.set_connection_timeout(1, 0);
+    EXPECT_FALSE(other.Get("/healthz")) << "port " << port << " is taken on every address";
+  }
+  EXPECT_LT(TerminateAndTime(), absl::Seconds(2)) << output_;
+}
+
 TEST_F(OperatorProcessTest, AStandbyIsReady) {
   HoldTheLeaseAs("the-leader");
   int port = ClosedPort();
