@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure --timeout 600 -j $(JOBS)
 CXX_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.cc' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
-.PHONY: all deps configure build test unit demo format format-check clean sanitize sanitize-thread fuzz images
+.PHONY: all deps configure build test unit demo cluster-demo format format-check clean sanitize sanitize-thread fuzz images
 
 all: build
 
@@ -47,6 +47,11 @@ fuzz: deps
 demo: build
 	$(BUILD_DIR)/bin/kubetrain validate deploy/examples/*.yaml
 	$(BUILD_DIR)/bin/kubetrain run deploy/examples/fashion-mnist.yaml
+
+# The README's cluster quickstart on localkube: from the images where buildah can run them (root),
+# else with the programs as processes. EPOCHS=2 unless given.
+cluster-demo: build
+	./scripts/cluster-demo
 
 format:
 	clang-format -i $(CXX_SOURCES)

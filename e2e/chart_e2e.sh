@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The kubetrain Helm chart against localkube with helm's default flags: install (CRD established;
 # Deployment, RBAC, ServiceAccount, metrics Service created), the operator run with the arguments
-# the chart rendered into its Deployment (localkube does not run Deployments, so it runs as a
-# local process, plus --kubeconfig and loopback metrics/health addresses) takes the leader Lease,
+# the chart rendered into its Deployment (as a local process, plus --kubeconfig and loopback
+# metrics/health addresses; incluster_e2e.sh runs the Deployment's pod) takes the leader Lease,
 # becomes ready and reconciles a TrainingJob; upgrade with workers=2 changes the Deployment's
 # args; uninstall removes every templated object (the CRD, from crds/, stays: helm's rule).
 # Last, the plain manifests of deploy/ (namespace, RBAC both variants, Deployment, Service) apply.

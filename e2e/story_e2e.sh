@@ -4,8 +4,10 @@
 #   kubectl wait Succeeded → the chief's log shows accuracy ≥ 0.88 → a real Prometheus has
 #   scraped the training and operator metrics → kubectl describe shows the events →
 #   kubectl delete collects everything → helm uninstall.
-# localkube runs pods but not Deployments, so the operator runs as a local process with the
-# arguments the chart's Deployment carries (read back from the installed Deployment).
+# The operator runs as a local process with the arguments the chart's Deployment carries (read
+# back from the installed Deployment), so its log and metrics are at hand: the Deployment itself
+# is installed with no replica. e2e_incluster (incluster_e2e.sh, from the operator image) and
+# e2e_cluster_demo (scripts/cluster-demo) run the Deployment's pod.
 # Usage: story_e2e.sh LOCALKUBE KUBECTL HELM BIN_DIR
 set -euo pipefail
 LOCALKUBE=$1
@@ -39,7 +41,7 @@ step "helm install"
 export HELM_CACHE_HOME="$LK_DIR/helm/cache" HELM_CONFIG_HOME="$LK_DIR/helm/config" \
   HELM_DATA_HOME="$LK_DIR/helm/data"
 timeout 90 "$HELM" install kubetrain charts/kubetrain --namespace kubetrain-system \
-  --create-namespace >/dev/null || fail "helm install failed"
+  --create-namespace --set replicaCount=0 >/dev/null || fail "helm install failed"
 k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev >/dev/null
 args=$(k -n kubetrain-system get deploy kubetrain-operator -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}')
 [[ -n "$args" ]] || fail "the chart's Deployment has no args"

@@ -90,18 +90,24 @@ bool ContainerProcess::Poll(int* exit_code) {
 std::string ProcessRuntime::ResolveBinary(
     const std::vector<std::pair<std::string, std::string>>& image_map, const std::string& image,
     std::string command) {
+  // With no command the image's entrypoint runs: the program named after the image, or the
+  // kubetrain- program (kubetrain/operator's entrypoint is kubetrain-operator).
+  std::vector<std::string> names = {command};
+  if (command.empty()) {
+    std::string base = image.substr(image.rfind('/') + 1);
+    base = base.substr(0, base.find(':'));
+    names = {base, "kubetrain-" + base};
+  }
   for (const auto& [prefix, dir] : image_map) {
     if (!absl::StartsWith(image, prefix)) continue;
-    if (command.empty()) {
-      std::string base = image.substr(image.rfind('/') + 1);
-      command = base.substr(0, base.find(':'));
-    }
-    std::string candidate = dir + "/" + command;
-    if (command.find('/') == std::string::npos && access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
+    for (const std::string& name : names) {
+      std::string candidate = dir + "/" + name;
+      if (name.find('/') == std::string::npos && access(candidate.c_str(), X_OK) == 0) {
+        return candidate;
+      }
     }
   }
-  return command;
+  return names[0];
 }
 
 std::unique_ptr<RunningContainer> ProcessRuntime::Start(const ContainerConfig& config,

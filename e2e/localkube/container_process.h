@@ -103,8 +103,9 @@ class ProcessRuntime : public ContainerRuntime {
   std::unique_ptr<RunningContainer> Start(const ContainerConfig& config,
                                           StartFailure* failure) override;
 
-  // command[0] (or, with no command, the image's last path element without its tag) from the
-  // first mapped directory holding such an executable; else `command` as given.
+  // command[0] (or, with no command, the image's last path element without its tag, or that
+  // name after "kubetrain-") from the first mapped directory holding such an executable; else
+  // `command` as given (with no command, the image's name).
   static std::string ResolveBinary(
       const std::vector<std::pair<std::string, std::string>>& image_map, const std::string& image,
       std::string command);

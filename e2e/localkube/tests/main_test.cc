@@ -160,6 +160,11 @@ TEST_F(LocalkubeProcess, RunPodsAloneResolvesPodNamesAndRunsKubetrainImages) {
       make("tool", {{"name", "c"}, {"image", "kubetrain/localkube:1"}, {"args", {"--help"}}}));
   EXPECT_EQ(phase("tool"), "Succeeded") << log("tool");
   EXPECT_THAT(log("tool"), ::testing::HasSubstr("--run-pods"));
+  // kubetrain/operator's entrypoint is kubetrain-operator: the chart's Deployment sets no command.
+  ASSERT_NO_FATAL_FAILURE(make(
+      "operator", {{"name", "c"}, {"image", "kubetrain/operator:0.1.0"}, {"args", {"--help"}}}));
+  EXPECT_EQ(phase("operator"), "Succeeded") << log("operator");
+  EXPECT_THAT(log("operator"), ::testing::HasSubstr("--leader-elect"));
 }
 
 TEST_F(LocalkubeProcess, ExitsWithinTwoSecondsOfSigtermWithWatchesAndPods) {
