@@ -173,7 +173,9 @@ absl::StatusOr<TaskIdentity> Identify(const Options& o, Rendezvous* rendezvous) 
   std::vector<std::string> ps = o.ps;
   if (!o.tf_config.empty()) {
     ASSIGN_OR_RETURN(api::TfConfig config, api::ParseTfConfig(o.tf_config));
-    bool has_chief = !config.Addresses("chief").empty();
+    // The chief's type: "chief", or "master" in a Kubeflow TFJob's TF_CONFIG, else worker 0.
+    const std::string chief_type = config.ChiefType();
+    const bool has_chief = chief_type != "worker" && !config.Addresses(chief_type).empty();
     id.num_workers = static_cast<int>(config.Addresses("worker").size()) + (has_chief ? 1 : 0);
     if (config.task_type == "ps") {
       return absl::InvalidArgumentError(
@@ -181,7 +183,7 @@ absl::StatusOr<TaskIdentity> Identify(const Options& o, Rendezvous* rendezvous) 
     }
     if (config.task_type == "evaluator") {
       id.role = Role::kEvaluator;
-    } else if (config.task_type == "chief") {
+    } else if (has_chief && config.task_type == chief_type) {
       id.role = Role::kChief;
     } else if (config.task_type == "worker") {
       id.rank = config.task_index + (has_chief ? 1 : 0);
@@ -194,10 +196,10 @@ absl::StatusOr<TaskIdentity> Identify(const Options& o, Rendezvous* rendezvous) 
     ps = config.Addresses("ps");
     rendezvous->chief =
         has_chief
-            ? config.Addresses("chief")[0]
+            ? config.Addresses(chief_type)[0]
             : (config.Addresses("worker").empty() ? std::string() : config.Addresses("worker")[0]);
     rendezvous->self = config.TaskAddress();
-    rendezvous->ranks = config.Addresses("chief");
+    rendezvous->ranks = has_chief ? config.Addresses(chief_type) : std::vector<std::string>{};
     for (const std::string& worker : config.Addresses("worker")) {
       rendezvous->ranks.push_back(worker);
     }

@@ -74,10 +74,13 @@ absl::Status ParseTask(const json& task, TfConfig* out) {
 
 }  // namespace
 
-bool TfConfig::IsChief() const {
-  if (cluster.count("chief")) return task_type == "chief" && task_index == 0;
-  return task_type == "worker" && task_index == 0;
+std::string TfConfig::ChiefType() const {
+  if (cluster.count("chief")) return "chief";
+  if (cluster.count("master")) return "master";
+  return "worker";
 }
+
+bool TfConfig::IsChief() const { return task_type == ChiefType() && task_index == 0; }
 
 std::string TfConfig::TaskAddress() const {
   const std::vector<std::string>& list = Addresses(task_type);
@@ -105,6 +108,10 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view text) {
   if (absl::Status s = ParseCluster(doc["cluster"], &config); !s.ok()) return s;
   if (!doc.contains("task")) return Bad("task", "required");
   if (absl::Status s = ParseTask(doc["task"], &config); !s.ok()) return s;
+  if (doc.contains("environment")) {
+    if (!doc["environment"].is_string()) return Bad("environment", "must be a string");
+    config.environment = doc["environment"].get<std::string>();
+  }
   return config;
 }
 
@@ -115,6 +122,7 @@ std::string ToJsonString(const TfConfig& config) {
   for (const auto& [type, addresses] : config.cluster) doc["cluster"][type] = addresses;
   doc["task"]["type"] = config.task_type;
   doc["task"]["index"] = config.task_index;
+  if (!config.environment.empty()) doc["environment"] = config.environment;  // Kubeflow's order
   return doc.dump();
 }
 

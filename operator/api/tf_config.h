@@ -14,12 +14,18 @@
 namespace kubetrain::api {
 
 struct TfConfig {
-  // Task type ("chief", "ps", "worker") → "host:port" of each index. Evaluators are not listed.
+  // Task type ("chief", "ps", "worker") → "host:port" of each index. kubetrain lists no
+  // evaluators; Kubeflow's TFJob does, and may call the chief "master".
   std::map<std::string, std::vector<std::string>> cluster;
   std::string task_type;
   int task_index = 0;
+  // Kubeflow's "environment" ("cloud"), kept so that the config round-trips; kubetrain sets none.
+  std::string environment;
 
-  // "chief:0" if the cluster has a chief, else "worker:0".
+  // The task type of the chief: "chief" when the cluster has one, else "master" (Kubeflow's
+  // TFJob, TensorFlow 1's name for it) when it has one, else "worker".
+  std::string ChiefType() const;
+  // Index 0 of ChiefType().
   bool IsChief() const;
   // The address of this task, or "" for an evaluator (not in the cluster).
   std::string TaskAddress() const;

@@ -10,6 +10,7 @@
 #include "common/job_secret_env.h"
 #include "operator/api/decode.h"
 #include "operator/api/render.h"
+#include "operator/api/tfjob.h"
 #include "operator/api/validation.h"
 #include "operator/api/yaml.h"
 #include "operator/local/gpus.h"
@@ -26,8 +27,10 @@ Usage: kubetrain COMMAND [flags] [args]
 
 Commands:
   run FILE           run a TrainingJob on this machine as local processes
-  validate FILE...   check TrainingJob manifests (YAML or JSON, multi-document, - for stdin)
+  validate FILE...   check TrainingJob manifests (YAML or JSON, multi-document, - for stdin);
+                     Kubeflow TFJobs (kubeflow.org/v1) too
   render FILE        print the Service and Pods the operator would create for a job
+  convert FILE       print the TrainingJob equivalent to each Kubeflow TFJob in FILE
   help               show this help
 
 Run 'kubetrain COMMAND --help' for a command's flags.
@@ -37,6 +40,10 @@ struct LoadedJob {
   std::string where;  // "file.yaml: document 2 (TrainingJob default/fmnist)"
   api::TrainingJob job;
   api::FieldErrors errors;
+  // A Kubeflow TFJob: its TrainingJob equivalent and what does not carry over.
+  bool tfjob = false;
+  json converted;
+  std::vector<std::string> notes;
 };
 
 std::string Describe(const std::string& file, size_t index, size_t count, const json& doc) {
@@ -61,11 +68,37 @@ std::vector<LoadedJob> LoadFile(const std::string& file) {
   if (docs->empty()) return {{file, {}, {{"", "no documents: expected a TrainingJob"}}}};
   std::vector<LoadedJob> jobs;
   for (size_t i = 0; i < docs->size(); ++i) {
-    LoadedJob loaded{Describe(file, i, docs->size(), (*docs)[i]), {}, {}};
-    loaded.job = api::DecodeAndValidate((*docs)[i], &loaded.errors);
+    const json& doc = (*docs)[i];
+    LoadedJob loaded{Describe(file, i, docs->size(), doc), {}, {}};
+    if (api::IsTfJob(doc)) {
+      // Converted, then held to every rule a TrainingJob is; errors name the TFJob's fields.
+      loaded.tfjob = true;
+      api::TfJobConversion c = api::ConvertTfJob(doc, &loaded.errors);
+      if (loaded.errors.empty()) {
+        loaded.job = api::DecodeAndValidate(c.training_job, &loaded.errors);
+        for (api::FieldError& e : loaded.errors) e.path = api::TfJobPath(doc, e.path);
+      }
+      loaded.converted = std::move(c.training_job);
+      loaded.notes = std::move(c.notes);
+    } else {
+      loaded.job = api::DecodeAndValidate(doc, &loaded.errors);
+    }
     jobs.push_back(std::move(loaded));
   }
   return jobs;
+}
+
+// render and run take TrainingJobs; a TFJob is pointed at `kubetrain convert`.
+bool RefuseTfJobs(const std::vector<LoadedJob>& jobs, const std::string& file, const char* command,
+                  std::ostream& err) {
+  for (const LoadedJob& j : jobs) {
+    if (!j.tfjob) continue;
+    err << j.where << ": a Kubeflow TFJob; kubetrain " << command
+        << " takes TrainingJobs: `kubetrain convert " << file
+        << " > job.yaml` writes the equivalent one\n";
+    return true;
+  }
+  return false;
 }
 
 // --help prints and exits 0; a bad flag prints its error and exits 2.
@@ -96,7 +129,9 @@ int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   for (const std::string& file : *files) {
     for (const LoadedJob& j : LoadFile(file)) {
       if (j.errors.empty()) {
-        out << j.where << ": valid\n";
+        out << j.where << ": valid"
+            << (j.tfjob ? " (as the TrainingJob `kubetrain convert` writes)" : "") << "\n";
+        for (const std::string& note : j.notes) out << "  note: " << note << "\n";
       } else {
         ++invalid;
         PrintErrors(j, err);
@@ -132,6 +167,7 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return 2;
   }
   std::vector<LoadedJob> jobs = LoadFile(files->front());
+  if (RefuseTfJobs(jobs, files->front(), "render", err)) return 2;
   bool ok = true;
   for (const LoadedJob& j : jobs) {
     if (!j.errors.empty()) {
@@ -213,6 +249,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         << " documents; kubetrain run takes one TrainingJob per file\n";
     return 2;
   }
+  if (RefuseTfJobs(jobs, files->front(), "run", err)) return 2;
   if (!jobs[0].errors.empty()) {
     PrintErrors(jobs[0], err);
     return 2;
@@ -238,6 +275,46 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   return result->reason == "Interrupted" ? 130 : 1;
 }
 
+int Convert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::string output = "yaml";
+  FlagSet flags("kubetrain convert",
+                "Prints the TrainingJob (kubetrain.dev/v1) equivalent to each Kubeflow TFJob\n"
+                "(kubeflow.org/v1) in FILE; what does not carry over is said on stderr, one\n"
+                "line per field. Exit status 0 when every TFJob converted, 1 otherwise.");
+  flags.SetPositionalUsage("FILE");
+  flags.Add("output", &output, "yaml or json");
+  absl::StatusOr<std::vector<std::string>> files = flags.Parse(args);
+  if (!files.ok()) return FlagExit(files.status(), err);
+  if (files->size() != 1) {
+    err << "kubetrain convert: give exactly one FILE (see kubetrain convert --help)\n";
+    return 2;
+  }
+  if (output != "yaml" && output != "json") {
+    err << "--output: must be yaml or json, got \"" << output << "\"\n";
+    return 2;
+  }
+  int failed = 0;
+  for (const LoadedJob& j : LoadFile(files->front())) {
+    if (!j.tfjob) {
+      ++failed;
+      err << j.where << ": not a Kubeflow TFJob (apiVersion kubeflow.org/v1, kind TFJob)\n";
+      continue;
+    }
+    if (!j.errors.empty()) {
+      ++failed;
+      PrintErrors(j, err);
+      continue;
+    }
+    for (const std::string& note : j.notes) err << j.where << ": note: " << note << "\n";
+    if (output == "yaml") {
+      out << "---\n" << api::ToYaml(j.converted);
+    } else {
+      out << j.converted.dump(2) << "\n";
+    }
+  }
+  return failed == 0 ? 0 : 1;
+}
+
 namespace {
 
 int Dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
@@ -250,6 +327,7 @@ int Dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (args[0] == "validate") return Validate(rest, out, err);
   if (args[0] == "render") return Render(rest, out, err, stop);
   if (args[0] == "run") return Run(rest, out, err, stop);
+  if (args[0] == "convert") return Convert(rest, out, err);
   err << "kubetrain: unknown command \"" << args[0] << "\"\n\n" << kUsage;
   return 2;
 }

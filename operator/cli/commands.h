@@ -9,8 +9,8 @@
 
 namespace kubetrain::cli {
 
-// kubetrain validate FILE...: exit 0 when every TrainingJob in every file is valid, else 1 with
-// every problem on `err`.
+// kubetrain validate FILE...: exit 0 when every TrainingJob (or Kubeflow TFJob, held to the rules
+// of the TrainingJob it converts to) in every file is valid, else 1 with every problem on `err`.
 int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // kubetrain render FILE: the Service and Pods the operator would create, as YAML (or JSON).
@@ -22,6 +22,10 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
 // kubetrain run FILE: the job as local processes until it succeeds, fails or `stop` is set.
 int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
         const std::atomic<bool>& stop);
+
+// kubetrain convert FILE: the TrainingJob equivalent to each Kubeflow TFJob in FILE on `out`
+// (YAML, or JSON), what does not carry over on `err`.
+int Convert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // Dispatches argv to a subcommand; prints usage for `help`, `--help` or no command. `stop` is set
 // by the signal handler of main (SIGINT, SIGTERM).

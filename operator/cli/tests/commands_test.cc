@@ -78,6 +78,13 @@ std::string WriteFile(const std::string& name, const std::string& text) {
   return path;
 }
 
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
 std::string Example() {
   std::ifstream in(Src("deploy/examples/fashion-mnist.yaml"));
   std::stringstream buffer;
@@ -286,6 +293,70 @@ TEST(Cli, UnknownCommandAndHelp) {
   Result sub = RunCli({"render", "--outptu=json"});
   EXPECT_EQ(sub.code, 2);
   EXPECT_NE(sub.err.find("did you mean --output?"), std::string::npos) << sub.err;
+}
+
+// Kubeflow TFJobs: validated as the TrainingJob they convert to, converted by `convert`, and
+// pointed at `convert` by the commands that take TrainingJobs only.
+TEST(ConvertCommand, KubeflowTfJobsValidateAndConvertToValidTrainingJobs) {
+  for (const char* file : {"ps-workers.yaml", "master-workers.yaml"}) {
+    const std::string path = Src(std::string("operator/api/testdata/tfjob/") + file);
+    Result valid = RunCli({"validate", path});
+    EXPECT_EQ(valid.code, 0) << valid.err;
+    EXPECT_NE(valid.out.find(": valid (as the TrainingJob `kubetrain convert` writes)"),
+              std::string::npos)
+        << valid.out;
+    Result converted = RunCli({"convert", path});
+    ASSERT_EQ(converted.code, 0) << converted.err;
+    EXPECT_NE(converted.out.find("apiVersion: kubetrain.dev/v1"), std::string::npos);
+    EXPECT_NE(converted.out.find("kind: TrainingJob"), std::string::npos);
+    Result again = RunCli({"validate", WriteFile(std::string("converted-") + file, converted.out)});
+    EXPECT_EQ(again.code, 0) << again.err << converted.out;
+  }
+  Result notes = RunCli({"convert", Src("operator/api/testdata/tfjob/ps-workers.yaml")});
+  EXPECT_NE(notes.err.find("(TFJob dist-mnist): note: spec.runPolicy.backoffLimit: unset"),
+            std::string::npos)
+      << notes.err;
+  Result master =
+      RunCli({"convert", "--output=json", Src("operator/api/testdata/tfjob/master-workers.yaml")});
+  ASSERT_EQ(master.code, 0) << master.err;
+  nlohmann::json job = nlohmann::json::parse(master.out);
+  EXPECT_EQ(job["spec"]["replicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["name"],
+            "kubetrain");
+  EXPECT_NE(master.err.find("spec.tfReplicaSpecs.Master: becomes the Chief"), std::string::npos);
+}
+
+TEST(ConvertCommand, ProblemsNameTheTfJobsFieldsAndOtherKindsAreRefused) {
+  std::string text =
+      Replace(Replace(Example(), "apiVersion: kubetrain.dev/v1", "apiVersion: kubeflow.org/v1"),
+              "kind: TrainingJob", "kind: TFJob");
+  text = Replace(text, "replicaSpecs:", "tfReplicaSpecs:");
+  // The example names its container "kubetrain"; a TFJob's is "tensorflow".
+  Result r = RunCli({"validate", WriteFile("tfjob-kubetrain-container.yaml", text)});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("spec.tfReplicaSpecs.PS.template.spec.containers: a container named "
+                       "\"kubetrain\" clashes"),
+            std::string::npos)
+      << r.err;
+  Result replicas =
+      RunCli({"validate", WriteFile("tfjob-replicas.yaml",
+                                    Replace(Replace(ReadText(Src("operator/api/testdata/tfjob/"
+                                                                 "master-workers.yaml")),
+                                                    "replicas: 2", "replicas: -2"),
+                                            "name: strategy", "name: strategy"))});
+  EXPECT_EQ(replicas.code, 1);
+  EXPECT_NE(replicas.err.find("spec.tfReplicaSpecs.Worker.replicas: "), std::string::npos)
+      << replicas.err;
+  Result not_tfjob = RunCli({"convert", Src("deploy/examples/fashion-mnist.yaml")});
+  EXPECT_EQ(not_tfjob.code, 1);
+  EXPECT_NE(not_tfjob.err.find("not a Kubeflow TFJob"), std::string::npos);
+  for (const char* command : {"render", "run"}) {
+    Result refused = RunCli({command, Src("operator/api/testdata/tfjob/ps-workers.yaml")});
+    EXPECT_EQ(refused.code, 2) << command;
+    EXPECT_NE(refused.err.find("a Kubeflow TFJob; kubetrain " + std::string(command) +
+                               " takes TrainingJobs: `kubetrain convert"),
+              std::string::npos)
+        << refused.err;
+  }
 }
 
 }  // namespace

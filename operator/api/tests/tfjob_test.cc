@@ -1,0 +1,206 @@
+// Kubeflow TFJob manifests as kubetrain reads them. The TF_CONFIG expectations restate the cases
+// Kubeflow's training-operator v1 checks for its own controller (non-distributed jobs, a custom
+// cluster domain, evaluators in the cluster, the sparse form of enableDynamicWorker).
+#include "operator/api/tfjob.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "operator/api/render.h"
+#include "operator/api/tf_config.h"
+#include "operator/api/validation.h"
+
+namespace kubetrain::api {
+namespace {
+
+using nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+json Replica(int replicas, const std::string& image = "example/tf-dist-mnist:1") {
+  return {{"replicas", replicas},
+          {"template", {{"spec", {{"containers", {{{"name", "tensorflow"}, {"image", image}}}}}}}}};
+}
+
+// A TFJob named `name` in `ns` with the given replica specs (keys as written).
+json TfJob(json specs, const std::string& name = "dist-mnist", const std::string& ns = "ns2") {
+  return {{"apiVersion", "kubeflow.org/v1"},
+          {"kind", "TFJob"},
+          {"metadata", {{"name", name}, {"namespace", ns}}},
+          {"spec", {{"tfReplicaSpecs", std::move(specs)}}}};
+}
+
+TEST(KubeflowTfConfig, OneReplicaInAllIsNotDistributedAndGetsNone) {
+  json job = TfJob({{"Worker", Replica(1)}});
+  EXPECT_EQ(KubeflowTfConfig(job, "worker", 0, ""), "");
+  EXPECT_EQ(KubeflowTfConfig(job, "worker", 0, "tf.training.com"), "");
+  json unset = TfJob({{"Worker", {{"template", Replica(1)["template"]}}}});  // replicas: 1
+  EXPECT_EQ(KubeflowTfConfig(unset, "worker", 0, ""), "");
+}
+
+TEST(KubeflowTfConfig, PsAndWorkerWithACustomClusterDomain) {
+  json job = TfJob({{"Worker", Replica(1)}, {"PS", Replica(1)}}, "test-tfjob", "ns2");
+  EXPECT_EQ(KubeflowTfConfig(job, "worker", 0, "tf.training.org"),
+            R"({"cluster":{"ps":["test-tfjob-ps-0.ns2.svc.tf.training.org:2222"],)"
+            R"("worker":["test-tfjob-worker-0.ns2.svc.tf.training.org:2222"]},)"
+            R"("task":{"type":"worker","index":0},"environment":"cloud"})");
+}
+
+TEST(KubeflowTfConfig, EvaluatorsAreInTheClusterAndKeysAreSorted) {
+  json job = TfJob({{"Worker", Replica(1)}, {"PS", Replica(1)}, {"Evaluator", Replica(1)}},
+                   "test-tfjob", "ns3");
+  EXPECT_EQ(KubeflowTfConfig(job, "Worker", 0, ""),
+            R"({"cluster":{"evaluator":["test-tfjob-evaluator-0.ns3.svc:2222"],)"
+            R"("ps":["test-tfjob-ps-0.ns3.svc:2222"],)"
+            R"("worker":["test-tfjob-worker-0.ns3.svc:2222"]},)"
+            R"("task":{"type":"worker","index":0},"environment":"cloud"})");
+  EXPECT_EQ(KubeflowTfConfig(job, "worker", 0, "tf.training.io"),
+            R"({"cluster":{"evaluator":["test-tfjob-evaluator-0.ns3.svc.tf.training.io:2222"],)"
+            R"("ps":["test-tfjob-ps-0.ns3.svc.tf.training.io:2222"],)"
+            R"("worker":["test-tfjob-worker-0.ns3.svc.tf.training.io:2222"]},)"
+            R"("task":{"type":"worker","index":0},"environment":"cloud"})");
+}
+
+TEST(KubeflowTfConfig, LowerCaseKeysMasterAndTheTfjobPort) {
+  json master = Replica(1);
+  master["template"]["spec"]["containers"][0]["ports"] = {
+      {{"name", "tfjob-port"}, {"containerPort", 3333}}};
+  json job = TfJob({{"worker", Replica(2)}, {"Master", master}}, "j", "team");
+  EXPECT_EQ(KubeflowTfConfig(job, "master", 0, ""),
+            R"({"cluster":{"master":["j-master-0.team.svc:3333"],)"
+            R"("worker":["j-worker-0.team.svc:2222","j-worker-1.team.svc:2222"]},)"
+            R"("task":{"type":"master","index":0},"environment":"cloud"})");
+  // Our programs read Kubeflow's form: the master is the chief, "environment" is kept.
+  auto config = ParseTfConfig(KubeflowTfConfig(job, "worker", 1, ""));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->TaskAddress(), "j-worker-1.team.svc:2222");
+  EXPECT_EQ(config->ChiefType(), "master");
+  EXPECT_FALSE(config->IsChief());
+  EXPECT_EQ(ToJsonString(*config), KubeflowTfConfig(job, "worker", 1, ""));
+}
+
+TEST(KubeflowTfConfig, DynamicWorkersGetTheSparseForm) {
+  json job = TfJob({{"Worker", Replica(2)}, {"PS", Replica(2)}}, "j", "ns");
+  job["spec"]["enableDynamicWorker"] = true;
+  EXPECT_EQ(KubeflowTfConfig(job, "worker", 1, ""),
+            R"({"cluster":{"worker":{"1":"j-worker-1.ns.svc:2222"},)"
+            R"("ps":["j-ps-0.ns.svc:2222","j-ps-1.ns.svc:2222"]},)"
+            R"("task":{"type":"worker","index":1}})");
+  EXPECT_EQ(
+      KubeflowTfConfig(job, "ps", 0, ""),
+      R"({"cluster":{"worker":{},"ps":["j-ps-0.ns.svc:2222"]},"task":{"type":"ps","index":0}})");
+}
+
+TEST(ConvertTfJob, KubeflowsDistMnistShapeBecomesAValidTrainingJob) {
+  json tfjob =
+      TfJob({{"PS", Replica(2)}, {"Worker", Replica(4)}}, "dist-mnist-for-e2e-test", "kubeflow");
+  tfjob["metadata"]["uid"] = "0b7d3a2c";  // set by the API server: not part of a new manifest
+  FieldErrors errors;
+  TfJobConversion c = ConvertTfJob(tfjob, &errors);
+  ASSERT_THAT(errors, IsEmpty());
+  const json& tj = c.training_job;
+  EXPECT_EQ(tj["apiVersion"], "kubetrain.dev/v1");
+  EXPECT_EQ(tj["kind"], "TrainingJob");
+  EXPECT_EQ(tj["metadata"], json({{"name", "dist-mnist-for-e2e-test"}, {"namespace", "kubeflow"}}));
+  EXPECT_EQ(tj["spec"]["replicaSpecs"]["Worker"]["replicas"], 4);
+  // Kubeflow's defaults, written out: restartPolicy Never, cleanPodPolicy None.
+  EXPECT_EQ(tj["spec"]["replicaSpecs"]["PS"]["restartPolicy"], "Never");
+  EXPECT_EQ(tj["spec"]["runPolicy"]["cleanPodPolicy"], "None");
+  EXPECT_EQ(tj["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"],
+            "kubetrain");
+  EXPECT_THAT(c.notes, ElementsAre(HasSubstr("spec.runPolicy.backoffLimit: unset")));
+  FieldErrors validation;
+  TrainingJob job = DecodeAndValidate(tj, &validation);
+  EXPECT_THAT(validation, IsEmpty());
+  EXPECT_EQ(job.spec.replica_specs.at(ReplicaType::kPS).replicas, 2);
+}
+
+TEST(ConvertTfJob, MasterBecomesChiefAndEveryFieldCarriesOver) {
+  json master = Replica(1);
+  master["restartPolicy"] = "ExitCode";
+  master["template"]["spec"]["containers"][0]["ports"] = {
+      {{"name", "tfjob-port"}, {"containerPort", 3333}}};
+  json tfjob = TfJob({{"Master", master}, {"worker", Replica(2)}});
+  tfjob["spec"]["successPolicy"] = "AllWorkers";
+  tfjob["spec"]["runPolicy"] = {{"cleanPodPolicy", "Running"},
+                                {"backoffLimit", 3},
+                                {"activeDeadlineSeconds", 600},
+                                {"ttlSecondsAfterFinished", 60},
+                                {"schedulingPolicy", {{"minAvailable", 3}, {"queue", "q"}}}};
+  FieldErrors errors;
+  TfJobConversion c = ConvertTfJob(tfjob, &errors);
+  ASSERT_THAT(errors, IsEmpty());
+  const json& spec = c.training_job["spec"];
+  ASSERT_TRUE(spec["replicaSpecs"].contains("Chief"));
+  EXPECT_FALSE(spec["replicaSpecs"].contains("Master"));
+  EXPECT_EQ(spec["replicaSpecs"]["Chief"]["restartPolicy"], "ExitCode");
+  EXPECT_EQ(spec["replicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["ports"][0]["name"],
+            "kubetrain");
+  EXPECT_TRUE(spec["replicaSpecs"].contains("Worker"));  // "worker" is Worker
+  EXPECT_EQ(spec["successPolicy"], "AllWorkers");
+  EXPECT_EQ(spec["runPolicy"], json({{"cleanPodPolicy", "Running"},
+                                     {"backoffLimit", 3},
+                                     {"activeDeadlineSeconds", 600},
+                                     {"ttlSecondsAfterFinished", 60},
+                                     {"schedulingPolicy", {{"minAvailable", 3}, {"queue", "q"}}}}));
+  EXPECT_THAT(c.notes, ElementsAre(HasSubstr("spec.tfReplicaSpecs.Master: becomes the Chief")));
+  FieldErrors validation;
+  TrainingJob job = DecodeAndValidate(c.training_job, &validation);
+  EXPECT_THAT(validation, IsEmpty());
+  EXPECT_EQ(ContainerPort(job, ReplicaType::kChief, kDefaultPortName, 0), 3333);
+  EXPECT_EQ(TfJobPath(tfjob, "spec.replicaSpecs.Chief.template.spec.containers[0].image"),
+            "spec.tfReplicaSpecs.Master.template.spec.containers[0].image");
+  EXPECT_EQ(TfJobPath(tfjob, "spec.replicaSpecs.Worker.replicas"),
+            "spec.tfReplicaSpecs.worker.replicas");
+  EXPECT_EQ(TfJobPath(tfjob, "spec.runPolicy.backoffLimit"), "spec.runPolicy.backoffLimit");
+}
+
+TEST(ConvertTfJob, WhatDoesNotCarryOverIsSaid) {
+  json tfjob = TfJob({{"Worker", Replica(2)}});
+  tfjob["spec"]["enableDynamicWorker"] = true;
+  tfjob["spec"]["runPolicy"] = {
+      {"backoffLimit", 1},
+      {"schedulingPolicy", {{"minResources", {{"cpu", "4"}}}, {"scheduleTimeoutSeconds", 30}}}};
+  FieldErrors errors;
+  TfJobConversion c = ConvertTfJob(tfjob, &errors);
+  EXPECT_THAT(errors, IsEmpty());
+  EXPECT_THAT(c.notes,
+              ElementsAre(HasSubstr("spec.runPolicy.schedulingPolicy.minResources: dropped"),
+                          HasSubstr("spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"),
+                          HasSubstr("spec.enableDynamicWorker: not carried over")));
+}
+
+TEST(ConvertTfJob, MistakesAreNamedByTheirTfJobField) {
+  auto errors_of = [](json tfjob) {
+    FieldErrors errors;
+    ConvertTfJob(tfjob, &errors);
+    std::vector<std::string> out;
+    for (const FieldError& e : errors) out.push_back(e.ToString());
+    return out;
+  };
+  EXPECT_THAT(errors_of(TfJob({{"Master", Replica(1)}, {"Chief", Replica(1)}})),
+              ElementsAre(HasSubstr("spec.tfReplicaSpecs: has both Chief and Master")));
+  EXPECT_THAT(errors_of(TfJob({{"Workers", Replica(1)}})),
+              ElementsAre("spec.tfReplicaSpecs.Workers: unknown replica type (a TFJob has Chief, "
+                          "Master, PS, Worker, Evaluator)"));
+  json unnamed = Replica(1);
+  unnamed["template"]["spec"]["containers"][0]["name"] = "main";
+  EXPECT_THAT(errors_of(TfJob({{"Worker", unnamed}})),
+              ElementsAre(HasSubstr("spec.tfReplicaSpecs.Worker.template.spec.containers: no "
+                                    "container named \"tensorflow\"")));
+  json typo = Replica(1);
+  typo["replica"] = 2;
+  EXPECT_THAT(errors_of(TfJob({{"Worker", typo}})),
+              ElementsAre(HasSubstr("spec.tfReplicaSpecs.Worker.replica: unknown field")));
+  json bad_policy = TfJob({{"Worker", Replica(1)}});
+  bad_policy["spec"]["successPolicy"] = "ChiefOnly";
+  EXPECT_THAT(errors_of(bad_policy),
+              ElementsAre("spec.successPolicy: must be \"\" or \"AllWorkers\", got \"ChiefOnly\""));
+  EXPECT_THAT(errors_of({{"apiVersion", "kubeflow.org/v1"}, {"kind", "TFJob"}}),
+              ElementsAre("spec: required: an object with tfReplicaSpecs"));
+  EXPECT_FALSE(IsTfJob(json::parse(R"({"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob"})")));
+}
+
+}  // namespace
+}  // namespace kubetrain::api

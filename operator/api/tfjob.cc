@@ -1,0 +1,364 @@
+#include "operator/api/tfjob.h"
+
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "operator/api/decode.h"
+#include "operator/api/types.h"
+
+namespace kubetrain::api {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kReplicaSpecsPath[] = "spec.tfReplicaSpecs";
+
+// Kubeflow's replica types; a key is matched without regard to case, as its defaulting does
+// ("worker" is Worker).
+const std::vector<std::string>& TfJobReplicaTypes() {
+  static const std::vector<std::string> kTypes = {"Chief", "Master", "PS", "Worker", "Evaluator"};
+  return kTypes;
+}
+
+std::string CanonicalType(const std::string& key) {
+  for (const std::string& t : TfJobReplicaTypes()) {
+    if (absl::EqualsIgnoreCase(key, t)) return t;
+  }
+  return "";
+}
+
+void Error(FieldErrors* errors, std::string path, std::string message) {
+  errors->push_back({std::move(path), std::move(message)});
+}
+
+// Refuses every key of `obj` not in `known`: a misspelt field is never silently dropped.
+void OnlyKnown(const json& obj, const std::string& path, const std::set<std::string>& known,
+               FieldErrors* errors) {
+  for (const auto& [key, _] : obj.items()) {
+    if (!known.count(key)) {
+      std::string allowed;
+      for (const std::string& k : known) absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", k);
+      Error(errors, absl::StrCat(path, ".", key),
+            absl::StrCat("unknown field (a TFJob has ", allowed, " here)"));
+    }
+  }
+}
+
+// The TFJob's replica specs by canonical type, each with the key it was written under.
+std::map<std::string, std::pair<std::string, const json*>> ReplicaSpecs(const json& tfjob) {
+  std::map<std::string, std::pair<std::string, const json*>> out;
+  if (!tfjob.is_object()) return out;
+  auto spec = tfjob.find("spec");
+  if (spec == tfjob.end() || !spec->is_object()) return out;
+  auto specs = spec->find("tfReplicaSpecs");
+  if (specs == spec->end() || !specs->is_object()) return out;
+  for (const auto& [key, rs] : specs->items()) {
+    std::string type = CanonicalType(key);
+    if (!type.empty() && !out.count(type)) out[type] = {key, &rs};
+  }
+  return out;
+}
+
+int Replicas(const json& rs) {
+  if (rs.is_object() && rs.contains("replicas") && rs["replicas"].is_number_integer()) {
+    return rs["replicas"].get<int>();
+  }
+  return 1;  // Kubeflow's default
+}
+
+json* Containers(json* pod_template) {
+  if (!pod_template->is_object()) return nullptr;
+  auto spec = pod_template->find("spec");
+  if (spec == pod_template->end() || !spec->is_object()) return nullptr;
+  auto containers = spec->find("containers");
+  if (containers == spec->end() || !containers->is_array()) return nullptr;
+  return &*containers;
+}
+
+// The containerPort of the tensorflow container's tfjob-port, else 2222 (GetPortFromTFJob).
+int TfJobPort(const json& rs) {
+  json pod_template = rs.is_object() ? rs.value("template", json::object()) : json::object();
+  json* containers = Containers(&pod_template);
+  if (containers == nullptr) return kDefaultPort;
+  for (const json& c : *containers) {
+    if (!c.is_object() || StringField(c, "name") != kTfJobContainerName) continue;
+    if (!c.contains("ports") || !c["ports"].is_array()) continue;
+    for (const json& p : c["ports"]) {
+      if (p.is_object() && StringField(p, "name") == kTfJobPortName &&
+          p.contains("containerPort") && p["containerPort"].is_number_integer()) {
+        return p["containerPort"].get<int>();
+      }
+    }
+  }
+  return kDefaultPort;
+}
+
+// The tensorflow container becomes the training container ("kubetrain"), its tfjob-port the
+// port peers dial ("kubetrain"): names only, nothing else of the template changes.
+void ConvertTemplate(json* pod_template, const std::string& path, FieldErrors* errors) {
+  const std::string containers_path = path + ".spec.containers";
+  json* containers = Containers(pod_template);
+  if (containers == nullptr || containers->empty()) {
+    Error(errors, containers_path, "required: at least one container, named \"tensorflow\"");
+    return;
+  }
+  json* training = nullptr;
+  for (json& c : *containers) {
+    if (!c.is_object()) continue;
+    std::string name = StringField(c, "name");
+    if (name == kTfJobContainerName) training = &c;
+    if (name == kDefaultContainerName) {
+      Error(errors, containers_path,
+            absl::StrCat("a container named \"", kDefaultContainerName,
+                         "\" clashes with the name the \"tensorflow\" container takes; rename it"));
+      return;
+    }
+  }
+  if (training == nullptr) {
+    Error(errors, containers_path,
+          "no container named \"tensorflow\": Kubeflow gives TF_CONFIG to the container of that "
+          "name, and so does kubetrain");
+    return;
+  }
+  (*training)["name"] = kDefaultContainerName;
+  if (training->contains("ports") && (*training)["ports"].is_array()) {
+    for (json& p : (*training)["ports"]) {
+      if (p.is_object() && StringField(p, "name") == kTfJobPortName) p["name"] = kDefaultPortName;
+    }
+  }
+}
+
+void ConvertReplicaSpecs(const json& specs, json* out, std::vector<std::string>* notes,
+                         FieldErrors* errors) {
+  if (!specs.is_object() || specs.empty()) {
+    Error(errors, kReplicaSpecsPath, "required: a map of replica type to its spec");
+    return;
+  }
+  std::map<std::string, std::string> seen;  // canonical type → key written
+  for (const auto& [key, rs] : specs.items()) {
+    const std::string path = absl::StrCat(kReplicaSpecsPath, ".", key);
+    std::string type = CanonicalType(key);
+    if (type.empty()) {
+      Error(errors, path,
+            "unknown replica type (a TFJob has Chief, Master, PS, Worker, Evaluator)");
+      continue;
+    }
+    if (seen.count(type)) {
+      Error(errors, path, absl::StrCat("repeats ", seen[type], " (replica types ignore case)"));
+      continue;
+    }
+    seen[type] = key;
+    if (!rs.is_object()) {
+      Error(errors, path, absl::StrCat("must be an object, got ", Describe(rs)));
+      continue;
+    }
+    OnlyKnown(rs, path, {"replicas", "restartPolicy", "template"}, errors);
+    json converted = json::object();
+    // Kubeflow's defaults, written out where kubetrain's differ (restartPolicy: ExitCode or
+    // OnFailure there, Never here).
+    converted["replicas"] = rs.contains("replicas") ? rs["replicas"] : json(1);
+    converted["restartPolicy"] = rs.contains("restartPolicy") ? rs["restartPolicy"] : json("Never");
+    converted["template"] = rs.contains("template") ? rs["template"] : json::object();
+    ConvertTemplate(&converted["template"], path + ".template", errors);
+    (*out)[type == "Master" ? "Chief" : type] = std::move(converted);
+  }
+  if (seen.count("Chief") && seen.count("Master")) {
+    Error(errors, kReplicaSpecsPath,
+          absl::StrCat("has both ", seen["Chief"], " and ", seen["Master"],
+                       ": they are one role (at most one Chief or Master)"));
+  }
+  if (seen.count("Master")) {
+    notes->push_back(absl::StrCat(kReplicaSpecsPath, ".", seen["Master"],
+                                  ": becomes the Chief; TF_CONFIG names its task type \"chief\", "
+                                  "not \"master\""));
+  }
+}
+
+void ConvertRunPolicy(const json& rp, json* out, std::vector<std::string>* notes,
+                      FieldErrors* errors) {
+  const std::string path = "spec.runPolicy";
+  if (!rp.is_object()) {
+    Error(errors, path, absl::StrCat("must be an object, got ", Describe(rp)));
+    return;
+  }
+  OnlyKnown(rp, path,
+            {"cleanPodPolicy", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit",
+             "schedulingPolicy", "suspend", "managedBy"},
+            errors);
+  *out = json::object();
+  for (const char* field : {"ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit",
+                            "suspend", "cleanPodPolicy"}) {
+    if (rp.contains(field)) (*out)[field] = rp[field];
+  }
+  if (rp.contains("managedBy")) {
+    notes->push_back(path + ".managedBy: dropped; the kubetrain operator manages the job");
+  }
+  if (!rp.contains("schedulingPolicy")) return;
+  const json& sp = rp["schedulingPolicy"];
+  const std::string sp_path = path + ".schedulingPolicy";
+  if (!sp.is_object()) {
+    Error(errors, sp_path, absl::StrCat("must be an object, got ", Describe(sp)));
+    return;
+  }
+  OnlyKnown(sp, sp_path,
+            {"minAvailable", "queue", "minResources", "priorityClass", "scheduleTimeoutSeconds"},
+            errors);
+  json& converted = (*out)["schedulingPolicy"] = json::object();
+  for (const char* field : {"minAvailable", "queue", "priorityClass"}) {
+    if (sp.contains(field)) converted[field] = sp[field];
+  }
+  for (const char* field : {"minResources", "scheduleTimeoutSeconds"}) {
+    if (sp.contains(field)) {
+      notes->push_back(absl::StrCat(sp_path, ".", field,
+                                    ": dropped; kubetrain's Volcano PodGroup takes minAvailable, "
+                                    "queue and priorityClass"));
+    }
+  }
+}
+
+}  // namespace
+
+bool IsTfJob(const json& doc) {
+  return doc.is_object() && StringField(doc, "apiVersion") == kTfJobApiVersion &&
+         StringField(doc, "kind") == kTfJobKind;
+}
+
+TfJobConversion ConvertTfJob(const json& tfjob, FieldErrors* errors) {
+  TfJobConversion result;
+  json& out = result.training_job;
+  out = {{"apiVersion", kApiVersion}, {"kind", kKind}, {"metadata", json::object()}};
+  if (!IsTfJob(tfjob)) {
+    Error(errors, "", "not a TFJob: apiVersion must be kubeflow.org/v1 and kind TFJob");
+    return result;
+  }
+  OnlyKnown(tfjob, "", {"apiVersion", "kind", "metadata", "spec", "status"}, errors);
+  // A new manifest: what a user writes of metadata, never what the API server set.
+  if (tfjob.contains("metadata") && tfjob["metadata"].is_object()) {
+    for (const char* field : {"name", "generateName", "namespace", "labels", "annotations"}) {
+      if (tfjob["metadata"].contains(field)) out["metadata"][field] = tfjob["metadata"][field];
+    }
+  }
+  if (!tfjob.contains("spec") || !tfjob["spec"].is_object()) {
+    Error(errors, "spec", "required: an object with tfReplicaSpecs");
+    return result;
+  }
+  const json& spec = tfjob["spec"];
+  OnlyKnown(spec, "spec", {"runPolicy", "successPolicy", "tfReplicaSpecs", "enableDynamicWorker"},
+            errors);
+  json& out_spec = out["spec"] = json::object();
+  json& replica_specs = out_spec["replicaSpecs"] = json::object();
+  ConvertReplicaSpecs(spec.value("tfReplicaSpecs", json()), &replica_specs, &result.notes, errors);
+  json run_policy = json::object();
+  if (spec.contains("runPolicy")) {
+    ConvertRunPolicy(spec["runPolicy"], &run_policy, &result.notes, errors);
+  }
+  // Kubeflow's defaults where kubetrain's differ: pods are kept after the job (None), and
+  // without a backoffLimit Kubeflow restarts without end.
+  if (!run_policy.contains("cleanPodPolicy")) run_policy["cleanPodPolicy"] = "None";
+  if (!run_policy.contains("backoffLimit")) {
+    result.notes.push_back(absl::StrCat(
+        "spec.runPolicy.backoffLimit: unset, which Kubeflow takes as no limit; the TrainingJob "
+        "gets kubetrain's default of ",
+        kDefaultBackoffLimit, " restarts (set it to allow more)"));
+  }
+  out_spec["runPolicy"] = std::move(run_policy);
+  if (spec.contains("successPolicy")) {
+    const json& sp = spec["successPolicy"];
+    if (sp == "") {
+      out_spec["successPolicy"] = "ChiefOnly";
+    } else if (sp == "AllWorkers") {
+      out_spec["successPolicy"] = "AllWorkers";
+    } else {
+      Error(errors, "spec.successPolicy",
+            absl::StrCat("must be \"\" or \"AllWorkers\", got ", Describe(sp)));
+    }
+  }
+  if (spec.contains("enableDynamicWorker")) {
+    const json& dynamic = spec["enableDynamicWorker"];
+    if (!dynamic.is_boolean()) {
+      Error(errors, "spec.enableDynamicWorker",
+            absl::StrCat("must be true or false, got ", Describe(dynamic)));
+    } else if (dynamic.get<bool>()) {
+      result.notes.push_back(
+          "spec.enableDynamicWorker: not carried over; a worker that fails past its restart "
+          "policy fails the TrainingJob, where Kubeflow would go on without it");
+    }
+  }
+  return result;
+}
+
+std::string TfJobPath(const json& tfjob, const std::string& path) {
+  const std::string prefix = "spec.replicaSpecs";
+  if (!absl::StartsWith(path, prefix)) return path;
+  std::string rest = path.substr(prefix.size());  // ".Chief.template..." or ""
+  if (rest.empty() || rest[0] != '.') return kReplicaSpecsPath + rest;
+  size_t end = rest.find('.', 1);
+  std::string type = rest.substr(1, end == std::string::npos ? std::string::npos : end - 1);
+  std::string tail = end == std::string::npos ? "" : rest.substr(end);
+  auto specs = ReplicaSpecs(tfjob);
+  std::string key = type;
+  if (auto it = specs.find(type); it != specs.end()) {
+    key = it->second.first;
+  } else if (type == "Chief") {
+    if (auto master = specs.find("Master"); master != specs.end()) key = master->second.first;
+  }
+  return absl::StrCat(kReplicaSpecsPath, ".", key, tail);
+}
+
+std::string KubeflowTfConfig(const json& tfjob, const std::string& type, int index,
+                             const std::string& cluster_domain) {
+  auto specs = ReplicaSpecs(tfjob);
+  int total = 0;
+  for (const auto& [_, entry] : specs) total += Replicas(*entry.second);
+  if (total == 1) return "";  // not distributed: Kubeflow sets no TF_CONFIG
+  const json meta = tfjob.value("metadata", json::object());
+  const std::string name = StringField(meta, "name");
+  const std::string ns = StringField(meta, "namespace", "default");
+  std::map<std::string, std::vector<std::string>> cluster;  // sorted, as Go marshals a map
+  for (const auto& [canonical, entry] : specs) {
+    const std::string rt = absl::AsciiStrToLower(canonical);
+    const int port = TfJobPort(*entry.second);
+    std::vector<std::string>& addresses = cluster[rt];
+    for (int i = 0; i < Replicas(*entry.second); ++i) {
+      std::string host = absl::StrReplaceAll(absl::StrCat(name, "-", rt, "-", i), {{"/", "-"}});
+      absl::StrAppend(&host, ".", ns, ".svc");
+      if (!cluster_domain.empty()) absl::StrAppend(&host, ".", cluster_domain);
+      addresses.push_back(absl::StrCat(host, ":", port));
+    }
+  }
+  const std::string task_type = absl::AsciiStrToLower(type);
+  nlohmann::ordered_json doc;
+  nlohmann::ordered_json task = {{"type", task_type}, {"index", index}};
+  const bool dynamic = tfjob.contains("spec") && tfjob["spec"].is_object() &&
+                       tfjob["spec"].value("enableDynamicWorker", false) == true;
+  if (!dynamic) {
+    doc["cluster"] = nlohmann::ordered_json::object();
+    for (const auto& [rt, addresses] : cluster) doc["cluster"][rt] = addresses;
+    doc["task"] = std::move(task);
+    doc["environment"] = "cloud";
+    return doc.dump();
+  }
+  // The sparse form: a worker knows every ps and itself, a ps itself, any other task nothing.
+  nlohmann::ordered_json workers = nlohmann::ordered_json::object();
+  nlohmann::ordered_json ps = nlohmann::ordered_json::array();
+  auto own = [&](const std::string& rt) {
+    const std::vector<std::string>& list = cluster[rt];
+    return index >= 0 && static_cast<size_t>(index) < list.size() ? list[index] : std::string();
+  };
+  if (task_type == "ps") {
+    ps.push_back(own("ps"));
+  } else if (task_type == "worker") {
+    for (const std::string& a : cluster["ps"]) ps.push_back(a);
+    workers[std::to_string(index)] = own("worker");
+  }
+  doc["cluster"] = {{"worker", std::move(workers)}, {"ps", std::move(ps)}};
+  doc["task"] = std::move(task);
+  return doc.dump();
+}
+
+}  // namespace kubetrain::api
