@@ -13,12 +13,49 @@
 #include "operator/api/field_errors.h"
 #include "operator/api/render.h"
 #include "operator/api/tf_config.h"
+#include "operator/api/tfjob.h"
 #include "operator/api/types.h"
 #include "operator/api/validation.h"
 
 namespace kubetrain::fuzz {
 
+inline void ExerciseTrainingJob(const nlohmann::json& doc);
+
+// A Kubeflow TFJob: converted (errors mapped to its own paths), Kubeflow's TF_CONFIG of every
+// task read back by kubetrain's parser, then the TrainingJob it converts to, like any other.
+inline void ExerciseTfJob(const nlohmann::json& doc) {
+  api::FieldErrors errors;
+  api::TfJobConversion converted = api::ConvertTfJob(doc, &errors);
+  for (const api::FieldError& e : errors) (void)api::TfJobPath(doc, e.path);
+  if (!errors.empty()) return;
+  api::FieldErrors validation;
+  api::TrainingJob job = api::DecodeAndValidate(converted.training_job, &validation);
+  for (const api::FieldError& e : validation) (void)api::TfJobPath(doc, e.path);
+  if (!validation.empty()) return;
+  // The sparse form of enableDynamicWorker leaves the chief out of the cluster: not checked.
+  const bool dynamic = doc["spec"].value("enableDynamicWorker", false) == true;
+  for (const auto& [type, spec] : job.spec.replica_specs) {
+    for (int i = 0; i < spec.replicas.value_or(1) && !dynamic; ++i) {
+      // The Chief came from a Chief or a Master: Kubeflow names its task type after the key.
+      std::string reason;
+      bool parsed = false;
+      for (const std::string& name : type == api::ReplicaType::kChief
+                                         ? std::vector<std::string>{"chief", "master"}
+                                         : std::vector<std::string>{api::TaskType(type)}) {
+        const std::string tf_config = api::KubeflowTfConfig(doc, name, i, "cluster.local");
+        absl::StatusOr<api::TfConfig> config = api::ParseTfConfig(tf_config);
+        parsed |= tf_config.empty() || config.ok();
+        if (!config.ok())
+          absl::StrAppend(&reason, tf_config, ": ", config.status().message(), "\n");
+      }
+      if (!parsed) Fail("Kubeflow's TF_CONFIG does not parse:\n" + reason);
+    }
+  }
+  ExerciseTrainingJob(converted.training_job);
+}
+
 inline void ExerciseTrainingJob(const nlohmann::json& doc) {
+  if (api::IsTfJob(doc)) return ExerciseTfJob(doc);
   api::FieldErrors errors;
   api::TrainingJob job = api::DecodeAndValidate(doc, &errors);
   // The operator writes status back even for a job it refuses.
