@@ -78,6 +78,11 @@ class Device {
   // Waits for queued work; returns the first backend error since the last call.
   virtual absl::Status Synchronize() = 0;
 
+  // Bytes of im2col columns a convolution builds at once (worker/layers/conv2d.h). The default
+  // suits a CPU core: one chunk's columns stay in its L2 cache (1 MiB) between im2col and GEMM.
+  // A GPU overrides it: what a small chunk costs there is launches, not cache misses.
+  virtual int64_t ColumnBudgetBytes() const { return int64_t{1} << 20; }
+
   // C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C. A is stored [k,m] when trans_a, B [n,k]
   // when trans_b; all leading dimensions are the stored row lengths.
   virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,

@@ -84,6 +84,8 @@ class ProfilingDevice final : public Device {
   int64_t total_kernel_nanos() const;
 
   absl::string_view name() const override { return inner_.name(); }
+  // The backend's, so that the model is built as it would be on the backend itself.
+  int64_t ColumnBudgetBytes() const override { return inner_.ColumnBudgetBytes(); }
 
   void* AllocateBytes(size_t bytes) override { return inner_.AllocateBytes(bytes); }
   void FreeBytes(void* ptr) override { inner_.FreeBytes(ptr); }

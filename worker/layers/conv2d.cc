@@ -13,8 +13,9 @@ Conv2D::Conv2D(Device& device, std::string name, const Conv2DShape& shape, Activ
       device_(device),
       shape_(shape),
       activation_(activation),
-      chunk_images_(static_cast<int>(std::max<int64_t>(
-          1, kColumnBudgetBytes / (pixels() * patch() * static_cast<int64_t>(sizeof(float)))))),
+      chunk_images_(static_cast<int>(
+          std::max<int64_t>(1, device.ColumnBudgetBytes() /
+                                   (pixels() * patch() * static_cast<int64_t>(sizeof(float)))))),
       kernel_(device, absl::StrCat(name, "/kernel"),
               {shape.kernel, shape.kernel, shape.in_channels, shape.filters}),
       bias_(device, absl::StrCat(name, "/bias"), {shape.filters}) {}

@@ -1,0 +1,92 @@
+// What a training step costs a GPU, counted on the CPU backend through CountingDevice: the
+// kernel launches and host waits are the same calls whichever backend runs them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "worker/cpu/cpu_device.h"
+#include "worker/models.h"
+#include "worker/random.h"
+#include "worker/tests/counting_device.h"
+
+namespace kubetrain::worker {
+namespace {
+
+using testing::CountingDevice;
+
+constexpr int kBatch = 64;
+
+struct Batch {
+  std::vector<float> images;
+  std::vector<int32_t> labels;
+};
+
+Batch RandomBatch(const CnnOptions& o) {
+  Rng rng(7, 0);
+  Batch b;
+  b.images.resize(static_cast<size_t>(kBatch) * o.height * o.width * o.channels);
+  for (float& x : b.images) x = rng.Uniform();
+  for (int i = 0; i < kBatch; ++i) b.labels.push_back(i % o.classes);
+  return b;
+}
+
+std::vector<float> Gradients(Model& model) {
+  std::vector<float> g(static_cast<size_t>(model.num_parameters()));
+  EXPECT_TRUE(model.ReadGradients(absl::MakeSpan(g)).ok());
+  return g;
+}
+
+// A GPU's column budget (the whole batch) turns each convolution pass into one im2col and one
+// GEMM, where the CPU's 1 MiB chunks take the second convolution one image at a time; the
+// gradients are the same.
+TEST(StepCosts, AGpuColumnBudgetRunsEachConvolutionPassAsOneGemm) {
+  CpuDevice cpu;
+  const CnnOptions options;
+  CountingDevice chunked(cpu);                    // the CPU's budget
+  CountingDevice whole(cpu, int64_t{256} << 20);  // CudaDevice's
+  auto a = MakeCnn(chunked, options);
+  auto b = MakeCnn(whole, options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const Batch batch = RandomBatch(options);
+  chunked.Reset();
+  whole.Reset();
+  auto loss_a = (*a)->ComputeGradients(batch.images, batch.labels);
+  auto loss_b = (*b)->ComputeGradients(batch.images, batch.labels);
+  ASSERT_TRUE(loss_a.ok() && loss_b.ok());
+  EXPECT_NEAR(*loss_a, *loss_b, 1e-5);
+  // conv1 forward + kernel gradient (the input needs none), conv2 forward + kernel and input
+  // gradients, two dense layers with three each.
+  EXPECT_EQ(whole.counts().gemms, 2 + 3 + 3 + 3);
+  EXPECT_GT(chunked.counts().gemms, 150) << "the CPU budget no longer chunks conv2 by image";
+  std::vector<float> ga = Gradients(**a);
+  std::vector<float> gb = Gradients(**b);
+  ASSERT_EQ(ga.size(), gb.size());
+  float scale = 0, diff = 0;
+  for (size_t i = 0; i < ga.size(); ++i) {
+    scale = std::max(scale, std::abs(ga[i]));
+    diff = std::max(diff, std::abs(ga[i] - gb[i]));
+  }
+  EXPECT_LE(diff, 1e-4f * scale) << "largest gradient " << scale;
+}
+
+// A gradient step waits for the device twice: the loss's download and the final Synchronize
+// that reports backend errors. Every further wait would stall a GPU's queue once more per step.
+TEST(StepCosts, AGradientStepWaitsForTheDeviceAtMostTwice) {
+  CpuDevice cpu;
+  CountingDevice device(cpu, int64_t{256} << 20);
+  const CnnOptions options;
+  auto model = MakeCnn(device, options);
+  ASSERT_TRUE(model.ok());
+  const Batch batch = RandomBatch(options);
+  for (int step = 0; step < 3; ++step) {
+    device.Reset();
+    ASSERT_TRUE((*model)->ComputeGradients(batch.images, batch.labels).ok());
+    EXPECT_LE(device.counts().host_waits, 2) << "step " << step;
+    EXPECT_EQ(device.counts().uploads, 2) << "images and labels, nothing else";
+  }
+}
+
+}  // namespace
+}  // namespace kubetrain::worker
