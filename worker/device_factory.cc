@@ -12,9 +12,11 @@
 namespace kubetrain::worker {
 namespace {
 
-absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice([[maybe_unused]] int ordinal) {
+absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice([[maybe_unused]] int ordinal,
+                                                       [[maybe_unused]] bool tf32) {
 #if KUBETRAIN_HAVE_CUDA
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device, CudaDevice::Create({.ordinal = ordinal}));
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
+                   CudaDevice::Create({.ordinal = ordinal, .tf32 = tf32}));
   return std::unique_ptr<Device>(std::move(device));
 #else
   return CudaAvailable();
@@ -44,6 +46,11 @@ absl::StatusOr<ChosenDevice> MakeDevice(const DeviceRequest& request) {
   if (request.kind != "cpu") chosen.cuda = ProbeCuda();
   ASSIGN_OR_RETURN(chosen.decision, DecideDevice(request.kind, chosen.cuda));
   if (!chosen.decision.use_cuda) {
+    if (request.tf32) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--tf32: TF32 is a tensor-core mode of NVIDIA GPUs, and this task runs on the CPU (",
+          chosen.decision.reason, "); drop --tf32 or run on a GPU"));
+    }
     chosen.device = std::make_unique<CpuDevice>(request.cpu);
     return chosen;
   }
@@ -55,7 +62,7 @@ absl::StatusOr<ChosenDevice> MakeDevice(const DeviceRequest& request) {
                         absl::StrCat("--device=", request.kind, ": ", gpu.status().message()));
   }
   chosen.gpu = *gpu;
-  absl::StatusOr<std::unique_ptr<Device>> device = MakeCudaDevice(gpu->ordinal);
+  absl::StatusOr<std::unique_ptr<Device>> device = MakeCudaDevice(gpu->ordinal, request.tf32);
   if (!device.ok()) {
     const absl::Status& status = device.status();
     return absl::Status(

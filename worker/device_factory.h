@@ -35,6 +35,9 @@ struct DeviceRequest {
   CpuDeviceOptions cpu;
   // Which GPU (ChooseCudaOrdinal); visible_devices is filled in from the probe.
   CudaOrdinalInputs cuda;
+  // --tf32: the GPU's GEMMs in TF32 (CudaDeviceOptions::tf32). FAILED_PRECONDITION naming the
+  // flag when the task ends up on the CPU.
+  bool tf32 = false;
 };
 
 struct ChosenDevice {

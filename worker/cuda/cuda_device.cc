@@ -88,7 +88,7 @@ absl::Status CudaDevice::Init() {
     ASSIGN_OR_RETURN(staging_[i], cuda::AllocatePinnedMemory(options_.staging_chunk_bytes));
     ASSIGN_OR_RETURN(staging_free_[i], cuda::CreateEvent());
   }
-  ASSIGN_OR_RETURN(cublas_, cuda::CreateCublasHandle(compute_.get()));
+  ASSIGN_OR_RETURN(cublas_, cuda::CreateCublasHandle(compute_.get(), options_.tf32));
   return absl::OkStatus();
 }
 

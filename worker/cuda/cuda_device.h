@@ -40,6 +40,10 @@ struct CudaDeviceOptions {
   // chunk's DMA runs, the next chunk is copied to or from pageable memory on the CPU. 1 MiB
   // splits a ~4 MiB ps partition (docs/architecture.md §5.4) into four overlapping steps.
   size_t staging_chunk_bytes = size_t{1} << 20;
+  // GEMMs on tensor cores in TF32 (10-bit mantissa inputs, FP32 accumulation): several times
+  // the FP32 rate on Ampere and later, at about 1e-3 relative error per product. Off by default:
+  // results then match the CPU backend to FP32 rounding.
+  bool tf32 = false;
 };
 
 // Owns, on one GPU: a compute stream on which every kernel, cuBLAS call and device-to-device

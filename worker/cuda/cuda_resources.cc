@@ -55,11 +55,12 @@ absl::StatusOr<Event> CreateEvent() {
   return Event(event);
 }
 
-absl::StatusOr<CublasHandle> CreateCublasHandle(cudaStream_t stream) {
+absl::StatusOr<CublasHandle> CreateCublasHandle(cudaStream_t stream, bool tf32) {
   cublasHandle_t raw = nullptr;
   KT_CUBLAS_RETURN_IF_ERROR(cublasCreate(&raw));
   CublasHandle handle(raw);
   KT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(raw, stream));
+  if (tf32) KT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(raw, CUBLAS_TF32_TENSOR_OP_MATH));
   return handle;
 }
 

@@ -117,7 +117,7 @@ absl::StatusOr<PinnedMemory> AllocatePinnedMemory(size_t bytes);
 absl::StatusOr<Stream> CreateStream();
 // An event without timing, the cheapest kind, for ordering and waiting only.
 absl::StatusOr<Event> CreateEvent();
-// A cuBLAS handle issuing on `stream`.
-absl::StatusOr<CublasHandle> CreateCublasHandle(cudaStream_t stream);
+// A cuBLAS handle issuing on `stream`; with `tf32`, FP32 GEMMs run on tensor cores in TF32.
+absl::StatusOr<CublasHandle> CreateCublasHandle(cudaStream_t stream, bool tf32 = false);
 
 }  // namespace kubetrain::worker::cuda

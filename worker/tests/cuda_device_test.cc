@@ -279,6 +279,26 @@ INSTANTIATE_TEST_SUITE_P(
                           p.k);
     });
 
+// --tf32: the same GEMM on tensor cores agrees with the CPU to TF32's precision (inputs rounded
+// to 10 mantissa bits), and the default FP32 device stays at FP32's.
+TEST_F(CudaDeviceTest, Tf32GemmAgreesWithTheCpuToTf32Precision) {
+  absl::StatusOr<std::unique_ptr<CudaDevice>> tf32 = CudaDevice::Create({.tf32 = true});
+  ASSERT_TRUE(tf32.ok()) << tf32.status();
+  const int m = 256, n = 128, k = 512;
+  const std::vector<float> a = RandomVector(int64_t{m} * k, 5);
+  const std::vector<float> b = RandomVector(int64_t{k} * n, 6);
+  std::vector<float> want(static_cast<size_t>(m) * n);
+  cpu_.Gemm(false, false, m, n, k, 1.0f, a.data(), b.data(), 0.0f, want.data());
+  Tensor ga(**tf32, {int64_t{m} * k}), gb(**tf32, {int64_t{k} * n}), gc(**tf32, {int64_t{m} * n});
+  (*tf32)->Upload(a.data(), ga, ga.size());
+  (*tf32)->Upload(b.data(), gb, gb.size());
+  (*tf32)->Gemm(false, false, m, n, k, 1.0f, ga.data(), gb.data(), 0.0f, gc.data());
+  std::vector<float> got(static_cast<size_t>(gc.size()));
+  (*tf32)->Download(gc, got.data(), gc.size());
+  ASSERT_TRUE((*tf32)->Synchronize().ok());
+  ExpectNear(got, want, 2e-2);
+}
+
 TEST_F(CudaDeviceTest, FailedCallIsReportedOnceBySynchronize) {
   Tensor c(*gpu_, {4});
   // A negative size is rejected by cuBLAS before it touches memory.

@@ -90,6 +90,25 @@ TEST(MakeDevice, AutoWithAnImpossibleGpuChoice) {
   EXPECT_THAT(device.status().message(), HasSubstr("--cuda-device=1023"));
 }
 
+// --tf32 is a GPU mode: asked of a task that runs on the CPU it is an error naming the flag,
+// never silently ignored; on a GPU it is the device's GEMM mode.
+TEST(MakeDevice, Tf32IsRefusedOnTheCpuAndTakenOnAGpu) {
+  absl::StatusOr<ChosenDevice> cpu =
+      MakeDevice({.kind = "cpu", .cpu = {.blas_threads = 1}, .tf32 = true});
+  ASSERT_TRUE(absl::IsFailedPrecondition(cpu.status())) << cpu.status();
+  EXPECT_THAT(std::string(cpu.status().message()), StartsWith("--tf32: "));
+  EXPECT_THAT(cpu.status().message(), HasSubstr("runs on the CPU (requested)"));
+  absl::StatusOr<ChosenDevice> automatic =
+      MakeDevice({.kind = "auto", .cpu = {.blas_threads = 1}, .tf32 = true});
+  if (!ProbeCuda().available) {
+    ASSERT_TRUE(absl::IsFailedPrecondition(automatic.status())) << automatic.status();
+    EXPECT_THAT(automatic.status().message(), HasSubstr(ProbeCuda().reason));
+    return;
+  }
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->device->name(), "cuda");
+}
+
 TEST(ProbeCuda, AgreesWithCudaAvailable) {
   const CudaAvailability cuda = ProbeCuda();
   const absl::Status available = CudaAvailable();
