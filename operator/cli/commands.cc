@@ -108,6 +108,22 @@ int FlagExit(const absl::Status& status, std::ostream& err) {
   return 2;
 }
 
+// What render and convert take: one FILE and --output yaml or json. 0 when so, else the exit
+// status of a usage error (2), said on `err`.
+int CheckFileAndOutput(const char* command, const std::vector<std::string>& files,
+                       const std::string& output, std::ostream& err) {
+  if (files.size() != 1) {
+    err << "kubetrain " << command << ": give exactly one FILE (see kubetrain " << command
+        << " --help)\n";
+    return 2;
+  }
+  if (output != "yaml" && output != "json") {
+    err << "--output: must be yaml or json, got \"" << output << "\"\n";
+    return 2;
+  }
+  return 0;
+}
+
 void PrintErrors(const LoadedJob& j, std::ostream& err) {
   err << api::ToStatus(j.errors, j.where).message() << "\n";
 }
@@ -158,14 +174,7 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
   flags.Add("output", &output, "yaml or json");
   absl::StatusOr<std::vector<std::string>> files = flags.Parse(args);
   if (!files.ok()) return FlagExit(files.status(), err);
-  if (files->size() != 1) {
-    err << "kubetrain render: give exactly one FILE (see kubetrain render --help)\n";
-    return 2;
-  }
-  if (output != "yaml" && output != "json") {
-    err << "--output: must be yaml or json, got \"" << output << "\"\n";
-    return 2;
-  }
+  if (int usage = CheckFileAndOutput("render", *files, output, err)) return usage;
   std::vector<LoadedJob> jobs = LoadFile(files->front());
   if (RefuseTfJobs(jobs, files->front(), "render", err)) return 2;
   bool ok = true;
@@ -285,14 +294,7 @@ int Convert(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   flags.Add("output", &output, "yaml or json");
   absl::StatusOr<std::vector<std::string>> files = flags.Parse(args);
   if (!files.ok()) return FlagExit(files.status(), err);
-  if (files->size() != 1) {
-    err << "kubetrain convert: give exactly one FILE (see kubetrain convert --help)\n";
-    return 2;
-  }
-  if (output != "yaml" && output != "json") {
-    err << "--output: must be yaml or json, got \"" << output << "\"\n";
-    return 2;
-  }
+  if (int usage = CheckFileAndOutput("convert", *files, output, err)) return usage;
   int failed = 0;
   for (const LoadedJob& j : LoadFile(files->front())) {
     if (!j.tfjob) {
