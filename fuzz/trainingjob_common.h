@@ -51,6 +51,9 @@ inline void ExerciseTfJob(const nlohmann::json& doc) {
       if (!parsed) Fail("Kubeflow's TF_CONFIG does not parse:\n" + reason);
     }
   }
+  for (const nlohmann::json& object : api::RenderTfJob(doc, "fuzz", "cluster.local")) {
+    (void)object.dump();
+  }
   ExerciseTrainingJob(converted.training_job);
 }
 

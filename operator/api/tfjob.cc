@@ -361,4 +361,107 @@ std::string KubeflowTfConfig(const json& tfjob, const std::string& type, int ind
   return doc.dump();
 }
 
+namespace {
+
+// Kubeflow's GenGeneralName: <job>-<type>-<index>, any "/" made "-".
+std::string GeneralName(const std::string& job, const std::string& rt, int index) {
+  return absl::StrReplaceAll(absl::StrCat(job, "-", rt, "-", index), {{"/", "-"}});
+}
+
+// The template's container Kubeflow's defaulting gives tfjob-port: "tensorflow", else the first.
+json* DefaultContainer(json* pod_template) {
+  json* containers = Containers(pod_template);
+  if (containers == nullptr || containers->empty()) return nullptr;
+  for (json& c : *containers) {
+    if (c.is_object() && StringField(c, "name") == kTfJobContainerName) return &c;
+  }
+  return &(*containers)[0];
+}
+
+}  // namespace
+
+std::vector<json> RenderTfJob(const json& tfjob, const std::string& ns,
+                              const std::string& cluster_domain) {
+  json job = tfjob;
+  if (!job.contains("metadata") || !job["metadata"].is_object()) job["metadata"] = json::object();
+  if (StringField(job["metadata"], "namespace").empty()) {
+    job["metadata"]["namespace"] = ns.empty() ? "default" : ns;
+  }
+  const std::string name = StringField(job["metadata"], "name");
+  const std::string job_ns = StringField(job["metadata"], "namespace");
+  auto specs = ReplicaSpecs(job);
+  const bool has_chief = specs.count("Chief") || specs.count("Master");
+  std::vector<json> services, pods;
+  for (const auto& [canonical, entry] : specs) {
+    const std::string rt = absl::AsciiStrToLower(canonical);
+    const json& rs = *entry.second;
+    json pod_template = rs.value("template", json::object());
+    if (json* c = DefaultContainer(&pod_template)) {
+      bool has_port = false;
+      if (c->contains("ports") && (*c)["ports"].is_array()) {
+        for (const json& p : (*c)["ports"]) has_port |= StringField(p, "name") == kTfJobPortName;
+      } else {
+        (*c)["ports"] = json::array();
+      }
+      if (!has_port) (*c)["ports"].push_back({{"name", kTfJobPortName}, {"containerPort", 2222}});
+    }
+    std::string policy = StringField(rs, "restartPolicy", "Never");
+    if (policy == "ExitCode") policy = "Never";  // the operator decides those restarts
+    for (int i = 0; i < Replicas(rs); ++i) {
+      const std::string pod_name = GeneralName(name, rt, i);
+      json labels = {{kKubeflowLabelOperatorName, kKubeflowOperatorName},
+                     {kKubeflowLabelJobName, absl::StrReplaceAll(name, {{"/", "-"}})},
+                     {kKubeflowLabelReplicaType, rt},
+                     {kKubeflowLabelReplicaIndex, std::to_string(i)}};
+      json service_ports = json::array();
+      std::map<std::string, json> by_name;  // sorted: Go ranges over a map of them
+      json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
+      json meta = pod_template.value("metadata", json::object());
+      if (!meta.is_object()) meta = json::object();
+      meta["name"] = pod_name;
+      meta["namespace"] = job_ns;
+      json pod_labels = meta.value("labels", json::object());
+      if (!pod_labels.is_object()) pod_labels = json::object();
+      for (const auto& [k, v] : labels.items()) pod_labels[k] = v;
+      const bool master_role = has_chief ? (canonical == "Chief" || canonical == "Master")
+                                         : (canonical == "Worker" && i == 0);
+      if (master_role) pod_labels[kKubeflowLabelJobRole] = "master";
+      meta["labels"] = std::move(pod_labels);
+      pod["metadata"] = std::move(meta);
+      json spec = pod_template.value("spec", json::object());
+      spec["restartPolicy"] = policy;
+      const std::string tf_config = KubeflowTfConfig(job, rt, i, cluster_domain);
+      if (spec.contains("containers") && spec["containers"].is_array()) {
+        for (json& c : spec["containers"]) {
+          if (!c.is_object() || StringField(c, "name") != kTfJobContainerName) continue;
+          if (c.contains("ports") && c["ports"].is_array()) {
+            for (const json& p : c["ports"]) {
+              if (p.is_object() && p.contains("containerPort")) {
+                by_name[StringField(p, "name")] = p["containerPort"];
+              }
+            }
+          }
+          if (!tf_config.empty()) {
+            if (!c.contains("env") || !c["env"].is_array()) c["env"] = json::array();
+            c["env"].push_back({{"name", "TF_CONFIG"}, {"value", tf_config}});
+          }
+          break;
+        }
+      }
+      pod["spec"] = std::move(spec);
+      for (const auto& [port_name, port] : by_name) {
+        service_ports.push_back({{"name", port_name}, {"port", port}});
+      }
+      services.push_back(
+          {{"apiVersion", "v1"},
+           {"kind", "Service"},
+           {"metadata", {{"name", pod_name}, {"namespace", job_ns}, {"labels", labels}}},
+           {"spec", {{"clusterIP", "None"}, {"selector", labels}, {"ports", service_ports}}}});
+      pods.push_back(std::move(pod));
+    }
+  }
+  for (json& p : pods) services.push_back(std::move(p));
+  return services;
+}
+
 }  // namespace kubetrain::api

@@ -50,4 +50,22 @@ std::string TfJobPath(const nlohmann::json& tfjob, const std::string& training_j
 std::string KubeflowTfConfig(const nlohmann::json& tfjob, const std::string& type, int index,
                              const std::string& cluster_domain);
 
+// Kubeflow's labels on a TFJob's pods and Services.
+inline constexpr char kKubeflowLabelJobName[] = "training.kubeflow.org/job-name";
+inline constexpr char kKubeflowLabelReplicaType[] = "training.kubeflow.org/replica-type";
+inline constexpr char kKubeflowLabelReplicaIndex[] = "training.kubeflow.org/replica-index";
+inline constexpr char kKubeflowLabelOperatorName[] = "training.kubeflow.org/operator-name";
+inline constexpr char kKubeflowLabelJobRole[] = "training.kubeflow.org/job-role";
+inline constexpr char kKubeflowOperatorName[] = "tfjob-controller";
+
+// The objects Kubeflow's training-operator creates for a TFJob that ConvertTfJob accepts: per
+// replica a headless Service <job>-<type>-<i> selecting its pod (every port of the tensorflow
+// container), then the pods, each its template with the training.kubeflow.org/* labels
+// (job-role: master on the chief: Chief or Master 0, else Worker 0), restartPolicy from the
+// replica (ExitCode runs as Never), tfjob-port 2222 added when absent and TF_CONFIG
+// (KubeflowTfConfig) on the tensorflow container. Namespace from the TFJob, else `ns`. Owner
+// references are the operator's, once the API server has given the job a uid.
+std::vector<nlohmann::json> RenderTfJob(const nlohmann::json& tfjob, const std::string& ns,
+                                        const std::string& cluster_domain);
+
 }  // namespace kubetrain::api

@@ -29,7 +29,8 @@ Commands:
   run FILE           run a TrainingJob on this machine as local processes
   validate FILE...   check TrainingJob manifests (YAML or JSON, multi-document, - for stdin);
                      Kubeflow TFJobs (kubeflow.org/v1) too
-  render FILE        print the Service and Pods the operator would create for a job
+  render FILE        print the Service and Pods the operator would create for a job (for a
+                     Kubeflow TFJob, those Kubeflow's operator creates)
   convert FILE       print the TrainingJob equivalent to each Kubeflow TFJob in FILE
   help               show this help
 
@@ -40,8 +41,9 @@ struct LoadedJob {
   std::string where;  // "file.yaml: document 2 (TrainingJob default/fmnist)"
   api::TrainingJob job;
   api::FieldErrors errors;
-  // A Kubeflow TFJob: its TrainingJob equivalent and what does not carry over.
+  // A Kubeflow TFJob: as written, its TrainingJob equivalent and what does not carry over.
   bool tfjob = false;
+  json source;
   json converted;
   std::vector<std::string> notes;
 };
@@ -78,6 +80,7 @@ std::vector<LoadedJob> LoadFile(const std::string& file) {
         loaded.job = api::DecodeAndValidate(c.training_job, &loaded.errors);
         for (api::FieldError& e : loaded.errors) e.path = api::TfJobPath(doc, e.path);
       }
+      loaded.source = doc;
       loaded.converted = std::move(c.training_job);
       loaded.notes = std::move(c.notes);
     } else {
@@ -88,14 +91,12 @@ std::vector<LoadedJob> LoadFile(const std::string& file) {
   return jobs;
 }
 
-// render and run take TrainingJobs; a TFJob is pointed at `kubetrain convert`.
-bool RefuseTfJobs(const std::vector<LoadedJob>& jobs, const std::string& file, const char* command,
-                  std::ostream& err) {
+// run takes TrainingJobs; a TFJob is pointed at `kubetrain convert`.
+bool RefuseTfJob(const std::vector<LoadedJob>& jobs, const std::string& file, std::ostream& err) {
   for (const LoadedJob& j : jobs) {
     if (!j.tfjob) continue;
-    err << j.where << ": a Kubeflow TFJob; kubetrain " << command
-        << " takes TrainingJobs: `kubetrain convert " << file
-        << " > job.yaml` writes the equivalent one\n";
+    err << j.where << ": a Kubeflow TFJob; kubetrain run takes TrainingJobs: `kubetrain convert "
+        << file << " > job.yaml` writes the equivalent one\n";
     return true;
   }
   return false;
@@ -166,7 +167,8 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
                 "Prints the Secret, the headless Service and the Pods the operator creates for "
                 "each TrainingJob in FILE,\nlike 'helm template' (the Secret with a new random "
                 "token each time). Owner references are added by the "
-                "operator once the API server has\nassigned the job a uid.");
+                "operator once the API server has\nassigned the job a uid. For a Kubeflow TFJob: "
+                "the Services and Pods Kubeflow's operator creates.");
   flags.SetPositionalUsage("FILE");
   flags.Add("namespace", &ns, "namespace for jobs whose manifest names none (default \"default\")");
   flags.Add("cluster-domain", &cluster_domain,
@@ -176,7 +178,6 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (!files.ok()) return FlagExit(files.status(), err);
   if (int usage = CheckFileAndOutput("render", *files, output, err)) return usage;
   std::vector<LoadedJob> jobs = LoadFile(files->front());
-  if (RefuseTfJobs(jobs, files->front(), "render", err)) return 2;
   bool ok = true;
   for (const LoadedJob& j : jobs) {
     if (!j.errors.empty()) {
@@ -204,6 +205,13 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
     first = false;
   };
   for (LoadedJob& j : jobs) {
+    if (j.tfjob) {  // Kubeflow's objects, as its operator would create them
+      for (const json& obj : api::RenderTfJob(j.source, ns, cluster_domain)) {
+        if (stop.load()) break;
+        write(obj);
+      }
+      continue;
+    }
     if (j.job.metadata.namespace_.empty() && !ns.empty()) j.job.metadata.namespace_ = ns;
     if (stop.load()) break;
     // A fresh secret, so that the output applied as it is runs a job its tasks can talk in.
@@ -258,7 +266,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         << " documents; kubetrain run takes one TrainingJob per file\n";
     return 2;
   }
-  if (RefuseTfJobs(jobs, files->front(), "run", err)) return 2;
+  if (RefuseTfJob(jobs, files->front(), err)) return 2;
   if (!jobs[0].errors.empty()) {
     PrintErrors(jobs[0], err);
     return 2;

@@ -13,7 +13,8 @@ namespace kubetrain::cli {
 // of the TrainingJob it converts to) in every file is valid, else 1 with every problem on `err`.
 int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-// kubetrain render FILE: the Service and Pods the operator would create, as YAML (or JSON).
+// kubetrain render FILE: the Service and Pods the operator would create, as YAML (or JSON); for
+// a Kubeflow TFJob, those Kubeflow's operator creates (api::RenderTfJob).
 // Objects are built and written one at a time, and `stop` ends the output between two of them
 // (exit 130).
 int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,

@@ -202,5 +202,57 @@ TEST(ConvertTfJob, MistakesAreNamedByTheirTfJobField) {
   EXPECT_FALSE(IsTfJob(json::parse(R"({"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob"})")));
 }
 
+// What Kubeflow's operator creates for a TFJob, object for object: a headless Service per replica
+// selecting its pod, the pods with Kubeflow's labels, restart policy and TF_CONFIG.
+TEST(RenderTfJob, KubeflowsServicesAndPods) {
+  json master = Replica(1);
+  master["restartPolicy"] = "ExitCode";
+  master["template"]["metadata"] = {{"labels", {{"team", "vision"}}}};
+  json tfjob = TfJob({{"Master", master}, {"Worker", Replica(2)}}, "strategy", "");
+  std::vector<json> objects = RenderTfJob(tfjob, "team-a", "");
+  ASSERT_EQ(objects.size(), 6u);
+  std::vector<std::string> names;
+  for (const json& o : objects)
+    names.push_back(o["kind"].get<std::string>() + "/" + o["metadata"]["name"].get<std::string>());
+  EXPECT_THAT(names, ElementsAre("Service/strategy-master-0", "Service/strategy-worker-0",
+                                 "Service/strategy-worker-1", "Pod/strategy-master-0",
+                                 "Pod/strategy-worker-0", "Pod/strategy-worker-1"));
+  const json labels = {{"training.kubeflow.org/job-name", "strategy"},
+                       {"training.kubeflow.org/operator-name", "tfjob-controller"},
+                       {"training.kubeflow.org/replica-index", "1"},
+                       {"training.kubeflow.org/replica-type", "worker"}};
+  const json& service = objects[2];
+  EXPECT_EQ(service["metadata"]["namespace"], "team-a");
+  EXPECT_EQ(service["metadata"]["labels"], labels);
+  EXPECT_EQ(service["spec"], json({{"clusterIP", "None"},
+                                   {"selector", labels},
+                                   {"ports", {{{"name", "tfjob-port"}, {"port", 2222}}}}}));
+  const json& chief = objects[3];
+  EXPECT_EQ(chief["metadata"]["labels"]["training.kubeflow.org/job-role"], "master");
+  EXPECT_EQ(chief["metadata"]["labels"]["team"], "vision");
+  EXPECT_EQ(chief["spec"]["restartPolicy"], "Never");  // ExitCode: the operator decides
+  const json& worker = objects[5];
+  EXPECT_FALSE(worker["metadata"]["labels"].contains("training.kubeflow.org/job-role"));
+  EXPECT_EQ(worker["metadata"]["labels"], labels);
+  const json& c = worker["spec"]["containers"][0];
+  EXPECT_EQ(c["name"], "tensorflow");
+  EXPECT_EQ(c["ports"], json({{{"name", "tfjob-port"}, {"containerPort", 2222}}}));
+  json with_ns = tfjob;
+  with_ns["metadata"]["namespace"] = "team-a";
+  EXPECT_EQ(c["env"],
+            json({{{"name", "TF_CONFIG"}, {"value", KubeflowTfConfig(with_ns, "worker", 1, "")}}}));
+  EXPECT_THAT(c["env"][0]["value"].get<std::string>(),
+              HasSubstr(R"("master":["strategy-master-0.team-a.svc:2222"])"));
+}
+
+TEST(RenderTfJob, WorkerZeroIsTheMasterRoleWithoutAChiefAndOneReplicaGetsNoTfConfig) {
+  std::vector<json> objects = RenderTfJob(TfJob({{"Worker", Replica(1)}}, "solo", "ns"), "", "");
+  ASSERT_EQ(objects.size(), 2u);
+  const json& pod = objects[1];
+  EXPECT_EQ(pod["metadata"]["labels"]["training.kubeflow.org/job-role"], "master");
+  EXPECT_FALSE(pod["spec"]["containers"][0].contains("env"));
+  EXPECT_EQ(pod["metadata"]["namespace"], "ns");
+}
+
 }  // namespace
 }  // namespace kubetrain::api

@@ -349,14 +349,34 @@ TEST(ConvertCommand, ProblemsNameTheTfJobsFieldsAndOtherKindsAreRefused) {
   Result not_tfjob = RunCli({"convert", Src("deploy/examples/fashion-mnist.yaml")});
   EXPECT_EQ(not_tfjob.code, 1);
   EXPECT_NE(not_tfjob.err.find("not a Kubeflow TFJob"), std::string::npos);
-  for (const char* command : {"render", "run"}) {
-    Result refused = RunCli({command, Src("operator/api/testdata/tfjob/ps-workers.yaml")});
-    EXPECT_EQ(refused.code, 2) << command;
-    EXPECT_NE(refused.err.find("a Kubeflow TFJob; kubetrain " + std::string(command) +
-                               " takes TrainingJobs: `kubetrain convert"),
-              std::string::npos)
-        << refused.err;
-  }
+  Result refused = RunCli({"run", Src("operator/api/testdata/tfjob/ps-workers.yaml")});
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_NE(refused.err.find("a Kubeflow TFJob; kubetrain run takes TrainingJobs: `kubetrain "
+                             "convert"),
+            std::string::npos)
+      << refused.err;
+}
+
+// render prints what Kubeflow's operator would create for a TFJob: a Service per replica, then
+// the pods, with Kubeflow's TF_CONFIG.
+TEST(RenderCommand, ATfJobRendersAsKubeflowsObjects) {
+  Result r = RunCli({"render", "--output=json", "--cluster-domain=cluster.local",
+                     Src("operator/api/testdata/tfjob/ps-workers.yaml")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json list = nlohmann::json::parse(r.out);
+  ASSERT_EQ(list["items"].size(), 12u);  // 6 Services, 6 pods
+  EXPECT_EQ(list["items"][0]["kind"], "Service");
+  const nlohmann::json& pod = list["items"][11];
+  EXPECT_EQ(pod["metadata"]["name"], "dist-mnist-worker-3");
+  EXPECT_EQ(pod["metadata"]["namespace"], "kubeflow");
+  EXPECT_EQ(pod["spec"]["containers"][0]["env"][0]["value"],
+            R"({"cluster":{"ps":["dist-mnist-ps-0.kubeflow.svc.cluster.local:2222",)"
+            R"("dist-mnist-ps-1.kubeflow.svc.cluster.local:2222"],)"
+            R"("worker":["dist-mnist-worker-0.kubeflow.svc.cluster.local:2222",)"
+            R"("dist-mnist-worker-1.kubeflow.svc.cluster.local:2222",)"
+            R"("dist-mnist-worker-2.kubeflow.svc.cluster.local:2222",)"
+            R"("dist-mnist-worker-3.kubeflow.svc.cluster.local:2222"]},)"
+            R"("task":{"type":"worker","index":3},"environment":"cloud"})");
 }
 
 }  // namespace
