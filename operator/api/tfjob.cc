@@ -43,7 +43,7 @@ void OnlyKnown(const json& obj, const std::string& path, const std::set<std::str
     if (!known.count(key)) {
       std::string allowed;
       for (const std::string& k : known) absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", k);
-      Error(errors, absl::StrCat(path, ".", key),
+      Error(errors, path.empty() ? key : absl::StrCat(path, ".", key),
             absl::StrCat("unknown field (a TFJob has ", allowed, " here)"));
     }
   }

@@ -46,7 +46,8 @@ std::string TfJobPath(const nlohmann::json& tfjob, const std::string& training_j
 // `index`, as Kubeflow writes it: cluster addresses <job>-<type>-<i>.<namespace>.svc[.<domain>]
 // :<tfjob-port> for every replica type (evaluators included), keys sorted, then task and
 // "environment":"cloud"; the sparse form under enableDynamicWorker; "" for a job that is not
-// distributed (one replica in all). `cluster_domain` is Kubeflow's CUSTOM_CLUSTER_DOMAIN.
+// distributed (one replica in all). `cluster_domain` is Kubeflow's CUSTOM_CLUSTER_DOMAIN. For a
+// TFJob that ConvertTfJob and DecodeAndValidate accept (they bound the replica counts).
 std::string KubeflowTfConfig(const nlohmann::json& tfjob, const std::string& type, int index,
                              const std::string& cluster_domain);
 
@@ -58,7 +59,8 @@ inline constexpr char kKubeflowLabelOperatorName[] = "training.kubeflow.org/oper
 inline constexpr char kKubeflowLabelJobRole[] = "training.kubeflow.org/job-role";
 inline constexpr char kKubeflowOperatorName[] = "tfjob-controller";
 
-// The objects Kubeflow's training-operator creates for a TFJob that ConvertTfJob accepts: per
+// The objects Kubeflow's training-operator creates for a TFJob that ConvertTfJob and
+// DecodeAndValidate accept (they bound the replica counts and template shapes): per
 // replica a headless Service <job>-<type>-<i> selecting its pod (every port of the tensorflow
 // container), then the pods, each its template with the training.kubeflow.org/* labels
 // (job-role: master on the chief: Chief or Master 0, else Worker 0), restartPolicy from the

@@ -199,6 +199,10 @@ TEST(ConvertTfJob, MistakesAreNamedByTheirTfJobField) {
               ElementsAre("spec.successPolicy: must be \"\" or \"AllWorkers\", got \"ChiefOnly\""));
   EXPECT_THAT(errors_of({{"apiVersion", "kubeflow.org/v1"}, {"kind", "TFJob"}}),
               ElementsAre("spec: required: an object with tfReplicaSpecs"));
+  json extra = TfJob({{"Worker", Replica(1)}});
+  extra["specs"] = json::object();
+  EXPECT_THAT(errors_of(extra), ElementsAre(HasSubstr("specs: unknown field (a TFJob has "
+                                                      "apiVersion, kind, metadata, spec, status")));
   EXPECT_FALSE(IsTfJob(json::parse(R"({"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob"})")));
 }
 
