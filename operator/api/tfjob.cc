@@ -269,8 +269,16 @@ TfJobConversion ConvertTfJob(const json& tfjob, FieldErrors* errors) {
   out_spec["runPolicy"] = std::move(run_policy);
   if (spec.contains("successPolicy")) {
     const json& sp = spec["successPolicy"];
+    const bool chief = replica_specs.contains("Chief");
     if (sp == "") {
       out_spec["successPolicy"] = "ChiefOnly";
+    } else if (sp == "AllWorkers" && chief) {
+      // Kubeflow's status rule: with a Chief or Master the job succeeds when it does, and the
+      // success policy is not read.
+      out_spec["successPolicy"] = "ChiefOnly";
+      result.notes.push_back(
+          "spec.successPolicy: AllWorkers counts in Kubeflow only without a Chief or Master; "
+          "this job succeeds when its Chief does (ChiefOnly), as it would there");
     } else if (sp == "AllWorkers") {
       out_spec["successPolicy"] = "AllWorkers";
     } else {

@@ -138,13 +138,16 @@ TEST(ConvertTfJob, MasterBecomesChiefAndEveryFieldCarriesOver) {
   EXPECT_EQ(spec["replicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["ports"][0]["name"],
             "kubetrain");
   EXPECT_TRUE(spec["replicaSpecs"].contains("Worker"));  // "worker" is Worker
-  EXPECT_EQ(spec["successPolicy"], "AllWorkers");
+  // Kubeflow reads AllWorkers only for jobs without a Chief or Master.
+  EXPECT_EQ(spec["successPolicy"], "ChiefOnly");
   EXPECT_EQ(spec["runPolicy"], json({{"cleanPodPolicy", "Running"},
                                      {"backoffLimit", 3},
                                      {"activeDeadlineSeconds", 600},
                                      {"ttlSecondsAfterFinished", 60},
                                      {"schedulingPolicy", {{"minAvailable", 3}, {"queue", "q"}}}}));
-  EXPECT_THAT(c.notes, ElementsAre(HasSubstr("spec.tfReplicaSpecs.Master: becomes the Chief")));
+  EXPECT_THAT(c.notes, ElementsAre(HasSubstr("spec.tfReplicaSpecs.Master: becomes the Chief"),
+                                   HasSubstr("spec.successPolicy: AllWorkers counts in Kubeflow "
+                                             "only without a Chief or Master")));
   FieldErrors validation;
   TrainingJob job = DecodeAndValidate(c.training_job, &validation);
   EXPECT_THAT(validation, IsEmpty());
@@ -159,12 +162,14 @@ TEST(ConvertTfJob, MasterBecomesChiefAndEveryFieldCarriesOver) {
 TEST(ConvertTfJob, WhatDoesNotCarryOverIsSaid) {
   json tfjob = TfJob({{"Worker", Replica(2)}});
   tfjob["spec"]["enableDynamicWorker"] = true;
+  tfjob["spec"]["successPolicy"] = "AllWorkers";  // no Chief: it carries over
   tfjob["spec"]["runPolicy"] = {
       {"backoffLimit", 1},
       {"schedulingPolicy", {{"minResources", {{"cpu", "4"}}}, {"scheduleTimeoutSeconds", 30}}}};
   FieldErrors errors;
   TfJobConversion c = ConvertTfJob(tfjob, &errors);
   EXPECT_THAT(errors, IsEmpty());
+  EXPECT_EQ(c.training_job["spec"]["successPolicy"], "AllWorkers");
   EXPECT_THAT(c.notes,
               ElementsAre(HasSubstr("spec.runPolicy.schedulingPolicy.minResources: dropped"),
                           HasSubstr("spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"),
