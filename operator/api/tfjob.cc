@@ -71,19 +71,23 @@ int Replicas(const json& rs) {
   return 1;  // Kubeflow's default
 }
 
-json* Containers(json* pod_template) {
-  if (!pod_template->is_object()) return nullptr;
-  auto spec = pod_template->find("spec");
-  if (spec == pod_template->end() || !spec->is_object()) return nullptr;
+const json* Containers(const json& pod_template) {
+  if (!pod_template.is_object()) return nullptr;
+  auto spec = pod_template.find("spec");
+  if (spec == pod_template.end() || !spec->is_object()) return nullptr;
   auto containers = spec->find("containers");
   if (containers == spec->end() || !containers->is_array()) return nullptr;
   return &*containers;
 }
 
+json* Containers(json* pod_template) {
+  return const_cast<json*>(Containers(std::as_const(*pod_template)));
+}
+
 // The containerPort of the tensorflow container's tfjob-port, else 2222 (GetPortFromTFJob).
 int TfJobPort(const json& rs) {
-  json pod_template = rs.is_object() ? rs.value("template", json::object()) : json::object();
-  json* containers = Containers(&pod_template);
+  if (!rs.is_object() || !rs.contains("template")) return kDefaultPort;
+  const json* containers = Containers(rs["template"]);
   if (containers == nullptr) return kDefaultPort;
   for (const json& c : *containers) {
     if (!c.is_object() || StringField(c, "name") != kTfJobContainerName) continue;
@@ -96,6 +100,88 @@ int TfJobPort(const json& rs) {
     }
   }
   return kDefaultPort;
+}
+
+// Kubeflow's GenGeneralName: <job>-<type>-<index>, any "/" made "-".
+std::string GeneralName(const std::string& job, const std::string& rt, int index) {
+  return absl::StrReplaceAll(absl::StrCat(job, "-", rt, "-", index), {{"/", "-"}});
+}
+
+// The template's container Kubeflow's defaulting gives tfjob-port: "tensorflow", else the first.
+json* DefaultContainer(json* pod_template) {
+  json* containers = Containers(pod_template);
+  if (containers == nullptr || containers->empty()) return nullptr;
+  for (json& c : *containers) {
+    if (c.is_object() && StringField(c, "name") == kTfJobContainerName) return &c;
+  }
+  return &(*containers)[0];
+}
+
+// Kubeflow's cluster spec of a TFJob, built once for all its tasks' TF_CONFIGs.
+struct KubeflowCluster {
+  std::map<std::string, std::vector<std::string>> addresses;  // by lower-case type, sorted
+  bool distributed = false;                                   // more than one replica in all
+  bool dynamic = false;  // enableDynamicWorker: the sparse form
+};
+
+KubeflowCluster ClusterOf(const json& tfjob, const std::string& cluster_domain) {
+  KubeflowCluster c;
+  auto specs = ReplicaSpecs(tfjob);
+  int total = 0;
+  for (const auto& [_, entry] : specs) total += Replicas(*entry.second);
+  c.distributed = total != 1;
+  c.dynamic = tfjob.contains("spec") && tfjob["spec"].is_object() &&
+              tfjob["spec"].value("enableDynamicWorker", false) == true;
+  const json meta = tfjob.value("metadata", json::object());
+  const std::string name = StringField(meta, "name");
+  const std::string ns = StringField(meta, "namespace", "default");
+  for (const auto& [canonical, entry] : specs) {
+    const std::string rt = absl::AsciiStrToLower(canonical);
+    const int port = TfJobPort(*entry.second);
+    std::vector<std::string>& addresses = c.addresses[rt];
+    for (int i = 0; i < Replicas(*entry.second); ++i) {
+      std::string host = absl::StrCat(GeneralName(name, rt, i), ".", ns, ".svc");
+      if (!cluster_domain.empty()) absl::StrAppend(&host, ".", cluster_domain);
+      addresses.push_back(absl::StrCat(host, ":", port));
+    }
+  }
+  return c;
+}
+
+// One task's TF_CONFIG in `cluster` (KubeflowTfConfig).
+std::string TfConfigIn(const KubeflowCluster& cluster, const std::string& type, int index) {
+  if (!cluster.distributed) return "";  // Kubeflow sets no TF_CONFIG
+  const std::string task_type = absl::AsciiStrToLower(type);
+  nlohmann::ordered_json doc;
+  nlohmann::ordered_json task = {{"type", task_type}, {"index", index}};
+  if (!cluster.dynamic) {
+    doc["cluster"] = nlohmann::ordered_json::object();
+    for (const auto& [rt, addresses] : cluster.addresses) doc["cluster"][rt] = addresses;
+    doc["task"] = std::move(task);
+    doc["environment"] = "cloud";
+    return doc.dump();
+  }
+  // The sparse form: a worker knows every ps and itself, a ps itself, any other task nothing.
+  static const std::vector<std::string> kNone;
+  auto list = [&](const std::string& rt) -> const std::vector<std::string>& {
+    auto it = cluster.addresses.find(rt);
+    return it == cluster.addresses.end() ? kNone : it->second;
+  };
+  auto own = [&](const std::string& rt) {
+    const std::vector<std::string>& l = list(rt);
+    return index >= 0 && static_cast<size_t>(index) < l.size() ? l[index] : std::string();
+  };
+  nlohmann::ordered_json workers = nlohmann::ordered_json::object();
+  nlohmann::ordered_json ps = nlohmann::ordered_json::array();
+  if (task_type == "ps") {
+    ps.push_back(own("ps"));
+  } else if (task_type == "worker") {
+    for (const std::string& a : list("ps")) ps.push_back(a);
+    workers[std::to_string(index)] = own("worker");
+  }
+  doc["cluster"] = {{"worker", std::move(workers)}, {"ps", std::move(ps)}};
+  doc["task"] = std::move(task);
+  return doc.dump();
 }
 
 // The tensorflow container becomes the training container ("kubetrain"), its tfjob-port the
@@ -320,73 +406,8 @@ std::string TfJobPath(const json& tfjob, const std::string& path) {
 
 std::string KubeflowTfConfig(const json& tfjob, const std::string& type, int index,
                              const std::string& cluster_domain) {
-  auto specs = ReplicaSpecs(tfjob);
-  int total = 0;
-  for (const auto& [_, entry] : specs) total += Replicas(*entry.second);
-  if (total == 1) return "";  // not distributed: Kubeflow sets no TF_CONFIG
-  const json meta = tfjob.value("metadata", json::object());
-  const std::string name = StringField(meta, "name");
-  const std::string ns = StringField(meta, "namespace", "default");
-  std::map<std::string, std::vector<std::string>> cluster;  // sorted, as Go marshals a map
-  for (const auto& [canonical, entry] : specs) {
-    const std::string rt = absl::AsciiStrToLower(canonical);
-    const int port = TfJobPort(*entry.second);
-    std::vector<std::string>& addresses = cluster[rt];
-    for (int i = 0; i < Replicas(*entry.second); ++i) {
-      std::string host = absl::StrReplaceAll(absl::StrCat(name, "-", rt, "-", i), {{"/", "-"}});
-      absl::StrAppend(&host, ".", ns, ".svc");
-      if (!cluster_domain.empty()) absl::StrAppend(&host, ".", cluster_domain);
-      addresses.push_back(absl::StrCat(host, ":", port));
-    }
-  }
-  const std::string task_type = absl::AsciiStrToLower(type);
-  nlohmann::ordered_json doc;
-  nlohmann::ordered_json task = {{"type", task_type}, {"index", index}};
-  const bool dynamic = tfjob.contains("spec") && tfjob["spec"].is_object() &&
-                       tfjob["spec"].value("enableDynamicWorker", false) == true;
-  if (!dynamic) {
-    doc["cluster"] = nlohmann::ordered_json::object();
-    for (const auto& [rt, addresses] : cluster) doc["cluster"][rt] = addresses;
-    doc["task"] = std::move(task);
-    doc["environment"] = "cloud";
-    return doc.dump();
-  }
-  // The sparse form: a worker knows every ps and itself, a ps itself, any other task nothing.
-  nlohmann::ordered_json workers = nlohmann::ordered_json::object();
-  nlohmann::ordered_json ps = nlohmann::ordered_json::array();
-  auto own = [&](const std::string& rt) {
-    const std::vector<std::string>& list = cluster[rt];
-    return index >= 0 && static_cast<size_t>(index) < list.size() ? list[index] : std::string();
-  };
-  if (task_type == "ps") {
-    ps.push_back(own("ps"));
-  } else if (task_type == "worker") {
-    for (const std::string& a : cluster["ps"]) ps.push_back(a);
-    workers[std::to_string(index)] = own("worker");
-  }
-  doc["cluster"] = {{"worker", std::move(workers)}, {"ps", std::move(ps)}};
-  doc["task"] = std::move(task);
-  return doc.dump();
+  return TfConfigIn(ClusterOf(tfjob, cluster_domain), type, index);
 }
-
-namespace {
-
-// Kubeflow's GenGeneralName: <job>-<type>-<index>, any "/" made "-".
-std::string GeneralName(const std::string& job, const std::string& rt, int index) {
-  return absl::StrReplaceAll(absl::StrCat(job, "-", rt, "-", index), {{"/", "-"}});
-}
-
-// The template's container Kubeflow's defaulting gives tfjob-port: "tensorflow", else the first.
-json* DefaultContainer(json* pod_template) {
-  json* containers = Containers(pod_template);
-  if (containers == nullptr || containers->empty()) return nullptr;
-  for (json& c : *containers) {
-    if (c.is_object() && StringField(c, "name") == kTfJobContainerName) return &c;
-  }
-  return &(*containers)[0];
-}
-
-}  // namespace
 
 std::vector<json> RenderTfJob(const json& tfjob, const std::string& ns,
                               const std::string& cluster_domain) {
@@ -398,6 +419,7 @@ std::vector<json> RenderTfJob(const json& tfjob, const std::string& ns,
   const std::string name = StringField(job["metadata"], "name");
   const std::string job_ns = StringField(job["metadata"], "namespace");
   auto specs = ReplicaSpecs(job);
+  const KubeflowCluster cluster = ClusterOf(job, cluster_domain);
   const bool has_chief = specs.count("Chief") || specs.count("Master");
   std::vector<json> services, pods;
   for (const auto& [canonical, entry] : specs) {
@@ -438,7 +460,7 @@ std::vector<json> RenderTfJob(const json& tfjob, const std::string& ns,
       pod["metadata"] = std::move(meta);
       json spec = pod_template.value("spec", json::object());
       spec["restartPolicy"] = policy;
-      const std::string tf_config = KubeflowTfConfig(job, rt, i, cluster_domain);
+      const std::string tf_config = TfConfigIn(cluster, rt, i);
       if (spec.contains("containers") && spec["containers"].is_array()) {
         for (json& c : spec["containers"]) {
           if (!c.is_object() || StringField(c, "name") != kTfJobContainerName) continue;
