@@ -83,6 +83,7 @@ struct Options {
   std::string leader_election_id = "kubetrain-operator";
   std::string gang_scheduler;
   std::string cluster_domain;
+  bool tfjob = false;
   absl::Duration progress_interval = absl::Seconds(5);
   absl::Duration progress_write_interval = absl::Seconds(30);
   std::string log_level = "info";
@@ -103,7 +104,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   Options o;
   FlagSet f("kubetrain-operator",
             "Reconciles TrainingJob resources (kubetrain.dev/v1) into pods, a headless Service\n"
-            "and status, through the Kubernetes API.");
+            "and status, through the Kubernetes API; with --tfjob, Kubeflow TFJobs too.");
   f.Add("kubeconfig", &o.kubeconfig, "kubeconfig file (default: in-cluster, then ~/.kube/config)",
         "KUBECONFIG");
   f.Add("context", &o.context, "kubeconfig context (default: current-context)");
@@ -123,7 +124,12 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("leader-election-id", &o.leader_election_id, "name of the Lease");
   f.Add("gang-scheduler", &o.gang_scheduler, "\"volcano\" creates a PodGroup per job");
   f.Add("cluster-domain", &o.cluster_domain,
-        "DNS suffix after .svc in TF_CONFIG, e.g. cluster.local");
+        "DNS suffix after .svc in TF_CONFIG, e.g. cluster.local (Kubeflow's variable works too)",
+        "CUSTOM_CLUSTER_DOMAIN");
+  f.Add("tfjob", &o.tfjob,
+        "also serve Kubeflow TFJobs (kubeflow.org/v1 tfjobs; needs their CRD, "
+        "deploy/crd/kubeflow.org_tfjobs.yaml)",
+        "KUBETRAIN_TFJOB");
   f.Add("progress-interval", &o.progress_interval, "how often the chief's progress is read");
   f.Add("progress-write-interval", &o.progress_write_interval,
         "least time between two progress updates of one job's status (a new epoch is written at "
@@ -175,11 +181,13 @@ absl::Status Main(int argc, char** argv) {
             {{"cluster", cluster.source},
              {"server", absl::StrCat(cluster.host, ":", cluster.port)},
              {"namespace", o.namespace_.empty() ? "(all)" : o.namespace_},
-             {"leader_elect", o.leader_elect}});
+             {"leader_elect", o.leader_elect},
+             {"tfjob", o.tfjob}});
 
   controller::ControllerOptions copts;
   copts.namespace_ = o.namespace_;
   copts.workers = o.workers;
+  copts.tfjob = o.tfjob;
   copts.reconciler.cluster_domain = o.cluster_domain;
   copts.reconciler.gang_scheduler = o.gang_scheduler;
   copts.reconciler.progress_interval = o.progress_interval;

@@ -212,6 +212,7 @@ void Kubelet::Sync() {
     }
   }
   for (auto& [ns, name] : finished) api_->FinishPodDeletion(ns, name);
+  WriteHosts();  // a Service created or deleted since changes the names (a no-op otherwise)
 }
 
 void Kubelet::Admit(const json& object) {
@@ -529,9 +530,55 @@ void Kubelet::PublishStatus(Pod& pod) {
 }
 
 void Kubelet::WriteHosts() {
+  // Cluster DNS for headless Services with a selector: <svc>.<ns>.svc[.cluster.local] names the
+  // IPs of the pods it selects, as CoreDNS answers for a headless Service's endpoints.
+  struct Headless {
+    std::string name, ns;
+    std::vector<std::pair<std::string, std::string>> selector;
+  };
+  std::vector<Headless> services;
+  int64_t revision = 0;
+  for (const json& svc : api_->store()->List("/services", "", &revision)) {
+    const json& spec = svc.value("spec", json::object());
+    const json& selector = spec.value("selector", json::object());
+    if (spec.value("clusterIP", "") != "None" || !selector.is_object() || selector.empty())
+      continue;
+    Headless h{svc["metadata"].value("name", ""), svc["metadata"].value("namespace", ""), {}};
+    for (const auto& [k, v] : selector.items()) {
+      if (v.is_string()) h.selector.emplace_back(k, v.get<std::string>());
+    }
+    if (!h.selector.empty()) services.push_back(std::move(h));
+  }
   std::string text = "127.0.0.1 localhost\n";
+  std::vector<std::string> copies;  // each pod's own copy (a real kubelet's etc-hosts)
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Pods by "namespace\nkey=value" of each label: a Service's candidates are the pods with its
+    // first selector label, then checked against the rest.
+    std::map<std::string, std::vector<const Pod*>> by_label;
+    for (const auto& [key, pod] : pods_) {
+      const json& labels = pod->object["metadata"].value("labels", json::object());
+      if (!labels.is_object()) continue;
+      for (const auto& [k, v] : labels.items()) {
+        if (v.is_string())
+          by_label[absl::StrCat(pod->ns, "\n", k, "=", v.get<std::string>())].push_back(pod.get());
+      }
+    }
+    std::map<const Pod*, std::vector<std::string>> service_names;
+    for (const Headless& h : services) {
+      auto it =
+          by_label.find(absl::StrCat(h.ns, "\n", h.selector[0].first, "=", h.selector[0].second));
+      if (it == by_label.end()) continue;
+      for (const Pod* pod : it->second) {
+        const json& labels = pod->object["metadata"]["labels"];
+        bool selected = true;
+        for (const auto& [k, v] : h.selector) selected = selected && labels.value(k, json()) == v;
+        if (!selected) continue;
+        std::string fq = absl::StrCat(h.name, ".", h.ns, ".svc");
+        service_names[pod].push_back(fq);
+        service_names[pod].push_back(fq + ".cluster.local");
+      }
+    }
     for (const auto& [key, pod] : pods_) {
       const json& spec = pod->object["spec"];
       std::string host = spec.value("hostname", pod->name);
@@ -543,15 +590,23 @@ void Kubelet::WriteHosts() {
         names.push_back(fq);
         names.push_back(fq + ".cluster.local");
       }
+      auto extra = service_names.find(pod.get());
+      if (extra != service_names.end()) {
+        names.insert(names.end(), extra->second.begin(), extra->second.end());
+      }
       text += absl::StrCat(pod->ip, " ", absl::StrJoin(names, " "), "\n");
     }
-  }
-  // Each pod's own copy (a real kubelet's etc-hosts, which the oci runtime mounts at /etc/hosts),
-  // rewritten in place so that the mount sees the change.
-  std::vector<std::string> copies;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [key, pod] : pods_) copies.push_back(pod->dir + "/etc-hosts");
+    // Rewritten in place so that the mount sees the change; unchanged text goes only to the
+    // copies of pods that have none yet.
+    const bool changed = text != hosts_text_;
+    std::set<std::string> dirs;
+    for (const auto& [key, pod] : pods_) {
+      dirs.insert(pod->dir);
+      if (changed || !hosts_dirs_.count(pod->dir)) copies.push_back(pod->dir + "/etc-hosts");
+    }
+    hosts_dirs_ = std::move(dirs);
+    if (!changed && copies.empty()) return;
+    hosts_text_ = text;
   }
   for (const std::string& copy : copies) std::ofstream(copy, std::ios::trunc) << text;
   if (options_.hosts_file.empty()) return;

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -142,6 +143,9 @@ class Kubelet : public LogSource {
   mutable std::mutex mu_;  // guards pods_ and stop_
   std::map<std::string, std::unique_ptr<Pod>> pods_;
   int64_t cursor_ = 0;
+  // What WriteHosts last wrote, and the pod folders whose copy holds it.
+  std::string hosts_text_;
+  std::set<std::string> hosts_dirs_;
   int next_ip_ = 0;
   int block_x_ = 0, block_y_ = 0;  // pods get 127.<x>.<y>.1-254
   int block_lock_fd_ = -1;         // flock held on the block's file while we live

@@ -14,8 +14,9 @@ namespace {
 using nlohmann::json;
 
 json OwnerReferences(const TrainingJob& job) {
-  return json::array({{{"apiVersion", kApiVersion},
-                       {"kind", kKind},
+  // The job's own apiVersion and kind: a TFJob (api/tfjob.h) owns what is made for it.
+  return json::array({{{"apiVersion", job.api_version},
+                       {"kind", job.kind},
                        {"name", job.metadata.name},
                        {"uid", job.metadata.uid},
                        {"controller", true},
@@ -170,7 +171,8 @@ json BuildService(const TrainingJob& job) {
             {"ports", ports}}}};
 }
 
-std::string JobSecretName(const TrainingJob& job) { return job.metadata.name + "-job-secret"; }
+std::string JobSecretName(const std::string& job_name) { return job_name + "-job-secret"; }
+std::string JobSecretName(const TrainingJob& job) { return JobSecretName(job.metadata.name); }
 
 json BuildJobSecret(const TrainingJob& job, const std::string& secret) {
   return {{"apiVersion", "v1"},

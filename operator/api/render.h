@@ -80,6 +80,7 @@ nlohmann::json BuildService(const TrainingJob& job);
 // The Secret holding the job's shared secret (docs/decisions/0005-shared-secret-per-job.md):
 // name <job>-job-secret, owned by the job, `token` = `secret`. Every container of the job reads
 // it as KUBETRAIN_JOB_SECRET; the ps and the coordinator refuse calls without it.
+std::string JobSecretName(const std::string& job_name);
 std::string JobSecretName(const TrainingJob& job);
 nlohmann::json BuildJobSecret(const TrainingJob& job, const std::string& secret);
 // The pod of one task: the template plus names, labels, env (TF_CONFIG, ...), annotations.

@@ -8,8 +8,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/job_secret_env.h"
 #include "operator/api/decode.h"
+#include "operator/api/render.h"
 #include "operator/api/types.h"
+#include "operator/api/validation.h"
 
 namespace kubetrain::api {
 namespace {
@@ -307,6 +310,90 @@ void ConvertRunPolicy(const json& rp, json* out, std::vector<std::string>* notes
   }
 }
 
+// The tfReplicaSpecs type (canonical) a TrainingJob replica type came from.
+std::string CanonicalKey(const std::map<std::string, std::pair<std::string, const json*>>& specs,
+                         ReplicaType type) {
+  switch (type) {
+    case ReplicaType::kChief:
+      return specs.count("Master") && !specs.count("Chief") ? "Master" : "Chief";
+    case ReplicaType::kPS:
+      return "PS";
+    case ReplicaType::kWorker:
+      return "Worker";
+    case ReplicaType::kEvaluator:
+      return "Evaluator";
+  }
+  return "Worker";
+}
+
+ReplicaType ModelType(const std::string& canonical) {
+  if (canonical == "PS") return ReplicaType::kPS;
+  if (canonical == "Worker") return ReplicaType::kWorker;
+  if (canonical == "Evaluator") return ReplicaType::kEvaluator;
+  return ReplicaType::kChief;  // Chief or Master
+}
+
+json KubeflowLabels(const std::string& job, const std::string& rt, int index) {
+  return {{kKubeflowLabelOperatorName, kKubeflowOperatorName},
+          {kKubeflowLabelJobName, absl::StrReplaceAll(job, {{"/", "-"}})},
+          {kKubeflowLabelReplicaType, rt},
+          {kKubeflowLabelReplicaIndex, std::to_string(index)}};
+}
+
+// A replica's pod template as Kubeflow's defaulting leaves it: tfjob-port 2222 on the default
+// container when it has none.
+json Prepared(const json& rs) {
+  json pod_template = rs.is_object() ? rs.value("template", json::object()) : json::object();
+  if (!pod_template.is_object()) pod_template = json::object();
+  if (json* c = DefaultContainer(&pod_template)) {
+    bool has_port = false;
+    if (c->contains("ports") && (*c)["ports"].is_array()) {
+      for (const json& p : (*c)["ports"]) has_port |= StringField(p, "name") == kTfJobPortName;
+    } else {
+      (*c)["ports"] = json::array();
+    }
+    if (!has_port) (*c)["ports"].push_back({{"name", kTfJobPortName}, {"containerPort", 2222}});
+  }
+  return pod_template;
+}
+
+// The tensorflow container of a pod spec; null when it has none.
+json* TensorflowContainer(json* pod_spec) {
+  if (!pod_spec->contains("containers") || !(*pod_spec)["containers"].is_array()) return nullptr;
+  for (json& c : (*pod_spec)["containers"]) {
+    if (c.is_object() && StringField(c, "name") == kTfJobContainerName) return &c;
+  }
+  return nullptr;
+}
+
+// A condition's reason or message with one kind's name for the other's.
+json Reworded(const json& text, const std::string& from, const std::string& to) {
+  if (!text.is_string()) return text;
+  return absl::StrReplaceAll(text.get<std::string>(), {{from, to}});
+}
+
+// A TFJob status (TfJobStatus) as the TrainingJob model's: Master's counts are the Chief's.
+json ModelStatus(const json& status) {
+  json out = status;
+  if (out.contains("conditions") && out["conditions"].is_array()) {
+    for (json& c : out["conditions"]) {
+      if (!c.is_object()) continue;
+      for (const char* field : {"reason", "message"}) {
+        if (c.contains(field)) c[field] = Reworded(c[field], "TFJob", "TrainingJob");
+      }
+    }
+  }
+  if (out.contains("replicaStatuses") && out["replicaStatuses"].is_object()) {
+    json by_type = json::object();
+    for (const auto& [key, rs] : out["replicaStatuses"].items()) {
+      std::string canonical = CanonicalType(key);
+      by_type[canonical == "Master" ? "Chief" : canonical.empty() ? key : canonical] = rs;
+    }
+    out["replicaStatuses"] = std::move(by_type);
+  }
+  return out;
+}
+
 }  // namespace
 
 bool IsTfJob(const json& doc) {
@@ -409,6 +496,162 @@ std::string KubeflowTfConfig(const json& tfjob, const std::string& type, int ind
   return TfConfigIn(ClusterOf(tfjob, cluster_domain), type, index);
 }
 
+std::string TfJobReplicaName(const json& tfjob, ReplicaType type) {
+  return absl::AsciiStrToLower(CanonicalKey(ReplicaSpecs(tfjob), type));
+}
+
+std::string TfJobTaskName(const json& tfjob, ReplicaType type, int index) {
+  return GeneralName(StringField(tfjob.value("metadata", json::object()), "name"),
+                     TfJobReplicaName(tfjob, type), index);
+}
+
+TrainingJob DecodeTfJob(const json& tfjob, FieldErrors* errors) {
+  const size_t before = errors->size();
+  TfJobConversion c = ConvertTfJob(tfjob, errors);
+  json doc = std::move(c.training_job);
+  if (tfjob.contains("metadata") && tfjob["metadata"].is_object()) {
+    doc["metadata"] = tfjob["metadata"];
+  }
+  if (tfjob.contains("status") && tfjob["status"].is_object()) {
+    doc["status"] = ModelStatus(tfjob["status"]);
+  }
+  TrainingJob job;
+  if (errors->size() == before) {
+    job = DecodeAndValidate(doc, errors);
+    for (size_t i = before; i < errors->size(); ++i) {
+      (*errors)[i].path = TfJobPath(tfjob, (*errors)[i].path);
+    }
+  } else {
+    // A spec that does not convert: the job's metadata and status are still read, so that the
+    // operator can fail it with the reason in its status.
+    FieldErrors ignored;
+    doc.erase("spec");
+    job = Decode(doc, &ignored);
+  }
+  job.api_version = kTfJobApiVersion;
+  job.kind = kTfJobKind;
+  return job;
+}
+
+json TfJobStatus(const TrainingJobStatus& status, const json& tfjob) {
+  json out = ToJson(status);
+  if (out.contains("conditions")) {
+    for (json& c : out["conditions"]) {
+      for (const char* field : {"reason", "message"}) {
+        if (c.contains(field)) c[field] = Reworded(c[field], "TrainingJob", "TFJob");
+      }
+    }
+  }
+  if (out.contains("replicaStatuses") && out["replicaStatuses"].contains("Chief")) {
+    const std::string key = CanonicalKey(ReplicaSpecs(tfjob), ReplicaType::kChief);
+    if (key != "Chief") {
+      out["replicaStatuses"][key] = std::move(out["replicaStatuses"]["Chief"]);
+      out["replicaStatuses"].erase("Chief");
+    }
+  }
+  return out;
+}
+
+json TfJobPod(const json& tfjob, ReplicaType type, int index, const std::string& cluster_domain) {
+  const json meta_in = tfjob.value("metadata", json::object());
+  const std::string name = StringField(meta_in, "name");
+  const auto specs = ReplicaSpecs(tfjob);
+  const std::string canonical = CanonicalKey(specs, type);
+  const std::string rt = absl::AsciiStrToLower(canonical);
+  const json pod_template = Prepared(*specs.at(canonical).second);
+  json meta = pod_template.value("metadata", json::object());
+  if (!meta.is_object()) meta = json::object();
+  meta["name"] = GeneralName(name, rt, index);
+  meta["namespace"] = StringField(meta_in, "namespace", "default");
+  json labels = meta.value("labels", json::object());
+  if (!labels.is_object()) labels = json::object();
+  const json kubeflow_labels = KubeflowLabels(name, rt, index);
+  for (const auto& [k, v] : kubeflow_labels.items()) labels[k] = v;
+  const bool has_chief = specs.count("Chief") || specs.count("Master");
+  const bool master_role =
+      has_chief ? type == ReplicaType::kChief : (type == ReplicaType::kWorker && index == 0);
+  if (master_role) labels[kKubeflowLabelJobRole] = "master";
+  labels[kLabelManagedBy] = kManagedByValue;
+  meta["labels"] = std::move(labels);
+  const std::string uid = StringField(meta_in, "uid");
+  if (!uid.empty()) {
+    meta["ownerReferences"] = json::array({{{"apiVersion", kTfJobApiVersion},
+                                            {"kind", kTfJobKind},
+                                            {"name", name},
+                                            {"uid", uid},
+                                            {"controller", true},
+                                            {"blockOwnerDeletion", true}}});
+  }
+  json spec = pod_template.value("spec", json::object());
+  // The operator decides every restart (docs/decisions/0007): the kubelet restarts nothing in
+  // place, so each one is counted against backoffLimit.
+  spec["restartPolicy"] = "Never";
+  const std::string tf_config = TfConfigIn(ClusterOf(tfjob, cluster_domain), rt, index);
+  if (json* c = TensorflowContainer(&spec)) {
+    if (!c->contains("env") || !(*c)["env"].is_array()) (*c)["env"] = json::array();
+    json& env = (*c)["env"];
+    auto set = [&env](json entry) {
+      for (json& e : env) {
+        if (e.is_object() && StringField(e, "name") == entry["name"]) {
+          e = std::move(entry);
+          return;
+        }
+      }
+      env.push_back(std::move(entry));
+    };
+    if (!tf_config.empty()) set({{"name", "TF_CONFIG"}, {"value", tf_config}});
+    json secret_ref = {{"name", JobSecretName(name)}, {"key", kJobSecretKey}};
+    set({{"name", kJobSecretEnv}, {"valueFrom", {{"secretKeyRef", std::move(secret_ref)}}}});
+  }
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+}
+
+std::vector<json> TfJobServices(const json& tfjob) {
+  const json meta = tfjob.value("metadata", json::object());
+  const std::string name = StringField(meta, "name");
+  const std::string ns = StringField(meta, "namespace", "default");
+  std::vector<json> services;
+  for (const auto& [canonical, entry] : ReplicaSpecs(tfjob)) {
+    const std::string rt = absl::AsciiStrToLower(canonical);
+    json pod_spec = Prepared(*entry.second).value("spec", json::object());
+    std::map<std::string, json> by_name;  // sorted: Go ranges over a map of them
+    if (const json* c = TensorflowContainer(&pod_spec)) {
+      if (c->contains("ports") && (*c)["ports"].is_array()) {
+        for (const json& p : (*c)["ports"]) {
+          if (p.is_object() && p.contains("containerPort")) {
+            by_name[StringField(p, "name")] = p["containerPort"];
+          }
+        }
+      }
+    }
+    json ports = json::array();
+    for (const auto& [port_name, port] : by_name) {
+      ports.push_back({{"name", port_name}, {"port", port}});
+    }
+    for (int i = 0; i < Replicas(*entry.second); ++i) {
+      json labels = KubeflowLabels(name, rt, i);
+      json svc_labels = labels;
+      svc_labels[kLabelManagedBy] = kManagedByValue;
+      json svc_meta = {
+          {"name", GeneralName(name, rt, i)}, {"namespace", ns}, {"labels", svc_labels}};
+      if (!StringField(meta, "uid").empty()) {
+        svc_meta["ownerReferences"] = json::array({{{"apiVersion", kTfJobApiVersion},
+                                                    {"kind", kTfJobKind},
+                                                    {"name", name},
+                                                    {"uid", StringField(meta, "uid")},
+                                                    {"controller", true},
+                                                    {"blockOwnerDeletion", true}}});
+      }
+      services.push_back(
+          {{"apiVersion", "v1"},
+           {"kind", "Service"},
+           {"metadata", std::move(svc_meta)},
+           {"spec", {{"clusterIP", "None"}, {"selector", labels}, {"ports", ports}}}});
+    }
+  }
+  return services;
+}
+
 std::vector<json> RenderTfJob(const json& tfjob, const std::string& ns,
                               const std::string& cluster_domain) {
   json job = tfjob;
@@ -416,82 +659,13 @@ std::vector<json> RenderTfJob(const json& tfjob, const std::string& ns,
   if (StringField(job["metadata"], "namespace").empty()) {
     job["metadata"]["namespace"] = ns.empty() ? "default" : ns;
   }
-  const std::string name = StringField(job["metadata"], "name");
-  const std::string job_ns = StringField(job["metadata"], "namespace");
-  auto specs = ReplicaSpecs(job);
-  const KubeflowCluster cluster = ClusterOf(job, cluster_domain);
-  const bool has_chief = specs.count("Chief") || specs.count("Master");
-  std::vector<json> services, pods;
-  for (const auto& [canonical, entry] : specs) {
-    const std::string rt = absl::AsciiStrToLower(canonical);
-    const json& rs = *entry.second;
-    json pod_template = rs.value("template", json::object());
-    if (json* c = DefaultContainer(&pod_template)) {
-      bool has_port = false;
-      if (c->contains("ports") && (*c)["ports"].is_array()) {
-        for (const json& p : (*c)["ports"]) has_port |= StringField(p, "name") == kTfJobPortName;
-      } else {
-        (*c)["ports"] = json::array();
-      }
-      if (!has_port) (*c)["ports"].push_back({{"name", kTfJobPortName}, {"containerPort", 2222}});
-    }
-    std::string policy = StringField(rs, "restartPolicy", "Never");
-    if (policy == "ExitCode") policy = "Never";  // the operator decides those restarts
-    for (int i = 0; i < Replicas(rs); ++i) {
-      const std::string pod_name = GeneralName(name, rt, i);
-      json labels = {{kKubeflowLabelOperatorName, kKubeflowOperatorName},
-                     {kKubeflowLabelJobName, absl::StrReplaceAll(name, {{"/", "-"}})},
-                     {kKubeflowLabelReplicaType, rt},
-                     {kKubeflowLabelReplicaIndex, std::to_string(i)}};
-      json service_ports = json::array();
-      std::map<std::string, json> by_name;  // sorted: Go ranges over a map of them
-      json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
-      json meta = pod_template.value("metadata", json::object());
-      if (!meta.is_object()) meta = json::object();
-      meta["name"] = pod_name;
-      meta["namespace"] = job_ns;
-      json pod_labels = meta.value("labels", json::object());
-      if (!pod_labels.is_object()) pod_labels = json::object();
-      for (const auto& [k, v] : labels.items()) pod_labels[k] = v;
-      const bool master_role = has_chief ? (canonical == "Chief" || canonical == "Master")
-                                         : (canonical == "Worker" && i == 0);
-      if (master_role) pod_labels[kKubeflowLabelJobRole] = "master";
-      meta["labels"] = std::move(pod_labels);
-      pod["metadata"] = std::move(meta);
-      json spec = pod_template.value("spec", json::object());
-      spec["restartPolicy"] = policy;
-      const std::string tf_config = TfConfigIn(cluster, rt, i);
-      if (spec.contains("containers") && spec["containers"].is_array()) {
-        for (json& c : spec["containers"]) {
-          if (!c.is_object() || StringField(c, "name") != kTfJobContainerName) continue;
-          if (c.contains("ports") && c["ports"].is_array()) {
-            for (const json& p : c["ports"]) {
-              if (p.is_object() && p.contains("containerPort")) {
-                by_name[StringField(p, "name")] = p["containerPort"];
-              }
-            }
-          }
-          if (!tf_config.empty()) {
-            if (!c.contains("env") || !c["env"].is_array()) c["env"] = json::array();
-            c["env"].push_back({{"name", "TF_CONFIG"}, {"value", tf_config}});
-          }
-          break;
-        }
-      }
-      pod["spec"] = std::move(spec);
-      for (const auto& [port_name, port] : by_name) {
-        service_ports.push_back({{"name", port_name}, {"port", port}});
-      }
-      services.push_back(
-          {{"apiVersion", "v1"},
-           {"kind", "Service"},
-           {"metadata", {{"name", pod_name}, {"namespace", job_ns}, {"labels", labels}}},
-           {"spec", {{"clusterIP", "None"}, {"selector", labels}, {"ports", service_ports}}}});
-      pods.push_back(std::move(pod));
+  std::vector<json> objects = TfJobServices(job);
+  for (const auto& [canonical, entry] : ReplicaSpecs(job)) {
+    for (int i = 0; i < Replicas(*entry.second); ++i) {
+      objects.push_back(TfJobPod(job, ModelType(canonical), i, cluster_domain));
     }
   }
-  for (json& p : pods) services.push_back(std::move(p));
-  return services;
+  return objects;
 }
 
 }  // namespace kubetrain::api

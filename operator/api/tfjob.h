@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "operator/api/field_errors.h"
+#include "operator/api/types.h"
 
 namespace kubetrain::api {
 
@@ -59,14 +60,45 @@ inline constexpr char kKubeflowLabelOperatorName[] = "training.kubeflow.org/oper
 inline constexpr char kKubeflowLabelJobRole[] = "training.kubeflow.org/job-role";
 inline constexpr char kKubeflowOperatorName[] = "tfjob-controller";
 
-// The objects Kubeflow's training-operator creates for a TFJob that ConvertTfJob and
-// DecodeAndValidate accept (they bound the replica counts and template shapes): per
-// replica a headless Service <job>-<type>-<i> selecting its pod (every port of the tensorflow
-// container), then the pods, each its template with the training.kubeflow.org/* labels
-// (job-role: master on the chief: Chief or Master 0, else Worker 0), restartPolicy from the
-// replica (ExitCode runs as Never), tfjob-port 2222 added when absent and TF_CONFIG
-// (KubeflowTfConfig) on the tensorflow container. Namespace from the TFJob, else `ns`. Owner
-// references are the operator's, once the API server has given the job a uid.
+// The replica type as Kubeflow names a TFJob's pods, Services and TF_CONFIG entries: the
+// tfReplicaSpecs key in lower case ("master" for a Chief written as Master). `type` is one the
+// TFJob's conversion has.
+std::string TfJobReplicaName(const nlohmann::json& tfjob, ReplicaType type);
+// <job>-<type>-<index>: the name of one replica's pod and Service.
+std::string TfJobTaskName(const nlohmann::json& tfjob, ReplicaType type, int index);
+
+// The TrainingJob the operator reconciles for a TFJob as the API server holds it: converted
+// (ConvertTfJob), with the TFJob's metadata (uid, generation) and its status read back in the
+// TrainingJob model (TfJobStatus's inverse), then validated as every TrainingJob is; errors name
+// the TFJob's fields. apiVersion and kind stay the TFJob's, so the objects made for it (the
+// job's Secret, a PodGroup) are owned by the TFJob.
+TrainingJob DecodeTfJob(const nlohmann::json& tfjob, FieldErrors* errors);
+
+// A TrainingJob status written the way Kubeflow writes a TFJob's: the same condition types, with
+// reasons and messages that say TFJob (TFJobCreated, TFJobRunning, TFJobRestarting,
+// TFJobSucceeded, TFJobFailed); replicaStatuses under the TFJob's replica types ("Master" where
+// it has one) with active, succeeded and failed; startTime, completionTime, lastReconcileTime.
+// kubetrain's own fields (restarts, completedIndexes, progress, countedFailures,
+// observedGeneration) stand beside them. DecodeTfJob reads it back.
+nlohmann::json TfJobStatus(const TrainingJobStatus& status, const nlohmann::json& tfjob);
+
+// What the kubetrain operator creates for a TFJob that DecodeTfJob accepts (it bounds the
+// replica counts and template shapes) — Kubeflow's objects, docs/decisions/0007:
+//   - per replica a headless Service <job>-<type>-<i> selecting its pod (every port of the
+//     tensorflow container), with the training.kubeflow.org/* labels;
+//   - the pods: each its template with those labels (job-role: master on the chief: Chief or
+//     Master 0, else Worker 0), tfjob-port 2222 added when absent and TF_CONFIG
+//     (KubeflowTfConfig) on the tensorflow container.
+// What the operator adds, as it does for a TrainingJob: restartPolicy Never (it decides every
+// restart and counts it), KUBETRAIN_JOB_SECRET from the job's Secret, the
+// app.kubernetes.io/managed-by label, and owner references once the job has a uid. The namespace
+// is the TFJob's, else "default".
+nlohmann::json TfJobPod(const nlohmann::json& tfjob, ReplicaType type, int index,
+                        const std::string& cluster_domain);
+std::vector<nlohmann::json> TfJobServices(const nlohmann::json& tfjob);
+
+// TfJobServices then every TfJobPod, for `kubetrain render`; namespace from the TFJob, else
+// `ns`.
 std::vector<nlohmann::json> RenderTfJob(const nlohmann::json& tfjob, const std::string& ns,
                                         const std::string& cluster_domain);
 

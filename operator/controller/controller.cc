@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "operator/api/tfjob.h"
 #include "operator/api/types.h"
 
 namespace kubetrain::controller {
@@ -28,6 +29,11 @@ Controller::Controller(kube::Client& client, ControllerOptions options, Operator
       metrics_(metrics),
       jobs_(client, kube::Resource::TrainingJobs(),
             {.namespace_ = options_.namespace_, .transform = kube::StripForCache}),
+      tfjobs_(options_.tfjob ? std::make_unique<kube::Informer>(
+                                   client, kube::Resource::TfJobs(),
+                                   kube::InformerOptions{.namespace_ = options_.namespace_,
+                                                         .transform = kube::StripForCache})
+                             : nullptr),
       pods_(client, kube::Resource::Pods(), Owned(options_.namespace_)),
       services_(client, kube::Resource::Services(), Owned(options_.namespace_)),
       queue_({.clock = options_.reconciler.clock}),
@@ -37,10 +43,14 @@ Controller::Controller(kube::Client& client, ControllerOptions options, Operator
                  .min_write_interval = options_.reconciler.progress_write_interval},
                 [this](const std::string& key) { queue_.Add(key); }),
       reconciler_(client, jobs_, pods_, services_, events_, metrics, &progress_,
-                  options_.reconciler) {
+                  options_.reconciler, tfjobs_.get()) {
   jobs_.AddHandlers({[this](const json& o) { queue_.Add(kube::ObjectKey(o)); },
                      [this](const json&, const json& o) { queue_.Add(kube::ObjectKey(o)); },
                      [this](const json& o) { queue_.Add(kube::ObjectKey(o)); }});
+  if (tfjobs_) {
+    auto add = [this](const json& o) { queue_.Add(kTfJobKeyPrefix + kube::ObjectKey(o)); };
+    tfjobs_->AddHandlers({add, [add](const json&, const json& o) { add(o); }, add});
+  }
   kube::EventHandlers owner{[this](const json& o) { EnqueueOwner(o); },
                             [this](const json&, const json& o) { EnqueueOwner(o); },
                             [this](const json& o) { EnqueueOwner(o); }};
@@ -50,22 +60,46 @@ Controller::Controller(kube::Client& client, ControllerOptions options, Operator
 
 Controller::~Controller() { Stop(); }
 
+std::vector<kube::Informer*> Controller::Informers() {
+  std::vector<kube::Informer*> all = {&jobs_, &pods_, &services_};
+  if (tfjobs_) all.push_back(tfjobs_.get());
+  return all;
+}
+
+std::vector<const kube::Informer*> Controller::Informers() const {
+  std::vector<const kube::Informer*> all = {&jobs_, &pods_, &services_};
+  if (tfjobs_) all.push_back(tfjobs_.get());
+  return all;
+}
+
 void Controller::EnqueueOwner(const json& obj) {
   const json& meta = obj["metadata"];
-  std::string job = meta.value("labels", json::object()).value(api::kLabelJobName, "");
-  if (!job.empty()) queue_.Add(meta.value("namespace", "default") + "/" + job);
+  const json labels = meta.value("labels", json::object());
+  const std::string ns = meta.value("namespace", "default");
+  std::string job = labels.value(api::kLabelJobName, "");
+  if (!job.empty()) {
+    queue_.Add(ns + "/" + job);
+    return;
+  }
+  // A TFJob's pods and Services carry Kubeflow's labels only (api/tfjob.h).
+  job = labels.value(api::kKubeflowLabelJobName, "");
+  if (!job.empty() && tfjobs_) queue_.Add(absl::StrCat(kTfJobKeyPrefix, ns, "/", job));
 }
 
 absl::Status Controller::Start(const std::atomic<bool>* stop) {
-  jobs_.Start();
-  pods_.Start();
-  services_.Start();
+  for (kube::Informer* inf : Informers()) inf->Start();
   absl::Time deadline = absl::Now() + options_.sync_timeout;
-  while (!(jobs_.HasSynced() && pods_.HasSynced() && services_.HasSynced())) {
+  auto synced = [this] {
+    for (kube::Informer* inf : Informers()) {
+      if (!inf->HasSynced()) return false;
+    }
+    return true;
+  };
+  while (!synced()) {
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError("stopped before the informer caches synced");
     }
-    for (kube::Informer* inf : {&jobs_, &pods_, &services_}) {
+    for (kube::Informer* inf : Informers()) {
       // Retrying cannot fix a certificate that fails verification: say so now, not in minutes.
       absl::Status e = inf->last_error();
       if (kube::IsTlsVerificationError(e)) return e;
@@ -76,6 +110,7 @@ absl::Status Controller::Start(const std::atomic<bool>* stop) {
   ready_ = true;
   log::Info("Caches synced; starting workers",
             {{"workers", options_.workers},
+             {"tfjob", options_.tfjob},
              {"namespace", options_.namespace_.empty() ? "(all)" : options_.namespace_}});
   for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { Work(); });
   progress_.Start();
@@ -85,7 +120,7 @@ absl::Status Controller::Start(const std::atomic<bool>* stop) {
 absl::Status Controller::SyncFailure() const {
   std::string waited = absl::StrCat("the informer caches did not sync within ",
                                     absl::FormatDuration(options_.sync_timeout));
-  for (const kube::Informer* inf : {&jobs_, &pods_, &services_}) {
+  for (const kube::Informer* inf : Informers()) {
     if (inf->HasSynced()) continue;
     absl::Status e = inf->last_error();
     if (e.ok()) continue;
@@ -95,6 +130,10 @@ absl::Status Controller::SyncFailure() const {
       fix =
           "the TrainingJob CRD is not installed: kubectl apply -f deploy/crd/ (or install the "
           "Helm chart)";
+    } else if (e.code() == absl::StatusCode::kNotFound && plural == "tfjobs") {
+      fix =
+          "the TFJob CRD is not installed: kubectl apply -f deploy/crd/kubeflow.org_tfjobs.yaml "
+          "(or install the Helm chart with tfjob.enabled=true), or run without --tfjob";
     } else if (e.code() == absl::StatusCode::kPermissionDenied) {
       fix = absl::StrCat("the operator may not list and watch ", plural,
                          ": apply deploy/rbac/ (or the chart's RBAC) for its service account");
@@ -118,9 +157,7 @@ void Controller::Stop() {
   queue_.ShutDown();
   for (auto& t : workers_) t.join();
   workers_.clear();
-  jobs_.Stop();
-  pods_.Stop();
-  services_.Stop();
+  for (kube::Informer* inf : Informers()) inf->Stop();
   ready_ = false;
 }
 

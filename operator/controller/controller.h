@@ -1,5 +1,6 @@
-// The TrainingJob controller: informers on TrainingJobs and (label-scoped) on the pods and
-// Services it owns, a rate-limited work queue keyed by job, and `workers` reconcile threads.
+// The TrainingJob controller: informers on TrainingJobs (and Kubeflow TFJobs when asked) and
+// (label-scoped) on the pods and Services it owns, a rate-limited work queue keyed by job, and
+// `workers` reconcile threads.
 // A job is never reconciled by two threads at once (the queue guarantees it).
 //
 // Owns its informers, queue, reconciler and threads. Start/Stop from one thread; Ready from any.
@@ -23,6 +24,8 @@ namespace kubetrain::controller {
 struct ControllerOptions {
   std::string namespace_;  // "" = every namespace
   int workers = 4;
+  // Also serve kubeflow.org/v1 TFJobs (docs/decisions/0007-kubeflow-tfjob.md).
+  bool tfjob = false;
   ReconcilerOptions reconciler;
   absl::Duration sync_timeout = absl::Minutes(2);
 };
@@ -49,7 +52,12 @@ class Controller {
   kube::Client& client_;
   const ControllerOptions options_;
   OperatorMetrics* metrics_;
+  // The informers whose first lists Start waits for: jobs_, pods_, services_, then tfjobs_.
+  std::vector<kube::Informer*> Informers();
+  std::vector<const kube::Informer*> Informers() const;
+
   kube::Informer jobs_;
+  std::unique_ptr<kube::Informer> tfjobs_;  // null unless options_.tfjob
   kube::Informer pods_;
   kube::Informer services_;
   kube::WorkQueue queue_;

@@ -1,6 +1,7 @@
 #include "operator/controller/pod_view.h"
 
 #include "absl/strings/numbers.h"
+#include "operator/api/tfjob.h"
 
 namespace kubetrain::controller {
 
@@ -28,7 +29,12 @@ std::optional<PodView> ViewPod(const json& pod) {
   const json& meta = pod["metadata"];
   const json& labels = meta.value("labels", json::object());
   PodView view;
-  std::string type = labels.value(api::kLabelReplicaType, "");
+  // A TFJob's pod carries Kubeflow's labels only (api/tfjob.h); its Master is the chief.
+  const bool kubeflow =
+      !labels.contains(api::kLabelReplicaType) && labels.contains(api::kKubeflowLabelReplicaType);
+  std::string type = labels.value(
+      kubeflow ? api::kKubeflowLabelReplicaType : api::kLabelReplicaType, std::string());
+  if (kubeflow && type == "master") type = api::TaskType(api::ReplicaType::kChief);
   bool known = false;
   for (api::ReplicaType t : {api::ReplicaType::kChief, api::ReplicaType::kPS,
                              api::ReplicaType::kWorker, api::ReplicaType::kEvaluator}) {
@@ -37,7 +43,8 @@ std::optional<PodView> ViewPod(const json& pod) {
       known = true;
     }
   }
-  if (!known || !absl::SimpleAtoi(labels.value(api::kLabelReplicaIndex, ""), &view.index)) {
+  const char* index_label = kubeflow ? api::kKubeflowLabelReplicaIndex : api::kLabelReplicaIndex;
+  if (!known || !absl::SimpleAtoi(labels.value(index_label, std::string()), &view.index)) {
     return std::nullopt;
   }
   view.name = meta.value("name", "");
@@ -47,9 +54,10 @@ std::optional<PodView> ViewPod(const json& pod) {
   view.phase = status.value("phase", "Pending");
   view.pod_ip = status.value("podIP", "");
   view.reason = status.value("reason", "");
+  const char* container = kubeflow ? api::kTfJobContainerName : api::kDefaultContainerName;
   if (status.contains("containerStatuses") && status["containerStatuses"].is_array()) {
     for (const json& cs : status["containerStatuses"]) {
-      if (cs.value("name", "") == api::kDefaultContainerName) ReadTermination(cs, &view);
+      if (cs.value("name", "") == container) ReadTermination(cs, &view);
     }
   }
   return view;

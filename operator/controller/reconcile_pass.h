@@ -13,9 +13,11 @@
 
 #include "absl/time/time.h"
 #include "operator/api/render.h"
+#include "operator/api/tfjob.h"
 #include "operator/api/types.h"
 #include "operator/controller/pod_view.h"
 #include "operator/controller/reconciler.h"
+#include "operator/kube/client.h"
 
 namespace kubetrain::controller {
 
@@ -23,6 +25,7 @@ using nlohmann::json;
 
 struct Reconciler::Pass {
   std::string key;
+  bool tfjob = false;  // a Kubeflow TFJob: its own objects, status form and resource
   std::string ns;
   std::string name;
   json object;                 // the job as cached, or as last written here (NewestJob)
@@ -39,6 +42,13 @@ struct Reconciler::Pass {
   bool finishing = false;  // this pass ended the job
 
   std::string JobRef() const { return ns + "/" + name; }
+  kube::Resource JobResource() const {
+    return tfjob ? kube::Resource::TfJobs() : kube::Resource::TrainingJobs();
+  }
+  // The container whose exit decides the task, and whose log holds the chief's summary.
+  const char* TrainingContainer() const {
+    return tfjob ? api::kTfJobContainerName : api::kDefaultContainerName;
+  }
   // ViewPod, with the pods this reconciler deleted seen as going whatever the cache says.
   std::optional<PodView> View(const json& pod) const {
     std::optional<PodView> v = ViewPod(pod);

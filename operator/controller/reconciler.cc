@@ -1,9 +1,11 @@
 #include "operator/controller/reconciler.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -14,6 +16,7 @@
 #include "operator/api/render.h"
 #include "operator/api/restart.h"
 #include "operator/api/tf_config.h"
+#include "operator/api/tfjob.h"
 #include "operator/api/validation.h"
 #include "operator/controller/conditions.h"
 #include "operator/controller/pod_view.h"
@@ -57,11 +60,12 @@ std::string Shape(const std::map<std::string, std::vector<std::string>>& cluster
 Reconciler::Reconciler(kube::ApiClient& client, const kube::ObjectCache& jobs,
                        const kube::ObjectCache& pods, const kube::ObjectCache& services,
                        EventRecorder& events, OperatorMetrics* metrics, ProgressPoller* progress,
-                       ReconcilerOptions options)
+                       ReconcilerOptions options, const kube::ObjectCache* tfjobs)
     : client_(client),
       jobs_(jobs),
       pods_(pods),
       services_(services),
+      tfjobs_(tfjobs),
       events_(events),
       metrics_(metrics),
       progress_(progress),
@@ -69,7 +73,10 @@ Reconciler::Reconciler(kube::ApiClient& client, const kube::ObjectCache& jobs,
       clock_(options_.clock != nullptr ? *options_.clock : Clock::Real()) {}
 
 absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
-  std::optional<json> object = jobs_.Get(key);
+  const bool tfjob = absl::StartsWith(key, kTfJobKeyPrefix);
+  const kube::ObjectCache* cache = tfjob ? tfjobs_ : &jobs_;
+  std::optional<json> object;
+  if (cache != nullptr) object = cache->Get(tfjob ? key.substr(strlen(kTfJobKeyPrefix)) : key);
   if (!object) {
     expectations_.Forget(key);
     {
@@ -87,13 +94,15 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   if ((*object)["metadata"].contains("deletionTimestamp")) return ReconcileResult{};
   Pass p;
   p.key = key;
+  p.tfjob = tfjob;
   p.cached_version = cached_version;
   p.object = *object;
   p.now = clock_.Now();
   p.ns = (*object)["metadata"].value("namespace", "default");
   p.name = (*object)["metadata"].value("name", "");
   api::FieldErrors errors;
-  p.job = api::DecodeAndValidate(*object, &errors);
+  // A TFJob is reconciled as the TrainingJob it converts to (docs/decisions/0007).
+  p.job = tfjob ? api::DecodeTfJob(*object, &errors) : api::DecodeAndValidate(*object, &errors);
   p.status = p.job.status;
   p.original_status = api::ToJson(p.status);
   if (!errors.empty()) {
@@ -112,7 +121,11 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   }
   p.status.observed_generation = p.job.metadata.generation;
   p.tasks = api::Tasks(p.job, api::ClusterDnsAddresses(options_.cluster_domain));
-  for (const json& pod : pods_.ListByLabel(p.ns, api::kLabelJobName, p.name)) {
+  if (tfjob) {
+    for (api::Task& t : p.tasks) t.name = api::TfJobTaskName(p.object, t.type, t.index);
+  }
+  const char* job_label = tfjob ? api::kKubeflowLabelJobName : api::kLabelJobName;
+  for (const json& pod : pods_.ListByLabel(p.ns, job_label, p.name)) {
     if (OwnedBy(pod, p.job.metadata.uid)) p.pods[pod["metadata"].value("name", "")] = pod;
   }
   {
@@ -168,10 +181,11 @@ absl::StatusOr<ReconcileResult> Reconciler::FinishedJob(Pass& p) {
   absl::Time expiry = finished + absl::Seconds(*ttl);
   if (p.now < expiry) return ReconcileResult{expiry - p.now};
   absl::Status s =
-      client_.Delete(kube::Resource::TrainingJobs(), p.ns, p.name,
+      client_.Delete(p.JobResource(), p.ns, p.name,
                      {.propagation_policy = "Background", .precondition_uid = p.job.metadata.uid});
   if (!s.ok() && s.code() != absl::StatusCode::kNotFound) return s;
-  log::Info("Deleted TrainingJob after its TTL", {{"job", p.JobRef()}, {"ttl_seconds", *ttl}});
+  log::Info(absl::StrCat("Deleted ", p.job.kind, " after its TTL"),
+            {{"job", p.JobRef()}, {"ttl_seconds", *ttl}});
   return ReconcileResult{};
 }
 
@@ -361,9 +375,21 @@ void Reconciler::ReadProgress(Pass& p) {
 
 absl::Status Reconciler::RestartOnClusterChange(Pass& p) {
   if (p.tasks.empty()) return absl::OkStatus();
-  api::ClusterDnsAddresses addresses(options_.cluster_domain);
-  std::map<std::string, std::vector<std::string>> wanted =
-      api::TfConfigFor(p.job, addresses, p.tasks.front().type, p.tasks.front().index).cluster;
+  std::map<std::string, std::vector<std::string>> wanted;
+  const api::Task& first = p.tasks.front();
+  if (p.tfjob) {
+    // Kubeflow's sparse TF_CONFIG (enableDynamicWorker) differs from task to task, and a job
+    // of one replica has none: neither has one cluster to compare.
+    if (p.object["spec"].value("enableDynamicWorker", false) == true) return absl::OkStatus();
+    absl::StatusOr<api::TfConfig> tf = api::ParseTfConfig(
+        api::KubeflowTfConfig(p.object, api::TfJobReplicaName(p.object, first.type), first.index,
+                              options_.cluster_domain));
+    if (!tf.ok()) return absl::OkStatus();
+    wanted = std::move(tf->cluster);
+  } else {
+    api::ClusterDnsAddresses addresses(options_.cluster_domain);
+    wanted = api::TfConfigFor(p.job, addresses, first.type, first.index).cluster;
+  }
   std::optional<std::map<std::string, std::vector<std::string>>> stale;
   for (const auto& [name, pod] : p.pods) {
     std::optional<PodView> v = p.View(pod);
@@ -407,7 +433,7 @@ void Reconciler::ReadFinalSummary(Pass& p) {
     // No termination message (a kubelet or image that does not write one): the summary is the
     // chief's last log line. Read once, when the job ends, before cleanup removes pods.
     absl::StatusOr<std::string> log =
-        client_.GetLog(p.ns, t.name, api::kDefaultContainerName, kSummaryLogLines);
+        client_.GetLog(p.ns, t.name, p.TrainingContainer(), kSummaryLogLines);
     if (log.ok()) {
       summary = ParseFinalSummary(*log);
     } else {
@@ -430,9 +456,9 @@ absl::Status Reconciler::WriteStatus(Pass& p) {
   if (status == p.original_status) return absl::OkStatus();
   p.status.last_reconcile_time = kube::FormatTime(p.now);
   json object = p.object;
-  object["status"] = api::ToJson(p.status);
+  object["status"] = p.tfjob ? api::TfJobStatus(p.status, p.object) : api::ToJson(p.status);
   // PUT with the cached resourceVersion: a stale cache gets 409 and the job is retried.
-  absl::StatusOr<json> written = client_.UpdateStatus(kube::Resource::TrainingJobs(), p.ns, object);
+  absl::StatusOr<json> written = client_.UpdateStatus(p.JobResource(), p.ns, object);
   RETURN_IF_ERROR(written.status(), "updating the status of ", p.JobRef());
   kube::StripForCache(*written);  // held until the cache catches up: no bigger than its copy
   // The PUT was conditional on p.object's version, so every version seen so far is older.

@@ -34,6 +34,11 @@
 
 namespace kubetrain::controller {
 
+// Work-queue keys: "namespace/name" for a TrainingJob; this prefix before it for a Kubeflow
+// TFJob (operator/api/tfjob.h), reconciled as the TrainingJob it converts to
+// (docs/decisions/0007-kubeflow-tfjob.md).
+inline constexpr char kTfJobKeyPrefix[] = "TFJob:";
+
 struct ReconcilerOptions {
   std::string cluster_domain;  // appended to .svc in TF_CONFIG addresses when set
   std::string gang_scheduler;  // "" or "volcano"
@@ -52,12 +57,14 @@ struct ReconcileResult {
 class Reconciler {
  public:
   // The caches are the controller's informers (or fakes in unit tests); `progress` may be null
-  // (no progress in status).
+  // (no progress in status); `tfjobs` null when the operator serves no TFJobs.
   Reconciler(kube::ApiClient& client, const kube::ObjectCache& jobs, const kube::ObjectCache& pods,
              const kube::ObjectCache& services, EventRecorder& events, OperatorMetrics* metrics,
-             ProgressPoller* progress, ReconcilerOptions options);
+             ProgressPoller* progress, ReconcilerOptions options,
+             const kube::ObjectCache* tfjobs = nullptr);
 
-  // `key` is "namespace/name". Errors are worth a rate-limited retry (409 conflicts included).
+  // `key` is "namespace/name", or kTfJobKeyPrefix and that for a TFJob. Errors are worth a
+  // rate-limited retry (409 conflicts included).
   absl::StatusOr<ReconcileResult> Reconcile(const std::string& key);
 
  private:
@@ -66,6 +73,8 @@ class Reconciler {
   // The chief's task and pod as the cache shows them; none while the pod does not exist.
   std::optional<std::pair<api::Task, PodView>> ChiefPod(const Pass& p) const;
   absl::Status EnsureService(Pass& p);
+  // A TFJob's Services: Kubeflow's headless Service per replica (api::TfJobServices).
+  absl::Status EnsureTfJobServices(Pass& p);
   // The job's shared-secret Secret (api::BuildJobSecret), before any of its pods: the pods read
   // KUBETRAIN_JOB_SECRET from it. docs/decisions/0005-shared-secret-per-job.md.
   absl::Status EnsureJobSecret(Pass& p);
@@ -107,6 +116,7 @@ class Reconciler {
   const kube::ObjectCache& jobs_;
   const kube::ObjectCache& pods_;
   const kube::ObjectCache& services_;
+  const kube::ObjectCache* tfjobs_;  // null: no TFJobs served
   EventRecorder& events_;
   OperatorMetrics* metrics_;
   ProgressPoller* progress_;  // null: no progress in status

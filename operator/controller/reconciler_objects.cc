@@ -29,6 +29,7 @@ std::string ApiMessage(const absl::Status& error) {
 }  // namespace
 
 absl::Status Reconciler::EnsureService(Pass& p) {
+  if (p.tfjob) return EnsureTfJobServices(p);
   if (services_.Get(p.key)) return absl::OkStatus();
   json svc = api::BuildService(p.job);
   absl::StatusOr<json> created = client_.Create(kube::Resource::Services(), p.ns, svc);
@@ -37,6 +38,20 @@ absl::Status Reconciler::EnsureService(Pass& p) {
     return CreateRefused(p, "FailedCreateService", "Service", p.name, created.status());
   }
   events_.Normal(p.object, "CreatedService", "Created Service service=" + p.name);
+  return absl::OkStatus();
+}
+
+absl::Status Reconciler::EnsureTfJobServices(Pass& p) {
+  for (const json& svc : api::TfJobServices(p.object)) {
+    const std::string name = svc["metadata"]["name"];
+    if (services_.Get(p.ns + "/" + name)) continue;
+    absl::StatusOr<json> created = client_.Create(kube::Resource::Services(), p.ns, svc);
+    if (created.status().code() == absl::StatusCode::kAlreadyExists) continue;
+    if (!created.ok()) {
+      return CreateRefused(p, "FailedCreateService", "Service", name, created.status());
+    }
+    events_.Normal(p.object, "CreatedService", "Created Service service=" + name);
+  }
   return absl::OkStatus();
 }
 
@@ -80,8 +95,8 @@ absl::Status Reconciler::EnsurePodGroup(Pass& p) {
                  {{"name", p.name},
                   {"namespace", p.ns},
                   {"labels", api::JobLabels(p.job)},
-                  {"ownerReferences", json::array({{{"apiVersion", api::kApiVersion},
-                                                    {"kind", api::kKind},
+                  {"ownerReferences", json::array({{{"apiVersion", p.job.api_version},
+                                                    {"kind", p.job.kind},
                                                     {"name", p.name},
                                                     {"uid", p.job.metadata.uid},
                                                     {"controller", true},
@@ -97,8 +112,9 @@ absl::Status Reconciler::EnsurePodGroup(Pass& p) {
 }
 
 json Reconciler::PodFor(const Pass& p, api::ReplicaType type, int index) const {
-  api::ClusterDnsAddresses addresses(options_.cluster_domain);
-  json pod = api::BuildPod(p.job, type, index, addresses);
+  json pod = p.tfjob ? api::TfJobPod(p.object, type, index, options_.cluster_domain)
+                     : api::BuildPod(p.job, type, index,
+                                     api::ClusterDnsAddresses(options_.cluster_domain));
   if (options_.gang_scheduler == "volcano") {
     pod["spec"]["schedulerName"] = "volcano";
     pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = p.name;
@@ -221,8 +237,18 @@ absl::Status Reconciler::Cleanup(Pass& p) {
       return Annotate(s, "deleting the PodGroup of " + p.JobRef());
     }
   }
-  // The Service goes whatever the pods' phases: nothing dials a finished job.
-  if (services_.Get(p.key)) {
+  // The Services go whatever the pods' phases: nothing dials a finished job.
+  if (p.tfjob) {
+    for (const json& svc : services_.ListByLabel(p.ns, api::kKubeflowLabelJobName, p.name)) {
+      if (!OwnedBy(svc, p.job.metadata.uid)) continue;
+      const std::string name = svc["metadata"].value("name", "");
+      absl::Status s = client_.Delete(kube::Resource::Services(), p.ns, name);
+      if (s.ok()) events_.Normal(p.object, "DeletedService", "Deleted Service service=" + name);
+      if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
+        return DeleteRefused(p, "FailedDeleteService", "Service", name, s);
+      }
+    }
+  } else if (services_.Get(p.key)) {
     absl::Status s = client_.Delete(kube::Resource::Services(), p.ns, p.name);
     if (s.ok()) events_.Normal(p.object, "DeletedService", "Deleted Service service=" + p.name);
     if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {

@@ -113,6 +113,7 @@ Resource Resource::Leases() { return {"coordination.k8s.io", "v1", "leases", "Le
 Resource Resource::TrainingJobs() {
   return {"kubetrain.dev", "v1", "trainingjobs", "TrainingJob", true};
 }
+Resource Resource::TfJobs() { return {"kubeflow.org", "v1", "tfjobs", "TFJob", true}; }
 Resource Resource::PodGroups() {
   return {"scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", true};
 }

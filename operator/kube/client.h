@@ -47,6 +47,7 @@ struct Resource {
   static Resource Events();
   static Resource Leases();
   static Resource TrainingJobs();
+  static Resource TfJobs();     // kubeflow.org/v1 tfjobs
   static Resource PodGroups();  // scheduling.volcano.sh/v1beta1
 };
 

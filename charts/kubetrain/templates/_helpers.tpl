@@ -104,6 +104,17 @@ verbs operator/controller and operator/kube use; see deploy/rbac/cluster-role.ya
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.tfjob.enabled }}
+- apiGroups: ["kubeflow.org"]
+  resources: ["tfjobs"]
+  verbs: ["get", "list", "watch", "delete"]
+- apiGroups: ["kubeflow.org"]
+  resources: ["tfjobs/status"]
+  verbs: ["update"]
+- apiGroups: ["kubeflow.org"]
+  resources: ["tfjobs/finalizers"]
+  verbs: ["update"]
+{{- end }}
 {{- if eq .Values.gangScheduler "volcano" }}
 - apiGroups: ["scheduling.volcano.sh"]
   resources: ["podgroups"]

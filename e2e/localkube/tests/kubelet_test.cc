@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <set>
 
@@ -33,11 +34,11 @@ struct Instance {
   }
   ~Instance() { kubelet->Stop(); }
 
-  void RunPod(const std::string& name) {
+  void RunPod(const std::string& name, json labels = json::object()) {
     json pod = {
         {"apiVersion", "v1"},
         {"kind", "Pod"},
-        {"metadata", {{"name", name}, {"namespace", "default"}}},
+        {"metadata", {{"name", name}, {"namespace", "default"}, {"labels", labels}}},
         {"spec",
          {{"restartPolicy", "Never"},
           {"containers", {{{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "30"}}}}}}}};
@@ -100,6 +101,53 @@ TEST_F(KubeletIps, TwoInstancesHandOutDisjointPodIps) {
   EXPECT_EQ(ips_a.size(), 3u);
   EXPECT_EQ(ips_b.size(), 3u);
   for (const std::string& ip : ips_a) EXPECT_EQ(ips_b.count(ip), 0u) << ip;
+}
+
+// Cluster DNS as CoreDNS answers it: a headless Service's name, <svc>.<ns>.svc, resolves to the
+// pods it selects (Kubeflow's TF_CONFIG addresses are such names), here through the hosts file,
+// also for Services created after their pods.
+TEST_F(KubeletIps, HeadlessServicesResolveToTheirPods) {
+  Instance a(dir_);
+  a.RunPod("tf-worker-0", {{"job", "tf"}, {"index", "0"}});
+  a.RunPod("tf-worker-1", {{"job", "tf"}, {"index", "1"}});
+  const std::string ip0 = a.PodIp("tf-worker-0"), ip1 = a.PodIp("tf-worker-1");
+  ASSERT_FALSE(ip0.empty());
+  Target services{a.registry.Find("", "v1", "services"), "default", "", ""};
+  auto service = [](const std::string& name, json selector, const std::string& cluster_ip) {
+    return json{{"apiVersion", "v1"},
+                {"kind", "Service"},
+                {"metadata", {{"name", name}, {"namespace", "default"}}},
+                {"spec",
+                 {{"clusterIP", cluster_ip},
+                  {"selector", selector},
+                  {"ports", {{{"name", "p"}, {"port", 2222}}}}}}};
+  };
+  ASSERT_THAT(
+      a.api.Create(services, service("tf-worker-1", {{"job", "tf"}, {"index", "1"}}, "None"),
+                   WriteOptions{}),
+      IsOk());
+  ASSERT_THAT(a.api.Create(services, service("tf", {{"job", "tf"}}, "None"), WriteOptions{}),
+              IsOk());
+  auto hosts_line = [&](const std::string& ip) {
+    std::string text;
+    for (absl::Time deadline = absl::Now() + absl::Seconds(10); absl::Now() < deadline;
+         absl::SleepFor(absl::Milliseconds(50))) {
+      std::ifstream in(dir_ + "/hosts");
+      std::string line;
+      while (std::getline(in, line)) {
+        if (absl::StartsWith(line, ip + " ") && absl::StrContains(line, "tf.default.svc")) {
+          return line;
+        }
+      }
+    }
+    return std::string();
+  };
+  std::string line1 = hosts_line(ip1);
+  EXPECT_THAT(line1, ::testing::HasSubstr(" tf-worker-1.default.svc tf-worker-1.default.svc."
+                                          "cluster.local"));
+  std::string line0 = hosts_line(ip0);
+  EXPECT_THAT(line0, ::testing::HasSubstr(" tf.default.svc"));
+  EXPECT_THAT(line0, ::testing::Not(::testing::HasSubstr("tf-worker-1.default.svc")));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "operator/api/decode.h"
 #include "operator/api/render.h"
 #include "operator/api/tf_config.h"
 #include "operator/api/validation.h"
@@ -211,8 +212,9 @@ TEST(ConvertTfJob, MistakesAreNamedByTheirTfJobField) {
   EXPECT_FALSE(IsTfJob(json::parse(R"({"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob"})")));
 }
 
-// What Kubeflow's operator creates for a TFJob, object for object: a headless Service per replica
-// selecting its pod, the pods with Kubeflow's labels, restart policy and TF_CONFIG.
+// What the operator creates for a TFJob, object for object, as Kubeflow's does: a headless
+// Service per replica selecting its pod, the pods with Kubeflow's labels and TF_CONFIG; beside
+// them the operator's managed-by label, restartPolicy Never and the job's secret.
 TEST(RenderTfJob, KubeflowsServicesAndPods) {
   json master = Replica(1);
   master["restartPolicy"] = "ExitCode";
@@ -230,9 +232,11 @@ TEST(RenderTfJob, KubeflowsServicesAndPods) {
                        {"training.kubeflow.org/operator-name", "tfjob-controller"},
                        {"training.kubeflow.org/replica-index", "1"},
                        {"training.kubeflow.org/replica-type", "worker"}};
+  json managed = labels;
+  managed["app.kubernetes.io/managed-by"] = "kubetrain-operator";
   const json& service = objects[2];
   EXPECT_EQ(service["metadata"]["namespace"], "team-a");
-  EXPECT_EQ(service["metadata"]["labels"], labels);
+  EXPECT_EQ(service["metadata"]["labels"], managed);
   EXPECT_EQ(service["spec"], json({{"clusterIP", "None"},
                                    {"selector", labels},
                                    {"ports", {{{"name", "tfjob-port"}, {"port", 2222}}}}}));
@@ -242,14 +246,19 @@ TEST(RenderTfJob, KubeflowsServicesAndPods) {
   EXPECT_EQ(chief["spec"]["restartPolicy"], "Never");  // ExitCode: the operator decides
   const json& worker = objects[5];
   EXPECT_FALSE(worker["metadata"]["labels"].contains("training.kubeflow.org/job-role"));
-  EXPECT_EQ(worker["metadata"]["labels"], labels);
+  EXPECT_EQ(worker["metadata"]["labels"], managed);
+  EXPECT_EQ(worker["spec"]["restartPolicy"], "Never");  // Kubeflow's default, and the operator's
+  EXPECT_FALSE(worker["metadata"].contains("ownerReferences"));  // no uid yet
   const json& c = worker["spec"]["containers"][0];
   EXPECT_EQ(c["name"], "tensorflow");
   EXPECT_EQ(c["ports"], json({{{"name", "tfjob-port"}, {"containerPort", 2222}}}));
   json with_ns = tfjob;
   with_ns["metadata"]["namespace"] = "team-a";
   EXPECT_EQ(c["env"],
-            json({{{"name", "TF_CONFIG"}, {"value", KubeflowTfConfig(with_ns, "worker", 1, "")}}}));
+            json({{{"name", "TF_CONFIG"}, {"value", KubeflowTfConfig(with_ns, "worker", 1, "")}},
+                  {{"name", "KUBETRAIN_JOB_SECRET"},
+                   {"valueFrom",
+                    {{"secretKeyRef", {{"name", "strategy-job-secret"}, {"key", "token"}}}}}}}));
   EXPECT_THAT(c["env"][0]["value"].get<std::string>(),
               HasSubstr(R"("master":["strategy-master-0.team-a.svc:2222"])"));
 }
@@ -259,8 +268,77 @@ TEST(RenderTfJob, WorkerZeroIsTheMasterRoleWithoutAChiefAndOneReplicaGetsNoTfCon
   ASSERT_EQ(objects.size(), 2u);
   const json& pod = objects[1];
   EXPECT_EQ(pod["metadata"]["labels"]["training.kubeflow.org/job-role"], "master");
-  EXPECT_FALSE(pod["spec"]["containers"][0].contains("env"));
+  ASSERT_EQ(pod["spec"]["containers"][0]["env"].size(), 1u);  // the secret only: no TF_CONFIG
+  EXPECT_EQ(pod["spec"]["containers"][0]["env"][0]["name"], "KUBETRAIN_JOB_SECRET");
   EXPECT_EQ(pod["metadata"]["namespace"], "ns");
+}
+
+// Once the API server has given the TFJob a uid, everything made for it is owned by the TFJob
+// (the garbage collector deletes it with the job); an OnFailure replica's pod is restartPolicy
+// Never too, so that the operator sees, counts and recreates each failure.
+TEST(TfJobPod, OwnedByTheTfJobAndRestartedByTheOperator) {
+  json ps = Replica(2);
+  ps["restartPolicy"] = "OnFailure";
+  json tfjob = TfJob({{"ps", ps}, {"Worker", Replica(2)}}, "owned", "team-b");
+  tfjob["metadata"]["uid"] = "u-123";
+  json pod = TfJobPod(tfjob, ReplicaType::kPS, 1, "");
+  EXPECT_EQ(pod["metadata"]["name"], "owned-ps-1");
+  EXPECT_EQ(pod["metadata"]["namespace"], "team-b");
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"],
+            json::parse(R"([{"apiVersion":"kubeflow.org/v1","kind":"TFJob","name":"owned",)"
+                        R"("uid":"u-123","controller":true,"blockOwnerDeletion":true}])"));
+  std::vector<json> services = TfJobServices(tfjob);
+  ASSERT_EQ(services.size(), 4u);
+  EXPECT_EQ(services[0]["metadata"]["ownerReferences"], pod["metadata"]["ownerReferences"]);
+  EXPECT_EQ(TfJobTaskName(tfjob, ReplicaType::kPS, 1), "owned-ps-1");
+}
+
+// A TFJob as the operator reads it back: the TrainingJob it converts to, with the TFJob's uid and
+// generation, owned objects of kind TFJob, and its status in the model's terms (Master's counts
+// are the Chief's, TFJob reasons the TrainingJob ones) — the inverse of TfJobStatus.
+TEST(DecodeTfJob, ReadsMetadataAndStatusBackAndNamesTfJobFields) {
+  json tfjob = TfJob({{"Master", Replica(1)}, {"Worker", Replica(2)}}, "back", "ns");
+  tfjob["metadata"]["uid"] = "u-9";
+  tfjob["metadata"]["generation"] = 3;
+  TrainingJobStatus status;
+  status.conditions.push_back(
+      {"Running", "True", "TrainingJobRunning", "TrainingJob ns/back is running.", "", ""});
+  status.replica_statuses[ReplicaType::kChief] = {.active = 1, .restarts = 2};
+  status.replica_statuses[ReplicaType::kWorker] = {.active = 2, .completed_indexes = "1"};
+  status.start_time = "2026-11-25T10:00:00Z";
+  json written = TfJobStatus(status, tfjob);
+  EXPECT_EQ(written["conditions"][0]["reason"], "TFJobRunning");
+  EXPECT_EQ(written["conditions"][0]["message"], "TFJob ns/back is running.");
+  EXPECT_EQ(written["replicaStatuses"]["Master"]["active"], 1);
+  EXPECT_EQ(written["replicaStatuses"]["Master"]["restarts"], 2);
+  EXPECT_FALSE(written["replicaStatuses"].contains("Chief"));
+  EXPECT_EQ(written["startTime"], "2026-11-25T10:00:00Z");
+  tfjob["status"] = written;
+  FieldErrors errors;
+  TrainingJob job = DecodeTfJob(tfjob, &errors);
+  EXPECT_THAT(errors, IsEmpty());
+  EXPECT_EQ(job.kind, "TFJob");
+  EXPECT_EQ(job.api_version, "kubeflow.org/v1");
+  EXPECT_EQ(job.metadata.uid, "u-9");
+  EXPECT_EQ(job.metadata.generation, 3);
+  EXPECT_EQ(ToJson(job.status), ToJson(status));  // the round trip is exact
+  EXPECT_EQ(BuildJobSecret(job, "s")["metadata"]["ownerReferences"][0]["kind"], "TFJob");
+
+  json bad = tfjob;
+  bad["spec"]["tfReplicaSpecs"]["Master"]["replicas"] = 2;
+  errors.clear();
+  TrainingJob failed = DecodeTfJob(bad, &errors);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_EQ(errors[0].path, "spec.tfReplicaSpecs.Master.replicas");
+  json unconvertible = tfjob;
+  unconvertible["spec"]["tfReplicaSpecs"]["Launcher"] = Replica(1);
+  errors.clear();
+  failed = DecodeTfJob(unconvertible, &errors);
+  ASSERT_FALSE(errors.empty());
+  // The status is still read, so that the operator fails the job with the reason in it.
+  EXPECT_EQ(failed.metadata.uid, "u-9");
+  EXPECT_EQ(ToJson(failed.status), ToJson(status));
 }
 
 }  // namespace

@@ -29,10 +29,10 @@ class ReconcilerTest : public ::testing::Test {
 
   // A fresh reconciler on the same API server: an operator that restarted.
   void NewReconciler() {
-    reconciler_ = std::make_unique<Reconciler>(api_, api_.Cache(Resource::TrainingJobs()),
-                                               api_.Cache(Resource::Pods()),
-                                               api_.Cache(Resource::Services()), events_, nullptr,
-                                               nullptr, ReconcilerOptions{.clock = &clock_});
+    reconciler_ = std::make_unique<Reconciler>(
+        api_, api_.Cache(Resource::TrainingJobs()), api_.Cache(Resource::Pods()),
+        api_.Cache(Resource::Services()), events_, nullptr, nullptr,
+        ReconcilerOptions{.clock = &clock_}, &api_.Cache(Resource::TfJobs()));
   }
 
   void Create(const json& job) {
@@ -439,6 +439,137 @@ TEST_F(ReconcilerTest, ADeletedJobLeavesNothingToDo) {
   ReconcileResult r = Settle("gone");
   EXPECT_FALSE(r.requeue_after.has_value());
   EXPECT_EQ(api_.Requests().size(), before);  // the garbage collector removes what it owned
+}
+
+// A Kubeflow TFJob in the shape of its examples: a `tensorflow` container per replica type.
+json TfJob(const std::string& name, json replica_specs, json run_policy = json::object()) {
+  for (auto& [type, rs] : replica_specs.items()) {
+    json container = {{"name", "tensorflow"}, {"image", "tf/dist-mnist:1"}};
+    rs["template"] = {{"spec", {{"containers", json::array({container})}}}};
+  }
+  json spec = {{"tfReplicaSpecs", replica_specs}};
+  if (!run_policy.empty()) spec["runPolicy"] = run_policy;
+  return {{"apiVersion", "kubeflow.org/v1"},
+          {"kind", "TFJob"},
+          {"metadata", {{"name", name}, {"namespace", "default"}}},
+          {"spec", spec}};
+}
+
+class TfJobReconcilerTest : public ReconcilerTest {
+ protected:
+  void CreateTfJob(const json& tfjob) {
+    ASSERT_THAT(api_.Create(Resource::TfJobs(), "default", tfjob), IsOk());
+  }
+  ReconcileResult SettleTfJob(const std::string& name, int n = 3) {
+    absl::StatusOr<ReconcileResult> r;
+    for (int i = 0; i < n; ++i) {
+      r = reconciler_->Reconcile(std::string(kTfJobKeyPrefix) + "default/" + name);
+      if (r.ok()) return *r;
+    }
+    ADD_FAILURE() << "no pass of TFJob " << name << " succeeded: " << r.status();
+    return {};
+  }
+  json TfStatus(const std::string& name) {
+    std::optional<json> obj = api_.Object(Resource::TfJobs(), "default", name);
+    return obj ? obj->value("status", json::object()) : json::object();
+  }
+  json LastCondition(const std::string& name) {
+    json st = TfStatus(name);
+    return st.contains("conditions") ? st["conditions"].back() : json::object();
+  }
+  std::vector<std::string> ServiceNames() {
+    std::vector<std::string> names;
+    for (const json& s : api_.Objects(Resource::Services())) {
+      if (!s["metadata"].contains("deletionTimestamp")) names.push_back(s["metadata"]["name"]);
+    }
+    return names;
+  }
+};
+
+// One controller, two front doors: a TFJob gets Kubeflow's objects (a Service per replica, pods
+// named and labelled as Kubeflow names them, owned by the TFJob), its status in TFJob's form, and
+// the TrainingJob rules: the Master decides success, and Services go when it is over.
+TEST_F(TfJobReconcilerTest, ATfJobRunsOnKubeflowsObjectsAndSucceedsWithItsMaster) {
+  CreateTfJob(TfJob(
+      "tf",
+      {{"Master", {{"replicas", 1}}}, {"PS", {{"replicas", 1}}}, {"Worker", {{"replicas", 2}}}}));
+  SettleTfJob("tf");
+  EXPECT_EQ(PodNames(),
+            (std::vector<std::string>{"tf-master-0", "tf-ps-0", "tf-worker-0", "tf-worker-1"}));
+  EXPECT_EQ(ServiceNames(), PodNames());
+  json master = *Pod("tf-master-0");
+  EXPECT_EQ(master["metadata"]["labels"]["training.kubeflow.org/job-role"], "master");
+  EXPECT_EQ(master["metadata"]["labels"]["training.kubeflow.org/replica-type"], "master");
+  std::string uid = api_.Object(Resource::TfJobs(), "default", "tf")->at("metadata").at("uid");
+  EXPECT_EQ(master["metadata"]["ownerReferences"][0]["kind"], "TFJob");
+  EXPECT_EQ(master["metadata"]["ownerReferences"][0]["uid"], uid);
+  std::optional<json> secret = api_.Object(Resource::Secrets(), "default", "tf-job-secret");
+  ASSERT_TRUE(secret.has_value());
+  EXPECT_EQ((*secret)["metadata"]["ownerReferences"][0]["kind"], "TFJob");
+  json created = TfStatus("tf")["conditions"][0];
+  EXPECT_EQ(created["type"], "Created");
+  EXPECT_EQ(created["reason"], "TFJobCreated");
+  EXPECT_FALSE(api_.Object(Resource::TrainingJobs(), "default", "tf").has_value());
+
+  for (const std::string& pod : PodNames()) api_.SetPodPhase("default", pod, "Running");
+  SettleTfJob("tf");
+  EXPECT_EQ(LastCondition("tf")["reason"], "TFJobRunning");
+  json replicas = TfStatus("tf")["replicaStatuses"];
+  EXPECT_EQ(replicas["Master"]["active"], 1);
+  EXPECT_EQ(replicas["Worker"]["active"], 2);
+  EXPECT_FALSE(replicas.contains("Chief"));
+
+  api_.SetPodPhase("default", "tf-master-0", "Succeeded", 0);
+  SettleTfJob("tf");
+  json done = LastCondition("tf");
+  EXPECT_EQ(done["type"], "Succeeded");
+  EXPECT_EQ(done["reason"], "TFJobSucceeded");
+  EXPECT_EQ(done["message"], "TFJob default/tf successfully completed.");
+  EXPECT_TRUE(TfStatus("tf").contains("completionTime"));
+  EXPECT_EQ(TfStatus("tf")["replicaStatuses"]["Master"]["succeeded"], 1);
+  // Kubeflow's cleanPodPolicy default, None: the pods and their Services stay.
+  EXPECT_FALSE(Deleting("tf-ps-0"));
+  EXPECT_EQ(ServiceNames().size(), 4u);
+}
+
+// Kubeflow's ExitCode semantics, with the restart counted by the operator in the TFJob's status:
+// 137 (killed) is retried, the count survives the pod, and a program error (1) fails the job;
+// cleanPodPolicy Running then removes the running pods and every Service.
+TEST_F(TfJobReconcilerTest, ExitCodeRestartsAreCountedInTheTfJobStatus) {
+  CreateTfJob(TfJob(
+      "ec",
+      {{"Worker", {{"replicas", 2}, {"restartPolicy", "ExitCode"}}}, {"PS", {{"replicas", 1}}}},
+      {{"backoffLimit", 3}, {"cleanPodPolicy", "Running"}}));
+  SettleTfJob("ec");
+  std::string uid = Uid("ec-worker-1");
+  api_.SetPodPhase("default", "ec-worker-1", "Failed", 137);
+  SettleTfJob("ec");
+  EXPECT_TRUE(Deleting("ec-worker-1"));
+  EXPECT_EQ(LastCondition("ec")["reason"], "TFJobRestarting");
+  EXPECT_EQ(TfStatus("ec")["replicaStatuses"]["Worker"]["restarts"], 1);
+  api_.FinishDeletions();
+  SettleTfJob("ec");
+  EXPECT_NE(Uid("ec-worker-1"), uid);  // recreated, with its Kubeflow name
+  EXPECT_EQ(TfStatus("ec")["replicaStatuses"]["Worker"]["restarts"], 1);  // counted once
+  api_.SetPodPhase("default", "ec-worker-0", "Failed", 1);
+  SettleTfJob("ec");
+  EXPECT_EQ(LastCondition("ec")["type"], "Failed");
+  EXPECT_EQ(LastCondition("ec")["reason"], "TFJobFailed");
+  EXPECT_TRUE(Deleting("ec-ps-0"));
+  EXPECT_THAT(ServiceNames(), ::testing::IsEmpty());
+}
+
+// A TFJob the conversion refuses fails with the TFJob's own field in its status, and nothing is
+// created for it.
+TEST_F(TfJobReconcilerTest, AnInvalidTfJobFailsNamingItsField) {
+  CreateTfJob(TfJob("inv", {{"Master", {{"replicas", 2}}}, {"Worker", {{"replicas", 1}}}}));
+  SettleTfJob("inv");
+  json failed = LastCondition("inv");
+  EXPECT_EQ(failed["type"], "Failed");
+  EXPECT_EQ(failed["reason"], "InvalidSpec");
+  EXPECT_THAT(failed["message"].get<std::string>(),
+              ::testing::HasSubstr("spec.tfReplicaSpecs.Master.replicas"));
+  EXPECT_THAT(PodNames(), ::testing::IsEmpty());
 }
 
 }  // namespace

@@ -207,7 +207,11 @@ void FakeApiClient::SetPodPhase(const std::string& ns, const std::string& name,
   auto it = objects_["pods"].find(Key(ns, name));
   if (it == objects_["pods"].end()) return;
   json& pod = it->second;
-  json container = {{"name", "kubetrain"}, {"ready", phase == "Running"}, {"restartCount", 0}};
+  // The status of the pod's first container (a training pod has one: kubetrain or tensorflow).
+  std::string container_name = "kubetrain";
+  const json& containers = pod["spec"].value("containers", json::array());
+  if (!containers.empty()) container_name = containers[0].value("name", container_name);
+  json container = {{"name", container_name}, {"ready", phase == "Running"}, {"restartCount", 0}};
   if (exit_code) {
     container["state"] = {{"terminated", {{"exitCode", *exit_code}}}};
   } else if (phase == "Running") {
