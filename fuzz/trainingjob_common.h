@@ -22,7 +22,8 @@ namespace kubetrain::fuzz {
 inline void ExerciseTrainingJob(const nlohmann::json& doc);
 
 // A Kubeflow TFJob: converted (errors mapped to its own paths), Kubeflow's TF_CONFIG of every
-// task read back by kubetrain's parser, then the TrainingJob it converts to, like any other.
+// task read back by kubetrain's parser, the operator's reading of it (DecodeTfJob, TfJobStatus),
+// then the TrainingJob it converts to, like any other.
 inline void ExerciseTfJob(const nlohmann::json& doc) {
   api::FieldErrors errors;
   api::TfJobConversion converted = api::ConvertTfJob(doc, &errors);
@@ -53,6 +54,17 @@ inline void ExerciseTfJob(const nlohmann::json& doc) {
   }
   for (const nlohmann::json& object : api::RenderTfJob(doc, "fuzz", "cluster.local")) {
     (void)object.dump();
+  }
+  // What the operator reads: the same verdict, and a status it writes reads back unchanged.
+  api::FieldErrors decode_errors;
+  api::TrainingJob decoded = api::DecodeTfJob(doc, &decode_errors);
+  if (!decode_errors.empty()) Fail("DecodeTfJob refuses a TFJob that converts and validates");
+  nlohmann::json written = doc;
+  written["status"] = api::TfJobStatus(decoded.status, doc);
+  api::FieldErrors reread_errors;
+  if (api::ToJson(api::DecodeTfJob(written, &reread_errors).status) !=
+      api::ToJson(decoded.status)) {
+    Fail("a TFJob status the operator writes does not read back the same");
   }
   ExerciseTrainingJob(converted.training_job);
 }

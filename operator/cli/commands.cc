@@ -91,17 +91,6 @@ std::vector<LoadedJob> LoadFile(const std::string& file) {
   return jobs;
 }
 
-// run takes TrainingJobs; a TFJob is pointed at `kubetrain convert`.
-bool RefuseTfJob(const std::vector<LoadedJob>& jobs, const std::string& file, std::ostream& err) {
-  for (const LoadedJob& j : jobs) {
-    if (!j.tfjob) continue;
-    err << j.where << ": a Kubeflow TFJob; kubetrain run takes TrainingJobs: `kubetrain convert "
-        << file << " > job.yaml` writes the equivalent one\n";
-    return true;
-  }
-  return false;
-}
-
 // --help prints and exits 0; a bad flag prints its error and exits 2.
 int FlagExit(const absl::Status& status, std::ostream& err) {
   if (HelpRequested(status)) return 0;
@@ -205,7 +194,9 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
     first = false;
   };
   for (LoadedJob& j : jobs) {
-    if (j.tfjob) {  // Kubeflow's objects, as its operator would create them
+    if (j.tfjob) {  // Kubeflow's objects, as kubetrain's operator creates them
+      if (j.job.metadata.namespace_.empty() && !ns.empty()) j.job.metadata.namespace_ = ns;
+      write(api::BuildJobSecret(j.job, GenerateJobSecret()));  // the pods read their secret
       for (const json& obj : api::RenderTfJob(j.source, ns, cluster_domain)) {
         if (stop.load()) break;
         write(obj);
@@ -237,8 +228,9 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   options.command.bin_dir = local::ExecutableDir();
   FlagSet flags(
       "kubetrain run",
-      "Runs the TrainingJob in FILE on this machine: one process per task on free "
-      "127.0.0.1 ports,\nwith the TF_CONFIG a pod would get, restart policies, "
+      "Runs the TrainingJob (or Kubeflow TFJob, as `kubetrain convert` writes it) in FILE on "
+      "this\nmachine: one process per task on free 127.0.0.1 ports,\nwith the TF_CONFIG a pod "
+      "would get, restart policies, "
       "backoffLimit, activeDeadlineSeconds and\nsuccessPolicy applied. Containers run "
       "their command (binaries in --bin-dir first, then PATH);\nwithout a command, "
       "image kubetrain/<name> runs kubetrain-<name>. On a machine with GPUs (those "
@@ -266,11 +258,12 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
         << " documents; kubetrain run takes one TrainingJob per file\n";
     return 2;
   }
-  if (RefuseTfJob(jobs, files->front(), err)) return 2;
   if (!jobs[0].errors.empty()) {
     PrintErrors(jobs[0], err);
     return 2;
   }
+  // A TFJob runs as the TrainingJob it converts to; what differs is said first.
+  for (const std::string& note : jobs[0].notes) err << jobs[0].where << ": note: " << note << "\n";
   // CUDA_VISIBLE_DEVICES passes through (a value hiding every GPU stays in force); tasks that
   // get a GPU of their own below override it.
   for (const char* name :
@@ -284,7 +277,8 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     err << files->front() << ": " << result.status().message() << "\n";
     return 2;
   }
-  out << "kubetrain | TrainingJob " << jobs[0].job.metadata.name << " " << result->reason << " in "
+  out << "kubetrain | " << (jobs[0].tfjob ? "TFJob " : "TrainingJob ") << jobs[0].job.metadata.name
+      << " " << result->reason << " in "
       << absl::StrFormat("%.1fs", absl::ToDoubleSeconds(result->wall)) << ": " << result->message
       << " (restarts: " << result->restarts << ")\n";
   if (result->summary) out << "kubetrain | chief summary: " << result->summary->dump() << "\n";

@@ -295,8 +295,7 @@ TEST(Cli, UnknownCommandAndHelp) {
   EXPECT_NE(sub.err.find("did you mean --output?"), std::string::npos) << sub.err;
 }
 
-// Kubeflow TFJobs: validated as the TrainingJob they convert to, converted by `convert`, and
-// pointed at `convert` by the commands that take TrainingJobs only.
+// Kubeflow TFJobs: validated as the TrainingJob they convert to, and converted by `convert`.
 TEST(ConvertCommand, KubeflowTfJobsValidateAndConvertToValidTrainingJobs) {
   for (const char* file : {"ps-workers.yaml", "master-workers.yaml"}) {
     const std::string path = Src(std::string("operator/api/testdata/tfjob/") + file);
@@ -349,24 +348,57 @@ TEST(ConvertCommand, ProblemsNameTheTfJobsFieldsAndOtherKindsAreRefused) {
   Result not_tfjob = RunCli({"convert", Src("deploy/examples/fashion-mnist.yaml")});
   EXPECT_EQ(not_tfjob.code, 1);
   EXPECT_NE(not_tfjob.err.find("not a Kubeflow TFJob"), std::string::npos);
-  Result refused = RunCli({"run", Src("operator/api/testdata/tfjob/ps-workers.yaml")});
-  EXPECT_EQ(refused.code, 2);
-  EXPECT_NE(refused.err.find("a Kubeflow TFJob; kubetrain run takes TrainingJobs: `kubetrain "
-                             "convert"),
-            std::string::npos)
-      << refused.err;
 }
 
-// render prints what Kubeflow's operator would create for a TFJob: a Service per replica, then
-// the pods, with Kubeflow's TF_CONFIG.
+// kubetrain run takes a TFJob as the TrainingJob it converts to: its Master is the chief that
+// decides, the notes come first, and the final line names the TFJob.
+TEST(RunCommand, ATfJobRunsAsItsTrainingJob) {
+  const std::string tfjob = R"yaml(apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata:
+  name: tf-local
+spec:
+  tfReplicaSpecs:
+    Master:
+      restartPolicy: ExitCode
+      template:
+        spec:
+          containers:
+            - name: tensorflow
+              image: example/tf:1
+              command: ["sh", "-c", "echo task=$(echo $TF_CONFIG | grep -o chief)"]
+    Worker:
+      replicas: 2
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+            - name: tensorflow
+              image: example/tf:1
+              command: ["sh", "-c", "sleep 30"]
+)yaml";
+  Result r = RunCli({"run", "--grace-period=1s", WriteFile("tf-local.yaml", tfjob)});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("chief-0   | task=chief"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kubetrain | TFJob tf-local Succeeded in "), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("(TFJob tf-local): note: spec.runPolicy.backoffLimit: unset"),
+            std::string::npos)
+      << r.err;
+}
+
+// render prints what the operator creates for a TFJob: the job's Secret, a Service per replica,
+// then the pods, with Kubeflow's TF_CONFIG.
 TEST(RenderCommand, ATfJobRendersAsKubeflowsObjects) {
   Result r = RunCli({"render", "--output=json", "--cluster-domain=cluster.local",
                      Src("operator/api/testdata/tfjob/ps-workers.yaml")});
   ASSERT_EQ(r.code, 0) << r.err;
   nlohmann::json list = nlohmann::json::parse(r.out);
-  ASSERT_EQ(list["items"].size(), 12u);  // 6 Services, 6 pods
-  EXPECT_EQ(list["items"][0]["kind"], "Service");
-  const nlohmann::json& pod = list["items"][11];
+  ASSERT_EQ(list["items"].size(), 13u);  // the Secret, 6 Services, 6 pods
+  EXPECT_EQ(list["items"][0]["kind"], "Secret");
+  EXPECT_EQ(list["items"][0]["metadata"]["name"], "dist-mnist-job-secret");
+  EXPECT_EQ(list["items"][0]["metadata"]["namespace"], "kubeflow");
+  EXPECT_EQ(list["items"][1]["kind"], "Service");
+  const nlohmann::json& pod = list["items"][12];
   EXPECT_EQ(pod["metadata"]["name"], "dist-mnist-worker-3");
   EXPECT_EQ(pod["metadata"]["namespace"], "kubeflow");
   EXPECT_EQ(pod["spec"]["containers"][0]["env"][0]["value"],
