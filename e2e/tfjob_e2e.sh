@@ -53,6 +53,18 @@ for _ in $(seq 100); do
 done
 grep -q "Caches synced" "$LK_DIR/operator.log" || fail "operator caches did not sync"
 
+step "the CRD's schema takes TFJob manifests whole (server-side dry run: nothing pruned)"
+k create namespace kubeflow >/dev/null
+for f in operator/api/testdata/tfjob/*.yaml e2e/testdata/tfjob-*.yaml; do
+  kept=$(k create --dry-run=server -f "$f" -o json) || fail "$f: refused by the API server"
+  python3 - "$f" "$kept" <<'PY' || fail "$f: the CRD changed it"
+import json, sys, yaml
+sent = yaml.safe_load(open(sys.argv[1]))
+kept = json.loads(sys.argv[2])
+assert kept["spec"] == sent["spec"], (sent["spec"], kept["spec"])
+PY
+done
+
 step "Kubeflow's dist-mnist shape: 2 PS, 4 Workers, worker 0 decides"
 k apply -f e2e/testdata/tfjob-dist-mnist.yaml | has "tfjob.kubeflow.org/dist-mnist created" ||
   fail "kubectl apply of the TFJob"

@@ -48,7 +48,9 @@ Controller::Controller(kube::Client& client, ControllerOptions options, Operator
                      [this](const json&, const json& o) { queue_.Add(kube::ObjectKey(o)); },
                      [this](const json& o) { queue_.Add(kube::ObjectKey(o)); }});
   if (tfjobs_) {
-    auto add = [this](const json& o) { queue_.Add(kTfJobKeyPrefix + kube::ObjectKey(o)); };
+    auto add = [this](const json& o) {
+      queue_.Add(absl::StrCat(kTfJobKeyPrefix, kube::ObjectKey(o)));
+    };
     tfjobs_->AddHandlers({add, [add](const json&, const json& o) { add(o); }, add});
   }
   kube::EventHandlers owner{[this](const json& o) { EnqueueOwner(o); },

@@ -307,6 +307,26 @@ TEST_F(OperatorProcessTest, StartWithoutTheCrdNamesTheCrd) {
   EXPECT_TRUE(absl::StrContains(s.message(), "trainingjobs")) << s;
 }
 
+// --tfjob on a cluster without Kubeflow's TFJob CRD: the error names that CRD and both fixes.
+TEST_F(OperatorProcessTest, StartWithTfJobsButNoTfJobCrdNamesIt) {
+  auto fresh = kube::testing::Localkube::Start();
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  auto client = (*fresh)->NewClient({.qps = 0});
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_THAT((*fresh)->InstallTrainingJobCrd(**client), IsOk());
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  Controller controller(
+      **client,
+      {.namespace_ = "default", .workers = 1, .tfjob = true, .sync_timeout = absl::Seconds(2)},
+      &metrics);
+  absl::Status s = controller.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "the TFJob CRD is not installed")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "deploy/crd/kubeflow.org_tfjobs.yaml")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "without --tfjob")) << s;
+}
+
 TEST_F(OperatorProcessTest, StartWithRejectedCredentialsSaysSoNotCrd) {
   auto guarded = kube::testing::Localkube::Start({"--token=right-token"});
   ASSERT_TRUE(guarded.ok()) << guarded.status();
