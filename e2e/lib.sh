@@ -46,6 +46,45 @@ stop_localkube() {
   exit $rc
 }
 
+# localkube running pods from BIN's programs (processes), RBAC on, and $OP_KUBECONFIG: the same
+# server with the token of the operator's service account (kubetrain-system/kubetrain-operator),
+# so that the operator has only what deploy/rbac grants. Stops both on exit (stop_all).
+OP_PID=""
+start_localkube_for_operator() {  # BIN [extra localkube flags...]
+  local bin=$1 token="operator-$RANDOM$RANDOM"
+  shift
+  start_localkube --run-pods --hosts-file "$(mktemp -u "${TMPDIR:-/tmp}/lk-hosts.XXXXXX")" \
+    --image-map "kubetrain/=$bin" --rbac \
+    --user-token "$token=system:serviceaccount:kubetrain-system:kubetrain-operator" "$@"
+  OP_KUBECONFIG="$LK_DIR/operator.kubeconfig"
+  sed "s/token: $LK_TOKEN/token: $token/" "$KUBECONFIG" >"$OP_KUBECONFIG"
+  has "token: $token" "$OP_KUBECONFIG" || fail "no operator token in $OP_KUBECONFIG"
+  trap stop_all EXIT
+}
+
+# BIN's kubetrain-operator with $OP_KUBECONFIG, logging to $LK_DIR/operator.log, until its caches
+# have synced; extra operator flags follow.
+start_operator() {  # BIN [extra operator flags...]
+  local bin=$1
+  shift
+  "$bin/kubetrain-operator" --kubeconfig "$OP_KUBECONFIG" --metrics-address 127.0.0.1:0 \
+    --health-address 127.0.0.1:0 --progress-interval 1s "$@" >>"$LK_DIR/operator.log" 2>&1 &
+  OP_PID=$!
+  for _ in $(seq 100); do
+    grep -q "Caches synced" "$LK_DIR/operator.log" 2>/dev/null && return 0
+    kill -0 "$OP_PID" 2>/dev/null || { cat "$LK_DIR/operator.log"; fail "operator exited"; }
+    sleep 0.1
+  done
+  fail "operator caches did not sync"
+}
+
+stop_all() {
+  local rc=$?
+  [[ -n "$OP_PID" ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
+  (exit "$rc")  # stop_localkube exits with $?: the script's status, not the kill's
+  stop_localkube
+}
+
 # curl against localkube with the bearer token; extra args follow.
 lk_curl() {
   curl -sS --cacert <(sed -n 's/.*certificate-authority-data: //p' "$KUBECONFIG" | base64 -d) \

@@ -14,35 +14,8 @@ BIN=$(cd "$3" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source e2e/lib.sh
 
-OP_TOKEN="operator-$RANDOM$RANDOM"
-OP_USER=system:serviceaccount:kubetrain-system:kubetrain-operator
-start_localkube --run-pods --hosts-file "$(mktemp -u "${TMPDIR:-/tmp}/lk-hosts.XXXXXX")" \
-  --image-map "kubetrain/=$BIN" --rbac --user-token "$OP_TOKEN=$OP_USER"
+start_localkube_for_operator "$BIN"
 k() { "$KUBECTL" "$@"; }
-# The operator's kubeconfig: the same server, its service account's token.
-OP_KUBECONFIG="$LK_DIR/operator.kubeconfig"
-sed "s/token: $LK_TOKEN/token: $OP_TOKEN/" "$KUBECONFIG" >"$OP_KUBECONFIG"
-has "token: $OP_TOKEN" "$OP_KUBECONFIG" || fail "no operator token in $OP_KUBECONFIG"
-
-OP_PID=""
-start_operator() {
-  "$BIN/kubetrain-operator" --kubeconfig "$OP_KUBECONFIG" --metrics-address 127.0.0.1:0 \
-    --health-address 127.0.0.1:0 --progress-interval 1s >>"$LK_DIR/operator.log" 2>&1 &
-  OP_PID=$!
-  for _ in $(seq 100); do
-    grep -q "Caches synced" "$LK_DIR/operator.log" 2>/dev/null && return 0
-    kill -0 "$OP_PID" 2>/dev/null || { cat "$LK_DIR/operator.log"; fail "operator exited"; }
-    sleep 0.1
-  done
-  fail "operator caches did not sync"
-}
-stop_all() {
-  local rc=$?
-  [[ -n "$OP_PID" ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
-  (exit "$rc")  # stop_localkube exits with $?: the script's status, not the kill's
-  stop_localkube
-}
-trap stop_all EXIT
 
 # A short job: 1 ps, 2 workers, fast enough for CI; checkpoints land in the test's own folder.
 job() {  # job NAME EPOCHS
@@ -70,7 +43,7 @@ k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev 
 k apply -f deploy/rbac/cluster-role.yaml >/dev/null
 denied=$("$KUBECTL" --kubeconfig "$OP_KUBECONFIG" get configmaps 2>&1 || true)
 has "cannot list resource" <<<"$denied" || fail "the operator's token lists configmaps: RBAC is not enforced"
-start_operator
+start_operator "$BIN"
 
 step "a job runs to Succeeded"
 job fm 2 | k apply -f - >/dev/null
@@ -118,7 +91,7 @@ echo "killed kubetrain-ps pid $ps_pid at step $(step_of kill)"
 
 step "restarting the operator mid-job creates no duplicates"
 kill "$OP_PID"; wait "$OP_PID" 2>/dev/null || true
-start_operator
+start_operator "$BIN"
 k wait --for=condition=Succeeded --timeout=300s tj/kill || { k describe tj kill; k get pods; tail -60 "$LK_DIR/operator.log"; fail "kill did not succeed"; }
 restarts=$(k get tj kill -o jsonpath='{.status.replicaStatuses.PS.restarts}')
 [[ "$restarts" == "1" ]] || fail "PS restarts=$restarts, want 1"

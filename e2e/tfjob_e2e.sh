@@ -14,22 +14,8 @@ BIN=$(cd "$3" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source e2e/lib.sh
 
-OP_TOKEN="operator-$RANDOM$RANDOM"
-OP_USER=system:serviceaccount:kubetrain-system:kubetrain-operator
-start_localkube --run-pods --hosts-file "$(mktemp -u "${TMPDIR:-/tmp}/lk-hosts.XXXXXX")" \
-  --image-map "kubetrain/=$BIN" --rbac --user-token "$OP_TOKEN=$OP_USER"
+start_localkube_for_operator "$BIN"
 k() { "$KUBECTL" "$@"; }
-OP_KUBECONFIG="$LK_DIR/operator.kubeconfig"
-sed "s/token: $LK_TOKEN/token: $OP_TOKEN/" "$KUBECONFIG" >"$OP_KUBECONFIG"
-
-OP_PID=""
-stop_all() {
-  local rc=$?
-  [[ -n "$OP_PID" ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
-  (exit "$rc")
-  stop_localkube
-}
-trap stop_all EXIT
 diagnose() {  # diagnose JOB: what a user would look at
   k describe tfjob "$1" || true
   k get pods -o wide || true
@@ -43,15 +29,7 @@ step "CRDs, RBAC and the operator with --tfjob (as its service account)"
 k apply -f deploy/crd/ >/dev/null
 k wait --for condition=established --timeout=20s crd/tfjobs.kubeflow.org >/dev/null
 k apply -f deploy/rbac/cluster-role.yaml >/dev/null
-"$BIN/kubetrain-operator" --kubeconfig "$OP_KUBECONFIG" --tfjob --metrics-address 127.0.0.1:0 \
-  --health-address 127.0.0.1:0 --progress-interval 1s >>"$LK_DIR/operator.log" 2>&1 &
-OP_PID=$!
-for _ in $(seq 100); do
-  grep -q "Caches synced" "$LK_DIR/operator.log" 2>/dev/null && break
-  kill -0 "$OP_PID" 2>/dev/null || { cat "$LK_DIR/operator.log"; fail "operator exited"; }
-  sleep 0.1
-done
-grep -q "Caches synced" "$LK_DIR/operator.log" || fail "operator caches did not sync"
+start_operator "$BIN" --tfjob
 
 step "the CRD's schema takes TFJob manifests whole (server-side dry run: nothing pruned)"
 k create namespace kubeflow >/dev/null
