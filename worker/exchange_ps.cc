@@ -390,11 +390,22 @@ class PsExchange : public GradientExchange {
   std::thread monitor_;
 };
 
-// Every worker makes total_steps() steps together: one global step per round of num_workers
-// pushes, averaged.
+// Every worker makes total_steps() steps together: one global step per round of
+// (num_workers − backup_workers) pushes, averaged; with backup workers the later pushes of a
+// round are dropped as stale, and their workers go on from the newest step.
 class PsSyncExchange final : public PsExchange {
  public:
   using PsExchange::PsExchange;
+
+  absl::Status Setup() override {
+    if (c_.options.backup_workers >= num_workers()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--backup-workers=", c_.options.backup_workers, ": the job has ", num_workers(),
+          " training workers, and each step needs at least one gradient (at most ",
+          num_workers() - 1, ")"));
+    }
+    return PsExchange::Setup();
+  }
 
   absl::StatusOr<ExchangedStep> Exchange(int64_t pos, float loss) override {
     RETURN_IF_ERROR(PushGradients().status());
@@ -406,7 +417,7 @@ class PsSyncExchange final : public PsExchange {
   }
 
   bool Done(int64_t pos) const override { return pos >= c_.total_steps(); }
-  int examples_per_step() const override { return c_.options.batch_size * num_workers(); }
+  int examples_per_step() const override { return c_.options.batch_size * aggregated(); }
   int64_t last_global_step() const override {
     return c_.steps_per_epoch > 0 ? c_.total_steps() : -1;
   }
@@ -415,12 +426,14 @@ class PsSyncExchange final : public PsExchange {
   ps::TrainingConfig Config() const override {
     ps::TrainingConfig config;
     config.mode = ps::UpdateMode::kSync;
-    config.replicas_to_aggregate = num_workers();
+    config.replicas_to_aggregate = aggregated();
     // One update per global step.
     config.optimizer = OptimizerFor(c_.options, examples_per_step(), c_.total_steps());
     return config;
   }
   const char* mode_name() const override { return "sync"; }
+  // Gradients applied per global step.
+  int aggregated() const { return num_workers() - c_.options.backup_workers; }
   // The global step, shared by all.
   int64_t Position() const override { return version().step(); }
   int64_t PositionAfterRecovery(int64_t) const override { return Position(); }

@@ -128,6 +128,12 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("coordinator", &o.coordinator,
         "allreduce without TF_CONFIG: the chief's rendezvous address host:port (the chief "
         "listens on its port)");
+  f.Add("backup-workers", &t.backup_workers,
+        "ps-sync: each step applies the first (training workers - N) gradients and drops the "
+        "late ones as stale, so the slowest workers do not pace the job",
+        "KUBETRAIN_BACKUP_WORKERS");
+  f.Add("inject-delay", &t.inject_delay,
+        "testing: added to every step of this worker (a slow worker)", "KUBETRAIN_INJECT_DELAY");
   f.Add("job-secret", &t.job_secret,
         "the job's shared secret sent with every ps and coordinator call (prefer the "
         "environment variable: a flag shows in the process list)",

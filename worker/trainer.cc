@@ -80,6 +80,17 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--warmup-steps: must be >= 0, got ", o.warmup_steps));
   }
+  if (o.backup_workers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backup-workers: must be >= 0, got ", o.backup_workers));
+  }
+  if (o.backup_workers > 0 && o.mode != Mode::kPsSync) {
+    return absl::InvalidArgumentError(
+        "--backup-workers: only --mode=ps-sync aggregates a quota of gradients per step");
+  }
+  if (o.inject_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--inject-delay: must be >= 0s");
+  }
   return ParseOptimizer(o.optimizer).status();
 }
 
@@ -128,6 +139,7 @@ class Trainer::Impl {
 
  private:
   absl::Status Setup(const std::atomic<bool>& stop) {
+    stop_ = &stop;
     RETURN_IF_ERROR(ValidateOptions(options_));
     ASSIGN_OR_RETURN(model_, MakeModel(options_.model, device_, options_.seed));
     if (train_ != nullptr) {
@@ -161,6 +173,9 @@ class Trainer::Impl {
     RETURN_IF_ERROR(exchange_->LoadParameters());
     ASSIGN_OR_RETURN(float loss,
                      model_->ComputeGradients(batch->image_span(), batch->label_span()));
+    if (options_.inject_delay > absl::ZeroDuration()) {
+      SleepUnlessStopped(options_.inject_delay, *stop_);
+    }
     ASSIGN_OR_RETURN(ExchangedStep step, exchange_->Exchange(pos, loss));
     last_loss_ = step.loss;
     ++local_steps_;
@@ -231,7 +246,8 @@ class Trainer::Impl {
   std::unique_ptr<GradientExchange> exchange_;
   std::unique_ptr<ChiefDuties> duties_;  // the chief's and the evaluator's
   float last_loss_ = 0;
-  int64_t local_steps_ = 0;  // steps this task made
+  int64_t local_steps_ = 0;                  // steps this task made
+  const std::atomic<bool>* stop_ = nullptr;  // Run's, from Setup on
 };
 
 Trainer::Trainer(TrainerOptions options, TaskIdentity identity, Device& device,

@@ -65,6 +65,14 @@ struct TrainerOptions {
   int64_t fusion_bytes = int64_t{64} << 20;
   // The job's shared secret, sent with every ps call (common/job_secret.h).
   std::string job_secret;
+  // ps-sync: each global step applies the first (training workers − backup_workers) gradients
+  // to arrive and drops the later ones as stale, counted (TensorFlow's SyncReplicasOptimizer
+  // backup workers): the slowest workers no longer pace every step. A worker whose push was late
+  // goes on from the newest step. Every worker of a job must give the same value.
+  int backup_workers = 0;
+  // Added to every step of this worker, before its gradients are exchanged: a slow worker, for
+  // tests and benchmarks.
+  absl::Duration inject_delay = absl::ZeroDuration();
 };
 
 struct TaskIdentity {

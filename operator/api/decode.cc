@@ -193,7 +193,7 @@ std::string SuggestReplicaType(const std::string& key) {
 TrainingJobSpec DecodeSpec(Decoder& d, const json& v) {
   TrainingJobSpec spec;
   if (!d.Object(v, "spec")) return spec;
-  d.Known(v, "spec", {"replicaSpecs", "runPolicy", "successPolicy"});
+  d.Known(v, "spec", {"replicaSpecs", "runPolicy", "successPolicy", "backupWorkers"});
   if (v.contains("replicaSpecs") && d.Object(v["replicaSpecs"], "spec.replicaSpecs")) {
     for (const auto& [key, value] : v["replicaSpecs"].items()) {
       const std::string path = "spec.replicaSpecs." + key;
@@ -210,6 +210,9 @@ TrainingJobSpec DecodeSpec(Decoder& d, const json& v) {
   if (v.contains("successPolicy")) {
     spec.success_policy =
         d.OneOf<SuccessPolicy>(v["successPolicy"], "spec.successPolicy", SuccessPolicyNames());
+  }
+  if (v.contains("backupWorkers")) {
+    spec.backup_workers = d.Integer<int32_t>(v["backupWorkers"], "spec.backupWorkers");
   }
   return spec;
 }
@@ -380,6 +383,7 @@ json ToJson(const TrainingJobSpec& spec) {
   json rp = RunPolicyJson(spec.run_policy);
   if (!rp.empty()) out["runPolicy"] = rp;
   if (spec.success_policy) out["successPolicy"] = Name(*spec.success_policy);
+  if (spec.backup_workers) out["backupWorkers"] = *spec.backup_workers;
   return out;
 }
 

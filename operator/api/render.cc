@@ -219,6 +219,9 @@ json BuildPod(const TrainingJob& job, ReplicaType type, int index, const Address
       SetEnv(&c, "KUBETRAIN_JOB_NAME", job.metadata.name);
       SetEnv(&c, "KUBETRAIN_REPLICA_TYPE", TaskType(type));
       SetEnv(&c, "KUBETRAIN_REPLICA_INDEX", std::to_string(index));
+      if (job.spec.backup_workers) {
+        SetEnv(&c, "KUBETRAIN_BACKUP_WORKERS", std::to_string(*job.spec.backup_workers));
+      }
       SetEnvSecretRef(&c, kJobSecretEnv, JobSecretName(job), kJobSecretKey);
       // Servers bind the pod's own address: the training port is for peers, and on hosts that
       // run several pods in one network namespace (localkube) 0.0.0.0 would collide.

@@ -105,6 +105,9 @@ struct TrainingJobSpec {
   std::map<ReplicaType, ReplicaSpec> replica_specs;
   RunPolicy run_policy;
   std::optional<SuccessPolicy> success_policy;
+  // ps-sync: each step applies the first (training workers − backupWorkers) gradients and drops
+  // the late ones (worker --backup-workers, set on every container as KUBETRAIN_BACKUP_WORKERS).
+  std::optional<int32_t> backup_workers;
 };
 
 struct Condition {

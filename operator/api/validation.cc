@@ -28,6 +28,7 @@ class Validator {
     ReplicaSpecs();
     RunPolicyFields();
     Success();
+    BackupWorkers();
     return std::move(errors_);
   }
 
@@ -326,6 +327,31 @@ class Validator {
     if (job_.spec.success_policy == SuccessPolicy::kAllWorkers &&
         !job_.spec.replica_specs.count(ReplicaType::kWorker)) {
       Error("spec.successPolicy", "AllWorkers needs a Worker replica spec; use ChiefOnly");
+    }
+  }
+
+  // Backup workers drop gradients of a ps-sync step: they need parameter servers, and at least
+  // one training worker's gradient must count.
+  void BackupWorkers() {
+    if (!job_.spec.backup_workers) return;
+    const int32_t b = *job_.spec.backup_workers;
+    const std::string path = "spec.backupWorkers";
+    int training = 0;
+    for (ReplicaType t : {ReplicaType::kChief, ReplicaType::kWorker}) {
+      auto it = job_.spec.replica_specs.find(t);
+      if (it != job_.spec.replica_specs.end())
+        training += std::max(it->second.replicas.value_or(1), 0);
+    }
+    if (b < 0) {
+      Error(path, absl::StrCat("must be >= 0, got ", b));
+    } else if (b > 0 && !job_.spec.replica_specs.count(ReplicaType::kPS)) {
+      Error(path,
+            "backup workers drop late gradients of a ps-sync step: the job needs a PS "
+            "replica spec (all-reduce waits for every worker)");
+    } else if (b > 0 && b >= training) {
+      Error(path, absl::StrCat("must be less than the job's ", training,
+                               " training workers (Chief and Workers), got ", b,
+                               ": each step needs at least one gradient"));
     }
   }
 

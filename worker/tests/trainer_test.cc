@@ -109,6 +109,52 @@ TEST_F(TrainerTest, SyncTrainingOfTwoWorkersLearnsAndStepsOncePerRound) {
   EXPECT_FALSE(summary->checkpoint.empty());
 }
 
+// Backup workers (TF's SyncReplicasOptimizer): with one of three workers slowed down, each
+// step applies the first two gradients; the slow worker's late pushes are dropped as stale and
+// it goes on from the newest step, so the job runs its steps at the fast workers' pace.
+TEST_F(TrainerTest, ABackupWorkerLetsTheStepsOutrunASlowWorker) {
+  auto ps = StartPs();
+  TrainerOptions options = Options(Mode::kPsSync, 1);
+  options.backup_workers = 1;
+  TrainerOptions slow = options;
+  slow.inject_delay = absl::Milliseconds(100);
+  prometheus::Registry registry;
+  WorkerMetrics slow_metrics(registry, {"t", "worker", "2"});
+  std::vector<absl::StatusOr<TrainingSummary>> results(3, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 3; ++rank) {
+    threads.emplace_back([&, rank] {
+      CpuDevice device;
+      TaskIdentity id{rank == 0 ? Role::kChief : Role::kWorker, rank, 3, {ps->address()}};
+      Trainer trainer(rank == 2 ? slow : options, id, device, &data_->train, &data_->test,
+                      rank == 2 ? &slow_metrics : nullptr);
+      results[rank] = trainer.Run(stop_);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& r : results) ASSERT_TRUE(r.ok()) << r.status();
+  // 20000 examples per worker, 64 per step: 312 global steps, each of two gradients.
+  EXPECT_EQ(results[0]->steps, 312);
+  EXPECT_EQ(ps->store().Status().global_step, 312);
+  EXPECT_GT(results[0]->test_accuracy, 0.78);
+  EXPECT_GE(slow_metrics.stale_pushes.Value(), 1);
+  EXPECT_LT(slow_metrics.steps.Value(), 312);  // it skipped the steps that went on without it
+}
+
+TEST_F(TrainerTest, BackupWorkersLeaveAGradientPerStep) {
+  auto ps = StartPs();
+  TrainerOptions options = Options(Mode::kPsSync, 1);
+  options.backup_workers = 2;
+  CpuDevice device;
+  Trainer trainer(options, {Role::kWorker, 1, 2, {ps->address()}}, device, &data_->train,
+                  &data_->test, nullptr);
+  absl::StatusOr<TrainingSummary> summary = trainer.Run(stop_);  // refused before any ps call
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.status().message(),
+            "--backup-workers=2: the job has 2 training workers, and each step needs at least one "
+            "gradient (at most 1)");
+}
+
 TEST_F(TrainerTest, AsyncTrainingAppliesEveryPush) {
   auto ps0 = StartPs();
   auto ps1 = StartPs();
@@ -228,6 +274,11 @@ TEST(TrainerOptions, BadValuesNameTheFlag) {
   o = TrainerOptions{};
   o.batch_size = 0;
   EXPECT_EQ(ValidateOptions(o).message(), "--batch-size: must be >= 1, got 0");
+  o = TrainerOptions{};
+  o.mode = Mode::kPsAsync;
+  o.backup_workers = 1;
+  EXPECT_EQ(ValidateOptions(o).message(),
+            "--backup-workers: only --mode=ps-sync aggregates a quota of gradients per step");
 }
 
 }  // namespace

@@ -149,8 +149,9 @@ TEST(CrdAgreement, MinimumsAndMaximumsMatch) {
       ++checked;
     }
   }
-  // 4 replicas minimums, 4 replicas maximums, ttl, deadline, backoffLimit, minAvailable.
-  EXPECT_EQ(checked, 12);
+  // 4 replicas minimums, 4 replicas maximums, ttl, deadline, backoffLimit, minAvailable,
+  // backupWorkers.
+  EXPECT_EQ(checked, 13);
 }
 
 TEST(CrdAgreement, EveryReplicaCountIsCapped) {

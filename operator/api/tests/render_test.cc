@@ -135,6 +135,21 @@ TEST(PodBuilder, NamesLabelsEnvAndAnnotations) {
   EXPECT_EQ(pod["spec"]["containers"][0]["env"].size(), 7u);
 }
 
+// spec.backupWorkers reaches every task as the worker's --backup-workers (its variable).
+TEST(PodBuilder, BackupWorkersReachEveryTask) {
+  json doc = MinimalJob(1, 3);
+  doc["spec"]["backupWorkers"] = 1;
+  TrainingJob job = Job(doc);
+  ClusterDnsAddresses dns;
+  for (const Task& t : Tasks(job, dns)) {
+    EXPECT_EQ(EnvOf(BuildPod(job, t.type, t.index, dns), "KUBETRAIN_BACKUP_WORKERS"), "1")
+        << t.name;
+  }
+  EXPECT_EQ(EnvOf(BuildPod(Job(MinimalJob(1, 3)), ReplicaType::kWorker, 0, dns),
+                  "KUBETRAIN_BACKUP_WORKERS"),
+            "<unset>");
+}
+
 TEST(PodBuilder, ChiefCarriesJobRoleLabel) {
   TrainingJob job = Job(MinimalJob(1, 2));
   ClusterDnsAddresses dns;
