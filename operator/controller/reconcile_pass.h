@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "operator/api/render.h"
 #include "operator/api/tfjob.h"
@@ -44,6 +45,11 @@ struct Reconciler::Pass {
   std::string JobRef() const { return ns + "/" + name; }
   kube::Resource JobResource() const {
     return tfjob ? kube::Resource::TfJobs() : kube::Resource::TrainingJobs();
+  }
+  // A job-level message in the job's own kind's words: "TFJob ns/x ..." for a TFJob (its status
+  // says so too, api::TfJobStatus).
+  std::string Words(const std::string& text) const {
+    return tfjob ? absl::StrReplaceAll(text, {{"TrainingJob", "TFJob"}}) : text;
   }
   // The container whose exit decides the task, and whose log holds the chief's summary.
   const char* TrainingContainer() const {

@@ -108,7 +108,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   if (!errors.empty()) {
     std::string message = std::string(api::ToStatus(errors, "TrainingJob " + p.JobRef()).message());
     if (SetCondition(&p.status, kFailed, true, "InvalidSpec", message, p.now)) {
-      events_.Warning(p.object, "InvalidSpec", message);
+      events_.Warning(p.object, "InvalidSpec", p.Words(message));
       if (metrics_) metrics_->JobFailed(p.ns);
     }
     RETURN_IF_ERROR(WriteStatus(p));
@@ -148,7 +148,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
     SetCondition(&p.status, kSuspended, false, "TrainingJobResumed",
                  absl::StrCat("TrainingJob ", p.JobRef(), " is resumed."), p.now);
     p.status.start_time.clear();  // the deadline counts from the resume
-    events_.Normal(p.object, "JobResumed", "Resumed TrainingJob job=" + p.JobRef());
+    events_.Normal(p.object, "JobResumed", p.Words("Resumed TrainingJob job=" + p.JobRef()));
   }
   if (p.status.start_time.empty()) p.status.start_time = kube::FormatTime(p.now);
   RETURN_IF_ERROR(EnsureService(p));
@@ -328,12 +328,12 @@ void Reconciler::Finish(Pass& p, bool succeeded, const std::string& reason,
   p.finishing = true;
   p.status.completion_time = kube::FormatTime(p.now);
   if (succeeded) {
-    events_.Normal(p.object, "JobSucceeded", "TrainingJob succeeded job=" + p.JobRef());
+    events_.Normal(p.object, "JobSucceeded", p.Words("TrainingJob succeeded job=" + p.JobRef()));
     if (metrics_) metrics_->JobSucceeded(p.ns);
   } else {
-    events_.Warning(
-        p.object, "JobFailed",
-        absl::StrCat("TrainingJob failed job=", p.JobRef(), " reason=", reason, ": ", message));
+    events_.Warning(p.object, "JobFailed",
+                    p.Words(absl::StrCat("TrainingJob failed job=", p.JobRef(), " reason=", reason,
+                                         ": ", message)));
     if (metrics_) metrics_->JobFailed(p.ns);
   }
   log::Info(succeeded ? "TrainingJob succeeded" : "TrainingJob failed",

@@ -140,7 +140,7 @@ absl::StatusOr<bool> Reconciler::CheckTemplates(Pass& p) {
       std::string message =
           absl::StrCat("TrainingJob ", p.JobRef(), " has an invalid ", api::Name(type),
                        " pod template: ", ApiMessage(admitted.status()));
-      events_.Warning(p.object, "InvalidSpec", message);
+      events_.Warning(p.object, "InvalidSpec", p.Words(message));
       Finish(p, false, "InvalidSpec", message);
       return false;
     }
@@ -267,7 +267,7 @@ absl::Status Reconciler::Suspend(Pass& p) {
   }
   if (SetCondition(&p.status, kSuspended, true, "TrainingJobSuspended",
                    absl::StrCat("TrainingJob ", p.JobRef(), " is suspended."), p.now)) {
-    events_.Normal(p.object, "JobSuspended", "Suspended TrainingJob job=" + p.JobRef());
+    events_.Normal(p.object, "JobSuspended", p.Words("Suspended TrainingJob job=" + p.JobRef()));
   }
   for (auto& [type, rs] : p.status.replica_statuses) rs.active = 0;
   return absl::OkStatus();

@@ -525,6 +525,7 @@ TEST_F(TfJobReconcilerTest, ATfJobRunsOnKubeflowsObjectsAndSucceedsWithItsMaster
   EXPECT_EQ(done["type"], "Succeeded");
   EXPECT_EQ(done["reason"], "TFJobSucceeded");
   EXPECT_EQ(done["message"], "TFJob default/tf successfully completed.");
+  EXPECT_TRUE(HasEvent("JobSucceeded", "TFJob succeeded job=default/tf"));
   EXPECT_TRUE(TfStatus("tf").contains("completionTime"));
   EXPECT_EQ(TfStatus("tf")["replicaStatuses"]["Master"]["succeeded"], 1);
   // Kubeflow's cleanPodPolicy default, None: the pods and their Services stay.
