@@ -9,9 +9,22 @@
 #include "operator/api/defaults.h"
 
 namespace kubetrain::api {
-namespace {
 
 using nlohmann::json;
+
+void SetContainerEnv(json* container, json entry) {
+  json& env = (*container)["env"];
+  if (!env.is_array()) env = json::array();
+  for (json& e : env) {
+    if (e.is_object() && StringField(e, "name") == StringField(entry, "name")) {
+      e = std::move(entry);
+      return;
+    }
+  }
+  env.push_back(std::move(entry));
+}
+
+namespace {
 
 json OwnerReferences(const TrainingJob& job) {
   // The job's own apiVersion and kind: a TFJob (api/tfjob.h) owns what is made for it.
@@ -31,47 +44,20 @@ json ObjectMetadata(const TrainingJob& job, const std::string& name,
   return meta;
 }
 
-// Sets env var `name` on a container, replacing a user-provided one of the same name.
 void SetEnv(json* container, const std::string& name, const std::string& value) {
-  json& env = (*container)["env"];
-  if (!env.is_array()) env = json::array();
-  for (json& e : env) {
-    if (e.is_object() && StringField(e, "name") == name) {
-      e = {{"name", name}, {"value", value}};
-      return;
-    }
-  }
-  env.push_back({{"name", name}, {"value", value}});
+  SetContainerEnv(container, {{"name", name}, {"value", value}});
 }
 
 // Sets env var `name` from a key of a Secret.
 void SetEnvSecretRef(json* container, const std::string& name, const std::string& secret,
                      const std::string& key) {
-  json& env = (*container)["env"];
-  if (!env.is_array()) env = json::array();
-  json entry = {{"name", name},
-                {"valueFrom", {{"secretKeyRef", {{"name", secret}, {"key", key}}}}}};
-  for (json& e : env) {
-    if (e.is_object() && StringField(e, "name") == name) {
-      e = entry;
-      return;
-    }
-  }
-  env.push_back(entry);
+  SetContainerEnv(container, {{"name", name},
+                              {"valueFrom", {{"secretKeyRef", {{"name", secret}, {"key", key}}}}}});
 }
 
-// Sets env var `name` from a field of the pod (the downward API).
 void SetEnvFieldRef(json* container, const std::string& name, const std::string& field) {
-  json& env = (*container)["env"];
-  if (!env.is_array()) env = json::array();
-  json entry = {{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", field}}}}}};
-  for (json& e : env) {
-    if (e.is_object() && StringField(e, "name") == name) {
-      e = entry;
-      return;
-    }
-  }
-  env.push_back(entry);
+  SetContainerEnv(container,
+                  {{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", field}}}}}});
 }
 
 template <typename Map>

@@ -72,6 +72,10 @@ std::vector<Task> Tasks(const TrainingJob& job, const AddressScheme& addresses);
 TfConfig TfConfigFor(const TrainingJob& job, const AddressScheme& addresses, ReplicaType type,
                      int index);
 
+// Sets a container's env entry ({"name": ..., "value" or "valueFrom": ...}), replacing one of
+// the same name (the operator's value wins over the template's).
+void SetContainerEnv(nlohmann::json* container, nlohmann::json entry);
+
 // Labels on the pods and the Service of a job (selector labels plus managed-by).
 std::map<std::string, std::string> JobLabels(const TrainingJob& job);
 

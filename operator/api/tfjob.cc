@@ -357,6 +357,19 @@ json Prepared(const json& rs) {
   return pod_template;
 }
 
+// The TFJob (its metadata `job_meta`) as the controller owner of an object made for it, once the
+// API server has given it a uid: the garbage collector deletes the object with the job.
+void SetOwner(const json& job_meta, json* object_meta) {
+  const std::string uid = StringField(job_meta, "uid");
+  if (uid.empty()) return;
+  (*object_meta)["ownerReferences"] = json::array({{{"apiVersion", kTfJobApiVersion},
+                                                    {"kind", kTfJobKind},
+                                                    {"name", StringField(job_meta, "name")},
+                                                    {"uid", uid},
+                                                    {"controller", true},
+                                                    {"blockOwnerDeletion", true}}});
+}
+
 // The tensorflow container of a pod spec; null when it has none.
 json* TensorflowContainer(json* pod_spec) {
   if (!pod_spec->contains("containers") || !(*pod_spec)["containers"].is_array()) return nullptr;
@@ -573,35 +586,16 @@ json TfJobPod(const json& tfjob, ReplicaType type, int index, const std::string&
   if (master_role) labels[kKubeflowLabelJobRole] = "master";
   labels[kLabelManagedBy] = kManagedByValue;
   meta["labels"] = std::move(labels);
-  const std::string uid = StringField(meta_in, "uid");
-  if (!uid.empty()) {
-    meta["ownerReferences"] = json::array({{{"apiVersion", kTfJobApiVersion},
-                                            {"kind", kTfJobKind},
-                                            {"name", name},
-                                            {"uid", uid},
-                                            {"controller", true},
-                                            {"blockOwnerDeletion", true}}});
-  }
+  SetOwner(meta_in, &meta);
   json spec = pod_template.value("spec", json::object());
   // The operator decides every restart (docs/decisions/0007): the kubelet restarts nothing in
   // place, so each one is counted against backoffLimit.
   spec["restartPolicy"] = "Never";
   const std::string tf_config = TfConfigIn(ClusterOf(tfjob, cluster_domain), rt, index);
   if (json* c = TensorflowContainer(&spec)) {
-    if (!c->contains("env") || !(*c)["env"].is_array()) (*c)["env"] = json::array();
-    json& env = (*c)["env"];
-    auto set = [&env](json entry) {
-      for (json& e : env) {
-        if (e.is_object() && StringField(e, "name") == entry["name"]) {
-          e = std::move(entry);
-          return;
-        }
-      }
-      env.push_back(std::move(entry));
-    };
-    if (!tf_config.empty()) set({{"name", "TF_CONFIG"}, {"value", tf_config}});
+    if (!tf_config.empty()) SetContainerEnv(c, {{"name", "TF_CONFIG"}, {"value", tf_config}});
     json secret_ref = {{"name", JobSecretName(name)}, {"key", kJobSecretKey}};
-    set({{"name", kJobSecretEnv}, {"valueFrom", {{"secretKeyRef", std::move(secret_ref)}}}});
+    SetContainerEnv(c, {{"name", kJobSecretEnv}, {"valueFrom", {{"secretKeyRef", secret_ref}}}});
   }
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
 }
@@ -634,14 +628,7 @@ std::vector<json> TfJobServices(const json& tfjob) {
       svc_labels[kLabelManagedBy] = kManagedByValue;
       json svc_meta = {
           {"name", GeneralName(name, rt, i)}, {"namespace", ns}, {"labels", svc_labels}};
-      if (!StringField(meta, "uid").empty()) {
-        svc_meta["ownerReferences"] = json::array({{{"apiVersion", kTfJobApiVersion},
-                                                    {"kind", kTfJobKind},
-                                                    {"name", name},
-                                                    {"uid", StringField(meta, "uid")},
-                                                    {"controller", true},
-                                                    {"blockOwnerDeletion", true}}});
-      }
+      SetOwner(meta, &svc_meta);
       services.push_back(
           {{"apiVersion", "v1"},
            {"kind", "Service"},
