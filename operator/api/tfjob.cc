@@ -310,27 +310,21 @@ void ConvertRunPolicy(const json& rp, json* out, std::vector<std::string>* notes
   }
 }
 
-// The tfReplicaSpecs type (canonical) a TrainingJob replica type came from.
+// The tfReplicaSpecs type (canonical) a TrainingJob replica type came from: its own name
+// (api::Name), but Master for a Chief written as Master.
 std::string CanonicalKey(const std::map<std::string, std::pair<std::string, const json*>>& specs,
                          ReplicaType type) {
-  switch (type) {
-    case ReplicaType::kChief:
-      return specs.count("Master") && !specs.count("Chief") ? "Master" : "Chief";
-    case ReplicaType::kPS:
-      return "PS";
-    case ReplicaType::kWorker:
-      return "Worker";
-    case ReplicaType::kEvaluator:
-      return "Evaluator";
+  if (type == ReplicaType::kChief && specs.count("Master") && !specs.count("Chief")) {
+    return "Master";
   }
-  return "Worker";
+  return Name(type);
 }
 
+// The TrainingJob replica type of a canonical tfReplicaSpecs type: a Master is the Chief.
 ReplicaType ModelType(const std::string& canonical) {
-  if (canonical == "PS") return ReplicaType::kPS;
-  if (canonical == "Worker") return ReplicaType::kWorker;
-  if (canonical == "Evaluator") return ReplicaType::kEvaluator;
-  return ReplicaType::kChief;  // Chief or Master
+  ReplicaType type = ReplicaType::kChief;
+  if (canonical != "Master") Parse(canonical, &type);
+  return type;
 }
 
 json KubeflowLabels(const std::string& job, const std::string& rt, int index) {
