@@ -145,6 +145,11 @@ class Api {
   // Set before serving starts (EnableGracefulPodDeletion), read under write_mu_.
   bool graceful_pods_ = false;
   std::mutex write_mu_;
+  // Under write_mu_: whether the garbage collector may have work, because since its last pass
+  // an object was removed, an object with owners was written, or a deletion waits on the
+  // collector (orphan or foreground finalizers, a namespace). Marking a pod for its kubelet
+  // (a graceful delete) is none of these: a cleanup of 1,000 pods is not 1,000 scans.
+  bool gc_pending_ = false;
 };
 
 // RFC 3339 UTC with second precision, as metadata timestamps use.

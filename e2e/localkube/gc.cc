@@ -4,6 +4,7 @@
 // thread: everything here runs under Api's write lock, the collector after every delete.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -79,6 +80,7 @@ json Api::DeleteObjectLocked(const std::string& key, json object, const DeleteOp
       object.value("spec", json::object()).value("terminationGracePeriodSeconds", 30));
   bool graceful_pod = GracefulLocked(key) && grace > 0;
   if (HasFinalizers(object) || is_namespace || graceful_pod) {
+    if (HasFinalizers(object) || is_namespace) gc_pending_ = true;
     if (!meta.contains("deletionTimestamp")) {
       meta["deletionTimestamp"] =
           graceful_pod ? KubeTime(absl::Now() + absl::Seconds(grace)) : NowTimestamp();
@@ -107,6 +109,7 @@ std::optional<json> Api::RemoveLocked(const std::string& key, const std::string&
                                       const std::string& name) {
   auto removed = store_->Remove(key, ns, name);
   if (removed) {
+    gc_pending_ = true;
     if (const auto& on_removed = HooksFor(key).removed) on_removed(*registry_, *store_, *removed);
   }
   return removed;
@@ -125,6 +128,9 @@ void Api::FinishPodDeletion(const std::string& ns, const std::string& name) {
 }
 
 void Api::CollectGarbageLocked() {
+  if (!gc_pending_) return;
+  // Cleared first: what the rounds below remove is handled by their next round.
+  gc_pending_ = false;
   for (int round = 0; round < 100; ++round) {
     bool changed = false;
     // Only objects with owners or a pending deletion can be acted on (most objects, Events
@@ -132,10 +138,10 @@ void Api::CollectGarbageLocked() {
     std::set<std::string> uids;
     std::vector<std::pair<std::string, json>> everything;
     store_->GarbageView(&uids, &everything);
-    std::map<std::string, std::vector<std::pair<std::string, json>>> dependents;
-    for (auto& [k, o] : everything) {
-      for (const auto& ref : Meta(o).value("ownerReferences", json::array())) {
-        dependents[ref.value("uid", "")].emplace_back(k, o);
+    std::map<std::string, std::vector<const std::pair<std::string, json>*>> dependents;
+    for (const auto& entry : everything) {
+      for (const auto& ref : Meta(entry.second).value("ownerReferences", json::array())) {
+        dependents[ref.value("uid", "")].push_back(&entry);
       }
     }
     for (auto& entry : everything) {
@@ -147,7 +153,9 @@ void Api::CollectGarbageLocked() {
       bool orphaned = !refs.empty() && !IsDeleting(o);
       for (const auto& ref : refs) orphaned = orphaned && !uids.count(ref.value("uid", ""));
       if (orphaned) {
-        DeleteObjectLocked(k, o, DeleteOptions{});
+        if (auto whole = store_->Get(k, NamespaceOf(o), NameOf(o))) {
+          DeleteObjectLocked(k, *whole, DeleteOptions{});
+        }
         changed = true;
         continue;
       }
@@ -159,7 +167,9 @@ void Api::CollectGarbageLocked() {
       auto& deps = dependents[UidOf(o)];
       bool release = false;
       if (has("orphan")) {
-        for (auto& [dk, d] : deps) {
+        for (const auto* dep : deps) {
+          const std::string& dk = dep->first;
+          const json& d = dep->second;
           (void)MutateLocked(dk, NamespaceOf(d), NameOf(d), [&](json& live) {
             json kept = json::array();
             for (const auto& r : live["metadata"]["ownerReferences"]) {
@@ -174,9 +184,13 @@ void Api::CollectGarbageLocked() {
         if (deps.empty()) {
           release = true;
         } else {
-          for (auto& [dk, d] : deps) {
+          for (const auto* dep : deps) {
+            const std::string& dk = dep->first;
+            const json& d = dep->second;
             if (!IsDeleting(d)) {
-              DeleteObjectLocked(dk, d, DeleteOptions{"Foreground"});
+              if (auto whole = store_->Get(dk, NamespaceOf(d), NameOf(d))) {
+                DeleteObjectLocked(dk, *whole, DeleteOptions{"Foreground"});
+              }
               changed = true;
             }
           }
@@ -192,7 +206,9 @@ void Api::CollectGarbageLocked() {
         continue;
       }
       if (release) {
-        json updated = o;
+        std::optional<json> whole = store_->Get(k, NamespaceOf(o), NameOf(o));
+        if (!whole) continue;
+        json updated = *std::move(whole);
         json kept = json::array();
         for (const auto& f : fins) {
           if (f != "orphan" && f != "foregroundDeletion") kept.push_back(f);

@@ -109,7 +109,15 @@ void Store::GarbageView(std::set<std::string>* uids,
       const nlohmann::json& meta = object["metadata"];
       uids->insert(meta.value("uid", ""));
       bool owned = meta.contains("ownerReferences") && !meta["ownerReferences"].empty();
-      if (owned || meta.contains("deletionTimestamp")) candidates->emplace_back(key, object);
+      if (owned || meta.contains("deletionTimestamp")) {
+        // The fields a collector decides on; labels, annotations and managedFields stay behind.
+        nlohmann::json slim = nlohmann::json::object();
+        for (const char* field : {"name", "namespace", "uid", "ownerReferences", "finalizers",
+                                  "deletionTimestamp", "deletionGracePeriodSeconds"}) {
+          if (meta.contains(field)) slim[field] = meta[field];
+        }
+        candidates->emplace_back(key, nlohmann::json{{"metadata", std::move(slim)}});
+      }
     }
   }
 }

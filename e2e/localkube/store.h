@@ -52,7 +52,9 @@ class Store {
   // Every object of every collection, as (storage key, object).
   std::vector<std::pair<std::string, nlohmann::json>> ListEverything() const;
   // What a garbage-collection pass needs, without copying the objects it cannot act on: the uid
-  // of every object, and copies of only those with ownerReferences or a deletionTimestamp.
+  // of every object, and the metadata fields a collector decides on (name, namespace, uid,
+  // ownerReferences, finalizers, deletion) of those with ownerReferences or a deletionTimestamp,
+  // as {"metadata": …}; the collector reads the whole object where it acts.
   void GarbageView(std::set<std::string>* uids,
                    std::vector<std::pair<std::string, nlohmann::json>>* candidates) const;
 
