@@ -318,7 +318,8 @@ absl::StatusOr<json> Client::Create(const Resource& r, const std::string& ns, co
   std::vector<std::pair<std::string, std::string>> query = {
       {"fieldManager", options_.field_manager}};
   if (options.dry_run) query.emplace_back("dryRun", "All");
-  Call call{"POST", "create", r.CollectionPath(ns) + Query(query), object.dump()};
+  Call call{"POST", options.dry_run ? "create-dry-run" : "create",
+            r.CollectionPath(ns) + Query(query), object.dump()};
   return Do(call);
 }
 
@@ -358,6 +359,27 @@ absl::Status Client::Delete(const Resource& r, const std::string& ns, const std:
   if (o.grace_period_seconds) body["gracePeriodSeconds"] = *o.grace_period_seconds;
   Call call{"DELETE", "delete", ObjectPath(r, ns, name), body.dump()};
   return Do(call).status();
+}
+
+absl::StatusOr<std::vector<json>> Client::DeleteCollection(const Resource& r, const std::string& ns,
+                                                           const ListOptions& selectors,
+                                                           const DeleteOptions& o) {
+  if (!o.precondition_uid.empty()) {
+    return absl::InvalidArgumentError("DeleteCollection takes no uid precondition");
+  }
+  json body = {
+      {"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", o.propagation_policy}};
+  if (o.grace_period_seconds) body["gracePeriodSeconds"] = *o.grace_period_seconds;
+  Call call{"DELETE", "deletecollection",
+            r.CollectionPath(ns) + Query({{"labelSelector", selectors.label_selector},
+                                          {"fieldSelector", selectors.field_selector}}),
+            body.dump()};
+  ASSIGN_OR_RETURN(json list, Do(call));
+  std::vector<json> deleted;
+  if (list.is_object() && list.contains("items") && list["items"].is_array()) {
+    for (json& item : list["items"]) deleted.push_back(std::move(item));
+  }
+  return deleted;
 }
 
 absl::StatusOr<std::string> Client::GetLog(const std::string& ns, const std::string& pod,

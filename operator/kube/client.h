@@ -109,8 +109,8 @@ struct ClientOptions {
   absl::Duration timeout = absl::Seconds(30);  // every request except watches
   int max_retries = 5;                         // 429 and 5xx answers that carry Retry-After
   absl::Duration max_retry_after = absl::Seconds(10);
-  // Called after every request with its verb (get, list, watch, create, update, patch, delete)
-  // and HTTP code (0: no response). For metrics.
+  // Called after every request with its verb (get, list, watch, create, create-dry-run,
+  // update, patch, delete, deletecollection) and HTTP code (0: no response). For metrics.
   std::function<void(const std::string& verb, int code)> on_request;
 };
 
@@ -135,6 +135,12 @@ class ApiClient {
                                                const std::string& subresource = "") = 0;
   virtual absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
                               const DeleteOptions& options = {}) = 0;
+  // Deletes every object of `r` in `ns` that the selectors match, in one request (the
+  // deletecollection verb); returns what was deleted (the server's list of the objects, each
+  // with its deletionTimestamp where deletion is graceful).
+  virtual absl::StatusOr<std::vector<nlohmann::json>> DeleteCollection(
+      const Resource& r, const std::string& ns, const ListOptions& selectors,
+      const DeleteOptions& options = {}) = 0;
   virtual absl::StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod,
                                              const std::string& container, int tail_lines,
                                              int64_t limit_bytes = 64 << 10) = 0;
@@ -177,6 +183,10 @@ class Client : public ApiClient {
                                        const std::string& subresource = "") override;
   absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
                       const DeleteOptions& options = {}) override;
+  // Only `selectors`' label_selector and field_selector are used; a precondition uid is refused.
+  absl::StatusOr<std::vector<nlohmann::json>> DeleteCollection(
+      const Resource& r, const std::string& ns, const ListOptions& selectors,
+      const DeleteOptions& options = {}) override;
 
   // Streams events to `on_event` until the server ends the watch (OK), `on_event` returns false
   // (OK), `cancel` is cancelled (OK), or it fails. An ERROR event is returned as its Status

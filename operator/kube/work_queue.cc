@@ -39,6 +39,19 @@ void WorkQueue::AddAfter(const std::string& key, absl::Duration delay) {
   timer_cv_.notify_one();
 }
 
+void WorkQueue::AddLater(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) return;
+  if (processing_.count(key)) {
+    dirty_.insert(key);
+    later_at_done_.insert(key);
+    return;
+  }
+  if (!dirty_.insert(key).second) return;  // already waiting, in either lane
+  later_.push_back(key);
+  ready_cv_.notify_one();
+}
+
 void WorkQueue::AddRateLimited(const std::string& key) {
   absl::Duration per_key;
   {
@@ -63,10 +76,11 @@ int WorkQueue::NumRequeues(const std::string& key) const {
 
 std::optional<std::string> WorkQueue::Get() {
   std::unique_lock<std::mutex> lock(mu_);
-  ready_cv_.wait(lock, [this] { return shutting_down_ || !queue_.empty(); });
+  ready_cv_.wait(lock, [this] { return shutting_down_ || !queue_.empty() || !later_.empty(); });
   if (shutting_down_) return std::nullopt;
-  std::string key = std::move(queue_.front());
-  queue_.pop_front();
+  std::deque<std::string>& lane = queue_.empty() ? later_ : queue_;
+  std::string key = std::move(lane.front());
+  lane.pop_front();
   processing_.insert(key);
   dirty_.erase(key);
   return key;
@@ -75,8 +89,9 @@ std::optional<std::string> WorkQueue::Get() {
 void WorkQueue::Done(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   processing_.erase(key);
+  bool later = later_at_done_.erase(key) > 0;
   if (dirty_.count(key) && !shutting_down_) {
-    queue_.push_back(key);
+    (later ? later_ : queue_).push_back(key);
     ready_cv_.notify_one();
   }
 }
@@ -100,7 +115,7 @@ bool WorkQueue::shutting_down() const {
 
 size_t WorkQueue::Len() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return queue_.size();
+  return queue_.size() + later_.size();
 }
 
 size_t WorkQueue::Delayed() const {

@@ -1,5 +1,6 @@
 #include "operator/kube/testing/fake_api.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -167,16 +168,78 @@ absl::Status FakeApiClient::Delete(const Resource& r, const std::string& ns,
     return absl::AbortedError(
         absl::StrCat("Precondition failed: UID in precondition: ", options.precondition_uid));
   }
+  DeleteLocked(r, it);
+  return absl::OkStatus();
+}
+
+void FakeApiClient::DeleteLocked(const Resource& r, std::map<std::string, json>::iterator it) {
   if (r.plural == "pods") {
     json& meta = it->second["metadata"];
     if (!meta.contains("deletionTimestamp")) {
       meta["deletionTimestamp"] = kube::FormatTime(clock_.Now());
       meta["resourceVersion"] = NextVersion();
     }
-    return absl::OkStatus();
+    return;
   }
-  kind.erase(it);
-  return absl::OkStatus();
+  objects_[r.plural].erase(it);
+}
+
+absl::StatusOr<std::vector<json>> FakeApiClient::DeleteCollection(const Resource& r,
+                                                                  const std::string& ns,
+                                                                  const ListOptions& selectors,
+                                                                  const DeleteOptions& options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Record("deletecollection", r, ns,
+         absl::StrCat("?labelSelector=", selectors.label_selector,
+                      "&fieldSelector=", selectors.field_selector));
+  if (absl::Status s = Injected("deletecollection", r.plural); !s.ok()) return s;
+  if (!options.precondition_uid.empty()) {
+    return absl::InvalidArgumentError("deletecollection takes no uid precondition");
+  }
+  // Every term must hold: `path=value` or `path!=value`, the path a label key or a dotted field.
+  auto matches = [](const json& obj, const std::string& selector, bool labels) {
+    for (absl::string_view term : absl::StrSplit(selector, ',', absl::SkipEmpty())) {
+      bool negate = absl::StrContains(term, "!=");
+      std::pair<std::string, std::string> kv =
+          absl::StrSplit(term, absl::MaxSplits(negate ? "!=" : "=", 1));
+      std::string actual;
+      if (labels) {
+        const json l = obj["metadata"].value("labels", json::object());
+        actual =
+            l.contains(kv.first) && l[kv.first].is_string() ? l[kv.first].get<std::string>() : "";
+      } else {
+        const json* at = &obj;
+        for (absl::string_view part : absl::StrSplit(kv.first, '.')) {
+          std::string key(part);
+          if (!at->is_object() || !at->contains(key)) {
+            at = nullptr;
+            break;
+          }
+          at = &(*at)[key];
+        }
+        actual = at != nullptr && at->is_string() ? at->get<std::string>() : "";
+      }
+      if ((actual == kv.second) == negate) return false;
+    }
+    return true;
+  };
+  std::vector<json> deleted;
+  auto& kind = objects_[r.plural];
+  for (auto it = kind.begin(); it != kind.end();) {
+    auto next = std::next(it);
+    const json& obj = it->second;
+    if ((!r.namespaced || obj["metadata"].value("namespace", "") == ns) &&
+        matches(obj, selectors.label_selector, true) &&
+        matches(obj, selectors.field_selector, false)) {
+      std::string key = it->first;
+      json before = it->second;
+      DeleteLocked(r, it);
+      auto still = kind.find(key);
+      deleted.push_back(still != kind.end() ? still->second : before);
+    }
+    it = next;
+  }
+  return deleted;
 }
 
 absl::StatusOr<std::string> FakeApiClient::GetLog(const std::string& ns, const std::string& pod,

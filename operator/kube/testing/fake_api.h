@@ -4,11 +4,12 @@
 //
 // What it does as the API server does: uids, resourceVersions, generation and
 // creationTimestamp assigned on create; generateName; 409 AlreadyExists on a second create;
-// dry-run creates that store nothing; /status writes conditional on resourceVersion (409
-// Conflict → ABORTED when stale) that change only status; JSON merge patches; deletes with a
-// uid precondition; a deleted pod lingers with a deletionTimestamp until FinishDeletions (as a
-// kubelet ends its containers first); container logs. Not done: validation, admission, owner
-// garbage collection, watches. Errors carry the codes kube::Client documents.
+// dry-run creates that store nothing; deletecollection by label and field selectors; /status writes
+// conditional on resourceVersion (409 Conflict → ABORTED when stale) that change only status; JSON
+// merge patches; deletes with a uid precondition; a deleted pod lingers with a deletionTimestamp
+// until FinishDeletions (as a kubelet ends its containers first); container logs. Not done:
+// validation, admission, owner garbage collection, watches. Errors carry the codes kube::Client
+// documents.
 //
 // Caches(): ObjectCache views of the store as an informer that has caught up shows it; Freeze()
 // holds them at the current moment, to test passes that run against a stale cache.
@@ -49,11 +50,17 @@ class FakeApiClient : public ApiClient {
                                        const std::string& subresource = "") override;
   absl::Status Delete(const Resource& r, const std::string& ns, const std::string& name,
                       const DeleteOptions& options = {}) override;
+  // Selectors of `key=value` and `key!=value` terms, comma-separated (labels; fields by dotted
+  // path such as status.phase).
+  absl::StatusOr<std::vector<nlohmann::json>> DeleteCollection(
+      const Resource& r, const std::string& ns, const ListOptions& selectors,
+      const DeleteOptions& options = {}) override;
   absl::StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod,
                                      const std::string& container, int tail_lines,
                                      int64_t limit_bytes = 64 << 10) override;
 
-  // The next `times` requests of `verb` (get, create, update, patch, delete, log) on resource
+  // The next `times` requests of `verb` (get, create, update, patch, delete,
+  // deletecollection, log) on resource
   // `plural` fail with `error` (before anything is stored).
   void FailNext(const std::string& verb, const std::string& plural, absl::Status error,
                 int times = 1);
@@ -84,6 +91,8 @@ class FakeApiClient : public ApiClient {
   absl::Status Injected(const std::string& verb, const std::string& plural);
   void Record(const std::string& verb, const Resource& r, const std::string& ns,
               const std::string& name);
+  // Marks a pod deleting (it lingers until FinishDeletions) or removes any other object.
+  void DeleteLocked(const Resource& r, std::map<std::string, nlohmann::json>::iterator it);
   std::string NextVersion();
 
   const Clock& clock_;

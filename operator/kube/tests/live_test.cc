@@ -149,6 +149,37 @@ TEST_F(LiveTest, ListFollowsContinueTokensAndSelectors) {
   EXPECT_EQ((*odd)["items"].size(), 3u);
 }
 
+// deletecollection deletes exactly what the label and field selectors match, in one request,
+// and answers with what it deleted.
+TEST_F(LiveTest, DeleteCollectionDeletesWhatTheSelectorsMatch) {
+  StartServer();
+  for (int i = 0; i < 6; ++i) {
+    json cm =
+        ConfigMap("dc-" + std::to_string(i), i < 3 ? "keep" : "go", {{"job", i % 2 ? "a" : "b"}});
+    ASSERT_THAT(client_->Create(kConfigMaps, "default", cm), IsOk());
+  }
+  ListOptions selectors;
+  selectors.label_selector = "job=a";
+  selectors.field_selector = "metadata.name!=dc-5";
+  absl::StatusOr<std::vector<json>> deleted =
+      client_->DeleteCollection(kConfigMaps, "default", selectors);
+  ASSERT_THAT(deleted, IsOk());
+  std::set<std::string> names;
+  for (const json& o : *deleted) names.insert(o["metadata"]["name"]);
+  EXPECT_EQ(names, (std::set<std::string>{"dc-1", "dc-3"}));
+  for (int i = 0; i < 6; ++i) {
+    std::string name = "dc-" + std::to_string(i);
+    bool gone = names.count(name) > 0;
+    EXPECT_EQ(client_->Get(kConfigMaps, "default", name).status().code(),
+              gone ? absl::StatusCode::kNotFound : absl::StatusCode::kOk)
+        << name;
+  }
+  EXPECT_EQ(client_->DeleteCollection(kConfigMaps, "default", selectors, {.precondition_uid = "u"})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(LiveTest, InformerResumesAfterDroppedWatchesWithoutLosingEvents) {
   StartServer({"--drop-watches-every=300ms"});
   Informer informer(*client_, kConfigMaps,

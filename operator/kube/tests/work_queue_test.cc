@@ -30,6 +30,28 @@ TEST(WorkQueue, KeyInProcessIsNotHandedOutTwiceAndRequeuedOnDone) {
   EXPECT_EQ(*q.Get(), "ns/a");
 }
 
+// The lower lane: a finished job's cleanup (AddLater, while its pass runs) waits behind every
+// job added since, even when its own status write adds it again meanwhile.
+TEST(WorkQueue, AddLaterYieldsToEveryOtherKey) {
+  WorkQueue q;
+  q.Add("ns/done");
+  std::string key = *q.Get();
+  q.Add("ns/done");       // the informer saw the pass's own status write
+  q.AddLater("ns/done");  // the pass asks for its cleanup after the others
+  q.Done(key);
+  q.Add("ns/b");
+  q.Add("ns/done");  // another event: it stays in the lower lane
+  q.Add("ns/c");
+  q.AddLater("ns/d");
+  q.AddLater("ns/b");  // already waiting in the upper lane: stays there
+  EXPECT_EQ(q.Len(), 4u);
+  EXPECT_EQ(*q.Get(), "ns/b");
+  EXPECT_EQ(*q.Get(), "ns/c");
+  EXPECT_EQ(*q.Get(), "ns/done");
+  EXPECT_EQ(*q.Get(), "ns/d");
+  EXPECT_EQ(q.Len(), 0u);
+}
+
 TEST(WorkQueue, AddAfterFiresByItself) {
   WorkQueue q;
   absl::Time start = absl::Now();
