@@ -133,7 +133,7 @@ echo "Prometheus: kubetrain_operator_jobs_succeeded_total = $(promql 'kubetrain_
 
 step "kubectl describe shows the events"
 k describe tj fashion-mnist | tee "$LK_DIR/describe.txt" | tail -8
-has "Created Pod pod=fashion-mnist-ps-0" <"$LK_DIR/describe.txt" || fail "no Created Pod event"
+has -E "Created .*pods=fashion-mnist-ps-0" <"$LK_DIR/describe.txt" || fail "no Created event naming the pods"
 has "TrainingJob succeeded" <"$LK_DIR/describe.txt" || fail "no JobSucceeded event"
 
 step "kubectl delete collects the pods and the Service; helm uninstall"

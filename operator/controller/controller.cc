@@ -182,6 +182,7 @@ void Controller::Work() {
     } else {
       queue_.Forget(*key);
       if (result->requeue_after) queue_.AddAfter(*key, *result->requeue_after);
+      if (result->requeue_later) queue_.AddLater(*key);
     }
     queue_.Done(*key);
   }

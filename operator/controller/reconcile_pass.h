@@ -41,6 +41,13 @@ struct Reconciler::Pass {
   std::optional<absl::Duration> requeue;
   absl::Time now;
   bool finishing = false;  // this pass ended the job
+  // What this pass created and deleted ({kind, name}; deletions by why), recorded as one Normal
+  // event each at the pass's end (Reconciler::RecordPassEvents), not an event per object.
+  std::vector<std::pair<std::string, std::string>> created;
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> deleted;
+  // Job-level events of this pass (JobSucceeded, JobFailed): recorded by the job's next pass,
+  // once this one has written the outcome (RecordPassEvents).
+  std::vector<JobEvent> job_events;
 
   std::string JobRef() const { return ns + "/" + name; }
   kube::Resource JobResource() const {

@@ -73,6 +73,14 @@ Reconciler::Reconciler(kube::ApiClient& client, const kube::ObjectCache& jobs,
       clock_(options_.clock != nullptr ? *options_.clock : Clock::Real()) {}
 
 absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
+  RecordDeferredEvents(key);
+  Pass p;
+  absl::StatusOr<ReconcileResult> result = RunPass(key, p);
+  RecordPassEvents(p, result.ok());
+  return result;
+}
+
+absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass& p) {
   const bool tfjob = absl::StartsWith(key, kTfJobKeyPrefix);
   const kube::ObjectCache* cache = tfjob ? tfjobs_ : &jobs_;
   std::optional<json> object;
@@ -83,6 +91,7 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
       std::lock_guard<std::mutex> lock(writes_mu_);
       secret_ensured_.erase(key);
       templates_checked_.erase(key);
+      podgroup_deleted_.erase(key);
     }
     std::lock_guard<std::mutex> lock(progress_mu_);
     progress_written_.erase(key);
@@ -92,7 +101,6 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   std::string cached_version = (*object)["metadata"].value("resourceVersion", "");
   object = expectations_.NewestJob(key, std::move(*object));
   if ((*object)["metadata"].contains("deletionTimestamp")) return ReconcileResult{};
-  Pass p;
   p.key = key;
   p.tfjob = tfjob;
   p.cached_version = cached_version;
@@ -168,10 +176,20 @@ absl::StatusOr<ReconcileResult> Reconciler::FinishedJob(Pass& p) {
   if (progress_ != nullptr) progress_->Untrack(p.key);
   p.status.counted_failures.clear();  // a finished job restarts nothing
   ReadFinalSummary(p);
+  if (p.finishing) {
+    // The outcome first: this pass writes it and nothing else, and the cleanup (pods, Services,
+    // a PodGroup) is the next pass's work, in the queue's lower lane, behind every job waiting
+    // for a pass: a user waiting on the condition is not paced by other jobs' cleanup writes
+    // (docs/architecture.md §10, "The outcome first"). The counts are those after the cleanup,
+    // so the cleanup pass has no status to write.
+    CountActive(p, /*after_cleanup=*/true);
+    RETURN_IF_ERROR(WriteStatus(p));
+    return ReconcileResult{.requeue_later = true};
+  }
   // The outcome is written even when the cleanup is refused (RBAC without delete, a webhook):
   // the job shows Succeeded or Failed, and the cleanup is retried with backoff.
   absl::Status cleaned = Cleanup(p);
-  CountActive(p);
+  CountActive(p, /*after_cleanup=*/false);
   RETURN_IF_ERROR(WriteStatus(p));
   RETURN_IF_ERROR(cleaned);
   const auto& ttl = p.job.spec.run_policy.ttl_seconds_after_finished;
@@ -327,13 +345,16 @@ void Reconciler::Finish(Pass& p, bool succeeded, const std::string& reason,
   }
   p.finishing = true;
   p.status.completion_time = kube::FormatTime(p.now);
+  std::string cleanup = CleanupWords(p);
   if (succeeded) {
-    events_.Normal(p.object, "JobSucceeded", p.Words("TrainingJob succeeded job=" + p.JobRef()));
+    p.job_events.push_back(
+        {false, "JobSucceeded", p.Words("TrainingJob succeeded job=" + p.JobRef()) + cleanup});
     if (metrics_) metrics_->JobSucceeded(p.ns);
   } else {
-    events_.Warning(p.object, "JobFailed",
-                    p.Words(absl::StrCat("TrainingJob failed job=", p.JobRef(), " reason=", reason,
-                                         ": ", message)));
+    p.job_events.push_back({true, "JobFailed",
+                            p.Words(absl::StrCat("TrainingJob failed job=", p.JobRef(),
+                                                 " reason=", reason, ": ", message)) +
+                                cleanup});
     if (metrics_) metrics_->JobFailed(p.ns);
   }
   log::Info(succeeded ? "TrainingJob succeeded" : "TrainingJob failed",
@@ -443,8 +464,12 @@ void Reconciler::ReadFinalSummary(Pass& p) {
   if (summary.ok()) p.status.progress = *summary;
 }
 
-void Reconciler::CountActive(Pass& p) {
+void Reconciler::CountActive(Pass& p, bool after_cleanup) {
   for (auto& [type, rs] : p.status.replica_statuses) rs.active = 0;
+  if (after_cleanup && p.job.spec.run_policy.clean_pod_policy.value_or(
+                           api::CleanPodPolicy::kRunning) != api::CleanPodPolicy::kNone) {
+    return;  // Running and All leave no pod active
+  }
   for (const auto& [name, pod] : p.pods) {
     std::optional<PodView> v = p.View(pod);
     if (v && Active(*v)) ++p.status.replica_statuses[v->type].active;

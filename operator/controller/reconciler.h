@@ -52,6 +52,9 @@ struct ReconcilerOptions {
 
 struct ReconcileResult {
   std::optional<absl::Duration> requeue_after;
+  // Run again once no other job waits for a pass (kube::WorkQueue::AddLater): a finished job's
+  // cleanup yields to the outcomes of other jobs (docs/architecture.md §10).
+  bool requeue_later = false;
 };
 
 class Reconciler {
@@ -69,6 +72,11 @@ class Reconciler {
 
  private:
   struct Pass;
+  struct JobEvent {  // JobSucceeded, JobFailed
+    bool warning = false;
+    std::string reason;
+    std::string message;
+  };
 
   // The chief's task and pod as the cache shows them; none while the pod does not exist.
   std::optional<std::pair<api::Task, PodView>> ChiefPod(const Pass& p) const;
@@ -96,6 +104,15 @@ class Reconciler {
   absl::Status DeleteRefused(Pass& p, const std::string& reason, const std::string& kind,
                              const std::string& name, const absl::Status& error);
   absl::Status DeletePod(Pass& p, const nlohmann::json& pod, const std::string& why);
+  // Deletes `pods` (the job's, all active when `only_active`): two or more with one
+  // deletecollection by the job's labels (and phase), else, or where that verb is refused (a
+  // Role without it), with DeletePod each.
+  absl::Status DeletePods(Pass& p, const std::vector<nlohmann::json>& pods, bool only_active,
+                          const std::string& why);
+  // The pods a finished job's cleanPodPolicy deletes.
+  std::vector<nlohmann::json> PodsToClean(const Pass& p) const;
+  // "; cleanPodPolicy Running: deleting 3 pods and the Service", for the finishing event.
+  std::string CleanupWords(const Pass& p) const;
   absl::Status Cleanup(Pass& p);
   absl::Status Suspend(Pass& p);
   // The job's tasks as its pods show them, for the job-outcome policy (operator/api/outcome.h);
@@ -107,11 +124,19 @@ class Reconciler {
   absl::Status SyncTasks(Pass& p);
   absl::Status RestartOnClusterChange(Pass& p);
   void ReadFinalSummary(Pass& p);
-  void CountActive(Pass& p);
+  // Active pods per type into status; `after_cleanup`: as the cleanup will leave them.
+  void CountActive(Pass& p, bool after_cleanup);
   void ReadProgress(Pass& p);
   void Finish(Pass& p, bool succeeded, const std::string& reason, const std::string& message);
   absl::Status WriteStatus(Pass& p);
   absl::StatusOr<ReconcileResult> FinishedJob(Pass& p);
+  absl::StatusOr<ReconcileResult> RunPass(const std::string& key, Pass& p);
+  // At a pass's end, its events: one Normal "Created" and one "Deleted" per reason for the
+  // objects it wrote (not one per object: a job's start is one event, not 2 + pods). Its
+  // job-level events, if the pass `succeeded` (the outcome is written), are kept for the job's
+  // next pass, which records them first (RecordDeferredEvents).
+  void RecordPassEvents(Pass& p, bool succeeded);
+  void RecordDeferredEvents(const std::string& key);
   kube::ApiClient& client_;
   const kube::ObjectCache& jobs_;
   const kube::ObjectCache& pods_;
@@ -126,11 +151,21 @@ class Reconciler {
   std::map<std::string, absl::Time> progress_written_;  // job key → last progress put in status
 
   Expectations expectations_;  // own status writes and deletions the caches may not show yet
-  std::mutex writes_mu_;       // guards the two memos below
+  std::mutex writes_mu_;       // guards the memos below and deferred_events_
   // job key → uid of the job whose Secret is known to exist (no API call on later passes).
   std::map<std::string, std::string> secret_ensured_;
   // job key → "uid/generation" whose pod templates passed a dry-run create (CheckTemplates).
   std::map<std::string, std::string> templates_checked_;
+  // job key → uid of the finished job whose PodGroup was deleted (Cleanup).
+  std::map<std::string, std::string> podgroup_deleted_;
+  // job key → the job-level events its last pass left for the next (RecordPassEvents).
+  struct DeferredEvents {
+    nlohmann::json object;  // the job they are recorded on
+    std::vector<JobEvent> events;
+  };
+  std::map<std::string, DeferredEvents> deferred_events_;
+  // Namespaces where deletecollection on pods was refused (DeletePods deletes one by one).
+  std::set<std::string> collection_deletes_refused_;
 };
 
 }  // namespace kubetrain::controller

@@ -1,11 +1,16 @@
 // The objects a reconcile pass writes for its job: Service, Secret, PodGroup and pods (with the
 // dry-run check of their templates and the report of a refused create), pod deletions, cleanup
 // and suspension. The decisions that call for them are in reconciler.cc.
+#include <algorithm>
 #include <map>
+#include <set>
 #include <string>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/job_secret_env.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -17,6 +22,9 @@
 namespace kubetrain::controller {
 namespace {
 
+// Why a finished job's pods and Services are deleted (DeletePod's `why`).
+constexpr char kJobFinished[] = "JobFinished";
+
 // The API server's words in an error from kube::Client ("POST /api/v1/...: <message> (Reason,
 // HTTP 403)"), without the request line.
 std::string ApiMessage(const absl::Status& error) {
@@ -26,7 +34,63 @@ std::string ApiMessage(const absl::Status& error) {
   return std::string(m);
 }
 
+// "secret=x service=y pods=a,b": objects of a pass by kind, in the order first met.
+std::string ObjectList(const std::vector<std::pair<std::string, std::string>>& objects) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_kind;
+  for (const auto& [kind, name] : objects) {
+    auto it = std::find_if(by_kind.begin(), by_kind.end(),
+                           [&](const auto& k) { return k.first == kind; });
+    if (it == by_kind.end()) it = by_kind.insert(by_kind.end(), {kind, {}});
+    it->second.push_back(name);
+  }
+  std::vector<std::string> parts;
+  for (const auto& [kind, names] : by_kind) {
+    parts.push_back(absl::StrCat(absl::AsciiStrToLower(kind), names.size() > 1 ? "s" : "", "=",
+                                 absl::StrJoin(names, ",")));
+  }
+  return absl::StrJoin(parts, " ");
+}
+
 }  // namespace
+
+void Reconciler::RecordPassEvents(Pass& p, bool succeeded) {
+  if (p.object.is_null()) return;
+  if (!p.created.empty()) events_.Normal(p.object, "Created", "Created " + ObjectList(p.created));
+  for (const auto& [why, objects] : p.deleted) {
+    // A finished job's cleanup was announced by its JobSucceeded or JobFailed event.
+    if (why == kJobFinished) continue;
+    events_.Normal(p.object, "Deleted",
+                   absl::StrCat("Deleted ", ObjectList(objects), " reason=", why));
+  }
+  // A pass that failed wrote no outcome; the retry that writes it brings its event.
+  if (!succeeded || p.job_events.empty()) return;
+  // The outcome's event waits for the job's next pass (requeued at once, behind the outcomes of
+  // other jobs that finished meanwhile): the status write is all a finishing pass spends
+  // (docs/architecture.md §10). An operator that stops in between loses the event, not the
+  // outcome.
+  std::lock_guard<std::mutex> lock(writes_mu_);
+  DeferredEvents& deferred = deferred_events_[p.key];
+  deferred.object = p.object;
+  for (JobEvent& e : p.job_events) deferred.events.push_back(std::move(e));
+}
+
+void Reconciler::RecordDeferredEvents(const std::string& key) {
+  DeferredEvents deferred;
+  {
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    auto it = deferred_events_.find(key);
+    if (it == deferred_events_.end()) return;
+    deferred = std::move(it->second);
+    deferred_events_.erase(it);
+  }
+  for (const JobEvent& e : deferred.events) {
+    if (e.warning) {
+      events_.Warning(deferred.object, e.reason, e.message);
+    } else {
+      events_.Normal(deferred.object, e.reason, e.message);
+    }
+  }
+}
 
 absl::Status Reconciler::EnsureService(Pass& p) {
   if (p.tfjob) return EnsureTfJobServices(p);
@@ -37,7 +101,7 @@ absl::Status Reconciler::EnsureService(Pass& p) {
   if (!created.ok()) {
     return CreateRefused(p, "FailedCreateService", "Service", p.name, created.status());
   }
-  events_.Normal(p.object, "CreatedService", "Created Service service=" + p.name);
+  p.created.emplace_back("Service", p.name);
   return absl::OkStatus();
 }
 
@@ -50,7 +114,7 @@ absl::Status Reconciler::EnsureTfJobServices(Pass& p) {
     if (!created.ok()) {
       return CreateRefused(p, "FailedCreateService", "Service", name, created.status());
     }
-    events_.Normal(p.object, "CreatedService", "Created Service service=" + name);
+    p.created.emplace_back("Service", name);
   }
   return absl::OkStatus();
 }
@@ -65,7 +129,7 @@ absl::Status Reconciler::EnsureJobSecret(Pass& p) {
   absl::StatusOr<json> created = client_.Create(kube::Resource::Secrets(), p.ns,
                                                 api::BuildJobSecret(p.job, GenerateJobSecret()));
   if (created.ok()) {
-    events_.Normal(p.object, "CreatedSecret", "Created Secret secret=" + name);
+    p.created.emplace_back("Secret", name);
   } else if (created.status().code() == absl::StatusCode::kAlreadyExists) {
     // Ours from an earlier pass (or operator), or a deleted namesake's that the garbage
     // collector has not removed yet: its pods would lose their secret when it goes.
@@ -188,7 +252,7 @@ absl::Status Reconciler::CreatePod(Pass& p, api::ReplicaType type, int index) {
   if (created.status().code() == absl::StatusCode::kAlreadyExists) return absl::OkStatus();
   if (!created.ok()) return CreateRefused(p, "FailedCreatePod", "Pod", pod_name, created.status());
   p.pods[pod_name] = *created;
-  events_.Normal(p.object, "CreatedPod", "Created Pod pod=" + pod_name);
+  p.created.emplace_back("Pod", pod_name);
   return absl::OkStatus();
 }
 
@@ -213,28 +277,104 @@ absl::Status Reconciler::DeletePod(Pass& p, const json& pod, const std::string& 
   std::string uid = pod["metadata"].value("uid", "");
   p.going.insert(uid);  // once per pass
   expectations_.PodDeleted(p.key, uid);
-  events_.Normal(p.object, "DeletedPod", absl::StrCat("Deleted Pod pod=", name, " reason=", why));
+  p.deleted[why].emplace_back("Pod", name);
   return absl::OkStatus();
+}
+
+absl::Status Reconciler::DeletePods(Pass& p, const std::vector<json>& pods, bool only_active,
+                                    const std::string& why) {
+  bool collection = pods.size() > 1;
+  if (collection) {
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    collection = !collection_deletes_refused_.count(p.ns);
+  }
+  if (collection) {
+    // One request for the lot (cleanup of a 100-pod job is one write, not 100): the job's pods
+    // by its labels, the active ones by phase. The server answers with what it deleted.
+    kube::ListOptions selectors;
+    selectors.label_selector =
+        absl::StrCat(p.tfjob ? api::kKubeflowLabelJobName : api::kLabelJobName, "=", p.name, ",",
+                     api::kLabelManagedBy, "=", api::kManagedByValue);
+    if (only_active) selectors.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
+    absl::StatusOr<std::vector<json>> deleted =
+        client_.DeleteCollection(kube::Resource::Pods(), p.ns, selectors);
+    if (deleted.ok()) {
+      std::vector<json> gone = pods;
+      gone.insert(gone.end(), deleted->begin(), deleted->end());
+      std::set<std::string> named;
+      for (const json& pod : gone) {
+        const json& meta = pod.value("metadata", json::object());
+        std::string uid = meta.value("uid", "");
+        if (!OwnedBy(pod, p.job.metadata.uid) || !named.insert(uid).second) continue;
+        p.going.insert(uid);
+        expectations_.PodDeleted(p.key, uid);
+        p.deleted[why].emplace_back("Pod", meta.value("name", ""));
+      }
+      return absl::OkStatus();
+    }
+    if (deleted.status().code() != absl::StatusCode::kPermissionDenied &&
+        deleted.status().code() != absl::StatusCode::kUnimplemented) {
+      return internal::WithContext(deleted.status(), "deleting the pods of ", p.JobRef());
+    }
+    // A Role from before the operator used deletecollection, or a server without it: pod by
+    // pod, as the rules that do grant delete allow; not asked again in this namespace.
+    log::Info("Deleting pods one by one: deletecollection was refused",
+              {{"namespace", p.ns}, {"error", deleted.status()}});
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    collection_deletes_refused_.insert(p.ns);
+  }
+  for (const json& pod : pods) RETURN_IF_ERROR(DeletePod(p, pod, why));
+  return absl::OkStatus();
+}
+
+std::vector<json> Reconciler::PodsToClean(const Pass& p) const {
+  api::CleanPodPolicy policy =
+      p.job.spec.run_policy.clean_pod_policy.value_or(api::CleanPodPolicy::kRunning);
+  std::vector<json> pods;
+  if (policy == api::CleanPodPolicy::kNone) return pods;
+  for (const auto& [name, pod] : p.pods) {
+    std::optional<PodView> v = p.View(pod);
+    if (!v || v->deleting) continue;
+    if (policy == api::CleanPodPolicy::kAll || Active(*v)) pods.push_back(pod);
+  }
+  return pods;
+}
+
+std::string Reconciler::CleanupWords(const Pass& p) const {
+  api::CleanPodPolicy policy =
+      p.job.spec.run_policy.clean_pod_policy.value_or(api::CleanPodPolicy::kRunning);
+  if (policy == api::CleanPodPolicy::kNone) return "";
+  size_t pods = PodsToClean(p).size();
+  return absl::StrCat("; cleanPodPolicy ", api::Name(policy), ": deleting ",
+                      pods == 1 ? "1 pod" : absl::StrCat(pods, " pods"), " and the Service",
+                      p.tfjob ? "s" : "");
 }
 
 absl::Status Reconciler::Cleanup(Pass& p) {
   api::CleanPodPolicy policy =
       p.job.spec.run_policy.clean_pod_policy.value_or(api::CleanPodPolicy::kRunning);
   if (policy == api::CleanPodPolicy::kNone) return absl::OkStatus();
-  std::map<std::string, json> pods = p.pods;
-  for (const auto& [name, pod] : pods) {
-    std::optional<PodView> v = p.View(pod);
-    if (!v || v->deleting) continue;
-    if (policy == api::CleanPodPolicy::kAll || Active(*v)) {
-      RETURN_IF_ERROR(DeletePod(p, pod, "JobFinished"));
-    }
+  std::vector<json> pods = PodsToClean(p);
+  if (!pods.empty()) {
+    RETURN_IF_ERROR(DeletePods(p, pods, policy == api::CleanPodPolicy::kRunning, kJobFinished));
   }
-  if (p.finishing && options_.gang_scheduler == "volcano") {
+  if (options_.gang_scheduler == "volcano") {
     // A finished job needs no gang: its PodGroup would hold the queue's minMember reservation
-    // until the job itself is deleted (Kubeflow's operator deletes it here too).
-    absl::Status s = client_.Delete(kube::Resource::PodGroups(), p.ns, p.name);
-    if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
-      return Annotate(s, "deleting the PodGroup of " + p.JobRef());
+    // until the job itself is deleted (Kubeflow's operator deletes it here too). Once per job
+    // (and once more after an operator restart, answered 404).
+    bool done;
+    {
+      std::lock_guard<std::mutex> lock(writes_mu_);
+      auto it = podgroup_deleted_.find(p.key);
+      done = it != podgroup_deleted_.end() && it->second == p.job.metadata.uid;
+    }
+    if (!done) {
+      absl::Status s = client_.Delete(kube::Resource::PodGroups(), p.ns, p.name);
+      if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
+        return Annotate(s, "deleting the PodGroup of " + p.JobRef());
+      }
+      std::lock_guard<std::mutex> lock(writes_mu_);
+      podgroup_deleted_[p.key] = p.job.metadata.uid;
     }
   }
   // The Services go whatever the pods' phases: nothing dials a finished job.
@@ -243,14 +383,14 @@ absl::Status Reconciler::Cleanup(Pass& p) {
       if (!OwnedBy(svc, p.job.metadata.uid)) continue;
       const std::string name = svc["metadata"].value("name", "");
       absl::Status s = client_.Delete(kube::Resource::Services(), p.ns, name);
-      if (s.ok()) events_.Normal(p.object, "DeletedService", "Deleted Service service=" + name);
+      if (s.ok()) p.deleted[kJobFinished].emplace_back("Service", name);
       if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
         return DeleteRefused(p, "FailedDeleteService", "Service", name, s);
       }
     }
   } else if (services_.Get(p.key)) {
     absl::Status s = client_.Delete(kube::Resource::Services(), p.ns, p.name);
-    if (s.ok()) events_.Normal(p.object, "DeletedService", "Deleted Service service=" + p.name);
+    if (s.ok()) p.deleted[kJobFinished].emplace_back("Service", p.name);
     if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
       return DeleteRefused(p, "FailedDeleteService", "Service", p.name, s);
     }
@@ -260,11 +400,12 @@ absl::Status Reconciler::Cleanup(Pass& p) {
 
 absl::Status Reconciler::Suspend(Pass& p) {
   if (progress_ != nullptr) progress_->Untrack(p.key);
-  std::map<std::string, json> pods = p.pods;
-  for (const auto& [name, pod] : pods) {
+  std::vector<json> active;
+  for (const auto& [name, pod] : p.pods) {
     std::optional<PodView> v = p.View(pod);
-    if (v && !v->deleting && Active(*v)) RETURN_IF_ERROR(DeletePod(p, pod, "Suspended"));
+    if (v && !v->deleting && Active(*v)) active.push_back(pod);
   }
+  if (!active.empty()) RETURN_IF_ERROR(DeletePods(p, active, /*only_active=*/true, "Suspended"));
   if (SetCondition(&p.status, kSuspended, true, "TrainingJobSuspended",
                    absl::StrCat("TrainingJob ", p.JobRef(), " is suspended."), p.now)) {
     events_.Normal(p.object, "JobSuspended", p.Words("Suspended TrainingJob job=" + p.JobRef()));

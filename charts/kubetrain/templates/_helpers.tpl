@@ -95,6 +95,11 @@ verbs operator/controller and operator/kube use; see deploy/rbac/cluster-role.ya
 - apiGroups: [""]
   resources: ["pods", "services"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# deletecollection: the pods a finished or suspended job stops go in one request, by the
+# job's labels.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["deletecollection"]
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create"]

@@ -512,7 +512,7 @@ TEST_F(LocalkubeRbac, OperatorRbacFromDeployCoversWhatTheOperatorDoes) {
                       {"kind", "TrainingJob"},
                       {"name", job["metadata"]["name"]},
                       {"namespace", "ns1"}}},
-                    {"reason", "CreatedPod"},
+                    {"reason", "Created"},
                     {"message", "m"},
                     {"type", "Normal"}};
   json lease = {{"apiVersion", "coordination.k8s.io/v1"},
@@ -545,6 +545,10 @@ TEST_F(LocalkubeRbac, OperatorRbacFromDeployCoversWhatTheOperatorDoes) {
        [&] { return Call(op, "POST", ns1 + "/pods", pod); }},
       {"get pods/log", [&] { return Call(op, "GET", ns1 + "/pods/existing/log"); }},
       {"delete pods", [&] { return Call(op, "DELETE", ns1 + "/pods/existing"); }},
+      {"deletecollection pods (a finished job's, by its labels)",
+       [&] {
+         return Call(op, "DELETE", ns1 + "/pods?labelSelector=kubetrain.dev%2Fjob-name%3Dgone");
+       }},
       {"create services owned by the TrainingJob (blockOwnerDeletion: update "
        "trainingjobs/finalizers)",
        [&] { return Call(op, "POST", ns1 + "/services", service); }},

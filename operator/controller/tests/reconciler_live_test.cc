@@ -45,7 +45,11 @@ TEST_F(ControllerTest, CreatesHeadlessServiceAndPodsWithTfConfigAndOwners) {
       R"({"cluster":{"ps":["fm-ps-0.fm.default.svc:2222"],"worker":["fm-worker-0.fm.default.svc:2222",)"
       R"("fm-worker-1.fm.default.svc:2222"]},"task":{"type":"worker","index":1}})");
   EXPECT_TRUE(Eventually([&] { return State("fm") == "Created"; }));
-  EXPECT_TRUE(HasEvent("fm", "Created Pod pod=fm-ps-0"));
+  EXPECT_TRUE(Eventually([&] {
+    return HasEvent("fm",
+                    "Created service=fm secret=fm-job-secret "
+                    "pods=fm-ps-0,fm-worker-0,fm-worker-1");
+  }));
 }
 
 // Each job gets its own Secret before its pods, owned by the job (so deleting the job collects
@@ -71,7 +75,8 @@ TEST_F(ControllerTest, EveryJobGetsItsOwnSecretBeforeItsPods) {
     }
   }
   EXPECT_TRUE(found) << pod.dump();
-  EXPECT_TRUE(HasEvent("sec", "Created Secret secret=sec-job-secret"));
+  EXPECT_TRUE(Eventually(
+      [&] { return HasEvent("sec", "Created service=sec secret=sec-job-secret pods="); }));
 }
 
 TEST_F(ControllerTest, ChiefExitZeroSucceedsAndCleansUpRunningPodsAndService) {
@@ -87,7 +92,7 @@ TEST_F(ControllerTest, ChiefExitZeroSucceedsAndCleansUpRunningPodsAndService) {
   EXPECT_TRUE(Eventually([&] { return !Get(Resource::Services(), "ok").has_value(); }));
   EXPECT_TRUE(
       Get(Resource::Pods(), "ok-worker-0").has_value());  // Running policy: finished pods stay
-  EXPECT_TRUE(HasEvent("ok", "TrainingJob succeeded job=default/ok"));
+  EXPECT_TRUE(Eventually([&] { return HasEvent("ok", "TrainingJob succeeded job=default/ok"); }));
 }
 
 TEST_F(ControllerTest, KilledPodIsRecreatedAndRestartsSurviveRecreation) {
@@ -548,8 +553,9 @@ TEST_F(ControllerTest, PassAfterOwnStatusWriteDoesNotUndoItFromAStaleCache) {
     auto pod = pods.Get("default/st-worker-0");
     return pod && (*pod)["status"].value("phase", "") == "Succeeded";
   }));
-  ASSERT_THAT(reconciler.Reconcile("default/st"), IsOk());  // Succeeded: ps-0 and Service deleted
+  ASSERT_THAT(reconciler.Reconcile("default/st"), IsOk());  // Succeeded
   EXPECT_EQ(State("st"), "Succeeded");
+  ASSERT_THAT(reconciler.Reconcile("default/st"), IsOk());  // ps-0 and Service deleted
   ASSERT_TRUE(Eventually([&] {
     return !pods.Get("default/st-ps-0").has_value() && !services.Get("default/st").has_value();
   }));
