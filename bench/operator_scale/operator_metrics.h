@@ -21,11 +21,16 @@ struct Scrape {
 
   double Writes() const {
     double w = 0;
-    for (const char* v : {"create", "update", "patch", "delete"}) {
+    for (const char* v : {"create", "update", "patch", "delete", "deletecollection"}) {
       auto it = by_verb.find(v);
       if (it != by_verb.end()) w += it->second;
     }
     return w;
+  }
+  // Server-side dry runs (?dryRun=All): admission checks that store nothing, not writes.
+  double DryRuns() const {
+    auto it = by_verb.find("create-dry-run");
+    return it == by_verb.end() ? 0 : it->second;
   }
   double Reads() const {
     double r = 0;

@@ -17,10 +17,12 @@
 //   5. The operator's own /metrics give its API requests by verb; Events it wrote are counted
 //      with a list of core/v1 events (the metric does not split "create" by resource).
 //
-// "Ideal" writes per job are defined as 8: 5 creates (1 Service + 4 Pods for the default shape)
-// plus 3 status writes (Created, Running, Succeeded). For other shapes it is 1 + pods + 3.
-// Cleanup deletes (running PS/workers and the Service once the job succeeds) are real work the
-// default cleanPodPolicy asks for, and they are counted in "writes", so the ratio cannot reach 1.
+// The minimum writes per job are 11 for the default shape: 6 creates (the job's Secret, its
+// Service, 4 pods), 3 status writes (Created, Running, Succeeded) and the cleanup the default
+// cleanPodPolicy (Running) asks for once the chief succeeds while the PS and the other workers
+// still run (one deletecollection of them, one Service delete); for other shapes 2 + pods + 3 + 2.
+// Events count as writes and are not in the minimum; server-side dry runs store nothing and are
+// reported apart. Goals: writes <= 1.1x the minimum, chief-to-job p99 <= 30 s, peak RSS <= 200 MiB.
 // Nothing is asserted on timings: the CTest smoke run only checks that the report is printed.
 //
 // The harness (localkube, the CRD and the operator as child processes) is in cluster.h, what is
@@ -393,13 +395,18 @@ absl::StatusOr<Report> Bench::Run() {
                                    {"slowest", r.slowest_job},
                                    {"chief_patched", kube::FormatMicroTime(chief_sent[slowest])}});
 
-  // 5. Let the operator finish what the last reconciles started (events, cleanup), then count.
+  // 5. Let the operator finish what the last reconciles started (events, cleanup: a few writes
+  // per job, paced by its --qps), then count.
   Scrape now;
   double previous = -1;
-  absl::Time settle_deadline = std::min(Deadline(), absl::Now() + absl::Seconds(30));
+  absl::Time settle_deadline =
+      std::min(Deadline(), absl::Now() + absl::Seconds(30 + 6.0 * opt_.jobs / opt_.qps));
   while (true) {
     ASSIGN_OR_RETURN(now, ScrapeMetrics(cluster_->metrics_port()));
-    if (now.Writes() == previous && now.queue_depth == 0) break;
+    if (now.Writes() == previous && now.queue_depth == 0) {
+      r.settled = true;
+      break;
+    }
     if (absl::Now() > settle_deadline) break;
     previous = now.Writes();
     absl::SleepFor(absl::Milliseconds(500));
