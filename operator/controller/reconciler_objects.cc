@@ -299,10 +299,9 @@ absl::Status Reconciler::DeletePods(Pass& p, const std::vector<json>& pods, bool
     absl::StatusOr<std::vector<json>> deleted =
         client_.DeleteCollection(kube::Resource::Pods(), p.ns, selectors);
     if (deleted.ok()) {
-      std::vector<json> gone = pods;
-      gone.insert(gone.end(), deleted->begin(), deleted->end());
+      // What the server deleted, not what the cache showed: a pod that ended meanwhile stays.
       std::set<std::string> named;
-      for (const json& pod : gone) {
+      for (const json& pod : *deleted) {
         const json& meta = pod.value("metadata", json::object());
         std::string uid = meta.value("uid", "");
         if (!OwnedBy(pod, p.job.metadata.uid) || !named.insert(uid).second) continue;
