@@ -18,6 +18,8 @@ kube::InformerOptions Owned(const std::string& ns) {
   // Only the objects this operator made: the caches stay small on a busy cluster.
   o.label_selector = absl::StrCat(api::kLabelManagedBy, "=", api::kManagedByValue);
   o.transform = kube::StripForCache;
+  // Each pass reads its job's pods and Services by the job-name label.
+  o.index_labels = {api::kLabelJobName, api::kKubeflowLabelJobName};
   return o;
 }
 

@@ -1,8 +1,11 @@
 #include "operator/kube/informer.h"
 
+#include <algorithm>
+
 #include <random>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/backoff.h"
 #include "common/logging.h"
@@ -94,12 +97,46 @@ std::vector<json> Informer::ListByLabel(const std::string& ns, const std::string
                                         const std::string& value) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<json> out;
+  const auto& indexed = options_.index_labels;
+  if (std::find(indexed.begin(), indexed.end(), key) != indexed.end()) {
+    auto hit = index_.find(absl::StrCat(key, "\x1f", ns, "\x1f", value));
+    if (hit == index_.end()) return out;
+    for (const std::string& k : hit->second) {
+      auto it = cache_.find(k);
+      if (it != cache_.end()) out.push_back(*it->second);
+    }
+    return out;
+  }
   for (auto it = cache_.lower_bound(ns + "/"); it != cache_.end(); ++it) {
     if (it->first.compare(0, ns.size() + 1, ns + "/") != 0) break;
-    const json& labels = (*it->second)["metadata"].value("labels", json::object());
-    if (labels.is_object() && labels.value(key, "") == value) out.push_back(*it->second);
+    const json& meta = (*it->second)["metadata"];
+    auto labels = meta.find("labels");
+    if (labels == meta.end() || !labels->is_object()) continue;
+    auto v = labels->find(key);
+    if (v != labels->end() && v->is_string() && v->get_ref<const std::string&>() == value) {
+      out.push_back(*it->second);
+    }
   }
   return out;
+}
+
+void Informer::IndexLocked(const std::string& key, const json& obj, bool add) {
+  if (options_.index_labels.empty() || !obj.is_object() || !obj.contains("metadata")) return;
+  const json& meta = obj["metadata"];
+  auto labels = meta.find("labels");
+  if (labels == meta.end() || !labels->is_object()) return;
+  std::string ns = meta.value("namespace", "");
+  for (const std::string& label : options_.index_labels) {
+    auto v = labels->find(label);
+    if (v == labels->end() || !v->is_string()) continue;
+    std::string slot = absl::StrCat(label, "\x1f", ns, "\x1f", v->get_ref<const std::string&>());
+    if (add) {
+      index_[slot].insert(key);
+    } else if (auto it = index_.find(slot); it != index_.end()) {
+      it->second.erase(key);
+      if (it->second.empty()) index_.erase(it);
+    }
+  }
 }
 
 absl::Status Informer::last_error() const {
@@ -177,6 +214,8 @@ absl::Status Informer::Relist() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     cache_.swap(fresh);
+    index_.clear();
+    for (const auto& [key, obj] : cache_) IndexLocked(key, *obj, true);
     resource_version_ = version;
   }
   fresh.clear();  // the old cache, freed outside the lock
@@ -285,8 +324,11 @@ void Informer::Upsert(Entry obj) {
   Entry old;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Entry& slot = cache_[ObjectKey(*obj)];
+    std::string key = ObjectKey(*obj);
+    Entry& slot = cache_[key];
     old = std::exchange(slot, obj);
+    if (old) IndexLocked(key, *old, false);
+    IndexLocked(key, *obj, true);
   }
   for (const auto& h : handlers_) {
     if (old && h.on_update) h.on_update(*old, *obj);
@@ -298,10 +340,12 @@ void Informer::Remove(const Entry& obj) {
   Entry gone;  // freed outside the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = cache_.find(ObjectKey(*obj));
+    std::string key = ObjectKey(*obj);
+    auto it = cache_.find(key);
     if (it != cache_.end()) {
       gone = std::move(it->second);
       cache_.erase(it);
+      IndexLocked(key, *gone, false);
     }
   }
   for (const auto& h : handlers_) {

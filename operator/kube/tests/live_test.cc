@@ -180,6 +180,44 @@ TEST_F(LiveTest, DeleteCollectionDeletesWhatTheSelectorsMatch) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// ListByLabel answers from the informer's index for an indexed label as objects come, change
+// their label and go, and by scanning for any other label.
+TEST_F(LiveTest, InformerIndexFindsObjectsByLabelAsTheyChange) {
+  StartServer();
+  ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("ix-a", "1", {{"job", "x"}})),
+              IsOk());
+  ASSERT_THAT(client_->Create(kConfigMaps, "default",
+                              ConfigMap("ix-b", "1", {{"job", "x"}, {"tier", "t"}})),
+              IsOk());
+  ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("ix-c", "1", {{"job", "y"}})),
+              IsOk());
+  InformerOptions options{.namespace_ = "default"};
+  options.index_labels = {"job"};
+  Informer informer(*client_, kConfigMaps, options);
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  auto names = [&](const std::string& key, const std::string& value) {
+    std::set<std::string> out;
+    for (const json& o : informer.ListByLabel("default", key, value)) {
+      out.insert(o["metadata"]["name"]);
+    }
+    return out;
+  };
+  using Names = std::set<std::string>;
+  EXPECT_EQ(names("job", "x"), (Names{"ix-a", "ix-b"}));
+  EXPECT_EQ(names("tier", "t"), (Names{"ix-b"}));  // not indexed: scanned
+  EXPECT_EQ(names("job", "x").size(), 2u);
+  ASSERT_THAT(client_->Patch(kConfigMaps, "default", "ix-b", PatchType::kMerge,
+                             R"({"metadata":{"labels":{"job":"y"}}})"),
+              IsOk());
+  EXPECT_TRUE(Eventually([&] { return names("job", "y") == Names{"ix-b", "ix-c"}; }));
+  EXPECT_EQ(names("job", "x"), (Names{"ix-a"}));
+  ASSERT_THAT(client_->Delete(kConfigMaps, "default", "ix-a"), IsOk());
+  EXPECT_TRUE(Eventually([&] { return names("job", "x").empty(); }));
+  EXPECT_TRUE(names("job", "z").empty());
+  informer.Stop();
+}
+
 TEST_F(LiveTest, InformerResumesAfterDroppedWatchesWithoutLosingEvents) {
   StartServer({"--drop-watches-every=300ms"});
   Informer informer(*client_, kConfigMaps,
