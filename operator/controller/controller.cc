@@ -12,12 +12,13 @@ using nlohmann::json;
 
 namespace {
 
-kube::InformerOptions Owned(const std::string& ns) {
+kube::InformerOptions Owned(const std::string& ns,
+                            std::function<void(json&)> transform = kube::StripForCache) {
   kube::InformerOptions o;
   o.namespace_ = ns;
   // Only the objects this operator made: the caches stay small on a busy cluster.
   o.label_selector = absl::StrCat(api::kLabelManagedBy, "=", api::kManagedByValue);
-  o.transform = kube::StripForCache;
+  o.transform = std::move(transform);
   // Each pass reads its job's pods and Services by the job-name label.
   o.index_labels = {api::kLabelJobName, api::kKubeflowLabelJobName};
   return o;
@@ -36,7 +37,7 @@ Controller::Controller(kube::Client& client, ControllerOptions options, Operator
                                    kube::InformerOptions{.namespace_ = options_.namespace_,
                                                          .transform = kube::StripForCache})
                              : nullptr),
-      pods_(client, kube::Resource::Pods(), Owned(options_.namespace_)),
+      pods_(client, kube::Resource::Pods(), Owned(options_.namespace_, StripPodForCache)),
       services_(client, kube::Resource::Services(), Owned(options_.namespace_)),
       queue_({.clock = options_.reconciler.clock}),
       events_(client, "kubetrain-operator"),

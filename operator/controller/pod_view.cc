@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "operator/api/tfjob.h"
+#include "operator/kube/informer.h"
 
 namespace kubetrain::controller {
 
@@ -61,6 +62,45 @@ std::optional<PodView> ViewPod(const json& pod) {
     }
   }
   return view;
+}
+
+void StripPodForCache(json& pod) {
+  kube::StripForCache(pod);
+  if (!pod.is_object()) return;
+  if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
+    json containers = json::array();
+    if (auto cs = spec->find("containers"); cs != spec->end() && cs->is_array()) {
+      for (const json& c : *cs) {
+        if (!c.is_object()) continue;
+        json kept = {{"name", c.value("name", "")}};
+        if (auto env = c.find("env"); env != c.end() && env->is_array()) {
+          for (const json& e : *env) {
+            if (e.is_object() && e.value("name", "") == "TF_CONFIG") kept["env"] = json::array({e});
+          }
+        }
+        containers.push_back(std::move(kept));
+      }
+    }
+    *spec = {{"containers", std::move(containers)}};
+  }
+  if (auto status = pod.find("status"); status != pod.end() && status->is_object()) {
+    json kept = json::object();
+    for (const char* field : {"phase", "podIP", "reason"}) {
+      if (auto v = status->find(field); v != status->end()) kept[field] = *v;
+    }
+    if (auto cs = status->find("containerStatuses"); cs != status->end() && cs->is_array()) {
+      kept["containerStatuses"] = json::array();
+      for (const json& c : *cs) {
+        if (!c.is_object()) continue;
+        json one = json::object();
+        for (const char* field : {"name", "state", "lastState"}) {
+          if (auto v = c.find(field); v != c.end()) one[field] = *v;
+        }
+        kept["containerStatuses"].push_back(std::move(one));
+      }
+    }
+    *status = std::move(kept);
+  }
 }
 
 int EffectiveExitCode(const PodView& pod) { return pod.exit_code.value_or(137); }

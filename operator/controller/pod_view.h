@@ -30,6 +30,13 @@ struct PodView {
 // nullopt when the pod lacks the kubetrain replica labels.
 std::optional<PodView> ViewPod(const nlohmann::json& pod);
 
+// The operator's pod informer transform (kube::InformerOptions::transform): kube::StripForCache,
+// then only what the reconciler reads stays: metadata; status phase, podIP, reason and each
+// container status's name, state and lastState; each container's name and its TF_CONFIG
+// variable (Reconciler::RestartOnClusterChange compares it). A pod's spec is most of its size:
+// 20,000 pods in the cache are then about a third of the memory.
+void StripPodForCache(nlohmann::json& pod);
+
 // The exit code a failed pod is judged by: its container's, else 137 (killed: eviction, node
 // loss, preemption are retryable under every restart policy but Never).
 int EffectiveExitCode(const PodView& pod);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 namespace kubetrain::controller {
 namespace {
 
@@ -46,6 +48,41 @@ TEST(PodView, ReadsTheTrainingContainersTerminationMessageOnly) {
   EXPECT_EQ(v->termination_message, R"({"steps":9})");
   pod["status"]["containerStatuses"][1]["state"]["terminated"]["message"] = 42;  // not text
   EXPECT_EQ(ViewPod(pod)->termination_message, "");
+}
+
+// The cache keeps what the reconciler reads of a pod, and the view of it is unchanged.
+TEST(PodView, TheCachedPodKeepsWhatTheViewAndTheClusterCheckRead) {
+  json pod = json::parse(R"({"apiVersion":"v1","kind":"Pod",
+    "metadata":{"name":"j-worker-0","namespace":"default","uid":"u0","resourceVersion":"7",
+      "labels":{"kubetrain.dev/replica-type":"worker","kubetrain.dev/replica-index":"0"},
+      "ownerReferences":[{"uid":"job-uid","controller":true}],
+      "managedFields":[{"manager":"kubetrain-operator"}]},
+    "spec":{"hostname":"j-worker-0","volumes":[{"name":"data","emptyDir":{}}],
+      "containers":[{"name":"kubetrain","image":"kubetrain/worker:0.1.0","args":["--model=mlp"],
+        "env":[{"name":"KUBETRAIN_MODE","value":"ps-sync"},
+               {"name":"TF_CONFIG","value":"{\"cluster\":{\"worker\":[\"a:2222\"]}}"}],
+        "resources":{"limits":{"cpu":"1"}}}]},
+    "status":{"phase":"Succeeded","podIP":"127.0.1.5","hostIP":"127.0.0.1",
+      "conditions":[{"type":"Ready","status":"False"}],
+      "containerStatuses":[{"name":"kubetrain","ready":false,"image":"x","imageID":"y",
+        "state":{"terminated":{"exitCode":0,"message":"{\"event\":\"training_complete\"}"}}}]}})");
+  std::optional<PodView> before = ViewPod(pod);
+  json cached = pod;
+  StripPodForCache(cached);
+  std::optional<PodView> after = ViewPod(cached);
+  ASSERT_TRUE(before.has_value() && after.has_value());
+  EXPECT_EQ(after->name, before->name);
+  EXPECT_EQ(after->uid, before->uid);
+  EXPECT_EQ(after->phase, "Succeeded");
+  EXPECT_EQ(after->pod_ip, before->pod_ip);
+  EXPECT_EQ(after->exit_code, 0);
+  EXPECT_EQ(after->termination_message, before->termination_message);
+  EXPECT_EQ(cached["metadata"]["ownerReferences"], pod["metadata"]["ownerReferences"]);
+  EXPECT_FALSE(cached["metadata"].contains("managedFields"));
+  EXPECT_EQ(cached["spec"], json::parse(R"({"containers":[{"name":"kubetrain","env":[
+      {"name":"TF_CONFIG","value":"{\"cluster\":{\"worker\":[\"a:2222\"]}}"}]}]})"));
+  EXPECT_FALSE(cached["status"].contains("conditions"));
+  EXPECT_LT(cached.dump().size(), pod.dump().size());
 }
 
 TEST(PodView, ForeignPodsAreIgnored) {
