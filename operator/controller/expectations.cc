@@ -9,7 +9,8 @@ void Expectations::StatusWritten(const std::string& key, const std::set<std::str
   std::lock_guard<std::mutex> lock(mu_);
   Write& w = writes_[key];
   w.older_versions.insert(older.begin(), older.end());
-  w.object = std::move(written);
+  w.status = written.value("status", json::object());
+  w.resource_version = written.value("metadata", json::object()).value("resourceVersion", "");
 }
 
 json Expectations::NewestJob(const std::string& key, json cached) {
@@ -17,7 +18,11 @@ json Expectations::NewestJob(const std::string& key, json cached) {
   auto it = writes_.find(key);
   if (it == writes_.end()) return cached;
   const json& meta = cached.value("metadata", json::object());
-  if (it->second.older_versions.count(meta.value("resourceVersion", ""))) return it->second.object;
+  if (it->second.older_versions.count(meta.value("resourceVersion", ""))) {
+    cached["status"] = it->second.status;
+    cached["metadata"]["resourceVersion"] = it->second.resource_version;
+    return cached;
+  }
   writes_.erase(it);
   return cached;
 }
