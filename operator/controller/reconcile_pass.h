@@ -50,6 +50,10 @@ struct Reconciler::Pass {
   std::vector<JobEvent> job_events;
 
   std::string JobRef() const { return ns + "/" + name; }
+  // runPolicy.cleanPodPolicy, Running when unset (Kubeflow's default).
+  api::CleanPodPolicy CleanPodPolicy() const {
+    return job.spec.run_policy.clean_pod_policy.value_or(api::CleanPodPolicy::kRunning);
+  }
   kube::Resource JobResource() const {
     return tfjob ? kube::Resource::TfJobs() : kube::Resource::TrainingJobs();
   }

@@ -466,8 +466,7 @@ void Reconciler::ReadFinalSummary(Pass& p) {
 
 void Reconciler::CountActive(Pass& p, bool after_cleanup) {
   for (auto& [type, rs] : p.status.replica_statuses) rs.active = 0;
-  if (after_cleanup && p.job.spec.run_policy.clean_pod_policy.value_or(
-                           api::CleanPodPolicy::kRunning) != api::CleanPodPolicy::kNone) {
+  if (after_cleanup && p.CleanPodPolicy() != api::CleanPodPolicy::kNone) {
     return;  // Running and All leave no pod active
   }
   for (const auto& [name, pod] : p.pods) {

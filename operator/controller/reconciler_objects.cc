@@ -327,8 +327,7 @@ absl::Status Reconciler::DeletePods(Pass& p, const std::vector<json>& pods, bool
 }
 
 std::vector<json> Reconciler::PodsToClean(const Pass& p) const {
-  api::CleanPodPolicy policy =
-      p.job.spec.run_policy.clean_pod_policy.value_or(api::CleanPodPolicy::kRunning);
+  api::CleanPodPolicy policy = p.CleanPodPolicy();
   std::vector<json> pods;
   if (policy == api::CleanPodPolicy::kNone) return pods;
   for (const auto& [name, pod] : p.pods) {
@@ -340,8 +339,7 @@ std::vector<json> Reconciler::PodsToClean(const Pass& p) const {
 }
 
 std::string Reconciler::CleanupWords(const Pass& p) const {
-  api::CleanPodPolicy policy =
-      p.job.spec.run_policy.clean_pod_policy.value_or(api::CleanPodPolicy::kRunning);
+  api::CleanPodPolicy policy = p.CleanPodPolicy();
   if (policy == api::CleanPodPolicy::kNone) return "";
   size_t pods = PodsToClean(p).size();
   return absl::StrCat("; cleanPodPolicy ", api::Name(policy), ": deleting ",
@@ -350,8 +348,7 @@ std::string Reconciler::CleanupWords(const Pass& p) const {
 }
 
 absl::Status Reconciler::Cleanup(Pass& p) {
-  api::CleanPodPolicy policy =
-      p.job.spec.run_policy.clean_pod_policy.value_or(api::CleanPodPolicy::kRunning);
+  api::CleanPodPolicy policy = p.CleanPodPolicy();
   if (policy == api::CleanPodPolicy::kNone) return absl::OkStatus();
   std::vector<json> pods = PodsToClean(p);
   if (!pods.empty()) {

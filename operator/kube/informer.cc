@@ -1,7 +1,6 @@
 #include "operator/kube/informer.h"
 
 #include <algorithm>
-
 #include <random>
 #include <utility>
 
