@@ -114,6 +114,11 @@ int64_t Version::step() const {
   return *std::min_element(steps.begin(), steps.end());
 }
 
+int64_t Version::gradients_applied() const {
+  if (applied.empty()) return 0;
+  return *std::min_element(applied.begin(), applied.end());
+}
+
 Version Version::Next() const {
   Version next = *this;
   for (int64_t& s : next.steps) ++s;
@@ -292,6 +297,7 @@ struct PullCall {
     ASSIGN_OR_RETURN(PullHeader header, DecodePullResponse(response, destination));
     version.steps[ps] = header.global_step;
     version.run_ids[ps] = std::move(header.run_id);
+    version.applied[ps] = header.gradients_applied;
     return absl::OkStatus();
   }
 };
@@ -366,9 +372,11 @@ struct ExportCall {
       ASSIGN_OR_RETURN(state.config, FromProto(response.config()));
       state.run_id = response.run_id();
       state.global_step = response.global_step();
+      state.gradients_applied = response.gradients_applied();
       first = false;
     }
     state.global_step = std::min(state.global_step, response.global_step());
+    state.gradients_applied = std::min(state.gradients_applied, response.gradients_applied());
     for (const v1::PartitionState& p : response.partitions()) {
       ASSIGN_OR_RETURN(size_t index, find(p.partition().key()));
       const PartitionSpec& spec = plan.partitions()[index];
@@ -405,6 +413,32 @@ struct StatusCall {
   }
 };
 
+struct JoinCall {
+  using Request = v1::MemberRequest;
+  using Response = v1::MemberResponse;
+  uint32_t worker;
+  bool leave;
+  Membership view;  // ps 0's
+
+  void Build(int, Request& request) const {
+    request.set_worker(worker);
+    request.set_leave(leave);
+  }
+  static auto Start(PsStubs& stubs, grpc::ClientContext* context, const Request& request,
+                    grpc::CompletionQueue* cq) {
+    return stubs.typed->AsyncJoin(context, request, cq);
+  }
+  absl::Status Done(int ps, const Response& r) {
+    if (ps != 0) return absl::OkStatus();
+    view.members.assign(r.members().begin(), r.members().end());
+    view.version = r.membership_version();
+    view.quota = static_cast<int>(r.quota());
+    view.global_step = r.global_step();
+    view.gradients_applied = r.gradients_applied();
+    return absl::OkStatus();
+  }
+};
+
 struct ShutdownCall {
   using Request = v1::ShutdownRequest;
   using Response = v1::ShutdownResponse;
@@ -433,7 +467,7 @@ absl::StatusOr<Version> PsClient::Pull(std::span<const std::span<float>> values,
                 values,
                 min_version,
                 [this](const PartitionKey& key) { return Find(key); },
-                {std::vector<int64_t>(n), std::vector<std::string>(n)},
+                {std::vector<int64_t>(n), std::vector<std::string>(n), std::vector<int64_t>(n)},
                 Coverage(plan_.partitions().size())};
   const std::vector<int> all = AllPs();
   const absl::Duration timeout =
@@ -466,6 +500,7 @@ absl::StatusOr<v1::InitRequest> PsClient::MakeInit(int ps, const ModelState& sta
   *request.mutable_config() = ToProto(state.config);
   request.set_global_step(state.global_step);
   request.set_run_id(state.run_id);
+  request.set_gradients_applied(state.gradients_applied);
   for (size_t index : plan_.PartitionsOn(ps)) {
     const PartitionSpec& spec = plan_.partitions()[index];
     FillPartition(spec, *vars[spec.variable], request.add_partitions());
@@ -508,6 +543,12 @@ absl::StatusOr<std::vector<ShardInfo>> PsClient::Status() {
   StatusCall call{addresses_, std::vector<ShardInfo>(plan_.num_ps())};
   RETURN_IF_ERROR(FanOut("Status", AllPs(), options_.rpc_timeout, call));
   return std::move(call.infos);
+}
+
+absl::StatusOr<Membership> PsClient::Join(bool leave) {
+  JoinCall call{options_.worker, leave, {}};
+  RETURN_IF_ERROR(FanOut("Join", AllPs(), options_.rpc_timeout, call));
+  return std::move(call.view);
 }
 
 absl::Status PsClient::Shutdown(absl::string_view reason) {

@@ -58,9 +58,12 @@ struct ClientOptions {
 struct Version {
   std::vector<int64_t> steps;  // one per ps task
   std::vector<std::string> run_ids;
+  std::vector<int64_t> applied;  // Pull: gradients applied into the values, per ps task
 
   // For logs and progress: the smallest step over the ps tasks.
   int64_t step() const;
+  // The smallest count of gradients applied over the ps tasks (0 before a pull).
+  int64_t gradients_applied() const;
   // What the pull after a sync push waits for: every ps one step further.
   Version Next() const;
 };
@@ -82,6 +85,7 @@ struct ModelState {
   TrainingConfig config;
   int64_t global_step = 0;  // Export: the smallest over ps tasks
   std::string run_id;
+  int64_t gradients_applied = 0;         // Export: the smallest over ps tasks
   std::vector<VariableState> variables;  // any order; matched to the plan by name
 };
 
@@ -134,6 +138,9 @@ class PsClient {
   absl::StatusOr<std::vector<ShardInfo>> Status();
   // Asks every ps to exit (training is over).
   absl::Status Shutdown(absl::string_view reason);
+  // Elastic sync training: joins (or, `leave`, leaves) the membership of every ps as worker
+  // options.worker; returns ps 0's view of it (docs/architecture.md §5.10).
+  absl::StatusOr<Membership> Join(bool leave);
 
   // Polls Status until every ps answers and, with require_initialized, holds initialised state.
   // Retries UNAVAILABLE, DEADLINE_EXCEEDED and "not initialised" with backoff, logging one line

@@ -1,5 +1,5 @@
 // The ps's gRPC service (see service.h): request dispatch, authentication, refusal logs and
-// metrics, the Init/Push/Pull/Export/Status/Shutdown handlers, and pulls parked until their
+// metrics, the Init/Push/Pull/Export/Status/Shutdown/Join handlers, and pulls parked until their
 // step. PsServer, which hosts the service in a gRPC server, is in server.cc.
 #include "ps/service.h"
 
@@ -164,6 +164,7 @@ void ParameterServerService::RegisterMethods() {
   AddUnary("/kubetrain.v1.ParameterServer/Export", "Export", &Self::Export);
   AddUnary("/kubetrain.v1.ParameterServer/Status", "Status", &Self::Status);
   AddUnary("/kubetrain.v1.ParameterServer/Shutdown", "Shutdown", &Self::Shutdown);
+  AddUnary("/kubetrain.v1.ParameterServer/Join", "Join", &Self::Join);
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Dispatch(absl::string_view method,
@@ -268,7 +269,7 @@ absl::Status ParameterServerService::PullNow(const std::vector<PartitionKey>& ke
   };
   ASSIGN_OR_RETURN(PullOutcome outcome, store_.Pull(keys, min_step, absl::InfinitePast(), visit,
                                                     options_.max_response_bytes));
-  frame.Finish(outcome.global_step, std::move(outcome.run_id));
+  frame.Finish(outcome.global_step, std::move(outcome.run_id), outcome.gradients_applied);
   response_bytes = frame.byte_size();
   response = frame.Encode();
   return absl::OkStatus();
@@ -440,6 +441,29 @@ absl::Status ParameterServerService::Shutdown(grpc::CallbackServerContext&,
   RETURN_IF_ERROR(ParseRequest("Shutdown", request, shutdown));
   RequestShutdown(shutdown.reason().empty() ? "Shutdown RPC" : shutdown.reason());
   return SerializeResponse(v1::ShutdownResponse(), response, response_bytes);
+}
+
+absl::Status ParameterServerService::Join(grpc::CallbackServerContext&,
+                                          const grpc::ByteBuffer& request,
+                                          grpc::ByteBuffer& response, size_t& response_bytes) {
+  v1::MemberRequest join;
+  RETURN_IF_ERROR(ParseRequest("Join", request, join));
+  const size_t before = store_.Status().members;
+  ASSIGN_OR_RETURN(Membership m, store_.Join(join.worker(), join.leave()));
+  if (m.members.size() != before) {
+    log::Info(join.leave() ? "Worker left" : "Membership changed",
+              {{"worker", join.worker()},
+               {"members", m.members.size()},
+               {"quota", m.quota},
+               {"global_step", m.global_step}});
+  }
+  v1::MemberResponse answer;
+  for (uint32_t member : m.members) answer.add_members(member);
+  answer.set_membership_version(m.version);
+  answer.set_quota(static_cast<uint32_t>(m.quota));
+  answer.set_global_step(m.global_step);
+  answer.set_gradients_applied(m.gradients_applied);
+  return SerializeResponse(answer, response, response_bytes);
 }
 
 void ParameterServerService::RequestShutdown(absl::string_view reason) {

@@ -73,7 +73,7 @@ class ParameterServerService final : public grpc::Service {
                                                            const grpc::ByteBuffer&,
                                                            grpc::ByteBuffer&, size_t&);
 
-  // Adds the six methods in ps.proto's order.
+  // Adds the seven methods in ps.proto's order.
   void RegisterMethods();
   void AddUnary(const char* path, absl::string_view name, Handler handler);
   // Registers a callback method taking and answering raw bytes.
@@ -95,6 +95,8 @@ class ParameterServerService final : public grpc::Service {
                       grpc::ByteBuffer& response, size_t& response_bytes);
   absl::Status Shutdown(grpc::CallbackServerContext& context, const grpc::ByteBuffer& request,
                         grpc::ByteBuffer& response, size_t& response_bytes);
+  absl::Status Join(grpc::CallbackServerContext& context, const grpc::ByteBuffer& request,
+                    grpc::ByteBuffer& response, size_t& response_bytes);
   // Pull has its own reactor path, since it may park.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request, grpc::ByteBuffer* response);

@@ -35,6 +35,16 @@ absl::Status ValidateConfig(const TrainingConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("replicas_to_aggregate must be >= 1: ", config.replicas_to_aggregate));
   }
+  if (config.elastic && config.mode != UpdateMode::kSync) {
+    return absl::InvalidArgumentError("elastic membership needs sync mode");
+  }
+  if (config.backup_workers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backup_workers must be >= 0: ", config.backup_workers));
+  }
+  if (config.member_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("member_timeout must be > 0");
+  }
   return absl::OkStatus();
 }
 
@@ -123,6 +133,9 @@ bool ShardStore::PullReady(int64_t min_step) const {
 absl::Status ShardStore::Init(ShardState state) {
   if (absl::Status s = ValidateConfig(state.config); !s.ok()) return s;
   if (state.global_step < 0) return absl::InvalidArgumentError("global_step must be >= 0");
+  if (state.gradients_applied < 0) {
+    return absl::InvalidArgumentError("gradients_applied must be >= 0");
+  }
   auto optimizer = MakeOptimizer(state.config.optimizer);
   if (!optimizer.ok()) return optimizer.status();
   std::vector<std::unique_ptr<Partition>> partitions;
@@ -169,6 +182,7 @@ absl::Status ShardStore::Init(ShardState state) {
   initialized_ = true;
   ++generation_;
   global_step_ = state.global_step;
+  gradients_applied_ = state.gradients_applied;
   parameter_bytes_ = bytes;
   config_ = state.config;
   run_id_ = std::move(state.run_id);
@@ -178,6 +192,7 @@ absl::Status ShardStore::Init(ShardState state) {
   {
     absl::MutexLock round(&round_mu_);
     admitted_ = arrived_ = 0;
+    closing_ = false;
   }
   if (metrics_ != nullptr) {
     metrics_->SetGlobalStep(global_step_);
@@ -262,7 +277,8 @@ absl::StatusOr<PushOutcome> ShardStore::PushSync(const PushArgs& args) {
     if (!targets.ok()) return targets.status();
     {
       absl::MutexLock round(&round_mu_);
-      if (args.step < global_step_ || admitted_ >= config_.replicas_to_aggregate) {
+      if (config_.elastic) Touch(args.worker, absl::Now());
+      if (args.step < global_step_ || closing_ || admitted_ >= Quota()) {
         CountStale();
         return PushOutcome{global_step_, true};
       }
@@ -281,7 +297,8 @@ absl::StatusOr<PushOutcome> ShardStore::PushSync(const PushArgs& args) {
       }
     }
     absl::MutexLock round(&round_mu_);
-    completes_round = ++arrived_ == config_.replicas_to_aggregate;
+    ++arrived_;
+    completes_round = TakeRound();
     generation = generation_;
     if (!completes_round) return PushOutcome{global_step_, false};
   }
@@ -293,10 +310,17 @@ absl::StatusOr<PushOutcome> ShardStore::PushSync(const PushArgs& args) {
 int64_t ShardStore::ApplySyncRound(uint64_t generation) {
   absl::WriterMutexLock lock(&mu_);
   // Between releasing the shared lock and getting this one, only an Init can have changed the
-  // round (new pushes are refused while admitted_ == replicas_to_aggregate).
+  // round (new pushes are refused while closing_).
   if (generation != generation_ || closed_) return global_step_;
   const auto start = std::chrono::steady_clock::now();
-  const float replicas = static_cast<float>(config_.replicas_to_aggregate);
+  int applied;
+  {
+    absl::MutexLock round(&round_mu_);
+    applied = arrived_;
+  }
+  // Each step averages what it received: the quota, or (elastic) more when members joined
+  // while it was under way.
+  const float replicas = static_cast<float>(applied);
   for (auto& p : partitions_) {
     absl::MutexLock accum(&p->accum_mu);
     // Division rather than multiplying by 1/R keeps averages of integer gradients exact.
@@ -307,9 +331,11 @@ int64_t ShardStore::ApplySyncRound(uint64_t generation) {
     p->accum_count = 0;
   }
   ++global_step_;
+  gradients_applied_ += applied;
   {
     absl::MutexLock round(&round_mu_);
     admitted_ = arrived_ = 0;
+    closing_ = false;
   }
   if (metrics_ != nullptr) {
     metrics_->ObserveUpdateSeconds(SecondsSince(start));
@@ -328,6 +354,7 @@ absl::StatusOr<PushOutcome> ShardStore::PushAsync(const PushArgs& args) {
   std::vector<float> scratch;
   for (auto& [p, bytes] : *targets) ApplyOne(*p, AsFloats(bytes, scratch));
   ++global_step_;
+  ++gradients_applied_;
   if (metrics_ != nullptr) {
     metrics_->ObserveUpdateSeconds(SecondsSince(start));
     metrics_->SetGlobalStep(global_step_);
@@ -340,7 +367,72 @@ absl::StatusOr<PushOutcome> ShardStore::PushAsync(const PushArgs& args) {
 
 void ShardStore::ApplyOne(Partition& p, std::span<const float> grad) {
   std::vector<std::span<float>> slots(p.slots.begin(), p.slots.end());
-  optimizer_->Apply(p.values, grad, slots, global_step_);
+  // Elastic: the schedule's step counts nominal steps of replicas_to_aggregate gradients.
+  const int64_t step =
+      config_.elastic ? gradients_applied_ / config_.replicas_to_aggregate : global_step_;
+  optimizer_->Apply(p.values, grad, slots, step);
+}
+
+int ShardStore::Quota() const {
+  if (!config_.elastic) return config_.replicas_to_aggregate;
+  return std::max(1, static_cast<int>(members_.size()) - config_.backup_workers);
+}
+
+bool ShardStore::TakeRound() {
+  if (closing_ || arrived_ == 0 || arrived_ != admitted_ || arrived_ < Quota()) return false;
+  closing_ = true;
+  return true;
+}
+
+bool ShardStore::ExpireMembers(absl::Time now) {
+  bool changed = false;
+  for (auto it = members_.begin(); it != members_.end();) {
+    if (now - it->second > config_.member_timeout) {
+      it = members_.erase(it);
+      changed = true;
+    } else {
+      ++it;
+    }
+  }
+  return changed;
+}
+
+bool ShardStore::Touch(uint32_t worker, absl::Time now) {
+  bool changed = ExpireMembers(now);
+  auto [it, added] = members_.try_emplace(worker, now);
+  it->second = std::max(it->second, now);
+  if (changed || added) ++membership_version_;
+  return changed || added;
+}
+
+absl::StatusOr<Membership> ShardStore::Join(uint32_t worker, bool leave, absl::Time now) {
+  Membership view;
+  uint64_t generation;
+  bool completes_round = false;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (closed_) return absl::UnavailableError("ps shutting down");
+    absl::MutexLock round(&round_mu_);
+    if (leave) {
+      const bool expired = ExpireMembers(now);
+      if (members_.erase(worker) > 0 || expired) ++membership_version_;
+    } else {
+      Touch(worker, now);
+    }
+    // A smaller membership may complete a step that waited for the member that left.
+    if (initialized_ && config_.mode == UpdateMode::kSync) completes_round = TakeRound();
+    generation = generation_;
+    for (const auto& [member, heard] : members_) view.members.push_back(member);
+    view.version = membership_version_;
+    view.quota = Quota();
+    view.global_step = global_step_;
+    view.gradients_applied = gradients_applied_;
+  }
+  if (completes_round) {
+    view.global_step = ApplySyncRound(generation);
+    NotifyChange();
+  }
+  return view;
 }
 
 void ShardStore::CountStale() {
@@ -399,13 +491,13 @@ absl::StatusOr<PullOutcome> ShardStore::Pull(std::span<const PartitionKey> keys,
       visit(p.key, p.offset, p.values);
     }
   }
-  return PullOutcome{global_step_, run_id_};
+  return PullOutcome{global_step_, run_id_, gradients_applied_};
 }
 
 absl::StatusOr<ShardState> ShardStore::Export() const {
   absl::ReaderMutexLock lock(&mu_);
   if (!initialized_) return absl::FailedPreconditionError(kNotInitialised);
-  ShardState state{config_, global_step_, run_id_, {}};
+  ShardState state{config_, global_step_, run_id_, {}, gradients_applied_};
   const std::vector<std::string> names = optimizer_->SlotNames();
   state.partitions.reserve(partitions_.size());
   for (const auto& p : partitions_) {
@@ -420,7 +512,9 @@ absl::StatusOr<ShardState> ShardStore::Export() const {
 
 StoreStatus ShardStore::Status() const {
   absl::ReaderMutexLock lock(&mu_);
-  return {initialized_, closed_, global_step_, parameter_bytes_, partitions_.size(), run_id_};
+  absl::MutexLock round(&round_mu_);
+  return {initialized_,       closed_, global_step_,       parameter_bytes_,
+          partitions_.size(), run_id_, gradients_applied_, members_.size()};
 }
 
 void ShardStore::Close() {

@@ -8,6 +8,15 @@
 // A push that claims a step newer than the global step counts for the current one, as TF's
 // ConditionalAccumulator does; this only happens after a ps was restored to an older checkpoint.
 // Async mode applies every push on arrival and bumps the step each time.
+//
+// Elastic sync mode (docs/architecture.md §5.10): the workers that joined decide each step's
+// quota, max(1, members − backup_workers), not a fixed count. A worker joins when it starts,
+// repeats Join as its heartbeat (a push counts too) and leaves when it stops; one not heard from
+// for member_timeout has left. A step completes once every admitted push has arrived and they
+// meet the quota, so a member that leaves mid-step no longer holds the others back; each step
+// averages the gradients it received, however many. The learning-rate schedule follows the
+// gradients applied, not the steps, so a job that grows or shrinks keeps the schedule of its
+// examples.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +46,13 @@ enum class UpdateMode { kSync, kAsync };
 struct TrainingConfig {
   UpdateMode mode = UpdateMode::kSync;
   // Sync mode: gradients averaged per step. Must not exceed the number of pushing workers.
+  // Elastic: the nominal count, which the learning-rate schedule's step is scaled by.
   int replicas_to_aggregate = 1;
   OptimizerOptions optimizer;
+  // Sync mode: the membership decides each step's quota (see above).
+  bool elastic = false;
+  int backup_workers = 0;  // elastic: gradients of a step the quota leaves out
+  absl::Duration member_timeout = absl::Seconds(10);
 };
 
 // One partition's values and optimizer slots, as moved into and out of a store.
@@ -55,6 +69,7 @@ struct ShardState {
   int64_t global_step = 0;
   std::string run_id;
   std::vector<PartitionState> partitions;
+  int64_t gradients_applied = 0;  // over the whole run: its progress
 };
 
 // A gradient for one partition, viewing little-endian float32 bytes owned by the caller (the
@@ -65,8 +80,9 @@ struct GradientRef {
 };
 
 struct PushArgs {
-  std::string run_id;  // empty: not checked
-  int64_t step = 0;    // the global step the gradients were computed at
+  std::string run_id;   // empty: not checked
+  uint32_t worker = 0;  // elastic: refreshes (or restores) this worker's membership
+  int64_t step = 0;     // the global step the gradients were computed at
   std::vector<GradientRef> gradients;
 };
 
@@ -78,6 +94,16 @@ struct PushOutcome {
 struct PullOutcome {
   int64_t global_step = 0;  // the step of the values visited
   std::string run_id;
+  int64_t gradients_applied = 0;  // into the values visited
+};
+
+// The membership as Join leaves it.
+struct Membership {
+  std::vector<uint32_t> members;  // ascending
+  uint64_t version = 0;           // bumped by every change
+  int quota = 0;                  // gradients the current step aggregates
+  int64_t global_step = 0;
+  int64_t gradients_applied = 0;
 };
 
 struct StoreStatus {
@@ -87,6 +113,8 @@ struct StoreStatus {
   uint64_t parameter_bytes = 0;
   size_t partitions = 0;
   std::string run_id;
+  int64_t gradients_applied = 0;
+  size_t members = 0;  // elastic membership
 };
 
 // Called once per pulled partition, under the store's reader lock: copy what you need.
@@ -136,6 +164,12 @@ class ShardStore {
   // Whether a Pull for `min_step` would answer now rather than wait.
   bool PullReady(int64_t min_step) const;
 
+  // Adds `worker` to the membership or refreshes it (`leave`: removes it), drops members silent
+  // for longer than member_timeout, and completes the current step when the change lets it.
+  // Works before Init too (a ps that restarted learns its members back from their heartbeats);
+  // UNAVAILABLE after Close.
+  absl::StatusOr<Membership> Join(uint32_t worker, bool leave, absl::Time now = absl::Now());
+
   // FAILED_PRECONDITION before Init.
   absl::StatusOr<ShardState> Export() const;
   StoreStatus Status() const;
@@ -154,6 +188,17 @@ class ShardStore {
   // Applies the averaged sums of the round that completed in `generation`, unless an Init came
   // in between. Returns the step afterwards.
   int64_t ApplySyncRound(uint64_t generation);
+  // The gradients the current step needs.
+  int Quota() const ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
+  // Whether the current step has what it needs and no push is still adding to it; if so, marks
+  // it closing (no more admissions) and the caller applies it.
+  bool TakeRound() ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
+  // Elastic: records `worker` as heard from at `now`, dropping silent members. True when the
+  // membership changed.
+  bool Touch(uint32_t worker, absl::Time now) ABSL_SHARED_LOCKS_REQUIRED(mu_)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
+  bool ExpireMembers(absl::Time now) ABSL_SHARED_LOCKS_REQUIRED(mu_)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
   void ApplyOne(Partition& p, std::span<const float> grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountStale();
   void NotifyChange() const;
@@ -167,6 +212,7 @@ class ShardStore {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by Init
   int64_t global_step_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t gradients_applied_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t parameter_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   TrainingConfig config_ ABSL_GUARDED_BY(mu_);
   std::string run_id_ ABSL_GUARDED_BY(mu_);
@@ -175,8 +221,12 @@ class ShardStore {
   absl::flat_hash_map<PartitionKey, Partition*> by_key_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex round_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  int admitted_ ABSL_GUARDED_BY(round_mu_) = 0;  // pushes let into this step's round
-  int arrived_ ABSL_GUARDED_BY(round_mu_) = 0;   // of those, finished accumulating
+  int admitted_ ABSL_GUARDED_BY(round_mu_) = 0;      // pushes let into this step's round
+  int arrived_ ABSL_GUARDED_BY(round_mu_) = 0;       // of those, finished accumulating
+  bool closing_ ABSL_GUARDED_BY(round_mu_) = false;  // the step is being applied
+  // Elastic membership: worker → when last heard from. Kept across Init.
+  std::map<uint32_t, absl::Time> members_ ABSL_GUARDED_BY(round_mu_);
+  uint64_t membership_version_ ABSL_GUARDED_BY(round_mu_) = 0;
 };
 
 // The index of the first NaN or infinity in `values`, or -1 when all are finite.

@@ -27,7 +27,7 @@ namespace push_field {
 constexpr uint32_t kRunId = 1, kWorker = 2, kStep = 3, kGradients = 4;
 }
 namespace pull_field {
-constexpr uint32_t kGlobalStep = 1, kValues = 2, kRunId = 3;
+constexpr uint32_t kGlobalStep = 1, kValues = 2, kRunId = 3, kGradientsApplied = 4;
 }
 
 // ---- Encoding ----
@@ -368,6 +368,7 @@ absl::Status PushFrame::Parse(grpc::ByteBuffer& buffer) {
         RETURN_IF_ERROR(Expect(tag, kVarint));
         ASSIGN_OR_RETURN(uint64_t worker, r.Varint());
         worker_ = static_cast<uint32_t>(worker);
+        args_.worker = worker_;
         return absl::OkStatus();
       }
       case push_field::kStep: {
@@ -405,9 +406,10 @@ void PullFrame::Add(const PartitionKey& key, uint64_t offset, std::span<const fl
   if (!values.empty()) e.values = grpc::Slice(values.data(), values.size_bytes());  // one copy
 }
 
-void PullFrame::Finish(int64_t global_step, std::string run_id) {
+void PullFrame::Finish(int64_t global_step, std::string run_id, int64_t gradients_applied) {
   global_step_ = global_step;
   run_id_ = std::move(run_id);
+  gradients_applied_ = gradients_applied;
 }
 
 grpc::ByteBuffer PullFrame::Encode() const {
@@ -422,12 +424,13 @@ grpc::ByteBuffer PullFrame::Encode() const {
     if (e.values.size() > 0) slices.push_back(e.values);  // a reference, not a copy
   }
   PutBytesField(pull_field::kRunId, run_id_, head);
+  PutVarintField(pull_field::kGradientsApplied, static_cast<uint64_t>(gradients_applied_), head);
   if (!head.empty()) slices.emplace_back(head);
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 size_t PullFrame::byte_size() const {
-  size_t n = run_id_.size() + 16;
+  size_t n = run_id_.size() + 27;
   for (const Entry& e : entries_) n += e.header.size() + e.values.size();
   return n;
 }
@@ -449,6 +452,12 @@ absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
       case pull_field::kRunId: {
         RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
         ASSIGN_OR_RETURN(header.run_id, ReadString(r, r.size()));
+        return absl::OkStatus();
+      }
+      case pull_field::kGradientsApplied: {
+        RETURN_IF_ERROR(Expect(tag, kVarint));
+        ASSIGN_OR_RETURN(uint64_t applied, r.Varint());
+        header.gradients_applied = static_cast<int64_t>(applied);
         return absl::OkStatus();
       }
       case pull_field::kValues: {

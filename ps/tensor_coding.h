@@ -99,7 +99,7 @@ class PushFrame {
 class PullFrame {
  public:
   void Add(const PartitionKey& key, uint64_t offset, std::span<const float> values);
-  void Finish(int64_t global_step, std::string run_id);
+  void Finish(int64_t global_step, std::string run_id, int64_t gradients_applied = 0);
   void Clear() { *this = PullFrame(); }
   grpc::ByteBuffer Encode() const;
   size_t byte_size() const;
@@ -112,11 +112,13 @@ class PullFrame {
   std::vector<Entry> entries_;
   int64_t global_step_ = 0;
   std::string run_id_;
+  int64_t gradients_applied_ = 0;
 };
 
 struct PullHeader {
   int64_t global_step = 0;
   std::string run_id;
+  int64_t gradients_applied = 0;
 };
 
 // Where a pulled partition's values go: a span of exactly `length` floats, or an error (unknown

@@ -114,6 +114,10 @@ v1::TrainingConfig ToProto(const TrainingConfig& config) {
   opt->set_warmup_steps(o.warmup_steps);
   opt->set_decay_steps(o.decay_steps);
   opt->set_min_lr_ratio(o.min_lr_ratio);
+  out.set_elastic(config.elastic);
+  out.set_backup_workers(static_cast<uint32_t>(config.backup_workers));
+  out.set_member_timeout_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(config.member_timeout)));
   return out;
 }
 
@@ -136,6 +140,15 @@ absl::StatusOr<TrainingConfig> FromProto(const v1::TrainingConfig& config) {
                    .beta2 = o.beta2(),
                    .epsilon = o.epsilon(),
                    .initial_accumulator = o.initial_accumulator()};
+  out.elastic = config.elastic();
+  if (config.backup_workers() > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backup_workers: ", config.backup_workers(), " is over the limit of 1024"));
+  }
+  out.backup_workers = static_cast<int>(config.backup_workers());
+  if (config.member_timeout_ms() > 0) {
+    out.member_timeout = absl::Milliseconds(config.member_timeout_ms());
+  }
   return out;
 }
 
@@ -179,6 +192,7 @@ absl::StatusOr<ShardState> ShardStateFromInit(const v1::InitRequest& request) {
   state.config = *config;
   state.global_step = request.global_step();
   state.run_id = request.run_id();
+  state.gradients_applied = request.gradients_applied();
   state.partitions.reserve(request.partitions_size());
   for (const v1::PartitionState& p : request.partitions()) {
     auto partition = FromProto(p);
@@ -192,6 +206,7 @@ void ShardStateToExport(const ShardState& state, v1::ExportResponse* out) {
   *out->mutable_config() = ToProto(state.config);
   out->set_global_step(state.global_step);
   out->set_run_id(state.run_id);
+  out->set_gradients_applied(state.gradients_applied);
   for (const PartitionState& p : state.partitions) ToProto(p, out->add_partitions());
 }
 

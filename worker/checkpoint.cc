@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -188,6 +189,7 @@ bool IsCheckpointName(absl::string_view name) {
 v1::Checkpoint ToCheckpoint(const ps::ModelState& state, const std::string& model) {
   v1::Checkpoint ckpt;
   ckpt.set_global_step(state.global_step);
+  ckpt.set_gradients_applied(state.gradients_applied);
   *ckpt.mutable_config() = ps::ToProto(state.config);
   ckpt.set_run_id(state.run_id);
   ckpt.set_model(model);
@@ -205,6 +207,7 @@ absl::StatusOr<ps::ModelState> FromCheckpoint(const v1::Checkpoint& ckpt) {
   ps::ModelState state;
   ASSIGN_OR_RETURN(state.config, ps::FromProto(ckpt.config()));
   state.global_step = ckpt.global_step();
+  state.gradients_applied = std::max<int64_t>(0, ckpt.gradients_applied());
   state.run_id = ckpt.run_id();
   for (const v1::VariableCheckpoint& v : ckpt.variables()) {
     ps::VariableState var{v.name(), {}, {}};

@@ -192,6 +192,50 @@ TEST(PsService, WorkersTrainSynchronouslyOverThreeShards) {
   }
 }
 
+TEST(PsService, ElasticWorkersJoinEveryPsAndALeaverEndsTheStep) {
+  constexpr int kPs = 2;
+  Cluster cluster(kPs);
+  PlacementPlan plan = Plan(kPs);
+  auto client_for = [&](uint32_t worker) {
+    auto client = PsClient::Create(
+        {cluster.server(0).address(), cluster.server(1).address()}, plan,
+        {.rpc_timeout = absl::Seconds(60), .pull_timeout = absl::Seconds(60), .worker = worker});
+    EXPECT_TRUE(client.ok()) << client.status();
+    return *std::move(client);
+  };
+  auto w0 = client_for(0), w1 = client_for(1), w2 = client_for(2);
+  TrainingConfig config{UpdateMode::kSync, 2, {.learning_rate = 1}};
+  config.elastic = true;
+  ASSERT_THAT(w0->Init(InitialState(plan, config)), IsOk());
+  for (auto* c : {w0.get(), w1.get(), w2.get()}) ASSERT_THAT(c->Join(false), IsOk());
+  auto view = w0->Join(false);
+  ASSERT_THAT(view, IsOk());
+  EXPECT_EQ(view->members, (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_EQ(view->quota, 3);
+  for (int ps = 0; ps < kPs; ++ps) EXPECT_EQ(cluster.server(ps).store().Status().members, 3u);
+
+  auto params = Buffers(plan);
+  auto v = w0->Pull(Spans(params));
+  ASSERT_THAT(v, IsOk());
+  for (auto* c : {w0.get(), w1.get()}) {
+    auto grads = Buffers(plan, 2);
+    std::vector<std::span<const float>> spans(grads.begin(), grads.end());
+    ASSERT_THAT(c->Push(spans, *v), IsOk());
+  }
+  // Worker 2 leaves instead of pushing: the step completes with the two it has, on every ps.
+  ASSERT_THAT(w2->Join(/*leave=*/true), IsOk());
+  Version next = v->Next();
+  auto after = w0->Pull(Spans(params), &next);
+  ASSERT_THAT(after, IsOk());
+  EXPECT_EQ(after->steps, std::vector<int64_t>(kPs, 1));
+  EXPECT_EQ(after->gradients_applied(), 2);
+  EXPECT_EQ(params[2][0], 0.0f - 2);  // dense/bias: value i % 7 = 0, minus the average 2
+  auto exported = w0->Export();
+  ASSERT_THAT(exported, IsOk());
+  EXPECT_EQ(exported->gradients_applied, 2);
+  EXPECT_TRUE(exported->config.elastic);
+}
+
 TEST(PsService, ExportThenInitRestoresAFreshClusterExactly) {
   constexpr int kPs = 2;
   PlacementPlan plan = Plan(kPs);
