@@ -35,9 +35,6 @@ absl::Status ValidateConfig(const TrainingConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("replicas_to_aggregate must be >= 1: ", config.replicas_to_aggregate));
   }
-  if (config.elastic && config.mode != UpdateMode::kSync) {
-    return absl::InvalidArgumentError("elastic membership needs sync mode");
-  }
   if (config.backup_workers < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("backup_workers must be >= 0: ", config.backup_workers));

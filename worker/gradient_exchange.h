@@ -34,11 +34,22 @@ struct ExchangeContext {
   const TaskIdentity& id;
   Device& device;
   Model& model;
-  WorkerMetrics* metrics;         // may be null
-  int64_t steps_per_epoch;        // this worker's; 0 for an evaluator (no training shard)
+  WorkerMetrics* metrics;  // may be null
+  // This worker's; 0 for an evaluator (no training shard). Elastic: a whole pass over the
+  // training set in batches, as if one worker made it: positions count gradients applied.
+  int64_t steps_per_epoch;
   const std::atomic<bool>& stop;  // Run's: calls in flight give up once it is set
 
   int64_t total_steps() const { return int64_t{options.epochs} * steps_per_epoch; }
+};
+
+// Elastic jobs: the data shard a worker trains on in `epoch`, its place among the members as
+// the epoch began (docs/architecture.md §5.10).
+struct ElasticShard {
+  int64_t epoch = 0;
+  int index = 0;
+  int count = 1;
+  friend bool operator==(const ElasticShard&, const ElasticShard&) = default;
 };
 
 // The result of one exchanged step.
@@ -92,6 +103,9 @@ class GradientExchange {
   virtual int64_t last_global_step() const = 0;
   // A checksum of the final parameters, where the strategy computes one (all-reduce).
   virtual std::optional<uint64_t> parameter_checksum() const { return std::nullopt; }
+  // Elastic jobs: where this worker's next batch comes from. nullopt: a job of fixed size,
+  // whose shard is the rank's among TaskIdentity::num_workers.
+  virtual std::optional<ElasticShard> DataShard() const { return std::nullopt; }
 
   // Evaluator: waits until the parameters can be read and holds the newest. `evaluated`: this
   // task has evaluated before, so parameters that stay unreachable mean training is over.

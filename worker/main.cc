@@ -132,6 +132,13 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         "ps-sync: each step applies the first (training workers - N) gradients and drops the "
         "late ones as stale, so the slowest workers do not pace the job",
         "KUBETRAIN_BACKUP_WORKERS");
+  f.Add("elastic", &t.elastic,
+        "ps modes: the job changes size while it runs; the parameter servers' membership, not "
+        "TF_CONFIG's worker count, decides each step's quota and each epoch's data shards",
+        "KUBETRAIN_ELASTIC");
+  f.Add("member-timeout", &t.member_timeout,
+        "elastic: a worker not heard from for this long has left (a killed pod)",
+        "KUBETRAIN_MEMBER_TIMEOUT");
   f.Add("inject-delay", &t.inject_delay,
         "testing: added to every step of this worker (a slow worker)", "KUBETRAIN_INJECT_DELAY");
   f.Add("job-secret", &t.job_secret,

@@ -44,6 +44,8 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const MetricLabels& l)
       accuracy(Gauge(r, "kubetrain_worker_accuracy", "Latest test-set accuracy (chief).", l)),
       epoch(Gauge(r, "kubetrain_worker_epoch", "Current epoch.", l)),
       global_step(Gauge(r, "kubetrain_worker_global_step", "Global step of the ps.", l)),
+      workers(Gauge(r, "kubetrain_worker_members",
+                    "Elastic jobs: training workers in the parameter servers' membership.", l)),
       examples_per_second(Gauge(r, "kubetrain_worker_examples_per_second",
                                 "Training throughput of the whole job as seen by this task.", l)),
       step_duration(Seconds(r, "kubetrain_worker_step_duration_seconds",

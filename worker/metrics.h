@@ -37,6 +37,7 @@ class WorkerMetrics {
   prometheus::Gauge& accuracy;
   prometheus::Gauge& epoch;
   prometheus::Gauge& global_step;
+  prometheus::Gauge& workers;  // elastic jobs: the members the ps count
   prometheus::Gauge& examples_per_second;
   prometheus::Histogram& step_duration;
   prometheus::Histogram& push_duration;

@@ -91,6 +91,17 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
   if (o.inject_delay < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--inject-delay: must be >= 0s");
   }
+  if (o.elastic && o.mode == Mode::kAllReduce) {
+    return absl::InvalidArgumentError(
+        "--elastic: an all-reduce job cannot change size while it runs; use --mode ps-sync or "
+        "ps-async (the parameter servers keep the membership)");
+  }
+  if (o.elastic &&
+      (o.heartbeat_every <= absl::ZeroDuration() || o.member_timeout < 2 * o.heartbeat_every)) {
+    return absl::InvalidArgumentError(absl::StrCat("--member-timeout: must be at least ",
+                                                   absl::FormatDuration(2 * o.heartbeat_every),
+                                                   " (twice the heartbeat interval)"));
+  }
   return ParseOptimizer(o.optimizer).status();
 }
 
@@ -142,7 +153,15 @@ class Trainer::Impl {
     stop_ = &stop;
     RETURN_IF_ERROR(ValidateOptions(options_));
     ASSIGN_OR_RETURN(model_, MakeModel(options_.model, device_, options_.seed));
-    if (train_ != nullptr) {
+    if (train_ != nullptr && options_.elastic) {
+      // Positions count gradients applied: an epoch is the training set in batches.
+      steps_per_epoch_ = train_->size() / options_.batch_size;
+      if (steps_per_epoch_ < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("--batch-size: ", options_.batch_size,
+                                                       " is larger than the training set of ",
+                                                       train_->size(), " examples"));
+      }
+    } else if (train_ != nullptr) {
       batches_ = std::make_unique<ShardBatches>(
           *train_, ShardSpec{options_.seed, id_.rank, id_.num_workers}, options_.batch_size);
       steps_per_epoch_ = batches_->steps_per_epoch();
@@ -169,7 +188,7 @@ class Trainer::Impl {
   // position of the next step.
   absl::StatusOr<int64_t> Step(int64_t pos) {
     absl::Time t0 = absl::Now();
-    ASSIGN_OR_RETURN(const Batch* batch, batches_->At(pos));
+    ASSIGN_OR_RETURN(const Batch* batch, NextBatch(pos));
     RETURN_IF_ERROR(exchange_->LoadParameters());
     ASSIGN_OR_RETURN(float loss,
                      model_->ComputeGradients(batch->image_span(), batch->label_span()));
@@ -186,6 +205,34 @@ class Trainer::Impl {
       metrics_->step_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
     }
     return step.next;
+  }
+
+  // The batch of the step at `pos`: by position in a fixed-size job; in an elastic one, the
+  // next of this worker's shard for the epoch, rebuilt when the epoch or the membership it was
+  // cut for changes (and wrapping when the members that left make the epoch last longer).
+  absl::StatusOr<const Batch*> NextBatch(int64_t pos) {
+    std::optional<ElasticShard> shard = exchange_->DataShard();
+    if (!shard) return batches_->At(pos);
+    if (!batches_ || shard != elastic_shard_) {
+      batches_ = std::make_unique<ShardBatches>(
+          *train_, ShardSpec{options_.seed, shard->index, shard->count}, options_.batch_size);
+      if (batches_->steps_per_epoch() < 1) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--batch-size: ", options_.batch_size, " is larger than this worker's shard of ",
+            ShardSize(train_->size(), shard->count), " examples now that the job has ",
+            shard->count, " workers; lower --batch-size or spec.elastic.maxReplicas"));
+      }
+      if (elastic_shard_) {
+        log::Info("Data shard", {{"epoch", shard->epoch},
+                                 {"index", shard->index},
+                                 {"workers", shard->count},
+                                 {"examples", ShardSize(train_->size(), shard->count)}});
+      }
+      elastic_shard_ = shard;
+      elastic_cursor_ = 0;
+    }
+    const int64_t per_epoch = batches_->steps_per_epoch();
+    return batches_->At(shard->epoch * per_epoch + elastic_cursor_++ % per_epoch);
   }
 
   absl::StatusOr<TrainingSummary> TrainLoop(int64_t pos, const std::atomic<bool>& stop) {
@@ -242,7 +289,9 @@ class Trainer::Impl {
   absl::Time start_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ShardBatches> batches_;
-  int64_t steps_per_epoch_ = 0;  // 0 for an evaluator
+  std::optional<ElasticShard> elastic_shard_;  // what batches_ was cut for (elastic)
+  int64_t elastic_cursor_ = 0;                 // steps made in that shard
+  int64_t steps_per_epoch_ = 0;                // 0 for an evaluator
   std::unique_ptr<GradientExchange> exchange_;
   std::unique_ptr<ChiefDuties> duties_;  // the chief's and the evaluator's
   float last_loss_ = 0;

@@ -73,6 +73,15 @@ struct TrainerOptions {
   // Added to every step of this worker, before its gradients are exchanged: a slow worker, for
   // tests and benchmarks.
   absl::Duration inject_delay = absl::ZeroDuration();
+  // ps modes: the job changes size while it runs (docs/architecture.md §5.10). Workers join the
+  // parameter servers' membership, which decides each sync step's quota (minus backup_workers)
+  // and each epoch's data shards; the run ends after epochs × the training set's examples,
+  // however many workers trained on them. Every task of a job must give the same value.
+  bool elastic = false;
+  // Elastic: how often a worker tells the ps it is alive; the ps drop a worker silent for
+  // member_timeout.
+  absl::Duration heartbeat_every = absl::Seconds(1);
+  absl::Duration member_timeout = absl::Seconds(10);
 };
 
 struct TaskIdentity {

@@ -155,6 +155,64 @@ TEST_F(TrainerTest, BackupWorkersLeaveAGradientPerStep) {
             "gradient (at most 1)");
 }
 
+// An elastic job (docs/architecture.md §5.10): a worker joins while the job trains and another
+// leaves (its pod deleted: a stop signal). Nobody restarts, every step waits only for the
+// members, and the run still ends after one epoch of examples.
+TEST_F(TrainerTest, ElasticJobGrowsAndShrinksWhileItTrainsTheSameExamples) {
+  auto ps = StartPs();
+  TrainerOptions options = Options(Mode::kPsSync, 1);
+  options.elastic = true;
+  std::atomic<bool> stop_worker_1{false};
+  std::vector<absl::StatusOr<TrainingSummary>> results(3, absl::UnknownError("not run"));
+  auto run = [&](int rank, const std::atomic<bool>& stop) {
+    CpuDevice device;
+    // TF_CONFIG at each pod's creation: worker 2 was created after a scale to 3.
+    TaskIdentity id{
+        rank == 0 ? Role::kChief : Role::kWorker, rank, rank == 2 ? 3 : 2, {ps->address()}};
+    Trainer trainer(options, id, device, &data_->train, &data_->test, nullptr);
+    results[rank] = trainer.Run(stop);
+  };
+  auto step = [&] { return ps->store().Status().global_step; };
+  auto wait_for_step = [&](int64_t s) {
+    for (absl::Time end = absl::Now() + absl::Seconds(120); step() < s && absl::Now() < end;) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  };
+  std::thread chief(run, 0, std::cref(stop_));
+  std::thread worker_1(run, 1, std::cref(stop_worker_1));
+  wait_for_step(40);
+  std::thread worker_2(run, 2, std::cref(stop_));
+  absl::Time grown_by = absl::Now() + absl::Seconds(30);
+  while (ps->store().Status().members < 3 && absl::Now() < grown_by) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(ps->store().Status().members, 3u);
+  wait_for_step(step() + 60);
+  stop_worker_1 = true;
+  worker_1.join();
+  chief.join();
+  worker_2.join();
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  ASSERT_TRUE(results[2].ok()) << results[2].status();
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled);
+  // 60000 examples, 64 per gradient: the run ends once 937 gradients are in, whatever the size.
+  const ps::StoreStatus end = ps->store().Status();
+  EXPECT_GE(end.gradients_applied, 937);
+  EXPECT_LE(end.gradients_applied, 937 + 2);
+  EXPECT_LT(end.global_step, 937);  // steps of two and three gradients
+  EXPECT_GT(results[0]->test_accuracy, 0.78);
+  EXPECT_EQ(results[0]->steps, end.global_step);
+  EXPECT_TRUE(ps->service().shutdown_requested());
+}
+
+TEST_F(TrainerTest, ElasticAllReduceIsRefusedNamingTheFlag) {
+  TrainerOptions options = Options(Mode::kAllReduce, 1);
+  options.elastic = true;
+  EXPECT_EQ(ValidateOptions(options).message(),
+            "--elastic: an all-reduce job cannot change size while it runs; use --mode ps-sync "
+            "or ps-async (the parameter servers keep the membership)");
+}
+
 TEST_F(TrainerTest, AsyncTrainingAppliesEveryPush) {
   auto ps0 = StartPs();
   auto ps1 = StartPs();
