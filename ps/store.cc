@@ -315,9 +315,11 @@ int64_t ShardStore::ApplySyncRound(uint64_t generation) {
     absl::MutexLock round(&round_mu_);
     applied = arrived_;
   }
-  // Each step averages what it received: the quota, or (elastic) more when members joined
-  // while it was under way.
-  const float replicas = static_cast<float>(applied);
+  // A fixed-size step averages its quota. An elastic one divides the sum by the nominal count
+  // the learning rate was scaled for: the linear scaling rule, so a step of twice the gradients
+  // (a global batch twice as large) moves twice as far, as a job started at that size would.
+  const float replicas =
+      static_cast<float>(config_.elastic ? config_.replicas_to_aggregate : applied);
   for (auto& p : partitions_) {
     absl::MutexLock accum(&p->accum_mu);
     // Division rather than multiplying by 1/R keeps averages of integer gradients exact.

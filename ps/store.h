@@ -13,10 +13,11 @@
 // quota, max(1, members − backup_workers), not a fixed count. A worker joins when it starts,
 // repeats Join as its heartbeat (a push counts too) and leaves when it stops; one not heard from
 // for member_timeout has left. A step completes once every admitted push has arrived and they
-// meet the quota, so a member that leaves mid-step no longer holds the others back; each step
-// averages the gradients it received, however many. The learning-rate schedule follows the
-// gradients applied, not the steps, so a job that grows or shrinks keeps the schedule of its
-// examples.
+// meet the quota, so a member that leaves mid-step no longer holds the others back. A step
+// divides the sum of its gradients by replicas_to_aggregate, the size the learning rate was
+// scaled for, so the rate follows the global batch (linear scaling, as for a job started at that
+// size), and the schedule's step counts gradients applied / replicas_to_aggregate: a job that
+// grows or shrinks keeps the schedule of its examples.
 #pragma once
 
 #include <cstdint>
