@@ -205,6 +205,20 @@ TEST_F(TrainerTest, ElasticJobGrowsAndShrinksWhileItTrainsTheSameExamples) {
   EXPECT_TRUE(ps->service().shutdown_requested());
 }
 
+TEST_F(TrainerTest, ElasticAsyncJobEndsAfterTheSameExamples) {
+  auto ps = StartPs();
+  TrainerOptions options = Options(Mode::kPsAsync, 1);
+  options.elastic = true;
+  auto summary = Train(options, {ps->address()}, 2);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  const ps::StoreStatus end = ps->store().Status();
+  EXPECT_GE(end.gradients_applied, 937);  // one push per gradient: 60000 / 64
+  EXPECT_LE(end.gradients_applied, 937 + 2);
+  EXPECT_EQ(end.global_step, end.gradients_applied);
+  EXPECT_EQ(end.members, 0u);  // both left when they finished
+  EXPECT_GT(summary->test_accuracy, 0.78);
+}
+
 TEST_F(TrainerTest, ElasticAllReduceIsRefusedNamingTheFlag) {
   TrainerOptions options = Options(Mode::kAllReduce, 1);
   options.elastic = true;
