@@ -39,6 +39,10 @@ absl::Status ValidateConfig(const TrainingConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("backup_workers must be >= 0: ", config.backup_workers));
   }
+  if (config.min_members < 1 || config.min_members > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_members must be in [1, 100000]: ", config.min_members));
+  }
   if (config.member_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("member_timeout must be > 0");
   }
@@ -374,7 +378,8 @@ void ShardStore::ApplyOne(Partition& p, std::span<const float> grad) {
 
 int ShardStore::Quota() const {
   if (!config_.elastic) return config_.replicas_to_aggregate;
-  return std::max(1, static_cast<int>(members_.size()) - config_.backup_workers);
+  const int size = std::max(static_cast<int>(members_.size()), config_.min_members);
+  return std::max(1, size - config_.backup_workers);
 }
 
 bool ShardStore::TakeRound() {

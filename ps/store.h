@@ -10,10 +10,10 @@
 // Async mode applies every push on arrival and bumps the step each time.
 //
 // Elastic sync mode (docs/architecture.md §5.10): the workers that joined decide each step's
-// quota, max(1, members − backup_workers), not a fixed count. A worker joins when it starts,
-// repeats Join as its heartbeat (a push counts too) and leaves when it stops; one not heard from
-// for member_timeout has left. A step completes once every admitted push has arrived and they
-// meet the quota, so a member that leaves mid-step no longer holds the others back. A step
+// quota, max(1, max(members, min_members) − backup_workers), not a fixed count. A worker joins when
+// it starts, repeats Join as its heartbeat (a push counts too) and leaves when it stops; one not
+// heard from for member_timeout has left. A step completes once every admitted push has arrived and
+// they meet the quota, so a member that leaves mid-step no longer holds the others back. A step
 // divides the sum of its gradients by replicas_to_aggregate, the size the learning rate was
 // scaled for, so the rate follows the global batch (linear scaling, as for a job started at that
 // size), and the schedule's step counts gradients applied / replicas_to_aggregate: a job that
@@ -54,6 +54,8 @@ struct TrainingConfig {
   bool elastic = false;
   int backup_workers = 0;  // elastic: gradients of a step the quota leaves out
   absl::Duration member_timeout = absl::Seconds(10);
+  // Elastic: the job's minimum size; below it a step waits for members to come back.
+  int min_members = 1;
 };
 
 // One partition's values and optimizer slots, as moved into and out of a store.

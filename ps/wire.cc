@@ -1,5 +1,6 @@
 #include "ps/wire.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -116,6 +117,7 @@ v1::TrainingConfig ToProto(const TrainingConfig& config) {
   opt->set_min_lr_ratio(o.min_lr_ratio);
   out.set_elastic(config.elastic);
   out.set_backup_workers(static_cast<uint32_t>(config.backup_workers));
+  out.set_min_members(static_cast<uint32_t>(config.min_members));
   out.set_member_timeout_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(config.member_timeout)));
   return out;
@@ -146,6 +148,11 @@ absl::StatusOr<TrainingConfig> FromProto(const v1::TrainingConfig& config) {
         absl::StrCat("backup_workers: ", config.backup_workers(), " is over the limit of 1024"));
   }
   out.backup_workers = static_cast<int>(config.backup_workers());
+  if (config.min_members() > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_members: ", config.min_members(), " is over the limit of 100000"));
+  }
+  out.min_members = std::max(1, static_cast<int>(config.min_members()));
   if (config.member_timeout_ms() > 0) {
     out.member_timeout = absl::Milliseconds(config.member_timeout_ms());
   }

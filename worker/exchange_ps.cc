@@ -561,6 +561,7 @@ class ElasticPsExchange final : public PsExchange {
     config.elastic = true;
     config.backup_workers = sync_ ? c_.options.backup_workers : 0;
     config.member_timeout = c_.options.member_timeout;
+    config.min_members = c_.options.min_workers;
     // The learning rate is scaled for the job's starting size, and the schedule runs over the
     // run's gradients in steps of that size (the ps counts them: ps/store.h).
     config.replicas_to_aggregate = nominal_;

@@ -136,6 +136,11 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         "ps modes: the job changes size while it runs; the parameter servers' membership, not "
         "TF_CONFIG's worker count, decides each step's quota and each epoch's data shards",
         "KUBETRAIN_ELASTIC");
+  f.Add("elastic-min-workers", &t.min_workers,
+        "elastic ps-sync: the job's minimum size in training workers (chief included); below "
+        "it a step waits for workers to come back",
+        "KUBETRAIN_ELASTIC_MIN_WORKERS")
+      .Range(1, 100000);
   f.Add("member-timeout", &t.member_timeout,
         "elastic: a worker not heard from for this long has left (a killed pod)",
         "KUBETRAIN_MEMBER_TIMEOUT");

@@ -96,6 +96,15 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
         "--elastic: an all-reduce job cannot change size while it runs; use --mode ps-sync or "
         "ps-async (the parameter servers keep the membership)");
   }
+  if (o.min_workers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--elastic-min-workers: must be >= 1, got ", o.min_workers));
+  }
+  if (o.elastic && o.mode == Mode::kPsSync && o.backup_workers >= o.min_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--backup-workers=", o.backup_workers, ": an elastic job may shrink to ", o.min_workers,
+        " training workers (--elastic-min-workers), and each step needs at least one gradient"));
+  }
   if (o.elastic &&
       (o.heartbeat_every <= absl::ZeroDuration() || o.member_timeout < 2 * o.heartbeat_every)) {
     return absl::InvalidArgumentError(absl::StrCat("--member-timeout: must be at least ",

@@ -82,6 +82,9 @@ struct TrainerOptions {
   // member_timeout.
   absl::Duration heartbeat_every = absl::Seconds(1);
   absl::Duration member_timeout = absl::Seconds(10);
+  // Elastic ps-sync: the job's minimum size in training workers (the chief included); below it
+  // a step waits for members to come back.
+  int min_workers = 1;
 };
 
 struct TaskIdentity {

@@ -252,6 +252,20 @@ TEST_F(StoreTest, ElasticBackupWorkersShrinkTheQuota) {
   EXPECT_EQ(metrics_.stale_gradients_dropped(), 1);
 }
 
+TEST_F(StoreTest, ElasticStepBelowTheMinimumSizeWaitsForAMemberToComeBack) {
+  TrainingConfig config = Elastic(2);
+  config.min_members = 2;
+  ASSERT_THAT(store_.Init(TwoPartitions(config)), IsOk());
+  ASSERT_THAT(store_.Join(0, false), IsOk());
+  ASSERT_THAT(store_.Join(1, false), IsOk());
+  ASSERT_THAT(store_.Join(1, /*leave=*/true), IsOk());  // preempted
+  Push p0(0, 2), p1(0, 4);
+  ASSERT_THAT(store_.Push(From(0, p0)), IsOk());
+  EXPECT_EQ(Values(store_).second, 0);            // one member, but the job's minimum is two
+  ASSERT_THAT(store_.Push(From(1, p1)), IsOk());  // its replacement
+  EXPECT_EQ(Values(store_, 1).first, Minus(kInitial, 3));
+}
+
 TEST_F(StoreTest, ElasticPushRestoresAMembershipTheStoreLost) {
   // A ps that restarted knows no members; the first pushes bring them back.
   ASSERT_THAT(store_.Init(TwoPartitions(Elastic(1))), IsOk());
