@@ -181,6 +181,24 @@ RunPolicy DecodeRunPolicy(Decoder& d, const json& v) {
   return p;
 }
 
+// nullopt when spec.elastic or one of its bounds has the wrong type (reported here): validation
+// must not also call the bound "required".
+std::optional<ElasticPolicy> DecodeElastic(Decoder& d, const json& v) {
+  const std::string path = "spec.elastic";
+  if (!d.Object(v, path)) return std::nullopt;
+  d.Known(v, path, {"minReplicas", "maxReplicas"});
+  ElasticPolicy e;
+  bool typed = true;
+  for (auto [key, out] :
+       {std::pair{"minReplicas", &e.min_replicas}, std::pair{"maxReplicas", &e.max_replicas}}) {
+    if (!v.contains(key)) continue;
+    *out = d.Integer<int32_t>(v[key], path + "." + key);
+    typed &= out->has_value();
+  }
+  if (!typed) return std::nullopt;
+  return e;
+}
+
 std::string SuggestReplicaType(const std::string& key) {
   for (const std::string& name : ReplicaTypeNames()) {
     if (absl::AsciiStrToLower(name) == absl::AsciiStrToLower(key)) {
@@ -193,7 +211,7 @@ std::string SuggestReplicaType(const std::string& key) {
 TrainingJobSpec DecodeSpec(Decoder& d, const json& v) {
   TrainingJobSpec spec;
   if (!d.Object(v, "spec")) return spec;
-  d.Known(v, "spec", {"replicaSpecs", "runPolicy", "successPolicy", "backupWorkers"});
+  d.Known(v, "spec", {"replicaSpecs", "runPolicy", "successPolicy", "backupWorkers", "elastic"});
   if (v.contains("replicaSpecs") && d.Object(v["replicaSpecs"], "spec.replicaSpecs")) {
     for (const auto& [key, value] : v["replicaSpecs"].items()) {
       const std::string path = "spec.replicaSpecs." + key;
@@ -214,6 +232,7 @@ TrainingJobSpec DecodeSpec(Decoder& d, const json& v) {
   if (v.contains("backupWorkers")) {
     spec.backup_workers = d.Integer<int32_t>(v["backupWorkers"], "spec.backupWorkers");
   }
+  if (v.contains("elastic")) spec.elastic = DecodeElastic(d, v["elastic"]);
   return spec;
 }
 
@@ -275,6 +294,14 @@ TrainingJobStatus DecodeStatus(const json& v) {
     for (const json& uid : v["countedFailures"]) {
       if (uid.is_string()) st.counted_failures.push_back(uid.get<std::string>());
     }
+  }
+  if (v.contains("elastic") && v["elastic"].is_object()) {
+    ElasticStatus e;
+    const json& ej = v["elastic"];
+    Read(ej, "liveWorkers", &e.live_workers);
+    Read(ej, "targetWorkers", &e.target_workers);
+    Read(ej, "lastScaleTime", &e.last_scale_time);
+    st.elastic = e;
   }
   if (v.contains("progress") && v["progress"].is_object()) {
     Progress p;
@@ -384,6 +411,12 @@ json ToJson(const TrainingJobSpec& spec) {
   if (!rp.empty()) out["runPolicy"] = rp;
   if (spec.success_policy) out["successPolicy"] = Name(*spec.success_policy);
   if (spec.backup_workers) out["backupWorkers"] = *spec.backup_workers;
+  if (spec.elastic) {
+    json elastic = json::object();
+    if (spec.elastic->min_replicas) elastic["minReplicas"] = *spec.elastic->min_replicas;
+    if (spec.elastic->max_replicas) elastic["maxReplicas"] = *spec.elastic->max_replicas;
+    out["elastic"] = elastic;
+  }
   return out;
 }
 
@@ -417,6 +450,13 @@ json ToJson(const TrainingJobStatus& st) {
   if (!st.last_reconcile_time.empty()) out["lastReconcileTime"] = st.last_reconcile_time;
   if (st.observed_generation) out["observedGeneration"] = st.observed_generation;
   if (!st.counted_failures.empty()) out["countedFailures"] = st.counted_failures;
+  if (st.elastic) {
+    out["elastic"] = {{"liveWorkers", st.elastic->live_workers},
+                      {"targetWorkers", st.elastic->target_workers}};
+    if (!st.elastic->last_scale_time.empty()) {
+      out["elastic"]["lastScaleTime"] = st.elastic->last_scale_time;
+    }
+  }
   if (st.progress) {
     const Progress& p = *st.progress;
     out["progress"] = {{"step", p.step},

@@ -1,6 +1,7 @@
 #include "operator/api/outcome.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "operator/api/restart.h"
 
@@ -17,10 +18,13 @@ bool SuccessPolicyMet(const TrainingJob& job, const std::map<ReplicaType, std::s
     return it == done.end() ? kNone : it->second;
   };
   if (job.spec.success_policy == SuccessPolicy::kAllWorkers) {
+    // Only the indexes the job has now: an elastic job's scaled-down Workers never count.
     for (ReplicaType type : {ReplicaType::kChief, ReplicaType::kWorker}) {
       auto it = specs.find(type);
       if (it == specs.end()) continue;
-      if (static_cast<int>(completed(type).size()) < it->second.replicas.value_or(1)) return false;
+      const int replicas = it->second.replicas.value_or(1);
+      const std::set<int>& done = completed(type);
+      if (std::distance(done.begin(), done.lower_bound(replicas)) < replicas) return false;
     }
     return true;
   }

@@ -208,6 +208,17 @@ json BuildPod(const TrainingJob& job, ReplicaType type, int index, const Address
       if (job.spec.backup_workers) {
         SetEnv(&c, "KUBETRAIN_BACKUP_WORKERS", std::to_string(*job.spec.backup_workers));
       }
+      // The worker takes its membership from the ps, not from TF_CONFIG's worker count, which
+      // is the job's size when this pod was created (docs/architecture.md §4, §5.10, §10).
+      if (job.spec.elastic) {
+        SetEnv(&c, "KUBETRAIN_ELASTIC", "1");
+        // The smallest the job may get, in training workers: the chief trains too.
+        auto chief = job.spec.replica_specs.find(ReplicaType::kChief);
+        const int chiefs =
+            chief != job.spec.replica_specs.end() ? chief->second.replicas.value_or(0) : 0;
+        SetEnv(&c, "KUBETRAIN_ELASTIC_MIN_WORKERS",
+               std::to_string(job.spec.elastic->min_replicas.value_or(1) + chiefs));
+      }
       SetEnvSecretRef(&c, kJobSecretEnv, JobSecretName(job), kJobSecretKey);
       // Servers bind the pod's own address: the training port is for peers, and on hosts that
       // run several pods in one network namespace (localkube) 0.0.0.0 would collide.

@@ -100,6 +100,14 @@ struct RunPolicy {
   std::optional<SchedulingPolicy> scheduling_policy;
 };
 
+// spec.elastic: the Worker count may change while the job runs, between these bounds, without a
+// pod restarted (docs/architecture.md §3, §10). Needs PS replicas: the parameter servers hold
+// the membership. Every container gets KUBETRAIN_ELASTIC=1.
+struct ElasticPolicy {
+  std::optional<int32_t> min_replicas;
+  std::optional<int32_t> max_replicas;
+};
+
 struct TrainingJobSpec {
   // Ordered by ReplicaType: Chief, PS, Worker, Evaluator.
   std::map<ReplicaType, ReplicaSpec> replica_specs;
@@ -108,6 +116,7 @@ struct TrainingJobSpec {
   // ps-sync: each step applies the first (training workers − backupWorkers) gradients and drops
   // the late ones (worker --backup-workers, set on every container as KUBETRAIN_BACKUP_WORKERS).
   std::optional<int32_t> backup_workers;
+  std::optional<ElasticPolicy> elastic;
 };
 
 struct Condition {
@@ -140,6 +149,13 @@ struct Progress {
   friend bool operator==(const Progress&, const Progress&) = default;
 };
 
+// status.elastic of an elastic job (docs/architecture.md §10).
+struct ElasticStatus {
+  int32_t live_workers = 0;     // Worker pods pending or running among the wanted indexes
+  int32_t target_workers = 0;   // the Worker replicas the operator keeps, within the bounds
+  std::string last_scale_time;  // RFC 3339: when the target last changed
+};
+
 struct TrainingJobStatus {
   std::vector<Condition> conditions;
   std::map<ReplicaType, ReplicaStatus> replica_statuses;
@@ -152,6 +168,7 @@ struct TrainingJobStatus {
   // still be due: written with the count, so an operator that restarts between the two never
   // counts one failure twice (docs/architecture.md §10).
   std::vector<std::string> counted_failures;
+  std::optional<ElasticStatus> elastic;
 };
 
 struct TrainingJob {

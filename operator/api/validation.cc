@@ -1,5 +1,9 @@
 #include "operator/api/validation.h"
 
+#include <algorithm>
+#include <optional>
+#include <utility>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "operator/api/decode.h"
@@ -11,6 +15,34 @@ namespace {
 
 using nlohmann::json;
 
+// [minReplicas, maxReplicas] of an elastic job whose bounds are themselves valid; nullopt for a
+// job that is not elastic or whose bounds are reported as errors.
+std::optional<std::pair<int32_t, int32_t>> ElasticBounds(const TrainingJob& job) {
+  if (!job.spec.elastic || !job.spec.replica_specs.count(ReplicaType::kWorker)) return std::nullopt;
+  const ElasticPolicy& e = *job.spec.elastic;
+  if (!e.min_replicas || !e.max_replicas) return std::nullopt;
+  const int32_t min = *e.min_replicas;
+  const int32_t max = *e.max_replicas;
+  if (min < 1 || max > kMaxReplicas || min > max) return std::nullopt;
+  return std::make_pair(min, max);
+}
+
+std::string OutOfBounds(int32_t replicas, std::pair<int32_t, int32_t> bounds) {
+  return absl::StrCat("must be between spec.elastic.minReplicas (", bounds.first,
+                      ") and spec.elastic.maxReplicas (", bounds.second, "), got ", replicas);
+}
+
+// The job at its largest: an elastic job may scale its Workers up to maxReplicas, and every
+// pod name and TF_CONFIG of that size must fit too.
+TrainingJob AtMaxReplicas(const TrainingJob& job) {
+  TrainingJob largest = job;
+  if (auto bounds = ElasticBounds(job)) {
+    std::optional<int32_t>& replicas = largest.spec.replica_specs[ReplicaType::kWorker].replicas;
+    replicas = std::max(replicas.value_or(1), bounds->second);
+  }
+  return largest;
+}
+
 bool IsLabelChars(absl::string_view s) {
   for (char c : s) {
     if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-')) return false;
@@ -20,7 +52,8 @@ bool IsLabelChars(absl::string_view s) {
 
 class Validator {
  public:
-  explicit Validator(const TrainingJob& job) : job_(job) {}
+  explicit Validator(const TrainingJob& job)
+      : job_(job), elastic_(ElasticBounds(job)), largest_(AtMaxReplicas(job)) {}
 
   FieldErrors Run() {
     TypeMeta();
@@ -28,6 +61,7 @@ class Validator {
     ReplicaSpecs();
     RunPolicyFields();
     Success();
+    Elastic();
     BackupWorkers();
     return std::move(errors_);
   }
@@ -76,7 +110,7 @@ class Validator {
   void PodNameLengths() {
     const std::string& name = job_.metadata.name;
     std::string longest;
-    for (const auto& [type, rs] : job_.spec.replica_specs) {
+    for (const auto& [type, rs] : largest_.spec.replica_specs) {
       int last = std::max(rs.replicas.value_or(1), 1) - 1;
       std::string pod = absl::StrCat(name, "-", TaskType(type), "-", last);
       if (pod.size() > longest.size()) longest = pod;
@@ -106,15 +140,15 @@ class Validator {
   // Every task's environment carries the whole cluster's addresses, and exec fails for all of
   // them once TF_CONFIG passes the kernel's limit.
   void TfConfigSize() {
-    size_t size = LargestTfConfigSize(job_);
+    size_t size = LargestTfConfigSize(largest_);
     if (size <= kMaxTfConfigSize) return;
     ClusterDnsAddresses addresses;
     size_t tasks = 0;
     size_t address_bytes = 0;
-    for (const auto& [type, rs] : job_.spec.replica_specs) {
+    for (const auto& [type, rs] : largest_.spec.replica_specs) {
       if (type == ReplicaType::kEvaluator) continue;
       for (int i = 0; i < rs.replicas.value_or(1); ++i) {
-        address_bytes += addresses.Address(job_, type, i).size();
+        address_bytes += addresses.Address(largest_, type, i).size();
         ++tasks;
       }
     }
@@ -122,8 +156,9 @@ class Validator {
           absl::StrCat("TF_CONFIG would be ", Thousands(size), " bytes (", tasks, " tasks x ~",
                        address_bytes / std::max<size_t>(tasks, 1), " bytes per address) > ",
                        Thousands(kMaxTfConfigSize),
-                       ", above what a process environment can carry; lower replicas or shorten "
-                       "metadata.name and metadata.namespace"));
+                       ", above what a process environment can carry; lower replicas",
+                       elastic_ ? " (spec.elastic.maxReplicas counts)" : "",
+                       " or shorten metadata.name and metadata.namespace"));
   }
 
   static std::string Thousands(size_t n) {
@@ -311,15 +346,20 @@ class Validator {
     }
   }
 
+  // An elastic job's gang must still be schedulable once it is down to minReplicas Workers.
   void MinAvailable(int32_t min_available) {
     int total = 0;
-    for (const auto& [type, rs] : job_.spec.replica_specs)
-      total += std::max(rs.replicas.value_or(1), 0);
+    for (const auto& [type, rs] : job_.spec.replica_specs) {
+      total += elastic_ && type == ReplicaType::kWorker ? elastic_->first
+                                                        : std::max(rs.replicas.value_or(1), 0);
+    }
     const std::string path = "spec.runPolicy.schedulingPolicy.minAvailable";
     if (min_available < 1) {
       Error(path, absl::StrCat("must be >= 1, got ", min_available));
     } else if (min_available > total) {
-      Error(path, absl::StrCat("must be <= the job's ", total, " replicas, got ", min_available));
+      Error(path,
+            absl::StrCat("must be <= the job's ", total, " replicas",
+                         elastic_ ? " at spec.elastic.minReplicas" : "", ", got ", min_available));
     }
   }
 
@@ -330,8 +370,56 @@ class Validator {
     }
   }
 
+  // Elastic jobs change their Worker count while they run; the parameter servers hold the
+  // membership (docs/architecture.md §3, §10).
+  void Elastic() {
+    if (!job_.spec.elastic) return;
+    const std::string path = "spec.elastic";
+    const ElasticPolicy& e = *job_.spec.elastic;
+    const auto& specs = job_.spec.replica_specs;
+    auto worker = specs.find(ReplicaType::kWorker);
+    if (worker == specs.end()) {
+      Error(path,
+            "needs a Worker replica spec: it bounds spec.replicaSpecs.Worker.replicas; add "
+            "Worker replicas or remove spec.elastic");
+    }
+    if (!specs.count(ReplicaType::kPS)) {
+      Error(path, "needs PS replicas; all-reduce jobs cannot change size while they run");
+    }
+    const bool min_ok = Bound(e.min_replicas, path + ".minReplicas",
+                              "the fewest Workers the job runs with, e.g. 1");
+    const bool max_ok =
+        Bound(e.max_replicas, path + ".maxReplicas", "the most Workers the job may scale to");
+    if (min_ok && max_ok && *e.min_replicas > *e.max_replicas) {
+      Error(path + ".maxReplicas", absl::StrCat("must be >= spec.elastic.minReplicas (",
+                                                *e.min_replicas, "), got ", *e.max_replicas));
+    }
+    if (!elastic_) return;
+    const int32_t replicas = worker->second.replicas.value_or(1);
+    if (replicas < 1 || replicas > kMaxReplicas) return;  // reported by Replica
+    if (replicas < elastic_->first || replicas > elastic_->second) {
+      Error("spec.replicaSpecs.Worker.replicas",
+            OutOfBounds(replicas, *elastic_) + "; scale within them (kubectl scale tj/" +
+                job_.metadata.name + " --replicas=N) or change spec.elastic");
+    }
+  }
+
+  // A bound of spec.elastic: present and a valid Worker count.
+  bool Bound(const std::optional<int32_t>& v, const std::string& path, const char* what) {
+    if (!v) {
+      Error(path, absl::StrCat("required: ", what, " (1 to ", kMaxReplicas, ")"));
+    } else if (*v < 1) {
+      Error(path, absl::StrCat("must be >= 1, got ", *v));
+    } else if (*v > kMaxReplicas) {
+      Error(path, absl::StrCat("must be <= ", kMaxReplicas, ", got ", *v));
+    } else {
+      return true;
+    }
+    return false;
+  }
+
   // Backup workers drop gradients of a ps-sync step: they need parameter servers, and at least
-  // one training worker's gradient must count.
+  // one training worker's gradient must count, also once an elastic job is down to minReplicas.
   void BackupWorkers() {
     if (!job_.spec.backup_workers) return;
     const int32_t b = *job_.spec.backup_workers;
@@ -342,6 +430,7 @@ class Validator {
       if (it != job_.spec.replica_specs.end())
         training += std::max(it->second.replicas.value_or(1), 0);
     }
+    const int chief = job_.spec.replica_specs.count(ReplicaType::kChief) ? 1 : 0;
     if (b < 0) {
       Error(path, absl::StrCat("must be >= 0, got ", b));
     } else if (b > 0 && !job_.spec.replica_specs.count(ReplicaType::kPS)) {
@@ -352,10 +441,18 @@ class Validator {
       Error(path, absl::StrCat("must be less than the job's ", training,
                                " training workers (Chief and Workers), got ", b,
                                ": each step needs at least one gradient"));
+    } else if (b > 0 && elastic_ && b >= elastic_->first + chief) {
+      Error(path, absl::StrCat("must be less than the job's fewest training workers, ",
+                               elastic_->first + chief, " (spec.elastic.minReplicas",
+                               chief ? " + the Chief" : "", "), got ", b,
+                               ": each step needs at least one gradient; lower backupWorkers or "
+                               "raise minReplicas"));
     }
   }
 
   const TrainingJob& job_;
+  const std::optional<std::pair<int32_t, int32_t>> elastic_;  // ElasticBounds
+  const TrainingJob largest_;                                 // AtMaxReplicas
   FieldErrors errors_;
 };
 
@@ -394,10 +491,27 @@ bool IsDns1123Label(absl::string_view s) {
 
 FieldErrors Validate(const TrainingJob& job) { return Validator(job).Run(); }
 
-TrainingJob DecodeAndValidate(const json& doc, FieldErrors* errors) {
+std::optional<FieldError> ClampElasticReplicas(TrainingJob* job) {
+  std::optional<std::pair<int32_t, int32_t>> bounds = ElasticBounds(*job);
+  if (!bounds) return std::nullopt;
+  std::optional<int32_t>& replicas = job->spec.replica_specs[ReplicaType::kWorker].replicas;
+  const int32_t wanted = replicas.value_or(1);
+  if (wanted < 1 || wanted > kMaxReplicas) return std::nullopt;  // an error, not a scale
+  const int32_t kept = std::clamp(wanted, bounds->first, bounds->second);
+  if (kept == wanted) return std::nullopt;
+  replicas = kept;
+  return FieldError{"spec.replicaSpecs.Worker.replicas",
+                    absl::StrCat(OutOfBounds(wanted, *bounds), "; kept at ", kept,
+                                 " until it is set within the bounds")};
+}
+
+TrainingJob DecodeAndValidate(const json& doc, FieldErrors* errors, FieldErrors* clamped) {
   TrainingJob job = Decode(doc, errors);
   if (!doc.is_object()) return job;
   SetDefaults(&job);
+  if (clamped != nullptr) {
+    if (std::optional<FieldError> c = ClampElasticReplicas(&job)) clamped->push_back(*c);
+  }
   FieldErrors semantic = Validate(job);
   errors->insert(errors->end(), semantic.begin(), semantic.end());
   return job;

@@ -2,6 +2,7 @@
 // each naming the field, the bad value and what is allowed.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +25,17 @@ FieldErrors Validate(const TrainingJob& job);
 
 // The whole pipeline a user's manifest goes through: decode (type errors, unknown fields), set
 // defaults, validate. The returned job is defaulted; it is only usable when errors is empty.
-TrainingJob DecodeAndValidate(const nlohmann::json& doc, FieldErrors* errors);
+// With `clamped` (the operator), an elastic job's Worker replicas outside its bounds are moved
+// to the nearest bound (ClampElasticReplicas) and reported there instead of in `errors`.
+TrainingJob DecodeAndValidate(const nlohmann::json& doc, FieldErrors* errors,
+                              FieldErrors* clamped = nullptr);
+
+// `kubectl scale` sets spec.replicaSpecs.Worker.replicas alone, and the CRD cannot bound one
+// field by another: the operator keeps an elastic job whose Worker replicas left
+// [spec.elastic.minReplicas, maxReplicas] at the nearest bound rather than fail it
+// (docs/architecture.md §10). Returns what was out of bounds, or nullopt when nothing moved
+// (not elastic, invalid bounds, or within them).
+std::optional<FieldError> ClampElasticReplicas(TrainingJob* job);
 
 // The size of the largest TF_CONFIG among the job's tasks under cluster DNS addresses. The job
 // must be defaulted and hold at most kMaxReplicas per type.

@@ -1,6 +1,8 @@
 // TrainingJob status conditions (docs/architecture.md §3): Created, Running, Restarting,
-// Succeeded, Failed, Suspended, and ReplicaFailure while the API server refuses to create the
-// job's pods or Service (as a ReplicaSet reports it). One entry per type; a condition that becomes
+// Succeeded, Failed, Suspended, ReplicaFailure while the API server refuses to create the
+// job's pods or Service (as a ReplicaSet reports it), and ScalingLimited while an elastic job's
+// Worker replicas are outside spec.elastic (as a HorizontalPodAutoscaler reports it). One entry
+// per type; a condition that becomes
 // True moves to the end of the list, because `kubectl get tj` shows the last condition as the job's
 // STATE.
 #pragma once
@@ -20,6 +22,7 @@ inline constexpr char kSucceeded[] = "Succeeded";
 inline constexpr char kFailed[] = "Failed";
 inline constexpr char kSuspended[] = "Suspended";
 inline constexpr char kReplicaFailure[] = "ReplicaFailure";
+inline constexpr char kScalingLimited[] = "ScalingLimited";
 
 const api::Condition* FindCondition(const api::TrainingJobStatus& status, absl::string_view type);
 bool IsTrue(const api::TrainingJobStatus& status, absl::string_view type);

@@ -1,6 +1,7 @@
 #include "operator/controller/pod_view.h"
 
 #include "absl/strings/numbers.h"
+#include "operator/api/decode.h"
 #include "operator/api/tfjob.h"
 #include "operator/kube/informer.h"
 
@@ -9,6 +10,10 @@ namespace kubetrain::controller {
 using nlohmann::json;
 
 namespace {
+
+// The pod condition Kubernetes sets on a pod it is about to take away (preemption, eviction,
+// taint-based deletion, node shutdown).
+constexpr char kDisruptionTarget[] = "DisruptionTarget";
 
 void ReadTermination(const json& status, PodView* view) {
   for (const char* field : {"state", "lastState"}) {
@@ -55,6 +60,20 @@ std::optional<PodView> ViewPod(const json& pod) {
   view.phase = status.value("phase", "Pending");
   view.pod_ip = status.value("podIP", "");
   view.reason = status.value("reason", "");
+  if (auto conds = status.find("conditions"); conds != status.end() && conds->is_array()) {
+    for (const json& c : *conds) {
+      if (api::StringField(c, "type") == kDisruptionTarget &&
+          api::StringField(c, "status") == "True") {
+        view.disruption = api::StringField(c, "reason", kDisruptionTarget);
+      }
+    }
+  }
+  if (view.disruption.empty()) {
+    for (const char* reason :
+         {"Evicted", "Preempting", "Preempted", "Shutdown", "Terminated", "NodeLost"}) {
+      if (view.reason == reason) view.disruption = view.reason;
+    }
+  }
   const char* container = kubeflow ? api::kTfJobContainerName : api::kDefaultContainerName;
   if (status.contains("containerStatuses") && status["containerStatuses"].is_array()) {
     for (const json& cs : status["containerStatuses"]) {
@@ -87,6 +106,13 @@ void StripPodForCache(json& pod) {
     json kept = json::object();
     for (const char* field : {"phase", "podIP", "reason"}) {
       if (auto v = status->find(field); v != status->end()) kept[field] = *v;
+    }
+    if (auto conds = status->find("conditions"); conds != status->end() && conds->is_array()) {
+      for (const json& c : *conds) {
+        if (api::StringField(c, "type") == kDisruptionTarget) {
+          kept["conditions"] = json::array({c});
+        }
+      }
     }
     if (auto cs = status->find("containerStatuses"); cs != status->end() && cs->is_array()) {
       kept["containerStatuses"] = json::array();

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
+#include "operator/api/field_errors.h"
 #include "operator/api/render.h"
 #include "operator/api/tfjob.h"
 #include "operator/api/types.h"
@@ -48,8 +49,14 @@ struct Reconciler::Pass {
   // Job-level events of this pass (JobSucceeded, JobFailed): recorded by the job's next pass,
   // once this one has written the outcome (RecordPassEvents).
   std::vector<JobEvent> job_events;
+  // An elastic job's Worker replicas outside spec.elastic, in the validation's words: the pass
+  // runs the job at the nearest bound (api::ClampElasticReplicas).
+  std::optional<api::FieldError> out_of_bounds;
 
   std::string JobRef() const { return ns + "/" + name; }
+  // spec.elastic: the Worker count changes without restarts (docs/architecture.md §10). A
+  // TFJob is never elastic.
+  bool Elastic() const { return !tfjob && job.spec.elastic.has_value(); }
   // runPolicy.cleanPodPolicy, Running when unset (Kubeflow's default).
   api::CleanPodPolicy CleanPodPolicy() const {
     return job.spec.run_policy.clean_pod_policy.value_or(api::CleanPodPolicy::kRunning);

@@ -92,6 +92,7 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
       secret_ensured_.erase(key);
       templates_checked_.erase(key);
       podgroup_deleted_.erase(key);
+      live_workers_.erase(key);
     }
     std::lock_guard<std::mutex> lock(progress_mu_);
     progress_written_.erase(key);
@@ -109,8 +110,11 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
   p.ns = (*object)["metadata"].value("namespace", "default");
   p.name = (*object)["metadata"].value("name", "");
   api::FieldErrors errors;
+  api::FieldErrors out_of_bounds;  // an elastic job scaled beyond spec.elastic: not a failure
   // A TFJob is reconciled as the TrainingJob it converts to (docs/decisions/0007).
-  p.job = tfjob ? api::DecodeTfJob(*object, &errors) : api::DecodeAndValidate(*object, &errors);
+  p.job = tfjob ? api::DecodeTfJob(*object, &errors)
+                : api::DecodeAndValidate(*object, &errors, &out_of_bounds);
+  if (!out_of_bounds.empty()) p.out_of_bounds = out_of_bounds.front();
   p.status = p.job.status;
   p.original_status = api::ToJson(p.status);
   if (!errors.empty()) {
@@ -162,11 +166,19 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
   RETURN_IF_ERROR(EnsureService(p));
   RETURN_IF_ERROR(EnsureJobSecret(p));
   if (options_.gang_scheduler == "volcano") RETURN_IF_ERROR(EnsurePodGroup(p));
+  if (p.Elastic()) {
+    RETURN_IF_ERROR(ScaleWorkers(p));
+  } else {
+    ForgetLiveWorkers(p.key);
+    p.status.elastic.reset();
+    RemoveCondition(&p.status, kScalingLimited);
+  }
   RETURN_IF_ERROR(RestartOnClusterChange(p));
   RETURN_IF_ERROR(SyncTasks(p));
   // Every create this pass needed went through: whatever refused them earlier has cleared.
   if (!IsFinished(p.status)) RemoveCondition(&p.status, kReplicaFailure);
   if (IsFinished(p.status)) return FinishedJob(p);
+  if (p.Elastic()) RememberLiveWorkers(p);
   ReadProgress(p);
   RETURN_IF_ERROR(WriteStatus(p));
   return ReconcileResult{p.requeue};
@@ -174,6 +186,7 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
 
 absl::StatusOr<ReconcileResult> Reconciler::FinishedJob(Pass& p) {
   if (progress_ != nullptr) progress_->Untrack(p.key);
+  ForgetLiveWorkers(p.key);
   p.status.counted_failures.clear();  // a finished job restarts nothing
   ReadFinalSummary(p);
   if (p.finishing) {
@@ -264,6 +277,7 @@ absl::Status Reconciler::SyncTasks(Pass& p) {
   }
   for (const auto& [type, n] : d.ledger.restarts) p.status.replica_statuses[type].restarts = n;
   p.status.counted_failures = d.ledger.counted;
+  if (p.status.elastic) p.status.elastic->live_workers = d.active[api::ReplicaType::kWorker];
   auto describe = [&](const api::TaskState& t) {
     auto v = views.find(t.name);
     std::string reason = v == views.end() ? "" : v->second.reason;
@@ -411,18 +425,24 @@ absl::Status Reconciler::RestartOnClusterChange(Pass& p) {
     api::ClusterDnsAddresses addresses(options_.cluster_domain);
     wanted = api::TfConfigFor(p.job, addresses, first.type, first.index).cluster;
   }
+  // An elastic job's pods keep the Worker list of the day they were created: Workers join and
+  // leave the ps, which hold the membership (docs/architecture.md §10). Its ps and chief are
+  // still fixed.
+  const std::string workers = api::TaskType(api::ReplicaType::kWorker);
+  if (p.Elastic()) wanted.erase(workers);
   std::optional<std::map<std::string, std::vector<std::string>>> stale;
   for (const auto& [name, pod] : p.pods) {
     std::optional<PodView> v = p.View(pod);
     if (!v || v->deleting) continue;
     std::optional<std::map<std::string, std::vector<std::string>>> cluster = PodCluster(pod);
+    if (cluster && p.Elastic()) cluster->erase(workers);
     if (cluster && *cluster != wanted) {
       stale = std::move(cluster);
       break;
     }
   }
   if (!stale) return absl::OkStatus();
-  // Until training is elastic, every task must see one cluster spec: a pod with the old one
+  // Unless the job is elastic, every task must see one cluster spec: a pod with the old one
   // would wait for peers that no longer exist or never learn of new ones. Start the whole job
   // again on the new spec; it resumes from the chief's checkpoint. The user asked for this, so
   // it is no failure and does not count against backoffLimit.
@@ -443,6 +463,124 @@ absl::Status Reconciler::RestartOnClusterChange(Pass& p) {
                             "changed from ", Shape(*stale), " to ", Shape(wanted), "."),
                p.now);
   return absl::OkStatus();
+}
+
+absl::Status Reconciler::ScaleWorkers(Pass& p) {
+  const int target = p.job.spec.replica_specs.at(api::ReplicaType::kWorker).replicas.value_or(1);
+  ReportWorkerBounds(p, target);
+  RETURN_IF_ERROR(ScaleTo(p, target));
+  return RecoverLostWorkers(p, target);
+}
+
+void Reconciler::ReportWorkerBounds(Pass& p, int target) {
+  if (!p.out_of_bounds) {
+    RemoveCondition(&p.status, kScalingLimited);
+    return;
+  }
+  // `kubectl scale` past a bound: reported once per change, and the job stays at the bound.
+  const int asked =
+      p.object.value(json::json_pointer("/spec/replicaSpecs/Worker/replicas"), target);
+  const char* reason = asked > target ? "TooManyReplicas" : "TooFewReplicas";
+  std::string message = absl::StrCat("TrainingJob ", p.JobRef(), ": ", p.out_of_bounds->ToString());
+  if (SetCondition(&p.status, kScalingLimited, true, reason, message, p.now)) {
+    events_.Warning(p.object, reason, message);
+  }
+}
+
+absl::Status Reconciler::ScaleTo(Pass& p, int target) {
+  const bool known = p.status.elastic.has_value();
+  api::ElasticStatus& elastic = known ? *p.status.elastic : p.status.elastic.emplace();
+  if (known && elastic.target_workers != target) {
+    events_.Normal(p.object, "Scaled",
+                   absl::StrCat("Scaled Worker replicas ", elastic.target_workers, " → ", target,
+                                " job=", p.JobRef()));
+    log::Info("Scaled an elastic TrainingJob",
+              {{"job", p.JobRef()}, {"from", elastic.target_workers}, {"to", target}});
+    elastic.last_scale_time = kube::FormatTime(p.now);
+  }
+  elastic.target_workers = target;
+  // Workers above the count leave: deleted, never counted as failures, and their completions
+  // no longer count for the success policy. New indexes are absent tasks that SyncTasks starts.
+  std::vector<json> surplus;
+  for (const auto& [name, pod] : p.pods) {
+    std::optional<PodView> v = p.View(pod);
+    if (v && v->type == api::ReplicaType::kWorker && v->index >= target && !v->deleting) {
+      surplus.push_back(pod);
+    }
+  }
+  for (const json& pod : surplus) RETURN_IF_ERROR(DeletePod(p, pod, "ScaledDown"));
+  std::set<int>& done = p.completed[api::ReplicaType::kWorker];
+  done.erase(done.lower_bound(target), done.end());
+  return absl::OkStatus();
+}
+
+absl::Status Reconciler::RecoverLostWorkers(Pass& p, int target) {
+  // Workers taken away while still wanted: an evicted or preempted pod is deleted here, so
+  // SyncTasks sees it going (not failed) and recreates it once it is gone; one deleted by
+  // someone else is simply absent. Neither counts against backoffLimit or restarts the job.
+  std::map<int, std::string> was_live;
+  {
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    auto it = live_workers_.find(p.key);
+    if (it != live_workers_.end()) was_live = it->second;
+  }
+  std::vector<std::string> lost;
+  std::set<int> lost_indexes;
+  for (const api::Task& t : p.tasks) {
+    if (t.type != api::ReplicaType::kWorker) continue;
+    auto pod = p.pods.find(t.name);
+    std::optional<PodView> v = pod == p.pods.end() ? std::nullopt : ViewPod(pod->second);
+    const bool ours = v && p.going.count(v->uid) > 0;  // deleted by this reconciler
+    if (v && !v->deleting && !ours && v->phase == "Failed" && !v->disruption.empty()) {
+      RETURN_IF_ERROR(DeletePod(p, pod->second, "WorkerLost"));
+      lost.push_back(absl::StrCat(t.name, " (", v->disruption, ")"));
+      lost_indexes.insert(t.index);
+      continue;
+    }
+    auto seen = was_live.find(t.index);
+    if (seen == was_live.end()) continue;
+    if (!v || v->uid != seen->second || (v->deleting && !ours)) {
+      lost.push_back(
+          absl::StrCat(t.name, " (", v && !v->disruption.empty() ? v->disruption : "deleted", ")"));
+      lost_indexes.insert(t.index);
+    }
+  }
+  if (lost.empty()) return absl::OkStatus();
+  {
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    for (int index : lost_indexes) live_workers_[p.key].erase(index);  // reported once
+  }
+  int live = 0;
+  for (const api::Task& t : p.tasks) {
+    auto pod = p.pods.find(t.name);
+    if (t.type != api::ReplicaType::kWorker || pod == p.pods.end()) continue;
+    std::optional<PodView> v = p.View(pod->second);
+    if (v && Active(*v)) ++live;
+  }
+  // One event for every Worker lost in this pass (docs/architecture.md §10).
+  events_.Normal(p.object, "WorkerLost",
+                 absl::StrCat("Lost ", absl::StrJoin(lost, ", "), "; ", live, " of ", target,
+                              " workers live, recreating job=", p.JobRef()));
+  log::Info("Lost workers of an elastic TrainingJob",
+            {{"job", p.JobRef()}, {"lost", absl::StrJoin(lost, ",")}, {"live", live}});
+  return absl::OkStatus();
+}
+
+void Reconciler::RememberLiveWorkers(const Pass& p) {
+  std::map<int, std::string> live;
+  for (const api::Task& t : p.tasks) {
+    auto pod = p.pods.find(t.name);
+    if (t.type != api::ReplicaType::kWorker || pod == p.pods.end()) continue;
+    std::optional<PodView> v = p.View(pod->second);
+    if (v && Active(*v)) live[t.index] = v->uid;
+  }
+  std::lock_guard<std::mutex> lock(writes_mu_);
+  live_workers_[p.key] = std::move(live);
+}
+
+void Reconciler::ForgetLiveWorkers(const std::string& key) {
+  std::lock_guard<std::mutex> lock(writes_mu_);
+  live_workers_.erase(key);
 }
 
 void Reconciler::ReadFinalSummary(Pass& p) {
@@ -466,12 +604,15 @@ void Reconciler::ReadFinalSummary(Pass& p) {
 
 void Reconciler::CountActive(Pass& p, bool after_cleanup) {
   for (auto& [type, rs] : p.status.replica_statuses) rs.active = 0;
-  if (after_cleanup && p.CleanPodPolicy() != api::CleanPodPolicy::kNone) {
-    return;  // Running and All leave no pod active
+  // Running and All leave no pod active.
+  if (!after_cleanup || p.CleanPodPolicy() == api::CleanPodPolicy::kNone) {
+    for (const auto& [name, pod] : p.pods) {
+      std::optional<PodView> v = p.View(pod);
+      if (v && Active(*v)) ++p.status.replica_statuses[v->type].active;
+    }
   }
-  for (const auto& [name, pod] : p.pods) {
-    std::optional<PodView> v = p.View(pod);
-    if (v && Active(*v)) ++p.status.replica_statuses[v->type].active;
+  if (p.status.elastic) {
+    p.status.elastic->live_workers = p.status.replica_statuses[api::ReplicaType::kWorker].active;
   }
 }
 

@@ -122,7 +122,25 @@ class Reconciler {
   // Observe → decide (api::DecideJob) → act: status, restarts, pod deletions and creations,
   // success, failure and the deadline.
   absl::Status SyncTasks(Pass& p);
+  // A cluster spec that changed restarts every pod; for an elastic job only a change beyond its
+  // Workers does (the ps, the chief): Workers join and leave the ps instead.
   absl::Status RestartOnClusterChange(Pass& p);
+  // Elastic jobs (docs/architecture.md §10): Worker replicas out of spec.elastic are reported
+  // (ScalingLimited) and the job kept at the nearest bound; a changed count is a Scaled event;
+  // Workers at indexes above it are deleted (ScaledDown) and not failures; a Worker that was
+  // evicted, preempted or deleted is a WorkerLost event and is recreated (SyncTasks) without a
+  // restart counted or the job restarted.
+  absl::Status ScaleWorkers(Pass& p);
+  // The ScalingLimited condition and its Warning while Worker replicas are out of bounds.
+  void ReportWorkerBounds(Pass& p, int target);
+  // status.elastic's target, the Scaled event, and the deletion of Workers at indexes >= target.
+  absl::Status ScaleTo(Pass& p, int target);
+  // Lost Workers (evicted, preempted, deleted) of wanted indexes: one WorkerLost event; a
+  // disrupted pod is deleted so that SyncTasks recreates it uncounted.
+  absl::Status RecoverLostWorkers(Pass& p, int target);
+  // The live Worker pods at a pass's end, by index, for the next pass to tell which were lost.
+  void RememberLiveWorkers(const Pass& p);
+  void ForgetLiveWorkers(const std::string& key);
   void ReadFinalSummary(Pass& p);
   // Active pods per type into status; `after_cleanup`: as the cleanup will leave them.
   void CountActive(Pass& p, bool after_cleanup);
@@ -164,6 +182,9 @@ class Reconciler {
     std::vector<JobEvent> events;
   };
   std::map<std::string, DeferredEvents> deferred_events_;
+  // job key → index → uid of each Worker pod live at the end of the elastic job's last pass
+  // (RememberLiveWorkers): one gone since was lost, unless this reconciler deleted it.
+  std::map<std::string, std::map<int, std::string>> live_workers_;
   // Namespaces where deletecollection on pods was refused (DeletePods deletes one by one).
   std::set<std::string> collection_deletes_refused_;
 };

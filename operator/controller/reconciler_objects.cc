@@ -149,8 +149,15 @@ absl::Status Reconciler::EnsureJobSecret(Pass& p) {
 }
 
 absl::Status Reconciler::EnsurePodGroup(Pass& p) {
+  // An elastic job's gang is the job at minReplicas Workers: it must stay schedulable however
+  // far it is scaled down.
   int total = 0;
-  for (const auto& [type, rs] : p.job.spec.replica_specs) total += rs.replicas.value_or(1);
+  for (const auto& [type, rs] : p.job.spec.replica_specs) {
+    const auto& elastic = p.job.spec.elastic;
+    total += type == api::ReplicaType::kWorker && elastic && elastic->min_replicas
+                 ? *elastic->min_replicas
+                 : rs.replicas.value_or(1);
+  }
   const auto& sp = p.job.spec.run_policy.scheduling_policy;
   int min_member = sp && sp->min_available ? *sp->min_available : total;
   json group = {{"apiVersion", "scheduling.volcano.sh/v1beta1"},
@@ -278,6 +285,14 @@ absl::Status Reconciler::DeletePod(Pass& p, const json& pod, const std::string& 
   p.going.insert(uid);  // once per pass
   expectations_.PodDeleted(p.key, uid);
   p.deleted[why].emplace_back("Pod", name);
+  {
+    // A Worker this reconciler deletes is never a lost one (ScaleWorkers), even if the pass
+    // fails before it remembers the live Workers again.
+    std::lock_guard<std::mutex> lock(writes_mu_);
+    if (auto live = live_workers_.find(p.key); live != live_workers_.end()) {
+      std::erase_if(live->second, [&](const auto& entry) { return entry.second == uid; });
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -396,6 +411,7 @@ absl::Status Reconciler::Cleanup(Pass& p) {
 
 absl::Status Reconciler::Suspend(Pass& p) {
   if (progress_ != nullptr) progress_->Untrack(p.key);
+  ForgetLiveWorkers(p.key);  // its Workers go by this reconciler's hand: none is lost
   std::vector<json> active;
   for (const auto& [name, pod] : p.pods) {
     std::optional<PodView> v = p.View(pod);
@@ -407,6 +423,7 @@ absl::Status Reconciler::Suspend(Pass& p) {
     events_.Normal(p.object, "JobSuspended", p.Words("Suspended TrainingJob job=" + p.JobRef()));
   }
   for (auto& [type, rs] : p.status.replica_statuses) rs.active = 0;
+  if (p.status.elastic) p.status.elastic->live_workers = 0;
   return absl::OkStatus();
 }
 

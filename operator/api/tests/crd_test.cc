@@ -50,8 +50,12 @@ std::vector<Constraint> Constraints() {
   return out;
 }
 
-// A job with every replica type, so every schema path exists.
-json FullJob() { return testing::MinimalJob(2, 2, /*chief=*/true, /*evaluator=*/true); }
+// A job with every replica type and spec.elastic, so every schema path exists.
+json FullJob() {
+  json job = testing::MinimalJob(2, 2, /*chief=*/true, /*evaluator=*/true);
+  job["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 2}};
+  return job;
+}
 
 void SetAt(json* doc, const std::string& path, const json& value) {
   json* node = doc;
@@ -150,8 +154,8 @@ TEST(CrdAgreement, MinimumsAndMaximumsMatch) {
     }
   }
   // 4 replicas minimums, 4 replicas maximums, ttl, deadline, backoffLimit, minAvailable,
-  // backupWorkers.
-  EXPECT_EQ(checked, 13);
+  // backupWorkers, elastic minReplicas and maxReplicas (minimum and maximum each).
+  EXPECT_EQ(checked, 17);
 }
 
 TEST(CrdAgreement, EveryReplicaCountIsCapped) {
@@ -160,7 +164,9 @@ TEST(CrdAgreement, EveryReplicaCountIsCapped) {
     if (c.node.contains("maximum")) capped[c.path] = c.node["maximum"].get<int64_t>();
   }
   EXPECT_EQ(capped,
-            (std::map<std::string, int64_t>{{"spec.replicaSpecs.Chief.replicas", 1},
+            (std::map<std::string, int64_t>{{"spec.elastic.maxReplicas", kMaxReplicas},
+                                            {"spec.elastic.minReplicas", kMaxReplicas},
+                                            {"spec.replicaSpecs.Chief.replicas", 1},
                                             {"spec.replicaSpecs.Evaluator.replicas", 1},
                                             {"spec.replicaSpecs.PS.replicas", kMaxReplicas},
                                             {"spec.replicaSpecs.Worker.replicas", kMaxReplicas}}));

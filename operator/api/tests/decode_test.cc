@@ -4,6 +4,7 @@
 
 #include "operator/api/defaults.h"
 #include "operator/api/tests/test_util.h"
+#include "operator/api/validation.h"
 
 namespace kubetrain::api {
 namespace {
@@ -126,6 +127,34 @@ TEST(Decode, StatusIsReadAndWritten) {
   EXPECT_EQ(job.status.replica_statuses.at(ReplicaType::kPS).restarts, 2);
   EXPECT_EQ(job.status.progress->step, 1200);
   EXPECT_EQ(ToJson(job.status), doc["status"]);
+}
+
+// spec.elastic and status.elastic are read and written back as they came.
+TEST(Decode, ElasticSpecAndStatusRoundTrip) {
+  json doc = MinimalJob(1, 2);
+  doc["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 4}};
+  doc["status"] = json::parse(R"({"elastic":{"liveWorkers":2,"targetWorkers":3,
+    "lastScaleTime":"2026-01-01T00:00:00Z"}})");
+  FieldErrors errors;
+  TrainingJob job = Decode(doc, &errors);
+  ASSERT_TRUE(errors.empty()) << errors.front().ToString();
+  ASSERT_TRUE(job.spec.elastic.has_value());
+  EXPECT_EQ(job.spec.elastic->min_replicas, 1);
+  EXPECT_EQ(job.spec.elastic->max_replicas, 4);
+  ASSERT_TRUE(job.status.elastic.has_value());
+  EXPECT_EQ(job.status.elastic->live_workers, 2);
+  EXPECT_EQ(job.status.elastic->target_workers, 3);
+  EXPECT_EQ(ToJson(job), doc);
+  EXPECT_FALSE(ToJson(Decode(MinimalJob(1, 2), &errors)).at("spec").contains("elastic"));
+}
+
+// A bound of the wrong type is one error, not also "required" from validation.
+TEST(Decode, ElasticBoundOfTheWrongTypeIsOneError) {
+  json doc = MinimalJob(1, 2);
+  doc["spec"]["elastic"] = {{"minReplicas", "1"}, {"maxReplicas", 4}};
+  FieldErrors errors;
+  DecodeAndValidate(doc, &errors);
+  EXPECT_EQ(errors, (FieldErrors{{"spec.elastic.minReplicas", "must be an integer, got \"1\""}}));
 }
 
 // Status counts that are not integers of the field's range are ignored, not cast: 1.2e33 as an

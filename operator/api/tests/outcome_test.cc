@@ -204,6 +204,17 @@ INSTANTIATE_TEST_SUITE_P(
              .completed_before = "worker:1",
              .verdict = "succeeded",
              .completed = "worker:0-1"},
+        // An elastic job scaled down from 3 Workers to 2: worker-2's completion is not one of
+        // the job's indexes any more.
+        Case{.name = "AllWorkersCountsOnlyTheIndexesTheJobHasNow",
+             .ps = 1,
+             .workers = 2,
+             .spec = {{"successPolicy", "AllWorkers"},
+                      {"elastic", {{"minReplicas", 1}, {"maxReplicas", 3}}}},
+             .states = "ps-0=R worker-0=S worker-1=R",
+             .completed_before = "worker:2",
+             .verdict = "none",
+             .completed = "worker:0,2"},
         Case{.name = "CompletedIndexIsNeverStartedAgain",
              .workers = 2,
              .spec = {{"successPolicy", "AllWorkers"}},

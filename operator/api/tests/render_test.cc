@@ -150,6 +150,31 @@ TEST(PodBuilder, BackupWorkersReachEveryTask) {
             "<unset>");
 }
 
+// spec.elastic: every container of every task learns that its Workers come and go, and each
+// pod's TF_CONFIG is still the job's cluster at the time it is rendered.
+TEST(PodBuilder, ElasticReachesEveryContainerOfEveryTask) {
+  json doc = MinimalJob(1, 2, /*chief=*/true, /*evaluator=*/true);
+  doc["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 4}};
+  json sidecar = {{"name", "sidecar"}, {"image", "busybox"}};
+  doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"].push_back(sidecar);
+  TrainingJob job = Job(doc);
+  ClusterDnsAddresses dns;
+  for (const Task& t : Tasks(job, dns)) {
+    json pod = BuildPod(job, t.type, t.index, dns);
+    for (const json& c : pod["spec"]["containers"]) {
+      bool set = false;
+      for (const json& e : c["env"]) set |= e["name"] == "KUBETRAIN_ELASTIC" && e["value"] == "1";
+      EXPECT_TRUE(set) << t.name << " " << c["name"];
+    }
+    EXPECT_EQ(EnvOf(pod, "TF_CONFIG"), ToJsonString(TfConfigFor(job, dns, t.type, t.index)));
+    // The smallest the job may get, in training workers: minReplicas Workers and the Chief.
+    EXPECT_EQ(EnvOf(pod, "KUBETRAIN_ELASTIC_MIN_WORKERS"), "2") << t.name;
+  }
+  EXPECT_EQ(
+      EnvOf(BuildPod(Job(MinimalJob(1, 2)), ReplicaType::kWorker, 0, dns), "KUBETRAIN_ELASTIC"),
+      "<unset>");
+}
+
 TEST(PodBuilder, ChiefCarriesJobRoleLabel) {
   TrainingJob job = Job(MinimalJob(1, 2));
   ClusterDnsAddresses dns;

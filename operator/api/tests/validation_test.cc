@@ -91,6 +91,74 @@ TEST(Validate, TfConfigBoundIsExact) {
   }
 }
 
+json ElasticJob(int workers, int min, int max) {
+  json doc = testing::MinimalJob(1, workers);
+  doc["spec"]["elastic"] = {{"minReplicas", min}, {"maxReplicas", max}};
+  return doc;
+}
+
+TEST(Validate, ElasticJobWithinItsBoundsIsValid) {
+  EXPECT_TRUE(Messages(ElasticJob(2, 1, 4)).empty());
+  EXPECT_TRUE(Messages(ElasticJob(4, 4, 4)).empty());
+  json chief = ElasticJob(1, 1, 3);
+  chief["spec"]["replicaSpecs"]["Chief"] = chief["spec"]["replicaSpecs"]["Worker"];
+  chief["spec"]["backupWorkers"] = 1;  // the Chief and one Worker at the least
+  EXPECT_TRUE(Messages(chief).empty());
+}
+
+// `kubectl scale` beyond a bound: `kubetrain validate` calls it an error; the operator keeps the
+// job at the nearest bound and reports it apart from the errors.
+TEST(Validate, TheOperatorKeepsWorkersOutOfBoundsAtTheNearestBound) {
+  FieldErrors errors;
+  FieldErrors clamped;
+  TrainingJob job = DecodeAndValidate(ElasticJob(9, 2, 4), &errors, &clamped);
+  EXPECT_TRUE(errors.empty()) << errors.front().ToString();
+  EXPECT_EQ(job.spec.replica_specs.at(ReplicaType::kWorker).replicas, 4);
+  EXPECT_EQ(clamped, (FieldErrors{{"spec.replicaSpecs.Worker.replicas",
+                                   "must be between spec.elastic.minReplicas (2) and "
+                                   "spec.elastic.maxReplicas (4), got 9; kept at 4 until it is "
+                                   "set within the bounds"}}));
+  clamped.clear();
+  job = DecodeAndValidate(ElasticJob(1, 2, 4), &errors, &clamped);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(job.spec.replica_specs.at(ReplicaType::kWorker).replicas, 2);
+  ASSERT_EQ(clamped.size(), 1u);
+  // Within the bounds, or not elastic: nothing moves.
+  clamped.clear();
+  job = DecodeAndValidate(ElasticJob(3, 2, 4), &errors, &clamped);
+  EXPECT_TRUE(clamped.empty());
+  EXPECT_EQ(job.spec.replica_specs.at(ReplicaType::kWorker).replicas, 3);
+  // Bounds that are themselves invalid are errors, and nothing is clamped to them.
+  job = DecodeAndValidate(ElasticJob(3, 4, 2), &errors, &clamped);
+  EXPECT_TRUE(clamped.empty());
+  EXPECT_EQ(errors.size(), 1u);
+}
+
+// An elastic job may grow to maxReplicas Workers: names and TF_CONFIG must fit at that size.
+TEST(Validate, ElasticJobsAreSizedAtMaxReplicas) {
+  json doc = testing::MinimalJob(2, 1, /*chief=*/true, false, std::string(52, 'a'), "default");
+  doc["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 1000}};
+  std::vector<std::string> messages = Messages(doc);
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(messages[0], "spec.elastic.maxReplicas counts")) << messages[0];
+  json named = ElasticJob(1, 1, 100);
+  named["metadata"]["name"] = std::string(54, 'b');  // + "-worker-0" fits, "-worker-99" not
+  EXPECT_EQ(
+      Messages(named),
+      (std::vector<std::string>{"metadata.name: too long: pod name \"" + std::string(54, 'b') +
+                                "-worker-99\" would be 64 characters, at most 63 are allowed; "
+                                "shorten the name to at most 53 characters"}));
+}
+
+// A gang must stay schedulable once the job is down to minReplicas Workers.
+TEST(Validate, ElasticMinAvailableCountsMinReplicas) {
+  json doc = ElasticJob(4, 2, 4);
+  doc["spec"]["runPolicy"] = {{"schedulingPolicy", {{"minAvailable", 4}}}};
+  EXPECT_EQ(Messages(doc), (std::vector<std::string>{
+                               "spec.runPolicy.schedulingPolicy.minAvailable: must be <= the "
+                               "job's 3 replicas at spec.elastic.minReplicas, got 4"}));
+}
+
 TEST(Validate, NotAnObject) {
   EXPECT_EQ(Messages(json::array()), (std::vector<std::string>{"must be an object, got []"}));
 }

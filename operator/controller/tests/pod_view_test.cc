@@ -37,6 +37,27 @@ TEST(PodView, EvictedPodWithoutExitCodeCountsAsKilled) {
   EXPECT_EQ(EffectiveExitCode(*v), 137);
 }
 
+// A pod taken away (evicted, preempted) rather than ended by its program.
+TEST(PodView, ReadsWhyAPodWasDisrupted) {
+  json pod = json::parse(R"({"metadata":{"name":"j-worker-1",
+      "labels":{"kubetrain.dev/replica-type":"worker","kubetrain.dev/replica-index":"1"}},
+    "status":{"phase":"Failed","reason":"Evicted"}})");
+  EXPECT_EQ(ViewPod(pod)->disruption, "Evicted");
+  pod["status"] = json::parse(R"({"phase":"Failed","conditions":[
+      {"type":"Ready","status":"False"},
+      {"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler"}],
+    "containerStatuses":[{"name":"kubetrain","state":{"terminated":{"exitCode":1}}}]})");
+  EXPECT_EQ(ViewPod(pod)->disruption, "PreemptionByScheduler");
+  json cached = pod;
+  StripPodForCache(cached);
+  EXPECT_EQ(ViewPod(cached)->disruption, "PreemptionByScheduler");
+  EXPECT_EQ(cached["status"]["conditions"].size(), 1u);  // only DisruptionTarget is kept
+  pod["status"]["conditions"][1]["status"] = "False";
+  EXPECT_EQ(ViewPod(pod)->disruption, "");
+  pod["status"] = json::parse(R"({"phase":"Failed","reason":"OOMKilled"})");
+  EXPECT_EQ(ViewPod(pod)->disruption, "");
+}
+
 TEST(PodView, ReadsTheTrainingContainersTerminationMessageOnly) {
   json pod = json::parse(R"({"metadata":{"name":"j-worker-0",
       "labels":{"kubetrain.dev/replica-type":"worker","kubetrain.dev/replica-index":"0"}},

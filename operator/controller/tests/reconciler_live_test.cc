@@ -568,5 +568,36 @@ TEST_F(ControllerTest, PassAfterOwnStatusWriteDoesNotUndoItFromAStaleCache) {
   services.Stop();
 }
 
+// An elastic job scaled through the scale subresource, as `kubectl scale tj/el --replicas=N`
+// sends it: the new Worker is created and no pod restarts; past maxReplicas the job is reported
+// and kept at the bound, not failed.
+TEST_F(ControllerTest, ElasticJobScalesThroughTheScaleSubresourceWithoutRestarts) {
+  json job = Job("el", {{"PS", Replica(1)}, {"Worker", Replica(2)}});
+  job["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 3}};
+  Create(job);
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "el-worker-1").has_value(); }));
+  const std::string ps = Uid("el-ps-0");
+  const std::string worker = Uid("el-worker-0");
+  auto scale = [&](int replicas) {
+    auto r = client_->Patch(Resource::TrainingJobs(), "default", "el", kube::PatchType::kMerge,
+                            json{{"spec", {{"replicas", replicas}}}}.dump(), "scale");
+    ASSERT_TRUE(r.ok()) << r.status();
+  };
+  scale(3);
+  ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "el-worker-2").has_value(); }));
+  EXPECT_TRUE(Eventually([&] { return HasEvent("el", "Scaled Worker replicas 2 → 3"); }));
+  EXPECT_EQ(Uid("el-ps-0"), ps);
+  EXPECT_EQ(Uid("el-worker-0"), worker);
+  scale(5);
+  EXPECT_TRUE(Eventually([&] {
+    return HasEvent("el",
+                    "TrainingJob default/el: spec.replicaSpecs.Worker.replicas: must be between "
+                    "spec.elastic.minReplicas (1) and spec.elastic.maxReplicas (3), got 5");
+  }));
+  EXPECT_EQ(State("el"), "ScalingLimited");
+  EXPECT_FALSE(Get(Resource::Pods(), "el-worker-3").has_value());
+  EXPECT_EQ(Uid("el-worker-0"), worker);
+}
+
 }  // namespace
 }  // namespace kubetrain::controller

@@ -102,6 +102,44 @@ class ReconcilerTest : public ::testing::Test {
     return false;
   }
 
+  // The pod creations and deletions requested since request number `from` (dry runs apart).
+  std::vector<std::string> PodWrites(size_t from) {
+    std::vector<std::string> all = api_.Requests();
+    std::vector<std::string> writes;
+    for (size_t i = from; i < all.size(); ++i) {
+      if (absl::StartsWith(all[i], "create pods") || absl::StartsWith(all[i], "delete pods") ||
+          absl::StartsWith(all[i], "deletecollection pods")) {
+        writes.push_back(all[i]);
+      }
+    }
+    return writes;
+  }
+
+  // The Events of `reason` (their messages).
+  std::vector<json> Events(const std::string& reason) {
+    std::vector<json> out;
+    for (const json& e : api_.Objects(Resource::Events())) {
+      if (e.value("reason", "") == reason) out.push_back(e);
+    }
+    return out;
+  }
+
+  void ScaleWorkers(const std::string& job, int replicas) {
+    ASSERT_THAT(
+        api_.Patch(
+            Resource::TrainingJobs(), "default", job, kube::PatchType::kMerge,
+            json{{"spec", {{"replicaSpecs", {{"Worker", {{"replicas", replicas}}}}}}}}.dump()),
+        IsOk());
+  }
+
+  // Every pod Running, and the job seen so.
+  void RunAll(const std::string& job) {
+    for (const std::string& pod : PodNames()) {
+      if (!Deleting(pod)) api_.SetPodPhase("default", pod, "Running");
+    }
+    Settle(job);
+  }
+
   FakeClock clock_;
   kube::testing::FakeApiClient api_{&clock_};
   EventRecorder events_{api_, "kubetrain-operator"};
@@ -498,6 +536,193 @@ TEST_F(ReconcilerTest, AChangedClusterSpecRestartsEveryPodWithoutCountingIt) {
   EXPECT_EQ(PodNames(),
             (std::vector<std::string>{"cs-ps-0", "cs-worker-0", "cs-worker-1", "cs-worker-2"}));
   EXPECT_EQ(Restarts("cs"), 0);
+}
+
+// An elastic job (spec.elastic): PS 1, `workers` Workers between `min` and `max`.
+json ElasticJob(const std::string& name, int workers, int min, int max,
+                json run_policy = json::object()) {
+  json job = Job(name, {{"PS", Replica(1)}, {"Worker", Replica(workers)}}, std::move(run_policy));
+  job["spec"]["elastic"] = {{"minReplicas", min}, {"maxReplicas", max}};
+  return job;
+}
+
+// Scaling up creates the new Worker and nothing else: no pod is deleted or restarted, and the
+// new pod's TF_CONFIG is the job's cluster at its creation.
+TEST_F(ReconcilerTest, ElasticScaleUpCreatesOnlyTheNewWorker) {
+  Create(ElasticJob("up", 2, 1, 4));
+  Settle("up");
+  RunAll("up");
+  ASSERT_EQ(State("up"), "Running");
+  std::vector<std::string> uids = {Uid("up-ps-0"), Uid("up-worker-0"), Uid("up-worker-1")};
+  ScaleWorkers("up", 3);
+  size_t before = api_.Requests().size();
+  Settle("up");
+  EXPECT_EQ(PodWrites(before), (std::vector<std::string>{"create pods default/up-worker-2"}));
+  EXPECT_EQ(std::vector<std::string>({Uid("up-ps-0"), Uid("up-worker-0"), Uid("up-worker-1")}),
+            uids);
+  EXPECT_EQ(State("up"), "Running");
+  EXPECT_EQ(Restarts("up"), 0);
+  EXPECT_EQ(Restarts("up", "PS"), 0);
+  EXPECT_TRUE(HasEvent("Scaled", "Scaled Worker replicas 2 → 3 job=default/up"));
+  EXPECT_TRUE(HasEvent("Created", "Created pod=up-worker-2"));
+  EXPECT_FALSE(HasEvent("ClusterSpecChanged", ""));
+  json elastic = Status("up")["elastic"];
+  EXPECT_EQ(elastic["targetWorkers"], 3);
+  EXPECT_FALSE(elastic.value("lastScaleTime", "").empty());
+  json pod = *Pod("up-worker-2");
+  std::string tf_config;
+  std::string elastic_env;
+  for (const json& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == "TF_CONFIG") tf_config = e["value"];
+    if (e["name"] == "KUBETRAIN_ELASTIC") elastic_env = e["value"];
+  }
+  EXPECT_EQ(elastic_env, "1");
+  EXPECT_EQ(json::parse(tf_config)["cluster"]["worker"].size(), 3u);
+  RunAll("up");
+  EXPECT_EQ(Status("up")["replicaStatuses"]["Worker"]["active"], 3);
+  EXPECT_EQ(Status("up")["elastic"]["liveWorkers"], 3);
+}
+
+// Scaling down deletes the Workers above the count; their ends are no failures, nothing else
+// restarts, and the job keeps running.
+TEST_F(ReconcilerTest, ElasticScaleDownDeletesTheSurplusWorkersWithoutFailing) {
+  Create(ElasticJob("down", 3, 1, 4, {{"backoffLimit", 0}, {"restartScope", "Job"}}));
+  Settle("down");
+  RunAll("down");
+  ScaleWorkers("down", 1);
+  size_t before = api_.Requests().size();
+  Settle("down");
+  EXPECT_EQ(PodWrites(before), (std::vector<std::string>{"delete pods default/down-worker-1",
+                                                         "delete pods default/down-worker-2"}));
+  EXPECT_TRUE(HasEvent("Scaled", "Scaled Worker replicas 3 → 1"));
+  EXPECT_TRUE(HasEvent("Deleted", "Deleted pods=down-worker-1,down-worker-2 reason=ScaledDown"));
+  // The leaving Workers exit on SIGTERM before their pods are gone.
+  api_.SetPodPhase("default", "down-worker-1", "Failed", 143);
+  api_.SetPodPhase("default", "down-worker-2", "Failed", 1);
+  Settle("down");
+  api_.FinishDeletions();
+  Settle("down");
+  EXPECT_EQ(PodNames(), (std::vector<std::string>{"down-ps-0", "down-worker-0"}));
+  EXPECT_EQ(State("down"), "Running");
+  json worker = Status("down")["replicaStatuses"]["Worker"];
+  EXPECT_EQ(worker["failed"], 0);
+  EXPECT_EQ(worker["restarts"], 0);
+  EXPECT_EQ(worker["active"], 1);
+  EXPECT_EQ(Status("down")["elastic"]["liveWorkers"], 1);
+  EXPECT_EQ(Status("down")["elastic"]["targetWorkers"], 1);
+}
+
+// A Worker deleted while the job still wants it is recreated: a WorkerLost event, no restart
+// counted (backoffLimit 0 would fail the job) and no restart of the job under restartScope Job.
+TEST_F(ReconcilerTest, ElasticDeletedWorkerIsRecreatedWithoutARestart) {
+  Create(ElasticJob("lost", 2, 1, 4, {{"backoffLimit", 0}, {"restartScope", "Job"}}));
+  Settle("lost");
+  RunAll("lost");
+  std::string uid = Uid("lost-worker-1");
+  ASSERT_THAT(api_.Delete(Resource::Pods(), "default", "lost-worker-1"), IsOk());
+  size_t before = api_.Requests().size();
+  Settle("lost");
+  EXPECT_TRUE(
+      HasEvent("WorkerLost", "Lost lost-worker-1 (deleted); 1 of 2 workers live, recreating"));
+  api_.FinishDeletions();
+  Settle("lost");
+  Settle("lost");
+  EXPECT_EQ(PodWrites(before), (std::vector<std::string>{"create pods default/lost-worker-1"}));
+  EXPECT_NE(Uid("lost-worker-1"), uid);
+  EXPECT_FALSE(Deleting("lost-ps-0"));
+  EXPECT_EQ(Restarts("lost"), 0);
+  EXPECT_EQ(State("lost"), "Running");
+  ASSERT_EQ(Events("WorkerLost").size(), 1u);  // one event for the loss, however many passes
+  EXPECT_EQ(Events("WorkerLost")[0]["count"], 1);
+}
+
+// An evicted or preempted Worker is a lost one, not a failure: the operator deletes the failed
+// pod and recreates it, uncounted, without restarting the job.
+TEST_F(ReconcilerTest, ElasticEvictedOrPreemptedWorkerIsRecreatedUncounted) {
+  Create(ElasticJob("ev", 2, 1, 4, {{"backoffLimit", 0}, {"restartScope", "Job"}}));
+  Settle("ev");
+  RunAll("ev");
+  api_.SetPodPhase("default", "ev-worker-1", "Failed");
+  ASSERT_THAT(api_.Patch(Resource::Pods(), "default", "ev-worker-1", kube::PatchType::kMerge,
+                         R"({"status":{"reason":"Evicted"}})"),
+              IsOk());
+  size_t before = api_.Requests().size();
+  Settle("ev");
+  EXPECT_EQ(PodWrites(before), (std::vector<std::string>{"delete pods default/ev-worker-1"}));
+  EXPECT_TRUE(HasEvent("WorkerLost", "Lost ev-worker-1 (Evicted); 1 of 2 workers live"));
+  EXPECT_EQ(Restarts("ev"), 0);
+  EXPECT_EQ(Status("ev")["replicaStatuses"]["Worker"]["failed"], 0);
+  api_.FinishDeletions();
+  Settle("ev");
+  EXPECT_TRUE(Pod("ev-worker-1").has_value());
+  // Preempted by the scheduler: its exit code is the program's, the DisruptionTarget condition
+  // says why.
+  RunAll("ev");
+  api_.SetPodPhase("default", "ev-worker-0", "Failed", 1);
+  ASSERT_THAT(api_.Patch(Resource::Pods(), "default", "ev-worker-0", kube::PatchType::kMerge,
+                         R"({"status":{"conditions":[{"type":"DisruptionTarget","status":"True",
+                             "reason":"PreemptionByScheduler"}]}})"),
+              IsOk());
+  Settle("ev");
+  EXPECT_TRUE(Deleting("ev-worker-0"));
+  EXPECT_TRUE(HasEvent("WorkerLost", "Lost ev-worker-0 (PreemptionByScheduler)"));
+  api_.FinishDeletions();
+  Settle("ev");
+  EXPECT_TRUE(Pod("ev-worker-0").has_value());
+  EXPECT_FALSE(Deleting("ev-ps-0"));
+  EXPECT_EQ(Restarts("ev"), 0);
+  EXPECT_NE(State("ev"), "Failed");
+}
+
+// `kubectl scale` past maxReplicas: a Warning and the ScalingLimited condition naming the field
+// and the bounds, the job kept at the bound, never failed; back within the bounds, both clear.
+TEST_F(ReconcilerTest, ElasticReplicasBeyondMaxAreReportedAndClamped) {
+  Create(ElasticJob("cl", 2, 1, 3));
+  Settle("cl");
+  RunAll("cl");
+  ScaleWorkers("cl", 5);
+  Settle("cl");
+  Settle("cl");
+  EXPECT_EQ(PodNames(),
+            (std::vector<std::string>{"cl-ps-0", "cl-worker-0", "cl-worker-1", "cl-worker-2"}));
+  const std::string message =
+      "TrainingJob default/cl: spec.replicaSpecs.Worker.replicas: must be between "
+      "spec.elastic.minReplicas (1) and spec.elastic.maxReplicas (3), got 5; kept at 3 until it "
+      "is set within the bounds";
+  ASSERT_EQ(Events("TooManyReplicas").size(), 1u);
+  EXPECT_EQ(Events("TooManyReplicas")[0]["type"], "Warning");
+  EXPECT_EQ(Events("TooManyReplicas")[0]["message"], message);
+  EXPECT_EQ(Events("TooManyReplicas")[0]["count"], 1);  // not repeated on every pass
+  json limited;
+  json status = Status("cl");
+  for (const json& c : status["conditions"]) {
+    if (c["type"] == "ScalingLimited") limited = c;
+  }
+  EXPECT_EQ(status["conditions"].back()["type"], "ScalingLimited");  // STATE shows it
+  EXPECT_EQ(limited.value("status", ""), "True");
+  EXPECT_EQ(limited.value("reason", ""), "TooManyReplicas");
+  EXPECT_EQ(limited.value("message", ""), message);
+  EXPECT_EQ(Status("cl")["elastic"]["targetWorkers"], 3);
+  EXPECT_TRUE(HasEvent("Scaled", "Scaled Worker replicas 2 → 3"));
+  for (const json& c : status["conditions"]) EXPECT_NE(c["type"], "Failed");
+  ScaleWorkers("cl", 2);
+  Settle("cl");
+  status = Status("cl");
+  for (const json& c : status["conditions"]) EXPECT_NE(c["type"], "ScalingLimited");
+  EXPECT_EQ(State("cl"), "Running");
+  EXPECT_TRUE(Deleting("cl-worker-2"));
+}
+
+// Only the Workers are elastic: a new number of parameter servers still restarts the job.
+TEST_F(ReconcilerTest, ElasticJobStillRestartsWhenItsPsChange) {
+  Create(ElasticJob("ps", 2, 1, 4));
+  Settle("ps");
+  ASSERT_TRUE(api_.Patch(Resource::TrainingJobs(), "default", "ps", kube::PatchType::kMerge,
+                         R"({"spec":{"replicaSpecs":{"PS":{"replicas":2}}}})")
+                  .ok());
+  Settle("ps");
+  EXPECT_TRUE(Deleting("ps-worker-0"));
+  EXPECT_EQ(Status("ps")["conditions"].back()["reason"], "ClusterSpecChanged");
 }
 
 TEST_F(ReconcilerTest, ADeletedJobLeavesNothingToDo) {
