@@ -223,8 +223,9 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
 }
 
 int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
-        const std::atomic<bool>& stop) {
+        const std::atomic<bool>& stop, std::atomic<int>* scale) {
   local::LaunchOptions options;
+  options.scale = scale;
   options.command.bin_dir = local::ExecutableDir();
   FlagSet flags(
       "kubetrain run",
@@ -235,7 +236,9 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       "their command (binaries in --bin-dir first, then PATH);\nwithout a command, "
       "image kubetrain/<name> runs kubetrain-<name>. On a machine with GPUs (those "
       "in\nCUDA_VISIBLE_DEVICES, else nvidia-smi -L) the chief, worker and evaluator "
-      "tasks get one each,\nround-robin, as CUDA_VISIBLE_DEVICES.\nExit status: 0 succeeded, 1 "
+      "tasks get one each,\nround-robin, as CUDA_VISIBLE_DEVICES. An elastic job (spec.elastic) "
+      "gains a worker on\nSIGUSR1 and loses its last one on SIGUSR2, within its bounds.\nExit "
+      "status: 0 succeeded, 1 "
       "failed, 2 bad usage or manifest, 130 interrupted.");
   flags.SetPositionalUsage("FILE");
   flags.Add("bin-dir", &options.command.bin_dir,
@@ -322,7 +325,7 @@ int Convert(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 namespace {
 
 int Dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
-             const std::atomic<bool>& stop) {
+             const std::atomic<bool>& stop, std::atomic<int>* scale) {
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     (args.empty() ? err : out) << kUsage;
     return args.empty() ? 2 : 0;
@@ -330,7 +333,7 @@ int Dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostre
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "validate") return Validate(rest, out, err);
   if (args[0] == "render") return Render(rest, out, err, stop);
-  if (args[0] == "run") return Run(rest, out, err, stop);
+  if (args[0] == "run") return Run(rest, out, err, stop, scale);
   if (args[0] == "convert") return Convert(rest, out, err);
   err << "kubetrain: unknown command \"" << args[0] << "\"\n\n" << kUsage;
   return 2;
@@ -339,11 +342,11 @@ int Dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostre
 }  // namespace
 
 int Main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
-         const std::atomic<bool>& stop) {
+         const std::atomic<bool>& stop, std::atomic<int>* scale) {
   // The last line of defence: a defect must end in a message and exit status, never an abort
   // that leaves a core file and no hint of which input caused it.
   try {
-    return Dispatch(args, out, err, stop);
+    return Dispatch(args, out, err, stop, scale);
   } catch (const std::exception& e) {
     err << "kubetrain: internal error: " << e.what()
         << "; please report it with the manifest that caused it\n";

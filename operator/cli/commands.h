@@ -21,16 +21,18 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
            const std::atomic<bool>& stop);
 
 // kubetrain run FILE: the job as local processes until it succeeds, fails or `stop` is set.
+// `scale` (may be null): Worker replicas an elastic job should gain (> 0) or lose (< 0), taken
+// as the job runs (local::LaunchOptions::scale).
 int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
-        const std::atomic<bool>& stop);
+        const std::atomic<bool>& stop, std::atomic<int>* scale = nullptr);
 
 // kubetrain convert FILE: the TrainingJob equivalent to each Kubeflow TFJob in FILE on `out`
 // (YAML, or JSON), what does not carry over on `err`.
 int Convert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // Dispatches argv to a subcommand; prints usage for `help`, `--help` or no command. `stop` is set
-// by the signal handler of main (SIGINT, SIGTERM).
+// by the signal handler of main (SIGINT, SIGTERM), `scale` by SIGUSR1 (+1) and SIGUSR2 (-1).
 int Main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
-         const std::atomic<bool>& stop);
+         const std::atomic<bool>& stop, std::atomic<int>* scale = nullptr);
 
 }  // namespace kubetrain::cli

@@ -14,6 +14,7 @@
 #include "common/host_port.h"
 #include "common/job_secret_env.h"
 #include "common/process.h"
+#include "common/status.h"
 #include "operator/api/decode.h"
 #include "operator/api/outcome.h"
 #include "operator/api/render.h"
@@ -85,7 +86,7 @@ absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
                           absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
                           "-", getpid());
   // Ports first: every task's TF_CONFIG names every other task's address.
-  std::map<std::pair<api::ReplicaType, int>, int> ports;
+  std::map<std::pair<api::ReplicaType, int>, int>& ports = ports_;
   api::LoopbackAddresses ids([](api::ReplicaType, int) { return 0; });
   // A large job takes seconds to prepare and start, and a signal must not wait for all of it.
   for (const api::Task& t : api::Tasks(job_, ids)) {
@@ -104,11 +105,10 @@ absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
     tasks_.push_back(std::move(task));
   }
   prefix_width_ = std::max(prefix_width_, std::string("kubetrain").size());
-  api::LoopbackAddresses addresses([&](api::ReplicaType t, int i) { return ports.at({t, i}); });
   // A new secret per run, as the operator makes one per job: the run's ps and coordinator
   // answer only its own tasks, not another run's on the same machine.
-  CommandContext command = options_.command;
-  command.secrets[api::JobSecretName(job_)][kJobSecretKey] = GenerateJobSecret();
+  command_ = options_.command;
+  command_.secrets[api::JobSecretName(job_)][kJobSecretKey] = GenerateJobSecret();
   // One GPU per kubetrain-worker task, round-robin, so local ranks do not all use GPU 0.
   std::vector<api::Task> rendered;
   for (const auto& task : tasks_) rendered.push_back(task->task);
@@ -122,33 +122,119 @@ absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
                      " GPU(s) round-robin; all-reduce on GPUs (NCCL) needs a GPU per rank"));
   }
   for (size_t i = 0; i < tasks_.size(); ++i) {
-    Task* task = tasks_[i].get();
     if (stop.load()) return absl::OkStatus();
-    task->task.address = addresses.Address(job_, task->task.type, task->task.index);
-    nlohmann::json pod = api::BuildPod(job_, task->task.type, task->task.index, addresses);
-    absl::StatusOr<ProcessOptions> opts = ProcessForPod(pod, command);
-    if (!opts.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("spec.replicaSpecs.",
-                                                     api::Name(task->task.type), ".template.spec.",
-                                                     opts.status().message()));
-    }
-    opts->env["KUBETRAIN_METRICS_PORT"] = std::to_string(task->metrics_port);
-    // Each run checkpoints into its own folder (kept across task restarts within the run), so a
-    // second `kubetrain run` trains afresh instead of resuming the last run's final checkpoint.
-    if (!opts->env.count("KUBETRAIN_CHECKPOINT_DIR"))
-      opts->env["KUBETRAIN_CHECKPOINT_DIR"] = run_dir_ + "/checkpoints";
-    opts->env["KUBETRAIN_BIND_ADDRESS"] = options_.command.pod_ip;
-    if (!gpus[i].empty() && !ContainerSetsEnv(pod, "CUDA_VISIBLE_DEVICES")) {
-      // The task sees its one GPU as device 0, whatever its rank.
-      task->gpu = gpus[i];
-      opts->env["CUDA_VISIBLE_DEVICES"] = gpus[i];
-      if (!ContainerSetsEnv(pod, "KUBETRAIN_CUDA_DEVICE")) {
-        opts->env.insert_or_assign("KUBETRAIN_CUDA_DEVICE", std::string(1, '0'));
-      }
-    }
-    task->process_options = std::move(*opts);
+    RETURN_IF_ERROR(Configure(*tasks_[i], gpus[i]));
   }
   return absl::OkStatus();
+}
+
+absl::Status LocalJob::Configure(Task& task, const std::string& gpu) {
+  api::LoopbackAddresses addresses([&](api::ReplicaType t, int i) { return ports_.at({t, i}); });
+  task.task.address = addresses.Address(job_, task.task.type, task.task.index);
+  nlohmann::json pod = api::BuildPod(job_, task.task.type, task.task.index, addresses);
+  absl::StatusOr<ProcessOptions> opts = ProcessForPod(pod, command_);
+  if (!opts.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.replicaSpecs.", api::Name(task.task.type),
+                                                   ".template.spec.", opts.status().message()));
+  }
+  opts->env["KUBETRAIN_METRICS_PORT"] = std::to_string(task.metrics_port);
+  // Each run checkpoints into its own folder (kept across task restarts within the run), so a
+  // second `kubetrain run` trains afresh instead of resuming the last run's final checkpoint.
+  if (!opts->env.count("KUBETRAIN_CHECKPOINT_DIR"))
+    opts->env["KUBETRAIN_CHECKPOINT_DIR"] = run_dir_ + "/checkpoints";
+  opts->env["KUBETRAIN_BIND_ADDRESS"] = options_.command.pod_ip;
+  if (!gpu.empty() && !ContainerSetsEnv(pod, "CUDA_VISIBLE_DEVICES")) {
+    // The task sees its one GPU as device 0, whatever its rank.
+    task.gpu = gpu;
+    opts->env["CUDA_VISIBLE_DEVICES"] = gpu;
+    if (!ContainerSetsEnv(pod, "KUBETRAIN_CUDA_DEVICE")) {
+      opts->env.insert_or_assign("KUBETRAIN_CUDA_DEVICE", std::string(1, '0'));
+    }
+  }
+  task.process_options = std::move(*opts);
+  return absl::OkStatus();
+}
+
+void LocalJob::ApplyScaleRequests() {
+  if (options_.scale == nullptr) return;
+  const int delta = options_.scale->exchange(0);
+  if (delta == 0) return;
+  if (!job_.spec.elastic) {
+    Say(absl::StrCat("Ignoring a scale request: TrainingJob ", job_.metadata.name,
+                     " has no spec.elastic, so its Worker count is fixed"));
+    return;
+  }
+  auto workers = job_.spec.replica_specs.find(api::ReplicaType::kWorker);
+  if (workers == job_.spec.replica_specs.end()) return;  // validation requires Worker replicas
+  const int current = workers->second.replicas.value_or(0);
+  const int low = job_.spec.elastic->min_replicas.value_or(1);
+  const int high = job_.spec.elastic->max_replicas.value_or(current);
+  const int target = std::clamp(current + delta, low, high);
+  if (target != current + delta) {
+    Say(absl::StrCat("Worker replicas stay within spec.elastic [", low, ", ", high, "]: asked for ",
+                     current + delta, ", scaling to ", target));
+  }
+  if (target == current) return;
+  Say(absl::StrCat("Scaling Worker replicas ", current, " -> ", target));
+  workers->second.replicas = target;
+  if (target > current) {
+    if (absl::Status added = AddWorkers(current, target); !added.ok()) {
+      Finish(false, "Failed", std::string(added.message()));
+    }
+    return;
+  }
+  for (int index = current - 1; index >= target; --index) RemoveWorker(index);
+}
+
+absl::Status LocalJob::AddWorkers(int from, int to) {
+  // Every new worker's port first: each one's TF_CONFIG names all of them.
+  std::vector<std::unique_ptr<Task>> added;
+  api::LoopbackAddresses ids([](api::ReplicaType, int) { return 0; });
+  for (const api::Task& t : api::Tasks(job_, ids)) {
+    if (t.type != api::ReplicaType::kWorker || t.index < from || t.index >= to) continue;
+    auto task = std::make_unique<Task>();
+    task->task = t;
+    ASSIGN_OR_RETURN(task->port, FreeLoopbackPort());
+    ASSIGN_OR_RETURN(task->metrics_port, FreeLoopbackPort());
+    ports_[{t.type, t.index}] = task->port;
+    task->label = absl::StrCat(api::TaskType(t.type), "-", t.index);
+    added.push_back(std::move(task));
+  }
+  for (auto& task : added) {
+    std::string gpu;
+    if (!options_.gpus.empty()) {
+      const size_t trainers = std::count_if(tasks_.begin(), tasks_.end(), [](const auto& t) {
+        return t->task.type != api::ReplicaType::kPS;
+      });
+      gpu = options_.gpus[trainers % options_.gpus.size()];
+    }
+    RETURN_IF_ERROR(Configure(*task, gpu));
+    RETURN_IF_ERROR(StartTask(*task));
+    tasks_.push_back(std::move(task));
+  }
+  return absl::OkStatus();
+}
+
+void LocalJob::RemoveWorker(int index) {
+  auto it = std::find_if(tasks_.begin(), tasks_.end(), [&](const auto& t) {
+    return t->task.type == api::ReplicaType::kWorker && t->task.index == index;
+  });
+  if (it == tasks_.end()) return;
+  Task& t = **it;
+  // It leaves the ps's membership on SIGTERM, and the steps go on without it.
+  if (t.process && !t.process->Poll()) t.process->Signal(SIGTERM);
+  const absl::Time deadline = absl::Now() + options_.grace_period;
+  while (t.process && !t.process->Poll() && absl::Now() < deadline) {
+    PumpOutput(absl::Milliseconds(50));
+  }
+  if (t.process) {
+    std::string rest;
+    t.process->ReadOutput(&rest);  // all it wrote (common/process.h)
+    Emit(t, rest, /*flush=*/true);
+  }
+  Say(absl::StrCat("Removed ", t.label));
+  ports_.erase({t.task.type, t.task.index});
+  tasks_.erase(it);
 }
 
 absl::Status LocalJob::StartTask(Task& task) {
@@ -411,8 +497,13 @@ absl::StatusOr<JobResult> LocalJob::Run(const std::atomic<bool>& stop) {
     }
   }
   ledger_.start = start_;
+  if (job_.spec.elastic && options_.scale != nullptr && !stop.load()) {
+    Say(absl::StrCat("Elastic job: kill -USR1 ", getpid(), " adds a worker, kill -USR2 ", getpid(),
+                     " removes the last one"));
+  }
   while (!result_) {
     PumpOutput(absl::Milliseconds(100));
+    ApplyScaleRequests();
     HandleExits();
     Decide();  // the job-outcome policy: success, failure, restarts, the deadline
     if (result_) break;

@@ -8,10 +8,12 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +35,9 @@ struct LaunchOptions {
   // CUDA_VISIBLE_DEVICES (with KUBETRAIN_CUDA_DEVICE=0) unless the container sets it
   // (DetectGpus, AssignGpus in operator/local/gpus.h); empty: nothing is set.
   std::vector<std::string> gpus;
+  // Elastic jobs: Worker replicas to add (> 0) or remove (< 0), taken (and reset to 0) by the
+  // run loop; `kubetrain run` adds one on SIGUSR1 and removes one on SIGUSR2. Null: none.
+  std::atomic<int>* scale = nullptr;
 };
 
 struct JobResult {
@@ -57,7 +62,15 @@ class LocalJob {
 
   // Returns early, leaving the job unprepared, once `stop` is set.
   absl::Status Prepare(const std::atomic<bool>& stop);
+  // Renders `task`'s pod (TF_CONFIG from the job as it is now) into its process options.
+  absl::Status Configure(Task& task, const std::string& gpu);
   absl::Status StartTask(Task& task);
+  // Elastic jobs: applies pending scale requests within spec.elastic's bounds. New workers get
+  // the TF_CONFIG of the job's new size; removed ones (the highest indexes) are stopped like a
+  // deleted pod; no other task is touched.
+  void ApplyScaleRequests();
+  absl::Status AddWorkers(int from, int to);  // indexes [from, to)
+  void RemoveWorker(int index);
   void PumpOutput(absl::Duration timeout);
   void Emit(Task& task, absl::string_view chunk, bool flush);
   // Records the exit of every task whose process ended.
@@ -84,6 +97,8 @@ class LocalJob {
   std::optional<JobResult> result_;
   api::JobLedger ledger_;  // completions and counted restarts, as the operator keeps in status
   std::string run_dir_;    // this run's scratch folder (checkpoints)
+  std::map<std::pair<api::ReplicaType, int>, int> ports_;  // every task's training port
+  CommandContext command_;  // options_.command with this run's job secret
 };
 
 // The directory of the running executable: where kubetrain-ps and kubetrain-worker are built.

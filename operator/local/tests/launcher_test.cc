@@ -34,7 +34,7 @@ struct Outcome {
 };
 
 Outcome RunJob(const json& doc, const std::atomic<bool>* stop = nullptr,
-               std::vector<std::string> gpus = {}) {
+               std::vector<std::string> gpus = {}, std::atomic<int>* scale = nullptr) {
   api::FieldErrors errors;
   api::TrainingJob job = api::DecodeAndValidate(doc, &errors);
   EXPECT_TRUE(errors.empty()) << errors.front().ToString();
@@ -43,6 +43,7 @@ Outcome RunJob(const json& doc, const std::atomic<bool>* stop = nullptr,
   options.gpus = std::move(gpus);
   options.grace_period = absl::Seconds(2);
   options.restart_delay = absl::Milliseconds(20);
+  options.scale = scale;
   std::ostringstream out;
   std::atomic<bool> never{false};
   LocalJob local(job, options, out);
@@ -238,6 +239,53 @@ TEST(LocalJob, StopFlagInterruptsAndLeavesNoChildren) {
   ASSERT_NE(at, std::string::npos);
   pid_t pid = std::stoi(o.output.substr(at + 4));
   EXPECT_NE(kill(pid, 0), 0) << "ps process " << pid << " still alive";
+}
+
+// kubetrain run's scale control (SIGUSR1/SIGUSR2 in main): new workers start with the TF_CONFIG
+// of the job's new size, the last ones are stopped like deleted pods, nothing else restarts,
+// and the count stays within spec.elastic.
+TEST(LocalJob, ElasticJobGrowsAndShrinksOnScaleRequestsWithinItsBounds) {
+  json doc =
+      Job({{"PS", Replica(1, "sleep 30")},
+           {"Chief", Replica(1, "sleep 2.5")},
+           {"Worker", Replica(1,
+                              "echo \"$TF_CONFIG\"; trap 'echo left-$KUBETRAIN_REPLICA_INDEX; "
+                              "exit 143' TERM; sleep 30 & wait")}});
+  doc["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 3}};
+  std::atomic<int> scale{0};
+  std::thread scaler([&] {
+    absl::SleepFor(absl::Milliseconds(400));
+    scale += 2;  // 1 -> 3
+    absl::SleepFor(absl::Milliseconds(600));
+    scale -= 1;  // 3 -> 2
+    absl::SleepFor(absl::Milliseconds(400));
+    scale += 5;  // clamped to 3
+  });
+  Outcome o = RunJob(doc, nullptr, {}, &scale);
+  scaler.join();
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_EQ(o.result.restarts, 0) << o.output;
+  EXPECT_TRUE(Contains(o.output, "Elastic job: kill -USR1 ")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "Scaling Worker replicas 1 -> 3")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "Started worker-2")) << o.output;
+  // worker-2 was created when the job had three workers; worker-0 keeps the TF_CONFIG it had.
+  EXPECT_TRUE(Contains(o.output, R"("task":{"type":"worker","index":2}})")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "Scaling Worker replicas 3 -> 2")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "left-2")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "Removed worker-2")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "asked for 7, scaling to 3")) << o.output;
+  // worker-0 ran through every change: it is stopped only once the chief has succeeded.
+  ASSERT_TRUE(Contains(o.output, "left-0")) << o.output;
+  EXPECT_GT(o.output.find("left-0"), o.output.find("chief-0 exited with code 0")) << o.output;
+}
+
+TEST(LocalJob, ScaleRequestOfAFixedSizeJobIsRefusedAndSaysWhy) {
+  std::atomic<int> scale{1};
+  Outcome o = RunJob(Job({{"Worker", Replica(1, "sleep 0.5")}}), nullptr, {}, &scale);
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_TRUE(Contains(o.output, "Ignoring a scale request: TrainingJob t has no spec.elastic"))
+      << o.output;
+  EXPECT_FALSE(Contains(o.output, "Started worker-1")) << o.output;
 }
 
 TEST(LocalJob, UnmappableImageIsAnErrorNamingTheField) {
