@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# An elastic TrainingJob end to end on localkube with real pods (processes), RBAC on and the
+# operator running as its service account: deploy/examples/fashion-mnist-elastic.yaml (1 ps, 2
+# workers, minReplicas 1, maxReplicas 4) is scaled 2 -> 3 -> 1 -> 2 with `kubectl scale` while it
+# trains, then one worker pod is deleted. Each change reaches the parameter servers' membership
+# (the ps log), the chief and the ps run throughout (same pod uid, no restart), the job records
+# a Scaled event per change and a WorkerLost event for the deleted pod, and it ends Succeeded
+# with test accuracy >= 0.88.
+# Usage: elastic_e2e.sh LOCALKUBE KUBECTL BIN_DIR
+set -euo pipefail
+LOCALKUBE=$1
+KUBECTL=$2
+BIN=$(cd "$3" && pwd)
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source e2e/lib.sh
+
+start_localkube_for_operator "$BIN"
+k() { "$KUBECTL" "$@"; }
+diagnose() {
+  k describe tj el || true
+  k get pods -o wide || true
+  for p in $(k get pods -l kubetrain.dev/job-name=el -o name 2>/dev/null); do
+    echo "--- $p"; k logs "$p" --tail=20 2>&1 || true
+  done
+  tail -40 "$LK_DIR/operator.log"
+}
+uid() { k get pod "$1" -o jsonpath='{.metadata.uid}' 2>/dev/null || true; }
+phase() { k get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true; }
+members() {  # the ps's last count of members
+  k logs el-ps-0 2>/dev/null | sed -n 's/.*msg="\(Membership changed\|Worker left\)".* members=\([0-9]*\).*/\2/p' |
+    tail -1
+}
+wait_for() {  # wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds
+  local seconds=$1 what=$2
+  shift 2
+  for _ in $(seq $((seconds * 5))); do
+    "$@" && return 0
+    sleep 0.2
+  done
+  diagnose
+  fail "$what (after ${seconds}s)"
+}
+running() { [[ "$(phase "$1")" == Running ]]; }
+gone() { [[ -z "$(uid "$1")" ]]; }
+members_are() { [[ "$(members)" == "$1" ]]; }
+replaced() { [[ -n "$(uid "$1")" && "$(uid "$1")" != "$2" && "$(phase "$1")" == Running ]]; }
+
+step "CRD, RBAC and operator (as its service account)"
+k apply -f deploy/crd/kubetrain.dev_trainingjobs.yaml >/dev/null
+k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev >/dev/null
+k apply -f deploy/rbac/cluster-role.yaml >/dev/null
+start_operator "$BIN"
+
+step "the elastic example, slowed to ~25 ms a step so that it trains while it is scaled"
+sed -e "s/name: fashion-mnist-elastic/name: el/" -e "s/--epochs=10/--epochs=8/" \
+  -e "s|- --seed=1|- --seed=1\n                - --inject-delay=20ms\n                - --checkpoint-dir=$LK_DIR/ckpt-el|" \
+  deploy/examples/fashion-mnist-elastic.yaml | k apply -f - >/dev/null
+wait_for 120 "both workers never joined the ps" members_are 2
+chief=$(uid el-worker-0)
+ps=$(uid el-ps-0)
+
+step "kubectl scale 2 -> 3: worker-2 joins, nothing restarts"
+k scale tj/el --replicas=3 | has "scaled" || fail "kubectl scale tj/el --replicas=3"
+wait_for 60 "worker-2 never ran" running el-worker-2
+wait_for 60 "the ps never counted 3 members" members_are 3
+
+step "kubectl scale 3 -> 1: worker-1 and worker-2 leave"
+k scale tj/el --replicas=1 >/dev/null
+wait_for 60 "worker-2 was not removed" gone el-worker-2
+wait_for 60 "worker-1 was not removed" gone el-worker-1
+wait_for 60 "the ps never counted 1 member" members_are 1
+
+step "kubectl scale 1 -> 2: worker-1 comes back"
+k scale tj/el --replicas=2 >/dev/null
+wait_for 60 "worker-1 never ran again" running el-worker-1
+wait_for 60 "the ps never counted 2 members" members_are 2
+
+step "a worker pod deleted mid-run is recreated; the job goes on"
+k get tj el -o jsonpath='{.status.conditions[-1:].type}' | has -x Running ||
+  { diagnose; fail "the job was not Running before the pod delete"; }
+lost=$(uid el-worker-1)
+k delete pod el-worker-1 --wait=false >/dev/null
+wait_for 90 "worker-1 was not recreated" replaced el-worker-1 "$lost"
+
+# The ps's log now: cleanPodPolicy Running deletes the ps once the job has ended.
+[[ "$(uid el-ps-0)" == "$ps" ]] || fail "the ps pod was replaced"
+ps_log=$(k logs el-ps-0)
+[[ $(grep -c 'msg="Initialised shard"' <<<"$ps_log") == 1 ]] || fail "the ps was initialised more than once"
+
+step "the job ends Succeeded with accuracy >= 0.88, the chief never restarted"
+k wait --for=condition=Succeeded --timeout=400s tj/el || { diagnose; fail "el did not succeed"; }
+summary=$(k logs el-worker-0 | grep '"event":"training_complete"') || fail "no summary in the chief's log"
+echo "$summary"
+[[ "$(uid el-worker-0)" == "$chief" ]] || fail "the chief's pod was replaced"
+events=$(k get events --field-selector involvedObject.name=el -o json)
+python3 - "$summary" "$(k get tj el -o json)" "$events" "$ps_log" <<'PY' || { diagnose; fail "the elastic job's outcome"; }
+import json, re, sys
+s, job, events, ps_log = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+assert s["test_accuracy"] >= 0.88, s
+st = job["status"]
+reasons = [c["reason"] for c in st["conditions"]]
+assert "ClusterSpecChanged" not in reasons, reasons  # no job restart
+for rs in st["replicaStatuses"].values():
+    assert rs.get("restarts", 0) == 0, st["replicaStatuses"]
+assert st["elastic"]["targetWorkers"] == 2, st["elastic"]
+by_reason = {}
+for e in events["items"]:
+    by_reason.setdefault(e["reason"], []).append(e)
+scaled = [e["message"] for e in by_reason.get("Scaled", [])]
+for change in ("2 → 3", "3 → 1", "1 → 2"):
+    assert any(change in m for m in scaled), (change, scaled)
+lost = [e["message"] for e in by_reason.get("WorkerLost", [])]
+assert any("el-worker-1" in m for m in lost), lost
+assert "ClusterSpecChanged" not in by_reason, by_reason.keys()
+counts = [int(m) for m in re.findall(r'msg="(?:Membership changed|Worker left)".* members=(\d+)', ps_log)]
+assert 3 in counts and 1 in counts, counts
+print("accuracy", s["test_accuracy"], "| Scaled:", scaled, "| WorkerLost:", lost,
+      "| ps member counts:", counts)
+PY
+grep -q "permission\|forbidden" "$LK_DIR/operator.log" && fail "the operator was refused: $(grep -m1 'forbidden' "$LK_DIR/operator.log")"
+echo "PASS: elastic_e2e"
