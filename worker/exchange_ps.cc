@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <string>
@@ -37,6 +38,41 @@ bool Recoverable(const absl::Status& s) {
   }
 }
 
+// Calls `tick` every `every` on a thread of its own until Stop; Stop waits for a tick under
+// way. The chief's ps watch and an elastic worker's heartbeat.
+class Ticker {
+ public:
+  ~Ticker() { Stop(); }
+
+  void Start(absl::Duration every, std::function<void()> tick) {
+    thread_ = std::thread([this, every, tick = std::move(tick)] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!stop_) {
+        cv_.wait_for(lock, absl::ToChronoMilliseconds(every));
+        if (stop_) break;
+        lock.unlock();
+        tick();
+        lock.lock();
+      }
+    });
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 // What ps-sync and ps-async share: the client, the host copies of parameters and gradients,
 // the chief's filling, watch and refill, and every task's waiting and recovery. The two modes
 // differ in the training config they give the ps, how a step pulls, and how a worker's position
@@ -44,7 +80,7 @@ bool Recoverable(const absl::Status& s) {
 class PsExchange : public GradientExchange {
  public:
   explicit PsExchange(const ExchangeContext& context) : c_(context) {}
-  ~PsExchange() override { StopMonitor(); }
+  ~PsExchange() override { monitor_.Stop(); }
 
   absl::Status Setup() override {
     std::vector<ps::VariableSpec> specs;
@@ -101,7 +137,7 @@ class PsExchange : public GradientExchange {
   absl::Status EndTraining() override { return absl::OkStatus(); }
 
   void ShutDown() override {
-    StopMonitor();
+    monitor_.Stop();
     absl::Status s = Client()->Shutdown("training complete");
     if (!s.ok()) log::Warn("Could not shut every parameter server down", {{"error", s}});
   }
@@ -241,7 +277,11 @@ class PsExchange : public GradientExchange {
     } else {
       RETURN_IF_ERROR(RestoreOrInitialize(infos));
     }
-    StartMonitor();
+    monitor_.Start(c_.options.monitor_every, [this] {
+      absl::Status s = RefillEmptyPs();
+      if (!s.ok() && !Recoverable(s))
+        log::Error("Cannot refill a parameter server", {{"error", s}});
+    });
     return PullFresh();
   }
 
@@ -318,30 +358,6 @@ class PsExchange : public GradientExchange {
     return absl::OkStatus();
   }
 
-  void StartMonitor() {
-    monitor_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(monitor_mu_);
-      while (!monitor_stop_) {
-        monitor_cv_.wait_for(lock, absl::ToChronoMilliseconds(c_.options.monitor_every));
-        if (monitor_stop_) break;
-        lock.unlock();
-        absl::Status s = RefillEmptyPs();
-        if (!s.ok() && !Recoverable(s))
-          log::Error("Cannot refill a parameter server", {{"error", s}});
-        lock.lock();
-      }
-    });
-  }
-
-  void StopMonitor() {
-    {
-      std::lock_guard<std::mutex> lock(monitor_mu_);
-      monitor_stop_ = true;
-    }
-    monitor_cv_.notify_all();
-    if (monitor_.joinable()) monitor_.join();
-  }
-
   // ---- every task: waiting for the ps ---------------------------------------------------------
 
   // Waits until every ps answers with initialised state, then pulls. IsTrainingOver when the ps
@@ -401,10 +417,7 @@ class PsExchange : public GradientExchange {
   ps::Version version_;
 
   std::mutex refill_mu_;  // one refill at a time (training thread and monitor)
-  std::mutex monitor_mu_;
-  std::condition_variable monitor_cv_;
-  bool monitor_stop_ = false;
-  std::thread monitor_;
+  Ticker monitor_;        // the chief's ps watch
 };
 
 // Every worker makes total_steps() steps together: one global step per round of
@@ -615,17 +628,11 @@ class ElasticPsExchange final : public PsExchange {
   }
 
   void StartHeartbeat() {
-    heartbeat_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(heartbeat_mu_);
-      while (!heartbeat_stop_) {
-        heartbeat_cv_.wait_for(lock, absl::ToChronoMilliseconds(c_.options.heartbeat_every));
-        if (heartbeat_stop_) break;
-        lock.unlock();
-        // A failure is a ps restarting: training notices and recovers; the next beat re-joins.
-        absl::StatusOr<ps::Membership> view = Client()->Join(/*leave=*/false);
-        if (view.ok() && c_.metrics)
-          c_.metrics->workers.Set(static_cast<double>(view->members.size()));
-        lock.lock();
+    heartbeat_.Start(c_.options.heartbeat_every, [this] {
+      // A failure is a ps restarting: training notices and recovers; the next beat re-joins.
+      absl::StatusOr<ps::Membership> view = Client()->Join(/*leave=*/false);
+      if (view.ok() && c_.metrics) {
+        c_.metrics->workers.Set(static_cast<double>(view->members.size()));
       }
     });
   }
@@ -633,12 +640,7 @@ class ElasticPsExchange final : public PsExchange {
   // Stops the heartbeat and leaves every ps's membership, so a sync step no longer waits for
   // this worker. Runs once, even after a stop signal (its calls ignore the flag, 1 s each).
   void Leave() {
-    {
-      std::lock_guard<std::mutex> lock(heartbeat_mu_);
-      heartbeat_stop_ = true;
-    }
-    heartbeat_cv_.notify_all();
-    if (heartbeat_.joinable()) heartbeat_.join();
+    heartbeat_.Stop();
     if (!joined_) return;
     joined_ = false;
     absl::StatusOr<std::unique_ptr<ps::PsClient>> client = ClientIgnoringStop(absl::Seconds(1));
@@ -656,10 +658,7 @@ class ElasticPsExchange final : public PsExchange {
   ElasticShard shard_;
   bool joined_ = false;
   bool started_ = false;
-  std::mutex heartbeat_mu_;
-  std::condition_variable heartbeat_cv_;
-  bool heartbeat_stop_ = false;
-  std::thread heartbeat_;
+  Ticker heartbeat_;
 };
 
 }  // namespace
