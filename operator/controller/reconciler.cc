@@ -567,10 +567,17 @@ absl::Status Reconciler::RecoverLostWorkers(Pass& p, int target) {
 }
 
 void Reconciler::RememberLiveWorkers(const Pass& p) {
+  // Only pods the cache showed: one this pass created may not be in the next pass's cache yet,
+  // and would look deleted there.
+  std::set<std::string> created;
+  for (const auto& [kind, name] : p.created) {
+    if (kind == "Pod") created.insert(name);
+  }
   std::map<int, std::string> live;
   for (const api::Task& t : p.tasks) {
     auto pod = p.pods.find(t.name);
     if (t.type != api::ReplicaType::kWorker || pod == p.pods.end()) continue;
+    if (created.count(t.name) > 0) continue;
     std::optional<PodView> v = p.View(pod->second);
     if (v && Active(*v)) live[t.index] = v->uid;
   }

@@ -594,8 +594,10 @@ TEST_F(ControllerTest, ElasticJobScalesThroughTheScaleSubresourceWithoutRestarts
                     "TrainingJob default/el: spec.replicaSpecs.Worker.replicas: must be between "
                     "spec.elastic.minReplicas (1) and spec.elastic.maxReplicas (3), got 5");
   }));
-  EXPECT_EQ(State("el"), "ScalingLimited");
+  // The Warning is recorded before the status write that carries the condition lands.
+  EXPECT_TRUE(Eventually([&] { return State("el") == "ScalingLimited"; })) << State("el");
   EXPECT_FALSE(Get(Resource::Pods(), "el-worker-3").has_value());
+  EXPECT_FALSE(HasEvent("el", "Lost el-worker"));  // nothing was lost
   EXPECT_EQ(Uid("el-worker-0"), worker);
 }
 

@@ -614,6 +614,22 @@ TEST_F(ReconcilerTest, ElasticScaleDownDeletesTheSurplusWorkersWithoutFailing) {
 
 // A Worker deleted while the job still wants it is recreated: a WorkerLost event, no restart
 // counted (backoffLimit 0 would fail the job) and no restart of the job under restartScope Job.
+// The pods a pass creates reach the cache later: the next pass must not take the Workers it
+// does not see yet for lost ones.
+TEST_F(ReconcilerTest, ElasticWorkersTheCacheHasNotSeenYetAreNotLost) {
+  Create(ElasticJob("lag", 2, 1, 4));
+  api_.Freeze();  // the caches will not see the pods the passes create
+  ASSERT_THAT(Pass("lag"), IsOk());
+  ASSERT_THAT(Pass("lag"), IsOk());
+  ASSERT_THAT(Pass("lag"), IsOk());
+  api_.Thaw();
+  Settle("lag");
+  RunAll("lag");
+  Settle("lag");
+  EXPECT_FALSE(HasEvent("WorkerLost", ""));
+  EXPECT_EQ(Restarts("lag"), 0);
+}
+
 TEST_F(ReconcilerTest, ElasticDeletedWorkerIsRecreatedWithoutARestart) {
   Create(ElasticJob("lost", 2, 1, 4, {{"backoffLimit", 0}, {"restartScope", "Job"}}));
   Settle("lost");
