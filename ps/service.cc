@@ -448,9 +448,8 @@ absl::Status ParameterServerService::Join(grpc::CallbackServerContext&,
                                           grpc::ByteBuffer& response, size_t& response_bytes) {
   v1::MemberRequest join;
   RETURN_IF_ERROR(ParseRequest("Join", request, join));
-  const size_t before = store_.Status().members;
   ASSIGN_OR_RETURN(Membership m, store_.Join(join.worker(), join.leave()));
-  if (m.members.size() != before) {
+  if (m.changed) {
     log::Info(join.leave() ? "Worker left" : "Membership changed",
               {{"worker", join.worker()},
                {"members", m.members.size()},

@@ -107,6 +107,7 @@ struct Membership {
   int quota = 0;                  // gradients the current step aggregates
   int64_t global_step = 0;
   int64_t gradients_applied = 0;
+  bool changed = false;  // this call added, removed or timed out a member
 };
 
 struct StoreStatus {
