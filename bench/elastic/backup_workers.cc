@@ -11,23 +11,20 @@
 // 2x, which is what backup workers are for), with the final accuracy and the share of the slow
 // worker's pushes dropped as stale.
 //   backup_workers [--workers=4] [--rounds=3] [--epochs=1] [--data-dir=DIR]
-#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "bench/elastic/in_process_job.h"
 #include "bench/stats.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "prometheus/registry.h"
-#include "ps/service.h"
-#include "worker/cpu/cpu_device.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/metrics.h"
 #include "worker/trainer.h"
@@ -35,7 +32,6 @@
 namespace kubetrain::bench {
 namespace {
 
-using worker::Role;
 using worker::TrainerOptions;
 
 struct Options {
@@ -56,44 +52,24 @@ struct RunResult {
 // One ps-sync run: `workers` threads, the last one `delay` slower per step.
 absl::StatusOr<RunResult> Train(const Options& o, const worker::FashionMnist& data,
                                 absl::Duration delay, int backup_workers) {
-  ps::ServerOptions server_options;
-  server_options.address = "127.0.0.1:0";
-  ASSIGN_OR_RETURN(std::unique_ptr<ps::PsServer> server,
-                   ps::PsServer::Start(server_options, nullptr));
-  TrainerOptions options;
-  options.mode = worker::Mode::kPsSync;
-  options.epochs = o.epochs;
-  options.batch_size = 64;
+  ASSIGN_OR_RETURN(std::unique_ptr<InProcessJob> job, InProcessJob::Start(data));
+  TrainerOptions options = InProcessJob::QuietOptions(o.epochs, 64);
   options.backup_workers = backup_workers;
-  options.log_every = absl::Hours(1);
-  options.checkpoint_every = absl::Hours(1);
   TrainerOptions slow = options;
   slow.inject_delay = delay;
   prometheus::Registry registry;
   worker::WorkerMetrics slow_metrics(registry, {"bench", "worker", "slow"});
-  std::atomic<bool> stop{false};
-  std::vector<absl::StatusOr<worker::TrainingSummary>> results(o.workers,
-                                                               absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
   const absl::Time start = absl::Now();
   for (int rank = 0; rank < o.workers; ++rank) {
-    threads.emplace_back([&, rank] {
-      worker::CpuDevice device;
-      const bool is_slow = rank == o.workers - 1;
-      worker::TaskIdentity id{
-          rank == 0 ? Role::kChief : Role::kWorker, rank, o.workers, {server->address()}};
-      worker::Trainer trainer(is_slow ? slow : options, id, device, &data.train, &data.test,
-                              is_slow ? &slow_metrics : nullptr);
-      results[rank] = trainer.Run(stop);
-    });
+    const bool is_slow = rank == o.workers - 1;
+    job->Launch(rank, o.workers, is_slow ? slow : options, is_slow ? &slow_metrics : nullptr);
   }
-  for (std::thread& t : threads) t.join();
+  ASSIGN_OR_RETURN(worker::TrainingSummary chief, job->Wait());
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
-  for (const auto& r : results) RETURN_IF_ERROR(r.status());
   RunResult out;
-  out.steps = results[0]->steps;
+  out.steps = chief.steps;
   out.step_ms = out.steps > 0 ? wall * 1000 / static_cast<double>(out.steps) : 0;
-  out.accuracy = results[0]->test_accuracy;
+  out.accuracy = chief.test_accuracy;
   out.slow_pushes = slow_metrics.steps.Value();
   out.slow_stale = slow_metrics.stale_pushes.Value();
   return out;

@@ -13,30 +13,25 @@
 // the change, and accuracy within 0.5 points of the fixed-size run of the same examples.
 //   scaling [--workers-before=2] [--workers-after=4] [--epochs=3] [--step-delay-ms=20]
 //           [--change-at=0.3] [--data-dir=DIR]
-#include <atomic>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "bench/elastic/in_process_job.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "ps/service.h"
-#include "worker/cpu/cpu_device.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/trainer.h"
 
 namespace kubetrain::bench {
 namespace {
 
-using worker::Role;
 using worker::TrainerOptions;
 
 constexpr int kBatch = 64;
@@ -79,58 +74,36 @@ double RateBetween(const Samples& s, double from, double to) {
 // run's gradients are in.
 absl::StatusOr<RunResult> Train(const Options& o, const worker::FashionMnist& data, int initial,
                                 bool elastic, int later) {
-  ps::ServerOptions server_options;
-  server_options.address = "127.0.0.1:0";
-  ASSIGN_OR_RETURN(std::unique_ptr<ps::PsServer> server,
-                   ps::PsServer::Start(server_options, nullptr));
-  TrainerOptions options;
-  options.mode = worker::Mode::kPsSync;
-  options.epochs = o.epochs;
-  options.batch_size = kBatch;
+  ASSIGN_OR_RETURN(std::unique_ptr<InProcessJob> job, InProcessJob::Start(data));
+  TrainerOptions options = InProcessJob::QuietOptions(o.epochs, kBatch);
   options.elastic = elastic;
   options.inject_delay = absl::Milliseconds(o.step_delay_ms);
-  options.log_every = absl::Hours(1);
-  options.checkpoint_every = absl::Hours(1);
   const int total = initial + later;
-  std::atomic<bool> stop{false};
-  std::vector<absl::StatusOr<worker::TrainingSummary>> results(total,
-                                                               absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
   const absl::Time start = absl::Now();
-  auto launch = [&](int rank, int size) {
-    threads.emplace_back([&, rank, size] {
-      worker::CpuDevice device;
-      // TF_CONFIG as the pod was created with: the job's size at that moment.
-      worker::TaskIdentity id{
-          rank == 0 ? Role::kChief : Role::kWorker, rank, size, {server->address()}};
-      worker::Trainer trainer(options, id, device, &data.train, &data.test, nullptr);
-      results[rank] = trainer.Run(stop);
-    });
-  };
-  for (int rank = 0; rank < initial; ++rank) launch(rank, initial);
+  for (int rank = 0; rank < initial; ++rank) job->Launch(rank, initial, options);
   RunResult out;
   const int64_t run_gradients = int64_t{o.epochs} * (data.train.size() / kBatch);
   const int64_t change_after = static_cast<int64_t>(o.change_at * run_gradients);
   // Sampled until the chief is done; bounded by the slowest run this bench can make.
   const absl::Time give_up = start + absl::Minutes(30);
   while (absl::Now() < give_up) {
-    const ps::StoreStatus status = server->store().Status();
+    const ps::StoreStatus status = job->ps().store().Status();
     const double t = absl::ToDoubleSeconds(absl::Now() - start);
     out.samples.emplace_back(t, status.gradients_applied);
     if (elastic && out.change < 0 && status.gradients_applied >= change_after) {
       out.change = t;
-      for (int rank = initial; rank < total; ++rank) launch(rank, total);
+      for (int rank = initial; rank < total; ++rank) job->Launch(rank, total, options);
     }
-    if (status.closed || server->service().shutdown_requested()) break;
+    if (status.closed || job->ps().service().shutdown_requested()) break;
     absl::SleepFor(absl::Milliseconds(100));
   }
-  if (absl::Now() >= give_up) stop = true;
-  for (std::thread& t : threads) t.join();
+  if (absl::Now() >= give_up) job->Stop();
+  absl::StatusOr<worker::TrainingSummary> chief = job->Wait();
   out.wall = absl::ToDoubleSeconds(absl::Now() - start);
-  for (const auto& r : results) RETURN_IF_ERROR(r.status());
-  out.accuracy = results[0]->test_accuracy;
-  out.steps = results[0]->steps;
-  out.examples_per_second = static_cast<double>(server->store().Status().gradients_applied) *
+  RETURN_IF_ERROR(chief.status());
+  out.accuracy = chief->test_accuracy;
+  out.steps = chief->steps;
+  out.examples_per_second = static_cast<double>(job->ps().store().Status().gradients_applied) *
                             kBatch / (out.wall > 0 ? out.wall : 1);
   return out;
 }
