@@ -47,10 +47,14 @@ class AllReduceExchange final : public GradientExchange {
           "--mode ps-sync");
     }
     comm_ = c_.id.communicator;
-    if (comm_ == nullptr) {
+    elastic_ = c_.options.elastic;
+    if (elastic_ && c_.id.group == nullptr) {
+      return absl::FailedPreconditionError("--elastic --mode allreduce: no group was connected");
+    }
+    if (!elastic_ && comm_ == nullptr) {
       return absl::FailedPreconditionError("--mode allreduce: no communicator was connected");
     }
-    if (comm_->size() != size() || comm_->rank() != c_.id.rank) {
+    if (!elastic_ && (comm_->size() != size() || comm_->rank() != c_.id.rank)) {
       return absl::FailedPreconditionError(
           absl::StrCat("communicator is rank ", comm_->rank(), " of ", comm_->size(),
                        " but this task is rank ", c_.id.rank, " of ", size()));
@@ -59,8 +63,7 @@ class AllReduceExchange final : public GradientExchange {
       return absl::InvalidArgumentError(
           absl::StrCat("--fusion-threshold-mb: must be > 0, got ", c_.options.fusion_bytes, " B"));
     }
-    ASSIGN_OR_RETURN(optimizer_, ps::MakeOptimizer(OptimizerFor(c_.options, examples_per_step(),
-                                                                c_.total_steps())));
+    RETURN_IF_ERROR(ScaleFor(c_.id.num_workers));
     const int num_slots = ps::UpdateSlots(static_cast<ps::UpdateKind>(optimizer_->options().kind));
     slots_.resize(model_.variables().size());
     for (size_t i = 0; i < slots_.size(); ++i) {
@@ -71,7 +74,7 @@ class AllReduceExchange final : public GradientExchange {
       }
     }
     BuildBuckets();
-    scratch_ = Tensor(device_, {2 * kChunks});
+    scratch_ = Tensor(device_, {3 * kChunks});
     flat_.resize(model_.num_parameters());
     return device_.Synchronize();
   }
@@ -85,13 +88,58 @@ class AllReduceExchange final : public GradientExchange {
       ASSIGN_OR_RETURN(std::optional<ps::ModelState> state, chief->LatestCheckpoint());
       if (state) RETURN_IF_ERROR(Restore(*state));
     }
-    float encoded[kChunks];
+    if (elastic_) {
+      absl::StatusOr<Communicator*> first = c_.id.group->Reform();
+      // A worker that joins as the run ends has nothing left to train.
+      if (ElasticGroup::TrainingIsOver(first.status())) return TrainingOverStatus();
+      RETURN_IF_ERROR(first.status());
+      comm_ = *first;
+      c_.id.group->StartHeartbeat(c_.options.heartbeat_every);
+    }
+    RETURN_IF_ERROR(ShareState());
+    if (elastic_ && Position() > 0) {
+      log::Info("Joined a running job", {{"global_step", step_},
+                                         {"gradients_applied", applied_},
+                                         {"epoch", Position() / c_.steps_per_epoch}});
+    } else if (step_ > 0) {
+      log::Info("Continuing from the checkpoint's step",
+                {{"global_step", step_}, {"epoch", Position() / c_.steps_per_epoch}});
+    }
+    return Position();
+  }
+
+  // The optimizer for a job whose learning rate is scaled for `nominal` workers: its starting
+  // size. An elastic job keeps it as it grows and shrinks (linear scaling, as the ps do), and its
+  // schedule runs over its gradients in steps of that size.
+  absl::Status ScaleFor(int nominal) {
+    if (optimizer_ != nullptr && nominal == nominal_) return absl::OkStatus();
+    nominal_ = nominal;
+    ASSIGN_OR_RETURN(optimizer_, ps::MakeOptimizer(OptimizerFor(
+                                     c_.options, c_.options.batch_size * nominal_,
+                                     elastic_ ? std::max<int64_t>(1, c_.total_steps() / nominal_)
+                                              : c_.total_steps())));
+    return absl::OkStatus();
+  }
+
+  // Every rank takes rank 0's step, gradients applied, the size the learning rate is scaled for
+  // (a worker that joins later was started for another size), values and optimizer slots.
+  absl::Status ShareState() {
+    float encoded[3 * kChunks];
     EncodeU64(static_cast<uint64_t>(step_), encoded);
-    device_.Upload(encoded, scratch_, kChunks);
-    RETURN_IF_ERROR(comm_->Broadcast(scratch_.data(), kChunks, 0), "broadcasting the step");
-    device_.Download(scratch_, encoded, kChunks);
+    EncodeU64(static_cast<uint64_t>(applied_), encoded + kChunks);
+    EncodeU64(static_cast<uint64_t>(nominal_), encoded + 2 * kChunks);
+    device_.Upload(encoded, scratch_, 3 * kChunks);
+    RETURN_IF_ERROR(comm_->Broadcast(scratch_.data(), 3 * kChunks, 0), "broadcasting the step");
+    device_.Download(scratch_, encoded, 3 * kChunks);
     RETURN_IF_ERROR(device_.Synchronize());
     step_ = static_cast<int64_t>(DecodeU64(encoded));
+    applied_ = static_cast<int64_t>(DecodeU64(encoded + kChunks));
+    RETURN_IF_ERROR(ScaleFor(static_cast<int>(DecodeU64(encoded + 2 * kChunks))));
+    if (elastic_) {
+      shard_ = {
+          .epoch = Position() / c_.steps_per_epoch, .index = comm_->rank(), .count = comm_->size()};
+      if (c_.metrics) c_.metrics->workers.Set(comm_->size());
+    }
     for (size_t i = 0; i < slots_.size(); ++i) {
       Variable* v = model_.variables()[i];
       RETURN_IF_ERROR(comm_->Broadcast(v->value.data(), v->size(), 0), "broadcasting ", v->name);
@@ -99,11 +147,15 @@ class AllReduceExchange final : public GradientExchange {
         RETURN_IF_ERROR(comm_->Broadcast(slot.data(), slot.size(), 0), "broadcasting ", v->name);
       }
     }
-    if (step_ > 0) {
-      log::Info("Continuing from the checkpoint's step",
-                {{"global_step", step_}, {"epoch", step_ / c_.steps_per_epoch}});
-    }
-    return step_;
+    return absl::OkStatus();
+  }
+
+  // The elastic group changed (a member joined, left or was lost): every rank forms the next
+  // generation and takes rank 0's state, since a rank that failed mid-step may not have
+  // applied it.
+  absl::Status Reform() {
+    ASSIGN_OR_RETURN(comm_, c_.id.group->Reform());
+    return ShareState();
   }
 
   // ---- training -------------------------------------------------------------------------------
@@ -111,26 +163,59 @@ class AllReduceExchange final : public GradientExchange {
   // The parameters live in the model's variables on the device.
   absl::Status LoadParameters() override { return absl::OkStatus(); }
 
-  absl::StatusOr<ExchangedStep> Exchange(int64_t pos, float loss) override {
-    ASSIGN_OR_RETURN(float mean_loss, ReduceGradients(pos, loss));
-    ApplyUpdates(pos);
-    RETURN_IF_ERROR(device_.Synchronize(), "applying the update of step ", pos);
-    step_ = pos + 1;
+  absl::StatusOr<ExchangedStep> Exchange(int64_t, float loss) override {
+    ASSIGN_OR_RETURN(float mean_loss, ReduceGradients(step_, loss));
+    ApplyUpdates(elastic_ ? applied_ / nominal_ : step_);
+    RETURN_IF_ERROR(device_.Synchronize(), "applying the update of step ", step_);
+    ++step_;
+    applied_ += size();
     if (c_.metrics) c_.metrics->global_step.Set(static_cast<double>(step_));
 #ifndef NDEBUG
-    if (step_ % c_.steps_per_epoch == 0) RETURN_IF_ERROR(VerifyIdentical(step_));
+    if (!elastic_ && step_ % c_.steps_per_epoch == 0) RETURN_IF_ERROR(VerifyIdentical(step_));
 #endif
-    return ExchangedStep{.next = step_, .loss = mean_loss};
+    if (elastic_ && (reform_wanted_ ||
+                     (!Done(Position()) && Position() / c_.steps_per_epoch != shard_.epoch))) {
+      // A member joined or left (some rank's heartbeat said so, and the flag was summed into
+      // this step), or a new epoch starts: reform, or re-cut the data for the epoch.
+      if (reform_wanted_ && !Done(Position())) {
+        RETURN_IF_ERROR(Reform(), "reforming the group after step ", step_);
+      } else {
+        shard_.epoch = Position() / c_.steps_per_epoch;
+      }
+    }
+    return ExchangedStep{.next = Position(), .loss = mean_loss};
   }
 
-  // A failed collective has failed every rank: the job restarts and resumes from the chief's
-  // checkpoint.
+  // A failed collective has failed every rank. A fixed-size job restarts and resumes from the
+  // chief's checkpoint; an elastic one forms its group again without the peer that is gone.
   absl::StatusOr<Recovery> Recover(const absl::Status& failure, int64_t) override {
-    return failure;
+    if (!elastic_ || c_.stop.load() || failure.code() == absl::StatusCode::kCancelled) {
+      return failure;
+    }
+    log::Warn("A collective failed; forming the group again", {{"cause", failure}});
+    if (c_.metrics) c_.metrics->recoveries.Increment();
+    absl::Status reformed = Reform();
+    if (ElasticGroup::TrainingIsOver(reformed)) return Recovery{.training_over = true};
+    RETURN_IF_ERROR(reformed);
+    return Recovery{.training_over = false, .pos = Position()};
   }
 
   bool Done(int64_t pos) const override { return pos >= c_.total_steps(); }
-  absl::Status EndTraining() override { return VerifyIdentical(step_); }
+  absl::Status EndTraining() override {
+    RETURN_IF_ERROR(VerifyIdentical(step_));
+    if (elastic_) {
+      if (c_.id.role == Role::kChief) {
+        absl::Status finished = c_.id.group->Finish();
+        if (!finished.ok()) log::Warn("Could not end the group's reforms", {{"error", finished}});
+      }
+      c_.id.group->Leave();
+    }
+    return absl::OkStatus();
+  }
+  std::optional<ElasticShard> DataShard() const override {
+    if (!elastic_) return std::nullopt;
+    return shard_;
+  }
   void ShutDown() override {}
 
   // ---- what the chief reads -------------------------------------------------------------------
@@ -140,9 +225,11 @@ class AllReduceExchange final : public GradientExchange {
   absl::StatusOr<ps::ModelState> Export() override {
     ps::ModelState state;
     state.config.mode = ps::UpdateMode::kSync;
-    state.config.replicas_to_aggregate = size();
+    state.config.replicas_to_aggregate = elastic_ ? nominal_ : size();
+    state.config.elastic = elastic_;
     state.config.optimizer = optimizer_->options();
     state.global_step = step_;
+    state.gradients_applied = applied_;
     state.run_id = run_id_;
     const std::vector<std::string> slot_names = optimizer_->SlotNames();
     for (size_t i = 0; i < slots_.size(); ++i) {
@@ -163,7 +250,9 @@ class AllReduceExchange final : public GradientExchange {
 
   int64_t global_step() const override { return step_; }
   int examples_per_step() const override { return c_.options.batch_size * size(); }
-  int64_t last_global_step() const override { return c_.total_steps(); }
+  int64_t last_global_step() const override {
+    return elastic_ ? c_.total_steps() + 1 : c_.total_steps();
+  }
   std::optional<uint64_t> parameter_checksum() const override { return checksum_; }
 
   absl::Status AwaitParameters(bool) override {
@@ -183,7 +272,12 @@ class AllReduceExchange final : public GradientExchange {
     Tensor buffer;
   };
 
-  int size() const { return c_.id.num_workers; }
+  int size() const {
+    if (elastic_) return comm_ != nullptr ? comm_->size() : c_.id.num_workers;
+    return c_.id.num_workers;
+  }
+  // Where this rank is: the global step, or (elastic) the gradients applied.
+  int64_t Position() const { return elastic_ ? applied_ : step_; }
 
   // Packs variables in order into buffers of at most fusion_bytes (a larger variable gets one of
   // its own); one more float at the end of the last carries the step's loss.
@@ -199,13 +293,14 @@ class AllReduceExchange final : public GradientExchange {
       b.members.push_back({v, &slots_[i], b.elements});
       b.elements += v->size();
     }
-    buckets_.back().elements += 1;  // the loss
+    buckets_.back().elements += elastic_ ? 2 : 1;  // the loss (and the members-changed flag)
     for (Bucket& b : buckets_) b.buffer = Tensor(device_, {b.elements});
-    log::Info("All-reduce training", {{"rank", c_.id.rank},
-                                      {"workers", size()},
-                                      {"communicator", comm_->name()},
-                                      {"fused_buffers", buckets_.size()},
-                                      {"parameters", model_.num_parameters()}});
+    log::Info("All-reduce training",
+              {{"rank", c_.id.rank},
+               {"workers", size()},
+               {"communicator", comm_ != nullptr ? comm_->name() : "elastic"},
+               {"fused_buffers", buckets_.size()},
+               {"parameters", model_.num_parameters()}});
   }
 
   absl::Status Restore(const ps::ModelState& state) {
@@ -231,6 +326,10 @@ class AllReduceExchange final : public GradientExchange {
       }
     }
     step_ = state.global_step;
+    applied_ = state.gradients_applied;
+    if (elastic_ && state.config.elastic && state.config.replicas_to_aggregate >= 1) {
+      RETURN_IF_ERROR(ScaleFor(state.config.replicas_to_aggregate));
+    }
     if (!state.run_id.empty()) run_id_ = state.run_id;
     RETURN_IF_ERROR(device_.Synchronize());
     log::Info("Restored the latest checkpoint",
@@ -248,8 +347,10 @@ class AllReduceExchange final : public GradientExchange {
       }
     }
     Bucket& last = buckets_.back();
-    float* loss_slot = last.buffer.data() + last.elements - 1;
+    float* loss_slot = last.buffer.data() + last.elements - (elastic_ ? 2 : 1);
     device_.CopyHostToDevice(&loss, loss_slot, sizeof(float));
+    const float change = elastic_ && c_.id.group->change_pending() ? 1.0f : 0.0f;
+    if (elastic_) device_.CopyHostToDevice(&change, loss_slot + 1, sizeof(float));
     RETURN_IF_ERROR(device_.Synchronize(), "packing the gradients of step ", pos);
     absl::Time t0 = absl::Now();
     size_t bytes = 0;
@@ -258,9 +359,11 @@ class AllReduceExchange final : public GradientExchange {
                       "all-reducing the gradients of step ", pos);
       bytes += b.buffer.bytes();
     }
-    float summed_loss = 0;
-    device_.CopyDeviceToHost(loss_slot, &summed_loss, sizeof(float));
+    float summed[2] = {0, 0};
+    device_.CopyDeviceToHost(loss_slot, summed, (elastic_ ? 2 : 1) * sizeof(float));
     RETURN_IF_ERROR(device_.Synchronize());
+    const float summed_loss = summed[0];
+    reform_wanted_ = summed[1] > 0;
     if (c_.metrics) {
       c_.metrics->allreduce_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
       // What a ring all-reduce sends per rank: 2(n-1)/n of the buffer.
@@ -272,7 +375,9 @@ class AllReduceExchange final : public GradientExchange {
   // The optimizer's update for step `pos` from the summed gradients, scaled to their mean.
   void ApplyUpdates(int64_t pos) {
     ps::UpdateRule rule = optimizer_->Rule(pos);
-    rule.grad_scale = 1.0f / static_cast<float>(size());
+    // The mean; an elastic job's sum over the size the learning rate was scaled for (linear
+    // scaling, as the ps do: ps/store.h).
+    rule.grad_scale = 1.0f / static_cast<float>(elastic_ ? nominal_ : size());
     for (Bucket& b : buckets_) {
       for (const Member& m : b.members) {
         std::vector<Tensor>& slots = *m.slots;
@@ -323,6 +428,12 @@ class AllReduceExchange final : public GradientExchange {
   int64_t step_ = 0;
   std::string run_id_;
   uint64_t checksum_ = 0;
+  // Elastic jobs (docs/architecture.md §5.10).
+  bool elastic_ = false;
+  int nominal_ = 1;             // the size the learning rate was scaled for
+  int64_t applied_ = 0;         // gradients applied over the run: the position
+  bool reform_wanted_ = false;  // the last step's summed flag
+  ElasticShard shard_;
 };
 
 }  // namespace

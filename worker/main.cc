@@ -23,6 +23,7 @@
 #include "common/stop_signal.h"
 #include "operator/api/tf_config.h"
 #include "worker/collective/coordinator.h"
+#include "worker/collective/elastic_group.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/cpu/cpu_device.h"
 #ifdef KUBETRAIN_HAVE_CUDA
@@ -310,6 +311,7 @@ struct Collective {
   std::unique_ptr<CoordinatorServer> coordinator;
   std::unique_ptr<CoordinatorClient> store;
   std::unique_ptr<Communicator> communicator;
+  std::unique_ptr<ElasticGroup> group;  // elastic jobs, instead of `communicator`
 };
 
 absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentity& id,
@@ -326,7 +328,9 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
     ASSIGN_OR_RETURN(c.coordinator,
                      CoordinatorServer::Start({.address = JoinHostPort(o.bind_address, chief_port),
                                                .world_size = id.num_workers,
-                                               .secret = o.trainer.job_secret}));
+                                               .secret = o.trainer.job_secret,
+                                               .min_members = o.trainer.min_workers,
+                                               .member_timeout = o.trainer.member_timeout}));
     dial = JoinHostPort(IsWildcard(o.bind_address) ? "127.0.0.1" : o.bind_address, chief_port);
     resolve = nullptr;
   }
@@ -334,10 +338,37 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
                                                         .resolve = resolve,
                                                         .rank = id.rank,
                                                         .world_size = id.num_workers,
+                                                        .elastic = o.trainer.elastic,
                                                         .connect_timeout = o.trainer.ready_timeout,
                                                         .stop = &g_stop,
                                                         .secret = o.trainer.job_secret}));
   ASSIGN_OR_RETURN(std::string kind, CommunicatorFor(o.communicator, device));
+  if (o.trainer.elastic) {
+    // Each generation of members connects a communicator of its own (docs/architecture.md
+    // §5.10); the exchange forms the first one when training starts.
+    const std::string host = GlooHost(o, r);
+    CommunicatorFactory factory = [&, kind, host](
+                                      KeyValueStore& store, int rank,
+                                      int size) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+      if (kind == "nccl") {  // only ever on a CUDA device, so only in a build with CUDA
+#ifdef KUBETRAIN_HAVE_CUDA
+        auto& gpu = static_cast<CudaDevice&>(device);
+        absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl =
+            NcclCommunicator::Create(gpu, store, rank, size, o.collective_timeout, &g_stop);
+        if (!nccl.ok()) return ExplainDuplicateGpu(nccl.status(), gpu.ordinal());
+        return std::unique_ptr<Communicator>(std::move(*nccl));
+#endif
+      }
+      ASSIGN_OR_RETURN(
+          std::unique_ptr<GlooCommunicator> gloo,
+          GlooCommunicator::Create(
+              store,
+              {.rank = rank, .size = size, .hostname = host, .timeout = o.collective_timeout}));
+      return std::unique_ptr<Communicator>(std::move(gloo));
+    };
+    c.group = std::make_unique<ElasticGroup>(*c.store, std::move(factory), o.trainer.ready_timeout);
+    return c;
+  }
   if (kind == "nccl") {  // only ever on a CUDA device, so only in a build with CUDA
 #ifdef KUBETRAIN_HAVE_CUDA
     auto& gpu = static_cast<CudaDevice&>(device);
@@ -447,6 +478,7 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
     RETURN_IF_ERROR(connected.status());
     collective = std::move(*connected);
     id.communicator = collective.communicator.get();
+    id.group = collective.group.get();
   }
   Trainer trainer(o.trainer, id, *device, &data->train, &data->test, &metrics);
   absl::StatusOr<TrainingSummary> summary = trainer.Run(g_stop);

@@ -91,11 +91,6 @@ absl::Status ValidateOptions(const TrainerOptions& o) {
   if (o.inject_delay < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--inject-delay: must be >= 0s");
   }
-  if (o.elastic && o.mode == Mode::kAllReduce) {
-    return absl::InvalidArgumentError(
-        "--elastic: an all-reduce job cannot change size while it runs; use --mode ps-sync or "
-        "ps-async (the parameter servers keep the membership)");
-  }
   if (o.min_workers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--elastic-min-workers: must be >= 1, got ", o.min_workers));

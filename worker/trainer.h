@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "ps/optimizer.h"
 #include "worker/collective/communicator.h"
+#include "worker/collective/elastic_group.h"
 #include "worker/data/dataset.h"
 #include "worker/device.h"
 #include "worker/metrics.h"
@@ -97,6 +98,9 @@ struct TaskIdentity {
   std::function<std::string(const std::string&)> resolve;
   // All-reduce mode: the connected communicator of this rank (borrowed).
   Communicator* communicator = nullptr;
+  // Elastic all-reduce jobs: the group whose communicator is formed again for each generation
+  // of members (borrowed; `communicator` stays null).
+  ElasticGroup* group = nullptr;
 };
 
 struct TrainingSummary {

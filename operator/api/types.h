@@ -101,8 +101,8 @@ struct RunPolicy {
 };
 
 // spec.elastic: the Worker count may change while the job runs, between these bounds, without a
-// pod restarted (docs/architecture.md §3, §10). Needs PS replicas: the parameter servers hold
-// the membership. Every container gets KUBETRAIN_ELASTIC=1.
+// pod restarted (docs/architecture.md §3, §5.10, §10). The parameter servers hold the membership,
+// or, in an all-reduce job, the chief's coordinator. Every container gets KUBETRAIN_ELASTIC=1.
 struct ElasticPolicy {
   std::optional<int32_t> min_replicas;
   std::optional<int32_t> max_replicas;

@@ -383,9 +383,6 @@ class Validator {
             "needs a Worker replica spec: it bounds spec.replicaSpecs.Worker.replicas; add "
             "Worker replicas or remove spec.elastic");
     }
-    if (!specs.count(ReplicaType::kPS)) {
-      Error(path, "needs PS replicas; all-reduce jobs cannot change size while they run");
-    }
     const bool min_ok = Bound(e.min_replicas, path + ".minReplicas",
                               "the fewest Workers the job runs with, e.g. 1");
     const bool max_ok =

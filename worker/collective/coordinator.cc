@@ -1,5 +1,8 @@
 #include "worker/collective/coordinator.h"
 
+#include <algorithm>
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/backoff.h"
@@ -13,6 +16,8 @@
 
 namespace kubetrain::worker {
 namespace {
+
+constexpr absl::string_view kTrainingIsOver = "training is over";
 
 grpc::Status WrongSession(const std::string& got, const std::string& want) {
   return grpc::Status(
@@ -31,6 +36,8 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
       : session_(std::move(session)),
         world_size_(options.world_size),
         max_store_bytes_(options.max_store_bytes),
+        min_members_(std::max(1, options.min_members)),
+        member_timeout_(absl::ToChronoMilliseconds(options.member_timeout)),
         verifier_(options.secret) {}
 
   void Shutdown() {
@@ -42,6 +49,15 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
   grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request,
                     v1::JoinResponse* response) override {
     if (grpc::Status auth = verifier_.Check(*context); !auth.ok()) return auth;
+    if (request->elastic()) {
+      if (request->rank() < 0 || request->rank() > kMaxMember) {
+        return grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("member ", request->rank(), " is outside [0, ", kMaxMember, "]"));
+      }
+      response->set_session(session_);
+      return grpc::Status::OK;
+    }
     if (request->world_size() != world_size_) {
       return grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
@@ -82,6 +98,93 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
     return grpc::Status::OK;
   }
 
+  // Members ask for the next generation; it forms once every live one has asked (and, for the
+  // first, once world_size have). Waiters refresh their own liveness while they wait.
+  grpc::Status Reform(grpc::ServerContext* context, const v1::ReformRequest* request,
+                      v1::ReformResponse* response) override {
+    if (grpc::Status auth = verifier_.Check(*context); !auth.ok()) return auth;
+    if (request->session() != session_) return WrongSession(request->session(), session_);
+    const int member = request->member();
+    if (member < 0 || member > kMaxMember) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("member ", member, " is outside [0, ", kMaxMember, "]"));
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (request->finished()) {
+      finished_ = true;
+      cv_.notify_all();
+    }
+    if (finished_) {
+      return grpc::Status(grpc::StatusCode::ABORTED, std::string(kTrainingIsOver));
+    }
+    if (request->leave()) {
+      members_.erase(member);
+      waiting_.erase(member);
+      log::Info("Member left", {{"member", member}, {"members", members_.size()}});
+      MaybeForm();
+      cv_.notify_all();
+      return grpc::Status::OK;
+    }
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
+    const int64_t known = request->known_generation();
+    // A generation newer than the member's that lists it (formed while it waited, or while it
+    // was between two calls) is its answer; otherwise it waits for the next.
+    auto formed_for_member = [&] {
+      return generation_ > known && std::count(formed_.begin(), formed_.end(), member) > 0;
+    };
+    while (true) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!formed_for_member()) {
+        if (!members_.count(member)) {
+          log::Info("Member joined", {{"member", member}, {"members", members_.size() + 1}});
+        }
+        members_[member] = now;
+        waiting_.insert(member);
+        MaybeForm();
+      }
+      if (formed_for_member()) {
+        response->set_generation(generation_);
+        for (int m : formed_) response->add_members(m);
+        return grpc::Status::OK;
+      }
+      if (shutting_down_) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+      }
+      if (finished_) return grpc::Status(grpc::StatusCode::ABORTED, std::string(kTrainingIsOver));
+      if (context->IsCancelled()) {
+        waiting_.erase(member);
+        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      }
+      if (now >= deadline) {
+        waiting_.erase(member);
+        return grpc::Status(
+            grpc::StatusCode::DEADLINE_EXCEEDED,
+            absl::StrCat("the job's members did not all reform within ", request->timeout_ms(),
+                         " ms (", waiting_.size() + 1, " of ", members_.size(), " asked)"));
+      }
+      cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(200)));
+    }
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override {
+    if (grpc::Status auth = verifier_.Check(*context); !auth.ok()) return auth;
+    if (request->session() != session_) return WrongSession(request->session(), session_);
+    std::lock_guard<std::mutex> lock(mu_);
+    // Only members are refreshed: a late beat of one that left must not bring it back. One that
+    // was dropped while alive (a long pause) is told to reform, which takes it in again.
+    auto self = members_.find(request->member());
+    if (self != members_.end()) self->second = std::chrono::steady_clock::now();
+    MaybeForm();
+    std::vector<int> live;
+    for (const auto& [m, seen] : members_) live.push_back(m);
+    response->set_generation(generation_);
+    response->set_reform(live != formed_ || !waiting_.empty() ||
+                         (self == members_.end() && !finished_));
+    return grpc::Status::OK;
+  }
+
   grpc::Status Get(grpc::ServerContext* context, const v1::GetRequest* request,
                    v1::GetResponse* response) override {
     if (grpc::Status auth = verifier_.Check(*context); !auth.ok()) return auth;
@@ -113,15 +216,50 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
   }
 
  private:
+  // Drops members silent for member_timeout_, then forms the next generation when every live
+  // member waits (and enough of them do).
+  void MaybeForm() {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = members_.begin(); it != members_.end();) {
+      if (now - it->second > member_timeout_) {
+        log::Warn("Member lost: silent past the timeout", {{"member", it->first}});
+        waiting_.erase(it->first);
+        it = members_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    const int needed = generation_ == 0 ? world_size_ : min_members_;
+    if (waiting_.empty() || static_cast<int>(waiting_.size()) < needed ||
+        waiting_.size() != members_.size()) {
+      return;
+    }
+    ++generation_;
+    formed_.assign(waiting_.begin(), waiting_.end());
+    waiting_.clear();
+    log::Info("Formed a generation", {{"generation", generation_}, {"members", formed_.size()}});
+    cv_.notify_all();
+  }
+
+  static constexpr int kMaxMember = 100000;
   const std::string session_;
   const int world_size_;
   const int64_t max_store_bytes_;
+  const int min_members_;
+  const std::chrono::milliseconds member_timeout_;
   const JobSecretVerifier verifier_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::string> values_;
   int64_t store_bytes_ = 0;  // keys and values in values_
   bool shutting_down_ = false;
+  // Elastic membership: member → when last heard from; those waiting in Reform; the newest
+  // generation and its members.
+  std::map<int, std::chrono::steady_clock::time_point> members_;
+  std::set<int> waiting_;
+  int64_t generation_ = 0;
+  std::vector<int> formed_;
+  bool finished_ = false;  // the chief said training is over
 };
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
@@ -206,6 +344,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     v1::JoinRequest request;
     request.set_rank(options.rank);
     request.set_world_size(options.world_size);
+    request.set_elastic(options.elastic);
     v1::JoinResponse response;
     absl::Status s = ps::FromGrpc(client->stub_->get().Join(&context, request, &response));
     if (s.ok()) {
@@ -274,6 +413,62 @@ absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key, absl:
       return absl::CancelledError(absl::StrCat("stopped while waiting for \"", key, "\""));
     }
   }
+}
+
+absl::Status CoordinatorClient::Finish() {
+  grpc::ClientContext context;
+  context.set_deadline(
+      absl::ToChronoTime(absl::Now() + std::min(options_.rpc_timeout, absl::Seconds(2))));
+  v1::ReformRequest request;
+  request.set_session(session_);
+  request.set_member(options_.rank);
+  request.set_finished(true);
+  v1::ReformResponse response;
+  absl::Status s = ps::FromGrpc(stub_->get().Reform(&context, request, &response));
+  if (s.code() == absl::StatusCode::kAborted) return absl::OkStatus();  // "training is over"
+  return internal::WithContext(std::move(s), "coordinator Finish");
+}
+
+absl::StatusOr<Generation> CoordinatorClient::Reform(bool leave, absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (true) {
+    // Waits of at most a second each, so a stop request is noticed while peers are awaited.
+    const absl::Duration wait = std::min(give_up - absl::Now(), absl::Seconds(1));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + wait + options_.rpc_timeout));
+    v1::ReformRequest request;
+    request.set_session(session_);
+    request.set_member(options_.rank);
+    request.set_leave(leave);
+    request.set_timeout_ms(std::max<int64_t>(absl::ToInt64Milliseconds(wait), 0));
+    request.set_known_generation(generation_.load());
+    v1::ReformResponse response;
+    absl::Status s = ps::FromGrpc(stub_->get().Reform(&context, request, &response));
+    if (s.ok()) {
+      if (!leave) generation_ = response.generation();
+      return Generation{response.generation(),
+                        std::vector<int>(response.members().begin(), response.members().end())};
+    }
+    const bool waited_out = s.code() == absl::StatusCode::kDeadlineExceeded;
+    if (!waited_out || absl::Now() >= give_up) {
+      return internal::WithContext(std::move(s), "coordinator Reform");
+    }
+    if (options_.stop != nullptr && options_.stop->load()) {
+      return absl::CancelledError("stopped while waiting for the job's members to reform");
+    }
+  }
+}
+
+absl::StatusOr<bool> CoordinatorClient::Heartbeat() {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::HeartbeatRequest request;
+  request.set_session(session_);
+  request.set_member(options_.rank);
+  v1::HeartbeatResponse response;
+  RETURN_IF_ERROR(ps::FromGrpc(stub_->get().Heartbeat(&context, request, &response)),
+                  "coordinator Heartbeat");
+  return response.reform();
 }
 
 }  // namespace kubetrain::worker

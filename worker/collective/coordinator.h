@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -35,6 +36,18 @@ struct CoordinatorServerOptions {
   // What the rendezvous may hold in all (keys and values), so a misbehaving rank cannot grow
   // the chief without bound; Gloo's rendezvous needs a few KiB per rank.
   int64_t max_store_bytes = 64 << 20;
+  // Elastic jobs (Reform, Heartbeat): the first generation forms once world_size members ask,
+  // later ones once every live member asks and there are at least min_members; a member
+  // silent for member_timeout has left.
+  int min_members = 1;
+  absl::Duration member_timeout = absl::Seconds(10);
+};
+
+// A generation of an elastic job: the members that train together, ascending (a member's rank
+// is its index).
+struct Generation {
+  int64_t number = 0;
+  std::vector<int> members;
 };
 
 class CoordinatorServer {
@@ -64,6 +77,8 @@ struct CoordinatorClientOptions {
   std::function<std::string(const std::string&)> resolve;
   int rank = 0;
   int world_size = 1;
+  // An elastic job's member: `rank` is its task's stable id (docs/architecture.md §5.10).
+  bool elastic = false;
   // How long Connect keeps trying while the chief is not up yet.
   absl::Duration connect_timeout = absl::Minutes(5);
   absl::Duration rpc_timeout = absl::Seconds(30);  // Join and Set; Get waits its own timeout
@@ -81,9 +96,22 @@ class CoordinatorClient final : public KeyValueStore {
   ~CoordinatorClient() override;
 
   const std::string& session() const { return session_; }
+  // This task's rank, or (elastic) its stable member id.
+  int member() const { return options_.rank; }
 
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override;
+
+  // Elastic jobs: waits (up to `timeout`, giving up once options.stop is set) for the next
+  // generation, which this member joins; with `leave`, leaves at once.
+  // ABORTED "training is over" once the chief has called Finish.
+  absl::StatusOr<Generation> Reform(bool leave, absl::Duration timeout);
+  // Elastic jobs, the chief at the end of training: answers every Reform, waiting or to come,
+  // with ABORTED "training is over".
+  absl::Status Finish();
+  // Elastic jobs: this member is alive. True when the members changed since the newest
+  // generation: every rank reforms after the same step.
+  absl::StatusOr<bool> Heartbeat();
 
  private:
   class Stub;
@@ -92,6 +120,8 @@ class CoordinatorClient final : public KeyValueStore {
   CoordinatorClientOptions options_;
   std::string session_;
   std::unique_ptr<Stub> stub_;
+  // The newest generation Reform returned: the next one waits for a newer one.
+  std::atomic<int64_t> generation_{0};
 };
 
 }  // namespace kubetrain::worker

@@ -6,12 +6,14 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/status.h"
 #include "common/testing/status_matchers.h"
 #include "prometheus/registry.h"
 #include "ps/optimizer.h"
 #include "ps/service.h"
 #include "worker/checkpoint.h"
 #include "worker/collective/coordinator.h"
+#include "worker/collective/elastic_group.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/fashion_mnist.h"
@@ -165,6 +167,81 @@ TEST_F(AllReduceTrainerTest, ARankThatStopsFailsItsPeersInsteadOfHangingThem) {
   ASSERT_FALSE(results[0].ok());
   EXPECT_EQ(results[0].status().code(), absl::StatusCode::kUnavailable) << results[0].status();
   EXPECT_LT(absl::Now() - t0, absl::Seconds(20));
+}
+
+// An elastic all-reduce job (docs/architecture.md §5.10): ranks 0 and 1 start; member 2 joins
+// while they train and the group reforms with three; member 1 stops (a deleted pod) and the
+// others reform without it. Nobody restarts, and the run ends after one epoch of gradients with
+// every remaining rank holding the same parameters.
+TEST_F(AllReduceTrainerTest, ElasticGroupGrowsAndShrinksWhileItTrains) {
+  auto server = CoordinatorServer::Start({.address = "127.0.0.1:0",
+                                          .world_size = 2,
+                                          .min_members = 1,
+                                          .member_timeout = absl::Seconds(5)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  TrainerOptions options = Options(1, FreshDir("elastic"));
+  options.elastic = true;
+  options.heartbeat_every = absl::Milliseconds(100);
+  options.inject_delay = absl::Milliseconds(2);
+  std::vector<std::atomic<bool>> stops(3);
+  std::vector<absl::StatusOr<TrainingSummary>> results(3, absl::UnknownError("not run"));
+  std::vector<std::unique_ptr<WorkerMetrics>> metrics;
+  std::vector<std::unique_ptr<prometheus::Registry>> registries;
+  for (int i = 0; i < 3; ++i) {
+    registries.push_back(std::make_unique<prometheus::Registry>());
+    metrics.push_back(std::make_unique<WorkerMetrics>(*registries.back(),
+                                                      MetricLabels{"t", "w", std::to_string(i)}));
+  }
+  auto run = [&](int member, int size) {
+    auto store = CoordinatorClient::Connect({.address = "127.0.0.1:" + std::to_string(port),
+                                             .rank = member,
+                                             .world_size = size,
+                                             .elastic = true});
+    if (!store.ok()) {
+      results[member] = store.status();
+      return;
+    }
+    ElasticGroup group(
+        **store,
+        [](KeyValueStore& kv, int rank, int n) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+          ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> gloo,
+                           GlooCommunicator::Create(
+                               kv, {.rank = rank, .size = n, .timeout = absl::Seconds(30)}));
+          return std::unique_ptr<Communicator>(std::move(gloo));
+        });
+    CpuDevice device;
+    TaskIdentity id{member == 0 ? Role::kChief : Role::kWorker, member, size, {}};
+    id.group = &group;
+    Trainer trainer(options, id, device, &data_->train, &data_->test, metrics[member].get());
+    results[member] = trainer.Run(stops[member]);
+  };
+  auto steps = [&](int member) { return metrics[member]->steps.Value(); };
+  auto wait_until = [](const std::function<bool()>& done) {
+    for (absl::Time end = absl::Now() + absl::Seconds(60); !done() && absl::Now() < end;) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return done();
+  };
+  std::thread r0(run, 0, 2), r1(run, 1, 2);
+  ASSERT_TRUE(wait_until([&] { return steps(0) >= 30; }));
+  std::thread r2(run, 2, 3);
+  ASSERT_TRUE(wait_until([&] { return steps(2) >= 30; }));
+  EXPECT_EQ(metrics[0]->workers.Value(), 3);
+  stops[1] = true;
+  r1.join();
+  ASSERT_TRUE(wait_until([&] { return metrics[0]->workers.Value() == 2; }));
+  r0.join();
+  r2.join();
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  ASSERT_TRUE(results[2].ok()) << results[2].status();
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled) << results[1].status();
+  EXPECT_GT(results[0]->test_accuracy, 0.78);
+  // One epoch of gradients: 60000 / 64 = 937, give or take the size of the last step.
+  auto last = Checkpointer({.dir = options.checkpoint_dir}).LoadLatest("mlp");
+  ASSERT_TRUE(last.ok() && last->has_value()) << last.status();
+  EXPECT_GE((*last)->gradients_applied, 937);
+  EXPECT_LE((*last)->gradients_applied, 937 + 2);
 }
 
 TEST_F(AllReduceTrainerTest, AnEvaluatorIsRefusedWithTheFix) {

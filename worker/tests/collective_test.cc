@@ -8,8 +8,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/status.h"
 #include "common/testing/status_matchers.h"
 #include "worker/collective/coordinator.h"
+#include "worker/collective/elastic_group.h"
 #include "worker/collective/gloo_communicator.h"
 
 namespace kubetrain::worker {
@@ -97,6 +99,108 @@ TEST(Coordinator, TheRendezvousStoreIsBounded) {
   absl::StatusOr<std::string> kept = client->Get("a", absl::Seconds(5));
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(kept->size(), 900u);
+}
+
+std::unique_ptr<CoordinatorClient> Member(int port, int member) {
+  auto client = CoordinatorClient::Connect({.address = "127.0.0.1:" + std::to_string(port),
+                                            .rank = member,
+                                            .world_size = 2,
+                                            .elastic = true,
+                                            .connect_timeout = absl::Seconds(10)});
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+// Reforms every client of `members` at once; their answers, in the same order.
+std::vector<absl::StatusOr<Generation>> ReformAll(std::vector<CoordinatorClient*> members) {
+  std::vector<absl::StatusOr<Generation>> out(members.size(), absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < members.size(); ++i) {
+    threads.emplace_back([&, i] { out[i] = members[i]->Reform(false, absl::Seconds(20)); });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// Elastic all-reduce membership (docs/architecture.md §5.10): a generation forms once every
+// live member asks; a newcomer, a leaver and a member gone silent each make the others reform.
+TEST(Coordinator, ElasticGenerationsFollowJoinsLeavesAndSilence) {
+  auto server = CoordinatorServer::Start({.address = "127.0.0.1:0",
+                                          .world_size = 2,
+                                          .min_members = 1,
+                                          .member_timeout = absl::Seconds(3)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  auto chief = Member(port, 0), worker = Member(port, 1), late = Member(port, 5);
+
+  auto first = ReformAll({chief.get(), worker.get()});
+  for (const auto& g : first) {
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->number, 1);
+    EXPECT_EQ(g->members, (std::vector<int>{0, 1}));
+  }
+  EXPECT_EQ(chief->Heartbeat().value_or(true), false);
+
+  // A newcomer waits in Reform; the others learn it from their heartbeat and join it.
+  absl::StatusOr<Generation> joined = absl::UnknownError("not run");
+  std::thread newcomer([&] { joined = late->Reform(false, absl::Seconds(20)); });
+  absl::Time until = absl::Now() + absl::Seconds(10);
+  while (!chief->Heartbeat().value_or(false) && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  auto second = ReformAll({chief.get(), worker.get()});
+  newcomer.join();
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->number, 2);
+  EXPECT_EQ(joined->members, (std::vector<int>{0, 1, 5}));
+  for (const auto& g : second) ASSERT_TRUE(g.ok() && g->number == 2) << g.status();
+
+  // One leaves: the rest reform without it.
+  ASSERT_THAT(worker->Reform(/*leave=*/true, absl::Seconds(5)).status(), IsOk());
+  EXPECT_EQ(chief->Heartbeat().value_or(false), true);
+  auto third = ReformAll({chief.get(), late.get()});
+  for (const auto& g : third) {
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->number, 3);
+    EXPECT_EQ(g->members, (std::vector<int>{0, 5}));
+  }
+
+  // One goes silent (its pod was killed): after the timeout the chief reforms alone.
+  absl::StatusOr<Generation> alone = chief->Reform(false, absl::Seconds(20));
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->number, 4);
+  EXPECT_EQ(alone->members, (std::vector<int>{0}));
+}
+
+// The chief ends training: a member waiting for a generation, and one that asks later (a worker
+// whose pod started as the run ended), are told so instead of forming a group of their own.
+TEST(Coordinator, ElasticReformAfterTheChiefFinishedSaysTrainingIsOver) {
+  auto server = CoordinatorServer::Start({.address = "127.0.0.1:0", .world_size = 2});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  auto chief = Member(port, 0), worker = Member(port, 1), late = Member(port, 2);
+  for (const auto& g : ReformAll({chief.get(), worker.get()})) ASSERT_TRUE(g.ok()) << g.status();
+
+  absl::StatusOr<Generation> waiting = absl::UnknownError("not run");
+  std::thread newcomer([&] { waiting = late->Reform(false, absl::Seconds(20)); });
+  absl::Time until = absl::Now() + absl::Seconds(10);
+  while (!chief->Heartbeat().value_or(false) && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_THAT(chief->Finish(), IsOk());
+  newcomer.join();
+  EXPECT_TRUE(ElasticGroup::TrainingIsOver(waiting.status())) << waiting.status();
+  absl::StatusOr<Generation> after = worker->Reform(false, absl::Seconds(5));
+  EXPECT_TRUE(ElasticGroup::TrainingIsOver(after.status())) << after.status();
+}
+
+TEST(Coordinator, ElasticReformWaitsForTheFirstGenerationsFullSize) {
+  auto server = CoordinatorServer::Start({.address = "127.0.0.1:0", .world_size = 2});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto chief = Member((*server)->port(), 0);
+  absl::StatusOr<Generation> g = chief->Reform(false, absl::Milliseconds(600));
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kDeadlineExceeded) << g.status();
+  EXPECT_NE(g.status().message().find("1 of 1 asked"), std::string::npos) << g.status();
 }
 
 TEST(Coordinator, ARestartedChiefTellsOldRanksToRendezvousAgain) {
@@ -222,6 +326,70 @@ TEST(Gloo, APeerThatGoesAwayIsAnErrorNotAHang) {
   survivor = (*comm)->AllReduce(data.data(), data.size(), ReduceOp::kSum);
   EXPECT_FALSE(survivor.ok());
   EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+}
+
+CommunicatorFactory GlooFactory() {
+  return [](KeyValueStore& store, int rank,
+            int size) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<GlooCommunicator> gloo,
+        GlooCommunicator::Create(
+            store,
+            {.rank = rank, .size = size, .hostname = "127.0.0.1", .timeout = absl::Seconds(20)}));
+    return std::unique_ptr<Communicator>(std::move(gloo));
+  };
+}
+
+// An elastic all-reduce group over Gloo (docs/architecture.md §5.10): members 0 and 1 sum their
+// ids; member 7 joins and the group reforms with three; member 1 leaves and the rest reform
+// with two. Each generation's sum counts exactly its members.
+TEST(ElasticGroup, ReformsWithANewcomerAndWithoutALeaver) {
+  auto server = CoordinatorServer::Start(
+      {.address = "127.0.0.1:0", .world_size = 2, .member_timeout = absl::Seconds(10)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::atomic<bool> member_1_leaves{false};
+  std::atomic<int> sums_of_three{0}, sums_of_two_without_1{0};
+  auto run = [&](int member) {
+    auto client = Member(port, member);
+    ASSERT_NE(client, nullptr);
+    ElasticGroup group(*client, GlooFactory(), absl::Seconds(30));
+    absl::StatusOr<Communicator*> comm = group.Reform();
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    group.StartHeartbeat(absl::Milliseconds(50));
+    int pairs = 0;  // sums this member saw in the generation of 0 and 7
+    for (int round = 0; round < 400; ++round) {
+      // The member's id and a "members changed" flag, summed: every rank sees the same flag.
+      float data[2] = {static_cast<float>(member), group.change_pending() ? 1.0f : 0.0f};
+      if (member == 1 && member_1_leaves.load() && group.generation().members.size() == 3) {
+        group.Leave();
+        return;
+      }
+      absl::Status s = (*comm)->AllReduce(data, 2, ReduceOp::kSum);
+      if (s.ok() && data[0] == 0 + 1 + 7) {
+        ++sums_of_three;
+        member_1_leaves = true;
+      }
+      if (s.ok() && data[0] == 0 + 7 && group.generation().members.size() == 2) {
+        ++sums_of_two_without_1;
+        // Both see the same sums in the same rounds, so both stop after the same one.
+        if (++pairs == 2) return;
+      }
+      if (!s.ok() || data[1] > 0) {
+        comm = group.Reform();
+        ASSERT_TRUE(comm.ok()) << comm.status();
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  };
+  std::thread m0(run, 0), m1(run, 1);
+  absl::SleepFor(absl::Milliseconds(500));
+  std::thread m7(run, 7);
+  m0.join();
+  m1.join();
+  m7.join();
+  EXPECT_GE(sums_of_three.load(), 3);          // all three summed at least once each
+  EXPECT_EQ(sums_of_two_without_1.load(), 4);  // members 0 and 7, twice each, without 1
 }
 
 TEST(Gloo, AWildcardListenAddressIsRefused) {

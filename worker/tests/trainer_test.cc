@@ -219,14 +219,6 @@ TEST_F(TrainerTest, ElasticAsyncJobEndsAfterTheSameExamples) {
   EXPECT_GT(summary->test_accuracy, 0.78);
 }
 
-TEST_F(TrainerTest, ElasticAllReduceIsRefusedNamingTheFlag) {
-  TrainerOptions options = Options(Mode::kAllReduce, 1);
-  options.elastic = true;
-  EXPECT_EQ(ValidateOptions(options).message(),
-            "--elastic: an all-reduce job cannot change size while it runs; use --mode ps-sync "
-            "or ps-async (the parameter servers keep the membership)");
-}
-
 TEST_F(TrainerTest, AsyncTrainingAppliesEveryPush) {
   auto ps0 = StartPs();
   auto ps1 = StartPs();
