@@ -35,6 +35,15 @@ class Buffer {
   Buffer() = default;
   Buffer(Device& device, Shape shape);
   ~Buffer() { Release(); }
+  // A buffer over `data`, memory that something else owns and frees (a slice of a larger
+  // buffer, such as the all-reduce fusion buffer a variable's gradient lives in).
+  static Buffer View(T* data, Shape shape) {
+    Buffer view;
+    view.shape_ = std::move(shape);
+    view.size_ = NumElements(view.shape_);
+    view.data_ = data;
+    return view;
+  }
 
   Buffer(Buffer&& other) noexcept { *this = std::move(other); }
   Buffer& operator=(Buffer&& other) noexcept;
@@ -51,7 +60,7 @@ class Buffer {
  private:
   void Release();
 
-  Device* device_ = nullptr;
+  Device* device_ = nullptr;  // null for a view: nothing to free
   T* data_ = nullptr;
   Shape shape_;
   int64_t size_ = 0;
@@ -166,7 +175,7 @@ Buffer<T>& Buffer<T>::operator=(Buffer&& other) noexcept {
 
 template <typename T>
 void Buffer<T>::Release() {
-  if (data_ != nullptr) device_->FreeBytes(data_);
+  if (data_ != nullptr && device_ != nullptr) device_->FreeBytes(data_);
   data_ = nullptr;
   size_ = 0;
   shape_.clear();

@@ -163,10 +163,10 @@ class AllReduceExchange final : public GradientExchange {
   // The parameters live in the model's variables on the device.
   absl::Status LoadParameters() override { return absl::OkStatus(); }
 
-  absl::StatusOr<ExchangedStep> Exchange(int64_t, float loss) override {
-    ASSIGN_OR_RETURN(float mean_loss, ReduceGradients(step_, loss));
-    ApplyUpdates(elastic_ ? applied_ / nominal_ : step_);
-    RETURN_IF_ERROR(device_.Synchronize(), "applying the update of step ", step_);
+  // The model left its loss in loss_slot_ (DeviceLossSlot): `loss` is not read.
+  absl::StatusOr<ExchangedStep> Exchange(int64_t, float) override {
+    ASSIGN_OR_RETURN(float mean_loss,
+                     ReduceAndApply(step_, elastic_ ? applied_ / nominal_ : step_));
     ++step_;
     applied_ += size();
     if (c_.metrics) c_.metrics->global_step.Set(static_cast<double>(step_));
@@ -200,6 +200,7 @@ class AllReduceExchange final : public GradientExchange {
     return Recovery{.training_over = false, .pos = Position()};
   }
 
+  float* DeviceLossSlot() override { return loss_slot_; }
   bool Done(int64_t pos) const override { return pos >= c_.total_steps(); }
   absl::Status EndTraining() override {
     RETURN_IF_ERROR(VerifyIdentical(step_));
@@ -294,7 +295,17 @@ class AllReduceExchange final : public GradientExchange {
       b.elements += v->size();
     }
     buckets_.back().elements += elastic_ ? 2 : 1;  // the loss (and the members-changed flag)
-    for (Bucket& b : buckets_) b.buffer = Tensor(device_, {b.elements});
+    // Each gradient lives in its fused buffer: backward writes it there, so nothing is copied
+    // before the all-reduce (the variable's own gradient buffer is given back).
+    for (Bucket& b : buckets_) {
+      b.buffer = Tensor(device_, {b.elements});
+      for (const Member& m : b.members) {
+        m.variable->grad = Tensor::View(b.buffer.data() + m.offset, m.variable->shape());
+      }
+      fused_.push_back(absl::MakeSpan(b.buffer.data(), static_cast<size_t>(b.elements)));
+    }
+    Bucket& last = buckets_.back();
+    loss_slot_ = last.buffer.data() + last.elements - (elastic_ ? 2 : 1);
     log::Info("All-reduce training",
               {{"rank", c_.id.rank},
                {"workers", size()},
@@ -337,39 +348,38 @@ class AllReduceExchange final : public GradientExchange {
     return absl::OkStatus();
   }
 
-  // Packs every gradient (and the loss) into the fused buffers and sums them over the ranks.
-  // Returns the mean loss over every rank's batch.
-  absl::StatusOr<float> ReduceGradients(int64_t pos, float loss) {
-    for (Bucket& b : buckets_) {
-      for (const Member& m : b.members) {
-        device_.CopyDeviceToDevice(m.variable->grad.data(), b.buffer.data() + m.offset,
-                                   m.variable->grad.bytes());
-      }
+  // Sums the fused buffers (every gradient, the loss beside them, and an elastic job's flag)
+  // over the ranks and applies the update, with one wait for the device: the gradients are
+  // already in the buffers, the loss is on the device (DeviceLossSlot), and the reduction, the
+  // update and the download of the summed loss are queued in order on the device's stream. An
+  // elastic job waits for the sums before applying them: it goes on from the parameters in
+  // memory after a failed collective, which must not have taken a partial sum. Returns the mean
+  // loss over every rank's batch.
+  absl::StatusOr<float> ReduceAndApply(int64_t pos, int64_t update_step) {
+    if (elastic_) {
+      const float change = c_.id.group->change_pending() ? 1.0f : 0.0f;
+      device_.CopyHostToDevice(&change, loss_slot_ + 1, sizeof(float));
     }
-    Bucket& last = buckets_.back();
-    float* loss_slot = last.buffer.data() + last.elements - (elastic_ ? 2 : 1);
-    device_.CopyHostToDevice(&loss, loss_slot, sizeof(float));
-    const float change = elastic_ && c_.id.group->change_pending() ? 1.0f : 0.0f;
-    if (elastic_) device_.CopyHostToDevice(&change, loss_slot + 1, sizeof(float));
-    RETURN_IF_ERROR(device_.Synchronize(), "packing the gradients of step ", pos);
     absl::Time t0 = absl::Now();
-    size_t bytes = 0;
-    for (Bucket& b : buckets_) {
-      RETURN_IF_ERROR(comm_->AllReduce(b.buffer.data(), b.elements, ReduceOp::kSum),
-                      "all-reducing the gradients of step ", pos);
-      bytes += b.buffer.bytes();
+    RETURN_IF_ERROR(comm_->AllReduceMany(fused_, ReduceOp::kSum),
+                    "all-reducing the gradients of step ", pos);
+    if (elastic_) {
+      RETURN_IF_ERROR(comm_->WaitForQueued(), "all-reducing the gradients of step ", pos);
     }
+    ApplyUpdates(update_step);
+    RETURN_IF_ERROR(comm_->WaitForQueued(), "all-reducing the gradients of step ", pos);
     float summed[2] = {0, 0};
-    device_.CopyDeviceToHost(loss_slot, summed, (elastic_ ? 2 : 1) * sizeof(float));
-    RETURN_IF_ERROR(device_.Synchronize());
-    const float summed_loss = summed[0];
+    device_.CopyDeviceToHost(loss_slot_, summed, (elastic_ ? 2 : 1) * sizeof(float));
+    RETURN_IF_ERROR(device_.Synchronize(), "applying the update of step ", pos);
     reform_wanted_ = summed[1] > 0;
     if (c_.metrics) {
       c_.metrics->allreduce_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+      size_t bytes = 0;
+      for (const Bucket& b : buckets_) bytes += b.buffer.bytes();
       // What a ring all-reduce sends per rank: 2(n-1)/n of the buffer.
       c_.metrics->sent_bytes.Increment(2.0 * (size() - 1) / size() * static_cast<double>(bytes));
     }
-    return summed_loss / static_cast<float>(size());
+    return summed[0] / static_cast<float>(size());
   }
 
   // The optimizer's update for step `pos` from the summed gradients, scaled to their mean.
@@ -428,6 +438,8 @@ class AllReduceExchange final : public GradientExchange {
   int64_t step_ = 0;
   std::string run_id_;
   uint64_t checksum_ = 0;
+  std::vector<absl::Span<float>> fused_;  // the buckets' buffers, as the communicator takes them
+  float* loss_slot_ = nullptr;            // in the last buffer: the step's mean loss
   // Elastic jobs (docs/architecture.md §5.10).
   bool elastic_ = false;
   int nominal_ = 1;             // the size the learning rate was scaled for

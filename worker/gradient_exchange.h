@@ -84,6 +84,10 @@ class GradientExchange {
   // A step at `pos` failed with `failure`: waits for what was lost and says where to go on, or
   // returns the error that ends this task.
   virtual absl::StatusOr<Recovery> Recover(const absl::Status& failure, int64_t pos) = 0;
+  // Where the model leaves the step's mean loss on the device (Model::ComputeGradients with a
+  // loss pointer), so the step need not wait for the device before the exchange; Exchange's
+  // `loss` is then not read. Null: the loop passes the loss to Exchange (ps modes).
+  virtual float* DeviceLossSlot() { return nullptr; }
   // Whether training is over once this worker is at `pos`.
   virtual bool Done(int64_t pos) const = 0;
   // The last step's training is done (every rank calls it): all-reduce checks that every rank

@@ -44,6 +44,8 @@ void Model::Reserve(int batch) {
   input_ = Tensor(device_, {batch, input_size()});
   labels_ = IntTensor(device_, {batch});
   losses_ = Tensor(device_, {batch});
+  ones_ = Tensor(device_, {batch});
+  device_.Fill(batch, 1.0f, ones_.data());
   logits_grad_ = Tensor(device_, {batch, num_classes_});
   predictions_ = IntTensor(device_, {batch});
   host_losses_.resize(batch);
@@ -102,6 +104,19 @@ absl::StatusOr<float> Model::ComputeGradients(absl::Span<const float> images,
   const double loss = SumLoss(batch);
   RETURN_IF_ERROR(device_.Synchronize(), "computing gradients of ", name_);
   return static_cast<float>(loss / batch);
+}
+
+absl::Status Model::ComputeGradients(absl::Span<const float> images,
+                                     absl::Span<const int32_t> labels, float* loss) {
+  RETURN_IF_ERROR(Load(images, labels));
+  const int batch = static_cast<int>(labels.size());
+  const float* logits = Forward(batch);
+  device_.SoftmaxCrossEntropy(batch, num_classes_, logits, labels_.data(), 1.0f / batch,
+                              losses_.data(), logits_grad_.data());
+  Backward(batch);
+  // loss = (1/batch) · losses[1×batch] · ones[batch×1]
+  device_.Gemm(false, false, 1, 1, batch, 1.0f / batch, losses_.data(), ones_.data(), 0.0f, loss);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<EvalResult> Model::EvaluateBatch(absl::Span<const float> images,

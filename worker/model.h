@@ -49,6 +49,10 @@ class Model {
   // overwrites every variable's grad with d(mean loss)/d(variable) and returns the mean loss.
   absl::StatusOr<float> ComputeGradients(absl::Span<const float> images,
                                          absl::Span<const int32_t> labels);
+  // The same, but leaves the mean loss in `loss` (one float of device memory) and does not wait
+  // for the device: the caller's next wait covers the step (backend errors surface there).
+  absl::Status ComputeGradients(absl::Span<const float> images, absl::Span<const int32_t> labels,
+                                float* loss);
 
   // Forward only over one batch.
   absl::StatusOr<EvalResult> EvaluateBatch(absl::Span<const float> images,
@@ -79,6 +83,7 @@ class Model {
   Tensor input_;
   IntTensor labels_;
   Tensor losses_;
+  Tensor ones_;  // `capacity_` ones: the mean loss on the device is a dot product with them
   Tensor logits_grad_;
   IntTensor predictions_;
   std::vector<const float*> layer_inputs_;  // per layer, the input of the last Forward

@@ -194,8 +194,13 @@ class Trainer::Impl {
     absl::Time t0 = absl::Now();
     ASSIGN_OR_RETURN(const Batch* batch, NextBatch(pos));
     RETURN_IF_ERROR(exchange_->LoadParameters());
-    ASSIGN_OR_RETURN(float loss,
-                     model_->ComputeGradients(batch->image_span(), batch->label_span()));
+    float loss = 0;
+    if (float* on_device = exchange_->DeviceLossSlot()) {
+      RETURN_IF_ERROR(
+          model_->ComputeGradients(batch->image_span(), batch->label_span(), on_device));
+    } else {
+      ASSIGN_OR_RETURN(loss, model_->ComputeGradients(batch->image_span(), batch->label_span()));
+    }
     if (options_.inject_delay > absl::ZeroDuration()) {
       SleepUnlessStopped(options_.inject_delay, *stop_);
     }

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace kubetrain::worker {
 
@@ -29,6 +30,19 @@ class Communicator {
 
   // In place: data[i] = op over every rank's data[i], for `count` floats.
   virtual absl::Status AllReduce(float* data, size_t count, ReduceOp op) = 0;
+  // AllReduce of every buffer as one collective call (NCCL: one group). On a device that queues
+  // work (NCCL) it may return once the reduction is queued, ahead of the device work that follows
+  // it: WaitForQueued waits for all of it, bounded by the communicator's timeout and stop flag.
+  // Gloo reduces host memory and returns with the sums in place.
+  virtual absl::Status AllReduceMany(absl::Span<const absl::Span<float>> buffers, ReduceOp op) {
+    for (absl::Span<float> b : buffers) {
+      if (absl::Status s = AllReduce(b.data(), b.size(), op); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  // Waits for the work queued on the communicator's device, AllReduceMany's included; a peer
+  // that is gone surfaces here as an error within the timeout, never as a hang.
+  virtual absl::Status WaitForQueued() { return absl::OkStatus(); }
   // In place: every rank receives root's `count` floats.
   virtual absl::Status Broadcast(float* data, size_t count, int root) = 0;
   // Returns once every rank has called it.

@@ -185,6 +185,40 @@ absl::Status NcclCommunicator::AllReduce(float* data, size_t count, ReduceOp op)
                   "ncclAllReduce");
 }
 
+absl::Status NcclCommunicator::AllReduceMany(absl::Span<const absl::Span<float>> buffers,
+                                             ReduceOp op) {
+  RETURN_IF_ERROR(Ready());
+  const ncclResult_t started = ncclGroupStart();
+  if (started != ncclSuccess) {
+    return Abort(cuda::NcclStatus(started, "ncclGroupStart", __FILE__, __LINE__));
+  }
+  ncclResult_t issued = ncclSuccess;
+  for (absl::Span<float> b : buffers) {
+    if (b.empty()) continue;
+    issued =
+        ncclAllReduce(b.data(), b.data(), b.size(), ncclFloat, ToNccl(op), comm_, device_.stream());
+    if (issued != ncclSuccess && issued != ncclInProgress) break;
+  }
+  // The group is always closed, so a failed call does not leave NCCL inside it.
+  const ncclResult_t ended = ncclGroupEnd();
+  if (issued != ncclSuccess && issued != ncclInProgress) {
+    return Abort(cuda::NcclStatus(issued, "ncclAllReduce (grouped)", __FILE__, __LINE__));
+  }
+  if (ended == ncclInProgress) {
+    return WaitForComm("ncclGroupEnd (all-reduce)", absl::Now() + timeout_);
+  }
+  if (ended != ncclSuccess) {
+    return Abort(cuda::NcclStatus(ended, "ncclGroupEnd (all-reduce)", __FILE__, __LINE__));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::WaitForQueued() {
+  RETURN_IF_ERROR(Ready());
+  return WaitForStream("ncclAllReduce (grouped) and the work queued after it",
+                       absl::Now() + timeout_);
+}
+
 absl::Status NcclCommunicator::Broadcast(float* data, size_t count, int root) {
   if (root < 0 || root >= size_) {
     return absl::InvalidArgumentError(

@@ -52,6 +52,10 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   absl::Status AllReduce(float* data, size_t count, ReduceOp op) override;
+  // One ncclGroupStart/End around every buffer's ncclAllReduce, queued on the compute stream;
+  // returns without waiting for it (WaitForQueued does).
+  absl::Status AllReduceMany(absl::Span<const absl::Span<float>> buffers, ReduceOp op) override;
+  absl::Status WaitForQueued() override;
   absl::Status Broadcast(float* data, size_t count, int root) override;
   // An all-reduce of one float.
   absl::Status Barrier() override;

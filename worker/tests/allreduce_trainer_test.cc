@@ -19,8 +19,10 @@
 #include "worker/data/fashion_mnist.h"
 #include "worker/data/shard.h"
 #include "worker/exchange_allreduce.h"
+#include "worker/gradient_exchange.h"
 #include "worker/models.h"
 #include "worker/random.h"
+#include "worker/tests/counting_device.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 #include "worker/trainer.h"
 
@@ -28,6 +30,7 @@ namespace kubetrain::worker {
 namespace {
 
 using ::kubetrain::testing::IsOk;
+using ::kubetrain::worker::testing::CountingDevice;
 
 std::string FreshDir(const std::string& name) {
   std::string dir = ::testing::TempDir() + "/allreduce_" + name;
@@ -242,6 +245,64 @@ TEST_F(AllReduceTrainerTest, ElasticGroupGrowsAndShrinksWhileItTrains) {
   ASSERT_TRUE(last.ok() && last->has_value()) << last.status();
   EXPECT_GE((*last)->gradients_applied, 937);
   EXPECT_LE((*last)->gradients_applied, 937 + 2);
+}
+
+// What an all-reduce step costs a GPU, counted on the CPU backend (the same calls reach a CUDA
+// device): the gradients are computed into the fused buffers and the loss stays on the device,
+// so nothing is copied or waited for before the all-reduce; the reduction, the update and the
+// summed loss's download then cost one wait. Two ranks over Gloo, each with its own counter.
+TEST_F(AllReduceTrainerTest, AStepWaitsForTheDeviceOnceAndCopiesNoGradient) {
+  auto server = CoordinatorServer::Start({"127.0.0.1:0", 2});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const TrainerOptions options = Options(1, "");
+  std::vector<std::vector<CountingDevice::Counts>> costs(2);
+  std::vector<absl::Status> results(2, absl::UnknownError("not run"));
+  auto rank_main = [&](int rank) -> absl::Status {
+    ASSIGN_OR_RETURN(auto store, CoordinatorClient::Connect(
+                                     {.address = "127.0.0.1:" + std::to_string((*server)->port()),
+                                      .rank = rank,
+                                      .world_size = 2}));
+    ASSIGN_OR_RETURN(
+        auto comm,
+        GlooCommunicator::Create(*store, {.rank = rank, .size = 2, .timeout = absl::Seconds(30)}));
+    CpuDevice cpu;
+    CountingDevice device(cpu);
+    TaskIdentity id{rank == 0 ? Role::kChief : Role::kWorker, rank, 2, {}};
+    id.communicator = comm.get();
+    ASSIGN_OR_RETURN(std::unique_ptr<Model> model, MakeModel("mlp", device, 1));
+    ShardBatches batches(data_->train, ShardSpec{1, rank, 2}, options.batch_size);
+    std::atomic<bool> stop{false};
+    std::unique_ptr<GradientExchange> exchange = MakeGradientExchange(
+        {options, id, device, *model, nullptr, batches.steps_per_epoch(), stop});
+    RETURN_IF_ERROR(exchange->Setup());
+    ASSIGN_OR_RETURN(int64_t pos, exchange->Start(nullptr));
+    if (exchange->DeviceLossSlot() == nullptr) return absl::InternalError("no device loss slot");
+    for (int step = 0; step < 5; ++step) {
+      ASSIGN_OR_RETURN(const Batch* batch, batches.At(pos));
+      device.Reset();
+      RETURN_IF_ERROR(model->ComputeGradients(batch->image_span(), batch->label_span(),
+                                              exchange->DeviceLossSlot()));
+      ASSIGN_OR_RETURN(ExchangedStep next, exchange->Exchange(pos, 0));
+      costs[rank].push_back(device.counts());
+      if (!(next.loss > 0 && next.loss < 10)) {
+        return absl::InternalError(absl::StrCat("step ", step, " reported loss ", next.loss));
+      }
+      pos = next.next;
+    }
+    return exchange->EndTraining();
+  };
+  std::thread r0([&] { results[0] = rank_main(0); }), r1([&] { results[1] = rank_main(1); });
+  r0.join();
+  r1.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_THAT(results[rank], IsOk()) << "rank " << rank;
+    ASSERT_EQ(costs[rank].size(), 5u);
+    for (const CountingDevice::Counts& c : costs[rank]) {
+      EXPECT_EQ(c.host_waits, 1) << "rank " << rank;
+      EXPECT_EQ(c.copies, 0) << "rank " << rank << ": a gradient was copied into its buffer";
+      EXPECT_EQ(c.uploads, 2) << "rank " << rank << ": images and labels, nothing else";
+    }
+  }
 }
 
 TEST_F(AllReduceTrainerTest, AnEvaluatorIsRefusedWithTheFix) {

@@ -546,6 +546,15 @@ TEST_P(CudaModelTest, ComputeGradientsMatchesCpu) {
     ASSERT_TRUE(gpu_loss.ok()) << gpu_loss.status();
     EXPECT_NEAR(*gpu_loss, *cpu_loss, 1e-4 * (1.0 + *cpu_loss));
   }
+  // The loss left on the device (all-reduce's path) is the same mean.
+  Tensor loss(*gpu_, {1});
+  ASSERT_THAT(gpu_model.ComputeGradients(images, labels, loss.data()), IsOk());
+  float on_device = 0.0f;
+  gpu_->Download(loss, &on_device, 1);
+  ASSERT_THAT(gpu_->Synchronize(), IsOk());
+  absl::StatusOr<float> cpu_loss = cpu_model.ComputeGradients(images, labels);
+  ASSERT_TRUE(cpu_loss.ok()) << cpu_loss.status();
+  EXPECT_NEAR(on_device, *cpu_loss, 1e-4 * (1.0 + *cpu_loss));
   std::vector<float> cpu_grads(cpu_values.size()), gpu_grads(cpu_values.size());
   ASSERT_THAT(cpu_model.ReadGradients(absl::MakeSpan(cpu_grads)), IsOk());
   ASSERT_THAT(gpu_model.ReadGradients(absl::MakeSpan(gpu_grads)), IsOk());
@@ -677,6 +686,38 @@ TEST(NcclCommunicator, AllReduceBroadcastAndBarrier) {
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], static_cast<float>(root * 1000 + i % 13));
     EXPECT_TRUE(absl::IsInvalidArgument(comm.Broadcast(x.data(), n, ranks)));
     EXPECT_THAT(comm.Barrier(), IsOk());
+  });
+}
+
+// The all-reduce step's call: every fused buffer in one NCCL group, queued without a wait, then
+// one bounded wait for it and the work queued after it (here a scale on the same stream).
+TEST(NcclCommunicator, AllReduceManyIsOneQueuedGroupThatWaitForQueuedCompletes) {
+  KT_SKIP_WITHOUT_DEVICES(1);
+  const int ranks = std::min(2, ProbeCudaDevices().device_count);
+  RunRanks(ranks, absl::Seconds(60), [&](int rank, CudaDevice& device, Communicator& comm) {
+    const std::vector<int64_t> sizes = {1, 4099, 1 << 16};
+    std::vector<Tensor> buffers;
+    std::vector<absl::Span<float>> spans;
+    for (int64_t n : sizes) {
+      std::vector<float> mine(n);
+      for (int64_t i = 0; i < n; ++i) mine[i] = static_cast<float>((rank + 1) * (i % 5));
+      buffers.emplace_back(device, Shape{n});
+      device.Upload(mine.data(), buffers.back(), n);
+      spans.push_back(absl::MakeSpan(buffers.back().data(), static_cast<size_t>(n)));
+    }
+    ASSERT_THAT(comm.AllReduceMany(spans, ReduceOp::kSum), IsOk());
+    device.Scale(sizes.back(), 2.0f, buffers.back().data());
+    ASSERT_THAT(comm.WaitForQueued(), IsOk());
+    const float ranks_sum = static_cast<float>(ranks * (ranks + 1) / 2);
+    for (size_t b = 0; b < sizes.size(); ++b) {
+      std::vector<float> got(sizes[b]);
+      device.Download(buffers[b], got.data(), sizes[b]);
+      ASSERT_THAT(device.Synchronize(), IsOk());
+      const float scale = b + 1 == sizes.size() ? 2.0f : 1.0f;
+      for (int64_t i = 0; i < sizes[b]; ++i) {
+        ASSERT_EQ(got[i], scale * ranks_sum * static_cast<float>(i % 5)) << "buffer " << b;
+      }
+    }
   });
 }
 
