@@ -678,11 +678,6 @@ def build_report(cfg, R, sizes, modes, cores, workers, cnn_train, torch_version,
     hdr = f"  {'':<34} {'kubetrain':>22} {'reference':>22}  {'ratio':>6}"
 
     roof = {m: med(R.get(f"roof-{m}", [])) for m in ("mlp", "cnn")}
-    for m in ("mlp", "cnn"):
-        if roof[m]:
-            p(f"roofline {m}: train_step {mmm(R[f'roof-{m}'], kfmt)} ex/s on one core x "
-              f"{used} = {kfmt(roof[m] * used)} ex/s (kubetrain's forward+backward kernels, no "
-              "update, no exchange)")
 
     def frac(value, model):
         r = roof[model]
@@ -756,6 +751,24 @@ def build_report(cfg, R, sizes, modes, cores, workers, cnn_train, torch_version,
         p(f"  {'final test accuracy (no goal)':<34} {mmm(acc_k, lambda x: f'{x:.4f}'):>22} "
           f"{mmm(acc_d, lambda x: f'{x:.4f}'):>22}")
 
+    if roof["mlp"] or roof["cnn"]:
+        p("")
+        p(f"3. compute roofline: train_step examples/s on one core (1 BLAS thread, batch "
+          f"{cfg.batch_size}) x {used} (min(cores, workers)); each training figure above is "
+          "given as a share of it")
+    for m in ("mlp", "cnn"):
+        if roof[m]:
+            p(f"  {m}: {mmm(R[f'roof-{m}'], kfmt)} ex/s x {used} = {kfmt(roof[m] * used)} ex/s")
+    def above_roofline(key):
+        rate = med([x and x["examples_per_sec"] for x in R.get(key, [])])
+        bound = roof["cnn" if key.startswith("cnn") else "mlp"]
+        return rate is not None and bound is not None and rate > bound * used
+
+    if any(above_roofline(k) for k in ["mlp-" + m for m in modes] + ["mlp-ddp", "cnn-kt",
+                                                                       "cnn-ddp"]):
+        p("  a share above 100% means the training processes ran the step faster per core than "
+          "train_step did (it times each kernel through a profiling wrapper, alone on one core): "
+          "this roofline is then no bound")
     if "ar-kt" in R or "ar-torch" in R:
         p("")
         p(f"4. all-reduce busbw GB/s, 2 ranks, in-place float sum, median of {cfg.iters} timed "
