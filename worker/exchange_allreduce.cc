@@ -112,6 +112,9 @@ class AllReduceExchange final : public GradientExchange {
   // size. An elastic job keeps it as it grows and shrinks (linear scaling, as the ps do), and its
   // schedule runs over its gradients in steps of that size.
   absl::Status ScaleFor(int nominal) {
+    if (nominal < 1) {
+      return absl::InternalError(absl::StrCat("the job's starting size is ", nominal));
+    }
     if (optimizer_ != nullptr && nominal == nominal_) return absl::OkStatus();
     nominal_ = nominal;
     ASSIGN_OR_RETURN(optimizer_, ps::MakeOptimizer(OptimizerFor(

@@ -93,14 +93,20 @@ double Model::SumLoss(int batch) {
   return sum;
 }
 
-absl::StatusOr<float> Model::ComputeGradients(absl::Span<const float> images,
-                                              absl::Span<const int32_t> labels) {
+absl::StatusOr<int> Model::ForwardBackward(absl::Span<const float> images,
+                                           absl::Span<const int32_t> labels) {
   RETURN_IF_ERROR(Load(images, labels));
   const int batch = static_cast<int>(labels.size());
   const float* logits = Forward(batch);
   device_.SoftmaxCrossEntropy(batch, num_classes_, logits, labels_.data(), 1.0f / batch,
                               losses_.data(), logits_grad_.data());
   Backward(batch);
+  return batch;
+}
+
+absl::StatusOr<float> Model::ComputeGradients(absl::Span<const float> images,
+                                              absl::Span<const int32_t> labels) {
+  ASSIGN_OR_RETURN(const int batch, ForwardBackward(images, labels));
   const double loss = SumLoss(batch);
   RETURN_IF_ERROR(device_.Synchronize(), "computing gradients of ", name_);
   return static_cast<float>(loss / batch);
@@ -108,12 +114,7 @@ absl::StatusOr<float> Model::ComputeGradients(absl::Span<const float> images,
 
 absl::Status Model::ComputeGradients(absl::Span<const float> images,
                                      absl::Span<const int32_t> labels, float* loss) {
-  RETURN_IF_ERROR(Load(images, labels));
-  const int batch = static_cast<int>(labels.size());
-  const float* logits = Forward(batch);
-  device_.SoftmaxCrossEntropy(batch, num_classes_, logits, labels_.data(), 1.0f / batch,
-                              losses_.data(), logits_grad_.data());
-  Backward(batch);
+  ASSIGN_OR_RETURN(const int batch, ForwardBackward(images, labels));
   // loss = (1/batch) · losses[1×batch] · ones[batch×1]
   device_.Gemm(false, false, 1, 1, batch, 1.0f / batch, losses_.data(), ones_.data(), 0.0f, loss);
   return absl::OkStatus();

@@ -71,6 +71,9 @@ class Model {
   void Reserve(int batch);
   const float* Forward(int batch);
   void Backward(int batch);
+  // Load, Forward, the loss (per row, in losses_) and Backward; returns the batch size.
+  absl::StatusOr<int> ForwardBackward(absl::Span<const float> images,
+                                      absl::Span<const int32_t> labels);
   double SumLoss(int batch);
   absl::Status CheckFlatSize(size_t size) const;
 
