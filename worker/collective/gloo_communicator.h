@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -11,8 +12,9 @@
 #include "worker/collective/rendezvous.h"
 
 namespace gloo {
+class Algorithm;
 class Context;
-}
+}  // namespace gloo
 
 namespace kubetrain::worker {
 
@@ -47,8 +49,20 @@ class GlooCommunicator final : public Communicator {
  private:
   explicit GlooCommunicator(const GlooOptions& options) : options_(options) {}
 
+  // Gloo's ring algorithm object for an all-reduce of `data`: built on first use and kept, most
+  // recently used last, while all of them hold at most kRingCacheBytes (gloo_communicator.cc).
+  gloo::Algorithm& Ring(float* data, size_t count, ReduceOp op);
+
+  struct CachedRing {
+    float* data;
+    size_t count;
+    ReduceOp op;
+    std::shared_ptr<gloo::Algorithm> ring;  // shared_ptr: gloo::Algorithm is incomplete here
+  };
+
   GlooOptions options_;
   std::shared_ptr<gloo::Context> context_;
+  std::vector<CachedRing> rings_;
 };
 
 }  // namespace kubetrain::worker
