@@ -14,6 +14,7 @@
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
+#include "gloo/transport/pair.h"
 #include "gloo/transport/tcp/device.h"
 
 namespace kubetrain::worker {
@@ -151,7 +152,19 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   return comm;
 }
 
-GlooCommunicator::~GlooCommunicator() = default;
+GlooCommunicator::~GlooCommunicator() {
+  // Gloo's ring objects free their staging memory before they unregister it from the pairs, so
+  // a peer's data arriving in between (a peer still in a step while this rank stops or re-forms
+  // its group) would land in freed memory: close the connections first.
+  if (context_ != nullptr) {
+    for (int i = 0; i < options_.size; ++i) {
+      if (i == options_.rank) continue;
+      std::unique_ptr<gloo::transport::Pair>& pair = context_->getPair(i);
+      if (pair != nullptr) pair->close();
+    }
+  }
+  rings_.clear();
+}
 
 gloo::Algorithm& GlooCommunicator::Ring(float* data, size_t count, ReduceOp op) {
   for (auto it = rings_.begin(); it != rings_.end(); ++it) {
