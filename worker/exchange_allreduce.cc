@@ -157,8 +157,16 @@ class AllReduceExchange final : public GradientExchange {
   // generation and takes rank 0's state, since a rank that failed mid-step may not have
   // applied it.
   absl::Status Reform() {
+    comm_ = nullptr;  // the group drops it: a reform that fails leaves none
     ASSIGN_OR_RETURN(comm_, c_.id.group->Reform());
     return ShareState();
+  }
+
+  // Every rank of the group ends it here, after the same collective: the goodbye keeps a rank
+  // that is done from closing its connections under a peer still finishing that collective.
+  void CloseTogether() {
+    absl::Status closed = comm_->Close();
+    if (!closed.ok()) log::Debug("The group's goodbye was cut short", {{"cause", closed}});
   }
 
   // ---- training -------------------------------------------------------------------------------
@@ -181,6 +189,7 @@ class AllReduceExchange final : public GradientExchange {
       // A member joined or left (some rank's heartbeat said so, and the flag was summed into
       // this step), or a new epoch starts: reform, or re-cut the data for the epoch.
       if (reform_wanted_ && !Done(Position())) {
+        CloseTogether();
         RETURN_IF_ERROR(Reform(), "reforming the group after step ", step_);
       } else {
         shard_.epoch = Position() / c_.steps_per_epoch;
@@ -206,7 +215,11 @@ class AllReduceExchange final : public GradientExchange {
   float* DeviceLossSlot() override { return loss_slot_; }
   bool Done(int64_t pos) const override { return pos >= c_.total_steps(); }
   absl::Status EndTraining() override {
-    RETURN_IF_ERROR(VerifyIdentical(step_));
+    // An elastic rank told at a reform that training is over has no group left to compare with.
+    if (comm_ != nullptr) {
+      RETURN_IF_ERROR(VerifyIdentical(step_));
+      CloseTogether();
+    }
     if (elastic_) {
       if (c_.id.role == Role::kChief) {
         absl::Status finished = c_.id.group->Finish();

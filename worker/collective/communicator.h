@@ -47,6 +47,14 @@ class Communicator {
   virtual absl::Status Broadcast(float* data, size_t count, int root) = 0;
   // Returns once every rank has called it.
   virtual absl::Status Barrier() = 0;
+  // Ends the group where every rank ends at the same point (the last step of a finished run, a
+  // reform every rank agreed on), after the last collective: returns once every rank got here
+  // and then closes this rank's connections, so no peer still completing that collective sees
+  // them close under it. Bounded: a peer that is gone or stuck ends the wait within the shorter
+  // of the timeout and 10 s. An error only says the goodbye was cut short (a peer closed first
+  // or left); nothing is lost. A rank that stops on its own (SIGTERM, a failure) does not call
+  // it: destruction closes at once and peers fail their next call within their timeout.
+  virtual absl::Status Close() { return absl::OkStatus(); }
 };
 
 }  // namespace kubetrain::worker

@@ -86,6 +86,9 @@ constexpr size_t kMaxSegmentBytes = size_t{4} << 20;
 // twice its buffer).
 constexpr size_t kMaxRingBytes = size_t{16} << 20;
 constexpr size_t kRingCacheBytes = size_t{64} << 20;  // the kept rings' buffers, together
+// Close's goodbye: every rank of a run that ended together gets there within moments of the
+// others; one that has not in this long is stuck, and closing is what is left to do.
+constexpr absl::Duration kCloseTimeout = absl::Seconds(10);
 
 const gloo::ReductionFunction<float>* RingReduction(ReduceOp op) {
   switch (op) {
@@ -156,14 +159,17 @@ GlooCommunicator::~GlooCommunicator() {
   // Gloo's ring objects free their staging memory before they unregister it from the pairs, so
   // a peer's data arriving in between (a peer still in a step while this rank stops or re-forms
   // its group) would land in freed memory: close the connections first.
-  if (context_ != nullptr) {
-    for (int i = 0; i < options_.size; ++i) {
-      if (i == options_.rank) continue;
-      std::unique_ptr<gloo::transport::Pair>& pair = context_->getPair(i);
-      if (pair != nullptr) pair->close();
-    }
-  }
+  ClosePairs();
   rings_.clear();
+}
+
+void GlooCommunicator::ClosePairs() {
+  if (context_ == nullptr) return;
+  for (int i = 0; i < options_.size; ++i) {
+    if (i == options_.rank) continue;
+    std::unique_ptr<gloo::transport::Pair>& pair = context_->getPair(i);
+    if (pair != nullptr) pair->close();
+  }
 }
 
 gloo::Algorithm& GlooCommunicator::Ring(float* data, size_t count, ReduceOp op) {
@@ -240,6 +246,24 @@ absl::Status GlooCommunicator::Barrier() {
     gloo::BarrierOptions opts(context_);
     gloo::barrier(opts);
   });
+}
+
+absl::Status GlooCommunicator::Close() {
+  // Gloo fails every wait on a connection once its peer closes it, even a wait whose data has
+  // already arrived: a rank that closed right after the last collective could fail a peer still
+  // being woken for that collective's last message. A barrier first: once it returns here, every
+  // rank has finished its collectives (a peer still in the barrier may see it cut short, which
+  // Close reports and callers ignore).
+  absl::Status s = absl::OkStatus();
+  if (options_.size > 1 && context_ != nullptr) {
+    s = GlooCall("closing", [&] {
+      gloo::BarrierOptions opts(context_);
+      opts.setTimeout(ToMillis(std::min(options_.timeout, kCloseTimeout)));
+      gloo::barrier(opts);
+    });
+  }
+  ClosePairs();
+  return s;
 }
 
 }  // namespace kubetrain::worker

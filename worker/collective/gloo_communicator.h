@@ -45,6 +45,7 @@ class GlooCommunicator final : public Communicator {
   absl::Status AllReduce(float* data, size_t count, ReduceOp op) override;
   absl::Status Broadcast(float* data, size_t count, int root) override;
   absl::Status Barrier() override;
+  absl::Status Close() override;
 
  private:
   explicit GlooCommunicator(const GlooOptions& options) : options_(options) {}
@@ -52,6 +53,8 @@ class GlooCommunicator final : public Communicator {
   // Gloo's ring algorithm object for an all-reduce of `data`: built on first use and kept, most
   // recently used last, while all of them hold at most kRingCacheBytes (gloo_communicator.cc).
   gloo::Algorithm& Ring(float* data, size_t count, ReduceOp op);
+  // Closes every connection at once (a peer's next read fails); idempotent.
+  void ClosePairs();
 
   struct CachedRing {
     float* data;

@@ -269,6 +269,7 @@ void WithRanks(int n, const std::function<void(int, Communicator&)>& body,
       EXPECT_EQ((*comm)->rank(), rank);
       EXPECT_EQ((*comm)->size(), n);
       body(rank, **comm);
+      (void)(*comm)->Close();
     });
   }
   for (auto& t : threads) t.join();
@@ -398,6 +399,57 @@ TEST(Gloo, AWildcardListenAddressIsRefused) {
   auto comm = GlooCommunicator::Create(*store, {.rank = 0, .size = 2, .hostname = "0.0.0.0"});
   ASSERT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(comm.status().message().find("--bind-address"), std::string::npos);
+}
+
+// Every rank's last collective succeeds although one rank is done and closes first: Close
+// waits until every rank has finished before the connections go (Gloo fails a wait on a closed
+// connection even when its data has arrived). A peer that is slow to get there holds the others.
+TEST(Gloo, CloseLetsEveryRankFinishItsLastCollective) {
+  for (int round = 0; round < 60; ++round) {
+    auto server = StartCoordinator(2);
+    std::vector<absl::Status> last(2);
+    absl::Duration rank0_closing;
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back([&, rank] {
+        auto store = Join(server->port(), rank, 2);
+        ASSERT_NE(store, nullptr);
+        auto comm = GlooCommunicator::Create(*store, {.rank = rank, .size = 2});
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        std::vector<float> data(16, static_cast<float>(rank));
+        // Rank 0 comes last, so rank 1 is already waiting when the final message arrives.
+        if (rank == 0) absl::SleepFor(absl::Milliseconds(5));
+        last[rank] = (*comm)->AllReduce(data.data(), data.size(), ReduceOp::kMax);
+        if (rank == 1 && round == 0) absl::SleepFor(absl::Milliseconds(300));
+        const absl::Time t0 = absl::Now();
+        (void)(*comm)->Close();
+        if (rank == 0) rank0_closing = absl::Now() - t0;
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_THAT(last[0], IsOk()) << "round " << round;
+    EXPECT_THAT(last[1], IsOk()) << "round " << round;
+    if (round == 0) {
+      EXPECT_GE(rank0_closing, absl::Milliseconds(250));
+    }
+  }
+}
+
+// A peer that is gone (it stopped without a goodbye) does not hold Close for long.
+TEST(Gloo, CloseDoesNotWaitForAPeerThatIsGone) {
+  auto server = StartCoordinator(2);
+  std::thread leaver([&] {
+    auto store = Join(server->port(), 1, 2);
+    auto comm = GlooCommunicator::Create(*store, {.rank = 1, .size = 2});
+    ASSERT_TRUE(comm.ok()) << comm.status();
+  });
+  auto store = Join(server->port(), 0, 2);
+  auto comm = GlooCommunicator::Create(*store, {.rank = 0, .size = 2});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  leaver.join();
+  const absl::Time t0 = absl::Now();
+  EXPECT_FALSE((*comm)->Close().ok());
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
 }
 
 }  // namespace
