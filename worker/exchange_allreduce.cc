@@ -319,6 +319,7 @@ class AllReduceExchange final : public GradientExchange {
         m.variable->grad = Tensor::View(b.buffer.data() + m.offset, m.variable->shape());
       }
       fused_.push_back(absl::MakeSpan(b.buffer.data(), static_cast<size_t>(b.elements)));
+      fused_bytes_ += b.buffer.bytes();
     }
     Bucket& last = buckets_.back();
     loss_slot_ = last.buffer.data() + last.elements - (elastic_ ? 2 : 1);
@@ -390,10 +391,9 @@ class AllReduceExchange final : public GradientExchange {
     reform_wanted_ = summed[1] > 0;
     if (c_.metrics) {
       c_.metrics->allreduce_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-      size_t bytes = 0;
-      for (const Bucket& b : buckets_) bytes += b.buffer.bytes();
-      // What a ring all-reduce sends per rank: 2(n-1)/n of the buffer.
-      c_.metrics->sent_bytes.Increment(2.0 * (size() - 1) / size() * static_cast<double>(bytes));
+      // What a ring all-reduce sends per rank: 2(n-1)/n of the buffers.
+      c_.metrics->sent_bytes.Increment(2.0 * (size() - 1) / size() *
+                                       static_cast<double>(fused_bytes_));
     }
     return summed[0] / static_cast<float>(size());
   }
@@ -455,6 +455,7 @@ class AllReduceExchange final : public GradientExchange {
   std::string run_id_;
   uint64_t checksum_ = 0;
   std::vector<absl::Span<float>> fused_;  // the buckets' buffers, as the communicator takes them
+  size_t fused_bytes_ = 0;                // theirs together
   float* loss_slot_ = nullptr;            // in the last buffer: the step's mean loss
   // Elastic jobs (docs/architecture.md §5.10).
   bool elastic_ = false;

@@ -1,6 +1,7 @@
 #include "worker/collective/coordinator.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,22 @@ grpc::Status WrongSession(const std::string& got, const std::string& want) {
       grpc::StatusCode::FAILED_PRECONDITION,
       absl::StrCat("rendezvous session ", got, " is over (the chief restarted; its ",
                    "session is now ", want, "): rendezvous again"));
+}
+
+// The client's long waits (Get, Reform) in slices of at most a second, so a stop request is
+// noticed while peers are awaited: `attempt(wait)` makes one call that the server answers with
+// DEADLINE_EXCEEDED after `wait`. Returns the last call's status (OK, or an error that is not a
+// slice running out), DEADLINE_EXCEEDED once `timeout` is spent, or CANCELLED with `on_stop`.
+absl::Status WaitInSlices(absl::Duration timeout, const std::atomic<bool>* stop,
+                          absl::string_view on_stop,
+                          const std::function<absl::Status(absl::Duration)>& attempt) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (true) {
+    const absl::Duration wait = std::min(give_up - absl::Now(), absl::Seconds(1));
+    absl::Status s = attempt(wait);
+    if (s.code() != absl::StatusCode::kDeadlineExceeded || absl::Now() >= give_up) return s;
+    if (stop != nullptr && stop->load()) return absl::CancelledError(on_stop);
+  }
 }
 
 }  // namespace
@@ -385,34 +402,31 @@ absl::Status CoordinatorClient::Set(const std::string& key, const std::string& v
 }
 
 absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key, absl::Duration timeout) {
-  const absl::Time give_up = absl::Now() + timeout;
-  while (true) {
-    // Waits of at most a second each, so a stop request is noticed while peers are awaited.
-    const absl::Duration wait = std::min(give_up - absl::Now(), absl::Seconds(1));
-    grpc::ClientContext context;
-    // The server answers DEADLINE_EXCEEDED itself after `wait`; the RPC's own deadline only
-    // guards against a chief that stopped answering.
-    context.set_deadline(absl::ToChronoTime(absl::Now() + wait + options_.rpc_timeout));
-    v1::GetRequest request;
-    request.set_session(session_);
-    request.set_key(key);
-    request.set_timeout_ms(std::max<int64_t>(absl::ToInt64Milliseconds(wait), 0));
-    v1::GetResponse response;
-    absl::Status s = ps::FromGrpc(stub_->get().Get(&context, request, &response));
-    if (s.ok()) return std::move(*response.mutable_value());
-    const bool waited_out = s.code() == absl::StatusCode::kDeadlineExceeded;
-    if (!waited_out || absl::Now() >= give_up) {
-      if (waited_out) {
-        return absl::DeadlineExceededError(absl::StrCat("no rank set \"", key, "\" within ",
-                                                        absl::FormatDuration(timeout),
-                                                        ": is every worker of the job running?"));
-      }
-      return internal::WithContext(std::move(s), "coordinator Get \"", key, "\"");
-    }
-    if (options_.stop != nullptr && options_.stop->load()) {
-      return absl::CancelledError(absl::StrCat("stopped while waiting for \"", key, "\""));
-    }
+  std::string value;
+  absl::Status s = WaitInSlices(
+      timeout, options_.stop, absl::StrCat("stopped while waiting for \"", key, "\""),
+      [&](absl::Duration wait) {
+        grpc::ClientContext context;
+        // The server answers DEADLINE_EXCEEDED itself after `wait`; the RPC's own deadline only
+        // guards against a chief that stopped answering.
+        context.set_deadline(absl::ToChronoTime(absl::Now() + wait + options_.rpc_timeout));
+        v1::GetRequest request;
+        request.set_session(session_);
+        request.set_key(key);
+        request.set_timeout_ms(std::max<int64_t>(absl::ToInt64Milliseconds(wait), 0));
+        v1::GetResponse response;
+        absl::Status got = ps::FromGrpc(stub_->get().Get(&context, request, &response));
+        if (got.ok()) value = std::move(*response.mutable_value());
+        return got;
+      });
+  if (s.ok()) return value;
+  if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::DeadlineExceededError(absl::StrCat("no rank set \"", key, "\" within ",
+                                                    absl::FormatDuration(timeout),
+                                                    ": is every worker of the job running?"));
   }
+  if (s.code() == absl::StatusCode::kCancelled) return s;
+  return internal::WithContext(std::move(s), "coordinator Get \"", key, "\"");
 }
 
 absl::Status CoordinatorClient::Finish() {
@@ -430,33 +444,30 @@ absl::Status CoordinatorClient::Finish() {
 }
 
 absl::StatusOr<Generation> CoordinatorClient::Reform(bool leave, absl::Duration timeout) {
-  const absl::Time give_up = absl::Now() + timeout;
-  while (true) {
-    // Waits of at most a second each, so a stop request is noticed while peers are awaited.
-    const absl::Duration wait = std::min(give_up - absl::Now(), absl::Seconds(1));
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + wait + options_.rpc_timeout));
-    v1::ReformRequest request;
-    request.set_session(session_);
-    request.set_member(options_.rank);
-    request.set_leave(leave);
-    request.set_timeout_ms(std::max<int64_t>(absl::ToInt64Milliseconds(wait), 0));
-    request.set_known_generation(generation_.load());
-    v1::ReformResponse response;
-    absl::Status s = ps::FromGrpc(stub_->get().Reform(&context, request, &response));
-    if (s.ok()) {
-      if (!leave) generation_ = response.generation();
-      return Generation{response.generation(),
-                        std::vector<int>(response.members().begin(), response.members().end())};
-    }
-    const bool waited_out = s.code() == absl::StatusCode::kDeadlineExceeded;
-    if (!waited_out || absl::Now() >= give_up) {
-      return internal::WithContext(std::move(s), "coordinator Reform");
-    }
-    if (options_.stop != nullptr && options_.stop->load()) {
-      return absl::CancelledError("stopped while waiting for the job's members to reform");
-    }
-  }
+  Generation next;
+  absl::Status s = WaitInSlices(
+      timeout, options_.stop, "stopped while waiting for the job's members to reform",
+      [&](absl::Duration wait) {
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(absl::Now() + wait + options_.rpc_timeout));
+        v1::ReformRequest request;
+        request.set_session(session_);
+        request.set_member(options_.rank);
+        request.set_leave(leave);
+        request.set_timeout_ms(std::max<int64_t>(absl::ToInt64Milliseconds(wait), 0));
+        request.set_known_generation(generation_.load());
+        v1::ReformResponse response;
+        absl::Status got = ps::FromGrpc(stub_->get().Reform(&context, request, &response));
+        if (got.ok()) {
+          next = Generation{response.generation(),
+                            std::vector<int>(response.members().begin(), response.members().end())};
+        }
+        return got;
+      });
+  if (s.code() == absl::StatusCode::kCancelled) return s;
+  RETURN_IF_ERROR(s, "coordinator Reform");
+  if (!leave) generation_ = next.number;
+  return next;
 }
 
 absl::StatusOr<bool> CoordinatorClient::Heartbeat() {

@@ -71,42 +71,46 @@ TEST(StepCosts, AGpuColumnBudgetRunsEachConvolutionPassAsOneGemm) {
   EXPECT_LE(diff, 1e-4f * scale) << "largest gradient " << scale;
 }
 
+// The CNN on a counting CPU device whose column budget is a GPU's (the whole batch at once).
+class CountedCnnStep : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto made = MakeCnn(device_, options_);
+    ASSERT_TRUE(made.ok()) << made.status();
+    model_ = std::move(*made);
+  }
+
+  CpuDevice cpu_;
+  CountingDevice device_{cpu_, int64_t{256} << 20};
+  const CnnOptions options_;
+  std::unique_ptr<Model> model_;
+  const Batch batch_ = RandomBatch(options_);
+};
+
 // A gradient step waits for the device once: the loss's download (the Synchronize after it,
 // which reports backend errors, has nothing left to wait for). Every further wait would stall a
 // GPU's queue once more per step.
-TEST(StepCosts, AGradientStepWaitsForTheDeviceOnce) {
-  CpuDevice cpu;
-  CountingDevice device(cpu, int64_t{256} << 20);
-  const CnnOptions options;
-  auto model = MakeCnn(device, options);
-  ASSERT_TRUE(model.ok());
-  const Batch batch = RandomBatch(options);
+TEST_F(CountedCnnStep, AGradientStepWaitsForTheDeviceOnce) {
   for (int step = 0; step < 3; ++step) {
-    device.Reset();
-    ASSERT_TRUE((*model)->ComputeGradients(batch.images, batch.labels).ok());
-    EXPECT_EQ(device.counts().host_waits, 1) << "step " << step;
-    EXPECT_EQ(device.counts().uploads, 2) << "images and labels, nothing else";
+    device_.Reset();
+    ASSERT_TRUE(model_->ComputeGradients(batch_.images, batch_.labels).ok());
+    EXPECT_EQ(device_.counts().host_waits, 1) << "step " << step;
+    EXPECT_EQ(device_.counts().uploads, 2) << "images and labels, nothing else";
   }
 }
 
 // With the loss left on the device (all-reduce: beside the gradients it sums) the step does not
 // wait at all, and the loss is the mean the host would have summed.
-TEST(StepCosts, AGradientStepWithTheLossOnTheDeviceDoesNotWait) {
-  CpuDevice cpu;
-  CountingDevice device(cpu, int64_t{256} << 20);
-  const CnnOptions options;
-  auto model = MakeCnn(device, options);
-  ASSERT_TRUE(model.ok());
-  const Batch batch = RandomBatch(options);
-  absl::StatusOr<float> on_host = (*model)->ComputeGradients(batch.images, batch.labels);
+TEST_F(CountedCnnStep, AGradientStepWithTheLossOnTheDeviceDoesNotWait) {
+  absl::StatusOr<float> on_host = model_->ComputeGradients(batch_.images, batch_.labels);
   ASSERT_TRUE(on_host.ok()) << on_host.status();
-  Tensor loss(device, {1});
-  device.Reset();
-  ASSERT_TRUE((*model)->ComputeGradients(batch.images, batch.labels, loss.data()).ok());
-  EXPECT_EQ(device.counts().host_waits, 0);
-  EXPECT_EQ(device.counts().uploads, 2) << "images and labels, nothing else";
+  Tensor loss(device_, {1});
+  device_.Reset();
+  ASSERT_TRUE(model_->ComputeGradients(batch_.images, batch_.labels, loss.data()).ok());
+  EXPECT_EQ(device_.counts().host_waits, 0);
+  EXPECT_EQ(device_.counts().uploads, 2) << "images and labels, nothing else";
   float on_device = 0;
-  device.Download(loss, &on_device, 1);
+  device_.Download(loss, &on_device, 1);
   EXPECT_NEAR(on_device, *on_host, 1e-5f * std::max(1.0f, *on_host));
 }
 
