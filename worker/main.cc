@@ -25,6 +25,7 @@
 #include "worker/collective/coordinator.h"
 #include "worker/collective/elastic_group.h"
 #include "worker/collective/gloo_communicator.h"
+#include "worker/collective/shm_communicator.h"
 #include "worker/cpu/cpu_device.h"
 #ifdef KUBETRAIN_HAVE_CUDA
 #include "worker/cuda/cuda_device.h"
@@ -121,7 +122,8 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
       .Port();
   f.Add("log-level", &o.log_level, "debug, info, warn or error", "KUBETRAIN_LOG_LEVEL");
   f.Add("communicator", &o.communicator,
-        "allreduce: auto (nccl on a CUDA device, gloo on the CPU), gloo or nccl");
+        "allreduce: auto (nccl on a CUDA device; on the CPU shm when every rank shares this "
+        "host's shared memory, else gloo), gloo, shm or nccl");
   f.Add("collective-timeout", &o.collective_timeout,
         "allreduce: a rendezvous or collective that takes longer fails (a lost peer)");
   f.Add("fusion-threshold-mb", &o.fusion_threshold_mb,
@@ -166,9 +168,11 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
     return absl::InvalidArgumentError(absl::StrCat("--mode: unsupported value \"", o.mode,
                                                    "\"; allowed: ps-sync, ps-async, allreduce"));
   }
-  if (o.communicator != "auto" && o.communicator != "gloo" && o.communicator != "nccl") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--communicator: unsupported value \"", o.communicator, "\"; allowed: auto, gloo, nccl"));
+  if (o.communicator != "auto" && o.communicator != "gloo" && o.communicator != "shm" &&
+      o.communicator != "nccl") {
+    return absl::InvalidArgumentError(absl::StrCat("--communicator: unsupported value \"",
+                                                   o.communicator,
+                                                   "\"; allowed: auto, gloo, shm, nccl"));
   }
   if (o.fusion_threshold_mb < 1) {
     return absl::InvalidArgumentError(
@@ -288,19 +292,22 @@ std::string GlooHost(const Options& o, const Rendezvous& r) {
   return name;
 }
 
-// The communicator --communicator names for `device`: NCCL reduces GPU memory, Gloo host memory.
+// The communicator --communicator names for `device`: NCCL reduces GPU memory; Gloo and the
+// shared-memory communicator host memory. "host" is auto on the CPU: shm where every rank shares
+// this host's shared memory, else Gloo (docs/architecture.md §5.3).
 absl::StatusOr<std::string> CommunicatorFor(const std::string& flag, const Device& device) {
   const bool gpu = device.name() == "cuda";
-  const std::string kind = flag == "auto" ? (gpu ? "nccl" : "gloo") : flag;
+  const std::string kind = flag == "auto" ? (gpu ? "nccl" : "host") : flag;
   if (kind == "nccl" && !gpu) {
     return absl::FailedPreconditionError(
         "--communicator nccl: NCCL reduces GPU memory and needs --device cuda; this task runs on "
-        "the CPU (use --communicator gloo)");
+        "the CPU (use --communicator auto, gloo or shm)");
   }
-  if (kind == "gloo" && gpu) {
+  if ((kind == "gloo" || kind == "shm") && gpu) {
     return absl::FailedPreconditionError(
-        "--communicator gloo: Gloo reduces host memory and this task's device is cuda; use "
-        "--communicator nccl (or auto)");
+        absl::StrCat("--communicator ", kind,
+                     ": it reduces host memory and this task's device is cuda; use "
+                     "--communicator nccl (or auto)"));
   }
   return kind;
 }
@@ -343,48 +350,48 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
                                                         .stop = &g_stop,
                                                         .secret = o.trainer.job_secret}));
   ASSIGN_OR_RETURN(std::string kind, CommunicatorFor(o.communicator, device));
-  if (o.trainer.elastic) {
-    // Each generation of members connects a communicator of its own (docs/architecture.md
-    // §5.10); the exchange forms the first one when training starts.
-    const std::string host = GlooHost(o, r);
-    CommunicatorFactory factory = [&, kind, host](
-                                      KeyValueStore& store, int rank,
-                                      int size) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-      if (kind == "nccl") {  // only ever on a CUDA device, so only in a build with CUDA
+  // Each generation of an elastic job's members connects a communicator of its own through this
+  // (docs/architecture.md §5.10); a fixed-size job connects one.
+  const std::string host = GlooHost(o, r);
+  CommunicatorFactory factory = [&, kind, host](
+                                    KeyValueStore& store, int rank,
+                                    int size) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    if (kind == "nccl") {  // only ever on a CUDA device, so only in a build with CUDA
 #ifdef KUBETRAIN_HAVE_CUDA
-        auto& gpu = static_cast<CudaDevice&>(device);
-        absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl =
-            NcclCommunicator::Create(gpu, store, rank, size, o.collective_timeout, &g_stop);
-        if (!nccl.ok()) return ExplainDuplicateGpu(nccl.status(), gpu.ordinal());
-        return std::unique_ptr<Communicator>(std::move(*nccl));
+      auto& gpu = static_cast<CudaDevice&>(device);
+      absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl =
+          NcclCommunicator::Create(gpu, store, rank, size, o.collective_timeout, &g_stop);
+      // Two ranks on one GPU surface here, as NCCL's "Duplicate GPU detected".
+      if (!nccl.ok()) return ExplainDuplicateGpu(nccl.status(), gpu.ordinal());
+      return std::unique_ptr<Communicator>(std::move(*nccl));
 #endif
-      }
+    }
+    if (kind == "host" || kind == "shm") {
       ASSIGN_OR_RETURN(
-          std::unique_ptr<GlooCommunicator> gloo,
-          GlooCommunicator::Create(
+          std::unique_ptr<ShmCommunicator> shm,
+          ShmCommunicator::TryCreate(
               store,
-              {.rank = rank, .size = size, .hostname = host, .timeout = o.collective_timeout}));
-      return std::unique_ptr<Communicator>(std::move(gloo));
-    };
+              {.rank = rank, .size = size, .timeout = o.collective_timeout, .stop = &g_stop}));
+      if (shm != nullptr) return std::unique_ptr<Communicator>(std::move(shm));
+      if (kind == "shm") {
+        return absl::FailedPreconditionError(
+            "--communicator shm: the ranks do not all share this host's shared memory (they run "
+            "on other hosts or in pods of their own, or /dev/shm is too small); use "
+            "--communicator auto or gloo");
+      }
+    }
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<GlooCommunicator> gloo,
+        GlooCommunicator::Create(
+            store,
+            {.rank = rank, .size = size, .hostname = host, .timeout = o.collective_timeout}));
+    return std::unique_ptr<Communicator>(std::move(gloo));
+  };
+  if (o.trainer.elastic) {
     c.group = std::make_unique<ElasticGroup>(*c.store, std::move(factory), o.trainer.ready_timeout);
     return c;
   }
-  if (kind == "nccl") {  // only ever on a CUDA device, so only in a build with CUDA
-#ifdef KUBETRAIN_HAVE_CUDA
-    auto& gpu = static_cast<CudaDevice&>(device);
-    absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl = NcclCommunicator::Create(
-        gpu, *c.store, id.rank, id.num_workers, o.collective_timeout, &g_stop);
-    // Two ranks on one GPU surface here, as NCCL's "Duplicate GPU detected".
-    if (!nccl.ok()) return ExplainDuplicateGpu(nccl.status(), gpu.ordinal());
-    c.communicator = std::move(*nccl);
-    return c;
-#endif
-  }
-  ASSIGN_OR_RETURN(c.communicator,
-                   GlooCommunicator::Create(*c.store, {.rank = id.rank,
-                                                       .size = id.num_workers,
-                                                       .hostname = GlooHost(o, r),
-                                                       .timeout = o.collective_timeout}));
+  ASSIGN_OR_RETURN(c.communicator, factory(*c.store, id.rank, id.num_workers));
   return c;
 }
 

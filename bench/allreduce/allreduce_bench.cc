@@ -1,8 +1,11 @@
 // allreduce_bench: the worker's CPU all-reduce (GlooCommunicator over TCP) against OpenMPI's
-// MPI_Allreduce over TCP, measured in the same run on 127.0.0.1, both as separate processes.
+// MPI_Allreduce over TCP, measured in the same run on 127.0.0.1, both as separate processes;
+// with --communicator=shm, kubetrain's shared-memory all-reduce against OpenMPI's shared-memory
+// transport (the vader BTL) instead.
 //
 //   build/bin/allreduce_bench [--sizes=1M,4M,16M,64M] [--iters=20] [--warmup=5] [--ranks=2]
 //       [--rounds=3] [--mpirun=/usr/bin/mpiexec] [--mpi-bench=PATH] [--timeout=5m]
+//       [--communicator=gloo|shm]
 //
 // Gloo side: the driver starts a CoordinatorServer on 127.0.0.1 and re-executes itself once per
 // rank (internal --rank/--coordinator flags); each rank joins through a CoordinatorClient and
@@ -45,6 +48,7 @@
 #include "common/status.h"
 #include "worker/collective/coordinator.h"
 #include "worker/collective/gloo_communicator.h"
+#include "worker/collective/shm_communicator.h"
 
 // Where CMake put the reference and the mpirun it found; empty when it found no MPI.
 #ifndef KUBETRAIN_MPIRUN
@@ -70,6 +74,9 @@ struct Options {
   std::string mpirun = KUBETRAIN_MPIRUN;
   std::string mpi_bench = KUBETRAIN_MPI_ALLREDUCE;
   absl::Duration timeout = absl::Minutes(5);
+  // kubetrain's side: "gloo" (TCP, the path between hosts) or "shm" (one shared-memory segment,
+  // the path of ranks sharing a host); the MPI reference takes the matching transport.
+  std::string communicator = "gloo";
   // Set by the driver on the processes it starts; -1 means "this is the driver".
   int rank = -1;
   std::string coordinator;
@@ -191,10 +198,18 @@ absl::Status RunRank(const Options& opt, const std::vector<size_t>& sizes) {
                                                        .rank = opt.rank,
                                                        .world_size = opt.ranks,
                                                        .connect_timeout = absl::Seconds(30)}));
-  ASSIGN_OR_RETURN(auto comm, worker::GlooCommunicator::Create(*store, {.rank = opt.rank,
-                                                                        .size = opt.ranks,
-                                                                        .hostname = "127.0.0.1",
-                                                                        .timeout = opt.timeout}));
+  std::unique_ptr<worker::Communicator> comm;
+  if (opt.communicator == "shm") {
+    ASSIGN_OR_RETURN(comm,
+                     worker::ShmCommunicator::TryCreate(
+                         *store, {.rank = opt.rank, .size = opt.ranks, .timeout = opt.timeout}));
+    if (comm == nullptr) return absl::FailedPreconditionError("the ranks share no shared memory");
+  } else {
+    ASSIGN_OR_RETURN(comm, worker::GlooCommunicator::Create(*store, {.rank = opt.rank,
+                                                                     .size = opt.ranks,
+                                                                     .hostname = "127.0.0.1",
+                                                                     .timeout = opt.timeout}));
+  }
   for (size_t bytes : sizes) {
     const size_t count = bytes / sizeof(float);
     std::vector<float> data(count);
@@ -235,10 +250,12 @@ absl::StatusOr<Results> RunGloo(const Options& opt, const std::vector<size_t>& s
   if (self.empty()) return Errno("readlink /proc/self/exe");
   std::vector<std::vector<std::string>> argvs;
   for (int rank = 0; rank < opt.ranks; ++rank) {
-    std::vector<std::string> argv = {self, absl::StrCat("--rank=", rank),
+    std::vector<std::string> argv = {self,
+                                     absl::StrCat("--rank=", rank),
                                      absl::StrCat("--ranks=", opt.ranks),
                                      absl::StrCat("--coordinator=127.0.0.1:", coordinator->port()),
-                                     absl::StrCat("--timeout=", absl::FormatDuration(opt.timeout))};
+                                     absl::StrCat("--timeout=", absl::FormatDuration(opt.timeout)),
+                                     absl::StrCat("--communicator=", opt.communicator)};
     for (std::string& a : CommonArgs(opt, absl::StrJoin(sizes, ","))) {
       argv.push_back(std::move(a));
     }
@@ -260,8 +277,9 @@ std::vector<std::string> MpiArgv(const Options& opt, absl::string_view sizes) {
       // share the cores the same way.
       "--oversubscribe", "--bind-to", "none",
       // The ob1 PML with the tcp BTL (self only for a rank's own share): no UCX and no
-      // shared-memory BTL, which would bypass TCP.
-      "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+      // shared-memory BTL, which would bypass TCP; against kubetrain's shared memory, the
+      // shared-memory BTL (vader) instead.
+      "--mca", "pml", "ob1", "--mca", "btl", opt.communicator == "shm" ? "vader,self" : "tcp,self",
       // Data and launcher traffic on the loopback device, IPv4 only: lo also carries ::1, which
       // is outside 127.0.0.0/8.
       "--mca", "btl_tcp_if_include", "lo", "--mca", "btl_tcp_disable_family", "6", "--mca",
@@ -354,14 +372,18 @@ void PrintTable(const Options& opt, const std::vector<size_t>& sizes, const Meas
   std::printf(
       "time: median over all timed iterations of the slowest rank's time; "
       "busbw = bytes/time * 2(n-1)/n, GB/s = 1e9 B/s\n");
-  std::printf("gloo: kubetrain GlooCommunicator over TCP, rendezvous through CoordinatorServer\n");
+  std::printf("%s: kubetrain %s, rendezvous through CoordinatorServer\n", opt.communicator.c_str(),
+              opt.communicator == "shm" ? "ShmCommunicator (one shared-memory segment)"
+                                        : "GlooCommunicator over TCP");
   if (with_mpi) {
     std::printf("mpi:  %s\n", absl::StrJoin(MpiArgv(opt, "SIZE"), " ").c_str());
   } else {
     std::printf("mpi:  reference skipped: %s\n", mpi_missing.c_str());
   }
-  std::printf("%10s %10s %12s %10s %12s %10s %14s\n", "size", "gloo ms", "gloo busbw", "mpi ms",
-              "mpi busbw", "gloo/mpi", "rounds min-max");
+  const std::string& k = opt.communicator;
+  std::printf("%10s %10s %12s %10s %12s %10s %14s\n", "size", (k + " ms").c_str(),
+              (k + " busbw").c_str(), "mpi ms", "mpi busbw", (k + "/mpi").c_str(),
+              "rounds min-max");
   double goal_ratio = -1;
   for (size_t bytes : sizes) {
     const double g = bench::Median(m.gloo.at(bytes).seconds);
@@ -380,8 +402,8 @@ void PrintTable(const Options& opt, const std::vector<size_t>& sizes, const Meas
     if (bytes == kGoalBytes) goal_ratio = ratio;
   }
   if (goal_ratio >= 0) {
-    std::printf("goal ≥ %.1f at 64 MiB: %s (gloo/mpi %.2f)\n", kGoalRatio,
-                goal_ratio >= kGoalRatio ? "MET" : "MISSED", goal_ratio);
+    std::printf("goal ≥ %.1f at 64 MiB: %s (%s/mpi %.2f)\n", kGoalRatio,
+                goal_ratio >= kGoalRatio ? "MET" : "MISSED", k.c_str(), goal_ratio);
   } else {
     std::printf("goal ≥ %.1f at 64 MiB: not measured (%s)\n", kGoalRatio,
                 with_mpi ? "64M is not in --sizes" : "no MPI reference");
@@ -389,6 +411,10 @@ void PrintTable(const Options& opt, const std::vector<size_t>& sizes, const Meas
 }
 
 absl::Status Run(const Options& opt) {
+  if (opt.communicator != "gloo" && opt.communicator != "shm") {
+    return absl::InvalidArgumentError(absl::StrCat("--communicator: unsupported value \"",
+                                                   opt.communicator, "\"; allowed: gloo, shm"));
+  }
   if (opt.iters < 1 || opt.warmup < 0 || opt.ranks < 2 || opt.rounds < 1) {
     return absl::InvalidArgumentError(
         "need --iters >= 1, --warmup >= 0, --ranks >= 2 and --rounds >= 1");
@@ -422,7 +448,10 @@ int main(int argc, char** argv) {
   flags.Add("mpirun", &opt.mpirun, "OpenMPI launcher; empty skips the MPI reference");
   flags.Add("mpi-bench", &opt.mpi_bench, "the mpi_allreduce reference program");
   flags.Add("timeout", &opt.timeout, "limit for each side's run (and Gloo's collective timeout)");
-  flags.Add("rank", &opt.rank, "internal: run as this Gloo rank (set by the driver)");
+  flags.Add("communicator", &opt.communicator,
+            "kubetrain's side: gloo (TCP; MPI over its tcp BTL) or shm (shared memory; MPI over "
+            "its shared-memory BTL)");
+  flags.Add("rank", &opt.rank, "internal: run as this rank (set by the driver)");
   flags.Add("coordinator", &opt.coordinator, "internal: the driver's coordinator (host:port)");
   auto args = flags.Parse(argc, argv);
   if (!args.ok()) return UsageExit("allreduce_bench", args.status());

@@ -6,14 +6,16 @@
 #
 #   scripts/install-deps --peers               # python3-torch (PyTorch 1.13, Debian's CPU build)
 #   bench/peers/run.py [--bin build/bin] [--rounds 3] [--epochs 20] [--cnn-examples 0]
-#       [--parts roofline,mlp,cnn,allreduce,ps] [--modes ps-sync,ps-async,allreduce]
+#       [--parts roofline,mlp,cnn,allreduce,ps] [--modes ps-sync,ps-async,allreduce,allreduce-gloo]
 #   bench/peers/run.py --smoke                   # tiny sizes, one round (the CTest test)
 #
 # Cases (kubetrain's binaries from --bin; PyTorch in --python, /usr/bin/python3 by default):
 #   mlp        Fashion-MNIST MLP 784-256-128-10, 2 workers x batch 64, momentum 0.9, lr 0.04 for
 #              the global batch of 128 with cosine decay to 5% over the run, --epochs epochs:
 #              `kubetrain run` of a TrainingJob (1 ps for the ps modes) per --modes entry vs
-#              PyTorch DDP (gloo, 2 processes x 1 thread). examples/s, time to the first
+#              PyTorch DDP (gloo, 2 processes x 1 thread). allreduce is what `kubetrain run`
+#              picks on one machine (its shared-memory communicator); allreduce-gloo the same
+#              over Gloo on loopback TCP, the path between nodes. examples/s, time to the first
 #              per-epoch test accuracy >= --target-accuracy, final test accuracy.
 #   cnn        conv5x5x32-pool-conv5x5x64-pool-dense128-10, one epoch (or --cnn-examples
 #              training examples), kubetrain --cnn-mode vs DDP: examples/s.
@@ -21,7 +23,8 @@
 #              min(cores, workers): each training figure is reported as a fraction of it.
 #   allreduce  busbw of an in-place float-sum all-reduce, 2 ranks, --sizes, median of --iters
 #              timed iterations: allreduce_bench (kubetrain's GlooCommunicator, and OpenMPI's
-#              MPI_Allreduce under mpirun over TCP on lo) vs torch.distributed gloo.
+#              MPI_Allreduce under mpirun over TCP on lo; then kubetrain's shared-memory
+#              communicator, and OpenMPI over its shared-memory BTL) vs torch.distributed gloo.
 #   ps         push+pull of a --ps-mb MiB model to one server: ps_throughput (1 ps, async: each
 #              push applies an SGD step) vs torch.distributed.rpc (TensorPipe, uv transport over
 #              TCP) pushing to and pulling from a server process that applies the same step.
@@ -281,7 +284,7 @@ def kubetrain_job(cfg, tmp, mode, model, epochs, data_dir):
             "command": [os.path.join(cfg.bin, binary)], "args": args}]}}}
 
     global_batch = cfg.batch_size * 2
-    worker_args = [f"--mode={mode}", f"--model={model}", f"--epochs={epochs}",
+    worker_args = [f"--mode={mode.split('-gloo')[0]}", f"--model={model}", f"--epochs={epochs}",
                    f"--batch-size={cfg.batch_size}", "--optimizer=momentum",
                    f"--momentum={cfg.momentum}",
                    # --lr is the rate of the global batch: sync modes use it as is; ps-async
@@ -289,9 +292,11 @@ def kubetrain_job(cfg, tmp, mode, model, epochs, data_dir):
                    f"--lr={cfg.lr}", f"--lr-reference-batch={global_batch}", "--lr-decay",
                    f"--lr-floor={cfg.lr_floor}", f"--seed={cfg.seed}", f"--data-dir={data_dir}",
                    "--threads=1"]
+    if mode == "allreduce-gloo":
+        worker_args.append("--communicator=gloo")
     replicas = {"Worker": dict(container("kubetrain-worker", worker_args), replicas=2,
                                restartPolicy="Never")}
-    if mode != "allreduce":
+    if not mode.startswith("allreduce"):
         replicas["PS"] = dict(container("kubetrain-ps", []), replicas=1, restartPolicy="Never")
     job = {"apiVersion": "kubetrain.dev/v1", "kind": "TrainingJob",
            "metadata": {"name": f"peers-{model}-{mode}"},
@@ -382,12 +387,12 @@ def busbw(nbytes, seconds, ranks=2):
     return nbytes / seconds * 2 * (ranks - 1) / ranks / 1e9
 
 
-def run_allreduce_bench(cfg, tmp, sizes):
-    """{bytes: (gloo busbw, mpi busbw or None)} from one round of allreduce_bench."""
+def run_allreduce_bench(cfg, tmp, sizes, communicator="gloo"):
+    """{bytes: (kubetrain busbw, mpi busbw or None)} from one round of allreduce_bench."""
     mpi = os.path.join(cfg.bin, "mpi_allreduce")
     argv = [os.path.join(cfg.bin, "allreduce_bench"), "--sizes=" + ",".join(map(str, sizes)),
             f"--iters={cfg.iters}", f"--warmup={cfg.warmup}", "--ranks=2", "--rounds=1",
-            "--timeout=120s"]
+            "--timeout=120s", f"--communicator={communicator}"]
     if os.access(mpi, os.X_OK) and shutil.which(cfg.mpirun):
         argv += [f"--mpirun={shutil.which(cfg.mpirun)}", f"--mpi-bench={mpi}"]
     else:
@@ -488,7 +493,8 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3", help="Python with torch")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--parts", default="roofline,mlp,cnn,allreduce,ps")
-    ap.add_argument("--modes", default="ps-sync,ps-async,allreduce", help="kubetrain MLP modes")
+    ap.add_argument("--modes", default="ps-sync,ps-async,allreduce,allreduce-gloo",
+                    help="kubetrain MLP modes")
     ap.add_argument("--epochs", type=int, default=20, help="MLP epochs")
     ap.add_argument("--target-accuracy", type=float, default=0.885)
     ap.add_argument("--cnn-mode", default="ps-sync")
@@ -633,7 +639,9 @@ def measure(cfg, tmp, sizes, parts, modes, torch_version):
                 record(key, fn, label + f" (1 epoch of {cnn_train})")
         if "allreduce" in parts:
             cases = [("ar-kt", lambda: run_allreduce_bench(cfg, tmp, sizes),
-                      "all-reduce kubetrain gloo + OpenMPI (allreduce_bench)"),
+                      "all-reduce kubetrain gloo + OpenMPI tcp (allreduce_bench)"),
+                     ("ar-shm", lambda: run_allreduce_bench(cfg, tmp, sizes, "shm"),
+                      "all-reduce kubetrain shm + OpenMPI shared memory (allreduce_bench)"),
                      ("ar-torch", lambda: run_torch_allreduce(cfg, tmp, sizes),
                       "all-reduce torch gloo")]
             for key, fn, label in order(cases):
@@ -769,23 +777,33 @@ def build_report(cfg, R, sizes, modes, cores, workers, cnn_train, torch_version,
         p("  a share above 100% means the training processes ran the step faster per core than "
           "train_step did (it times each kernel through a profiling wrapper, alone on one core): "
           "this roofline is then no bound")
-    if "ar-kt" in R or "ar-torch" in R:
+    if "ar-kt" in R or "ar-shm" in R or "ar-torch" in R:
         p("")
         p(f"4. all-reduce busbw GB/s, 2 ranks, in-place float sum, median of {cfg.iters} timed "
           f"iterations (after {cfg.warmup} warm-up) per round; busbw = bytes/time x 2(n-1)/n")
-        p(hdr.replace("reference", "reference"))
-        for s in sizes:
-            name = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
-            kt = [x and x[s][0] for x in R.get("ar-kt", [])]
-            mpi = [x and x[s][1] for x in R.get("ar-kt", [])]
-            tg = [x and x[s] for x in R.get("ar-torch", [])]
-            f2 = lambda x: f"{x:.2f}"
-            rep.goal_row(f"{name} vs torch gloo", kt, tg, 1.0, f2)
-            rep.goal_row(f"{name} vs OpenMPI", kt, mpi, 1.0, f2)
-            if s == 64 << 20:
-                rep.goal_row(f"{name} vs OpenMPI (x1.2 goal)", kt, mpi, 1.2, f2)
-        p("  OpenMPI: mpi_allreduce under mpirun --oversubscribe, ob1 PML, tcp+self BTLs on lo "
-          "(allreduce_bench's launch)")
+        f2 = lambda x: f"{x:.2f}"
+        for key, what, mpi_what in (
+                ("ar-kt", "gloo", "OpenMPI tcp"),
+                ("ar-shm", "shm", "OpenMPI shm")):
+            if key not in R:
+                continue
+            p(f"  kubetrain {what}: " + (
+                "GlooCommunicator over loopback TCP (the path between nodes); OpenMPI: ob1 PML, "
+                "tcp+self BTLs on lo" if what == "gloo" else
+                "ShmCommunicator, one shared-memory segment (what `kubetrain run` and ranks of "
+                "one pod use); OpenMPI: ob1 PML, vader (shared memory)+self BTLs"))
+            p(hdr)
+            for s in sizes:
+                name = f"{what} {s >> 20} MiB" if s >= 1 << 20 else f"{what} {s >> 10} KiB"
+                kt = [x and x[s][0] for x in R.get(key, [])]
+                mpi = [x and x[s][1] for x in R.get(key, [])]
+                tg = [x and x[s] for x in R.get("ar-torch", [])]
+                rep.goal_row(f"{name} vs torch gloo", kt, tg, 1.0, f2)
+                rep.goal_row(f"{name} vs {mpi_what}", kt, mpi, 1.0, f2)
+                if s == 64 << 20:
+                    rep.goal_row(f"{name} vs {mpi_what} (x1.2 goal)", kt, mpi, 1.2, f2)
+        p("  OpenMPI: mpi_allreduce under mpirun --oversubscribe (allreduce_bench's launch); "
+          "torch gloo: TCP on 127.0.0.1 (it has no shared-memory transport)")
 
     if "ps-kt" in R or "ps-torch" in R:
         kt = [x and x[0] for x in R.get("ps-kt", [])]
@@ -831,6 +849,10 @@ def differences(cfg):
         "client (gRPC over loopback TCP, the model in 16 equal variables); torch RPC runs a separate "
         "server process and moves one tensor (TensorPipe restricted to the uv TCP transport and "
         "the basic channel; its default would use shared memory between local processes)",
+        "all-reduce on one machine: kubetrain's allreduce mode and shm rows reduce through shared "
+        "memory (what `kubetrain run` picks when its workers share a host; pods on different "
+        "nodes use Gloo over TCP: the allreduce-gloo and gloo rows); torch's gloo backend has no "
+        "shared-memory transport and runs over TCP on 127.0.0.1",
         "all-reduce: allreduce_bench checks every element of a pattern; the torch side checks "
         "that every element equals the sum of rank+1",
     ]

@@ -53,7 +53,9 @@ class Communicator {
   // them close under it. Bounded: a peer that is gone or stuck ends the wait within the shorter
   // of the timeout and 10 s. An error only says the goodbye was cut short (a peer closed first
   // or left); nothing is lost. A rank that stops on its own (SIGTERM, a failure) does not call
-  // it: destruction closes at once and peers fail their next call within their timeout.
+  // it: destruction ends the group without a goodbye and peers fail their next call within
+  // their timeout. NCCL needs none (its destruction finalizes, which waits for the peers'
+  // outstanding work, bounded).
   virtual absl::Status Close() { return absl::OkStatus(); }
 };
 

@@ -15,6 +15,7 @@
 #include "worker/collective/coordinator.h"
 #include "worker/collective/elastic_group.h"
 #include "worker/collective/gloo_communicator.h"
+#include "worker/collective/shm_communicator.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/data/shard.h"
@@ -47,12 +48,14 @@ TrainerOptions Options(int epochs, const std::string& checkpoint_dir) {
   return o;
 }
 
-// Runs one training thread per rank after a Gloo rendezvous through a real coordinator. Rank r
-// runs with options[r] and stop flag stops[r]; returns every rank's result.
+enum class Transport { kGloo, kSharedMemory };
+
+// Runs one training thread per rank after a Gloo (or shared-memory) rendezvous through a real
+// coordinator. Rank r runs with options[r] and stop flag stops[r]; returns every rank's result.
 std::vector<absl::StatusOr<TrainingSummary>> TrainRanks(
     const std::vector<TrainerOptions>& options, const Dataset& train, const Dataset& test,
     std::vector<std::atomic<bool>>* stops = nullptr, WorkerMetrics* chief_metrics = nullptr,
-    absl::Duration timeout = absl::Seconds(30)) {
+    absl::Duration timeout = absl::Seconds(30), Transport transport = Transport::kGloo) {
   const int n = static_cast<int>(options.size());
   auto server = CoordinatorServer::Start({"127.0.0.1:0", n});
   EXPECT_TRUE(server.ok()) << server.status();
@@ -70,7 +73,19 @@ std::vector<absl::StatusOr<TrainingSummary>> TrainRanks(
         results[rank] = store.status();
         return;
       }
-      auto comm = GlooCommunicator::Create(**store, {.rank = rank, .size = n, .timeout = timeout});
+      absl::StatusOr<std::unique_ptr<Communicator>> comm;
+      if (transport == Transport::kSharedMemory) {
+        auto shm = ShmCommunicator::TryCreate(
+            **store, {.rank = rank, .size = n, .timeout = timeout, .stop = &(*stops)[rank]});
+        if (shm.ok() && *shm == nullptr) shm = absl::InternalError("no shared memory here");
+        if (shm.ok()) comm = std::move(*shm);
+        if (!shm.ok()) comm = shm.status();
+      } else {
+        auto gloo =
+            GlooCommunicator::Create(**store, {.rank = rank, .size = n, .timeout = timeout});
+        if (gloo.ok()) comm = std::move(*gloo);
+        if (!gloo.ok()) comm = gloo.status();
+      }
       if (!comm.ok()) {
         results[rank] = comm.status();
         return;
@@ -136,6 +151,38 @@ TEST_F(AllReduceTrainerTest, TwoRanksReproducePsSyncTrainingExactly) {
   EXPECT_EQ(results[0]->steps, allreduce[0]->steps);
   EXPECT_EQ(results[0]->test_loss, allreduce[0]->test_loss);
   EXPECT_EQ(results[0]->test_accuracy, allreduce[0]->test_accuracy);
+}
+
+// The same job over shared memory (the processes of `kubetrain run`) trains the same model as
+// over Gloo: with two ranks both sum the same two floats per element.
+TEST_F(AllReduceTrainerTest, SharedMemoryTrainsTheSameModelAsGloo) {
+  auto gloo = TrainRanks({Options(1, ""), Options(1, "")}, data_->train, data_->test);
+  auto shm = TrainRanks({Options(1, ""), Options(1, "")}, data_->train, data_->test, nullptr,
+                        nullptr, absl::Seconds(30), Transport::kSharedMemory);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(gloo[rank].ok()) << gloo[rank].status();
+    ASSERT_TRUE(shm[rank].ok()) << shm[rank].status();
+  }
+  EXPECT_EQ(shm[0]->steps, 468);
+  EXPECT_EQ(shm[0]->test_loss, gloo[0]->test_loss);
+  EXPECT_EQ(shm[0]->test_accuracy, gloo[0]->test_accuracy);
+  EXPECT_GT(shm[0]->test_accuracy, 0.80);
+}
+
+// A rank that stops fails its peer's next collective over shared memory at once.
+TEST_F(AllReduceTrainerTest, OverSharedMemoryARankThatStopsFailsItsPeer) {
+  std::vector<std::atomic<bool>> stops(2);
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    stops[1] = true;
+  });
+  absl::Time t0 = absl::Now();
+  auto results = TrainRanks({Options(5, ""), Options(5, "")}, data_->train, data_->test, &stops,
+                            nullptr, absl::Seconds(30), Transport::kSharedMemory);
+  stopper.join();
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled) << results[1].status();
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kUnavailable) << results[0].status();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
 }
 
 TEST_F(AllReduceTrainerTest, ARestartedJobResumesEveryRankFromTheChiefsCheckpoint) {

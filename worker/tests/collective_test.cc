@@ -3,7 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -13,6 +20,7 @@
 #include "worker/collective/coordinator.h"
 #include "worker/collective/elastic_group.h"
 #include "worker/collective/gloo_communicator.h"
+#include "worker/collective/shm_communicator.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -450,6 +458,224 @@ TEST(Gloo, CloseDoesNotWaitForAPeerThatIsGone) {
   const absl::Time t0 = absl::Now();
   EXPECT_FALSE((*comm)->Close().ok());
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+}
+
+// ---- the shared-memory communicator ----------------------------------------------------------
+
+// A directory of this test's own standing in for /dev/shm (a tmpfs where there is one).
+std::string ShmDir(const std::string& name) {
+  const std::filesystem::path base = std::filesystem::exists("/dev/shm")
+                                         ? std::filesystem::path("/dev/shm")
+                                         : std::filesystem::temp_directory_path();
+  std::filesystem::path dir = base / ("kubetrain-test-" + name + "-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// Runs `body(rank, communicator)` on `n` threads after a shared-memory rendezvous; `adjust`
+// changes a rank's options first.
+void WithShmRanks(int n, const std::function<void(int, ShmCommunicator*)>& body,
+                  const std::function<void(int, ShmOptions&)>& adjust = nullptr) {
+  auto server = StartCoordinator(n);
+  const std::string dir = ShmDir("ranks");
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto store = Join(server->port(), rank, n);
+      ASSERT_NE(store, nullptr);
+      ShmOptions options{.rank = rank, .size = n, .timeout = absl::Seconds(20), .directory = dir};
+      if (adjust) adjust(rank, options);
+      auto comm = ShmCommunicator::TryCreate(*store, options);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      body(rank, comm->get());
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Shm, AllReduceSumsMinsAndMaxesExactlyOnEveryRank) {
+  WithShmRanks(3, [](int rank, ShmCommunicator* comm) {
+    ASSERT_NE(comm, nullptr) << "ranks in one process share memory";
+    EXPECT_EQ(comm->name(), "shm");
+    EXPECT_EQ(comm->rank(), rank);
+    EXPECT_EQ(comm->size(), 3);
+    std::vector<float> data(1001);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(rank * 1000 + i % 97);
+    std::vector<float> lo = data, hi = data;
+    ASSERT_THAT(comm->AllReduce(data.data(), data.size(), ReduceOp::kSum), IsOk());
+    ASSERT_THAT(comm->AllReduce(lo.data(), lo.size(), ReduceOp::kMin), IsOk());
+    ASSERT_THAT(comm->AllReduce(hi.data(), hi.size(), ReduceOp::kMax), IsOk());
+    for (size_t i = 0; i < data.size(); ++i) {
+      ASSERT_EQ(data[i], static_cast<float>(3000 + 3 * (i % 97))) << i;
+      ASSERT_EQ(lo[i], static_cast<float>(i % 97)) << i;
+      ASSERT_EQ(hi[i], static_cast<float>(2000 + i % 97)) << i;
+    }
+    EXPECT_THAT(comm->Close(), IsOk());
+  });
+}
+
+// Buffers larger than a chunk go through in pieces, the last one short; sums of values that
+// do not add exactly still come out bit-identical on every rank; a broadcast from rank 1. Two
+// ranks (each reduces whole chunks) and six (each reduces its share).
+TEST(Shm, BuffersLargerThanAChunkAndBroadcastFromANonZeroRoot) {
+  for (int n : {2, 6}) {
+    std::vector<std::vector<float>> sums(n);
+    WithShmRanks(
+        n,
+        [&](int rank, ShmCommunicator* comm) {
+          ASSERT_NE(comm, nullptr);
+          std::vector<float> data(10007);
+          for (size_t i = 0; i < data.size(); ++i) data[i] = 0.1f * (i % 13) + 0.37f * rank;
+          for (int call = 0; call < 3; ++call) {  // every call, not only the first
+            std::vector<float> copy = data;
+            ASSERT_THAT(comm->AllReduce(copy.data(), copy.size(), ReduceOp::kSum), IsOk());
+            if (call == 0) sums[rank] = copy;
+            ASSERT_EQ(copy, sums[rank]) << "call " << call;
+          }
+          float expect = 0;
+          for (int r = 0; r < n; ++r) expect += 0.1f * 5 + 0.37f * r;
+          EXPECT_NEAR(sums[rank][5], expect, 1e-4);
+          std::vector<float> values(3000, static_cast<float>(rank));
+          ASSERT_THAT(comm->Broadcast(values.data(), values.size(), /*root=*/1), IsOk());
+          EXPECT_EQ(values, std::vector<float>(3000, 1.0f));
+          EXPECT_THAT(comm->Barrier(), IsOk());
+          EXPECT_EQ(comm->Broadcast(values.data(), values.size(), n).code(),
+                    absl::StatusCode::kInvalidArgument);
+        },
+        [](int, ShmOptions& o) { o.chunk_bytes = 4096; });
+    for (int r = 1; r < n; ++r) {
+      ASSERT_EQ(sums[r].size(), sums[0].size());
+      for (size_t i = 0; i < sums[0].size(); ++i) {
+        ASSERT_EQ(sums[r][i], sums[0][i]) << n << " ranks, rank " << r << ", element " << i;
+      }
+    }
+  }
+}
+
+// Ranks that do not see the same shared memory (another host, a pod of its own) all get none,
+// so every one of them goes on with TCP; the segment's file never outlives the rendezvous.
+TEST(Shm, RanksThatDoNotShareMemoryAllGetNone) {
+  const std::string other = ShmDir("other");
+  WithShmRanks(
+      2, [](int, ShmCommunicator* comm) { EXPECT_EQ(comm, nullptr); },
+      [&](int rank, ShmOptions& o) {
+        if (rank == 1) o.directory = other;
+      });
+  EXPECT_TRUE(std::filesystem::is_empty(other));
+  std::filesystem::remove_all(other);
+}
+
+TEST(Shm, TheSegmentLeavesNoFileBehind) {
+  std::string dir;
+  WithShmRanks(
+      2,
+      [&](int, ShmCommunicator* comm) {
+        ASSERT_NE(comm, nullptr);
+        EXPECT_THAT(comm->Barrier(), IsOk());
+        EXPECT_TRUE(std::filesystem::is_empty(dir));
+      },
+      [&](int, ShmOptions& o) { dir = o.directory; });
+}
+
+// A peer that stops (or fails) fails the others' next collective at once, not at the timeout;
+// a stop request ends a wait; a peer that never comes ends it at the timeout.
+TEST(Shm, APeerThatLeavesOrStallsAndAStopRequestEndTheWait) {
+  std::atomic<bool> stop{false};
+  WithShmRanks(
+      3,
+      [&](int rank, ShmCommunicator* comm) {
+        ASSERT_NE(comm, nullptr);
+        std::vector<float> data(100, 1.0f);
+        if (rank == 2) return;  // leaves: its communicator goes
+        absl::Time t0 = absl::Now();
+        absl::Status first = comm->AllReduce(data.data(), data.size(), ReduceOp::kSum);
+        EXPECT_EQ(first.code(), absl::StatusCode::kUnavailable) << first;
+        EXPECT_NE(first.message().find(" left"), std::string::npos) << first;
+        EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+        EXPECT_FALSE(comm->Barrier().ok()) << "a broken communicator stays broken";
+      },
+      [&](int, ShmOptions& o) { o.stop = &stop; });
+
+  // Two ranks, one of which never calls: the other's stop request, then its timeout.
+  WithShmRanks(
+      2,
+      [&](int rank, ShmCommunicator* comm) {
+        ASSERT_NE(comm, nullptr);
+        if (rank == 1) {
+          absl::SleepFor(absl::Seconds(2));
+          return;
+        }
+        std::thread stopper([&] {
+          absl::SleepFor(absl::Milliseconds(200));
+          stop = true;
+        });
+        absl::Time t0 = absl::Now();
+        EXPECT_EQ(comm->Barrier().code(), absl::StatusCode::kCancelled);
+        EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+        stopper.join();
+      },
+      [&](int, ShmOptions& o) { o.stop = &stop; });
+  stop = false;
+  WithShmRanks(
+      2,
+      [&](int rank, ShmCommunicator* comm) {
+        ASSERT_NE(comm, nullptr);
+        if (rank == 1) {
+          absl::SleepFor(absl::Seconds(2));
+          return;
+        }
+        absl::Time t0 = absl::Now();
+        absl::Status s = comm->Barrier();
+        EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+        EXPECT_LT(absl::Now() - t0, absl::Seconds(1.5));
+      },
+      [&](int, ShmOptions& o) { o.timeout = absl::Milliseconds(300); });
+}
+
+// A peer whose process is killed (SIGKILL: no goodbye) fails the others' next collective within
+// moments: the kernel drops the lock the rank held on the segment's file.
+TEST(Shm, APeerWhoseProcessIsKilledIsAnErrorNotAHang) {
+  auto server = StartCoordinator(2);
+  const std::string dir = ShmDir("killed");
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  const std::string port = std::to_string(server->port());
+  std::vector<std::string> args = {KUBETRAIN_SHM_RANK_HELPER, port, "1", "2", dir};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t child = -1;
+  ASSERT_EQ(posix_spawn(&child, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+
+  auto store = Join(server->port(), 0, 2);
+  ASSERT_NE(store, nullptr);
+  auto comm = ShmCommunicator::TryCreate(
+      *store, {.rank = 0, .size = 2, .timeout = absl::Seconds(20), .directory = dir});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  ASSERT_NE(*comm, nullptr);
+  ASSERT_THAT((*comm)->Barrier(), IsOk());
+  char said[16] = {};
+  EXPECT_GT(::read(out[0], said, sizeof(said) - 1), 0);
+  EXPECT_STREQ(said, "ready\n");
+  ::close(out[0]);
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+
+  absl::Time t0 = absl::Now();
+  absl::Status s = (*comm)->Barrier();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("rank 1's process ended"), std::string::npos) << s;
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
