@@ -599,39 +599,34 @@ TEST(Shm, APeerThatLeavesOrStallsAndAStopRequestEndTheWait) {
       [&](int, ShmOptions& o) { o.stop = &stop; });
 
   // Two ranks, one of which never calls: the other's stop request, then its timeout.
-  WithShmRanks(
-      2,
-      [&](int rank, ShmCommunicator* comm) {
-        ASSERT_NE(comm, nullptr);
-        if (rank == 1) {
-          absl::SleepFor(absl::Seconds(2));
-          return;
-        }
-        std::thread stopper([&] {
-          absl::SleepFor(absl::Milliseconds(200));
-          stop = true;
+  for (bool by_stop : {true, false}) {
+    stop = false;
+    WithShmRanks(
+        2,
+        [&](int rank, ShmCommunicator* comm) {
+          ASSERT_NE(comm, nullptr);
+          if (rank == 1) {
+            absl::SleepFor(absl::Seconds(2));
+            return;
+          }
+          std::thread stopper([&] {
+            if (!by_stop) return;
+            absl::SleepFor(absl::Milliseconds(200));
+            stop = true;
+          });
+          absl::Time t0 = absl::Now();
+          absl::Status s = comm->Barrier();
+          EXPECT_EQ(s.code(),
+                    by_stop ? absl::StatusCode::kCancelled : absl::StatusCode::kDeadlineExceeded)
+              << s;
+          EXPECT_LT(absl::Now() - t0, absl::Seconds(1.5));
+          stopper.join();
+        },
+        [&](int, ShmOptions& o) {
+          o.stop = &stop;
+          if (!by_stop) o.timeout = absl::Milliseconds(300);
         });
-        absl::Time t0 = absl::Now();
-        EXPECT_EQ(comm->Barrier().code(), absl::StatusCode::kCancelled);
-        EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
-        stopper.join();
-      },
-      [&](int, ShmOptions& o) { o.stop = &stop; });
-  stop = false;
-  WithShmRanks(
-      2,
-      [&](int rank, ShmCommunicator* comm) {
-        ASSERT_NE(comm, nullptr);
-        if (rank == 1) {
-          absl::SleepFor(absl::Seconds(2));
-          return;
-        }
-        absl::Time t0 = absl::Now();
-        absl::Status s = comm->Barrier();
-        EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-        EXPECT_LT(absl::Now() - t0, absl::Seconds(1.5));
-      },
-      [&](int, ShmOptions& o) { o.timeout = absl::Milliseconds(300); });
+  }
 }
 
 // A peer whose process is killed (SIGKILL: no goodbye) fails the others' next collective within
