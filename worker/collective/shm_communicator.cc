@@ -102,23 +102,26 @@ void UnlinkSegment(const std::string& directory, const std::string& name) {
   }
 }
 
-// The reduction of `n` floats of every slot, in rank order, into `out`.
-void ReduceSlots(const std::vector<const float*>& slots, float* out, size_t n, ReduceOp op) {
-  std::memcpy(out, slots[0], n * sizeof(float));
-  for (size_t r = 1; r < slots.size(); ++r) {
-    const float* in = slots[r];
-    switch (op) {
-      case ReduceOp::kSum:
-        for (size_t i = 0; i < n; ++i) out[i] += in[i];
-        break;
-      case ReduceOp::kMin:
-        for (size_t i = 0; i < n; ++i) out[i] = std::min(out[i], in[i]);
-        break;
-      case ReduceOp::kMax:
-        for (size_t i = 0; i < n; ++i) out[i] = std::max(out[i], in[i]);
-        break;
-    }
+// out[i] = a[i] op b[i] for `n` floats (out may be a).
+void Combine(const float* a, const float* b, float* out, size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+      break;
+    case ReduceOp::kMin:
+      for (size_t i = 0; i < n; ++i) out[i] = std::min(a[i], b[i]);
+      break;
+    case ReduceOp::kMax:
+      for (size_t i = 0; i < n; ++i) out[i] = std::max(a[i], b[i]);
+      break;
   }
+}
+
+// The reduction of `n` floats of every slot (at least two), in rank order, into `out`: the
+// first two in one pass, then each further slot into the running result.
+void ReduceSlots(const std::vector<const float*>& slots, float* out, size_t n, ReduceOp op) {
+  Combine(slots[0], slots[1], out, n, op);
+  for (size_t r = 2; r < slots.size(); ++r) Combine(out, slots[r], out, n, op);
 }
 
 }  // namespace
