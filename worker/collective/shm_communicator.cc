@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
@@ -202,7 +203,9 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::TryCreate(
   } else {
     ASSIGN_OR_RETURN(std::string said, store.Get("shm/name", options.timeout));
     std::vector<std::string> parts = absl::StrSplit(said, ' ');
-    ok = parts.size() == 2;
+    // Only a name of the form rank 0 makes is opened: the store's values come over the network.
+    ok = parts.size() == 2 && absl::StartsWith(parts[0], "/kubetrain-") && parts[0].size() <= 64 &&
+         parts[0].find_first_not_of("0123456789abcdef", 11) == std::string::npos;
     if (ok) {
       name = parts[0];
       nonce = parts[1];
@@ -213,7 +216,8 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::TryCreate(
     }
     if (ok) {
       segment = static_cast<Segment*>(mapped);
-      ok = segment->magic == kMagic && nonce == segment->nonce &&
+      ok = segment->magic == kMagic &&
+           nonce == std::string(segment->nonce, strnlen(segment->nonce, sizeof(segment->nonce))) &&
            segment->size == static_cast<uint32_t>(n) && segment->chunk_bytes == chunk;
     }
   }
