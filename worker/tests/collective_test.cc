@@ -318,21 +318,24 @@ TEST(Gloo, AllReduceOfALargeBufferAndBroadcastFromANonZeroRoot) {
 
 TEST(Gloo, APeerThatGoesAwayIsAnErrorNotAHang) {
   auto server = StartCoordinator(2);
-  absl::Status survivor;
   std::thread leaver([&] {
     auto store = Join(server->port(), 1, 2);
     auto comm =
         GlooCommunicator::Create(*store, {.rank = 1, .size = 2, .timeout = absl::Seconds(3)});
-    ASSERT_TRUE(comm.ok()) << comm.status();
-    // Leaves without taking part: its sockets close.
+    EXPECT_TRUE(comm.ok()) << comm.status();
+    // Leaves without taking part: its sockets close, perhaps while rank 0 still connects.
   });
+  const absl::Time t0 = absl::Now();
   auto store = Join(server->port(), 0, 2);
   auto comm = GlooCommunicator::Create(*store, {.rank = 0, .size = 2, .timeout = absl::Seconds(3)});
-  ASSERT_TRUE(comm.ok()) << comm.status();
   leaver.join();
-  std::vector<float> data(1000, 1.0f);
-  absl::Time t0 = absl::Now();
-  survivor = (*comm)->AllReduce(data.data(), data.size(), ReduceOp::kSum);
+  // Rank 0 fails in the rendezvous or in its first collective, by when the peer's sockets
+  // closed: either way an error, within the timeout.
+  absl::Status survivor = comm.status();
+  if (comm.ok()) {
+    std::vector<float> data(1000, 1.0f);
+    survivor = (*comm)->AllReduce(data.data(), data.size(), ReduceOp::kSum);
+  }
   EXPECT_FALSE(survivor.ok());
   EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
 }
