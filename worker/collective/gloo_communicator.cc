@@ -16,6 +16,7 @@
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/pair.h"
 #include "gloo/transport/tcp/device.h"
+#include "worker/collective/float_reductions.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -100,28 +101,6 @@ const gloo::ReductionFunction<float>* RingReduction(ReduceOp op) {
       break;
   }
   return gloo::ReductionFunction<float>::sum;
-}
-
-// Element-wise reductions for Gloo's ring: plain loops the compiler vectorises.
-void SumFloats(void* c, const void* a, const void* b, size_t n) {
-  float* __restrict out = static_cast<float*>(c);
-  const float* x = static_cast<const float*>(a);
-  const float* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
-}
-
-void MinFloats(void* c, const void* a, const void* b, size_t n) {
-  float* out = static_cast<float*>(c);
-  const float* x = static_cast<const float*>(a);
-  const float* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = y[i] < x[i] ? y[i] : x[i];
-}
-
-void MaxFloats(void* c, const void* a, const void* b, size_t n) {
-  float* out = static_cast<float*>(c);
-  const float* x = static_cast<const float*>(a);
-  const float* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = y[i] > x[i] ? y[i] : x[i];
 }
 
 }  // namespace
@@ -212,17 +191,7 @@ absl::Status GlooCommunicator::AllReduce(float* data, size_t count, ReduceOp op)
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, count);
     opts.setMaxSegmentSize(kMaxSegmentBytes);
-    switch (op) {
-      case ReduceOp::kSum:
-        opts.setReduceFunction(&SumFloats);
-        break;
-      case ReduceOp::kMin:
-        opts.setReduceFunction(&MinFloats);
-        break;
-      case ReduceOp::kMax:
-        opts.setReduceFunction(&MaxFloats);
-        break;
-    }
+    opts.setReduceFunction(FloatReductionFor(op));
     gloo::allreduce(opts);
   });
 }

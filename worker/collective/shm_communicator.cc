@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "worker/collective/float_reductions.h"
 #include "worker/random.h"
 
 namespace kubetrain::worker {
@@ -103,26 +104,12 @@ void UnlinkSegment(const std::string& directory, const std::string& name) {
   }
 }
 
-// out[i] = a[i] op b[i] for `n` floats (out may be a).
-void Combine(const float* a, const float* b, float* out, size_t n, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-      break;
-    case ReduceOp::kMin:
-      for (size_t i = 0; i < n; ++i) out[i] = std::min(a[i], b[i]);
-      break;
-    case ReduceOp::kMax:
-      for (size_t i = 0; i < n; ++i) out[i] = std::max(a[i], b[i]);
-      break;
-  }
-}
-
 // The reduction of `n` floats of every slot (at least two), in rank order, into `out`: the
 // first two in one pass, then each further slot into the running result.
 void ReduceSlots(const std::vector<const float*>& slots, float* out, size_t n, ReduceOp op) {
-  Combine(slots[0], slots[1], out, n, op);
-  for (size_t r = 2; r < slots.size(); ++r) Combine(out, slots[r], out, n, op);
+  const FloatReduction reduce = FloatReductionFor(op);
+  reduce(out, slots[0], slots[1], n);
+  for (size_t r = 2; r < slots.size(); ++r) reduce(out, out, slots[r], n);
 }
 
 }  // namespace
@@ -241,7 +228,8 @@ ShmCommunicator::ShmCommunicator(const ShmOptions& options, Segment* segment, si
       segment_(segment),
       mapped_bytes_(mapped_bytes),
       fd_(fd),
-      chunk_floats_(segment->chunk_bytes / sizeof(float)) {}
+      chunk_floats_(segment->chunk_bytes / sizeof(float)),
+      slots_(options.size) {}
 
 ShmCommunicator::~ShmCommunicator() {
   Leave();
@@ -345,7 +333,7 @@ absl::Status ShmCommunicator::AllReduce(float* data, size_t count, ReduceOp op) 
   RETURN_IF_ERROR(Usable());
   if (options_.size == 1 || count == 0) return absl::OkStatus();
   const int n = options_.size;
-  std::vector<const float*> slots(n);
+  std::vector<const float*>& slots = slots_;
   for (size_t off = 0; off < count; off += chunk_floats_) {
     const size_t len = std::min(chunk_floats_, count - off);
     const uint64_t step = step_;

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -88,7 +89,8 @@ class ShmCommunicator final : public Communicator {
   size_t mapped_bytes_;
   int fd_;  // the segment's file, kept open for this rank's lock on it
   size_t chunk_floats_;
-  uint64_t step_ = 0;  // barriers passed: the same count on every rank
+  uint64_t step_ = 0;                // barriers passed: the same count on every rank
+  std::vector<const float*> slots_;  // AllReduce's view of every rank's slot, made once
   absl::Status broken_;
   bool left_ = false;
 };
