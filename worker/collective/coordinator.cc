@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -30,16 +31,16 @@ grpc::Status WrongSession(const std::string& got, const std::string& want) {
 // The client's long waits (Get, Reform) in slices of at most a second, so a stop request is
 // noticed while peers are awaited: `attempt(wait)` makes one call that the server answers with
 // DEADLINE_EXCEEDED after `wait`. Returns the last call's status (OK, or an error that is not a
-// slice running out), DEADLINE_EXCEEDED once `timeout` is spent, or CANCELLED with `on_stop`.
-absl::Status WaitInSlices(absl::Duration timeout, const std::atomic<bool>* stop,
-                          absl::string_view on_stop,
-                          const std::function<absl::Status(absl::Duration)>& attempt) {
+// slice running out, or DEADLINE_EXCEEDED once `timeout` is spent), or nullopt on a stop request.
+std::optional<absl::Status> WaitInSlices(
+    absl::Duration timeout, const std::atomic<bool>* stop,
+    const std::function<absl::Status(absl::Duration)>& attempt) {
   const absl::Time give_up = absl::Now() + timeout;
   while (true) {
     const absl::Duration wait = std::min(give_up - absl::Now(), absl::Seconds(1));
     absl::Status s = attempt(wait);
     if (s.code() != absl::StatusCode::kDeadlineExceeded || absl::Now() >= give_up) return s;
-    if (stop != nullptr && stop->load()) return absl::CancelledError(on_stop);
+    if (stop != nullptr && stop->load()) return std::nullopt;
   }
 }
 
@@ -403,9 +404,8 @@ absl::Status CoordinatorClient::Set(const std::string& key, const std::string& v
 
 absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key, absl::Duration timeout) {
   std::string value;
-  absl::Status s = WaitInSlices(
-      timeout, options_.stop, absl::StrCat("stopped while waiting for \"", key, "\""),
-      [&](absl::Duration wait) {
+  std::optional<absl::Status> waited =
+      WaitInSlices(timeout, options_.stop, [&](absl::Duration wait) {
         grpc::ClientContext context;
         // The server answers DEADLINE_EXCEEDED itself after `wait`; the RPC's own deadline only
         // guards against a chief that stopped answering.
@@ -419,13 +419,14 @@ absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key, absl:
         if (got.ok()) value = std::move(*response.mutable_value());
         return got;
       });
+  if (!waited) return absl::CancelledError(absl::StrCat("stopped while waiting for \"", key, "\""));
+  absl::Status s = *std::move(waited);
   if (s.ok()) return value;
   if (s.code() == absl::StatusCode::kDeadlineExceeded) {
     return absl::DeadlineExceededError(absl::StrCat("no rank set \"", key, "\" within ",
                                                     absl::FormatDuration(timeout),
                                                     ": is every worker of the job running?"));
   }
-  if (s.code() == absl::StatusCode::kCancelled) return s;
   return internal::WithContext(std::move(s), "coordinator Get \"", key, "\"");
 }
 
@@ -445,9 +446,8 @@ absl::Status CoordinatorClient::Finish() {
 
 absl::StatusOr<Generation> CoordinatorClient::Reform(bool leave, absl::Duration timeout) {
   Generation next;
-  absl::Status s = WaitInSlices(
-      timeout, options_.stop, "stopped while waiting for the job's members to reform",
-      [&](absl::Duration wait) {
+  std::optional<absl::Status> waited =
+      WaitInSlices(timeout, options_.stop, [&](absl::Duration wait) {
         grpc::ClientContext context;
         context.set_deadline(absl::ToChronoTime(absl::Now() + wait + options_.rpc_timeout));
         v1::ReformRequest request;
@@ -464,8 +464,8 @@ absl::StatusOr<Generation> CoordinatorClient::Reform(bool leave, absl::Duration 
         }
         return got;
       });
-  if (s.code() == absl::StatusCode::kCancelled) return s;
-  RETURN_IF_ERROR(s, "coordinator Reform");
+  if (!waited) return absl::CancelledError("stopped while waiting for the job's members to reform");
+  RETURN_IF_ERROR(*std::move(waited), "coordinator Reform");
   if (!leave) generation_ = next.number;
   return next;
 }
