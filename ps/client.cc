@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -146,6 +147,22 @@ PsClient::PsClient(std::vector<std::string> addresses, PlacementPlan plan, Clien
         {v1::ParameterServer::NewStub(channel), std::make_unique<grpc::GenericStub>(channel)});
   }
   for (size_t p = 0; p < plan_.partitions().size(); ++p) index_[plan_.partitions()[p].key] = p;
+  auto attach = [this](int ps, const v1::AttachRequest& offer) -> absl::StatusOr<uint64_t> {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    v1::AttachResponse answer;
+    RETURN_IF_ERROR(FromGrpc(stubs_[ps].typed->Attach(&context, offer, &answer)));
+    return answer.region();
+  };
+  auto detach = [this](int ps, uint64_t region, absl::Time deadline) {
+    grpc::ClientContext context;  // best effort: a ps that is gone has forgotten it anyway
+    context.set_deadline(absl::ToChronoTime(deadline));
+    v1::AttachRequest request;
+    request.set_detach(region);
+    v1::AttachResponse answer;
+    (void)stubs_[ps].typed->Attach(&context, request, &answer);
+  };
+  shm_ = std::make_unique<ShmLinks>(plan_, options_.worker, options_.shared_memory, attach, detach);
 }
 
 std::vector<int> PsClient::AllPs() const {
@@ -266,12 +283,14 @@ struct PullCall {
   std::span<const std::span<float>> values;
   const Version* min_version;
   std::function<absl::StatusOr<size_t>(const PartitionKey&)> find;
+  const std::vector<ShmLinks::Lease>& leases;  // per ps: its shared-memory buffer, if any
   Version version;
   Coverage coverage;
 
   void Build(int ps, Request& request) const {
     v1::PullRequest pull;
     if (min_version != nullptr) pull.set_min_step(min_version->steps[ps]);
+    pull.set_shm_region(leases[ps].region());
     const std::string bytes = pull.SerializeAsString();
     grpc::Slice slice(bytes);
     request = grpc::ByteBuffer(&slice, 1);
@@ -294,7 +313,16 @@ struct PullCall {
       }
       return values[spec.variable].subspan(spec.offset, spec.length);
     };
-    ASSIGN_OR_RETURN(PullHeader header, DecodePullResponse(response, destination));
+    const ShmBuffer* buffer = leases[ps].buffer();
+    auto from_buffer = [&](const PartitionKey& key,
+                           uint64_t) -> absl::StatusOr<std::span<const float>> {
+      const int slot = buffer->Find(key);
+      if (slot < 0) return absl::InternalError("the ps answered a partition the buffer lacks");
+      return buffer->values(slot);
+    };
+    std::optional<PullSource> shared;
+    if (buffer != nullptr) shared.emplace(from_buffer);
+    ASSIGN_OR_RETURN(PullHeader header, DecodePullResponse(response, destination, shared));
     version.steps[ps] = header.global_step;
     version.run_ids[ps] = std::move(header.run_id);
     version.applied[ps] = header.gradients_applied;
@@ -310,16 +338,24 @@ struct PushCall {
   const Version& at;
   uint32_t worker;
   SlicePins& pins;  // the gradient memory gRPC references until the calls are done
+  const std::vector<ShmLinks::Lease>& leases;  // per ps: its shared-memory buffer, if any
   PushResult result;
 
   void Build(int ps, Request& request) const {
-    PushHeader header{at.run_ids.empty() ? std::string() : at.run_ids[ps], worker, at.steps[ps]};
+    ShmBuffer* buffer = leases[ps].buffer();
+    PushHeader header{at.run_ids.empty() ? std::string() : at.run_ids[ps], worker, at.steps[ps],
+                      leases[ps].region()};
     std::vector<PartitionView> views;
     views.reserve(plan.PartitionsOn(ps).size());
     for (size_t index : plan.PartitionsOn(ps)) {
       const PartitionSpec& spec = plan.partitions()[index];
-      views.push_back(
-          {&spec.key, spec.offset, gradients[spec.variable].subspan(spec.offset, spec.length)});
+      std::span<const float> gradient = gradients[spec.variable].subspan(spec.offset, spec.length);
+      if (buffer != nullptr) {  // the one copy this push makes; the ps reads it in place
+        const std::span<float> slot = buffer->gradient(buffer->Find(spec.key));
+        std::copy(gradient.begin(), gradient.end(), slot.begin());
+        gradient = slot;
+      }
+      views.push_back({&spec.key, spec.offset, gradient});
     }
     request = EncodePushRequest(header, views, pins);
   }
@@ -463,18 +499,32 @@ absl::StatusOr<Version> PsClient::Pull(std::span<const std::span<float>> values,
     return absl::InvalidArgumentError("min_version has the wrong number of ps steps");
   }
   const int n = plan_.num_ps();
-  PullCall call{plan_,
-                values,
-                min_version,
-                [this](const PartitionKey& key) { return Find(key); },
-                {std::vector<int64_t>(n), std::vector<std::string>(n), std::vector<int64_t>(n)},
-                Coverage(plan_.partitions().size())};
   const std::vector<int> all = AllPs();
   const absl::Duration timeout =
       min_version != nullptr ? options_.pull_timeout : options_.rpc_timeout;
-  RETURN_IF_ERROR(FanOut("Pull", all, timeout, call));
-  RETURN_IF_ERROR(call.coverage.Complete(plan_, all));
-  return std::move(call.version);
+  for (int attempt = 1;; ++attempt) {
+    std::vector<ShmLinks::Lease> leases;
+    for (int ps : all) leases.push_back(shm_->Acquire(ps));
+    PullCall call{plan_,
+                  values,
+                  min_version,
+                  [this](const PartitionKey& key) { return Find(key); },
+                  leases,
+                  {std::vector<int64_t>(n), std::vector<std::string>(n), std::vector<int64_t>(n)},
+                  Coverage(plan_.partitions().size())};
+    absl::Status status = FanOut("Pull", all, timeout, call);
+    if (status.ok()) status = call.coverage.Complete(plan_, all);
+    if (status.ok()) return std::move(call.version);
+    bool shared = false;
+    for (ShmLinks::Lease& lease : leases) {
+      if (lease.region() == 0) continue;
+      shared = true;
+      lease.Discard();  // a ps may still write into it: the next pull offers a fresh buffer
+    }
+    // A ps that restarted does not know the region (ABORTED; a pull is never aborted
+    // otherwise): pulling is idempotent, so once more with a fresh buffer.
+    if (!shared || !absl::IsAborted(status) || attempt > 1) return status;
+  }
 }
 
 absl::StatusOr<PushResult> PsClient::Push(std::span<const std::span<const float>> gradients,
@@ -487,10 +537,16 @@ absl::StatusOr<PushResult> PsClient::Push(std::span<const std::span<const float>
     return absl::InvalidArgumentError("version has the wrong number of ps entries");
   }
   SlicePins pins;  // declared first: waits, when destroyed, for gRPC to let go of `gradients`
-  PushCall call{plan_, gradients, at, options_.worker, pins, {at, 0}};
+  std::vector<ShmLinks::Lease> leases;
+  for (int ps : AllPs()) leases.push_back(shm_->Acquire(ps));
+  PushCall call{plan_, gradients, at, options_.worker, pins, leases, {at, 0}};
   absl::Status status = FanOut("Push", AllPs(), options_.rpc_timeout, call);
   pins.WaitUntilReleased();
-  RETURN_IF_ERROR(status);
+  if (!status.ok()) {
+    // A ps may still be reading a cancelled push's gradients: never write that buffer again.
+    for (ShmLinks::Lease& lease : leases) lease.Discard();
+    return status;
+  }
   return std::move(call.result);
 }
 

@@ -29,6 +29,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "kubetrain/v1/ps.grpc.pb.h"
 #include "ps/partition.h"
+#include "ps/shared_memory.h"
 #include "ps/store.h"
 
 namespace kubetrain::ps {
@@ -50,6 +51,9 @@ struct ClientOptions {
   absl::Duration stop_poll = absl::Milliseconds(50);
   // The job's shared secret (common/job_secret.h), sent with every call; empty sends none.
   std::string secret;
+  // Offer each ps a shared-memory buffer (ps/shared_memory.h) on first use; where it maps it
+  // (same host), pushes and pulls move their tensors through it instead of the socket.
+  bool shared_memory = true;
 };
 
 // The per-ps global steps (and run ids) of the values a worker holds; what a Push is computed
@@ -167,6 +171,7 @@ class PsClient {
   const ClientOptions options_;
   std::vector<PsStubs> stubs_;
   absl::flat_hash_map<PartitionKey, size_t> index_;
+  std::unique_ptr<ShmLinks> shm_;  // after stubs_: its destructor detaches through them
 };
 
 }  // namespace kubetrain::ps

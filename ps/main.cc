@@ -33,6 +33,7 @@ struct Options {
   absl::Duration shutdown_grace = absl::Seconds(1);
   std::string tf_config;
   std::string job_secret;
+  bool shared_memory = true;
 };
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
@@ -61,6 +62,10 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   // Capped so the process exits within 2 s of SIGTERM whatever its clients do.
   flags.Add("shutdown-grace", &opt.shutdown_grace, "time given to calls in flight at shutdown")
       .Range(absl::ZeroDuration(), absl::Milliseconds(1500));
+  flags.Add("shared-memory", &opt.shared_memory,
+            "map the shared memory a worker on this host offers, so its pushes and pulls skip "
+            "the socket (false: gRPC bytes only)",
+            "KUBETRAIN_PS_SHARED_MEMORY");
   flags.Add("tf-config", &opt.tf_config, "cluster spec JSON (TensorFlow's TF_CONFIG)", "TF_CONFIG");
   flags.Add("job-secret", &opt.job_secret,
             "the job's shared secret every call must carry (prefer the environment variable: a "
@@ -115,10 +120,11 @@ absl::Status Run(int argc, char** argv) {
   ASSIGN_OR_RETURN(auto metrics_server,
                    MetricsServer::Start(JoinHostPort(opt.bind_address, opt.metrics_port)));
   PsMetrics metrics(metrics_server->registry());
-  ServerOptions server_options{
-      .address = JoinHostPort(opt.bind_address, opt.port),
-      .max_message_bytes = opt.max_message_mb << 20,
-      .service = {.max_pull_wait = opt.max_pull_wait, .secret = opt.job_secret}};
+  ServerOptions server_options{.address = JoinHostPort(opt.bind_address, opt.port),
+                               .max_message_bytes = opt.max_message_mb << 20,
+                               .service = {.max_pull_wait = opt.max_pull_wait,
+                                           .secret = opt.job_secret,
+                                           .shared_memory = opt.shared_memory}};
   ASSIGN_OR_RETURN(auto server, PsServer::Start(server_options, &metrics));
   // The port actually bound: with --port=0 the system picks one.
   log::Info("Serving parameter server",

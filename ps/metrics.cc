@@ -42,7 +42,12 @@ PsMetrics::PsMetrics(prometheus::Registry& registry)
       parameter_bytes_(Gauge(registry, "kubetrain_ps_parameter_bytes",
                              "Bytes of variable values held by this shard (slots excluded).")),
       nonfinite_rejected_(Counter(registry, "kubetrain_ps_nonfinite_rejected_total",
-                                  "Pushes and Inits refused for a NaN or infinite value.")) {}
+                                  "Pushes and Inits refused for a NaN or infinite value.")),
+      shm_bytes_(Counter(registry, "kubetrain_ps_shared_memory_bytes_total",
+                         "Tensor bytes pushed and pulled through workers' shared memory "
+                         "(docs/architecture.md §5.11), not through the socket.")),
+      shm_regions_(Gauge(registry, "kubetrain_ps_shared_memory_regions",
+                         "Workers' shared-memory regions this ps has mapped.")) {}
 
 void PsMetrics::CountRequest(absl::string_view method, absl::string_view code) {
   requests_.Add({{"method", std::string(method)}, {"code", std::string(code)}}).Increment();

@@ -27,6 +27,8 @@ class PsMetrics {
   void CountStaleGradient() { stale_dropped_.Increment(); }
   void SetParameterBytes(uint64_t bytes) { parameter_bytes_.Set(static_cast<double>(bytes)); }
   void CountNonFiniteRejected() { nonfinite_rejected_.Increment(); }
+  void AddSharedMemoryBytes(uint64_t bytes) { shm_bytes_.Increment(static_cast<double>(bytes)); }
+  void SetSharedMemoryRegions(size_t regions) { shm_regions_.Set(static_cast<double>(regions)); }
 
   double stale_gradients_dropped() const { return stale_dropped_.Value(); }
 
@@ -39,6 +41,8 @@ class PsMetrics {
   prometheus::Counter& stale_dropped_;
   prometheus::Gauge& parameter_bytes_;
   prometheus::Counter& nonfinite_rejected_;
+  prometheus::Counter& shm_bytes_;
+  prometheus::Gauge& shm_regions_;
 };
 
 }  // namespace kubetrain::ps

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <limits>
 #include <new>
 #include <utility>
 
@@ -72,10 +73,12 @@ class ParameterServerService::ParkedPull final : public grpc::ServerUnaryReactor
   enum class State { kNew, kParked, kQueued };
 
   ParkedPull(ParameterServerService* service, std::vector<PartitionKey> keys, int64_t min_step,
-             absl::Time deadline, grpc::ByteBuffer* response, size_t request_bytes)
+             std::shared_ptr<const ShmRegion> region, absl::Time deadline,
+             grpc::ByteBuffer* response, size_t request_bytes)
       : service(service),
         keys(std::move(keys)),
         min_step(min_step),
+        region(std::move(region)),
         deadline(deadline),
         response(response),
         request_bytes(request_bytes) {}
@@ -90,6 +93,7 @@ class ParameterServerService::ParkedPull final : public grpc::ServerUnaryReactor
   ParameterServerService* const service;
   const std::vector<PartitionKey> keys;
   const int64_t min_step;
+  const std::shared_ptr<const ShmRegion> region;  // null: values travel in the answer
   const absl::Time deadline;
   grpc::ByteBuffer* const response;
   const size_t request_bytes;
@@ -101,7 +105,11 @@ class ParameterServerService::ParkedPull final : public grpc::ServerUnaryReactor
 
 ParameterServerService::ParameterServerService(ShardStore& store, PsMetrics* metrics,
                                                ServiceOptions options)
-    : store_(store), metrics_(metrics), options_(options), verifier_(options_.secret) {
+    : store_(store),
+      metrics_(metrics),
+      options_(options),
+      verifier_(options_.secret),
+      shm_(options_.max_shm_regions) {
   RegisterMethods();
   store_.SetChangeListener([this] { OnStoreChange(); });
   for (int i = 0; i < std::max(1, options_.wake_threads); ++i) {
@@ -165,6 +173,7 @@ void ParameterServerService::RegisterMethods() {
   AddUnary("/kubetrain.v1.ParameterServer/Status", "Status", &Self::Status);
   AddUnary("/kubetrain.v1.ParameterServer/Shutdown", "Shutdown", &Self::Shutdown);
   AddUnary("/kubetrain.v1.ParameterServer/Join", "Join", &Self::Join);
+  AddUnary("/kubetrain.v1.ParameterServer/Attach", "Attach", &Self::Attach);
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Dispatch(absl::string_view method,
@@ -253,7 +262,17 @@ absl::Status ParameterServerService::Push(grpc::CallbackServerContext&,
   PushFrame frame;
   grpc::ByteBuffer copy(request);  // the frame takes the slices' references, not their bytes
   RETURN_IF_ERROR(frame.Parse(copy));
+  std::shared_ptr<const ShmRegion> region;  // held until the store has applied the gradients
+  if (frame.shm_region() != 0) {
+    ASSIGN_OR_RETURN(region, shm_.Find(frame.shm_region()));
+    RETURN_IF_ERROR(frame.BindRegion(*region));
+  }
   ASSIGN_OR_RETURN(PushOutcome outcome, store_.Push(frame.args()));
+  if (region != nullptr && metrics_ != nullptr) {
+    uint64_t bytes = 0;
+    for (const GradientRef& g : frame.args().gradients) bytes += g.bytes.size();
+    metrics_->AddSharedMemoryBytes(bytes);  // a few bytes of them may have come in the request
+  }
   v1::PushResponse answer;
   answer.set_global_step(outcome.global_step);
   answer.set_stale(outcome.stale);
@@ -261,14 +280,31 @@ absl::Status ParameterServerService::Push(grpc::CallbackServerContext&,
 }
 
 absl::Status ParameterServerService::PullNow(const std::vector<PartitionKey>& keys,
-                                             int64_t min_step, grpc::ByteBuffer& response,
-                                             size_t& response_bytes) {
+                                             int64_t min_step, const ShmRegion* region,
+                                             grpc::ByteBuffer& response, size_t& response_bytes) {
   PullFrame frame;
-  auto visit = [&frame](const PartitionKey& key, uint64_t offset, std::span<const float> values) {
-    frame.Add(key, offset, values);  // copies under the store's lock: pushes may follow
+  absl::Status shared;
+  uint64_t shared_bytes = 0;
+  // Copies under the store's lock (pushes may follow): into a slice, or into the region.
+  auto visit = [&](const PartitionKey& key, uint64_t offset, std::span<const float> values) {
+    if (region == nullptr) return frame.Add(key, offset, values);
+    if (!shared.ok()) return;
+    absl::StatusOr<std::span<float>> out = region->Values(key, values.size());
+    if (!out.ok()) {
+      shared = out.status();
+      return;
+    }
+    std::copy(values.begin(), values.end(), out->begin());
+    frame.AddShared(key, offset, values.size());
+    shared_bytes += values.size_bytes();
   };
-  ASSIGN_OR_RETURN(PullOutcome outcome, store_.Pull(keys, min_step, absl::InfinitePast(), visit,
-                                                    options_.max_response_bytes));
+  // Values written into shared memory do not count against the message limit.
+  const uint64_t limit =
+      region == nullptr ? options_.max_response_bytes : std::numeric_limits<uint64_t>::max();
+  ASSIGN_OR_RETURN(PullOutcome outcome,
+                   store_.Pull(keys, min_step, absl::InfinitePast(), visit, limit));
+  RETURN_IF_ERROR(shared);
+  if (metrics_ != nullptr && shared_bytes > 0) metrics_->AddSharedMemoryBytes(shared_bytes);
   frame.Finish(outcome.global_step, std::move(outcome.run_id), outcome.gradients_applied);
   response_bytes = frame.byte_size();
   response = frame.Encode();
@@ -285,14 +321,20 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
     v1::PullRequest pull;
     status = Authenticate(*context);
     if (status.ok()) status = ParseRequest("Pull", *request, pull);
+    std::shared_ptr<const ShmRegion> region;
+    if (status.ok() && pull.shm_region() != 0) {
+      absl::StatusOr<std::shared_ptr<const ShmRegion>> found = shm_.Find(pull.shm_region());
+      if (found.ok()) region = *std::move(found);
+      status = found.status();
+    }
     if (status.ok()) {
       std::vector<PartitionKey> keys = KeysOf(pull);
-      status = PullNow(keys, pull.min_step(), *response, response_bytes);
+      status = PullNow(keys, pull.min_step(), region.get(), *response, response_bytes);
       const absl::Time deadline =
           std::min(absl::FromChrono(context->deadline()), absl::Now() + options_.max_pull_wait);
       if (absl::IsDeadlineExceeded(status) && absl::Now() < deadline) {
-        auto* parked = new ParkedPull(this, std::move(keys), pull.min_step(), deadline, response,
-                                      request_bytes);
+        auto* parked = new ParkedPull(this, std::move(keys), pull.min_step(), std::move(region),
+                                      deadline, response, request_bytes);
         Park(parked);  // another thread may answer it from here on
         return parked;
       }
@@ -387,7 +429,8 @@ void ParameterServerService::AnswerParked(ParkedPull* pull) {
   size_t response_bytes = 0;
   absl::Status status;
   try {
-    status = PullNow(pull->keys, pull->min_step, *pull->response, response_bytes);
+    status =
+        PullNow(pull->keys, pull->min_step, pull->region.get(), *pull->response, response_bytes);
   } catch (const std::bad_alloc&) {
     status = absl::ResourceExhaustedError(
         absl::StrCat("Pull: out of memory answering a pull of ", pull->keys.size(), " partitions"));
@@ -462,6 +505,30 @@ absl::Status ParameterServerService::Join(grpc::CallbackServerContext&,
   answer.set_quota(static_cast<uint32_t>(m.quota));
   answer.set_global_step(m.global_step);
   answer.set_gradients_applied(m.gradients_applied);
+  return SerializeResponse(answer, response, response_bytes);
+}
+
+absl::Status ParameterServerService::Attach(grpc::CallbackServerContext&,
+                                            const grpc::ByteBuffer& request,
+                                            grpc::ByteBuffer& response, size_t& response_bytes) {
+  v1::AttachRequest attach;
+  RETURN_IF_ERROR(ParseRequest("Attach", request, attach));
+  v1::AttachResponse answer;
+  if (attach.detach() != 0) {
+    shm_.Remove(attach.detach());
+    if (metrics_ != nullptr) metrics_->SetSharedMemoryRegions(shm_.size());
+    return SerializeResponse(answer, response, response_bytes);
+  }
+  if (!options_.shared_memory) {
+    return absl::FailedPreconditionError(
+        "this ps runs with --shared-memory=false: pushes and pulls use gRPC bytes");
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const ShmRegion> region, ShmRegion::Attach(attach));
+  const uint64_t bytes = region->bytes();
+  answer.set_region(shm_.Add(std::move(region)));
+  if (metrics_ != nullptr) metrics_->SetSharedMemoryRegions(shm_.size());
+  log::Info("Mapped a worker's shared memory",
+            {{"worker", attach.worker()}, {"bytes", bytes}, {"regions", shm_.size()}});
   return SerializeResponse(answer, response, response_bytes);
 }
 

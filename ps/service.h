@@ -22,6 +22,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "kubetrain/v1/ps.grpc.pb.h"
 #include "ps/metrics.h"
+#include "ps/shared_memory.h"
 #include "ps/store.h"
 #include "ps/tensor_coding.h"
 
@@ -41,6 +42,11 @@ struct ServiceOptions {
   // stranger that reaches the port can neither Init (replace every parameter) nor Shutdown the
   // ps. Empty accepts every caller.
   std::string secret;
+  // Maps workers' shared-memory regions when they offer them (Attach, ps/shared_memory.h);
+  // false answers every offer FAILED_PRECONDITION, so pushes and pulls stay on gRPC bytes.
+  bool shared_memory = true;
+  // Regions kept at once; a newer one evicts the least recently used.
+  size_t max_shm_regions = 256;
 };
 
 // Translates RPCs to ShardStore calls and counts them. The store and metrics must outlive it.
@@ -73,7 +79,7 @@ class ParameterServerService final : public grpc::Service {
                                                            const grpc::ByteBuffer&,
                                                            grpc::ByteBuffer&, size_t&);
 
-  // Adds the seven methods in ps.proto's order.
+  // Adds the eight methods in ps.proto's order.
   void RegisterMethods();
   void AddUnary(const char* path, absl::string_view name, Handler handler);
   // Registers a callback method taking and answering raw bytes.
@@ -97,13 +103,16 @@ class ParameterServerService final : public grpc::Service {
                         grpc::ByteBuffer& response, size_t& response_bytes);
   absl::Status Join(grpc::CallbackServerContext& context, const grpc::ByteBuffer& request,
                     grpc::ByteBuffer& response, size_t& response_bytes);
+  absl::Status Attach(grpc::CallbackServerContext& context, const grpc::ByteBuffer& request,
+                      grpc::ByteBuffer& response, size_t& response_bytes);
   // Pull has its own reactor path, since it may park.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request, grpc::ByteBuffer* response);
 
-  // Pulls now (never waits); DEADLINE_EXCEEDED while the step is not there yet.
+  // Pulls now (never waits); DEADLINE_EXCEEDED while the step is not there yet. With `region`,
+  // the values go into its slots and the answer carries none.
   absl::Status PullNow(const std::vector<PartitionKey>& keys, int64_t min_step,
-                       grpc::ByteBuffer& response, size_t& response_bytes);
+                       const ShmRegion* region, grpc::ByteBuffer& response, size_t& response_bytes);
   // Answers a parked pull that was taken out of the wait lists; the reactor may be gone after.
   void AnswerParked(ParkedPull* pull);
   // Parks `pull`, or queues it for an answer at once when its step came meanwhile.
@@ -126,6 +135,7 @@ class ParameterServerService final : public grpc::Service {
   PsMetrics* const metrics_;
   const ServiceOptions options_;
   const JobSecretVerifier verifier_;
+  ShmRegistry shm_;
   int methods_added_ = 0;
 
   mutable absl::Mutex mu_;

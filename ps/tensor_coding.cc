@@ -24,7 +24,7 @@ namespace partition_field {
 constexpr uint32_t kKey = 1, kOffset = 2, kLength = 3, kValues = 4;
 }
 namespace push_field {
-constexpr uint32_t kRunId = 1, kWorker = 2, kStep = 3, kGradients = 4;
+constexpr uint32_t kRunId = 1, kWorker = 2, kStep = 3, kGradients = 4, kShmRegion = 5;
 }
 namespace pull_field {
 constexpr uint32_t kGlobalStep = 1, kValues = 2, kRunId = 3, kGradientsApplied = 4;
@@ -238,6 +238,15 @@ absl::StatusOr<PartitionKey> ReadKey(SliceReader& r, size_t end) {
   return key;
 }
 
+absl::Status CheckValueBytes(const PartitionKey& key, size_t bytes, uint64_t length) {
+  if (bytes % sizeof(float) != 0 || bytes / sizeof(float) != length) {
+    return absl::InvalidArgumentError(absl::StrCat("partition ", key.variable, "/", key.index,
+                                                   " has ", bytes, " value bytes for ", length,
+                                                   " floats"));
+  }
+  return absl::OkStatus();
+}
+
 // A Partition's fields; the values are located (position and size) and skipped, since their
 // destination may depend on fields that come after them.
 struct PartitionFields {
@@ -248,7 +257,9 @@ struct PartitionFields {
   size_t values_bytes = 0;
 };
 
-absl::StatusOr<PartitionFields> ReadPartition(SliceReader& r, size_t end) {
+// `values_elsewhere`: a partition without value bytes is accepted (they are in shared memory).
+absl::StatusOr<PartitionFields> ReadPartition(SliceReader& r, size_t end,
+                                              bool values_elsewhere = false) {
   PartitionFields p;
   while (r.position() < end) {
     ASSIGN_OR_RETURN(Tag tag, ReadTag(r));
@@ -281,11 +292,8 @@ absl::StatusOr<PartitionFields> ReadPartition(SliceReader& r, size_t end) {
     }
   }
   if (r.position() != end) return Malformed("partition runs past its length");
-  if (p.values_bytes % sizeof(float) != 0 || p.values_bytes / sizeof(float) != p.length) {
-    return absl::InvalidArgumentError(absl::StrCat("partition ", p.key.variable, "/", p.key.index,
-                                                   " has ", p.values_bytes, " value bytes for ",
-                                                   p.length, " floats"));
-  }
+  if (values_elsewhere && p.values_bytes == 0) return p;
+  RETURN_IF_ERROR(CheckValueBytes(p.key, p.values_bytes, p.length));
   return p;
 }
 
@@ -340,13 +348,16 @@ grpc::ByteBuffer EncodePushRequest(const PushHeader& header,
   PutBytesField(push_field::kRunId, header.run_id, head);
   PutVarintField(push_field::kWorker, header.worker, head);
   PutVarintField(push_field::kStep, static_cast<uint64_t>(header.step), head);
+  const bool shared = header.shm_region != 0;
   for (const PartitionView& g : gradients) {
     head += PartitionHeader(push_field::kGradients, *g.key, g.offset, g.values.size(),
-                            g.values.size_bytes());
+                            shared ? 0 : g.values.size_bytes());
+    if (shared) continue;       // the values are in the region
     slices.emplace_back(head);  // copies the small header
     head.clear();
     if (!g.values.empty()) slices.push_back(pins.Pin(AsBytes(g.values)));
   }
+  PutVarintField(push_field::kShmRegion, header.shm_region, head);
   if (!head.empty()) slices.emplace_back(head);
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
@@ -357,7 +368,7 @@ absl::Status PushFrame::Parse(grpc::ByteBuffer& buffer) {
   if (grpc::Status s = buffer.Dump(&slices_); !s.ok()) return Malformed(s.error_message());
   buffer.Clear();
   SliceReader r(slices_);
-  return ForEachField(r, [&](const Tag& tag) -> absl::Status {
+  RETURN_IF_ERROR(ForEachField(r, [&](const Tag& tag) -> absl::Status {
     switch (tag.field) {
       case push_field::kRunId: {
         RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
@@ -381,7 +392,9 @@ absl::Status PushFrame::Parse(grpc::ByteBuffer& buffer) {
         RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
         ASSIGN_OR_RETURN(size_t n, r.Length(r.size()));
         const size_t end = r.position() + n;
-        ASSIGN_OR_RETURN(PartitionFields p, ReadPartition(r, end));
+        ASSIGN_OR_RETURN(PartitionFields p, ReadPartition(r, end, /*values_elsewhere=*/true));
+        lengths_.push_back(p.length);
+        elsewhere_.push_back(p.values_bytes == 0 && p.length > 0);
         // Re-read the values where ReadPartition found them, now that they are known to fit.
         SliceReader values(slices_);
         values.Skip(p.values_position);
@@ -391,11 +404,31 @@ absl::Status PushFrame::Parse(grpc::ByteBuffer& buffer) {
         args_.gradients.push_back({std::move(p.key), bytes});
         return absl::OkStatus();
       }
+      case push_field::kShmRegion: {
+        RETURN_IF_ERROR(Expect(tag, kVarint));
+        ASSIGN_OR_RETURN(shm_region_, r.Varint());
+        return absl::OkStatus();
+      }
       default: {
         return r.SkipField(tag.wire_type, r.size());
       }
     }
-  });
+  }));
+  if (shm_region_ != 0) return absl::OkStatus();
+  for (size_t i = 0; i < elsewhere_.size(); ++i) {  // no region: every value must be here
+    if (elsewhere_[i]) RETURN_IF_ERROR(CheckValueBytes(args_.gradients[i].key, 0, lengths_[i]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PushFrame::BindRegion(const ShmRegion& region) {
+  for (size_t i = 0; i < elsewhere_.size(); ++i) {
+    if (!elsewhere_[i]) continue;
+    GradientRef& g = args_.gradients[i];
+    ASSIGN_OR_RETURN(std::span<const float> values, region.Gradient(g.key, lengths_[i]));
+    g.bytes = AsBytes(values);
+  }
+  return absl::OkStatus();
 }
 
 // ---- Pull ----
@@ -404,6 +437,10 @@ void PullFrame::Add(const PartitionKey& key, uint64_t offset, std::span<const fl
   Entry& e = entries_.emplace_back();
   e.header = PartitionHeader(pull_field::kValues, key, offset, values.size(), values.size_bytes());
   if (!values.empty()) e.values = grpc::Slice(values.data(), values.size_bytes());  // one copy
+}
+
+void PullFrame::AddShared(const PartitionKey& key, uint64_t offset, uint64_t length) {
+  entries_.push_back({PartitionHeader(pull_field::kValues, key, offset, length, 0), grpc::Slice()});
 }
 
 void PullFrame::Finish(int64_t global_step, std::string run_id, int64_t gradients_applied) {
@@ -436,7 +473,8 @@ size_t PullFrame::byte_size() const {
 }
 
 absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
-                                              PullDestination destination) {
+                                              PullDestination destination,
+                                              std::optional<PullSource> shared) {
   std::vector<grpc::Slice> slices;
   if (grpc::Status s = buffer.Dump(&slices); !s.ok()) return Malformed(s.error_message());
   SliceReader r(slices);
@@ -463,8 +501,18 @@ absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
       case pull_field::kValues: {
         RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
         ASSIGN_OR_RETURN(size_t n, r.Length(r.size()));
-        ASSIGN_OR_RETURN(PartitionFields p, ReadPartition(r, r.position() + n));
+        ASSIGN_OR_RETURN(PartitionFields p, ReadPartition(r, r.position() + n, shared.has_value()));
         ASSIGN_OR_RETURN(std::span<float> out, destination(p.key, p.offset, p.length));
+        if (p.values_bytes == 0 && p.length > 0) {  // the ps wrote them into shared memory
+          ASSIGN_OR_RETURN(std::span<const float> in, (*shared)(p.key, p.length));
+          if (in.size() != out.size()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("partition ", p.key.variable, "/", p.key.index, ": ", in.size(),
+                             " floats in shared memory, want ", out.size()));
+          }
+          std::memcpy(out.data(), in.data(), out.size_bytes());
+          return absl::OkStatus();
+        }
         if (out.size_bytes() != p.values_bytes) {
           return absl::InvalidArgumentError(absl::StrCat("partition ", p.key.variable, "/",
                                                          p.key.index, ": got ", p.values_bytes,

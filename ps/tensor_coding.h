@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "ps/partition.h"
+#include "ps/shared_memory.h"
 #include "ps/store.h"
 
 namespace kubetrain::ps {
@@ -67,6 +69,9 @@ struct PushHeader {
   std::string run_id;
   uint32_t worker = 0;
   int64_t step = 0;
+  // Non-zero: the gradients are in this shared-memory region (ps/shared_memory.h); only their
+  // partition headers are encoded and nothing is pinned.
+  uint64_t shm_region = 0;
 };
 
 // A kubetrain.v1.PushRequest whose gradient bytes are slices pinned by `pins` (not copied).
@@ -85,13 +90,21 @@ class PushFrame {
   const PushArgs& args() const { return args_; }
   uint32_t worker() const { return worker_; }
   size_t byte_size() const { return byte_size_; }
+  // The shared-memory region the request names; 0: its values are all in the request.
+  uint64_t shm_region() const { return shm_region_; }
+  // Points the gradients the request carried no bytes for at their slots in `region`, which
+  // must outlive the frame's use. INVALID_ARGUMENT for a partition without a slot of its size.
+  absl::Status BindRegion(const ShmRegion& region);
 
  private:
   std::vector<grpc::Slice> slices_;
   std::deque<std::string> copies_;  // gradients that straddled slices; a deque never moves them
   PushArgs args_;
+  std::vector<uint64_t> lengths_;  // per gradient: its float count
+  std::vector<bool> elsewhere_;    // per gradient: no bytes in the request (shared memory)
   uint32_t worker_ = 0;
   size_t byte_size_ = 0;
+  uint64_t shm_region_ = 0;
 };
 
 // A kubetrain.v1.PullResponse under construction on the server. Each Add copies one partition's
@@ -99,6 +112,8 @@ class PushFrame {
 class PullFrame {
  public:
   void Add(const PartitionKey& key, uint64_t offset, std::span<const float> values);
+  // A partition whose values the server wrote into the client's shared memory: no bytes.
+  void AddShared(const PartitionKey& key, uint64_t offset, uint64_t length);
   void Finish(int64_t global_step, std::string run_id, int64_t gradients_applied = 0);
   void Clear() { *this = PullFrame(); }
   grpc::ByteBuffer Encode() const;
@@ -126,11 +141,17 @@ struct PullHeader {
 using PullDestination = absl::FunctionRef<absl::StatusOr<std::span<float>>(
     const PartitionKey& key, uint64_t offset, uint64_t length)>;
 
-// Decodes a PullResponse, copying each partition's bytes straight into its destination.
-// INVALID_ARGUMENT on malformed bytes or a partition whose byte count differs from 4 × length or
-// from its destination's size.
+// Where a partition answered without bytes (a pull through shared memory) was written: its
+// `length` floats, or an error.
+using PullSource = absl::FunctionRef<absl::StatusOr<std::span<const float>>(const PartitionKey& key,
+                                                                            uint64_t length)>;
+
+// Decodes a PullResponse, copying each partition's bytes straight into its destination (from
+// `shared` for a partition without bytes, when given). INVALID_ARGUMENT on malformed bytes or a
+// partition whose byte count differs from 4 × length or from its destination's size.
 absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
-                                              PullDestination destination);
+                                              PullDestination destination,
+                                              std::optional<PullSource> shared = std::nullopt);
 
 }  // namespace kubetrain::ps
 

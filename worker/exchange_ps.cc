@@ -179,6 +179,7 @@ class PsExchange : public GradientExchange {
     options.worker = static_cast<uint32_t>(c_.id.rank);
     options.secret = c_.options.job_secret;
     options.rpc_timeout = timeout;
+    options.shared_memory = false;  // goodbyes and exports move no gradients
     return ps::PsClient::Create(std::move(dialed), *plan_, options);
   }
   // The config a restored checkpoint runs on, from the one it was saved with.
@@ -244,6 +245,7 @@ class PsExchange : public GradientExchange {
     client_options.worker = static_cast<uint32_t>(c_.id.rank);
     client_options.stop = &c_.stop;
     client_options.secret = c_.options.job_secret;
+    client_options.shared_memory = c_.options.ps_shared_memory;
     ASSIGN_OR_RETURN(std::unique_ptr<ps::PsClient> client,
                      ps::PsClient::Create(resolved, *plan_, client_options));
     std::lock_guard<std::mutex> lock(client_mu_);

@@ -149,6 +149,10 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         "KUBETRAIN_MEMBER_TIMEOUT");
   f.Add("inject-delay", &t.inject_delay,
         "testing: added to every step of this worker (a slow worker)", "KUBETRAIN_INJECT_DELAY");
+  f.Add("ps-shared-memory", &t.ps_shared_memory,
+        "ps modes: push and pull through shared memory with each ps on this host (false: "
+        "always gRPC bytes)",
+        "KUBETRAIN_PS_SHARED_MEMORY");
   f.Add("job-secret", &t.job_secret,
         "the job's shared secret sent with every ps and coordinator call (prefer the "
         "environment variable: a flag shows in the process list)",

@@ -66,6 +66,9 @@ struct TrainerOptions {
   int64_t fusion_bytes = int64_t{64} << 20;
   // The job's shared secret, sent with every ps call (common/job_secret.h).
   std::string job_secret;
+  // ps modes: offer each ps a shared-memory buffer; a ps on this host maps it and pushes and
+  // pulls skip the socket (ps/shared_memory.h, docs/architecture.md §5.11).
+  bool ps_shared_memory = true;
   // ps-sync: each global step applies the first (training workers − backup_workers) gradients
   // to arrive and drops the later ones as stale, counted (TensorFlow's SyncReplicasOptimizer
   // backup workers): the slowest workers no longer pace every step. A worker whose push was late

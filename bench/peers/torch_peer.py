@@ -251,11 +251,12 @@ def _server_pull():
 def rpc_bench(a):
     from torch.distributed import rpc
 
-    # Loopback TCP only (the uv transport and the basic channel); TensorPipe would otherwise pick
-    # shared memory and cross-memory-attach for two processes on one machine.
+    # "tcp": loopback TCP only (the uv transport and the basic channel). "auto": TensorPipe's
+    # defaults, which pick shared memory and cross-memory attach for two processes on one machine.
+    pinned = {"_transports": ["uv"], "_channels": ["basic"]} if a.transport == "tcp" else {}
     opts = rpc.TensorPipeRpcBackendOptions(
         init_method=f"tcp://127.0.0.1:{a.port}", num_worker_threads=4, rpc_timeout=a.deadline,
-        _transports=["uv"], _channels=["basic"])
+        **pinned)
     name = "server" if a.rank == 0 else "client"
     rpc.init_rpc(name, rank=a.rank, world_size=2, rpc_backend_options=opts)
     if a.rank == 1:
@@ -308,6 +309,7 @@ def main():
     # rpc
     p.add_argument("--mb", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--transport", choices=["tcp", "auto"], default="tcp")
     a = p.parse_args()
     a.sizes = [int(s) for s in a.sizes.split(",")]
     arm_deadline(a.deadline)

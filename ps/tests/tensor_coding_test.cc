@@ -18,6 +18,7 @@ namespace kubetrain::ps {
 namespace {
 
 using ::kubetrain::testing::IsOk;
+using ::kubetrain::testing::StatusIs;
 using ::testing::HasSubstr;
 
 std::string Flatten(const grpc::ByteBuffer& buffer) {
@@ -190,6 +191,29 @@ TEST(TensorCoding, ValueBytesDisagreeingWithLengthAreRefused) {
   const absl::Status parsed = frame.Parse(wire);
   EXPECT_EQ(parsed.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(parsed.message(), HasSubstr("8 value bytes for 3 floats"));
+}
+
+TEST(TensorCoding, ASharedMemoryPushCarriesHeadersOnlyAndEmptyValuesNeedARegion) {
+  std::vector<float> grad(1000, 0.25f);
+  const PartitionKey key{"w", 0};
+  const PartitionView view{&key, 0, grad};
+  SlicePins pins;
+  grpc::ByteBuffer encoded = EncodePushRequest({"run", 1, 5, /*shm_region=*/77}, {&view, 1}, pins);
+  EXPECT_LT(encoded.Length(), 64u);  // no tensor bytes
+  v1::PushRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(encoded)));  // still a protobuf PushRequest
+  EXPECT_EQ(parsed.shm_region(), 77u);
+  EXPECT_EQ(parsed.gradients(0).length(), 1000u);
+  EXPECT_TRUE(parsed.gradients(0).values().empty());
+  PushFrame frame;
+  ASSERT_THAT(frame.Parse(encoded), IsOk());
+  EXPECT_EQ(frame.shm_region(), 77u);
+
+  // The same partitions without a region are missing their bytes.
+  parsed.clear_shm_region();
+  grpc::ByteBuffer wire = Chunked(parsed.SerializeAsString(), 1 << 20);
+  EXPECT_THAT(frame.Parse(wire),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0 value bytes for 1000")));
 }
 
 // 2^62 floats are 2^64 bytes: a length check by multiplication wraps to zero and accepts them.
