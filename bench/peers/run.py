@@ -25,9 +25,11 @@
 #              timed iterations: allreduce_bench (kubetrain's GlooCommunicator, and OpenMPI's
 #              MPI_Allreduce under mpirun over TCP on lo; then kubetrain's shared-memory
 #              communicator, and OpenMPI over its shared-memory BTL) vs torch.distributed gloo.
-#   ps         push+pull of a --ps-mb MiB model to one server process: ps_throughput (1 ps, async: each
-#              push applies an SGD step) vs torch.distributed.rpc (TensorPipe, uv transport over
-#              TCP) pushing to and pulling from a server process that applies the same step.
+#   ps         push+pull of a --ps-mb MiB model to one server process: ps_throughput (kubetrain-ps,
+#              async: each push applies an SGD step; through shared memory, then over gRPC/TCP)
+#              vs torch.distributed.rpc (TensorPipe with its default transports, then the uv TCP
+#              transport only) pushing to and pulling from a server process that applies the
+#              same step.
 #
 # Both sides of the training cases start timing after their data is loaded and end after the
 # final evaluation and checkpoint, evaluate the 10k test set after every epoch on the chief (rank
