@@ -37,6 +37,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/stats.h"
 #include "common/flags.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "ps/client.h"
@@ -84,28 +85,19 @@ absl::Status Errno(absl::string_view what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
-// A TCP socket bound to an ephemeral port on 127.0.0.1, and its address.
-absl::StatusOr<std::pair<Fd, sockaddr_in>> BoundLoopbackSocket() {
-  Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
-  if (fd.get() < 0) return Errno("socket");
+// A connected TCP pair over 127.0.0.1 (listener on an ephemeral port).
+absl::StatusOr<std::pair<Fd, Fd>> ConnectedPair() {
+  Fd listener(::socket(AF_INET, SOCK_STREAM, 0));
+  if (listener.get() < 0) return Errno("socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) return Errno("bind");
-  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) return Errno("bind");
+  if (::listen(listener.get(), 1) != 0) return Errno("listen");
+  if (::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     return Errno("getsockname");
   }
-  return std::make_pair(std::move(fd), addr);
-}
-
-// A connected TCP pair over 127.0.0.1 (listener on an ephemeral port).
-absl::StatusOr<std::pair<Fd, Fd>> ConnectedPair() {
-  ASSIGN_OR_RETURN(auto bound, BoundLoopbackSocket());
-  Fd listener = std::move(bound.first);
-  sockaddr_in addr = bound.second;
-  const socklen_t len = sizeof(addr);
-  if (::listen(listener.get(), 1) != 0) return Errno("listen");
   Fd client(::socket(AF_INET, SOCK_STREAM, 0));
   if (client.get() < 0) return Errno("socket");
   if (::connect(client.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
@@ -186,13 +178,6 @@ std::vector<ps::VariableSpec> Model(size_t model_bytes) {
   return vars;
 }
 
-// A free port on 127.0.0.1 for a ps process (bound and released: another process could take it
-// in between, which then fails the run loudly rather than measuring something else).
-absl::StatusOr<int> FreePort() {
-  ASSIGN_OR_RETURN(auto bound, BoundLoopbackSocket());
-  return ntohs(bound.second.sin_port);
-}
-
 // Waits (up to 10 s) until something accepts connections on 127.0.0.1:`port`, so the client's
 // first call does not fail and back off.
 absl::Status AwaitListening(int port) {
@@ -223,7 +208,9 @@ class Cluster {
         cluster->servers_.push_back(std::move(server));
         continue;
       }
-      ASSIGN_OR_RETURN(int port, FreePort());
+      // Bound and released: another process could take it in between, which then fails the
+      // run loudly rather than measuring something else.
+      ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
       std::vector<std::string> args = {binary, absl::StrCat("--port=", port),
                                        "--bind-address=127.0.0.1", "--metrics-port=0",
                                        "--log-level=warn"};
