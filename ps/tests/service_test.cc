@@ -17,29 +17,17 @@
 #include "prometheus/registry.h"
 #include "ps/client.h"
 #include "ps/service.h"
+#include "ps/tests/ps_cluster.h"
 
 namespace kubetrain::ps {
 namespace {
 
 using ::kubetrain::testing::IsOk;
+using testing::Cluster;
+using testing::Sample;
 
 constexpr absl::string_view kNotInitialised =
     "ps not initialised; waiting for the chief to restore it";
-
-double Sample(prometheus::Registry& registry, const std::string& name,
-              const std::map<std::string, std::string>& labels = {}) {
-  for (const auto& family : registry.Collect()) {
-    if (family.name != name) continue;
-    for (const auto& metric : family.metric) {
-      std::map<std::string, std::string> have;
-      for (const auto& l : metric.label) have[l.name] = l.value;
-      if (have != labels) continue;
-      if (family.type == prometheus::MetricType::Counter) return metric.counter.value;
-      if (family.type == prometheus::MetricType::Gauge) return metric.gauge.value;
-    }
-  }
-  return -1;
-}
 
 // A 12 MB variable (three 4 MiB partitions) so one ps's share exceeds gRPC's 4 MiB default, plus
 // an MLP-sized layer and a bias.
@@ -57,34 +45,6 @@ ModelState InitialState(const PlacementPlan& plan, TrainingConfig config) {
   }
   return state;
 }
-
-class Cluster {
- public:
-  explicit Cluster(int num_ps) {
-    for (int i = 0; i < num_ps; ++i) {
-      registries_.push_back(std::make_unique<prometheus::Registry>());
-      metrics_.push_back(std::make_unique<PsMetrics>(*registries_.back()));
-      auto server = PsServer::Start({.address = "127.0.0.1:0"}, metrics_.back().get());
-      EXPECT_TRUE(server.ok()) << server.status();
-      addresses_.push_back((*server)->address());
-      servers_.push_back(*std::move(server));
-    }
-  }
-  std::unique_ptr<PsClient> Client(const PlacementPlan& plan) {
-    auto client = PsClient::Create(
-        addresses_, plan, {.rpc_timeout = absl::Seconds(60), .pull_timeout = absl::Seconds(60)});
-    EXPECT_TRUE(client.ok()) << client.status();
-    return *std::move(client);
-  }
-  PsServer& server(int i) { return *servers_[i]; }
-  prometheus::Registry& registry(int i) { return *registries_[i]; }
-
- private:
-  std::vector<std::unique_ptr<prometheus::Registry>> registries_;
-  std::vector<std::unique_ptr<PsMetrics>> metrics_;
-  std::vector<std::string> addresses_;
-  std::vector<std::unique_ptr<PsServer>> servers_;
-};
 
 PlacementPlan Plan(int num_ps) {
   auto plan = PlacementPlan::Build(Model(), num_ps);

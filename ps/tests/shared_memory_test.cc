@@ -18,23 +18,15 @@
 #include "prometheus/registry.h"
 #include "ps/client.h"
 #include "ps/service.h"
+#include "ps/tests/ps_cluster.h"
 
 namespace kubetrain::ps {
 namespace {
 
 using ::kubetrain::testing::IsOk;
 using ::kubetrain::testing::StatusIs;
+using testing::Cluster;
 using ::testing::HasSubstr;
-
-double Counter(prometheus::Registry& registry, const std::string& name) {
-  for (const auto& family : registry.Collect()) {
-    if (family.name != name) continue;
-    double sum = 0;
-    for (const auto& metric : family.metric) sum += metric.counter.value;
-    return sum;
-  }
-  return -1;
-}
 
 // Two variables over two ps, 8 MB in all: over gRPC's 4 MiB default message.
 PlacementPlan Plan() {
@@ -42,51 +34,6 @@ PlacementPlan Plan() {
   EXPECT_TRUE(plan.ok()) << plan.status();
   return *std::move(plan);
 }
-
-class Cluster {
- public:
-  explicit Cluster(int num_ps, ServiceOptions service = {}) {
-    for (int i = 0; i < num_ps; ++i) {
-      registries_.push_back(std::make_unique<prometheus::Registry>());
-      metrics_.push_back(std::make_unique<PsMetrics>(*registries_.back()));
-      auto server =
-          PsServer::Start({.address = "127.0.0.1:0", .service = service}, metrics_.back().get());
-      EXPECT_TRUE(server.ok()) << server.status();
-      addresses_.push_back((*server)->address());
-      servers_.push_back(*std::move(server));
-    }
-  }
-  std::unique_ptr<PsClient> Client(const PlacementPlan& plan, bool shared_memory) {
-    auto client = PsClient::Create(addresses_, plan,
-                                   {.rpc_timeout = absl::Seconds(30),
-                                    .pull_timeout = absl::Seconds(30),
-                                    .shared_memory = shared_memory});
-    EXPECT_TRUE(client.ok()) << client.status();
-    return *std::move(client);
-  }
-  // Bytes every ps received in requests (shared memory moves none of the tensors).
-  double ReceivedBytes() {
-    double sum = 0;
-    for (auto& r : registries_) sum += Counter(*r, "kubetrain_ps_received_bytes_total");
-    return sum;
-  }
-  double SentBytes() {
-    double sum = 0;
-    for (auto& r : registries_) sum += Counter(*r, "kubetrain_ps_sent_bytes_total");
-    return sum;
-  }
-  double SharedMemoryBytes() {
-    double sum = 0;
-    for (auto& r : registries_) sum += Counter(*r, "kubetrain_ps_shared_memory_bytes_total");
-    return sum;
-  }
-
- private:
-  std::vector<std::unique_ptr<prometheus::Registry>> registries_;
-  std::vector<std::unique_ptr<PsMetrics>> metrics_;
-  std::vector<std::string> addresses_;
-  std::vector<std::unique_ptr<PsServer>> servers_;
-};
 
 ModelState Initial(const PlacementPlan& plan) {
   ModelState state{{UpdateMode::kAsync, 1, {.learning_rate = 1}}, 0, "run-1", {}};
@@ -122,7 +69,8 @@ TEST(PsSharedMemory, PushAndPullMoveTheSameValuesWithoutTensorBytesOnTheWire) {
 
   auto values = Buffers(plan, 0);
   ASSERT_THAT(shm->Pull(Spans(values)), IsOk());  // attaches, then pulls through the buffers
-  const double received = cluster.ReceivedBytes(), sent = cluster.SentBytes();
+  const double received = cluster.Total("kubetrain_ps_received_bytes_total"),
+               sent = cluster.Total("kubetrain_ps_sent_bytes_total");
   for (int round = 1; round <= 3; ++round) {
     auto grads = Buffers(plan, 0.5f * float(round));
     auto version = shm->Pull(Spans(values));
@@ -133,13 +81,15 @@ TEST(PsSharedMemory, PushAndPullMoveTheSameValuesWithoutTensorBytesOnTheWire) {
   }
   ASSERT_THAT(shm->Pull(Spans(values)), IsOk());
   // Three pushes and four pulls of 8 MB each, and not a tenth of one through the sockets.
-  EXPECT_LT(cluster.ReceivedBytes() - received + cluster.SentBytes() - sent, model_bytes / 10);
-  EXPECT_GE(cluster.SharedMemoryBytes(), 7 * model_bytes);
+  EXPECT_LT(cluster.Total("kubetrain_ps_received_bytes_total") - received +
+                cluster.Total("kubetrain_ps_sent_bytes_total") - sent,
+            model_bytes / 10);
+  EXPECT_GE(cluster.Total("kubetrain_ps_shared_memory_bytes_total"), 7 * model_bytes);
 
   // The values a gRPC client pulls agree with the shared-memory client's, to the bit.
   auto over_grpc = Buffers(plan, -1);
   ASSERT_THAT(grpc->Pull(Spans(over_grpc)), IsOk());
-  EXPECT_GT(cluster.SentBytes() - sent, model_bytes);
+  EXPECT_GT(cluster.Total("kubetrain_ps_sent_bytes_total") - sent, model_bytes);
   ASSERT_EQ(values, over_grpc);
   const float applied = 0.5f + 1.0f + 1.5f;
   for (size_t v = 0; v < values.size(); ++v) {
@@ -162,7 +112,8 @@ TEST(PsSharedMemory, APsWithSharedMemoryOffKeepsItsClientsOnBytes) {
   ASSERT_THAT(client->Push(ConstSpans(grads), *version), IsOk());
   ASSERT_THAT(client->Pull(Spans(values)), IsOk());
   EXPECT_EQ(values[0][1], 0.0f);  // 1 - 1
-  EXPECT_GT(cluster.ReceivedBytes(), static_cast<double>(plan.BytesOn(0) + plan.BytesOn(1)));
+  EXPECT_GT(cluster.Total("kubetrain_ps_received_bytes_total"),
+            static_cast<double>(plan.BytesOn(0) + plan.BytesOn(1)));
 }
 
 TEST(PsSharedMemory, AClientWhoseRegionThePsForgotAttachesAgain) {

@@ -1,0 +1,72 @@
+// Test helpers: PsServers on 127.0.0.1 port 0 in this process, each with its own metrics
+// registry, and reading those metrics back.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prometheus/registry.h"
+#include "ps/client.h"
+#include "ps/metrics.h"
+#include "ps/service.h"
+
+namespace kubetrain::ps::testing {
+
+// The value of metric `name` with exactly `labels` in `registry`; -1 when there is none.
+inline double Sample(prometheus::Registry& registry, const std::string& name,
+                     const std::map<std::string, std::string>& labels = {}) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const auto& metric : family.metric) {
+      std::map<std::string, std::string> have;
+      for (const auto& l : metric.label) have[l.name] = l.value;
+      if (have != labels) continue;
+      if (family.type == prometheus::MetricType::Counter) return metric.counter.value;
+      if (family.type == prometheus::MetricType::Gauge) return metric.gauge.value;
+    }
+  }
+  return -1;
+}
+
+class Cluster {
+ public:
+  explicit Cluster(int num_ps, ServiceOptions service = {}) {
+    for (int i = 0; i < num_ps; ++i) {
+      registries_.push_back(std::make_unique<prometheus::Registry>());
+      metrics_.push_back(std::make_unique<PsMetrics>(*registries_.back()));
+      auto server =
+          PsServer::Start({.address = "127.0.0.1:0", .service = service}, metrics_.back().get());
+      EXPECT_TRUE(server.ok()) << server.status();
+      addresses_.push_back((*server)->address());
+      servers_.push_back(*std::move(server));
+    }
+  }
+  std::unique_ptr<PsClient> Client(const PlacementPlan& plan, bool shared_memory = true) {
+    auto client = PsClient::Create(addresses_, plan,
+                                   {.rpc_timeout = absl::Seconds(60),
+                                    .pull_timeout = absl::Seconds(60),
+                                    .shared_memory = shared_memory});
+    EXPECT_TRUE(client.ok()) << client.status();
+    return *std::move(client);
+  }
+  PsServer& server(int i) { return *servers_[i]; }
+  prometheus::Registry& registry(int i) { return *registries_[i]; }
+  // A metric summed over every ps (an unlabelled counter or gauge).
+  double Total(const std::string& name) {
+    double sum = 0;
+    for (auto& r : registries_) sum += Sample(*r, name);
+    return sum;
+  }
+
+ private:
+  std::vector<std::unique_ptr<prometheus::Registry>> registries_;
+  std::vector<std::unique_ptr<PsMetrics>> metrics_;
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<PsServer>> servers_;
+};
+
+}  // namespace kubetrain::ps::testing
