@@ -321,7 +321,8 @@ void Emit(YAML::Emitter& out, const json& v) {
                                      absl::ascii_isspace(static_cast<unsigned char>(s.back()))));
     // yaml-cpp leaves "--- x" plain, which reads back as a document marker.
     bool marker = absl::StartsWith(s, "---") || absl::StartsWith(s, "...");
-    if (!ResolvePlain(s).is_string() || multiline || marker) {
+    // ".inf" and ".nan" are texts here (a plain one is refused on reading): keep them quoted.
+    if (IsSpecialFloat(s) || !ResolvePlain(s).is_string() || multiline || marker) {
       out << YAML::DoubleQuoted;
     } else if (s.find('"') != std::string::npos && s.find('\'') == std::string::npos) {
       out << YAML::SingleQuoted;  // JSON values such as TF_CONFIG read best without escapes

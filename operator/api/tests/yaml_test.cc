@@ -312,6 +312,23 @@ TEST(Yaml, StringsThatLookLikeDocumentMarkersRoundTrip) {
   }
 }
 
+// Found by fuzzing: the quoted text ".inf" was written plain, which reads back as infinity and
+// is refused.
+TEST(Yaml, TextsThatSpellSpecialFloatsRoundTrip) {
+  for (const std::string value : {".inf", "-.Inf", "+.INF", ".nan", ".NaN", "-.NAN"}) {
+    nlohmann::json doc = {{"args", {value}}, {"top", value}};
+    const std::string yaml = ToYaml(doc);
+    auto back = ParseYamlDocuments(yaml);
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+    ASSERT_EQ(back->size(), 1u) << yaml;
+    EXPECT_EQ((*back)[0], doc) << yaml;
+    auto scalar = ParseYamlDocuments(ToYaml(value));
+    ASSERT_TRUE(scalar.ok()) << scalar.status();
+    ASSERT_EQ(scalar->size(), 1u);
+    EXPECT_EQ((*scalar)[0], value);
+  }
+}
+
 TEST(Yaml, BinaryInputIsNamedAsSuch) {
   auto docs = ParseYamlDocuments(std::string("apiVersion: v1\n\0\x01zzz\x7f", 22));
   ASSERT_FALSE(docs.ok());
