@@ -68,6 +68,26 @@ bool Informer::WaitForSync(absl::Duration timeout) const {
   return true;
 }
 
+Informer::Entry Informer::Pack(const json& obj) const {
+  auto packed = std::make_shared<Packed>();
+  const json& meta = obj["metadata"];
+  packed->resource_version = meta.value("resourceVersion", "");
+  auto labels = meta.find("labels");
+  if (labels != meta.end() && labels->is_object()) {
+    std::string ns = meta.value("namespace", "");
+    for (const std::string& label : options_.index_labels) {
+      auto v = labels->find(label);
+      if (v == labels->end() || !v->is_string()) continue;
+      packed->index_slots.push_back(
+          absl::StrCat(label, "\x1f", ns, "\x1f", v->get_ref<const std::string&>()));
+    }
+  }
+  packed->msgpack = json::to_msgpack(obj);
+  return packed;
+}
+
+json Informer::Unpack(const Entry& entry) { return json::from_msgpack(entry->msgpack); }
+
 std::optional<json> Informer::Get(const std::string& key) const {
   Entry obj;
   {
@@ -76,7 +96,7 @@ std::optional<json> Informer::Get(const std::string& key) const {
     if (it == cache_.end()) return std::nullopt;
     obj = it->second;
   }
-  return *obj;  // copied outside the lock: cached objects never change
+  return Unpack(obj);  // outside the lock: cached entries never change
 }
 
 std::vector<json> Informer::List() const {
@@ -88,47 +108,51 @@ std::vector<json> Informer::List() const {
   }
   std::vector<json> out;
   out.reserve(objs.size());
-  for (const Entry& obj : objs) out.push_back(*obj);
+  for (const Entry& obj : objs) out.push_back(Unpack(obj));
   return out;
 }
 
 std::vector<json> Informer::ListByLabel(const std::string& ns, const std::string& key,
                                         const std::string& value) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<json> out;
   const auto& indexed = options_.index_labels;
-  if (std::find(indexed.begin(), indexed.end(), key) != indexed.end()) {
-    auto hit = index_.find(absl::StrCat(key, "\x1f", ns, "\x1f", value));
-    if (hit == index_.end()) return out;
-    for (const std::string& k : hit->second) {
-      auto it = cache_.find(k);
-      if (it != cache_.end()) out.push_back(*it->second);
+  const bool by_index = std::find(indexed.begin(), indexed.end(), key) != indexed.end();
+  std::vector<Entry> objs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (by_index) {
+      auto hit = index_.find(absl::StrCat(key, "\x1f", ns, "\x1f", value));
+      if (hit != index_.end()) {
+        for (const std::string& k : hit->second) {
+          auto it = cache_.find(k);
+          if (it != cache_.end()) objs.push_back(it->second);
+        }
+      }
+    } else {
+      for (auto it = cache_.lower_bound(ns + "/"); it != cache_.end(); ++it) {
+        if (it->first.compare(0, ns.size() + 1, ns + "/") != 0) break;
+        objs.push_back(it->second);
+      }
     }
-    return out;
   }
-  for (auto it = cache_.lower_bound(ns + "/"); it != cache_.end(); ++it) {
-    if (it->first.compare(0, ns.size() + 1, ns + "/") != 0) break;
-    const json& meta = (*it->second)["metadata"];
-    auto labels = meta.find("labels");
-    if (labels == meta.end() || !labels->is_object()) continue;
-    auto v = labels->find(key);
-    if (v != labels->end() && v->is_string() && v->get_ref<const std::string&>() == value) {
-      out.push_back(*it->second);
+  std::vector<json> out;
+  for (const Entry& obj : objs) {
+    json o = Unpack(obj);
+    if (!by_index) {
+      const json& meta = o["metadata"];
+      auto labels = meta.find("labels");
+      if (labels == meta.end() || !labels->is_object()) continue;
+      auto v = labels->find(key);
+      if (v == labels->end() || !v->is_string() || v->get_ref<const std::string&>() != value) {
+        continue;
+      }
     }
+    out.push_back(std::move(o));
   }
   return out;
 }
 
-void Informer::IndexLocked(const std::string& key, const json& obj, bool add) {
-  if (options_.index_labels.empty() || !obj.is_object() || !obj.contains("metadata")) return;
-  const json& meta = obj["metadata"];
-  auto labels = meta.find("labels");
-  if (labels == meta.end() || !labels->is_object()) return;
-  std::string ns = meta.value("namespace", "");
-  for (const std::string& label : options_.index_labels) {
-    auto v = labels->find(label);
-    if (v == labels->end() || !v->is_string()) continue;
-    std::string slot = absl::StrCat(label, "\x1f", ns, "\x1f", v->get_ref<const std::string&>());
+void Informer::IndexLocked(const std::string& key, const Entry& entry, bool add) {
+  for (const std::string& slot : entry->index_slots) {
     if (add) {
       index_[slot].insert(key);
     } else if (auto it = index_.find(slot); it != index_.end()) {
@@ -203,7 +227,7 @@ absl::Status Informer::Relist() {
     auto it = cache_.find(key);
     if (it == cache_.end()) {
       added.push_back(obj);
-    } else if (it->second != obj && *it->second != *obj) {
+    } else if (it->second != obj && it->second->msgpack != obj->msgpack) {
       updated.emplace_back(it->second, obj);
     }
   }
@@ -214,17 +238,26 @@ absl::Status Informer::Relist() {
     std::lock_guard<std::mutex> lock(mu_);
     cache_.swap(fresh);
     index_.clear();
-    for (const auto& [key, obj] : cache_) IndexLocked(key, *obj, true);
+    for (const auto& [key, obj] : cache_) IndexLocked(key, obj, true);
     resource_version_ = version;
   }
   fresh.clear();  // the old cache, freed outside the lock
-  for (const auto& h : handlers_) {
-    for (const Entry& obj : added)
-      if (h.on_add) h.on_add(*obj);
-    for (const auto& [old_obj, new_obj] : updated)
-      if (h.on_update) h.on_update(*old_obj, *new_obj);
-    for (const Entry& obj : deleted)
-      if (h.on_delete) h.on_delete(*obj);
+  if (!handlers_.empty()) {
+    for (const Entry& obj : added) {
+      const json o = Unpack(obj);
+      for (const auto& h : handlers_)
+        if (h.on_add) h.on_add(o);
+    }
+    for (const auto& [old_entry, new_entry] : updated) {
+      const json old_obj = Unpack(old_entry), new_obj = Unpack(new_entry);
+      for (const auto& h : handlers_)
+        if (h.on_update) h.on_update(old_obj, new_obj);
+    }
+    for (const Entry& obj : deleted) {
+      const json o = Unpack(obj);
+      for (const auto& h : handlers_)
+        if (h.on_delete) h.on_delete(o);
+    }
   }
   synced_ = true;
   return absl::OkStatus();
@@ -260,7 +293,7 @@ void Informer::AddListed(json item, Cache* fresh) const {
   auto rv = meta.find("resourceVersion");
   auto cached = cache_.find(key);
   if (cached != cache_.end() && rv != meta.end() && rv->is_string() && !rv->empty() &&
-      (*cached->second)["metadata"].value("resourceVersion", "") == rv->get<std::string>()) {
+      cached->second->resource_version == rv->get_ref<const std::string&>()) {
     // Unchanged since it was cached: one copy serves the old cache and the new one.
     (*fresh)[key] = cached->second;
     return;
@@ -269,7 +302,7 @@ void Informer::AddListed(json item, Cache* fresh) const {
   if (!item.contains("apiVersion")) item["apiVersion"] = resource_.ApiVersion();
   if (options_.transform) options_.transform(item);
   if (!WellFormed(item)) return;
-  (*fresh)[key] = std::make_shared<const json>(std::move(item));
+  (*fresh)[key] = Pack(item);
 }
 
 absl::Status Informer::WatchOnce() {
@@ -308,47 +341,50 @@ void Informer::Apply(const WatchEvent& event) {
   if (!obj.contains("apiVersion")) obj["apiVersion"] = resource_.ApiVersion();
   if (options_.transform) options_.transform(obj);
   if (WellFormed(obj)) {
-    auto entry = std::make_shared<const json>(std::move(obj));
     if (event.type == "DELETED") {
-      Remove(entry);
+      Remove(ObjectKey(obj), obj);
     } else {
-      Upsert(std::move(entry));
+      Upsert(ObjectKey(obj), obj);
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!rv.empty()) resource_version_ = rv;
 }
 
-void Informer::Upsert(Entry obj) {
+void Informer::Upsert(const std::string& key, const json& obj) {
+  Entry entry = Pack(obj);
   Entry old;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::string key = ObjectKey(*obj);
     Entry& slot = cache_[key];
-    old = std::exchange(slot, obj);
-    if (old) IndexLocked(key, *old, false);
-    IndexLocked(key, *obj, true);
+    old = std::exchange(slot, entry);
+    if (old) IndexLocked(key, old, false);
+    IndexLocked(key, entry, true);
   }
-  for (const auto& h : handlers_) {
-    if (old && h.on_update) h.on_update(*old, *obj);
-    if (!old && h.on_add) h.on_add(*obj);
+  if (handlers_.empty()) return;
+  if (!old) {
+    for (const auto& h : handlers_)
+      if (h.on_add) h.on_add(obj);
+    return;
   }
+  const json old_obj = Unpack(old);
+  for (const auto& h : handlers_)
+    if (h.on_update) h.on_update(old_obj, obj);
 }
 
-void Informer::Remove(const Entry& obj) {
+void Informer::Remove(const std::string& key, const json& obj) {
   Entry gone;  // freed outside the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::string key = ObjectKey(*obj);
     auto it = cache_.find(key);
     if (it != cache_.end()) {
       gone = std::move(it->second);
       cache_.erase(it);
-      IndexLocked(key, *gone, false);
+      IndexLocked(key, gone, false);
     }
   }
   for (const auto& h : handlers_) {
-    if (h.on_delete) h.on_delete(*obj);
+    if (h.on_delete) h.on_delete(obj);
   }
 }
 

@@ -8,13 +8,16 @@
 // reads the collection page by page into the new cache, so one page of raw JSON is held at a
 // time, and an object whose resourceVersion has not changed shares its cached copy between the
 // old cache and the new one. A continue token refused with 410 Expired starts the list again in
-// one unpaginated request, as client-go's pager does.
+// one unpaginated request, as client-go's pager does. Cached objects are kept packed as
+// MessagePack (a stripped pod: ~1.2 KB, against ~6.3 KB as a json tree) and unpacked by Get and
+// List, which hand out copies anyway.
 //
 // Owns its thread and cache. Thread-safe: Get/List may be called from any thread; handlers run
 // on the informer's thread, one at a time, after the cache is updated.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -111,10 +114,19 @@ class Informer : public ObjectCache {
   int watches() const { return watches_.load(); }
 
  private:
-  // Cached objects are immutable and shared: a relist keeps the old entry of an object whose
-  // resourceVersion is unchanged, and handlers get the cached object without a copy.
-  using Entry = std::shared_ptr<const nlohmann::json>;
+  // One cached object, packed. Immutable and shared: a relist keeps the old entry of an object
+  // whose resourceVersion is unchanged.
+  struct Packed {
+    std::string resource_version;
+    // "label\x1fnamespace\x1fvalue" for each of options_.index_labels the object carries.
+    std::vector<std::string> index_slots;
+    std::vector<std::uint8_t> msgpack;
+  };
+  using Entry = std::shared_ptr<const Packed>;
   using Cache = std::map<std::string, Entry>;
+
+  Entry Pack(const nlohmann::json& obj) const;
+  static nlohmann::json Unpack(const Entry& entry);
 
   void Run();
   absl::Status Relist();
@@ -127,10 +139,10 @@ class Informer : public ObjectCache {
   void AddListed(nlohmann::json item, Cache* fresh) const;
   absl::Status WatchOnce();
   void Apply(const WatchEvent& event);
-  void Upsert(Entry obj);
-  void Remove(const Entry& obj);
-  // Adds `obj` (under `key`) to the label index, or removes it; under mu_.
-  void IndexLocked(const std::string& key, const nlohmann::json& obj, bool add);
+  void Upsert(const std::string& key, const nlohmann::json& obj);
+  void Remove(const std::string& key, const nlohmann::json& obj);
+  // Adds `entry` (under `key`) to the label index, or removes it; under mu_.
+  void IndexLocked(const std::string& key, const Entry& entry, bool add);
 
   Client& client_;
   const Resource resource_;

@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -215,6 +216,63 @@ TEST_F(LiveTest, InformerIndexFindsObjectsByLabelAsTheyChange) {
   ASSERT_THAT(client_->Delete(kConfigMaps, "default", "ix-a"), IsOk());
   EXPECT_TRUE(Eventually([&] { return names("job", "x").empty(); }));
   EXPECT_TRUE(names("job", "z").empty());
+  informer.Stop();
+}
+
+// The cache keeps objects packed: Get, List, ListByLabel and the handlers' old and new objects
+// give back exactly what the server holds, whatever the values (numbers of every kind, text
+// outside ASCII, empty strings, lists and maps, null).
+TEST_F(LiveTest, InformerGivesBackExactlyWhatTheServerHolds) {
+  StartServer();
+  const Resource pods{"", "v1", "pods", "Pod", true};
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"name", "exact"},
+                {"namespace", "default"},
+                {"labels", {{"job", "x"}, {"empty", ""}}},
+                {"annotations", {{"note", "modèle ✓ 模型"}, {"blank", ""}}}}},
+              {"spec",
+               {{"terminationGracePeriodSeconds", 0},
+                {"activeDeadlineSeconds", 9007199254740993},
+                {"containers", json::array({{{"name", "c"},
+                                             {"image", "kubetrain-worker"},
+                                             {"args", json::array()},
+                                             {"ports", json::array({{{"containerPort", 2222}}})},
+                                             {"securityContext", {{"runAsUser", 0}}}}})},
+                {"nodeSelector", json::object()}}}};
+  ASSERT_THAT(client_->Create(pods, "default", pod), IsOk());
+  std::mutex mu;
+  std::vector<std::pair<json, json>> updates;
+  InformerOptions options{.namespace_ = "default"};
+  options.index_labels = {"job"};
+  Informer informer(*client_, pods, options);
+  informer.AddHandlers({nullptr, [&](const json& old_obj, const json& new_obj) {
+                          std::lock_guard<std::mutex> lock(mu);
+                          updates.emplace_back(old_obj, new_obj);
+                        }});
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  auto before = client_->Get(pods, "default", "exact");
+  ASSERT_THAT(before, IsOk());
+  EXPECT_EQ(informer.Get("default/exact"), *before);
+  ASSERT_EQ(informer.List().size(), 1u);
+  EXPECT_EQ(informer.List()[0], *before);
+  ASSERT_EQ(informer.ListByLabel("default", "job", "x").size(), 1u);
+  EXPECT_EQ(informer.ListByLabel("default", "job", "x")[0], *before);
+  EXPECT_EQ(informer.ListByLabel("default", "empty", "").size(), 1u);  // scanned
+
+  ASSERT_THAT(client_->Patch(pods, "default", "exact", PatchType::kMerge,
+                             R"({"metadata":{"annotations":{"step":"-42","ratio":"0.125"}},)"
+                             R"("spec":{"activeDeadlineSeconds":4611686018427387904}})"),
+              IsOk());
+  auto after = client_->Get(pods, "default", "exact");
+  ASSERT_THAT(after, IsOk());
+  ASSERT_TRUE(Eventually([&] { return informer.Get("default/exact") == *after; }));
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_EQ(updates[0].first, *before);
+  EXPECT_EQ(updates[0].second, *after);
   informer.Stop();
 }
 
