@@ -333,30 +333,46 @@ absl::Status ShmCommunicator::AllReduce(float* data, size_t count, ReduceOp op) 
   RETURN_IF_ERROR(Usable());
   if (options_.size == 1 || count == 0) return absl::OkStatus();
   const int n = options_.size;
+  const int self = options_.rank;
   std::vector<const float*>& slots = slots_;
   for (size_t off = 0; off < count; off += chunk_floats_) {
     const size_t len = std::min(chunk_floats_, count - off);
+    float* const mine = data + off;
     const uint64_t step = step_;
-    std::memcpy(Slot(options_.rank, step), data + off, len * sizeof(float));
-    RETURN_IF_ERROR(Arrive("all-reduce", options_.timeout));
-    if (n <= kWholeChunkRanks) {
-      // Each rank reduces the whole chunk over every slot, in rank order, straight into its
-      // data: one barrier, and each rank reads n chunks.
+    if (n <= kWholeChunkRanks && len * sizeof(float) <= kWholeChunkBytes) {
+      // A small chunk: each rank reduces all of it over every slot, in rank order, straight into
+      // its data, at one barrier (latency counts more than the n chunks each rank reads).
+      std::memcpy(Slot(self, step), mine, len * sizeof(float));
+      RETURN_IF_ERROR(Arrive("all-reduce", options_.timeout));
       for (int r = 0; r < n; ++r) slots[r] = Slot(r, step);
-      ReduceSlots(slots, data + off, len, op);
+      ReduceSlots(slots, mine, len, op);
       continue;
     }
-    // More ranks: each reduces its 1/n of the chunk (whole cache lines where it can) into the
-    // shared result, and all copy the result out: each rank reads 2 chunks, at one more barrier.
+    // A reduce-scatter and an all-gather: rank p reduces part p of the chunk (whole cache lines
+    // where it can), reading its own part from its data and the others' from their slots, into
+    // its data and the shared result; after a second barrier every rank copies the other parts
+    // out of the result. A rank copies into its slot only the parts others reduce, so per byte
+    // it moves about 4 bytes at two ranks where reducing the whole chunk moves 5, and the ranks
+    // share the reduction instead of each doing all of it.
     const size_t per = RoundUp((len + n - 1) / n, kAlign / sizeof(float));
-    const size_t begin = std::min(len, per * options_.rank);
+    const size_t begin = std::min(len, per * static_cast<size_t>(self));
     const size_t end = std::min(len, begin + per);
-    if (end > begin) {
-      for (int r = 0; r < n; ++r) slots[r] = Slot(r, step) + begin;
-      ReduceSlots(slots, Result() + begin, end - begin, op);
+    float* const slot = Slot(self, step);
+    if (begin > 0) std::memcpy(slot, mine, begin * sizeof(float));
+    if (end < len) std::memcpy(slot + end, mine + end, (len - end) * sizeof(float));
+    RETURN_IF_ERROR(Arrive("all-reduce", options_.timeout));
+    // In blocks that stay in the core's cache between the reduction into the result and the
+    // copy of it into this rank's data.
+    constexpr size_t kBlock = (size_t{16} << 10) / sizeof(float);
+    for (size_t b = begin; b < end; b += kBlock) {
+      const size_t m = std::min(kBlock, end - b);
+      for (int r = 0; r < n; ++r) slots[r] = r == self ? mine + b : Slot(r, step) + b;
+      ReduceSlots(slots, Result() + b, m, op);
+      std::memcpy(mine + b, Result() + b, m * sizeof(float));
     }
     RETURN_IF_ERROR(Arrive("all-reduce", options_.timeout));
-    std::memcpy(data + off, Result(), len * sizeof(float));
+    if (begin > 0) std::memcpy(mine, Result(), begin * sizeof(float));
+    if (end < len) std::memcpy(mine + end, Result() + end, (len - end) * sizeof(float));
   }
   return absl::OkStatus();
 }

@@ -568,6 +568,33 @@ TEST(Shm, BuffersLargerThanAChunkAndBroadcastFromANonZeroRoot) {
   }
 }
 
+// Chunks past the small-chunk bound are shared out among the ranks (each reduces its part): the
+// sums are the ones reduced in rank order, bit for bit, on every rank, for two and three ranks,
+// a buffer of a whole 4 MiB chunk and a short one, every call alike.
+TEST(Shm, SharedOutChunksSumInRankOrderOnEveryRank) {
+  for (int n : {2, 3}) {
+    const size_t count = (size_t{4} << 20) / sizeof(float) + 37;
+    auto value = [](int rank, size_t i) { return 0.1f * (i % 13) + 0.37f * rank + 1e-7f * i; };
+    std::vector<float> expect(count);
+    for (size_t i = 0; i < count; ++i) {
+      expect[i] = value(0, i);
+      for (int r = 1; r < n; ++r) expect[i] += value(r, i);
+    }
+    WithShmRanks(n, [&](int rank, ShmCommunicator* comm) {
+      ASSERT_NE(comm, nullptr);
+      std::vector<float> data(count);
+      for (int call = 0; call < 2; ++call) {
+        for (size_t i = 0; i < count; ++i) data[i] = value(rank, i);
+        ASSERT_THAT(comm->AllReduce(data.data(), data.size(), ReduceOp::kSum), IsOk());
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(data[i], expect[i]) << n << " ranks, rank " << rank << ", element " << i;
+        }
+      }
+      EXPECT_THAT(comm->Close(), IsOk());
+    });
+  }
+}
+
 // Ranks that do not see the same shared memory (another host, a pod of its own) all get none,
 // so every one of them goes on with TCP; the segment's file never outlives the rendezvous.
 TEST(Shm, RanksThatDoNotShareMemoryAllGetNone) {
