@@ -82,11 +82,13 @@ constexpr size_t kMaxSegmentBytes = size_t{4} << 20;
 // and exchanges ready notices for each segment on every call, which at the size of a training
 // step's fused gradients costs more than the transfer: the MLP (940 KB of gradients) trained
 // at 42.9k examples/s with it and 72.8k with kept rings, two workers on two cores (`kubetrain
-// run` of deploy/examples/fashion-mnist-allreduce.yaml; bench/peers). Larger buffers take the
-// one-call path, whose segments pipeline the transfer with the reduction where the two-rank
-// ring sends the whole buffer before it reduces: two ranks on two cores (`allreduce_bench`),
-// 2 MiB in 3.0-3.9 ms against 4.8-5.1 ms, 4 MiB alike, 16 MiB in 16-18 ms against 25-27 ms.
-// It needs no ring's staging memory either (about twice its buffer).
+// run` of deploy/examples/fashion-mnist-allreduce.yaml; bench/peers), and on a slower machine
+// 21.8k with it and 32.1k with kept rings (`bench/peers/run.py --parts mlp --modes
+// allreduce-gloo`). Larger buffers take the one-call path, whose segments pipeline the transfer
+// with the reduction where the two-rank ring sends the whole buffer before it reduces: two
+// ranks on two cores (`allreduce_bench`), 2 MiB in 3.0-3.9 ms against 4.8-5.1 ms, 4 MiB alike,
+// 16 MiB in 16-18 ms against 25-27 ms. It needs no ring's staging memory either (about twice
+// its buffer).
 constexpr size_t kMaxRingBytes = size_t{1} << 20;
 constexpr size_t kRingCacheBytes = size_t{64} << 20;  // the kept rings' buffers, together
 // Close's goodbye: every rank of a run that ended together gets there within moments of the
