@@ -7,6 +7,9 @@
 #include "absl/strings/str_cat.h"
 
 namespace kubetrain::ps {
+
+std::string PartitionKey::name() const { return absl::StrCat(variable, "/", index); }
+
 namespace {
 
 absl::Status Validate(const std::vector<VariableSpec>& variables, int num_ps,

@@ -26,6 +26,9 @@ struct PartitionKey {
   std::string variable;
   uint32_t index = 0;
 
+  // "variable/index", as errors and logs name a partition.
+  std::string name() const;
+
   friend bool operator==(const PartitionKey&, const PartitionKey&) = default;
   friend auto operator<=>(const PartitionKey&, const PartitionKey&) = default;
   template <typename H>

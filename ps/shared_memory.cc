@@ -42,8 +42,6 @@ std::string RandomBytes(size_t n) {
   return out;
 }
 
-std::string KeyName(const PartitionKey& key) { return absl::StrCat(key.variable, "/", key.index); }
-
 }  // namespace
 
 // ---- ShmMapping ----
@@ -160,14 +158,14 @@ absl::StatusOr<std::shared_ptr<const ShmRegion>> ShmRegion::Attach(const v1::Att
     for (uint64_t offset : {slot.gradient_offset, slot.value_offset}) {
       if (offset % kAlign != 0 || offset < kHeaderBytes || offset > offer.bytes() ||
           slot.length > (offer.bytes() - offset) / sizeof(float)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Attach: slot of ", KeyName(slot.key), " (", slot.length, " floats at byte ", offset,
-            ") is misaligned or outside the ", offer.bytes(), "-byte region"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("Attach: slot of ", slot.key.name(), " (", slot.length, " floats at byte ",
+                         offset, ") is misaligned or outside the ", offer.bytes(), "-byte region"));
       }
     }
     if (!region->slots_.emplace(slot.key, slot).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("Attach: partition ", KeyName(slot.key), " has two slots"));
+          absl::StrCat("Attach: partition ", slot.key.name(), " has two slots"));
     }
   }
 
@@ -226,7 +224,7 @@ absl::StatusOr<const ShmSlot*> ShmRegion::Slot(const PartitionKey& key, uint64_t
   auto it = slots_.find(key);
   if (it == slots_.end() || it->second.length != length) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "partition ", KeyName(key), " (", length, " floats) has no slot of that size in worker ",
+        "partition ", key.name(), " (", length, " floats) has no slot of that size in worker ",
         worker_, "'s shared-memory region; attach again after a plan change"));
   }
   return &it->second;

@@ -75,8 +75,6 @@ absl::StatusOr<std::vector<std::vector<float>>> OrderSlots(PartitionState& state
   return slots;
 }
 
-std::string KeyName(const PartitionKey& key) { return absl::StrCat(key.variable, "/", key.index); }
-
 void AddInto(std::vector<float>& sum, std::span<const float> grad) {
   float* __restrict out = sum.data();
   const float* __restrict in = grad.data();
@@ -145,11 +143,11 @@ absl::Status ShardStore::Init(ShardState state) {
   const bool sync = state.config.mode == UpdateMode::kSync;
   for (PartitionState& ps : state.partitions) {
     if (ps.values.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("partition ", KeyName(ps.key), " is empty"));
+      return absl::InvalidArgumentError(absl::StrCat("partition ", ps.key.name(), " is empty"));
     }
     if (int64_t bad = FirstNonFinite(ps.values); bad >= 0) {
       if (metrics_ != nullptr) metrics_->CountNonFiniteRejected();
-      return absl::InvalidArgumentError(absl::StrCat("partition ", KeyName(ps.key), " has ",
+      return absl::InvalidArgumentError(absl::StrCat("partition ", ps.key.name(), " has ",
                                                      ps.values[bad], " at index ", bad,
                                                      "; every value must be finite"));
     }
@@ -157,7 +155,7 @@ absl::Status ShardStore::Init(ShardState state) {
       if (int64_t bad = FirstNonFinite(slot); bad >= 0) {
         if (metrics_ != nullptr) metrics_->CountNonFiniteRejected();
         return absl::InvalidArgumentError(
-            absl::StrCat("slot ", name, " of partition ", KeyName(ps.key), " has ", slot[bad],
+            absl::StrCat("slot ", name, " of partition ", ps.key.name(), " has ", slot[bad],
                          " at index ", bad, "; every value must be finite"));
       }
     }
@@ -174,7 +172,7 @@ absl::Status ShardStore::Init(ShardState state) {
     }
     bytes += p->values.size() * sizeof(float);
     if (!by_key.emplace(p->key, p.get()).second) {
-      return absl::InvalidArgumentError(absl::StrCat("duplicate partition ", KeyName(p->key)));
+      return absl::InvalidArgumentError(absl::StrCat("duplicate partition ", p->key.name()));
     }
     partitions.push_back(std::move(p));
   }
@@ -222,17 +220,16 @@ ShardStore::Resolve(const PushArgs& args) const {
   for (const GradientRef& g : args.gradients) {
     auto it = by_key_.find(g.key);
     if (it == by_key_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown partition ", KeyName(g.key)));
+      return absl::InvalidArgumentError(absl::StrCat("unknown partition ", g.key.name()));
     }
     Partition* p = it->second;
     if (g.bytes.size() != p->values.size() * sizeof(float)) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient for ", KeyName(g.key), " has ",
+      return absl::InvalidArgumentError(absl::StrCat("gradient for ", g.key.name(), " has ",
                                                      g.bytes.size(), " bytes, want ",
                                                      p->values.size() * sizeof(float)));
     }
     if (!seen.insert(p).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("partition ", KeyName(g.key), " pushed twice"));
+      return absl::InvalidArgumentError(absl::StrCat("partition ", g.key.name(), " pushed twice"));
     }
     targets.emplace_back(p, g.bytes);
   }
@@ -252,7 +249,7 @@ absl::StatusOr<PushOutcome> ShardStore::Push(const PushArgs& args) {
     std::span<const float> grad = AsFloats(g.bytes, scratch);
     if (int64_t bad = FirstNonFinite(grad); bad >= 0) {
       if (metrics_ != nullptr) metrics_->CountNonFiniteRejected();
-      return absl::InvalidArgumentError(absl::StrCat("gradient for partition ", KeyName(g.key),
+      return absl::InvalidArgumentError(absl::StrCat("gradient for partition ", g.key.name(),
                                                      " has ", grad[bad], " at index ", bad,
                                                      "; push refused, nothing applied"));
     }
@@ -473,11 +470,11 @@ absl::StatusOr<PullOutcome> ShardStore::Pull(std::span<const PartitionKey> keys,
   for (const PartitionKey& key : keys) {
     auto it = by_key_.find(key);
     if (it == by_key_.end()) {
-      return absl::NotFoundError(absl::StrCat("no partition ", KeyName(key), " on this ps"));
+      return absl::NotFoundError(absl::StrCat("no partition ", key.name(), " on this ps"));
     }
     if (!seen.insert(it->second).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("partition ", KeyName(key), " named twice in one pull"));
+          absl::StrCat("partition ", key.name(), " named twice in one pull"));
     }
     add(*it->second);
   }

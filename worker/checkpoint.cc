@@ -36,7 +36,7 @@ using nlohmann::json;
 constexpr char kManifest[] = "checkpoint.json";
 // Starts every checkpoint file; a protobuf never starts with 'K' (field 9, a group), so files
 // of the older format (the bare payload) are told apart.
-constexpr absl::string_view kMagic = "KTCKPT1\n";
+constexpr absl::string_view kCheckpointMagic = "KTCKPT1\n";
 constexpr size_t kHeaderBytes = 8 + 4 + 8;  // magic, CRC-32, payload length
 constexpr uintmax_t kMaxManifestBytes = 1 << 20;
 // Protobuf cannot parse more; a checkpoint of a known model is held to far less.
@@ -80,7 +80,7 @@ uint32_t Crc32(absl::string_view data) {
 }
 
 std::string Frame(const std::string& payload) {
-  std::string out(kMagic);
+  std::string out(kCheckpointMagic);
   out.reserve(kHeaderBytes + payload.size());
   PutLittleEndian(Crc32(payload), 4, &out);
   PutLittleEndian(payload.size(), 8, &out);
@@ -91,7 +91,7 @@ std::string Frame(const std::string& payload) {
 // The payload of a checkpoint file, its checksum verified. Files of the older format carry no
 // checksum: they are read as they are, with a warning.
 absl::StatusOr<absl::string_view> Unframe(absl::string_view data, const std::string& path) {
-  if (!absl::StartsWith(data, kMagic)) {
+  if (!absl::StartsWith(data, kCheckpointMagic)) {
     log::Warn("Checkpoint has no checksum (older format); reading it unverified", {{"file", path}});
     return data;
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status.h"
 #include "e2e/localkube/errors.h"
+#include "e2e/localkube/json_fields.h"
 #include "e2e/localkube/pod_validation.h"
 #include "e2e/localkube/protobuf.h"
 #include "operator/api/yaml.h"
@@ -56,14 +57,6 @@ std::string Summarize(absl::string_view body) {
   return body.size() > kMax ? absl::StrCat(text, " ...") : text;
 }
 
-std::string GoKind(const json& v) {
-  if (v.is_number()) return "number";
-  if (v.is_string()) return "string";
-  if (v.is_boolean()) return "bool";
-  if (v.is_array()) return "array";
-  return "object";
-}
-
 absl::Status Mismatch(const json& v, absl::string_view field, absl::string_view go_type) {
   return absl::InvalidArgumentError(absl::StrCat(
       "json: cannot unmarshal ", GoKind(v), " into Go struct field ", field, " of type ", go_type));
@@ -71,8 +64,8 @@ absl::Status Mismatch(const json& v, absl::string_view field, absl::string_view 
 
 // `parent[key]` must decode as `go_type` (checked by `ok`); a null is Go's "leave unset".
 template <typename Ok>
-absl::Status Field(json& parent, const char* key, absl::string_view field,
-                   absl::string_view go_type, Ok ok) {
+absl::Status CheckField(json& parent, const char* key, absl::string_view field,
+                        absl::string_view go_type, Ok ok) {
   auto it = parent.find(key);
   if (it == parent.end()) return absl::OkStatus();
   if (it->is_null()) {
@@ -84,15 +77,16 @@ absl::Status Field(json& parent, const char* key, absl::string_view field,
 
 absl::Status StringField(json& parent, const char* key, absl::string_view field,
                          absl::string_view go_type = "string") {
-  return Field(parent, key, field, go_type, [](const json& v) { return v.is_string(); });
+  return CheckField(parent, key, field, go_type, [](const json& v) { return v.is_string(); });
 }
 
 absl::Status IntField(json& parent, const char* key, absl::string_view field) {
-  return Field(parent, key, field, "int64", [](const json& v) { return v.is_number_integer(); });
+  return CheckField(parent, key, field, "int64",
+                    [](const json& v) { return v.is_number_integer(); });
 }
 
 absl::Status BoolField(json& parent, const char* key, absl::string_view field) {
-  return Field(parent, key, field, "bool", [](const json& v) { return v.is_boolean(); });
+  return CheckField(parent, key, field, "bool", [](const json& v) { return v.is_boolean(); });
 }
 
 // A map[string]<value_type> whose values arrive as JSON strings; null values decode as "".

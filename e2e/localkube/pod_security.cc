@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "e2e/localkube/errors.h"
+#include "e2e/localkube/json_fields.h"
 #include "e2e/localkube/pod_validation.h"
 
 namespace kubetrain::localkube {
@@ -21,20 +22,8 @@ using Violation = PodSecurityViolation;
 
 constexpr char kLabelPrefix[] = "pod-security.kubernetes.io/";
 
-const json& Child(const json& object, const char* key) {
-  static const json kNull;
-  if (!object.is_object()) return kNull;
-  auto it = object.find(key);
-  return it == object.end() ? kNull : *it;
-}
-
-std::string Str(const json& object, const char* key) {
-  const json& v = Child(object, key);
-  return v.is_string() ? v.get<std::string>() : "";
-}
-
 std::optional<bool> Bool(const json& object, const char* key) {
-  const json& v = Child(object, key);
+  const json& v = Field(object, key);
   if (!v.is_boolean()) return std::nullopt;
   return v.get<bool>();
 }
@@ -55,13 +44,13 @@ std::string Containers(const std::vector<std::string>& names) {
 // Init containers, then containers, then ephemeral containers, as the plugin visits them.
 void VisitContainers(const json& spec, const std::function<void(const json&)>& visit) {
   for (const char* list : {"initContainers", "containers", "ephemeralContainers"}) {
-    const json& cs = Child(spec, list);
+    const json& cs = Field(spec, list);
     if (!cs.is_array()) continue;
     for (const json& c : cs) visit(c);
   }
 }
 
-bool IsWindows(const json& spec) { return Str(Child(spec, "os"), "name") == "windows"; }
+bool IsWindows(const json& spec) { return Str(Field(spec, "os"), "name") == "windows"; }
 
 using Check = std::function<std::optional<Violation>(const json& meta, const json& spec)>;
 
@@ -69,14 +58,14 @@ std::optional<Violation> AppArmor(const json& meta, const json& spec) {
   auto allowed = [](const std::string& t) { return t == "RuntimeDefault" || t == "Localhost"; };
   std::vector<std::string> setters;
   std::set<std::string> bad_values;
-  const json& pod_profile = Child(Child(spec, "securityContext"), "appArmorProfile");
+  const json& pod_profile = Field(Field(spec, "securityContext"), "appArmorProfile");
   if (pod_profile.is_object() && !allowed(Str(pod_profile, "type"))) {
     setters.push_back("pod");
     bad_values.insert(Str(pod_profile, "type"));
   }
   std::vector<std::string> bad;
   VisitContainers(spec, [&](const json& c) {
-    const json& p = Child(Child(c, "securityContext"), "appArmorProfile");
+    const json& p = Field(Field(c, "securityContext"), "appArmorProfile");
     if (p.is_object() && !allowed(Str(p, "type"))) {
       bad.push_back(Str(c, "name"));
       bad_values.insert(Str(p, "type"));
@@ -84,7 +73,7 @@ std::optional<Violation> AppArmor(const json& meta, const json& spec) {
   });
   if (!bad.empty()) setters.push_back(Containers(bad));
   std::vector<std::string> annotations;
-  const json& ann = Child(meta, "annotations");
+  const json& ann = Field(meta, "annotations");
   if (ann.is_object()) {
     for (const auto& [k, v] : ann.items()) {
       std::string value = v.is_string() ? v.get<std::string>() : "";
@@ -114,7 +103,7 @@ std::optional<Violation> CapabilitiesBaseline(const json&, const json& spec) {
   std::vector<std::string> bad;
   std::set<std::string> caps;
   VisitContainers(spec, [&](const json& c) {
-    const json& add = Child(Child(Child(c, "securityContext"), "capabilities"), "add");
+    const json& add = Field(Field(Field(c, "securityContext"), "capabilities"), "add");
     if (!add.is_array()) return;
     bool valid = true;
     for (const json& cap : add) {
@@ -144,7 +133,7 @@ std::optional<Violation> HostNamespaces(const json&, const json& spec) {
 
 std::optional<Violation> HostPathVolumes(const json&, const json& spec) {
   std::vector<std::string> volumes;
-  const json& vs = Child(spec, "volumes");
+  const json& vs = Field(spec, "volumes");
   if (vs.is_array()) {
     for (const json& v : vs) {
       if (v.is_object() && v.contains("hostPath") && !v["hostPath"].is_null()) {
@@ -161,11 +150,11 @@ std::optional<Violation> HostPorts(const json&, const json& spec) {
   std::vector<std::string> bad;
   std::set<std::string> ports;  // sorted as strings, as sets.String sorts them
   VisitContainers(spec, [&](const json& c) {
-    const json& ps = Child(c, "ports");
+    const json& ps = Field(c, "ports");
     if (!ps.is_array()) return;
     bool valid = true;
     for (const json& p : ps) {
-      const json& hp = Child(p, "hostPort");
+      const json& hp = Field(p, "hostPort");
       if (hp.is_number_integer() && hp.get<int64_t>() != 0) {
         valid = false;
         ports.insert(std::to_string(hp.get<int64_t>()));
@@ -183,7 +172,7 @@ std::optional<Violation> HostPorts(const json&, const json& spec) {
 std::optional<Violation> Privileged(const json&, const json& spec) {
   std::vector<std::string> bad;
   VisitContainers(spec, [&](const json& c) {
-    if (Bool(Child(c, "securityContext"), "privileged").value_or(false)) {
+    if (Bool(Field(c, "securityContext"), "privileged").value_or(false)) {
       bad.push_back(Str(c, "name"));
     }
   });
@@ -196,7 +185,7 @@ std::optional<Violation> ProcMount(const json&, const json& spec) {
   std::vector<std::string> bad;
   std::set<std::string> types;
   VisitContainers(spec, [&](const json& c) {
-    const json& pm = Child(Child(c, "securityContext"), "procMount");
+    const json& pm = Field(Field(c, "securityContext"), "procMount");
     if (pm.is_string() && pm.get<std::string>() != "Default") {
       bad.push_back(Str(c, "name"));
       types.insert(pm.get<std::string>());
@@ -225,11 +214,11 @@ std::optional<Violation> SeLinuxOptions(const json&, const json& spec) {
     if (!Str(opts, "role").empty()) ok = false, set_role = true;
     return ok;
   };
-  const json& pod_opts = Child(Child(spec, "securityContext"), "seLinuxOptions");
+  const json& pod_opts = Field(Field(spec, "securityContext"), "seLinuxOptions");
   if (pod_opts.is_object() && !valid(pod_opts)) setters.push_back("pod");
   std::vector<std::string> bad;
   VisitContainers(spec, [&](const json& c) {
-    const json& o = Child(Child(c, "securityContext"), "seLinuxOptions");
+    const json& o = Field(Field(c, "securityContext"), "seLinuxOptions");
     if (o.is_object() && !valid(o)) bad.push_back(Str(c, "name"));
   });
   if (!bad.empty()) setters.push_back(Containers(bad));
@@ -253,7 +242,7 @@ std::optional<Violation> Seccomp(const json& spec, bool required) {
   std::vector<std::string> setters;
   std::set<std::string> bad_values;
   bool pod_set = false;
-  const json& pod_profile = Child(Child(spec, "securityContext"), "seccompProfile");
+  const json& pod_profile = Field(Field(spec, "securityContext"), "seccompProfile");
   if (pod_profile.is_object()) {
     if (!valid(Str(pod_profile, "type"))) {
       setters.push_back("pod");
@@ -264,7 +253,7 @@ std::optional<Violation> Seccomp(const json& spec, bool required) {
   }
   std::vector<std::string> explicit_bad, implicit_bad;
   VisitContainers(spec, [&](const json& c) {
-    const json& p = Child(Child(c, "securityContext"), "seccompProfile");
+    const json& p = Field(Field(c, "securityContext"), "seccompProfile");
     if (p.is_object()) {
       if (!valid(Str(p, "type"))) {
         explicit_bad.push_back(Str(c, "name"));
@@ -304,7 +293,7 @@ std::optional<Violation> Sysctls(const json&, const json& spec) {
                                                  "net.ipv4.tcp_rmem",
                                                  "net.ipv4.tcp_wmem"};
   std::vector<std::string> forbidden;
-  const json& sysctls = Child(Child(spec, "securityContext"), "sysctls");
+  const json& sysctls = Field(Field(spec, "securityContext"), "sysctls");
   if (sysctls.is_array()) {
     for (const json& s : sysctls) {
       std::string name = Str(s, "name");
@@ -317,14 +306,14 @@ std::optional<Violation> Sysctls(const json&, const json& spec) {
 
 std::optional<Violation> WindowsHostProcess(const json&, const json& spec) {
   auto host_process = [](const json& sc) {
-    return Bool(Child(sc, "windowsOptions"), "hostProcess").value_or(false);
+    return Bool(Field(sc, "windowsOptions"), "hostProcess").value_or(false);
   };
   std::vector<std::string> bad;
   VisitContainers(spec, [&](const json& c) {
-    if (host_process(Child(c, "securityContext"))) bad.push_back(Str(c, "name"));
+    if (host_process(Field(c, "securityContext"))) bad.push_back(Str(c, "name"));
   });
   std::vector<std::string> setters;
-  if (host_process(Child(spec, "securityContext"))) setters.push_back("pod");
+  if (host_process(Field(spec, "securityContext"))) setters.push_back("pod");
   if (!bad.empty()) setters.push_back(Containers(bad));
   if (setters.empty()) return std::nullopt;
   return Violation{"hostProcess",
@@ -336,7 +325,7 @@ std::optional<Violation> AllowPrivilegeEscalation(const json&, const json& spec)
   if (IsWindows(spec)) return std::nullopt;
   std::vector<std::string> bad;
   VisitContainers(spec, [&](const json& c) {
-    std::optional<bool> ape = Bool(Child(c, "securityContext"), "allowPrivilegeEscalation");
+    std::optional<bool> ape = Bool(Field(c, "securityContext"), "allowPrivilegeEscalation");
     if (!ape.has_value() || *ape) bad.push_back(Str(c, "name"));
   });
   if (bad.empty()) return std::nullopt;
@@ -350,16 +339,16 @@ std::optional<Violation> CapabilitiesRestricted(const json&, const json& spec) {
   std::vector<std::string> missing_drop, adding;
   std::set<std::string> forbidden;
   VisitContainers(spec, [&](const json& c) {
-    const json& caps = Child(Child(c, "securityContext"), "capabilities");
+    const json& caps = Field(Field(c, "securityContext"), "capabilities");
     if (!caps.is_object()) {
       missing_drop.push_back(Str(c, "name"));
       return;
     }
-    const json& drop = Child(caps, "drop");
+    const json& drop = Field(caps, "drop");
     bool dropped_all =
         drop.is_array() && std::find(drop.begin(), drop.end(), json("ALL")) != drop.end();
     if (!dropped_all) missing_drop.push_back(Str(c, "name"));
-    const json& add = Child(caps, "add");
+    const json& add = Field(caps, "add");
     bool added_forbidden = false;
     if (add.is_array()) {
       for (const json& a : add) {
@@ -414,7 +403,7 @@ std::optional<Violation> RestrictedVolumes(const json&, const json& spec) {
                                  "storageos"};
   std::vector<std::string> bad;
   std::set<std::string> types;
-  const json& vs = Child(spec, "volumes");
+  const json& vs = Field(spec, "volumes");
   if (!vs.is_array()) return std::nullopt;
   for (const json& v : vs) {
     if (!v.is_object()) continue;
@@ -448,7 +437,7 @@ std::optional<Violation> RestrictedVolumes(const json&, const json& spec) {
 std::optional<Violation> RunAsNonRoot(const json&, const json& spec) {
   std::vector<std::string> setters;
   bool pod_non_root = false;
-  std::optional<bool> pod = Bool(Child(spec, "securityContext"), "runAsNonRoot");
+  std::optional<bool> pod = Bool(Field(spec, "securityContext"), "runAsNonRoot");
   if (pod.has_value()) {
     if (!*pod) {
       setters.push_back("pod");
@@ -458,7 +447,7 @@ std::optional<Violation> RunAsNonRoot(const json&, const json& spec) {
   }
   std::vector<std::string> explicit_bad, implicit_bad;
   VisitContainers(spec, [&](const json& c) {
-    std::optional<bool> v = Bool(Child(c, "securityContext"), "runAsNonRoot");
+    std::optional<bool> v = Bool(Field(c, "securityContext"), "runAsNonRoot");
     if (v.has_value()) {
       if (!*v) explicit_bad.push_back(Str(c, "name"));
     } else if (!pod_non_root) {
@@ -481,13 +470,13 @@ std::optional<Violation> RunAsNonRoot(const json&, const json& spec) {
 
 std::optional<Violation> RunAsUser(const json&, const json& spec) {
   auto root = [](const json& sc) {
-    const json& u = Child(sc, "runAsUser");
+    const json& u = Field(sc, "runAsUser");
     return u.is_number_integer() && u.get<int64_t>() == 0;
   };
   std::vector<std::string> setters, bad;
-  if (root(Child(spec, "securityContext"))) setters.push_back("pod");
+  if (root(Field(spec, "securityContext"))) setters.push_back("pod");
   VisitContainers(spec, [&](const json& c) {
-    if (root(Child(c, "securityContext"))) bad.push_back(Str(c, "name"));
+    if (root(Field(c, "securityContext"))) bad.push_back(Str(c, "name"));
   });
   if (!bad.empty()) setters.push_back(Containers(bad));
   if (setters.empty()) return std::nullopt;
@@ -582,19 +571,19 @@ void PolicyFromLabels(const json& labels, LevelVersion* enforce, LevelVersion* w
 }
 
 bool SignificantUpdate(const json& pod, const json& old) {
-  const json& spec = Child(pod, "spec");
-  const json& old_spec = Child(old, "spec");
+  const json& spec = Field(pod, "spec");
+  const json& old_spec = Field(old, "spec");
   for (const char* list : {"containers", "initContainers"}) {
-    const json& a = Child(spec, list);
-    const json& b = Child(old_spec, list);
+    const json& a = Field(spec, list);
+    const json& b = Field(old_spec, list);
     size_t na = a.is_array() ? a.size() : 0, nb = b.is_array() ? b.size() : 0;
     if (na != nb) return true;
     for (size_t i = 0; i < na; ++i) {
       if (Str(a[i], "image") != Str(b[i], "image")) return true;
     }
   }
-  const json& eph = Child(spec, "ephemeralContainers");
-  const json& old_eph = Child(old_spec, "ephemeralContainers");
+  const json& eph = Field(spec, "ephemeralContainers");
+  const json& old_eph = Field(old_spec, "ephemeralContainers");
   if (!eph.is_array()) return false;
   for (const json& c : eph) {
     const json* match = nullptr;
@@ -616,8 +605,8 @@ bool SignificantUpdate(const json& pod, const json& old) {
 std::vector<PodSecurityViolation> EvaluatePodSecurity(absl::string_view level, const json& pod) {
   std::vector<Violation> out;
   if (level != "baseline" && level != "restricted") return out;
-  const json& meta = Child(pod, "metadata");
-  const json& spec = Child(pod, "spec");
+  const json& meta = Field(pod, "metadata");
+  const json& spec = Field(pod, "spec");
   for (const Check& check : ChecksFor(level)) {
     if (auto v = check(meta, spec)) out.push_back(std::move(*v));
   }
@@ -634,14 +623,14 @@ std::string PodSecurityDetail(const std::vector<PodSecurityViolation>& violation
 
 absl::Status AdmitPod(const Store& store, const json& pod, const json* old,
                       std::vector<std::string>* warnings) {
-  const json& meta = Child(pod, "metadata");
+  const json& meta = Field(pod, "metadata");
   std::string name = Str(meta, "name");
   std::vector<Cause> causes = ValidatePod(pod);
   if (!causes.empty()) return InvalidError("Pod", name, causes);
   if (old != nullptr && !SignificantUpdate(pod, *old)) return absl::OkStatus();
   auto ns = store.Get("/namespaces", "", Str(meta, "namespace"));
   LevelVersion enforce, warn;
-  if (ns) PolicyFromLabels(Child(Child(*ns, "metadata"), "labels"), &enforce, &warn);
+  if (ns) PolicyFromLabels(Field(Field(*ns, "metadata"), "labels"), &enforce, &warn);
   std::vector<Violation> denied = EvaluatePodSecurity(enforce.level, pod);
   if (!denied.empty()) {
     return ApiError(403, "Forbidden",

@@ -13,13 +13,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status.h"
+#include "e2e/localkube/json_fields.h"
 
 namespace kubetrain::localkube {
 namespace {
 
 using json = nlohmann::json;
-
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 // The field.Error constructors: reason (cause type) and ErrorBody.
 Cause Required(const std::string& field, absl::string_view detail = "") {
@@ -55,7 +54,7 @@ std::string RegexError(absl::string_view msg, absl::string_view fmt,
 
 bool IsLabel(absl::string_view v) {
   if (v.empty()) return false;
-  auto alnum = [](char c) { return absl::ascii_islower(c) || IsDigit(c); };
+  auto alnum = [](char c) { return absl::ascii_islower(c) || absl::ascii_isdigit(c); };
   if (!alnum(v.front()) || !alnum(v.back())) return false;
   return std::all_of(v.begin(), v.end(), [&](char c) { return alnum(c) || c == '-'; });
 }
@@ -67,28 +66,6 @@ bool IsSubdomain(absl::string_view v) {
   return true;
 }
 
-// Reads a string field, "" when absent or of another type.
-std::string Str(const json& object, const char* key) {
-  auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-const json& Child(const json& object, const char* key) {
-  static const json kNull;
-  if (!object.is_object()) return kNull;
-  auto it = object.find(key);
-  return it == object.end() ? kNull : *it;
-}
-
-// encoding/json's name for a JSON value's kind in type errors.
-std::string GoKind(const json& v) {
-  if (v.is_number()) return "number";
-  if (v.is_string()) return "string";
-  if (v.is_boolean()) return "bool";
-  if (v.is_array()) return "array";
-  return "object";
-}
-
 std::string ValueText(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   return v.dump();
@@ -98,8 +75,9 @@ std::string ValueText(const json& v) {
 std::vector<std::string> PortNameErrors(const std::string& port) {
   std::vector<std::string> errs;
   if (port.size() > 15) errs.push_back("must be no more than 15 characters");
-  if (!std::all_of(port.begin(), port.end(),
-                   [](char c) { return absl::ascii_islower(c) || IsDigit(c) || c == '-'; })) {
+  if (!std::all_of(port.begin(), port.end(), [](char c) {
+        return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-';
+      })) {
     errs.push_back("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
   }
   if (!std::any_of(port.begin(), port.end(), [](char c) { return absl::ascii_islower(c); })) {
@@ -165,8 +143,8 @@ Quantity QuantityOf(const json& v) {
 
 void ValidateResources(const json& resources, const std::string& path, std::vector<Cause>* errs) {
   if (!resources.is_object()) return;
-  const json& limits = Child(resources, "limits");
-  const json& requests = Child(resources, "requests");
+  const json& limits = Field(resources, "limits");
+  const json& requests = Field(resources, "requests");
   std::string lim_path = path + ".limits", req_path = path + ".requests";
   if (limits.is_object()) {
     for (const auto& [name, value] : limits.items()) {
@@ -213,7 +191,7 @@ void ValidatePorts(const json& ports, const std::string& path, std::vector<Cause
         errs->push_back(Duplicate(p + ".name", GoQuote(name)));
       }
     }
-    const json& cp = Child(port, "containerPort");
+    const json& cp = Field(port, "containerPort");
     int64_t container_port = cp.is_number_integer() ? cp.get<int64_t>() : 0;
     if (container_port == 0) {
       errs->push_back(Required(p + ".containerPort"));
@@ -221,7 +199,7 @@ void ValidatePorts(const json& ports, const std::string& path, std::vector<Cause
       errs->push_back(Invalid(p + ".containerPort", std::to_string(container_port),
                               "must be between 1 and 65535, inclusive"));
     }
-    const json& hp = Child(port, "hostPort");
+    const json& hp = Field(port, "hostPort");
     int64_t host_port = hp.is_number_integer() ? hp.get<int64_t>() : 0;
     if (host_port != 0 && (host_port < 1 || host_port > 65535)) {
       errs->push_back(Invalid(p + ".hostPort", std::to_string(host_port),
@@ -280,8 +258,8 @@ void ValidateContainer(const json& c, const std::string& path, std::vector<Cause
                                    {"File", "FallbackToLogsOnError"}));
     }
   }
-  ValidatePorts(Child(c, "ports"), path + ".ports", errs);
-  ValidateEnv(Child(c, "env"), path + ".env", errs);
+  ValidatePorts(Field(c, "ports"), path + ".ports", errs);
+  ValidateEnv(Field(c, "env"), path + ".env", errs);
   if (c.is_object() && c.contains("imagePullPolicy")) {
     std::string policy = Str(c, "imagePullPolicy");
     if (policy.empty()) {
@@ -291,7 +269,7 @@ void ValidateContainer(const json& c, const std::string& path, std::vector<Cause
                                    {"Always", "IfNotPresent", "Never"}));
     }
   }
-  ValidateResources(Child(c, "resources"), path + ".resources", errs);
+  ValidateResources(Field(c, "resources"), path + ".resources", errs);
 }
 
 // Applies `fn` to each quantity map of the pod: (map, Go field path for type errors).
@@ -380,7 +358,7 @@ absl::Status CheckPodQuantities(json* pod) {
 
 std::vector<Cause> ValidatePod(const json& pod) {
   std::vector<Cause> errs;
-  std::string name = Str(Child(pod, "metadata"), "name");
+  std::string name = Str(Field(pod, "metadata"), "name");
   if (name.empty()) {
     errs.push_back(Required("metadata.name", "name or generateName is required"));
   } else {
@@ -388,8 +366,8 @@ std::vector<Cause> ValidatePod(const json& pod) {
       errs.push_back(Invalid("metadata.name", GoQuote(name), m));
     }
   }
-  const json& spec = Child(pod, "spec");
-  const json& containers = Child(spec, "containers");
+  const json& spec = Field(pod, "spec");
+  const json& containers = Field(spec, "containers");
   std::set<std::string> names;
   if (!containers.is_array() || containers.empty()) {
     errs.push_back(Required("spec.containers"));
@@ -401,7 +379,7 @@ std::vector<Cause> ValidatePod(const json& pod) {
       if (!names.insert(cname).second) errs.push_back(Duplicate(path + ".name", GoQuote(cname)));
     }
   }
-  const json& init = Child(spec, "initContainers");
+  const json& init = Field(spec, "initContainers");
   if (init.is_array()) {
     // Names must be unique across regular and init containers.
     std::set<std::string> all;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -15,8 +16,6 @@ namespace {
 constexpr char kFormatWrong[] =
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
 constexpr char kSuffixWrong[] = "unable to parse quantity's suffix";
-
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 std::string StripLeadingZeros(std::string digits) {
   size_t first = digits.find_first_not_of('0');
@@ -89,14 +88,14 @@ absl::StatusOr<Quantity> ParseQuantity(absl::string_view str) {
     return q;
   }
   size_t i = pos;
-  while (i < end && IsDigit(str[i])) ++i;
+  while (i < end && absl::ascii_isdigit(str[i])) ++i;
   std::string num(str.substr(pos, i - pos)), denom;
   pos = i;
   absl::string_view suffix;
   if (pos < end && str[pos] == '.') {
     ++pos;
     i = pos;
-    while (i < end && IsDigit(str[i])) ++i;
+    while (i < end && absl::ascii_isdigit(str[i])) ++i;
     denom = std::string(str.substr(pos, i - pos));
     pos = i;
   }
@@ -108,7 +107,7 @@ absl::StatusOr<Quantity> ParseQuantity(absl::string_view str) {
       pos = i;
       if (str[pos] == '-' || str[pos] == '+') ++pos;
       i = pos;
-      while (i < end && IsDigit(str[i])) ++i;
+      while (i < end && absl::ascii_isdigit(str[i])) ++i;
       if (i < end) return format_wrong;
     }
     suffix = str.substr(suffix_start);

@@ -19,7 +19,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr char kRbacGroup[] = "rbac.authorization.k8s.io";
-constexpr char kServiceAccountPrefix[] = "system:serviceaccount:";
 
 std::string RbacKey(const char* plural) { return absl::StrCat(kRbacGroup, "/", plural); }
 

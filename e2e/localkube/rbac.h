@@ -26,6 +26,9 @@
 
 namespace kubetrain::localkube {
 
+// A service account's user name is this prefix, then `<namespace>:<name>`.
+inline constexpr char kServiceAccountPrefix[] = "system:serviceaccount:";
+
 struct UserInfo {
   std::string name;
   std::vector<std::string> groups;

@@ -30,7 +30,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr char kServiceAccountPrefix[] = "system:serviceaccount:";
 constexpr char kConfigMapsKey[] = "/configmaps";
 // The TokenRequest validation bounds (pkg/apis/authentication/validation).
 constexpr int64_t kMinTokenSeconds = 10 * 60;
@@ -47,13 +46,6 @@ std::string B64(absl::string_view s) { return absl::WebSafeBase64Escape(s); }
 // A 401 carrying the authenticator's reason in the log only: the apiserver answers every failed
 // authentication with the same `Unauthorized` Status.
 absl::Status Unauthenticated(absl::string_view why) { return absl::UnauthenticatedError(why); }
-
-const json& Field(const json& object, const char* key) {
-  static const json kNull;
-  if (!object.is_object()) return kNull;
-  auto it = object.find(key);
-  return it == object.end() ? kNull : *it;
-}
 
 }  // namespace
 

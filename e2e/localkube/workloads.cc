@@ -28,13 +28,6 @@ constexpr char kHashLabel[] = "pod-template-hash";
 constexpr char kRevision[] = "deployment.kubernetes.io/revision";
 constexpr char kManager[] = "kube-controller-manager";
 
-const json& Field(const json& object, const char* key) {
-  static const json kNull;
-  if (!object.is_object()) return kNull;
-  auto it = object.find(key);
-  return it == object.end() ? kNull : *it;
-}
-
 int64_t IntField(const json& object, const char* key, int64_t fallback) {
   const json& v = Field(object, key);
   return v.is_number_integer() ? v.get<int64_t>() : fallback;

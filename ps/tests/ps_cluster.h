@@ -6,9 +6,11 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "prometheus/registry.h"
 #include "ps/client.h"
 #include "ps/metrics.h"
@@ -17,6 +19,20 @@
 namespace kubetrain::ps::testing {
 
 // The value of metric `name` with exactly `labels` in `registry`; -1 when there is none.
+// What a ps that no chief has initialised yet answers a push or a pull with.
+inline constexpr absl::string_view kNotInitialised =
+    "ps not initialised; waiting for the chief to restore it";
+
+// One buffer per variable of `plan`, each element `fill`, and spans over them.
+inline std::vector<std::vector<float>> Buffers(const PlacementPlan& plan, float fill = 0) {
+  std::vector<std::vector<float>> out;
+  for (const VariableSpec& v : plan.variables()) out.emplace_back(v.elements, fill);
+  return out;
+}
+inline std::vector<std::span<float>> Spans(std::vector<std::vector<float>>& buffers) {
+  return {buffers.begin(), buffers.end()};
+}
+
 inline double Sample(prometheus::Registry& registry, const std::string& name,
                      const std::map<std::string, std::string>& labels = {}) {
   for (const auto& family : registry.Collect()) {

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -34,6 +35,7 @@
 #include "grpcpp/support/channel_arguments.h"
 #include "prometheus/registry.h"
 #include "ps/service.h"
+#include "ps/tests/ps_cluster.h"
 
 extern char** environ;
 
@@ -42,19 +44,6 @@ namespace {
 
 using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
-
-double Sample(prometheus::Registry& registry, const std::string& name,
-              const std::map<std::string, std::string>& labels = {}) {
-  for (const auto& family : registry.Collect()) {
-    if (family.name != name) continue;
-    for (const auto& metric : family.metric) {
-      std::map<std::string, std::string> have;
-      for (const auto& l : metric.label) have[l.name] = l.value;
-      if (have == labels) return metric.counter.value;
-    }
-  }
-  return 0;
-}
 
 std::string Floats(const std::vector<float>& values) {
   return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
@@ -145,7 +134,9 @@ class PsFixture : public ::testing::Test {
   }
 
   double Requests(const std::string& method, const std::string& code) {
-    return Sample(registry_, "kubetrain_ps_requests_total", {{"method", method}, {"code", code}});
+    // A method/code pair not yet counted has no sample: none so far.
+    return std::max(0.0, testing::Sample(registry_, "kubetrain_ps_requests_total",
+                                         {{"method", method}, {"code", code}}));
   }
 
   prometheus::Registry registry_;
@@ -342,7 +333,7 @@ TEST_F(PsFixture, NonFiniteGradientIsRefusedNamingPartitionAndIndexAndNothingIsA
   push.mutable_gradients(1)->set_values(Floats(bad));
   status = Push(push, &response);
   EXPECT_NE(status.error_message().find("has -inf at index 17"), std::string::npos);
-  EXPECT_EQ(Sample(registry_, "kubetrain_ps_nonfinite_rejected_total"), 2);
+  EXPECT_EQ(testing::Sample(registry_, "kubetrain_ps_nonfinite_rejected_total"), 2);
 
   v1::PullResponse pulled;
   ASSERT_THAT(Pull(v1::PullRequest(), &pulled), IsOk());

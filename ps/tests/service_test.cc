@@ -23,11 +23,11 @@ namespace kubetrain::ps {
 namespace {
 
 using ::kubetrain::testing::IsOk;
+using testing::Buffers;
 using testing::Cluster;
+using testing::kNotInitialised;
 using testing::Sample;
-
-constexpr absl::string_view kNotInitialised =
-    "ps not initialised; waiting for the chief to restore it";
+using testing::Spans;
 
 // A 12 MB variable (three 4 MiB partitions) so one ps's share exceeds gRPC's 4 MiB default, plus
 // an MLP-sized layer and a bias.
@@ -50,16 +50,6 @@ PlacementPlan Plan(int num_ps) {
   auto plan = PlacementPlan::Build(Model(), num_ps);
   EXPECT_TRUE(plan.ok()) << plan.status();
   return *std::move(plan);
-}
-
-std::vector<std::span<float>> Spans(std::vector<std::vector<float>>& buffers) {
-  return {buffers.begin(), buffers.end()};
-}
-
-std::vector<std::vector<float>> Buffers(const PlacementPlan& plan, float fill = 0) {
-  std::vector<std::vector<float>> out;
-  for (const VariableSpec& v : plan.variables()) out.emplace_back(v.elements, fill);
-  return out;
 }
 
 TEST(PsService, UninitialisedPsRefusesPushAndPullWithFailedPrecondition) {

@@ -25,8 +25,10 @@ namespace {
 
 using ::kubetrain::testing::IsOk;
 using ::kubetrain::testing::StatusIs;
+using testing::Buffers;
 using testing::Cluster;
 using ::testing::HasSubstr;
+using testing::Spans;
 
 // Two variables over two ps, 8 MB in all: over gRPC's 4 MiB default message.
 PlacementPlan Plan() {
@@ -46,15 +48,6 @@ ModelState Initial(const PlacementPlan& plan) {
   return state;
 }
 
-std::vector<std::vector<float>> Buffers(const PlacementPlan& plan, float fill) {
-  std::vector<std::vector<float>> out;
-  for (const VariableSpec& v : plan.variables()) out.emplace_back(v.elements, fill);
-  return out;
-}
-
-std::vector<std::span<float>> Spans(std::vector<std::vector<float>>& b) {
-  return {b.begin(), b.end()};
-}
 std::vector<std::span<const float>> ConstSpans(std::vector<std::vector<float>>& b) {
   return {b.begin(), b.end()};
 }

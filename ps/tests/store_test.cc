@@ -10,14 +10,13 @@
 #include "absl/synchronization/barrier.h"
 #include "common/testing/status_matchers.h"
 #include "prometheus/registry.h"
+#include "ps/tests/ps_cluster.h"
 
 namespace kubetrain::ps {
 namespace {
 
 using ::kubetrain::testing::IsOk;
-
-constexpr absl::string_view kNotInitialised =
-    "ps not initialised; waiting for the chief to restore it";
+using testing::kNotInitialised;
 
 std::string Bytes(const std::vector<float>& values) {
   std::string out(values.size() * sizeof(float), '\0');

@@ -74,7 +74,7 @@ class StoreAdapter final : public gloo::rendezvous::Store {
 // costs a send/receive-ready handshake and a wake-up of its I/O thread per MiB; 4 MiB segments
 // make all-reduces of 16 MiB and more about 10% faster over TCP (bench/allreduce). Buffers up to
 // 2 x ranks MiB are unaffected: Gloo caps a segment at 1/(2 x ranks) of the buffer.
-constexpr size_t kMaxSegmentBytes = size_t{4} << 20;
+constexpr size_t kMaxGlooSegmentBytes = size_t{4} << 20;
 
 // All-reduces of up to kMaxRingBytes run through Gloo's ring algorithm objects, built once per
 // buffer and kept: their buffers are registered with the pairs once, and a step's all-reduce is
@@ -194,7 +194,7 @@ absl::Status GlooCommunicator::AllReduce(float* data, size_t count, ReduceOp op)
   return GlooCall("allreduce", [&] {
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, count);
-    opts.setMaxSegmentSize(kMaxSegmentBytes);
+    opts.setMaxSegmentSize(kMaxGlooSegmentBytes);
     opts.setReduceFunction(FloatReductionFor(op));
     gloo::allreduce(opts);
   });

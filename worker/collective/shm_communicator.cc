@@ -26,10 +26,10 @@
 namespace kubetrain::worker {
 namespace {
 
-constexpr uint64_t kMagic = 0x6b74'7368'6d30'0001;  // "ktshm0", version 1
-constexpr size_t kAlign = 64;                       // a cache line: slots never share one
+constexpr uint64_t kShmMagic = 0x6b74'7368'6d30'0001;  // "ktshm0", version 1
+constexpr size_t kAlign = 64;                          // a cache line: slots never share one
 // Each rank's slot plus the result, together: /dev/shm is often small (64 MiB in a container).
-constexpr size_t kMaxSegmentBytes = size_t{64} << 20;
+constexpr size_t kMaxShmBytes = size_t{64} << 20;
 // How long a waiting rank spins before it sleeps on the futex: peers usually arrive within
 // microseconds of each other, and a sleep and a wake-up cost tens of them.
 constexpr int kSpins = 2000;
@@ -137,7 +137,7 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::TryCreate(
   // name and nonce; the others open it and check the nonce; each says whether it could.
   const size_t chunk = std::max<size_t>(
       kAlign, std::min(RoundUp(options.chunk_bytes, kAlign),
-                       (kMaxSegmentBytes - DataOffset()) / (2 * n + 1) / kAlign * kAlign));
+                       (kMaxShmBytes - DataOffset()) / (2 * n + 1) / kAlign * kAlign));
   const size_t bytes = DataOffset() + (2 * n + 1) * chunk;
   std::string name, nonce;
   int fd = -1;
@@ -181,7 +181,7 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::TryCreate(
     } else if ((ok = map())) {
       // The header is written before the name is said: the others check it when they open.
       segment = static_cast<Segment*>(mapped);
-      segment->magic = kMagic;
+      segment->magic = kShmMagic;
       std::snprintf(segment->nonce, sizeof(segment->nonce), "%s", nonce.c_str());
       segment->size = static_cast<uint32_t>(n);
       segment->chunk_bytes = chunk;
@@ -203,7 +203,7 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::TryCreate(
     }
     if (ok) {
       segment = static_cast<Segment*>(mapped);
-      ok = segment->magic == kMagic &&
+      ok = segment->magic == kShmMagic &&
            nonce == std::string(segment->nonce, strnlen(segment->nonce, sizeof(segment->nonce))) &&
            segment->size == static_cast<uint32_t>(n) && segment->chunk_bytes == chunk;
     }

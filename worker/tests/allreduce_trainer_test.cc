@@ -3,11 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <thread>
 
 #include "common/status.h"
 #include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "prometheus/registry.h"
 #include "ps/optimizer.h"
 #include "ps/service.h"
@@ -30,14 +30,9 @@
 namespace kubetrain::worker {
 namespace {
 
+using ::kubetrain::testing::FreshTempDir;
 using ::kubetrain::testing::IsOk;
 using ::kubetrain::worker::testing::CountingDevice;
-
-std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/allreduce_" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 TrainerOptions Options(int epochs, const std::string& checkpoint_dir) {
   TrainerOptions o;
@@ -105,7 +100,7 @@ std::vector<absl::StatusOr<TrainingSummary>> TrainRanks(
 using AllReduceTrainerTest = FashionMnistTest;
 
 TEST_F(AllReduceTrainerTest, TwoRanksLearnTogetherInLockstep) {
-  const std::string dir = FreshDir("learn");
+  const std::string dir = FreshTempDir("allreduce_learn");
   prometheus::Registry registry;
   WorkerMetrics metrics(registry, {"t", "chief", "0"});
   auto results =
@@ -170,7 +165,7 @@ TEST_F(AllReduceTrainerTest, SharedMemoryTrainsTheSameModelAsGloo) {
 }
 
 TEST_F(AllReduceTrainerTest, ARestartedJobResumesEveryRankFromTheChiefsCheckpoint) {
-  const std::string dir = FreshDir("resume");
+  const std::string dir = FreshTempDir("allreduce_resume");
   auto first = TrainRanks({Options(1, dir), Options(1, "")}, data_->train, data_->test);
   ASSERT_TRUE(first[0].ok()) << first[0].status();
   // Two epochs now: the chief restores step 468 and broadcasts values, slots and step. Had the
@@ -218,7 +213,7 @@ TEST_F(AllReduceTrainerTest, ElasticGroupGrowsAndShrinksWhileItTrains) {
                                           .member_timeout = absl::Seconds(5)});
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();
-  TrainerOptions options = Options(1, FreshDir("elastic"));
+  TrainerOptions options = Options(1, FreshTempDir("allreduce_elastic"));
   options.elastic = true;
   options.heartbeat_every = absl::Milliseconds(100);
   options.inject_delay = absl::Milliseconds(2);
@@ -370,7 +365,7 @@ TEST(AllReduceTrainer, AStepAppliesTheMeanOfTheRanksGradients) {
     for (int p = 0; p < 28 * 28; ++p) train.images.push_back(rng.Uniform() - 0.5f);
     train.labels.push_back(i % 10);
   }
-  const std::string dir = FreshDir("exact");
+  const std::string dir = FreshTempDir("allreduce_exact");
   TrainerOptions o = Options(1, dir);
   o.optimizer = "sgd";
   o.lr = 0.1;

@@ -10,12 +10,14 @@
 #include <limits>
 
 #include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "kubetrain/v1/checkpoint.pb.h"
 #include "ps/wire.h"
 
 namespace kubetrain::worker {
 namespace {
 
+using ::kubetrain::testing::FreshTempDir;
 using ::kubetrain::testing::IsOk;
 using ::kubetrain::testing::StatusIs;
 using ::testing::AllOf;
@@ -67,21 +69,15 @@ CheckpointExpectation Expect(int64_t max_step = 1000) {
   return {"mlp", max_step, {{"dense1/kernel", 3}, {"dense1/bias", 1}}};
 }
 
-std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/" + name;
-  fs::remove_all(dir);
-  return dir;
-}
-
 TEST(Checkpointer, EmptyDirectoryHasNoCheckpoint) {
-  Checkpointer c({FreshDir("ckpt_empty"), 3});
+  Checkpointer c({FreshTempDir("ckpt_empty"), 3});
   auto latest = c.LoadLatest("mlp");
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_FALSE(latest->has_value());
 }
 
 TEST(Checkpointer, RoundTripsValuesSlotsStepAndConfig) {
-  Checkpointer c({FreshDir("ckpt_roundtrip"), 3});
+  Checkpointer c({FreshTempDir("ckpt_roundtrip"), 3});
   auto path = c.Save(State(42), "mlp");
   ASSERT_TRUE(path.ok()) << path.status();
   EXPECT_TRUE(fs::exists(*path));
@@ -100,7 +96,7 @@ TEST(Checkpointer, RoundTripsValuesSlotsStepAndConfig) {
 }
 
 TEST(Checkpointer, KeepsOnlyTheNewestAndLoadsTheLatest) {
-  std::string dir = FreshDir("ckpt_keep");
+  std::string dir = FreshTempDir("ckpt_keep");
   Checkpointer c({dir, 2});
   for (int step : {10, 20, 30}) ASSERT_THAT(c.Save(State(step), "mlp"), IsOk());
   EXPECT_FALSE(fs::exists(dir + "/ckpt-10.pb"));
@@ -113,7 +109,7 @@ TEST(Checkpointer, KeepsOnlyTheNewestAndLoadsTheLatest) {
 }
 
 TEST(Checkpointer, RefusesAnotherModelsCheckpoint) {
-  std::string dir = FreshDir("ckpt_model");
+  std::string dir = FreshTempDir("ckpt_model");
   Checkpointer c({dir, 2});
   ASSERT_THAT(c.Save(State(5), "mlp"), IsOk());
   auto latest = c.LoadLatest("cnn");
@@ -123,7 +119,7 @@ TEST(Checkpointer, RefusesAnotherModelsCheckpoint) {
 }
 
 TEST(Checkpointer, CorruptCheckpointIsDataLoss) {
-  std::string dir = FreshDir("ckpt_corrupt");
+  std::string dir = FreshTempDir("ckpt_corrupt");
   Checkpointer c({dir, 2});
   auto path = c.Save(State(5), "mlp");
   ASSERT_THAT(path, IsOk());
@@ -133,7 +129,7 @@ TEST(Checkpointer, CorruptCheckpointIsDataLoss) {
 }
 
 TEST(Checkpointer, UnreadableManifestFallsBackToTheNewestValidCheckpoint) {
-  std::string dir = FreshDir("ckpt_bad_manifest");
+  std::string dir = FreshTempDir("ckpt_bad_manifest");
   Checkpointer first({dir, 3});
   for (int step : {0, 10, 20}) ASSERT_THAT(first.Save(State(step), "mlp"), IsOk());
   WriteAll(dir + "/checkpoint.json", "{\"latest\": 5, \"all\": ");
@@ -144,7 +140,7 @@ TEST(Checkpointer, UnreadableManifestFallsBackToTheNewestValidCheckpoint) {
 }
 
 TEST(Checkpointer, ManifestNamingAMissingFileFallsBackToAScan) {
-  std::string dir = FreshDir("ckpt_missing_latest");
+  std::string dir = FreshTempDir("ckpt_missing_latest");
   Checkpointer c({dir, 3});
   ASSERT_THAT(c.Save(State(10), "mlp"), IsOk());
   ASSERT_THAT(c.Save(State(20), "mlp"), IsOk());
@@ -155,7 +151,7 @@ TEST(Checkpointer, ManifestNamingAMissingFileFallsBackToAScan) {
 }
 
 TEST(Checkpointer, ALaterRunNeverOverwritesAnEarlierRunsCheckpoint) {
-  std::string dir = FreshDir("ckpt_no_overwrite");
+  std::string dir = FreshTempDir("ckpt_no_overwrite");
   ASSERT_THAT(Checkpointer({dir, 3}).Save(State(0), "mlp"), IsOk());
   ASSERT_THAT(Checkpointer({dir, 3}).Save(State(10), "mlp"), IsOk());
   const std::string earlier = ReadAll(dir + "/ckpt-0.pb");
@@ -175,7 +171,7 @@ TEST(Checkpointer, ALaterRunNeverOverwritesAnEarlierRunsCheckpoint) {
 }
 
 TEST(Checkpointer, ManifestEntriesOutsideTheDirectoryAreNeverDeleted) {
-  std::string dir = FreshDir("ckpt_traversal");
+  std::string dir = FreshTempDir("ckpt_traversal");
   fs::create_directories(dir + "/sub");
   WriteAll(dir + "/precious.pb", "keep me");
   WriteAll(dir + "/sub/checkpoint.json", R"({"latest": "ckpt-1.pb", "all": ["../precious.pb"]})");
@@ -184,7 +180,7 @@ TEST(Checkpointer, ManifestEntriesOutsideTheDirectoryAreNeverDeleted) {
 }
 
 TEST(Checkpointer, ChecksumMismatchIsDataLossNamingTheFile) {
-  std::string dir = FreshDir("ckpt_checksum");
+  std::string dir = FreshTempDir("ckpt_checksum");
   Checkpointer c({dir, 2});
   auto path = c.Save(State(5), "mlp");
   ASSERT_THAT(path, IsOk());
@@ -197,7 +193,7 @@ TEST(Checkpointer, ChecksumMismatchIsDataLossNamingTheFile) {
 }
 
 TEST(Checkpointer, ReadsOlderFilesWithoutAChecksum) {
-  std::string dir = FreshDir("ckpt_legacy");
+  std::string dir = FreshTempDir("ckpt_legacy");
   fs::create_directories(dir);
   WriteUnframed(dir + "/ckpt-7.pb", State(7), "mlp");
   WriteAll(dir + "/checkpoint.json", R"({"latest": "ckpt-7.pb", "all": ["ckpt-7.pb"]})");
@@ -208,7 +204,7 @@ TEST(Checkpointer, ReadsOlderFilesWithoutAChecksum) {
 }
 
 TEST(Checkpointer, RefusesNonFiniteValuesNamingTheFile) {
-  std::string dir = FreshDir("ckpt_nan");
+  std::string dir = FreshTempDir("ckpt_nan");
   fs::create_directories(dir);
   ps::ModelState s = State(7);
   for (float& v : s.variables[0].values) v = std::numeric_limits<float>::quiet_NaN();
@@ -224,7 +220,7 @@ TEST(Checkpointer, RefusesNonFiniteValuesNamingTheFile) {
 }
 
 TEST(Checkpointer, SaveRefusesNonFiniteValuesAndKeepsTheEarlierCheckpoints) {
-  std::string dir = FreshDir("ckpt_save_nan");
+  std::string dir = FreshTempDir("ckpt_save_nan");
   Checkpointer c({dir, 1});
   ASSERT_THAT(c.Save(State(5), "mlp"), IsOk());
   ps::ModelState s = State(6);
@@ -237,7 +233,7 @@ TEST(Checkpointer, SaveRefusesNonFiniteValuesAndKeepsTheEarlierCheckpoints) {
 }
 
 TEST(Checkpointer, RefusesAStepBeyondTheJobNamingTheFile) {
-  std::string dir = FreshDir("ckpt_step");
+  std::string dir = FreshTempDir("ckpt_step");
   Checkpointer c({dir, 2});
   ASSERT_THAT(c.Save(State(int64_t{1} << 62), "mlp"), IsOk());
   auto latest = c.LoadLatest(Expect(937));
@@ -250,7 +246,7 @@ TEST(Checkpointer, RefusesAStepBeyondTheJobNamingTheFile) {
 }
 
 TEST(Checkpointer, RefusesVariablesOfAnotherShapeNamingTheFile) {
-  std::string dir = FreshDir("ckpt_shape");
+  std::string dir = FreshTempDir("ckpt_shape");
   Checkpointer c({dir, 2});
   ASSERT_THAT(c.Save(State(3), "mlp"), IsOk());
   CheckpointExpectation e = Expect();
@@ -265,7 +261,7 @@ TEST(Checkpointer, RefusesVariablesOfAnotherShapeNamingTheFile) {
 }
 
 TEST(Checkpointer, NoUsableCheckpointIsAnErrorNotAFreshStart) {
-  std::string dir = FreshDir("ckpt_none_usable");
+  std::string dir = FreshTempDir("ckpt_none_usable");
   Checkpointer c({dir, 3});
   auto path = c.Save(State(5), "mlp");
   ASSERT_THAT(path, IsOk());

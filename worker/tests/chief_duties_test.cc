@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "ps/service.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/models.h"
@@ -24,13 +25,8 @@
 namespace kubetrain::worker {
 namespace {
 
+using ::kubetrain::testing::FreshTempDir;
 using ::kubetrain::testing::IsOk;
-
-std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/chief_duties_" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 // A strategy whose step and answers the test sets, recording what ChiefDuties asks of it.
 class ScriptedExchange : public GradientExchange {
@@ -126,7 +122,8 @@ class ChiefDutiesTest : public ::testing::Test {
     model_ = std::move(*model);
     options_.epochs = 2;
     options_.checkpoint_dir =
-        FreshDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+        FreshTempDir(std::string("chief_duties_") +
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
 
   // Runs the chief's after-step work for every step of the run, as the training loop does.
@@ -251,7 +248,7 @@ TEST_F(ResumedChiefTest, PsSyncChiefWritesNoCheckpointAtItsFirstStepAfterARestor
   TrainerOptions options;
   options.mode = Mode::kPsSync;
   options.batch_size = 64;
-  options.checkpoint_dir = FreshDir("resumed_ps_sync");
+  options.checkpoint_dir = FreshTempDir("chief_duties_resumed_ps_sync");
   options.checkpoint_every = absl::Hours(1);
   std::atomic<bool> stop{false};
   // One worker: 937 steps an epoch. The first run's checkpoints: step 0 and its final one.

@@ -34,7 +34,7 @@ std::vector<uint8_t> IdxBytes(uint32_t magic, const std::vector<uint32_t>& dims,
   return bytes;
 }
 
-std::string TempPath(const std::string& name) { return testing::TempDir() + "/" + name; }
+std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
 std::string WriteGz(const std::string& name, const std::vector<uint8_t>& bytes) {
   const std::string path = TempPath(name);

@@ -13,28 +13,19 @@
 #include "worker/models.h"
 #include "worker/random.h"
 #include "worker/sgd.h"
+#include "worker/tests/model_reads.h"
 
 namespace kubetrain::worker {
 namespace {
 
 using ::kubetrain::testing::IsOk;
+using testing::Gradients;
+using testing::Values;
 
 std::vector<std::pair<std::string, Shape>> NamesAndShapes(const Model& model) {
   std::vector<std::pair<std::string, Shape>> out;
   for (const Variable* v : model.variables()) out.emplace_back(v->name, v->shape());
   return out;
-}
-
-std::vector<float> Values(Model& model) {
-  std::vector<float> v(model.num_parameters());
-  EXPECT_THAT(model.ReadValues(absl::MakeSpan(v)), IsOk());
-  return v;
-}
-
-std::vector<float> Gradients(Model& model) {
-  std::vector<float> g(model.num_parameters());
-  EXPECT_THAT(model.ReadGradients(absl::MakeSpan(g)), IsOk());
-  return g;
 }
 
 std::vector<float> RandomImages(int64_t n, uint64_t seed) {

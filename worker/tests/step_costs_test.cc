@@ -10,32 +10,28 @@
 #include "worker/models.h"
 #include "worker/random.h"
 #include "worker/tests/counting_device.h"
+#include "worker/tests/model_reads.h"
 
 namespace kubetrain::worker {
 namespace {
 
 using testing::CountingDevice;
+using testing::Gradients;
 
 constexpr int kBatch = 64;
 
-struct Batch {
+struct CnnBatch {
   std::vector<float> images;
   std::vector<int32_t> labels;
 };
 
-Batch RandomBatch(const CnnOptions& o) {
+CnnBatch RandomBatch(const CnnOptions& o) {
   Rng rng(7, 0);
-  Batch b;
+  CnnBatch b;
   b.images.resize(static_cast<size_t>(kBatch) * o.height * o.width * o.channels);
   for (float& x : b.images) x = rng.Uniform();
   for (int i = 0; i < kBatch; ++i) b.labels.push_back(i % o.classes);
   return b;
-}
-
-std::vector<float> Gradients(Model& model) {
-  std::vector<float> g(static_cast<size_t>(model.num_parameters()));
-  EXPECT_TRUE(model.ReadGradients(absl::MakeSpan(g)).ok());
-  return g;
 }
 
 // A GPU's column budget (the whole batch) turns each convolution pass into one im2col and one
@@ -49,7 +45,7 @@ TEST(StepCosts, AGpuColumnBudgetRunsEachConvolutionPassAsOneGemm) {
   auto a = MakeCnn(chunked, options);
   auto b = MakeCnn(whole, options);
   ASSERT_TRUE(a.ok() && b.ok());
-  const Batch batch = RandomBatch(options);
+  const CnnBatch batch = RandomBatch(options);
   chunked.Reset();
   whole.Reset();
   auto loss_a = (*a)->ComputeGradients(batch.images, batch.labels);
@@ -84,7 +80,7 @@ class CountedCnnStep : public ::testing::Test {
   CountingDevice device_{cpu_, int64_t{256} << 20};
   const CnnOptions options_;
   std::unique_ptr<Model> model_;
-  const Batch batch_ = RandomBatch(options_);
+  const CnnBatch batch_ = RandomBatch(options_);
 };
 
 // A gradient step waits for the device once: the loss's download (the Synchronize after it,

@@ -16,6 +16,7 @@
 #include "e2e/localkube/pod_security.h"
 #include "e2e/localkube/pod_validation.h"
 #include "e2e/localkube/server.h"
+#include "e2e/localkube/tests/test_objects.h"
 #include "operator/api/render.h"
 #include "operator/api/validation.h"
 #include "operator/api/yaml.h"
@@ -26,10 +27,10 @@ namespace {
 using ::kubetrain::testing::IsOk;
 using json = nlohmann::json;
 
-constexpr char kToken[] = "test-token";
+using testing::kAdminToken;
 constexpr char kPods[] = "/api/v1/namespaces/default/pods";
 
-json Pod(const std::string& name, json container_extra = json::object()) {
+json WorkerPod(const std::string& name, json container_extra = json::object()) {
   json container = {{"name", "c"}, {"image", "kubetrain/worker:0.1.0"}};
   container.update(container_extra);
   return {{"apiVersion", "v1"},
@@ -45,17 +46,17 @@ json RestrictedContainer() {
       "capabilities":{"drop":["ALL"]},"seccompProfile":{"type":"RuntimeDefault"}}})");
 }
 
-class Admission : public ::testing::Test {
+class PodAdmission : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.token = kToken;
+    options.token = kAdminToken;
     api_ = std::make_unique<Api>(&registry_, &store_);
     server_ = std::make_unique<Server>(options, api_.get(), nullptr);
     ASSERT_THAT(server_->Start(), IsOk());
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
     client_->set_read_timeout(10, 0);
-    client_->set_default_headers({{"Authorization", std::string("Bearer ") + kToken}});
+    client_->set_default_headers({{"Authorization", std::string("Bearer ") + kAdminToken}});
   }
   void TearDown() override { server_->Stop(); }
 
@@ -132,8 +133,8 @@ TEST(Quantity, CanonicalFormsAndOrder) {
   EXPECT_LT(cmp("-1", "0"), 0);
 }
 
-TEST_F(Admission, AnUnparsableQuantityMakesTheBodyUndecodable) {
-  json pod = Pod("w-0", {{"resources", {{"limits", {{"cpu", "lots"}}}}}});
+TEST_F(PodAdmission, AnUnparsableQuantityMakesTheBodyUndecodable) {
+  json pod = WorkerPod("w-0", {{"resources", {{"limits", {{"cpu", "lots"}}}}}});
   Reply r = Call("POST", kPods, pod);
   EXPECT_EQ(r.code, 400);
   EXPECT_EQ(r.body["reason"], "BadRequest");
@@ -141,7 +142,7 @@ TEST_F(Admission, AnUnparsableQuantityMakesTheBodyUndecodable) {
             "Pod in version \"v1\" cannot be handled as a Pod: quantities must match the regular "
             "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'");
   // In a PATCH the patched object fails to decode: 422 on the `patch` field.
-  ASSERT_EQ(Call("POST", kPods, Pod("w-1")).code, 201);
+  ASSERT_EQ(Call("POST", kPods, WorkerPod("w-1")).code, 201);
   Reply patched = Call("PATCH", std::string(kPods) + "/w-1",
                        json::parse(R"({"spec":{"containers":[{"name":"c","image":"x",
                                      "resources":{"requests":{"memory":"1MMi"}}}]}})"),
@@ -152,8 +153,8 @@ TEST_F(Admission, AnUnparsableQuantityMakesTheBodyUndecodable) {
             std::string::npos);
 }
 
-TEST_F(Admission, AValidPodIsCreatedWithCanonicalQuantities) {
-  json pod = Pod("w-0", json::parse(R"({
+TEST_F(PodAdmission, AValidPodIsCreatedWithCanonicalQuantities) {
+  json pod = WorkerPod("w-0", json::parse(R"({
       "resources":{"requests":{"cpu":"500m","memory":"1Gi"},"limits":{"cpu":1.5,"memory":"2Gi",
                    "nvidia.com/gpu":"1"}},
       "ports":[{"name":"http","containerPort":8080,"protocol":"TCP"}],
@@ -168,8 +169,8 @@ TEST_F(Admission, AValidPodIsCreatedWithCanonicalQuantities) {
   EXPECT_EQ(Call("GET", std::string(kPods) + "/w-0").code, 200);
 }
 
-TEST_F(Admission, MissingImageIsRequired) {
-  json pod = Pod("w-0");
+TEST_F(PodAdmission, MissingImageIsRequired) {
+  json pod = WorkerPod("w-0");
   pod["spec"]["containers"][0].erase("image");
   Reply r = Call("POST", kPods, pod);
   ASSERT_EQ(r.code, 422);
@@ -180,16 +181,16 @@ TEST_F(Admission, MissingImageIsRequired) {
        "field":"spec.containers[0].image"}]})"));
 }
 
-TEST_F(Admission, ContainersAreRequired) {
-  json pod = Pod("w-0");
+TEST_F(PodAdmission, ContainersAreRequired) {
+  json pod = WorkerPod("w-0");
   pod["spec"]["containers"] = json::array();
   Reply r = Call("POST", kPods, pod);
   ASSERT_EQ(r.code, 422);
   EXPECT_EQ(r.body["message"], "Pod \"w-0\" is invalid: spec.containers: Required value");
 }
 
-TEST_F(Admission, ContainerNamesAreUniqueLabels) {
-  json pod = Pod("w-0");
+TEST_F(PodAdmission, ContainerNamesAreUniqueLabels) {
+  json pod = WorkerPod("w-0");
   pod["spec"]["containers"].push_back({{"name", "c"}, {"image", "x"}});
   pod["spec"]["containers"].push_back({{"name", "Bad_Name"}, {"image", "x"}});
   pod["spec"]["initContainers"] = {{{"name", "c"}, {"image", "x"}}};
@@ -209,8 +210,8 @@ TEST_F(Admission, ContainerNamesAreUniqueLabels) {
   EXPECT_EQ(causes[2]["reason"], "FieldValueDuplicate");
 }
 
-TEST_F(Admission, RequestsMayNotExceedLimits) {
-  json pod = Pod("w-0", json::parse(R"({"resources":{"requests":{"cpu":"2","memory":"-1"},
+TEST_F(PodAdmission, RequestsMayNotExceedLimits) {
+  json pod = WorkerPod("w-0", json::parse(R"({"resources":{"requests":{"cpu":"2","memory":"-1"},
                                                      "limits":{"cpu":"1"}}})"));
   Reply r = Call("POST", kPods, pod);
   ASSERT_EQ(r.code, 422);
@@ -222,18 +223,18 @@ TEST_F(Admission, RequestsMayNotExceedLimits) {
   EXPECT_EQ(r.body["details"]["causes"][0], json::parse(R"({"reason":"FieldValueInvalid",
                 "message":"Invalid value: \"2\": must be less than or equal to cpu limit of 1",
                 "field":"spec.containers[0].resources.requests"})"));
-  json gpu = Pod("w-1", json::parse(R"({"resources":{"requests":{"nvidia.com/gpu":"1"}}})"));
+  json gpu = WorkerPod("w-1", json::parse(R"({"resources":{"requests":{"nvidia.com/gpu":"1"}}})"));
   EXPECT_EQ(Call("POST", kPods, gpu).body["message"],
             "Pod \"w-1\" is invalid: spec.containers[0].resources.limits: Required value: Limit "
             "must be set for non overcommitable resources");
-  json unknown = Pod("w-2", json::parse(R"({"resources":{"limits":{"gpu":"1"}}})"));
+  json unknown = WorkerPod("w-2", json::parse(R"({"resources":{"limits":{"gpu":"1"}}})"));
   EXPECT_EQ(Call("POST", kPods, unknown).body["message"],
             "Pod \"w-2\" is invalid: spec.containers[0].resources.limits[gpu]: Invalid value: "
             "\"gpu\": must be a standard resource for containers");
 }
 
-TEST_F(Admission, EnumsPortsAndEnvNames) {
-  json pod = Pod("w-0", json::parse(R"({"ports":[{"containerPort":70000,"protocol":"HTTP"}],
+TEST_F(PodAdmission, EnumsPortsAndEnvNames) {
+  json pod = WorkerPod("w-0", json::parse(R"({"ports":[{"containerPort":70000,"protocol":"HTTP"}],
                                         "env":[{"name":"A=B"}]})"));
   pod["spec"]["restartPolicy"] = "Sometimes";
   Reply r = Call("POST", kPods, pod);
@@ -249,8 +250,8 @@ TEST_F(Admission, EnumsPortsAndEnvNames) {
   EXPECT_EQ(r.body["details"]["causes"][1]["reason"], "FieldValueNotSupported");
 }
 
-TEST_F(Admission, PodNamesAreSubdomains) {
-  Reply r = Call("POST", kPods, Pod("a..b"));
+TEST_F(PodAdmission, PodNamesAreSubdomains) {
+  Reply r = Call("POST", kPods, WorkerPod("a..b"));
   ASSERT_EQ(r.code, 422);
   EXPECT_EQ(r.body["message"],
             "Pod \"a..b\" is invalid: metadata.name: Invalid value: \"a..b\": a lowercase RFC 1123 "
@@ -259,8 +260,8 @@ TEST_F(Admission, PodNamesAreSubdomains) {
             "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
 }
 
-TEST_F(Admission, UpdatesAreValidated) {
-  Reply created = Call("POST", kPods, Pod("w-0"));
+TEST_F(PodAdmission, UpdatesAreValidated) {
+  Reply created = Call("POST", kPods, WorkerPod("w-0"));
   ASSERT_EQ(created.code, 201);
   json updated = created.body;
   updated["spec"]["containers"][0]["image"] = "";
@@ -269,12 +270,12 @@ TEST_F(Admission, UpdatesAreValidated) {
   EXPECT_EQ(r.body["details"]["causes"][0]["field"], "spec.containers[0].image");
 }
 
-TEST_F(Admission, DryRunValidatesButStoresNothing) {
-  json invalid = Pod("w-0");
+TEST_F(PodAdmission, DryRunValidatesButStoresNothing) {
+  json invalid = WorkerPod("w-0");
   invalid["spec"]["containers"][0].erase("image");
   EXPECT_EQ(Call("POST", std::string(kPods) + "?dryRun=All", invalid).code, 422);
   int64_t revision = store_.Revision();
-  Reply r = Call("POST", std::string(kPods) + "?dryRun=All", Pod("w-0"));
+  Reply r = Call("POST", std::string(kPods) + "?dryRun=All", WorkerPod("w-0"));
   ASSERT_EQ(r.code, 201);
   EXPECT_EQ(r.body["metadata"]["name"], "w-0");
   EXPECT_EQ(Call("GET", std::string(kPods) + "/w-0").code, 404);
@@ -284,9 +285,9 @@ TEST_F(Admission, DryRunValidatesButStoresNothing) {
   EXPECT_TRUE(store_.List("/pods", "", &at).empty());
 }
 
-TEST_F(Admission, RestrictedRefusesABarePod) {
+TEST_F(PodAdmission, RestrictedRefusesABarePod) {
   Namespace("secure", {{"pod-security.kubernetes.io/enforce", "restricted"}});
-  Reply r = Call("POST", PodsIn("secure"), Pod("x"));
+  Reply r = Call("POST", PodsIn("secure"), WorkerPod("x"));
   ASSERT_EQ(r.code, 403);
   EXPECT_EQ(r.body["reason"], "Forbidden");
   EXPECT_EQ(r.body["details"], json::parse(R"({"name":"x","kind":"pods"})"));
@@ -300,16 +301,16 @@ TEST_F(Admission, RestrictedRefusesABarePod) {
             "securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")");
   EXPECT_EQ(Call("GET", PodsIn("secure") + "/x").code, 404);
   // Dry runs are admitted the same way.
-  EXPECT_EQ(Call("POST", PodsIn("secure") + "?dryRun=All", Pod("x")).code, 403);
+  EXPECT_EQ(Call("POST", PodsIn("secure") + "?dryRun=All", WorkerPod("x")).code, 403);
 }
 
-TEST_F(Admission, RestrictedAcceptsAFullSecurityContext) {
+TEST_F(PodAdmission, RestrictedAcceptsAFullSecurityContext) {
   Namespace("secure", {{"pod-security.kubernetes.io/enforce", "restricted"}});
-  Reply r = Call("POST", PodsIn("secure"), Pod("x", RestrictedContainer()));
+  Reply r = Call("POST", PodsIn("secure"), WorkerPod("x", RestrictedContainer()));
   EXPECT_EQ(r.code, 201) << r.body.dump();
   EXPECT_TRUE(r.warnings.empty());
   // Pod-level runAsNonRoot and seccompProfile cover every container.
-  json pod = Pod("y", json::parse(R"({"securityContext":{"allowPrivilegeEscalation":false,
+  json pod = WorkerPod("y", json::parse(R"({"securityContext":{"allowPrivilegeEscalation":false,
                                         "capabilities":{"drop":["ALL"],"add":["NET_BIND_SERVICE"]}}})"));
   pod["spec"]["securityContext"] =
       json::parse(R"({"runAsNonRoot":true,"seccompProfile":{"type":"Localhost",
@@ -317,7 +318,7 @@ TEST_F(Admission, RestrictedAcceptsAFullSecurityContext) {
   pod["spec"]["volumes"] = json::parse(R"([{"name":"scratch","emptyDir":{}}])");
   EXPECT_EQ(Call("POST", PodsIn("secure"), pod).code, 201);
   // Root and host paths are not.
-  json root = Pod("z", RestrictedContainer());
+  json root = WorkerPod("z", RestrictedContainer());
   root["spec"]["containers"][0]["securityContext"]["runAsUser"] = 0;
   root["spec"]["volumes"] = json::parse(R"([{"name":"data","hostPath":{"path":"/data"}}])");
   Reply refused = Call("POST", PodsIn("secure"), root);
@@ -328,16 +329,16 @@ TEST_F(Admission, RestrictedAcceptsAFullSecurityContext) {
             "(container \"c\" must not set runAsUser=0)");
 }
 
-TEST_F(Admission, BaselineRefusesPrivilegedAndHostPath) {
+TEST_F(PodAdmission, BaselineRefusesPrivilegedAndHostPath) {
   Namespace("base", {{"pod-security.kubernetes.io/enforce", "baseline"},
                      {"pod-security.kubernetes.io/enforce-version", "v1.30"}});
   Reply privileged =
-      Call("POST", PodsIn("base"), Pod("p", {{"securityContext", {{"privileged", true}}}}));
+      Call("POST", PodsIn("base"), WorkerPod("p", {{"securityContext", {{"privileged", true}}}}));
   EXPECT_EQ(privileged.code, 403);
   EXPECT_EQ(privileged.body["message"],
             "pods \"p\" is forbidden: violates PodSecurity \"baseline:v1.30\": privileged "
             "(container \"c\" must not set securityContext.privileged=true)");
-  json host_path = Pod("h");
+  json host_path = WorkerPod("h");
   host_path["spec"]["volumes"] = json::parse(R"([{"name":"data","hostPath":{"path":"/data"}}])");
   host_path["spec"]["hostNetwork"] = true;
   Reply refused = Call("POST", PodsIn("base"), host_path);
@@ -346,20 +347,21 @@ TEST_F(Admission, BaselineRefusesPrivilegedAndHostPath) {
             "pods \"h\" is forbidden: violates PodSecurity \"baseline:v1.30\": host namespaces "
             "(hostNetwork=true), hostPath volumes (volume \"data\")");
   // Baseline does not ask for what restricted does.
-  EXPECT_EQ(Call("POST", PodsIn("base"), Pod("bare")).code, 201);
+  EXPECT_EQ(Call("POST", PodsIn("base"), WorkerPod("bare")).code, 201);
 }
 
-TEST_F(Admission, UnlabelledNamespacesArePrivileged) {
-  json pod = Pod("p", {{"securityContext", {{"privileged", true}}}});
+TEST_F(PodAdmission, UnlabelledNamespacesArePrivileged) {
+  json pod = WorkerPod("p", {{"securityContext", {{"privileged", true}}}});
   pod["spec"]["volumes"] = json::parse(R"([{"name":"data","hostPath":{"path":"/data"}}])");
   Reply r = Call("POST", kPods, pod);
   EXPECT_EQ(r.code, 201);
   EXPECT_TRUE(r.warnings.empty());
 }
 
-TEST_F(Admission, WarnLabelAddsAWarningHeader) {
+TEST_F(PodAdmission, WarnLabelAddsAWarningHeader) {
   Namespace("watched", {{"pod-security.kubernetes.io/warn", "restricted"}});
-  Reply r = Call("POST", PodsIn("watched"), Pod("x", {{"securityContext", {{"runAsUser", 0}}}}));
+  Reply r =
+      Call("POST", PodsIn("watched"), WorkerPod("x", {{"securityContext", {{"runAsUser", 0}}}}));
   ASSERT_EQ(r.code, 201);
   ASSERT_EQ(r.warnings.size(), 1u);
   EXPECT_EQ(
@@ -374,9 +376,9 @@ TEST_F(Admission, WarnLabelAddsAWarningHeader) {
       "securityContext.seccompProfile.type to \\\"RuntimeDefault\\\" or \\\"Localhost\\\")\"");
 }
 
-TEST_F(Admission, OnlySignificantUpdatesAreChecked) {
+TEST_F(PodAdmission, OnlySignificantUpdatesAreChecked) {
   Namespace("later", json::object());
-  Reply created = Call("POST", PodsIn("later"), Pod("x"));
+  Reply created = Call("POST", PodsIn("later"), WorkerPod("x"));
   ASSERT_EQ(created.code, 201);
   ASSERT_EQ(Call("PATCH", "/api/v1/namespaces/later", json::parse(R"({"metadata":{"labels":{
                      "pod-security.kubernetes.io/enforce":"restricted"}}})"),

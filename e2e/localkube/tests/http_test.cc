@@ -12,6 +12,7 @@
 #include "common/testing/status_matchers.h"
 #include "e2e/localkube/api.h"
 #include "e2e/localkube/server.h"
+#include "e2e/localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
-constexpr char kToken[] = "test-token";
+using testing::kAdminToken;
 
 json Crd() {
   return json::parse(R"({
@@ -50,14 +51,14 @@ class LocalkubeHttp : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.token = kToken;
+    options.token = kAdminToken;
     options.bookmark_every = absl::Milliseconds(200);
     api_ = std::make_unique<Api>(&registry_, &store_);
     server_ = std::make_unique<Server>(options, api_.get(), nullptr);
     ASSERT_THAT(server_->Start(), IsOk());
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
     client_->set_read_timeout(10, 0);
-    client_->set_default_headers({{"Authorization", std::string("bearer ") + kToken}});
+    client_->set_default_headers({{"Authorization", std::string("bearer ") + kAdminToken}});
   }
   void TearDown() override { server_->Stop(); }
 
@@ -488,7 +489,7 @@ TEST_F(LocalkubeHttp, FutureResourceVersionTimesOutAfterTheWatchCacheWait) {
   std::thread writer([&] {
     absl::SleepFor(absl::Milliseconds(300));
     httplib::Client c("127.0.0.1", server_->port());
-    c.set_default_headers({{"Authorization", std::string("bearer ") + kToken}});
+    c.set_default_headers({{"Authorization", std::string("bearer ") + kAdminToken}});
     c.Post(kConfigMaps, R"({"metadata":{"name":"b"}})", "application/json");
   });
   Reply caught_up =

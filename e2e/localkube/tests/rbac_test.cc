@@ -21,6 +21,7 @@
 #include "e2e/localkube/api.h"
 #include "e2e/localkube/rbac.h"
 #include "e2e/localkube/server.h"
+#include "e2e/localkube/tests/test_objects.h"
 #include "operator/api/yaml.h"
 
 namespace kubetrain::localkube {
@@ -29,7 +30,8 @@ namespace {
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
-constexpr char kAdmin[] = "admin-token";
+using testing::kAdminToken;
+using testing::Pod;
 constexpr char kSa[] = "sa-token";  // system:serviceaccount:ns1:sa
 constexpr char kSaUser[] = "system:serviceaccount:ns1:sa";
 constexpr char kMaster[] = "master-token";  // a user in system:masters
@@ -58,15 +60,6 @@ json PodGroupCrd() {
       "versions":[{"name":"v1beta1","served":true,"storage":true,"subresources":{"status":{}},
         "schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}
       }]}})");
-}
-
-json Pod(const std::string& name, json owner_refs = nullptr) {
-  json pod = {{"apiVersion", "v1"},
-              {"kind", "Pod"},
-              {"metadata", {{"name", name}}},
-              {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}}}}};
-  if (!owner_refs.is_null()) pod["metadata"]["ownerReferences"] = owner_refs;
-  return pod;
 }
 
 json OwnerRef(const json& owner, bool block) {
@@ -114,7 +107,7 @@ class LocalkubeRbac : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.token = kAdmin;
+    options.token = kAdminToken;
     options.rbac = true;
     options.user_tokens[kSa] = MakeUser(kSaUser, {});
     options.user_tokens[kMaster] = MakeUser("root", {"system:masters"});
@@ -125,7 +118,7 @@ class LocalkubeRbac : public ::testing::Test {
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
     client_->set_read_timeout(10, 0);
     for (const char* ns : {"ns1", "ns2"}) {
-      ASSERT_EQ(Call(kAdmin, "POST", "/api/v1/namespaces",
+      ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces",
                      {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}})
                     .code,
                 201);
@@ -155,7 +148,7 @@ class LocalkubeRbac : public ::testing::Test {
   }
   // Creates `object` as the admin at `collection`; returns the stored object.
   json Admin(const std::string& collection, const json& object) {
-    Reply r = Call(kAdmin, "POST", collection, object);
+    Reply r = Call(kAdminToken, "POST", collection, object);
     EXPECT_EQ(r.code, 201) << collection << ": " << r.body.dump();
     return r.body;
   }
@@ -238,7 +231,7 @@ TEST(LocalkubeAuthzLog, RecordsEveryDecisionWithItsAttributes) {
   Store store;
   Api api(&registry, &store);
   ServerOptions options;
-  options.token = kAdmin;
+  options.token = kAdminToken;
   options.rbac = true;
   options.authz_log = path;
   options.user_tokens[kSa] = MakeUser(kSaUser, {});
@@ -270,7 +263,7 @@ TEST_F(LocalkubeRbac, DiscoveryIsOpenToEveryAuthenticatedUser) {
 }
 
 TEST_F(LocalkubeRbac, AdminAndSystemMastersBypassRbac) {
-  EXPECT_EQ(Call(kAdmin, "GET", "/api/v1/namespaces/ns1/pods").code, 200);
+  EXPECT_EQ(Call(kAdminToken, "GET", "/api/v1/namespaces/ns1/pods").code, 200);
   EXPECT_EQ(Call(kMaster, "GET", "/api/v1/nodes").code, 200);
   EXPECT_EQ(Call(kMaster, "POST", "/api/v1/namespaces/ns1/pods", Pod("p")).code, 201);
 }
@@ -418,7 +411,7 @@ TEST_F(LocalkubeRbac, BlockOwnerDeletionNeedsUpdateOnTheOwnersFinalizers) {
   plain.body["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = true;
   EXPECT_EQ(Call(kSa, "PUT", pods + "/plain", plain.body).code, 200);
   // The admin needs no grant.
-  EXPECT_EQ(Call(kAdmin, "POST", pods, Pod("admins", OwnerRef(widget, true))).code, 201);
+  EXPECT_EQ(Call(kAdminToken, "POST", pods, Pod("admins", OwnerRef(widget, true))).code, 201);
 }
 
 // The operator's service account with exactly deploy/rbac/ (cluster-role.yaml,
@@ -447,7 +440,7 @@ TEST_F(LocalkubeRbac, OperatorRbacFromDeployCoversWhatTheOperatorDoes) {
     ASSERT_TRUE(docs.ok()) << docs.status();
     for (const json& doc : *docs) {
       if (!doc.is_object()) continue;
-      Reply r = Call(kAdmin, "POST", collection(doc), doc);
+      Reply r = Call(kAdminToken, "POST", collection(doc), doc);
       EXPECT_EQ(r.code, 201) << doc.value("kind", "") << ": " << r.body.dump();
     }
   };
@@ -530,7 +523,7 @@ TEST_F(LocalkubeRbac, OperatorRbacFromDeployCoversWhatTheOperatorDoes) {
        }},
       {"update trainingjobs/status",
        [&] {
-         json current = Call(kAdmin, "GET", job_path).body;
+         json current = Call(kAdminToken, "GET", job_path).body;
          current["status"] = {{"conditions", json::array()}};
          return Call(op, "PUT", job_path + "/status", current);
        }},
@@ -568,7 +561,7 @@ TEST_F(LocalkubeRbac, OperatorRbacFromDeployCoversWhatTheOperatorDoes) {
        [&] { return Call(op, "GET", leases + "/kubetrain-operator"); }},
       {"update leases/kubetrain-operator",
        [&] {
-         json current = Call(kAdmin, "GET", leases + "/kubetrain-operator").body;
+         json current = Call(kAdminToken, "GET", leases + "/kubetrain-operator").body;
          current["spec"]["leaseTransitions"] = 1;
          return Call(op, "PUT", leases + "/kubetrain-operator", current);
        }},

@@ -19,6 +19,7 @@
 #include "e2e/localkube/rbac.h"
 #include "e2e/localkube/server.h"
 #include "e2e/localkube/service_accounts.h"
+#include "e2e/localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -26,7 +27,8 @@ namespace {
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
-constexpr char kAdmin[] = "admin-token";
+using testing::kAdminToken;
+using testing::Pod;
 constexpr char kPem[] = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
 // The apiserver's answer to any request whose credentials do not authenticate.
@@ -34,13 +36,6 @@ const json& UnauthorizedStatus() {
   static const json* body = new json(json::parse(R"({"kind":"Status","apiVersion":"v1",
     "metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401})"));
   return *body;
-}
-
-json Pod(const std::string& name) {
-  return {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata", {{"name", name}}},
-          {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}}}}};
 }
 
 json JwtClaims(const std::string& token) {
@@ -55,7 +50,7 @@ class ServiceAccounts : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.token = kAdmin;
+    options.token = kAdminToken;
     options.rbac = true;
     api_ = std::make_unique<Api>(&registry_, &store_);
     ASSERT_THAT(PublishRootCa(api_.get(), kPem), IsOk());
@@ -63,9 +58,10 @@ class ServiceAccounts : public ::testing::Test {
     ASSERT_THAT(server_->Start(), IsOk());
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
     client_->set_read_timeout(10, 0);
-    ASSERT_EQ(Call(kAdmin, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "ns1"}}}}).code,
-              201);
-    ASSERT_EQ(Call(kAdmin, "POST", "/api/v1/namespaces/ns1/serviceaccounts",
+    ASSERT_EQ(
+        Call(kAdminToken, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "ns1"}}}}).code,
+        201);
+    ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/serviceaccounts",
                    {{"metadata", {{"name", "sa"}}}})
                   .code,
               201);
@@ -91,21 +87,21 @@ class ServiceAccounts : public ::testing::Test {
   std::string Token(const std::string& ns, const std::string& sa, const json& spec = nullptr) {
     json body = {{"apiVersion", "authentication.k8s.io/v1"}, {"kind", "TokenRequest"}};
     if (!spec.is_null()) body["spec"] = spec;
-    Reply r = Call(kAdmin, "POST", "/api/v1/namespaces/" + ns + "/serviceaccounts/" + sa + "/token",
-                   body);
+    Reply r = Call(kAdminToken, "POST",
+                   "/api/v1/namespaces/" + ns + "/serviceaccounts/" + sa + "/token", body);
     EXPECT_EQ(r.code, 201) << r.body.dump();
     return r.body["status"].value("token", "");
   }
   void GrantPodList(const std::string& ns) {
     std::string prefix = "/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns;
     ASSERT_EQ(
-        Call(kAdmin, "POST", prefix + "/roles",
+        Call(kAdminToken, "POST", prefix + "/roles",
              {{"metadata", {{"name", "reader"}}},
               {"rules", {{{"apiGroups", {""}}, {"resources", {"pods"}}, {"verbs", {"list"}}}}}})
             .code,
         201);
     ASSERT_EQ(
-        Call(kAdmin, "POST", prefix + "/rolebindings",
+        Call(kAdminToken, "POST", prefix + "/rolebindings",
              {{"metadata", {{"name", "reader"}}},
               {"roleRef",
                {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", "reader"}}},
@@ -114,7 +110,7 @@ class ServiceAccounts : public ::testing::Test {
         201);
   }
   json CreatePod(const std::string& ns, const json& pod) {
-    Reply r = Call(kAdmin, "POST", "/api/v1/namespaces/" + ns + "/pods", pod);
+    Reply r = Call(kAdminToken, "POST", "/api/v1/namespaces/" + ns + "/pods", pod);
     EXPECT_EQ(r.code, 201) << r.body.dump();
     return r.body;
   }
@@ -127,7 +123,7 @@ class ServiceAccounts : public ::testing::Test {
 };
 
 TEST_F(ServiceAccounts, TokenRequestRoundTrip) {
-  Reply r = Call(kAdmin, "POST", "/api/v1/namespaces/ns1/serviceaccounts/sa/token",
+  Reply r = Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/serviceaccounts/sa/token",
                  {{"apiVersion", "authentication.k8s.io/v1"}, {"kind", "TokenRequest"}});
   ASSERT_EQ(r.code, 201) << r.body.dump();
   EXPECT_EQ(r.body["kind"], "TokenRequest");
@@ -149,7 +145,7 @@ TEST_F(ServiceAccounts, TokenRequestRoundTrip) {
   EXPECT_EQ(claims["kubernetes.io"]["serviceaccount"]["name"], "sa");
   EXPECT_FALSE(claims["kubernetes.io"]["serviceaccount"].value("uid", "").empty());
 
-  r = Call(kAdmin, "POST", "/api/v1/namespaces/ns1/serviceaccounts/sa/token",
+  r = Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/serviceaccounts/sa/token",
            {{"spec", {{"audiences", {"vault"}}, {"expirationSeconds", 7200}}}});
   ASSERT_EQ(r.code, 201) << r.body.dump();
   EXPECT_EQ(r.body["spec"]["audiences"], json::array({"vault"}));
@@ -157,21 +153,21 @@ TEST_F(ServiceAccounts, TokenRequestRoundTrip) {
 }
 
 TEST_F(ServiceAccounts, TokenRequestErrorsAreTheApiServers) {
-  Reply r =
-      Call(kAdmin, "POST", "/api/v1/namespaces/ns1/serviceaccounts/nope/token", json::object());
+  Reply r = Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/serviceaccounts/nope/token",
+                 json::object());
   EXPECT_EQ(r.code, 404);
   EXPECT_EQ(r.body["message"], "serviceaccounts \"nope\" not found");
   EXPECT_EQ(r.body["reason"], "NotFound");
-  r = Call(kAdmin, "POST", "/api/v1/namespaces/ns1/serviceaccounts/sa/token",
+  r = Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/serviceaccounts/sa/token",
            {{"spec", {{"expirationSeconds", 60}}}});
   EXPECT_EQ(r.code, 422);
   EXPECT_EQ(r.body["message"],
             "TokenRequest.authentication.k8s.io \"sa\" is invalid: spec.expirationSeconds: "
             "Invalid value: 60: may not specify a duration less than 10 minutes");
-  r = Call(kAdmin, "POST", "/api/v1/namespaces/ns1/serviceaccounts/sa/token", json("nope"));
+  r = Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/serviceaccounts/sa/token", json("nope"));
   EXPECT_EQ(r.code, 400);
   // Only POST is served.
-  EXPECT_EQ(Call(kAdmin, "GET", "/api/v1/namespaces/ns1/serviceaccounts/sa/token").code, 405);
+  EXPECT_EQ(Call(kAdminToken, "GET", "/api/v1/namespaces/ns1/serviceaccounts/sa/token").code, 405);
 }
 
 TEST_F(ServiceAccounts, TokenAuthenticatesAsItsServiceAccountUnderRbac) {
@@ -190,12 +186,12 @@ TEST_F(ServiceAccounts, TokenAuthenticatesAsItsServiceAccountUnderRbac) {
   // The group system:serviceaccounts:ns1 is the user's too.
   std::string prefix = "/apis/rbac.authorization.k8s.io/v1/namespaces/default";
   ASSERT_EQ(
-      Call(kAdmin, "POST", prefix + "/roles",
+      Call(kAdminToken, "POST", prefix + "/roles",
            {{"metadata", {{"name", "cm"}}},
             {"rules", {{{"apiGroups", {""}}, {"resources", {"configmaps"}}, {"verbs", {"get"}}}}}})
           .code,
       201);
-  ASSERT_EQ(Call(kAdmin, "POST", prefix + "/rolebindings",
+  ASSERT_EQ(Call(kAdminToken, "POST", prefix + "/rolebindings",
                  {{"metadata", {{"name", "cm"}}},
                   {"roleRef",
                    {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", "cm"}}},
@@ -246,9 +242,9 @@ TEST_F(ServiceAccounts, BadExpiredForeignAndOrphanedTokensAre401) {
   std::string vault = Token("ns1", "sa", {{"audiences", {"vault"}}});
   EXPECT_EQ(Call(vault, "GET", path).code, 401);
   // Deleting the ServiceAccount invalidates its tokens, even once one of the same name is back.
-  ASSERT_EQ(Call(kAdmin, "DELETE", "/api/v1/namespaces/ns1/serviceaccounts/sa").code, 200);
+  ASSERT_EQ(Call(kAdminToken, "DELETE", "/api/v1/namespaces/ns1/serviceaccounts/sa").code, 200);
   EXPECT_EQ(Call(token, "GET", path).body, UnauthorizedStatus());
-  ASSERT_EQ(Call(kAdmin, "POST", "/api/v1/namespaces/ns1/serviceaccounts",
+  ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/serviceaccounts",
                  {{"metadata", {{"name", "sa"}}}})
                 .code,
             201);
@@ -258,19 +254,20 @@ TEST_F(ServiceAccounts, BadExpiredForeignAndOrphanedTokensAre401) {
 
 TEST_F(ServiceAccounts, EveryNamespaceHasADefaultServiceAccountAndTheRootCa) {
   for (const char* ns : {"default", "kube-system", "kube-public", "kube-node-lease", "ns1"}) {
-    EXPECT_EQ(
-        Call(kAdmin, "GET", absl::StrCat("/api/v1/namespaces/", ns, "/serviceaccounts/default"))
-            .code,
-        200)
+    EXPECT_EQ(Call(kAdminToken, "GET",
+                   absl::StrCat("/api/v1/namespaces/", ns, "/serviceaccounts/default"))
+                  .code,
+              200)
         << ns;
-    Reply cm = Call(kAdmin, "GET",
+    Reply cm = Call(kAdminToken, "GET",
                     absl::StrCat("/api/v1/namespaces/", ns, "/configmaps/kube-root-ca.crt"));
     EXPECT_EQ(cm.code, 200) << ns;
     EXPECT_EQ(cm.body["data"], json({{"ca.crt", kPem}})) << ns;
   }
   // Namespace deletion takes them along.
-  ASSERT_EQ(Call(kAdmin, "DELETE", "/api/v1/namespaces/ns1").code, 200);
-  EXPECT_EQ(Call(kAdmin, "GET", "/api/v1/namespaces/ns1/configmaps/kube-root-ca.crt").code, 404);
+  ASSERT_EQ(Call(kAdminToken, "DELETE", "/api/v1/namespaces/ns1").code, 200);
+  EXPECT_EQ(Call(kAdminToken, "GET", "/api/v1/namespaces/ns1/configmaps/kube-root-ca.crt").code,
+            404);
 }
 
 TEST_F(ServiceAccounts, PodsGetTheDefaultServiceAccountAndTheTokenVolume) {
@@ -302,7 +299,7 @@ TEST_F(ServiceAccounts, PodsGetTheDefaultServiceAccountAndTheTokenVolume) {
   EXPECT_EQ(spec["containers"][1]["volumeMounts"][0]["name"], "x");
   // Updates leave the volume alone.
   created["metadata"]["labels"]["a"] = "b";
-  Reply updated = Call(kAdmin, "PUT", "/api/v1/namespaces/ns1/pods/p", created);
+  Reply updated = Call(kAdminToken, "PUT", "/api/v1/namespaces/ns1/pods/p", created);
   ASSERT_EQ(updated.code, 200) << updated.body.dump();
   EXPECT_EQ(updated.body["spec"]["volumes"], spec["volumes"]);
 }
@@ -314,7 +311,7 @@ TEST_F(ServiceAccounts, AutomountFalseOnThePodOrTheServiceAccount) {
   EXPECT_FALSE(created["spec"].contains("volumes"));
   EXPECT_FALSE(created["spec"]["containers"][0].contains("volumeMounts"));
 
-  ASSERT_EQ(Call(kAdmin, "POST", "/api/v1/namespaces/ns1/serviceaccounts",
+  ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/serviceaccounts",
                  {{"metadata", {{"name", "quiet"}}}, {"automountServiceAccountToken", false}})
                 .code,
             201);
@@ -339,14 +336,14 @@ TEST_F(ServiceAccounts, AutomountFalseOnThePodOrTheServiceAccount) {
 TEST_F(ServiceAccounts, APodNamingAMissingServiceAccountIsForbidden) {
   json pod = Pod("x");
   pod["spec"]["serviceAccountName"] = "name";
-  Reply r = Call(kAdmin, "POST", "/api/v1/namespaces/ns1/pods", pod);
+  Reply r = Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/pods", pod);
   EXPECT_EQ(r.code, 403);
   EXPECT_EQ(r.body, json::parse(R"({"kind":"Status","apiVersion":"v1","metadata":{},
     "status":"Failure","reason":"Forbidden","code":403,"details":{"name":"x","kind":"pods"},
     "message":"pods \"x\" is forbidden: error looking up service account ns1/name: serviceaccount \"name\" not found"})"));
   // Generated names are not made yet: the message names the prefix, as a ReplicaSet's events do.
   pod["metadata"] = {{"generateName", "web-abc-"}};
-  r = Call(kAdmin, "POST", "/api/v1/namespaces/ns1/pods", pod);
+  r = Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/pods", pod);
   EXPECT_EQ(r.code, 403);
   EXPECT_EQ(r.body["message"],
             "pods \"web-abc-\" is forbidden: error looking up service account ns1/name: "
@@ -354,8 +351,8 @@ TEST_F(ServiceAccounts, APodNamingAMissingServiceAccountIsForbidden) {
   // Dry runs are refused alike.
   json dry = Pod("y");
   dry["spec"]["serviceAccountName"] = "name";
-  EXPECT_EQ(Call(kAdmin, "POST", "/api/v1/namespaces/ns1/pods?dryRun=All", dry).code, 403);
-  EXPECT_EQ(Call(kAdmin, "GET", "/api/v1/namespaces/ns1/pods/x").code, 404);
+  EXPECT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/pods?dryRun=All", dry).code, 403);
+  EXPECT_EQ(Call(kAdminToken, "GET", "/api/v1/namespaces/ns1/pods/x").code, 404);
 }
 
 // Protobuf field encoders for the body `kubectl create token` sends.
@@ -385,7 +382,7 @@ TEST_F(ServiceAccounts, KubectlsProtobufTokenRequestIsDecoded) {
   EXPECT_EQ((*decoded)["spec"],
             json::parse(R"({"audiences":["vault","api"],"expirationSeconds":1200,
       "boundObjectRef":{"kind":"Pod","apiVersion":"v1","name":"p","uid":"u"}})"));
-  httplib::Headers headers = {{"Authorization", std::string("Bearer ") + kAdmin}};
+  httplib::Headers headers = {{"Authorization", std::string("Bearer ") + kAdminToken}};
   auto r = client_->Post("/api/v1/namespaces/ns1/serviceaccounts/sa/token", headers, body,
                          "application/vnd.kubernetes.protobuf");
   ASSERT_TRUE(r);
@@ -400,13 +397,14 @@ TEST_F(ServiceAccounts, KubectlsProtobufTokenRequestIsDecoded) {
 TEST_F(ServiceAccounts, PublishingTheRootCaAgainUpdatesEveryNamespace) {
   ASSERT_THAT(PublishRootCa(api_.get(), "new"), IsOk());
   for (const char* ns : {"default", "ns1"}) {
-    Reply cm = Call(kAdmin, "GET",
+    Reply cm = Call(kAdminToken, "GET",
                     absl::StrCat("/api/v1/namespaces/", ns, "/configmaps/kube-root-ca.crt"));
     EXPECT_EQ(cm.body["data"]["ca.crt"], "new") << ns;
   }
-  ASSERT_EQ(Call(kAdmin, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "later"}}}}).code,
-            201);
-  EXPECT_EQ(Call(kAdmin, "GET", "/api/v1/namespaces/later/configmaps/kube-root-ca.crt")
+  ASSERT_EQ(
+      Call(kAdminToken, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "later"}}}}).code,
+      201);
+  EXPECT_EQ(Call(kAdminToken, "GET", "/api/v1/namespaces/later/configmaps/kube-root-ca.crt")
                 .body["data"]["ca.crt"],
             "new");
 }
