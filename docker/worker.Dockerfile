@@ -44,14 +44,17 @@ COPY e2e/ e2e/
 COPY docker/runtime-packages.sh docker/
 ARG VARIANT
 # The build tree lives in a cache mount, so a rebuild after a source change recompiles only
-# what changed (a VARIANT switch reconfigures it); the stripped binaries go to /src/dist.
+# what changed (a VARIANT switch reconfigures it); the stripped binaries go to /src/dist. The
+# host code is compiled at make's -O2 without the debug info the strip would drop (a third of
+# the compile time).
 RUN --mount=type=cache,id=kubetrain-worker-build,target=/src/build \
     if [[ "$VARIANT" == gpu ]]; then \
       flags="-DKUBETRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=75-real;80-real;86-real;89-real;90-real;100-real;100-virtual"; \
     else \
       flags="-DKUBETRAIN_CUDA=OFF"; \
     fi && \
-    cmake -S . -B build -DCMAKE_UNITY_BUILD=ON -DKUBETRAIN_TESTS=OFF $flags && \
+    cmake -S . -B build -DCMAKE_UNITY_BUILD=ON -DKUBETRAIN_TESTS=OFF $flags \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" && \
     cmake --build build -j "$(nproc)" --target kubetrain-worker kubetrain-ps && \
     mkdir -p dist && \
     strip --strip-debug -o dist/kubetrain-worker build/bin/kubetrain-worker && \

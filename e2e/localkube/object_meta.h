@@ -6,8 +6,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "e2e/localkube/json_fields.h"
-
 namespace kubetrain::localkube {
 
 // metadata, or an empty object when it is absent or not an object.

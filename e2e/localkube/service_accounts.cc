@@ -22,6 +22,7 @@
 #include "common/kube_time.h"
 #include "common/status.h"
 #include "e2e/localkube/errors.h"
+#include "e2e/localkube/json_fields.h"
 #include "e2e/localkube/kinds.h"
 #include "e2e/localkube/object_meta.h"
 

@@ -14,6 +14,7 @@
 #include "common/kube_time.h"
 #include "common/logging.h"
 #include "e2e/localkube/errors.h"
+#include "e2e/localkube/json_fields.h"
 #include "e2e/localkube/object_meta.h"
 
 namespace kubetrain::localkube {
