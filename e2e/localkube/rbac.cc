@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "e2e/localkube/errors.h"
+#include "e2e/localkube/json_fields.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -35,11 +36,6 @@ std::vector<std::string> StringsOf(const json& object, const char* field) {
 
 bool Contains(const std::vector<std::string>& list, const std::string& v) {
   return std::find(list.begin(), list.end(), v) != list.end();
-}
-
-std::string StringField(const json& object, const char* field) {
-  auto it = object.find(field);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 const json& ObjectField(const json& object, const char* field) {
@@ -99,11 +95,11 @@ bool AppliesTo(const UserInfo& user, const json& binding, const std::string& bin
   if (it == binding.end() || !it->is_array()) return false;
   for (const auto& s : *it) {
     if (!s.is_object()) continue;
-    std::string kind = StringField(s, "kind"), name = StringField(s, "name");
+    std::string kind = Str(s, "kind"), name = Str(s, "name");
     if (kind == "User" && user.name == name) return true;
     if (kind == "Group" && Contains(user.groups, name)) return true;
     if (kind == "ServiceAccount") {
-      std::string ns = StringField(s, "namespace");
+      std::string ns = Str(s, "namespace");
       if (ns.empty()) ns = binding_ns;
       if (!ns.empty() && user.name == absl::StrCat(kServiceAccountPrefix, ns, ":", name)) {
         return true;
@@ -117,7 +113,7 @@ bool AppliesTo(const UserInfo& user, const json& binding, const std::string& bin
 absl::StatusOr<json> RulesOf(const Store& store, const json& binding,
                              const std::string& binding_ns) {
   const json& ref = ObjectField(binding, "roleRef");
-  std::string kind = StringField(ref, "kind"), name = StringField(ref, "name");
+  std::string kind = Str(ref, "kind"), name = Str(ref, "name");
   std::optional<json> role;
   if (kind == "Role") {
     role = store.Get(RbacKey("roles"), binding_ns, name);
@@ -372,8 +368,8 @@ absl::Status AdmitOwnerReferences(const Registry& registry, const Store& store,
   if (!changing) return absl::OkStatus();
   // admission.NewForbidden names the object by its name, else its generateName, else "Unknown".
   const json& meta = ObjectField(object, "metadata");
-  std::string name = StringField(meta, "name");
-  if (name.empty()) name = StringField(meta, "generateName");
+  std::string name = Str(meta, "name");
+  if (name.empty()) name = Str(meta, "generateName");
   if (name.empty()) name = "Unknown";
   auto forbidden = [&](const std::string& why) {
     return Forbidden(type.plural, type.group, name, why);
@@ -387,7 +383,7 @@ absl::Status AdmitOwnerReferences(const Registry& registry, const Store& store,
                           .resource = type.plural,
                           .subresource = subresource,
                           .ns = ns,
-                          .name = StringField(meta, "name")};
+                          .name = Str(meta, "name")};
     Decision d = Decide(store, user, del);
     if (!d.allowed) {
       return forbidden(absl::StrCat(
@@ -402,12 +398,12 @@ absl::Status AdmitOwnerReferences(const Registry& registry, const Store& store,
     if (!ref.is_object() || !blocking(ref)) continue;
     bool was_blocking = false;
     for (const json& o : old_refs) {
-      if (o.is_object() && StringField(o, "uid") == StringField(ref, "uid")) {
+      if (o.is_object() && Str(o, "uid") == Str(ref, "uid")) {
         was_blocking = blocking(o);
       }
     }
     if (was_blocking) continue;
-    std::string api_version = StringField(ref, "apiVersion"), kind = StringField(ref, "kind");
+    std::string api_version = Str(ref, "apiVersion"), kind = Str(ref, "kind");
     std::vector<std::string> gv = absl::StrSplit(api_version, '/');
     std::string group = gv.size() == 2 ? gv[0] : "";
     ResourceTypePtr owner = gv.size() <= 2 ? registry.FindByKind(api_version, kind) : nullptr;
@@ -428,7 +424,7 @@ absl::Status AdmitOwnerReferences(const Registry& registry, const Store& store,
                                  .resource = owner->plural,
                                  .subresource = "finalizers",
                                  .ns = ns,
-                                 .name = StringField(ref, "name")};
+                                 .name = Str(ref, "name")};
     Decision d = Decide(store, user, finalizers);
     if (!d.allowed) {
       return forbidden(absl::StrCat(

@@ -10,10 +10,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <future>
 #include <string>
 
+#include "common/testing/temp_dir.h"
 #include "ps/service.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/tests/fashion_mnist_fixture.h"
@@ -53,9 +53,9 @@ class TrainerStopTest : public FashionMnistTest {
   TrainerOptions Options() {
     TrainerOptions o;
     o.epochs = 1;
-    o.checkpoint_dir = ::testing::TempDir() + "/trainer_stop_" +
-                       ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(o.checkpoint_dir);
+    o.checkpoint_dir = ::kubetrain::testing::FreshTempDir(
+        std::string("trainer_stop_") +
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     // Long enough that a task which ignores the stop flag is caught waiting.
     o.ready_timeout = absl::Seconds(20);
     return o;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/testing/status_matchers.h"
+#include "common/testing/temp_dir.h"
 #include "prometheus/registry.h"
 #include "ps/service.h"
 #include "worker/checkpoint.h"
@@ -61,9 +62,9 @@ class TrainerTest : public FashionMnistTest {
     o.mode = mode;
     o.epochs = epochs;
     o.batch_size = 64;
-    o.checkpoint_dir = ::testing::TempDir() + "/trainer_ckpt_" +
-                       ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(o.checkpoint_dir);
+    o.checkpoint_dir = ::kubetrain::testing::FreshTempDir(
+        std::string("trainer_ckpt_") +
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     return o;
   }
 
