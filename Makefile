@@ -1,10 +1,7 @@
 # Thin wrapper over CMake. `make demo` and `make test` install what is missing, build, then run.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
-# A unity build (CMake compiles a folder's sources eight to a translation unit, so the heavy
-# headers are parsed once per eight): about half the time of a first build. An edit then
-# recompiles its batch; `cmake -DCMAKE_UNITY_BUILD=OFF build` gives one unit per file.
-CMAKE_FLAGS ?= -DCMAKE_UNITY_BUILD=ON
+CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure --timeout 600 -j $(JOBS)
 CXX_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.cc' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 

@@ -30,7 +30,7 @@ COPY e2e/ e2e/
 # what changed; the stripped binary is copied out of it to /src/dist. It is compiled at make's
 # -O2 without the debug info the strip would drop (a third of the compile time).
 RUN --mount=type=cache,id=kubetrain-operator-build,target=/src/build \
-    cmake -S . -B build -DCMAKE_UNITY_BUILD=ON -DKUBETRAIN_TESTS=OFF -DKUBETRAIN_CUDA=OFF \
+    cmake -S . -B build -DKUBETRAIN_TESTS=OFF -DKUBETRAIN_CUDA=OFF \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" && \
     cmake --build build -j "$(nproc)" --target kubetrain-operator && \
     mkdir -p dist && strip --strip-debug -o dist/kubetrain-operator build/bin/kubetrain-operator

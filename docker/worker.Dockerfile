@@ -53,7 +53,7 @@ RUN --mount=type=cache,id=kubetrain-worker-build,target=/src/build \
     else \
       flags="-DKUBETRAIN_CUDA=OFF"; \
     fi && \
-    cmake -S . -B build -DCMAKE_UNITY_BUILD=ON -DKUBETRAIN_TESTS=OFF $flags \
+    cmake -S . -B build -DKUBETRAIN_TESTS=OFF $flags \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" && \
     cmake --build build -j "$(nproc)" --target kubetrain-worker kubetrain-ps && \
     mkdir -p dist && \
