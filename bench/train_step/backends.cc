@@ -87,6 +87,10 @@ class CblasReference final : public GemmReference {
 
 absl::StatusOr<Backend> MakeCpu(const BackendOptions& options) {
   if (options.threads < 1) return absl::InvalidArgumentError("--threads must be at least 1");
+  if (options.tf32) {
+    return absl::FailedPreconditionError(
+        "--tf32: TF32 is a tensor-core mode of NVIDIA GPUs; drop --tf32 or use --device=cuda");
+  }
   Backend backend;
   backend.device = std::make_unique<worker::CpuDevice>(
       worker::CpuDeviceOptions{.blas_threads = options.threads});
@@ -101,12 +105,13 @@ absl::StatusOr<Backend> MakeCpu(const BackendOptions& options) {
 // profiling device times the step's GEMMs (it synchronises after every kernel).
 class CublasReference final : public GemmReference {
  public:
-  static absl::StatusOr<std::unique_ptr<CublasReference>> Create(worker::CudaDevice& device) {
+  static absl::StatusOr<std::unique_ptr<CublasReference>> Create(worker::CudaDevice& device,
+                                                                 bool tf32) {
     RETURN_IF_ERROR(device.MakeCurrent());
     auto reference = std::unique_ptr<CublasReference>(new CublasReference(device));
     ASSIGN_OR_RETURN(reference->stream_, worker::cuda::CreateStream());
     ASSIGN_OR_RETURN(reference->handle_,
-                     worker::cuda::CreateCublasHandle(reference->stream_.get()));
+                     worker::cuda::CreateCublasHandle(reference->stream_.get(), tf32));
     return reference;
   }
 
@@ -157,10 +162,11 @@ class CublasReference final : public GemmReference {
   Tensor a_, b_, c_;
 };
 
-absl::StatusOr<Backend> MakeCuda(const BackendOptions& /*options*/) {
-  ASSIGN_OR_RETURN(std::unique_ptr<worker::CudaDevice> device, worker::CudaDevice::Create(),
-                   "--device=cuda");
-  ASSIGN_OR_RETURN(std::unique_ptr<CublasReference> reference, CublasReference::Create(*device),
+absl::StatusOr<Backend> MakeCuda(const BackendOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<worker::CudaDevice> device,
+                   worker::CudaDevice::Create({.tf32 = options.tf32}), "--device=cuda");
+  ASSIGN_OR_RETURN(std::unique_ptr<CublasReference> reference,
+                   CublasReference::Create(*device, options.tf32),
                    "--device=cuda: bare cuBLAS reference");
   Backend backend;
   backend.device = std::move(device);

@@ -19,6 +19,9 @@ namespace kubetrain::bench {
 
 struct BackendOptions {
   int threads = 1;  // CPU: OpenBLAS threads (docs/architecture.md §8: one per process by default)
+  // CUDA: the step's GEMMs and the bare reference's on tensor cores in TF32 (the worker's
+  // --tf32); FAILED_PRECONDITION on the CPU.
+  bool tf32 = false;
 };
 
 // Runs a list of GEMMs directly on a backend's BLAS, without the model or the Device layer.

@@ -3,6 +3,7 @@
 // the backend's bare BLAS running exactly the same GEMMs in the same process.
 //
 //   build/bin/train_step --model=cnn --batch-size=64 --steps=20 --threads=1 [--json]
+//   build/bin/train_step --device=cuda [--tf32] ...
 //
 // Every Device call goes through a ProfilingDevice, which records each GEMM's shape and time and
 // the time of every other kernel, so the report also says where the rest of the step goes.
@@ -42,6 +43,7 @@ struct Options {
   int warmup = 3;
   int steps = 20;
   int threads = 1;
+  bool tf32 = false;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -57,6 +59,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("warmup", &o.warmup, "untimed steps first");
   f.Add("steps", &o.steps, "timed steps");
   f.Add("threads", &o.threads, "BLAS threads (cpu)");
+  f.Add("tf32", &o.tf32, "GEMMs on tensor cores in TF32, as the worker's --tf32 (cuda)");
   f.Add("seed", &o.seed, "seed of the model's initialisation and the random batches");
   f.Add("json", &o.json, "print one JSON object instead of text");
   RETURN_IF_ERROR(f.Parse(argc, argv).status());
@@ -206,9 +209,10 @@ void PrintText(const Report& r) {
   const Options& o = r.options;
   const double steps = static_cast<double>(r.step_nanos.size());
   absl::PrintF(
-      "train_step: model=%s (%d parameters) device=%s batch=%d threads=%d warmup=%d "
+      "train_step: model=%s (%d parameters) device=%s%s batch=%d threads=%d warmup=%d "
       "steps=%d\n",
-      o.model, r.parameters, o.device, o.batch_size, o.threads, o.warmup, o.steps);
+      o.model, r.parameters, o.device, o.tf32 ? " tf32" : "", o.batch_size, o.threads, o.warmup,
+      o.steps);
   absl::PrintF(
       "step:        %.3f ms/step (median %.3f, min %.3f), %.0f examples/s, last loss %.4f\n",
       r.ms_per_step(), r.median_ms_per_step(), r.min_ms_per_step(), r.examples_per_sec(),
@@ -259,6 +263,7 @@ void PrintJson(const Report& r) {
       {"device", o.device},
       {"batch_size", o.batch_size},
       {"threads", o.threads},
+      {"tf32", o.tf32},
       {"warmup", o.warmup},
       {"steps", o.steps},
       {"parameters", r.parameters},
@@ -285,7 +290,7 @@ absl::Status Run(int argc, char** argv) {
   Report report;
   ASSIGN_OR_RETURN(report.options, ParseFlags(argc, argv));
   const Options& o = report.options;
-  ASSIGN_OR_RETURN(Backend backend, MakeBackend(o.device, {.threads = o.threads}));
+  ASSIGN_OR_RETURN(Backend backend, MakeBackend(o.device, {.threads = o.threads, .tf32 = o.tf32}));
   // Declared after the backend: the model's buffers are freed through it before it goes.
   ProfilingDevice profiler(*backend.device);
   ASSIGN_OR_RETURN(std::unique_ptr<worker::Model> model, MakeModel(o.model, profiler, o.seed));
