@@ -5,7 +5,7 @@
 //
 //   build/bin/allreduce_bench [--sizes=1M,4M,16M,64M] [--iters=20] [--warmup=5] [--ranks=2]
 //       [--rounds=3] [--mpirun=/usr/bin/mpiexec] [--mpi-bench=PATH] [--timeout=5m]
-//       [--communicator=gloo|shm]
+//       [--communicator=gloo|shm] [--bind-cpus=false]
 //
 // Gloo side: the driver starts a CoordinatorServer on 127.0.0.1 and re-executes itself once per
 // rank (internal --rank/--coordinator flags); each rank joins through a CoordinatorClient and
@@ -77,6 +77,9 @@ struct Options {
   // kubetrain's side: "gloo" (TCP, the path between hosts) or "shm" (one shared-memory segment,
   // the path of ranks sharing a host); the MPI reference takes the matching transport.
   std::string communicator = "gloo";
+  // shm: each rank keeps to its own share of the CPUs (ShmOptions::bind_cpus), and OpenMPI's
+  // ranks are bound to cores as mpirun does by default, where there are as many as ranks.
+  bool bind_cpus = true;
   // Set by the driver on the processes it starts; -1 means "this is the driver".
   int rank = -1;
   std::string coordinator;
@@ -201,8 +204,10 @@ absl::Status RunRank(const Options& opt, const std::vector<size_t>& sizes) {
   std::unique_ptr<worker::Communicator> comm;
   if (opt.communicator == "shm") {
     ASSIGN_OR_RETURN(comm,
-                     worker::ShmCommunicator::TryCreate(
-                         *store, {.rank = opt.rank, .size = opt.ranks, .timeout = opt.timeout}));
+                     worker::ShmCommunicator::TryCreate(*store, {.rank = opt.rank,
+                                                                 .size = opt.ranks,
+                                                                 .timeout = opt.timeout,
+                                                                 .bind_cpus = opt.bind_cpus}));
     if (comm == nullptr) return absl::FailedPreconditionError("the ranks share no shared memory");
   } else {
     ASSIGN_OR_RETURN(comm, worker::GlooCommunicator::Create(*store, {.rank = opt.rank,
@@ -255,7 +260,8 @@ absl::StatusOr<Results> RunGloo(const Options& opt, const std::vector<size_t>& s
                                      absl::StrCat("--ranks=", opt.ranks),
                                      absl::StrCat("--coordinator=127.0.0.1:", coordinator->port()),
                                      absl::StrCat("--timeout=", absl::FormatDuration(opt.timeout)),
-                                     absl::StrCat("--communicator=", opt.communicator)};
+                                     absl::StrCat("--communicator=", opt.communicator),
+                                     opt.bind_cpus ? "--bind-cpus=true" : "--bind-cpus=false"};
     for (std::string& a : CommonArgs(opt, absl::StrJoin(sizes, ","))) {
       argv.push_back(std::move(a));
     }
@@ -271,19 +277,27 @@ absl::StatusOr<Results> RunGloo(const Options& opt, const std::vector<size_t>& s
 
 // `sizes` is the --sizes value passed on to the reference (byte counts).
 std::vector<std::string> MpiArgv(const Options& opt, absl::string_view sizes) {
-  std::vector<std::string> argv = {
-      opt.mpirun, "-np", absl::StrCat(opt.ranks),
-      // --ranks may exceed the cores; the Gloo ranks are not pinned either, so both sides
-      // share the cores the same way.
-      "--oversubscribe", "--bind-to", "none",
-      // The ob1 PML with the tcp BTL (self only for a rank's own share): no UCX and no
-      // shared-memory BTL, which would bypass TCP; against kubetrain's shared memory, the
-      // shared-memory BTL (vader) instead.
-      "--mca", "pml", "ob1", "--mca", "btl", opt.communicator == "shm" ? "vader,self" : "tcp,self",
-      // Data and launcher traffic on the loopback device, IPv4 only: lo also carries ::1, which
-      // is outside 127.0.0.0/8.
-      "--mca", "btl_tcp_if_include", "lo", "--mca", "btl_tcp_disable_family", "6", "--mca",
-      "oob_tcp_if_include", "lo", "--mca", "oob_tcp_disable_ipv6_family", "1"};
+  std::vector<std::string> argv = {opt.mpirun, "-np", absl::StrCat(opt.ranks),
+                                   // --ranks may exceed the cores.
+                                   "--oversubscribe"};
+  // The Gloo ranks are not bound, so neither are MPI's: both share the cores the same way. The
+  // shm ranks keep to CPUs of their own where there are enough, so MPI's ranks get mpirun's own
+  // default binding (cores at two ranks; none when oversubscribed).
+  if (opt.communicator != "shm" || !opt.bind_cpus) {
+    for (const char* a : {"--bind-to", "none"}) argv.push_back(a);
+  }
+  for (const char* a :
+       {// The ob1 PML with the tcp BTL (self only for a rank's own share): no UCX and no
+        // shared-memory BTL, which would bypass TCP; against kubetrain's shared memory, the
+        // shared-memory BTL (vader) instead.
+        "--mca", "pml", "ob1", "--mca", "btl",
+        opt.communicator == "shm" ? "vader,self" : "tcp,self",
+        // Data and launcher traffic on the loopback device, IPv4 only: lo also carries ::1, which
+        // is outside 127.0.0.0/8.
+        "--mca", "btl_tcp_if_include", "lo", "--mca", "btl_tcp_disable_family", "6", "--mca",
+        "oob_tcp_if_include", "lo", "--mca", "oob_tcp_disable_ipv6_family", "1"}) {
+    argv.push_back(a);
+  }
   // Containers and CI often run as root, which mpirun refuses unless told.
   if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
   argv.push_back(opt.mpi_bench);
@@ -451,6 +465,9 @@ int main(int argc, char** argv) {
   flags.Add("communicator", &opt.communicator,
             "kubetrain's side: gloo (TCP; MPI over its tcp BTL) or shm (shared memory; MPI over "
             "its shared-memory BTL)");
+  flags.Add("bind-cpus", &opt.bind_cpus,
+            "each side's ranks keep to CPUs of their own where there are as many as ranks (shm: "
+            "ShmCommunicator's binding, MPI --bind-to core); false: the kernel places both");
   flags.Add("rank", &opt.rank, "internal: run as this rank (set by the driver)");
   flags.Add("coordinator", &opt.coordinator, "internal: the driver's coordinator (host:port)");
   auto args = flags.Parse(argc, argv);

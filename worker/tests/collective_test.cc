@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -618,6 +619,90 @@ TEST(Shm, TheSegmentLeavesNoFileBehind) {
         EXPECT_TRUE(std::filesystem::is_empty(dir));
       },
       [&](int, ShmOptions& o) { dir = o.directory; });
+}
+
+// The CPUs the calling thread may run on, in order.
+std::vector<int> ThisThreadsCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+void KeepThisThreadTo(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof(set), &set), 0);
+}
+
+// Ranks that may all use the same CPUs, at least one each, keep to shares of their own while
+// connected (two ranks never wait on each other on one CPU while another idles), rank 0 the
+// first: together every CPU, none twice. Closing gives each its CPUs back.
+TEST(Shm, EachRankKeepsToItsOwnShareOfTheCpusUntilItCloses) {
+  const std::vector<int> all = ThisThreadsCpus();
+  if (all.size() < 2) GTEST_SKIP() << "needs two CPUs, this thread may use " << all.size();
+  std::vector<std::vector<int>> shares(2), after(2);
+  WithShmRanks(2, [&](int rank, ShmCommunicator* comm) {
+    ASSERT_NE(comm, nullptr);
+    shares[rank] = ThisThreadsCpus();
+    std::vector<float> data(1 << 18, 1.0f);  // shared out: both barriers
+    ASSERT_THAT(comm->AllReduce(data.data(), data.size(), ReduceOp::kSum), IsOk());
+    EXPECT_EQ(data[12345], 2.0f);
+    EXPECT_THAT(comm->Close(), IsOk());
+    after[rank] = ThisThreadsCpus();
+  });
+  ASSERT_FALSE(shares[0].empty());
+  ASSERT_FALSE(shares[1].empty());
+  std::vector<int> both = shares[0];
+  both.insert(both.end(), shares[1].begin(), shares[1].end());
+  EXPECT_EQ(both, all) << "rank 0 the first half of the CPUs, rank 1 the rest";
+  EXPECT_EQ(after[0], all);
+  EXPECT_EQ(after[1], all);
+}
+
+// Where the ranks may not use the same CPUs (a cpuset each), where there are fewer CPUs than
+// ranks, or where binding is turned off, every rank stays where it was.
+TEST(Shm, RanksStayWhereTheyAreWhenTheirCpusDifferAreTooFewOrBindingIsOff) {
+  const std::vector<int> all = ThisThreadsCpus();
+  if (all.size() < 2) GTEST_SKIP() << "needs two CPUs, this thread may use " << all.size();
+  const std::vector<int> first = {all.front()};
+  std::vector<std::vector<int>> seen(2);
+  WithShmRanks(
+      2,
+      [&](int rank, ShmCommunicator* comm) {
+        ASSERT_NE(comm, nullptr);
+        seen[rank] = ThisThreadsCpus();
+        EXPECT_THAT(comm->Barrier(), IsOk());
+      },
+      [&](int rank, ShmOptions&) {
+        if (rank == 1) KeepThisThreadTo(first);
+      });
+  EXPECT_EQ(seen[0], all);
+  EXPECT_EQ(seen[1], first);
+
+  WithShmRanks(
+      2,
+      [&](int rank, ShmCommunicator* comm) {
+        ASSERT_NE(comm, nullptr);
+        seen[rank] = ThisThreadsCpus();
+      },
+      [&](int, ShmOptions& o) { o.bind_cpus = false; });
+  EXPECT_EQ(seen[0], all);
+  EXPECT_EQ(seen[1], all);
+
+  const int n = static_cast<int>(all.size()) + 1;
+  if (n > 8) return;  // more ranks than CPUs: only where that is few threads
+  seen.assign(n, {});
+  WithShmRanks(n, [&](int rank, ShmCommunicator* comm) {
+    ASSERT_NE(comm, nullptr);
+    seen[rank] = ThisThreadsCpus();
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(seen[r], all) << "rank " << r;
 }
 
 // A peer that stops (or fails) fails the others' next collective at once, not at the timeout;
