@@ -60,7 +60,7 @@ struct Options {
   std::string log_level = "info";
   // All-reduce mode.
   std::string communicator = "auto";
-  bool shm_bind_cpus = true;
+  bool bind_cpus = true;
   absl::Duration collective_timeout = absl::Minutes(5);
   int fusion_threshold_mb = 64;
   std::string coordinator;  // without TF_CONFIG: the chief's coordinator host:port
@@ -125,10 +125,10 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("communicator", &o.communicator,
         "allreduce: auto (nccl on a CUDA device; on the CPU shm when every rank shares this "
         "host's shared memory, else gloo), gloo, shm or nccl");
-  f.Add("shm-bind-cpus", &o.shm_bind_cpus,
-        "allreduce over shared memory: each rank keeps to its own share of the CPUs the ranks "
+  f.Add("bind-cpus", &o.bind_cpus,
+        "allreduce on the CPU: ranks on one host keep to shares of their own of the CPUs they "
         "may all use, where there are as many as ranks (false: the kernel places them)",
-        "KUBETRAIN_SHM_BIND_CPUS");
+        "KUBETRAIN_BIND_CPUS");
   f.Add("collective-timeout", &o.collective_timeout,
         "allreduce: a rendezvous or collective that takes longer fails (a lost peer)");
   f.Add("fusion-threshold-mb", &o.fusion_threshold_mb,
@@ -381,7 +381,7 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
                                                           .size = size,
                                                           .timeout = o.collective_timeout,
                                                           .stop = &g_stop,
-                                                          .bind_cpus = o.shm_bind_cpus}));
+                                                          .bind_cpus = o.bind_cpus}));
       if (shm != nullptr) return std::unique_ptr<Communicator>(std::move(shm));
       if (kind == "shm") {
         return absl::FailedPreconditionError(
@@ -390,11 +390,13 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
             "--communicator auto or gloo");
       }
     }
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<GlooCommunicator> gloo,
-        GlooCommunicator::Create(
-            store,
-            {.rank = rank, .size = size, .hostname = host, .timeout = o.collective_timeout}));
+    ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> gloo,
+                     GlooCommunicator::Create(store, {.rank = rank,
+                                                      .size = size,
+                                                      .hostname = host,
+                                                      .timeout = o.collective_timeout,
+                                                      .stop = &g_stop,
+                                                      .bind_cpus = o.bind_cpus}));
     return std::unique_ptr<Communicator>(std::move(gloo));
   };
   if (o.trainer.elastic) {

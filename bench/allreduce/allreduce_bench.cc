@@ -77,8 +77,8 @@ struct Options {
   // kubetrain's side: "gloo" (TCP, the path between hosts) or "shm" (one shared-memory segment,
   // the path of ranks sharing a host); the MPI reference takes the matching transport.
   std::string communicator = "gloo";
-  // shm: each rank keeps to its own share of the CPUs (ShmOptions::bind_cpus), and OpenMPI's
-  // ranks are bound to cores as mpirun does by default, where there are as many as ranks.
+  // Each rank keeps to its own share of the CPUs (worker/collective/cpu_binding.h), and
+  // OpenMPI's ranks get mpirun's default binding; false: the kernel places both sides.
   bool bind_cpus = true;
   // Set by the driver on the processes it starts; -1 means "this is the driver".
   int rank = -1;
@@ -213,7 +213,8 @@ absl::Status RunRank(const Options& opt, const std::vector<size_t>& sizes) {
     ASSIGN_OR_RETURN(comm, worker::GlooCommunicator::Create(*store, {.rank = opt.rank,
                                                                      .size = opt.ranks,
                                                                      .hostname = "127.0.0.1",
-                                                                     .timeout = opt.timeout}));
+                                                                     .timeout = opt.timeout,
+                                                                     .bind_cpus = opt.bind_cpus}));
   }
   for (size_t bytes : sizes) {
     const size_t count = bytes / sizeof(float);
@@ -280,10 +281,10 @@ std::vector<std::string> MpiArgv(const Options& opt, absl::string_view sizes) {
   std::vector<std::string> argv = {opt.mpirun, "-np", absl::StrCat(opt.ranks),
                                    // --ranks may exceed the cores.
                                    "--oversubscribe"};
-  // The Gloo ranks are not bound, so neither are MPI's: both share the cores the same way. The
-  // shm ranks keep to CPUs of their own where there are enough, so MPI's ranks get mpirun's own
-  // default binding (cores at two ranks; none when oversubscribed).
-  if (opt.communicator != "shm" || !opt.bind_cpus) {
+  // kubetrain's ranks keep to CPUs of their own where there are enough, so MPI's ranks get
+  // mpirun's own default binding (cores at two ranks; none when oversubscribed); with
+  // --bind-cpus=false neither side is bound.
+  if (!opt.bind_cpus) {
     for (const char* a : {"--bind-to", "none"}) argv.push_back(a);
   }
   for (const char* a :
@@ -466,8 +467,8 @@ int main(int argc, char** argv) {
             "kubetrain's side: gloo (TCP; MPI over its tcp BTL) or shm (shared memory; MPI over "
             "its shared-memory BTL)");
   flags.Add("bind-cpus", &opt.bind_cpus,
-            "each side's ranks keep to CPUs of their own where there are as many as ranks (shm: "
-            "ShmCommunicator's binding, MPI --bind-to core); false: the kernel places both");
+            "each side's ranks keep to CPUs of their own where there are as many as ranks "
+            "(kubetrain's binding, mpirun's default); false: the kernel places both");
   flags.Add("rank", &opt.rank, "internal: run as this rank (set by the driver)");
   flags.Add("coordinator", &opt.coordinator, "internal: the driver's coordinator (host:port)");
   auto args = flags.Parse(argc, argv);

@@ -812,8 +812,9 @@ def build_report(cfg, R, sizes, modes, cores, workers, cnn_train, torch_version,
                 rep.goal_row(f"{name} vs {mpi_what}", kt, mpi, 1.0, f2)
                 if s == 64 << 20:
                     rep.goal_row(f"{name} vs {mpi_what} (x1.2 goal)", kt, mpi, 1.2, f2)
-        p("  OpenMPI: mpi_allreduce under mpirun --oversubscribe (allreduce_bench's launch); "
-          "torch gloo: TCP on 127.0.0.1 (it has no shared-memory transport)")
+        p("  OpenMPI: mpi_allreduce under mpirun --oversubscribe with its default binding "
+          "(allreduce_bench's launch; kubetrain's ranks keep to CPUs of their own alike); "
+          "torch gloo: TCP on 127.0.0.1 (it has no shared-memory transport), unbound")
 
     if "ps-kt" in R or "ps-torch" in R:
         kt = [x and x[0] for x in R.get("ps-kt", [])]

@@ -1,7 +1,9 @@
-// All-reduce among CPU workers with Gloo over TCP (Debian's libgloo): ring all-reduce, buffers in
-// host memory (the CPU device's memory).
+// Collectives among CPU workers over TCP, buffers in host memory (the CPU device's memory):
+// all-reduces through a ring of sockets the calling thread drives (worker/collective/tcp_ring.h),
+// broadcasts and barriers through Debian's libgloo (full mesh).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,10 +11,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/collective/communicator.h"
+#include "worker/collective/cpu_binding.h"
 #include "worker/collective/rendezvous.h"
+#include "worker/collective/tcp_ring.h"
 
 namespace gloo {
-class Algorithm;
 class Context;
 }  // namespace gloo
 
@@ -29,11 +32,18 @@ struct GlooOptions {
   // peer), never hang. It must cover the longest pause of one rank between collectives (the
   // chief's evaluation).
   absl::Duration timeout = absl::Minutes(5);
+  // When set and true, a waiting all-reduce returns CANCELLED (Gloo's broadcasts and barriers
+  // wait out their timeout).
+  const std::atomic<bool>* stop = nullptr;
+  // Whether this rank's calling thread keeps off the CPUs of the ranks on its host while the
+  // communicator lives (worker/collective/cpu_binding.h).
+  bool bind_cpus = true;
 };
 
 class GlooCommunicator final : public Communicator {
  public:
-  // Connects every pair of ranks through `store` (full mesh of TCP connections).
+  // Connects every pair of ranks through `store` (Gloo's full mesh of TCP connections) and
+  // the all-reduce ring.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(KeyValueStore& store,
                                                                   const GlooOptions& options);
   ~GlooCommunicator() override;
@@ -50,22 +60,13 @@ class GlooCommunicator final : public Communicator {
  private:
   explicit GlooCommunicator(const GlooOptions& options) : options_(options) {}
 
-  // Gloo's ring algorithm object for an all-reduce of `data`: built on first use and kept, most
-  // recently used last, while all of them hold at most kRingCacheBytes (gloo_communicator.cc).
-  gloo::Algorithm& Ring(float* data, size_t count, ReduceOp op);
   // Closes every connection at once (a peer's next read fails); idempotent.
   void ClosePairs();
 
-  struct CachedRing {
-    float* data;
-    size_t count;
-    ReduceOp op;
-    std::shared_ptr<gloo::Algorithm> ring;  // shared_ptr: gloo::Algorithm is incomplete here
-  };
-
   GlooOptions options_;
-  std::shared_ptr<gloo::Context> context_;
-  std::vector<CachedRing> rings_;
+  std::shared_ptr<gloo::Context> context_;  // broadcasts and barriers
+  std::unique_ptr<TcpRing> ring_;           // all-reduces
+  CpuBinding binding_;
 };
 
 }  // namespace kubetrain::worker

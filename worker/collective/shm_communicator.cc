@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -18,7 +17,6 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -54,26 +52,6 @@ std::string ShmIdentity(const std::string& directory) {
   if (::stat(directory.c_str(), &st) != 0) return "";
   return absl::StrCat(ReadFirstLine("/proc/sys/kernel/random/boot_id"), "/", st.st_dev, "/",
                       st.st_ino);
-}
-
-// The CPUs the calling thread may run on, in order (empty when more than cpu_set_t holds).
-std::vector<int> AllowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
-
-// Lets thread `tid` (0: the calling one) run only on `cpus`.
-bool SetThreadCpus(pid_t tid, const std::vector<int>& cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int c : cpus) CPU_SET(c, &set);
-  return ::sched_setaffinity(tid, sizeof(set), &set) == 0;
 }
 
 void CpuRelax() {
@@ -144,22 +122,14 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::TryCreate(
         absl::StrCat("shm communicator: rank ", options.rank, " of ", n));
   }
   const std::string directory = options.directory.empty() ? "/dev/shm" : options.directory;
-  // 1. Every rank says which shared memory it sees; unless all see the same, none is used. It
-  // says too which CPUs its thread may use: the ranks keep to shares of them only when those
-  // are the same for all and there are enough (one cpuset: `kubetrain run`, a pod's ranks).
-  const std::vector<int> cpus = AllowedCpus();
-  const std::string cpu_list = absl::StrJoin(cpus, ",");
+  // 1. Every rank says which shared memory it sees; unless all see the same, none is used.
   RETURN_IF_ERROR(store.Set(absl::StrCat("shm/host/", options.rank), ShmIdentity(directory)));
-  RETURN_IF_ERROR(store.Set(absl::StrCat("shm/cpus/", options.rank), cpu_list));
   std::string first;
   bool same = n <= kMaxRanks;
-  bool same_cpus = cpus.size() >= static_cast<size_t>(n);
   for (int r = 0; r < n; ++r) {
     ASSIGN_OR_RETURN(std::string id, store.Get(absl::StrCat("shm/host/", r), options.timeout));
-    ASSIGN_OR_RETURN(std::string theirs, store.Get(absl::StrCat("shm/cpus/", r), options.timeout));
     if (r == 0) first = id;
     same = same && !id.empty() && id == first;
-    same_cpus = same_cpus && theirs == cpu_list;
   }
   if (!same) return std::unique_ptr<ShmCommunicator>();
 
@@ -248,21 +218,13 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::TryCreate(
   if (!all) return std::unique_ptr<ShmCommunicator>();
   std::move(unmap).Cancel();
   std::unique_ptr<ShmCommunicator> communicator(new ShmCommunicator(options, segment, bytes, fd));
-  // 3. This rank's share of the CPUs: the r-th of n contiguous parts of the common list.
-  std::string bound = "no";
-  if (options.bind_cpus && same_cpus && n > 1) {
-    const size_t k = cpus.size();
-    const size_t rank = static_cast<size_t>(options.rank), size = static_cast<size_t>(n);
-    const std::vector<int> share(cpus.begin() + rank * k / size,
-                                 cpus.begin() + (rank + 1) * k / size);
-    if (SetThreadCpus(0, share)) {  // a cpuset may refuse: the thread then stays as it was
-      communicator->bound_thread_ = static_cast<int>(::gettid());
-      communicator->unbound_cpus_ = cpus;
-      bound = absl::StrJoin(share, ",");
-    }
-  }
-  log::Info("Shared-memory communicator connected",
-            {{"rank", options.rank}, {"size", n}, {"chunk_bytes", chunk}, {"cpus", bound}});
+  // 3. Off the other ranks' CPUs (worker/collective/cpu_binding.h).
+  ASSIGN_OR_RETURN(communicator->binding_, CpuBinding::Bind(store, "shm/cpus/", options.rank, n,
+                                                            options.timeout, options.bind_cpus));
+  log::Info("Shared-memory communicator connected", {{"rank", options.rank},
+                                                     {"size", n},
+                                                     {"chunk_bytes", chunk},
+                                                     {"cpus", communicator->binding_.Describe()}});
   return communicator;
 }
 
@@ -277,7 +239,6 @@ ShmCommunicator::ShmCommunicator(const ShmOptions& options, Segment* segment, si
 
 ShmCommunicator::~ShmCommunicator() {
   Leave();
-  Unbind();
   ::munmap(segment_, mapped_bytes_);
   ::close(fd_);  // drops this rank's lock
 }
@@ -289,18 +250,6 @@ bool ShmCommunicator::Gone(int rank) const {
   probe.l_start = rank;
   probe.l_len = 1;
   return ::fcntl(fd_, F_OFD_GETLK, &probe) == 0 && probe.l_type == F_UNLCK;
-}
-
-void ShmCommunicator::Unbind() {
-  if (bound_thread_ == 0) return;
-  const pid_t tid = bound_thread_;
-  bound_thread_ = 0;
-  // Only a thread of this process: an ended one's id may belong to another process by now.
-  if (tid == ::gettid()) {
-    SetThreadCpus(0, unbound_cpus_);
-  } else if (::access(absl::StrCat("/proc/self/task/", tid).c_str(), F_OK) == 0) {
-    SetThreadCpus(tid, unbound_cpus_);
-  }
 }
 
 void ShmCommunicator::Leave() {
@@ -462,7 +411,7 @@ absl::Status ShmCommunicator::Close() {
     s = Arrive("closing", std::min(options_.timeout, absl::Seconds(10)));
   }
   Leave();
-  Unbind();
+  binding_.Release();
   return s;
 }
 

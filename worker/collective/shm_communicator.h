@@ -14,13 +14,8 @@
 // the segment; it notices a stop request, a peer that left (stopped, failed) or whose process
 // ended (killed too: each rank holds a lock on the segment's file that the kernel drops), and
 // the collective timeout.
-//
-// Two ranks that wait on each other through futexes tend to be put on one CPU by the kernel,
-// each waking the other onto the core it just gave up, while other CPUs idle: a 1 MiB
-// all-reduce then runs at a fifth of its speed. So where every rank may run on the same CPUs
-// and there are at least as many as ranks, each rank's calling thread keeps to its own share of
-// them (rank r the r-th of n equal, contiguous parts of the list) while the communicator
-// lives, as mpirun binds its ranks (docs/architecture.md §5.3).
+// While the communicator lives, each rank's calling thread keeps off the other ranks' CPUs
+// where they may all use the same ones (worker/collective/cpu_binding.h).
 #pragma once
 
 #include <atomic>
@@ -34,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "worker/collective/communicator.h"
+#include "worker/collective/cpu_binding.h"
 #include "worker/collective/rendezvous.h"
 
 namespace kubetrain::worker {
@@ -50,8 +46,8 @@ struct ShmOptions {
   // Where the segment is made ("/dev/shm" through shm_open when empty): tests point it at a
   // directory of their own to act as ranks that do not share one.
   std::string directory;
-  // Whether this rank's calling thread keeps to its share of the ranks' common CPUs (see the
-  // top of this file); its CPUs are given back when the communicator closes.
+  // Whether this rank's calling thread keeps to its share of the ranks' common CPUs
+  // (worker/collective/cpu_binding.h) until the communicator closes.
   bool bind_cpus = true;
 };
 
@@ -94,8 +90,6 @@ class ShmCommunicator final : public Communicator {
   absl::Status Usable() const;
   // Says this rank has gone, so peers waiting for it fail at once.
   void Leave();
-  // Gives the bound thread back the CPUs it could use before TryCreate.
-  void Unbind();
   // Whether `rank`'s process has ended (its lock on the segment's file is gone).
   bool Gone(int rank) const;
   // `rank`'s slot for `step` (two per rank: even and odd steps), and the shared result.
@@ -111,8 +105,7 @@ class ShmCommunicator final : public Communicator {
   std::vector<const float*> slots_;  // AllReduce's view of every rank's slot, made once
   absl::Status broken_;
   bool left_ = false;
-  int bound_thread_ = 0;           // the thread TryCreate bound to its CPUs (0: none)
-  std::vector<int> unbound_cpus_;  // the CPUs it could use before
+  CpuBinding binding_;
 };
 
 }  // namespace kubetrain::worker

@@ -3,9 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,13 +18,17 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/status.h"
 #include "common/testing/status_matchers.h"
 #include "worker/collective/coordinator.h"
+#include "worker/collective/cpu_binding.h"
 #include "worker/collective/elastic_group.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/shm_communicator.h"
+#include "worker/collective/tcp_ring.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -475,6 +481,211 @@ TEST(Gloo, CloseDoesNotWaitForAPeerThatIsGone) {
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
 }
 
+// The CPUs the calling thread may run on, in order.
+std::vector<int> ThisThreadsCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+void KeepThisThreadTo(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof(set), &set), 0);
+}
+
+// ---- the TCP ring (GlooCommunicator's all-reduce) ---------------------------------------------
+
+// Runs `body(rank, ring)` on `n` threads after the ring connects; `adjust` changes a rank's
+// options first and `before` runs on its thread before it connects.
+void WithRing(int n, const std::function<void(int, TcpRing&)>& body,
+              const std::function<void(int, TcpRingOptions&)>& adjust = nullptr,
+              const std::function<void(int, KeyValueStore&)>& before = nullptr) {
+  auto server = StartCoordinator(n);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto store = Join(server->port(), rank, n);
+      ASSERT_NE(store, nullptr);
+      if (before) before(rank, *store);
+      TcpRingOptions options{.rank = rank, .size = n, .timeout = absl::Seconds(20)};
+      if (adjust) adjust(rank, options);
+      auto ring = TcpRing::Connect(*store, options);
+      ASSERT_TRUE(ring.ok()) << ring.status();
+      body(rank, **ring);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Sums, minima and maxima of small integers (exact in any order) for 2, 3 and 5 ranks, counts
+// smaller than the ring (some parts empty) and larger than one segment; sums that do not add
+// exactly come out bit for bit the same on every rank.
+TEST(TcpRing, EveryRankGetsTheSameReductionForAnyCountAndRanks) {
+  for (int n : {2, 3, 5}) {
+    const size_t segment = TcpRing::kPartBytes / sizeof(float) * static_cast<size_t>(n);
+    std::vector<size_t> counts = {1, 3, 1000};
+    if (n <= 3) counts.push_back(segment + 7);
+    std::vector<std::vector<float>> inexact(n);
+    WithRing(n, [&](int rank, TcpRing& ring) {
+      for (size_t count : counts) {
+        std::vector<float> sum(count), lo(count), hi(count);
+        for (size_t i = 0; i < count; ++i) sum[i] = static_cast<float>(rank * 7 + i % 11);
+        lo = hi = sum;
+        ASSERT_THAT(ring.AllReduce(sum.data(), count, ReduceOp::kSum), IsOk());
+        ASSERT_THAT(ring.AllReduce(lo.data(), count, ReduceOp::kMin), IsOk());
+        ASSERT_THAT(ring.AllReduce(hi.data(), count, ReduceOp::kMax), IsOk());
+        const float ranks = static_cast<float>(n * (n - 1) / 2);
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(sum[i], 7 * ranks + n * static_cast<float>(i % 11)) << n << " ranks, " << i;
+          ASSERT_EQ(lo[i], static_cast<float>(i % 11)) << n << " ranks, " << i;
+          ASSERT_EQ(hi[i], static_cast<float>((n - 1) * 7 + i % 11)) << n << " ranks, " << i;
+        }
+      }
+      std::vector<float> values(10007);
+      for (size_t i = 0; i < values.size(); ++i) values[i] = 0.1f * (i % 13) + 0.37f * rank;
+      ASSERT_THAT(ring.AllReduce(values.data(), values.size(), ReduceOp::kSum), IsOk());
+      inexact[rank] = values;
+    });
+    for (int r = 1; r < n; ++r) EXPECT_EQ(inexact[r], inexact[0]) << n << " ranks, rank " << r;
+  }
+}
+
+// A connection to a rank's ring port that does not bring the nonce the store gave out is
+// closed, and the ring still forms.
+TEST(TcpRing, AConnectionWithoutTheNonceIsTurnedAway) {
+  std::thread stranger;
+  std::atomic<bool> turned_away{false};
+  WithRing(
+      2,
+      [](int rank, TcpRing& ring) {
+        float x = static_cast<float>(rank + 1);
+        ASSERT_THAT(ring.AllReduce(&x, 1, ReduceOp::kSum), IsOk());
+        EXPECT_EQ(x, 3.0f);
+      },
+      nullptr,
+      [&](int rank, KeyValueStore& store) {
+        if (rank != 1) return;
+        absl::StatusOr<std::string> said = store.Get("ring/0", absl::Seconds(10));
+        ASSERT_TRUE(said.ok()) << said.status();
+        std::vector<std::string> parts = absl::StrSplit(*said, ' ');
+        ASSERT_EQ(parts.size(), 3u);
+        const int port = std::stoi(parts[1]);
+        // Greets rank 0 as rank 1 with a wrong nonce, while rank 1 connects for real.
+        stranger = std::thread([&turned_away, port] {
+          const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+          sockaddr_in to{};
+          to.sin_family = AF_INET;
+          to.sin_port = htons(static_cast<uint16_t>(port));
+          to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+          ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+          std::string hello = "ktring1 1 00000000000000000000000000000000\n";
+          hello.resize(64, ' ');
+          ASSERT_EQ(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL), 64);
+          char byte;
+          turned_away = ::recv(fd, &byte, 1, 0) == 0;  // closed by rank 0
+          ::close(fd);
+        });
+      });
+  stranger.join();
+  EXPECT_TRUE(turned_away);
+}
+
+// A peer that closes fails the others' next all-reduce at once and for good; a stop request
+// ends a wait; a peer that never comes ends it at the timeout.
+TEST(TcpRing, APeerThatLeavesOrStallsAndAStopRequestEndTheWait) {
+  WithRing(2, [](int rank, TcpRing& ring) {
+    if (rank == 1) {
+      ring.Shutdown();
+      return;
+    }
+    std::vector<float> data(1 << 20, 1.0f);
+    const absl::Time t0 = absl::Now();
+    absl::Status s = ring.AllReduce(data.data(), data.size(), ReduceOp::kSum);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s;
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+    EXPECT_FALSE(ring.AllReduce(data.data(), 1, ReduceOp::kSum).ok()) << "broken stays broken";
+  });
+  std::atomic<bool> stop{false};
+  for (bool by_stop : {true, false}) {
+    stop = false;
+    WithRing(
+        2,
+        [&](int rank, TcpRing& ring) {
+          if (rank == 1) {
+            absl::SleepFor(absl::Seconds(2));
+            return;
+          }
+          std::thread stopper([&] {
+            if (!by_stop) return;
+            absl::SleepFor(absl::Milliseconds(200));
+            stop = true;
+          });
+          float x = 1;
+          const absl::Time t0 = absl::Now();
+          absl::Status s = ring.AllReduce(&x, 1, ReduceOp::kSum);
+          EXPECT_EQ(s.code(),
+                    by_stop ? absl::StatusCode::kCancelled : absl::StatusCode::kDeadlineExceeded)
+              << s;
+          EXPECT_LT(absl::Now() - t0, absl::Seconds(1.5));
+          stopper.join();
+        },
+        [&](int, TcpRingOptions& o) {
+          o.stop = &stop;
+          if (!by_stop) o.timeout = absl::Milliseconds(300);
+        });
+  }
+}
+
+// Ranks on one host whose threads may use the same CPUs keep to shares of their own, in rank
+// order (Gloo's ranks too); a rank with other CPUs (its own cpuset) stays where it is and does
+// not count among them. Closing gives the CPUs back.
+TEST(CpuBinding, RanksThatShareCpusSplitThemAndOthersStay) {
+  const std::vector<int> all = ThisThreadsCpus();
+  if (all.size() < 2) GTEST_SKIP() << "needs two CPUs, this thread may use " << all.size();
+  std::vector<std::vector<int>> seen(2), after(2);
+  WithRanks(2, [&](int rank, Communicator& comm) {
+    seen[rank] = ThisThreadsCpus();
+    EXPECT_THAT(comm.Close(), IsOk());
+    after[rank] = ThisThreadsCpus();
+  });
+  std::vector<int> both = seen[0];
+  both.insert(both.end(), seen[1].begin(), seen[1].end());
+  EXPECT_EQ(both, all);
+  EXPECT_FALSE(seen[0].empty());
+  EXPECT_FALSE(seen[1].empty());
+  EXPECT_EQ(after[0], all);
+  EXPECT_EQ(after[1], all);
+
+  auto server = StartCoordinator(3);
+  seen.assign(3, {});
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 3; ++rank) {
+    threads.emplace_back([&, rank] {
+      if (rank == 1) KeepThisThreadTo({all.front()});
+      auto store = Join(server->port(), rank, 3);
+      ASSERT_NE(store, nullptr);
+      absl::StatusOr<CpuBinding> binding =
+          CpuBinding::Bind(*store, "test/", rank, 3, absl::Seconds(10), /*enabled=*/true);
+      ASSERT_TRUE(binding.ok()) << binding.status();
+      seen[rank] = ThisThreadsCpus();
+      EXPECT_EQ(binding->Describe(), rank == 1 ? "no" : absl::StrJoin(seen[rank], ","));
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(seen[1], std::vector<int>{all.front()});
+  both = seen[0];
+  both.insert(both.end(), seen[2].begin(), seen[2].end());
+  EXPECT_EQ(both, all) << "ranks 0 and 2 split the CPUs as the only two there";
+}
+
 // ---- the shared-memory communicator ----------------------------------------------------------
 
 // A directory of this test's own standing in for /dev/shm (a tmpfs where there is one).
@@ -619,25 +830,6 @@ TEST(Shm, TheSegmentLeavesNoFileBehind) {
         EXPECT_TRUE(std::filesystem::is_empty(dir));
       },
       [&](int, ShmOptions& o) { dir = o.directory; });
-}
-
-// The CPUs the calling thread may run on, in order.
-std::vector<int> ThisThreadsCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  EXPECT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
-
-void KeepThisThreadTo(const std::vector<int>& cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int c : cpus) CPU_SET(c, &set);
-  ASSERT_EQ(::sched_setaffinity(0, sizeof(set), &set), 0);
 }
 
 // Ranks that may all use the same CPUs, at least one each, keep to shares of their own while

@@ -1,0 +1,329 @@
+#include "worker/collective/tcp_ring.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/host_port.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "worker/collective/float_reductions.h"
+#include "worker/random.h"
+
+namespace kubetrain::worker {
+namespace {
+
+// How long a waiting rank keeps trying its sockets before it sleeps in poll(): a neighbour's
+// next bytes usually come within microseconds, and a sleep and a wake-up cost tens of them.
+constexpr absl::Duration kSpinFor = absl::Milliseconds(1);
+// A sleeping rank wakes at least this often to look at the stop flag and the clock.
+constexpr int kPollMillis = 2;
+// The greeting a dialling rank sends: "ktring1 <its rank> <the listener's nonce>\n", padded.
+constexpr size_t kHelloBytes = 64;
+constexpr absl::string_view kHelloMagic = "ktring1";
+
+absl::Status Errno(absl::string_view what) {
+  return absl::UnavailableError(absl::StrCat("tcp ring: ", what, ": ", std::strerror(errno)));
+}
+
+// The first address `host` resolves to (numeric or a name), with `port`.
+absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("tcp ring: cannot resolve \"", host, "\": ", ::gai_strerror(rc)));
+  }
+  return found;
+}
+
+void SetFastSocket(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+// Waits for `events` on `fd` until `deadline`; false on timeout.
+bool WaitFor(int fd, short events, absl::Time deadline) {
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    pollfd p{fd, events, 0};
+    const int rc = ::poll(
+        &p, 1,
+        static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, kPollMillis * 50)));
+    if (rc > 0) return true;
+    if (rc < 0 && errno != EINTR) return false;
+  }
+}
+
+// Writes or reads all of `bytes` on the non-blocking `fd` by `deadline`.
+bool WriteAll(int fd, const char* data, size_t bytes, absl::Time deadline) {
+  while (bytes > 0) {
+    const ssize_t n = ::send(fd, data, bytes, MSG_NOSIGNAL);
+    if (n > 0) {
+      data += n;
+      bytes -= static_cast<size_t>(n);
+    } else if ((n < 0 && errno != EAGAIN && errno != EINTR) || !WaitFor(fd, POLLOUT, deadline)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ReadAll(int fd, char* data, size_t bytes, absl::Time deadline) {
+  while (bytes > 0) {
+    const ssize_t n = ::recv(fd, data, bytes, 0);
+    if (n > 0) {
+      data += n;
+      bytes -= static_cast<size_t>(n);
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR) || !WaitFor(fd, POLLIN, deadline)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Dials host:port until it answers or `deadline` passes (the neighbour may not listen yet).
+absl::StatusOr<int> Dial(const std::string& host, int port, absl::Time deadline) {
+  ASSIGN_OR_RETURN(addrinfo * found, Resolve(host, port));
+  absl::Cleanup free_found = [&] { ::freeaddrinfo(found); };
+  while (true) {
+    const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return Errno("socket");
+    if (::connect(fd, found->ai_addr, found->ai_addrlen) == 0) return fd;
+    if (errno == EINPROGRESS && WaitFor(fd, POLLOUT, deadline)) {
+      int error = 0;
+      socklen_t len = sizeof(error);
+      if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0) return fd;
+    }
+    ::close(fd);
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("tcp ring: could not connect to ", JoinHostPort(host, port)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+std::string Hello(int rank, const std::string& nonce) {
+  std::string hello = absl::StrCat(kHelloMagic, " ", rank, " ", nonce, "\n");
+  hello.resize(kHelloBytes, ' ');
+  return hello;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TcpRing>> TcpRing::Connect(KeyValueStore& store,
+                                                          const TcpRingOptions& options) {
+  const int n = options.size;
+  if (n < 1 || options.rank < 0 || options.rank >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("tcp ring: rank ", options.rank, " of ", n));
+  }
+  const int next = (options.rank + 1) % n, previous = (options.rank + n - 1) % n;
+  std::unique_ptr<TcpRing> ring(new TcpRing(options));
+  if (n == 1) return ring;
+  const absl::Time deadline = absl::Now() + options.timeout;
+
+  // 1. Listen on this rank's address (any port) and say where, with a nonce the dialler must
+  // bring back.
+  ASSIGN_OR_RETURN(addrinfo * local, Resolve(options.hostname, 0));
+  absl::Cleanup free_local = [&] { ::freeaddrinfo(local); };
+  const int listener = ::socket(local->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listener < 0) return Errno("socket");
+  absl::Cleanup close_listener = [&] { ::close(listener); };
+  if (::bind(listener, local->ai_addr, local->ai_addrlen) != 0) {
+    return Errno(absl::StrCat("bind ", options.hostname));
+  }
+  if (::listen(listener, 16) != 0) return Errno("listen");
+  sockaddr_storage bound{};
+  socklen_t bound_len = sizeof(bound);
+  if (::getsockname(listener, reinterpret_cast<sockaddr*>(&bound), &bound_len) != 0) {
+    return Errno("getsockname");
+  }
+  const int port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const std::string nonce = RandomHexId() + RandomHexId();
+  RETURN_IF_ERROR(store.Set(absl::StrCat("ring/", options.rank),
+                            absl::StrCat(options.hostname, " ", port, " ", nonce)));
+
+  // 2. Dial the next rank and greet it with its nonce (the connection completes in its
+  // listen queue, so every rank can dial before any accepts).
+  ASSIGN_OR_RETURN(std::string said,
+                   store.Get(absl::StrCat("ring/", next), deadline - absl::Now()));
+  std::vector<std::string> parts = absl::StrSplit(said, ' ');
+  int next_port = 0;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &next_port) || next_port < 1 ||
+      next_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tcp ring: rank ", next, " published a malformed address \"", said, "\""));
+  }
+  ASSIGN_OR_RETURN(ring->next_fd_, Dial(parts[0], next_port, deadline));
+  const std::string hello = Hello(options.rank, parts[2]);
+  if (!WriteAll(ring->next_fd_, hello.data(), hello.size(), deadline)) {
+    return Errno(absl::StrCat("greeting rank ", next));
+  }
+
+  // 3. Accept the previous rank: the first connection that brings this rank's nonce and the
+  // previous rank's number (anything else is closed and the wait goes on).
+  const std::string expected = Hello(previous, nonce);
+  while (ring->previous_fd_ < 0) {
+    if (!WaitFor(listener, POLLIN, deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat("tcp ring: rank ", previous,
+                                                      " did not connect within ",
+                                                      absl::FormatDuration(options.timeout)));
+    }
+    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    std::string got(kHelloBytes, '\0');
+    const absl::Time greet_by = std::min(deadline, absl::Now() + absl::Seconds(5));
+    if (ReadAll(fd, got.data(), got.size(), greet_by) && got == expected) {
+      ring->previous_fd_ = fd;
+    } else {
+      log::Warn(
+          "Turned away a connection to the all-reduce ring that did not greet as this "
+          "rank's neighbour",
+          {{"rank", options.rank}, {"neighbour", previous}});
+      ::close(fd);
+    }
+  }
+  SetFastSocket(ring->next_fd_);
+  SetFastSocket(ring->previous_fd_);
+  return ring;
+}
+
+TcpRing::TcpRing(const TcpRingOptions& options)
+    : options_(options), next_fd_(-1), previous_fd_(-1) {}
+
+TcpRing::~TcpRing() { Shutdown(); }
+
+void TcpRing::Shutdown() {
+  for (int* fd : {&next_fd_, &previous_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+}
+
+absl::Status TcpRing::Exchange(const char* out, size_t out_bytes, char* in, size_t in_bytes,
+                               absl::Time deadline) {
+  size_t sent = 0, received = 0;
+  absl::Time idle_since = absl::InfiniteFuture();
+  while (sent < out_bytes || received < in_bytes) {
+    bool moved = false;
+    if (sent < out_bytes) {
+      const ssize_t k = ::send(next_fd_, out + sent, out_bytes - sent, MSG_NOSIGNAL);
+      if (k > 0) {
+        sent += static_cast<size_t>(k);
+        moved = true;
+      } else if (k < 0 && errno != EAGAIN && errno != EINTR) {
+        return absl::UnavailableError(absl::StrCat("tcp ring all-reduce: sending to rank ",
+                                                   (options_.rank + 1) % options_.size, ": ",
+                                                   std::strerror(errno)));
+      }
+    }
+    if (received < in_bytes) {
+      const ssize_t k = ::recv(previous_fd_, in + received, in_bytes - received, 0);
+      if (k > 0) {
+        received += static_cast<size_t>(k);
+        moved = true;
+      } else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
+        const int previous = (options_.rank + options_.size - 1) % options_.size;
+        return absl::UnavailableError(absl::StrCat(
+            "tcp ring all-reduce: rank ", previous,
+            k == 0 ? " closed its connection (stopped or gone)" : "'s connection failed: ",
+            k == 0 ? "" : std::strerror(errno)));
+      }
+    }
+    if (moved) {
+      idle_since = absl::InfiniteFuture();
+      continue;
+    }
+    const absl::Time now = absl::Now();
+    if (idle_since == absl::InfiniteFuture()) idle_since = now;
+    if (now - idle_since < kSpinFor) {
+      ::sched_yield();  // a peer sharing this CPU (ranks on one host) runs now, not at the poll
+      continue;
+    }
+    // Idle for a while: sleep until a socket is ready, looking at the stop flag and the clock.
+    if (options_.stop != nullptr && options_.stop->load()) {
+      return absl::CancelledError("tcp ring all-reduce: stopped");
+    }
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("tcp ring all-reduce: a peer did not send or receive within ",
+                       absl::FormatDuration(options_.timeout), " (stalled or gone)"));
+    }
+    // A direction that is done is left out (fd -1): a socket its peer closed would otherwise
+    // report POLLHUP at once, every time.
+    pollfd p[2] = {{sent < out_bytes ? next_fd_ : -1, POLLOUT, 0},
+                   {received < in_bytes ? previous_fd_ : -1, POLLIN, 0}};
+    ::poll(p, 2, kPollMillis);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TcpRing::AllReduce(float* data, size_t count, ReduceOp op) {
+  RETURN_IF_ERROR(broken_);
+  const int n = options_.size;
+  if (n == 1 || count == 0) return absl::OkStatus();
+  if (next_fd_ < 0) return absl::FailedPreconditionError("tcp ring: closed");
+  const FloatReduction reduce = FloatReductionFor(op);
+  const size_t part_floats = kPartBytes / sizeof(float);
+  const size_t segment = part_floats * static_cast<size_t>(n);
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  const auto fail = [&](absl::Status s) {
+    broken_ = s;
+    Shutdown();  // the neighbours' next read fails instead of waiting out their timeout
+    return s;
+  };
+  for (size_t off = 0; off < count; off += segment) {
+    float* const base = data + off;
+    const size_t len = std::min(segment, count - off);
+    // Part p of this segment: [begin(p), begin(p + 1)).
+    const auto begin = [&](int p) { return len * static_cast<size_t>(p) / n; };
+    const auto part = [&](int p) {
+      return std::make_pair(base + begin(p), begin(p + 1) - begin(p));
+    };
+    received_.resize(std::max(received_.size(), (len + n - 1) / n));
+    for (int s = 0; s < n - 1; ++s) {  // reduce-scatter
+      const auto [out, out_count] = part((options_.rank - s + 2 * n) % n);
+      const auto [in, in_count] = part((options_.rank - s - 1 + 2 * n) % n);
+      if (absl::Status e = Exchange(reinterpret_cast<const char*>(out), out_count * sizeof(float),
+                                    reinterpret_cast<char*>(received_.data()),
+                                    in_count * sizeof(float), deadline);
+          !e.ok()) {
+        return fail(e);
+      }
+      reduce(in, in, received_.data(), in_count);
+    }
+    for (int s = 0; s < n - 1; ++s) {  // all-gather
+      const auto [out, out_count] = part((options_.rank + 1 - s + 2 * n) % n);
+      const auto [in, in_count] = part((options_.rank - s + 2 * n) % n);
+      if (absl::Status e =
+              Exchange(reinterpret_cast<const char*>(out), out_count * sizeof(float),
+                       reinterpret_cast<char*>(in), in_count * sizeof(float), deadline);
+          !e.ok()) {
+        return fail(e);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kubetrain::worker
