@@ -500,6 +500,23 @@ void KeepThisThreadTo(const std::vector<int>& cpus) {
   ASSERT_EQ(::sched_setaffinity(0, sizeof(set), &set), 0);
 }
 
+// Waits with `wait` while a thread sets `stop` after 200 ms (when `by_stop`): the wait ends
+// CANCELLED then, else DEADLINE_EXCEEDED at its timeout, either way well within 1.5 s.
+void ExpectTheWaitEnds(bool by_stop, std::atomic<bool>& stop,
+                       const std::function<absl::Status()>& wait) {
+  std::thread stopper([&] {
+    if (!by_stop) return;
+    absl::SleepFor(absl::Milliseconds(200));
+    stop = true;
+  });
+  const absl::Time t0 = absl::Now();
+  absl::Status s = wait();
+  EXPECT_EQ(s.code(), by_stop ? absl::StatusCode::kCancelled : absl::StatusCode::kDeadlineExceeded)
+      << s;
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1.5));
+  stopper.join();
+}
+
 // ---- the TCP ring (GlooCommunicator's all-reduce) ---------------------------------------------
 
 // Runs `body(rank, ring)` on `n` threads after the ring connects; `adjust` changes a rank's
@@ -623,19 +640,8 @@ TEST(TcpRing, APeerThatLeavesOrStallsAndAStopRequestEndTheWait) {
             absl::SleepFor(absl::Seconds(2));
             return;
           }
-          std::thread stopper([&] {
-            if (!by_stop) return;
-            absl::SleepFor(absl::Milliseconds(200));
-            stop = true;
-          });
           float x = 1;
-          const absl::Time t0 = absl::Now();
-          absl::Status s = ring.AllReduce(&x, 1, ReduceOp::kSum);
-          EXPECT_EQ(s.code(),
-                    by_stop ? absl::StatusCode::kCancelled : absl::StatusCode::kDeadlineExceeded)
-              << s;
-          EXPECT_LT(absl::Now() - t0, absl::Seconds(1.5));
-          stopper.join();
+          ExpectTheWaitEnds(by_stop, stop, [&] { return ring.AllReduce(&x, 1, ReduceOp::kSum); });
         },
         [&](int, TcpRingOptions& o) {
           o.stop = &stop;
@@ -927,18 +933,7 @@ TEST(Shm, APeerThatLeavesOrStallsAndAStopRequestEndTheWait) {
             absl::SleepFor(absl::Seconds(2));
             return;
           }
-          std::thread stopper([&] {
-            if (!by_stop) return;
-            absl::SleepFor(absl::Milliseconds(200));
-            stop = true;
-          });
-          absl::Time t0 = absl::Now();
-          absl::Status s = comm->Barrier();
-          EXPECT_EQ(s.code(),
-                    by_stop ? absl::StatusCode::kCancelled : absl::StatusCode::kDeadlineExceeded)
-              << s;
-          EXPECT_LT(absl::Now() - t0, absl::Seconds(1.5));
-          stopper.join();
+          ExpectTheWaitEnds(by_stop, stop, [&] { return comm->Barrier(); });
         },
         [&](int, ShmOptions& o) {
           o.stop = &stop;
