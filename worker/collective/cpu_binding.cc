@@ -13,12 +13,12 @@
 namespace kubetrain::worker {
 namespace {
 
-// The CPUs the calling thread may run on, in order (empty when more than cpu_set_t holds).
-std::vector<int> AllowedCpus() {
+// The CPUs thread `tid` (0: the calling one) may run on, in order.
+std::vector<int> ThreadCpus(pid_t tid) {
   cpu_set_t set;
   CPU_ZERO(&set);
   std::vector<int> cpus;
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  if (::sched_getaffinity(tid, sizeof(set), &set) != 0) return cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
     if (CPU_ISSET(c, &set)) cpus.push_back(c);
   }
@@ -46,7 +46,7 @@ std::string BootId() {
 absl::StatusOr<CpuBinding> CpuBinding::Bind(KeyValueStore& store, absl::string_view prefix,
                                             int rank, int size, absl::Duration timeout,
                                             bool enabled) {
-  const std::vector<int> cpus = AllowedCpus();
+  const std::vector<int> cpus = ThreadCpus(0);  // empty past cpu_set_t's 1024
   const std::string boot = BootId();
   // The host and the CPU list together: ranks share CPUs only where both match.
   const std::string place = absl::StrCat(boot, " ", absl::StrJoin(cpus, ","));
@@ -95,13 +95,16 @@ std::string CpuBinding::Describe() const {
 
 void CpuBinding::Release() {
   if (thread_ == 0) return;
-  const pid_t tid = std::exchange(thread_, 0);
-  // Only a thread of this process: an ended one's id may belong to another process by now.
+  pid_t tid = std::exchange(thread_, 0);
+  // Only a thread of this process (an ended one's id may belong to another process by now), and
+  // only while it still keeps to this share: whoever set other CPUs since (a later binding of
+  // the same thread) decides.
   if (tid == ::gettid()) {
-    SetThreadCpus(0, before_);
-  } else if (::access(absl::StrCat("/proc/self/task/", tid).c_str(), F_OK) == 0) {
-    SetThreadCpus(tid, before_);
+    tid = 0;
+  } else if (::access(absl::StrCat("/proc/self/task/", tid).c_str(), F_OK) != 0) {
+    return;
   }
+  if (ThreadCpus(tid) == share_) SetThreadCpus(tid, before_);
 }
 
 }  // namespace kubetrain::worker

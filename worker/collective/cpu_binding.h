@@ -19,7 +19,8 @@
 namespace kubetrain::worker {
 
 // The calling thread's share of its host's CPUs while this lives; threads it starts meanwhile
-// inherit it. Destruction gives that thread back the CPUs it could use before.
+// inherit it. Destruction gives that thread back the CPUs it could use before, unless they were
+// changed since (by a later binding).
 class CpuBinding {
  public:
   CpuBinding() = default;
@@ -37,7 +38,7 @@ class CpuBinding {
 
   // The CPUs this thread keeps to ("0,1"), or "no".
   std::string Describe() const;
-  // Gives the bound thread back its CPUs now; idempotent.
+  // Gives the bound thread back its CPUs now (as destruction does); idempotent.
   void Release();
 
  private:
