@@ -576,6 +576,10 @@ TEST_F(ControllerTest, ElasticJobScalesThroughTheScaleSubresourceWithoutRestarts
   job["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 3}};
   Create(job);
   ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "el-worker-1").has_value(); }));
+  // The scale comes once the operator has recorded the job at 2 Workers; a scale that lands
+  // before its first status write is the job's first size, not a change from 2.
+  ASSERT_TRUE(Eventually(
+      [&] { return Status("el").value(json::json_pointer("/elastic/targetWorkers"), 0) == 2; }));
   const std::string ps = Uid("el-ps-0");
   const std::string worker = Uid("el-worker-0");
   auto scale = [&](int replicas) {
