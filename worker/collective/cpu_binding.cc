@@ -33,15 +33,14 @@ bool SetThreadCpus(pid_t tid, const std::vector<int>& cpus) {
   return ::sched_setaffinity(tid, sizeof(set), &set) == 0;
 }
 
-// The running kernel's id: the same for every container of one host, new at each boot.
+}  // namespace
+
 std::string BootId() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
   std::getline(in, id);
   return id;
 }
-
-}  // namespace
 
 absl::StatusOr<CpuBinding> CpuBinding::Bind(KeyValueStore& store, absl::string_view prefix,
                                             int rank, int size, absl::Duration timeout,

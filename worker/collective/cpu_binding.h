@@ -18,6 +18,9 @@
 
 namespace kubetrain::worker {
 
+// The running kernel's id: the same for every container of one host, new at each boot.
+std::string BootId();
+
 // The calling thread's share of its host's CPUs while this lives; threads it starts meanwhile
 // inherit it. Destruction gives that thread back the CPUs it could use before, unless they were
 // changed since (by a later binding).

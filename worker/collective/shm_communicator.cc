@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <fstream>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -38,20 +37,12 @@ constexpr absl::Duration kCheckEvery = absl::Milliseconds(2);
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-std::string ReadFirstLine(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
 // What two processes share exactly when they see the same shared memory: the boot and the
 // tmpfs behind the directory.
 std::string ShmIdentity(const std::string& directory) {
   struct stat st {};
   if (::stat(directory.c_str(), &st) != 0) return "";
-  return absl::StrCat(ReadFirstLine("/proc/sys/kernel/random/boot_id"), "/", st.st_dev, "/",
-                      st.st_ino);
+  return absl::StrCat(BootId(), "/", st.st_dev, "/", st.st_ino);
 }
 
 void CpuRelax() {
