@@ -1,6 +1,5 @@
 #include "worker/collective/tcp_ring.h"
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -52,10 +51,10 @@ absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port) {
   return found;
 }
 
-void SetFastSocket(int fd) {
+// Both ring sockets are made non-blocking where they are created (socket, accept4).
+void SetNoDelay(int fd) {
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
 // Waits for `events` on `fd` until `deadline`; false on timeout.
@@ -203,8 +202,8 @@ absl::StatusOr<std::unique_ptr<TcpRing>> TcpRing::Connect(KeyValueStore& store,
       ::close(fd);
     }
   }
-  SetFastSocket(ring->next_fd_);
-  SetFastSocket(ring->previous_fd_);
+  SetNoDelay(ring->next_fd_);
+  SetNoDelay(ring->previous_fd_);
   return ring;
 }
 
