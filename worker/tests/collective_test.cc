@@ -50,6 +50,21 @@ std::unique_ptr<CoordinatorClient> Join(int port, int rank, int world_size) {
   return client.ok() ? std::move(*client) : nullptr;
 }
 
+// Runs `body(rank, store)` on `n` threads, each a rank joined to one coordinator's store.
+void OnRanks(int n, const std::function<void(int, KeyValueStore&)>& body) {
+  auto server = StartCoordinator(n);
+  ASSERT_NE(server, nullptr);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto store = Join(server->port(), rank, n);
+      ASSERT_NE(store, nullptr);
+      body(rank, *store);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
 TEST(Coordinator, GetWaitsForAValueAnotherRankSetsLater) {
   auto server = StartCoordinator(2);
   auto a = Join(server->port(), 0, 2);
@@ -273,22 +288,15 @@ TEST(Coordinator, ConnectStopsWaitingOnASignal) {
 // Runs `body(rank, communicator)` on `n` threads after a Gloo rendezvous through a coordinator.
 void WithRanks(int n, const std::function<void(int, Communicator&)>& body,
                absl::Duration timeout = absl::Seconds(20)) {
-  auto server = StartCoordinator(n);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto store = Join(server->port(), rank, n);
-      ASSERT_NE(store, nullptr);
-      auto comm = GlooCommunicator::Create(
-          *store, {.rank = rank, .size = n, .hostname = "127.0.0.1", .timeout = timeout});
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      EXPECT_EQ((*comm)->rank(), rank);
-      EXPECT_EQ((*comm)->size(), n);
-      body(rank, **comm);
-      (void)(*comm)->Close();
-    });
-  }
-  for (auto& t : threads) t.join();
+  OnRanks(n, [&](int rank, KeyValueStore& store) {
+    auto comm = GlooCommunicator::Create(
+        store, {.rank = rank, .size = n, .hostname = "127.0.0.1", .timeout = timeout});
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    EXPECT_EQ((*comm)->rank(), rank);
+    EXPECT_EQ((*comm)->size(), n);
+    body(rank, **comm);
+    (void)(*comm)->Close();
+  });
 }
 
 TEST(Gloo, AllReduceSumsMinsAndMaxesExactlyOnEveryRank) {
@@ -432,27 +440,20 @@ TEST(Gloo, AWildcardListenAddressIsRefused) {
 // connection even when its data has arrived). A peer that is slow to get there holds the others.
 TEST(Gloo, CloseLetsEveryRankFinishItsLastCollective) {
   for (int round = 0; round < 60; ++round) {
-    auto server = StartCoordinator(2);
     std::vector<absl::Status> last(2);
     absl::Duration rank0_closing;
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < 2; ++rank) {
-      threads.emplace_back([&, rank] {
-        auto store = Join(server->port(), rank, 2);
-        ASSERT_NE(store, nullptr);
-        auto comm = GlooCommunicator::Create(*store, {.rank = rank, .size = 2});
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        std::vector<float> data(16, static_cast<float>(rank));
-        // Rank 0 comes last, so rank 1 is already waiting when the final message arrives.
-        if (rank == 0) absl::SleepFor(absl::Milliseconds(5));
-        last[rank] = (*comm)->AllReduce(data.data(), data.size(), ReduceOp::kMax);
-        if (rank == 1 && round == 0) absl::SleepFor(absl::Milliseconds(300));
-        const absl::Time t0 = absl::Now();
-        (void)(*comm)->Close();
-        if (rank == 0) rank0_closing = absl::Now() - t0;
-      });
-    }
-    for (auto& t : threads) t.join();
+    OnRanks(2, [&](int rank, KeyValueStore& store) {
+      auto comm = GlooCommunicator::Create(store, {.rank = rank, .size = 2});
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      std::vector<float> data(16, static_cast<float>(rank));
+      // Rank 0 comes last, so rank 1 is already waiting when the final message arrives.
+      if (rank == 0) absl::SleepFor(absl::Milliseconds(5));
+      last[rank] = (*comm)->AllReduce(data.data(), data.size(), ReduceOp::kMax);
+      if (rank == 1 && round == 0) absl::SleepFor(absl::Milliseconds(300));
+      const absl::Time t0 = absl::Now();
+      (void)(*comm)->Close();
+      if (rank == 0) rank0_closing = absl::Now() - t0;
+    });
     EXPECT_THAT(last[0], IsOk()) << "round " << round;
     EXPECT_THAT(last[1], IsOk()) << "round " << round;
     if (round == 0) {
@@ -524,21 +525,14 @@ void ExpectTheWaitEnds(bool by_stop, std::atomic<bool>& stop,
 void WithRing(int n, const std::function<void(int, TcpRing&)>& body,
               const std::function<void(int, TcpRingOptions&)>& adjust = nullptr,
               const std::function<void(int, KeyValueStore&)>& before = nullptr) {
-  auto server = StartCoordinator(n);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto store = Join(server->port(), rank, n);
-      ASSERT_NE(store, nullptr);
-      if (before) before(rank, *store);
-      TcpRingOptions options{.rank = rank, .size = n, .timeout = absl::Seconds(20)};
-      if (adjust) adjust(rank, options);
-      auto ring = TcpRing::Connect(*store, options);
-      ASSERT_TRUE(ring.ok()) << ring.status();
-      body(rank, **ring);
-    });
-  }
-  for (auto& t : threads) t.join();
+  OnRanks(n, [&](int rank, KeyValueStore& store) {
+    if (before) before(rank, store);
+    TcpRingOptions options{.rank = rank, .size = n, .timeout = absl::Seconds(20)};
+    if (adjust) adjust(rank, options);
+    auto ring = TcpRing::Connect(store, options);
+    ASSERT_TRUE(ring.ok()) << ring.status();
+    body(rank, **ring);
+  });
 }
 
 // Sums, minima and maxima of small integers (exact in any order) for 2, 3 and 5 ranks, counts
@@ -670,22 +664,15 @@ TEST(CpuBinding, RanksThatShareCpusSplitThemAndOthersStay) {
   EXPECT_EQ(after[0], all);
   EXPECT_EQ(after[1], all);
 
-  auto server = StartCoordinator(3);
   seen.assign(3, {});
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 3; ++rank) {
-    threads.emplace_back([&, rank] {
-      if (rank == 1) KeepThisThreadTo({all.front()});
-      auto store = Join(server->port(), rank, 3);
-      ASSERT_NE(store, nullptr);
-      absl::StatusOr<CpuBinding> binding =
-          CpuBinding::Bind(*store, "test/", rank, 3, absl::Seconds(10), /*enabled=*/true);
-      ASSERT_TRUE(binding.ok()) << binding.status();
-      seen[rank] = ThisThreadsCpus();
-      EXPECT_EQ(binding->Describe(), rank == 1 ? "no" : absl::StrJoin(seen[rank], ","));
-    });
-  }
-  for (auto& t : threads) t.join();
+  OnRanks(3, [&](int rank, KeyValueStore& store) {
+    if (rank == 1) KeepThisThreadTo({all.front()});
+    absl::StatusOr<CpuBinding> binding =
+        CpuBinding::Bind(store, "test/", rank, 3, absl::Seconds(10), /*enabled=*/true);
+    ASSERT_TRUE(binding.ok()) << binding.status();
+    seen[rank] = ThisThreadsCpus();
+    EXPECT_EQ(binding->Describe(), rank == 1 ? "no" : absl::StrJoin(seen[rank], ","));
+  });
   EXPECT_EQ(seen[1], std::vector<int>{all.front()});
   both = seen[0];
   both.insert(both.end(), seen[2].begin(), seen[2].end());
@@ -709,21 +696,14 @@ std::string ShmDir(const std::string& name) {
 // changes a rank's options first.
 void WithShmRanks(int n, const std::function<void(int, ShmCommunicator*)>& body,
                   const std::function<void(int, ShmOptions&)>& adjust = nullptr) {
-  auto server = StartCoordinator(n);
   const std::string dir = ShmDir("ranks");
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto store = Join(server->port(), rank, n);
-      ASSERT_NE(store, nullptr);
-      ShmOptions options{.rank = rank, .size = n, .timeout = absl::Seconds(20), .directory = dir};
-      if (adjust) adjust(rank, options);
-      auto comm = ShmCommunicator::TryCreate(*store, options);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      body(rank, comm->get());
-    });
-  }
-  for (auto& t : threads) t.join();
+  OnRanks(n, [&](int rank, KeyValueStore& store) {
+    ShmOptions options{.rank = rank, .size = n, .timeout = absl::Seconds(20), .directory = dir};
+    if (adjust) adjust(rank, options);
+    auto comm = ShmCommunicator::TryCreate(store, options);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    body(rank, comm->get());
+  });
   std::filesystem::remove_all(dir);
 }
 
