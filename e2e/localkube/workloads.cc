@@ -97,7 +97,8 @@ int64_t Scaled(const json& value, int64_t total, bool round_up, int64_t fallback
   int64_t percent = fallback_percent;
   if (value.is_number_integer()) return value.get<int64_t>();
   if (value.is_string()) {
-    absl::string_view s = value.get<std::string>();
+    const std::string text = value.get<std::string>();
+    absl::string_view s = text;
     if (!absl::ConsumeSuffix(&s, "%") || !absl::SimpleAtoi(s, &percent)) {
       percent = fallback_percent;
     }
