@@ -38,10 +38,11 @@ void Server::ServeLog(const Target& target, const httplib::Request& req, httplib
   if (!path.ok()) return ReplyError(res, path.status());
   bool follow = ParseBool(Param(req, "follow"));
   bool timestamps = ParseBool(Param(req, "timestamps"));
-  // absl::SimpleAtoi zeroes its output on failure, so absent parameters keep their -1 here.
-  int64_t tail = -1, limit_bytes = -1;
-  if (req.has_param("tailLines")) absl::SimpleAtoi(Param(req, "tailLines"), &tail);
-  if (req.has_param("limitBytes")) absl::SimpleAtoi(Param(req, "limitBytes"), &limit_bytes);
+  absl::StatusOr<int64_t> tail_lines = IntParam(req, "tailLines", -1);
+  if (!tail_lines.ok()) return ReplyError(res, tail_lines.status());
+  absl::StatusOr<int64_t> bytes = IntParam(req, "limitBytes", -1);
+  if (!bytes.ok()) return ReplyError(res, bytes.status());
+  const int64_t tail = *tail_lines, limit_bytes = *bytes;
   // Each stored line is "<timestamp> <text>"; strip the stamp unless asked for.
   auto render = [timestamps](const std::string& line) {
     if (timestamps) return line + "\n";

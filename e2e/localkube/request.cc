@@ -57,6 +57,17 @@ ParsedPath SplitApiPath(const std::string& path) {
   return p;
 }
 
+absl::StatusOr<int64_t> IntParam(const httplib::Request& req, const char* name, int64_t absent) {
+  const std::string v = Param(req, name);
+  if (v.empty()) return absent;
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(v, &n)) {
+    return BadRequestError(absl::StrCat("invalid query parameter ", name, ": strconv.ParseInt: ",
+                                        "parsing \"", absl::CHexEscape(v), "\": invalid syntax"));
+  }
+  return n;
+}
+
 WriteOptions WriteOptionsOf(const httplib::Request& req) {
   WriteOptions o;
   o.dry_run = req.has_param("dryRun");
@@ -88,7 +99,7 @@ absl::StatusOr<ListOptions> ListOptionsOf(const httplib::Request& req) {
   ASSIGN_OR_RETURN(o.resource_version, ParseResourceVersion(Param(req, "resourceVersion")));
   ASSIGN_OR_RETURN(o.labels, LabelSelector::Parse(Param(req, "labelSelector")));
   ASSIGN_OR_RETURN(o.fields, FieldSelector::Parse(Param(req, "fieldSelector")));
-  absl::SimpleAtoi(Param(req, "limit"), &o.limit);
+  ASSIGN_OR_RETURN(o.limit, IntParam(req, "limit", 0));
   o.continue_token = Param(req, "continue");
   return o;
 }

@@ -24,6 +24,9 @@ inline constexpr char kJson[] = "application/json";
 bool ParseBool(const std::string& v);
 // A query parameter's value; "" when absent.
 std::string Param(const httplib::Request& req, const char* name);
+// An integer query parameter, read as the apiserver's query decoding does (strconv.ParseInt):
+// `absent` when it is not given or empty, 400 naming it when it is not a number.
+absl::StatusOr<int64_t> IntParam(const httplib::Request& req, const char* name, int64_t absent);
 
 void Reply(httplib::Response& res, int code, const nlohmann::json& body);
 // The Status body of `status`, with its code.

@@ -74,9 +74,9 @@ void Server::ServeWatch(const Target& target, const httplib::Request& req, httpl
   }
   auto filter = ListOptionsOf(req);
   if (!filter.ok()) return ReplyError(res, filter.status());
-  int64_t timeout = 0;
-  absl::SimpleAtoi(Param(req, "timeoutSeconds"), &timeout);
-  if (timeout <= 0) timeout = 1800;
+  absl::StatusOr<int64_t> timeout_seconds = IntParam(req, "timeoutSeconds", 0);
+  if (!timeout_seconds.ok()) return ReplyError(res, timeout_seconds.status());
+  const int64_t timeout = *timeout_seconds > 0 ? *timeout_seconds : 1800;
   const bool initial_list = filter->resource_version == 0;
   bool bookmarks = ParseBool(Param(req, "allowWatchBookmarks"));
   bool table = WantsTable(req);

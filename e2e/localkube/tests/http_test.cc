@@ -462,6 +462,18 @@ TEST_F(LocalkubeHttp, UnparsableResourceVersionIsABadRequest) {
   EXPECT_EQ(Call("GET", std::string(kConfigMaps) + "?resourceVersion=-1").code, 400);
 }
 
+// Integer query parameters that are not numbers are refused, naming the parameter, as the
+// apiserver's query decoding refuses them; they are never read as 0 (no limit, no timeout).
+TEST_F(LocalkubeHttp, UnparsableIntegerParametersAreBadRequests) {
+  for (const char* query : {"?limit=ten", "?watch=true&timeoutSeconds=1m"}) {
+    Reply r = Call("GET", std::string(kConfigMaps) + query);
+    EXPECT_EQ(r.code, 400) << query;
+    EXPECT_NE(r.body.value("message", "").find("invalid query parameter"), std::string::npos)
+        << query << ": " << r.body;
+  }
+  EXPECT_EQ(Call("GET", std::string(kConfigMaps) + "?limit=").code, 200) << "empty is absent";
+}
+
 TEST_F(LocalkubeHttp, FutureResourceVersionTimesOutAfterTheWatchCacheWait) {
   Reply created = Call("POST", kConfigMaps, json{{"metadata", {{"name", "a"}}}});
   int64_t rv = std::stoll(created.body["metadata"]["resourceVersion"].get<std::string>());
