@@ -78,7 +78,7 @@ class CountedCnnStep : public ::testing::Test {
 
   CpuDevice cpu_;
   CountingDevice device_{cpu_, int64_t{256} << 20};
-  const CnnOptions options_;
+  const CnnOptions options_{};
   std::unique_ptr<Model> model_;
   const CnnBatch batch_ = RandomBatch(options_);
 };
