@@ -37,11 +37,11 @@ std::string ApiMessage(const absl::Status& error) {
 // "secret=x service=y pods=a,b": objects of a pass by kind, in the order first met.
 std::string ObjectList(const std::vector<std::pair<std::string, std::string>>& objects) {
   std::vector<std::pair<std::string, std::vector<std::string>>> by_kind;
-  for (const auto& [kind, name] : objects) {
+  for (const auto& object : objects) {
     auto it = std::find_if(by_kind.begin(), by_kind.end(),
-                           [&](const auto& k) { return k.first == kind; });
-    if (it == by_kind.end()) it = by_kind.insert(by_kind.end(), {kind, {}});
-    it->second.push_back(name);
+                           [&](const auto& k) { return k.first == object.first; });
+    if (it == by_kind.end()) it = by_kind.insert(by_kind.end(), {object.first, {}});
+    it->second.push_back(object.second);
   }
   std::vector<std::string> parts;
   for (const auto& [kind, names] : by_kind) {
