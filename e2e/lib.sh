@@ -11,7 +11,7 @@ fail() {
   exit 1
 }
 
-step() { echo "=== $*"; }
+step() { echo "=== $(date +%T) $*"; }
 
 # `grep -q` for pipelines: reads all its input, so the writer never dies of SIGPIPE (which
 # pipefail would report as a failure).
