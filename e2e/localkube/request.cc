@@ -125,11 +125,10 @@ absl::StatusOr<DeleteOptions> DeleteOptionsOf(const httplib::Request& req) {
                                        "\"Orphan\""),
                           "propagationPolicy"}});
   }
-  int64_t grace;
   if (body.contains("gracePeriodSeconds") && body["gracePeriodSeconds"].is_number()) {
     o.grace_seconds = body["gracePeriodSeconds"].get<int64_t>();
-  } else if (absl::SimpleAtoi(Param(req, "gracePeriodSeconds"), &grace)) {
-    o.grace_seconds = grace;
+  } else if (!Param(req, "gracePeriodSeconds").empty()) {
+    ASSIGN_OR_RETURN(o.grace_seconds, IntParam(req, "gracePeriodSeconds", 0));
   }
   o.dry_run = req.has_param("dryRun") || body.contains("dryRun");
   if (body.contains("preconditions")) {

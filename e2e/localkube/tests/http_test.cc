@@ -472,6 +472,15 @@ TEST_F(LocalkubeHttp, UnparsableIntegerParametersAreBadRequests) {
         << query << ": " << r.body;
   }
   EXPECT_EQ(Call("GET", std::string(kConfigMaps) + "?limit=").code, 200) << "empty is absent";
+
+  // A delete with a grace period that is not a number is refused, and nothing is deleted.
+  ASSERT_EQ(Call("POST", kConfigMaps, json{{"metadata", {{"name", "kept"}}}}).code, 201);
+  Reply refused = Call("DELETE", std::string(kConfigMaps) + "/kept?gracePeriodSeconds=soon");
+  EXPECT_EQ(refused.code, 400);
+  EXPECT_NE(refused.body.value("message", "").find("gracePeriodSeconds"), std::string::npos)
+      << refused.body;
+  EXPECT_EQ(Call("GET", std::string(kConfigMaps) + "/kept").code, 200);
+  EXPECT_EQ(Call("DELETE", std::string(kConfigMaps) + "/kept?gracePeriodSeconds=0").code, 200);
 }
 
 TEST_F(LocalkubeHttp, FutureResourceVersionTimesOutAfterTheWatchCacheWait) {
