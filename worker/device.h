@@ -92,6 +92,11 @@ class Device {
   // A GPU overrides it: what a small chunk costs there is launches, not cache misses.
   virtual int64_t ColumnBudgetBytes() const { return int64_t{1} << 20; }
 
+  // Whether this device's buffers are host memory that host code may read and write in place
+  // (the CPU backend), so a caller can use them where it would copy through Upload/Download:
+  // the ps exchange pushes gradients from them and pulls values into them (worker/exchange_ps.cc).
+  virtual bool HostAddressable() const { return false; }
+
   // C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C. A is stored [k,m] when trans_a, B [n,k]
   // when trans_b; all leading dimensions are the stored row lengths.
   virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,

@@ -84,13 +84,23 @@ class PsExchange : public GradientExchange {
 
   absl::Status Setup() override {
     std::vector<ps::VariableSpec> specs;
+    // On a device whose buffers are host memory, gradients are pushed from the model's own
+    // buffers and values pulled straight into them: two copies of the model a step fewer.
+    in_place_ = c_.device.HostAddressable();
+    if (!in_place_) {
+      flat_values_.resize(c_.model.num_parameters());
+      flat_grads_.resize(c_.model.num_parameters());
+    }
     size_t offset = 0;
-    flat_values_.resize(c_.model.num_parameters());
-    flat_grads_.resize(c_.model.num_parameters());
     for (Variable* v : c_.model.variables()) {
       specs.push_back({v->name, static_cast<uint64_t>(v->size())});
-      value_spans_.emplace_back(flat_values_.data() + offset, v->size());
-      grad_spans_.emplace_back(flat_grads_.data() + offset, v->size());
+      if (in_place_) {
+        value_spans_.emplace_back(v->value.data(), v->size());
+        grad_spans_.emplace_back(v->grad.data(), v->size());
+      } else {
+        value_spans_.emplace_back(flat_values_.data() + offset, v->size());
+        grad_spans_.emplace_back(flat_grads_.data() + offset, v->size());
+      }
       offset += v->size();
     }
     ASSIGN_OR_RETURN(ps::PlacementPlan plan,
@@ -115,6 +125,7 @@ class PsExchange : public GradientExchange {
   }
 
   absl::Status LoadParameters() override {
+    if (in_place_) return absl::OkStatus();  // pulled into the model itself
     return c_.model.WriteValues(absl::MakeConstSpan(flat_values_));
   }
 
@@ -189,13 +200,14 @@ class PsExchange : public GradientExchange {
 
   // Sends this step's gradients (the model's) at the version they were computed at.
   absl::StatusOr<ps::PushResult> PushGradients() {
-    RETURN_IF_ERROR(c_.model.ReadGradients(absl::MakeSpan(flat_grads_)));
+    RETURN_IF_ERROR(in_place_ ? c_.device.Synchronize()
+                              : c_.model.ReadGradients(absl::MakeSpan(flat_grads_)));
     std::vector<std::span<const float>> grads(grad_spans_.begin(), grad_spans_.end());
     absl::Time t0 = absl::Now();
     ASSIGN_OR_RETURN(ps::PushResult pushed, Client()->Push(grads, version_));
     if (c_.metrics) {
       c_.metrics->push_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-      c_.metrics->sent_bytes.Increment(flat_grads_.size() * sizeof(float));
+      c_.metrics->sent_bytes.Increment(c_.model.num_parameters() * sizeof(float));
       if (pushed.stale > 0) c_.metrics->stale_pushes.Increment();
     }
     return pushed;
@@ -260,7 +272,7 @@ class PsExchange : public GradientExchange {
   void ObservePull(absl::Time t0) {
     if (!c_.metrics) return;
     c_.metrics->pull_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-    c_.metrics->received_bytes.Increment(flat_values_.size() * sizeof(float));
+    c_.metrics->received_bytes.Increment(c_.model.num_parameters() * sizeof(float));
     c_.metrics->global_step.Set(version_.step());
   }
 
@@ -322,11 +334,12 @@ class PsExchange : public GradientExchange {
     state.config = Config();
     state.global_step = 0;
     state.run_id = RandomHexId();
-    RETURN_IF_ERROR(c_.model.ReadValues(absl::MakeSpan(flat_values_)));
-    for (size_t i = 0; i < value_spans_.size(); ++i) {
-      state.variables.push_back({c_.model.variables()[i]->name,
-                                 std::vector<float>(value_spans_[i].begin(), value_spans_[i].end()),
-                                 {}});
+    std::vector<float> values(c_.model.num_parameters());
+    RETURN_IF_ERROR(c_.model.ReadValues(absl::MakeSpan(values)));
+    auto next = values.begin();
+    for (Variable* v : c_.model.variables()) {
+      state.variables.push_back({v->name, std::vector<float>(next, next + v->size()), {}});
+      next += v->size();
     }
     return state;
   }
@@ -412,7 +425,8 @@ class PsExchange : public GradientExchange {
   mutable std::mutex client_mu_;  // guards client_ and dialed_: the chief's monitor reads them
   std::shared_ptr<ps::PsClient> client_;
   std::vector<std::string> dialed_;  // the resolved addresses client_ dials
-  std::vector<float> flat_values_;
+  bool in_place_ = false;            // value_spans_ and grad_spans_ are the model's own buffers
+  std::vector<float> flat_values_;   // else the host copies they point into
   std::vector<float> flat_grads_;
   std::vector<std::span<float>> value_spans_;
   std::vector<std::span<float>> grad_spans_;

@@ -25,6 +25,7 @@ class CpuDevice final : public Device {
  public:
   explicit CpuDevice(const CpuDeviceOptions& options = {});
 
+  bool HostAddressable() const override { return true; }
   absl::string_view name() const override { return "cpu"; }
 
   void* AllocateBytes(size_t bytes) override;

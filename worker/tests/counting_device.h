@@ -2,7 +2,8 @@
 // backend runs it: kernel launches, GEMMs and device-side copies among them, and host waits (a
 // download or a Synchronize blocks the host until the device has caught up with the work issued
 // before it; one that follows another wait with nothing issued in between blocks for nothing and
-// is not counted). Its column budget can be set, so a CPU test can take the path a GPU takes.
+// is not counted). Its column budget can be set, and its memory declared not host-addressable,
+// so a CPU test can take the paths a GPU takes.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,9 @@ class CountingDevice final : public Device {
   }
 
   absl::string_view name() const override { return inner_.name(); }
+  bool HostAddressable() const override { return !hide_host_memory_ && inner_.HostAddressable(); }
+  // From now on, callers must copy through Upload/Download, as they do for a GPU's memory.
+  void HideHostMemory() { hide_host_memory_ = true; }
   int64_t ColumnBudgetBytes() const override {
     return column_budget_.value_or(inner_.ColumnBudgetBytes());
   }
@@ -135,6 +139,7 @@ class CountingDevice final : public Device {
  private:
   Device& inner_;
   std::optional<int64_t> column_budget_;
+  bool hide_host_memory_ = false;
   void Launch() {
     ++counts_.launches;
     issued_ = true;

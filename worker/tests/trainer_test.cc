@@ -18,6 +18,7 @@
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/models.h"
+#include "worker/tests/counting_device.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 
 namespace kubetrain::worker {
@@ -108,6 +109,44 @@ TEST_F(TrainerTest, SyncTrainingOfTwoWorkersLearnsAndStepsOncePerRound) {
   EXPECT_EQ(ps->store().Status().global_step, 468);
   EXPECT_TRUE(ps->service().shutdown_requested());
   EXPECT_FALSE(summary->checkpoint.empty());
+}
+
+// On the CPU the ps exchange pushes gradients from the model's own buffers and pulls values
+// into them; on memory the host cannot address (a GPU's) it copies each way every step. Both
+// paths train the same model to the bit, and the first uploads no parameters.
+TEST_F(TrainerTest, APsStepOnHostMemoryCopiesNoParametersAndTrainsAsTheCopyingPathDoes) {
+  constexpr int kSteps = 10;
+  Dataset train = data_->train;
+  train.images.resize(int64_t{kSteps} * 64 * train.example_size());
+  train.labels.resize(int64_t{kSteps} * 64);
+  struct Run {
+    absl::StatusOr<TrainingSummary> summary;
+    int64_t uploads = 0;
+  };
+  auto run = [&](bool hide_host_memory) {
+    auto ps = StartPs();
+    CpuDevice cpu;
+    testing::CountingDevice device(cpu);
+    if (hide_host_memory) device.HideHostMemory();
+    TrainerOptions options = Options(Mode::kPsSync, 1);
+    options.checkpoint_dir.clear();
+    Trainer trainer(options, {Role::kChief, 0, 1, {ps->address()}}, device, &train, &data_->test,
+                    nullptr);
+    Run r;
+    r.summary = trainer.Run(stop_);
+    r.uploads = device.counts().uploads;
+    return r;
+  };
+  const Run in_place = run(false);
+  const Run copying = run(true);
+  ASSERT_THAT(in_place.summary, IsOk());
+  ASSERT_THAT(copying.summary, IsOk());
+  EXPECT_EQ(in_place.summary->steps, kSteps);
+  EXPECT_EQ(in_place.summary->test_loss, copying.summary->test_loss);
+  EXPECT_EQ(in_place.summary->test_accuracy, copying.summary->test_accuracy);
+  // The copying path uploads each of the MLP's 6 variables before every step.
+  EXPECT_GE(copying.uploads - in_place.uploads, kSteps * 6)
+      << "in place " << in_place.uploads << ", copying " << copying.uploads;
 }
 
 // Backup workers (TF's SyncReplicasOptimizer): with one of three workers slowed down, each
