@@ -334,13 +334,12 @@ class PsExchange : public GradientExchange {
     state.config = Config();
     state.global_step = 0;
     state.run_id = RandomHexId();
-    std::vector<float> values(c_.model.num_parameters());
-    RETURN_IF_ERROR(c_.model.ReadValues(absl::MakeSpan(values)));
-    auto next = values.begin();
     for (Variable* v : c_.model.variables()) {
-      state.variables.push_back({v->name, std::vector<float>(next, next + v->size()), {}});
-      next += v->size();
+      std::vector<float> values(v->size());
+      c_.device.Download(v->value, values.data(), v->size());
+      state.variables.push_back({v->name, std::move(values), {}});
     }
+    RETURN_IF_ERROR(c_.device.Synchronize());
     return state;
   }
 
