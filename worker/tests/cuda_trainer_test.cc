@@ -81,13 +81,6 @@ class CudaTrainerTest : public FashionMnistTest {
     for (auto& t : threads) t.join();
     return results;
   }
-
-  static Dataset First(const Dataset& all, int64_t n) {
-    Dataset d = all;
-    d.images.resize(n * all.example_size());
-    d.labels.resize(n);
-    return d;
-  }
 };
 
 // One rank: the whole all-reduce step path on a GPU (gradients in the fused buffer, the loss

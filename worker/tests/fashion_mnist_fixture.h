@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
+#include "worker/data/dataset.h"
 #include "worker/data/fashion_mnist.h"
 
 namespace kubetrain::worker {
@@ -20,6 +23,18 @@ class FashionMnistTest : public ::testing::Test {
   }
   void SetUp() override {
     if (data_ == nullptr) GTEST_SKIP() << "Fashion-MNIST not installed (dataset-fashion-mnist)";
+  }
+
+  // The first `n` examples of `all`, for a run of a few steps.
+  static Dataset First(const Dataset& all, int64_t n) {
+    Dataset d;
+    d.height = all.height;
+    d.width = all.width;
+    d.channels = all.channels;
+    d.num_classes = all.num_classes;
+    d.images.assign(all.images.begin(), all.images.begin() + n * all.example_size());
+    d.labels.assign(all.labels.begin(), all.labels.begin() + n);
+    return d;
   }
 
   static inline FashionMnist* data_ = nullptr;

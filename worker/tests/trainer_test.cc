@@ -116,9 +116,7 @@ TEST_F(TrainerTest, SyncTrainingOfTwoWorkersLearnsAndStepsOncePerRound) {
 // paths train the same model to the bit, and the first uploads no parameters.
 TEST_F(TrainerTest, APsStepOnHostMemoryCopiesNoParametersAndTrainsAsTheCopyingPathDoes) {
   constexpr int kSteps = 10;
-  Dataset train = data_->train;
-  train.images.resize(int64_t{kSteps} * 64 * train.example_size());
-  train.labels.resize(int64_t{kSteps} * 64);
+  const Dataset train = First(data_->train, int64_t{kSteps} * 64);
   struct Run {
     absl::StatusOr<TrainingSummary> summary;
     int64_t uploads = 0;
