@@ -158,8 +158,10 @@ TEST(LeaderElectionLive, ASlowStartDoesNotStopTheLeaderFromRenewing) {
   ta.join();
   EXPECT_TRUE(a_result.ok()) << a_result;
   EXPECT_EQ(a_term.lost.load(), 0);
-  // a released the lease after its start returned and it stopped: b takes over.
-  ASSERT_TRUE(Eventually([&] { return b.IsLeader(); }, absl::Seconds(5)));
+  // a released the lease after its start returned and it stopped: b takes over (its start
+  // callback runs just after it becomes the leader).
+  ASSERT_TRUE(
+      Eventually([&] { return b.IsLeader() && b_term.started_ns.load() != 0; }, absl::Seconds(5)));
   EXPECT_GE(b_term.started_ns.load(), a_term.stopped_ns.load());
   stop_b = true;
   tb.join();
