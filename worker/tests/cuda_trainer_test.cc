@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,7 +18,6 @@
 #include "worker/collective/coordinator.h"
 #include "worker/cuda/cuda_device.h"
 #include "worker/cuda/nccl_communicator.h"
-#include "worker/data/dataset.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 #include "worker/trainer.h"
 
@@ -47,10 +47,13 @@ class CudaTrainerTest : public FashionMnistTest {
   // `examples`, the epoch is the first `examples` of the training set, scored on as many of the
   // test set's.
   std::vector<absl::StatusOr<TrainingSummary>> Train(int ranks, int64_t examples = 0) {
-    const Dataset train = examples > 0 ? First(data_->train, examples) : Dataset{};
-    const Dataset test = examples > 0 ? First(data_->test, examples) : Dataset{};
-    const Dataset* train_set = examples > 0 ? &train : &data_->train;
-    const Dataset* test_set = examples > 0 ? &test : &data_->test;
+    std::optional<Dataset> train, test;
+    if (examples > 0) {
+      train = First(data_->train, examples);
+      test = First(data_->test, examples);
+    }
+    const Dataset* train_set = train ? &*train : &data_->train;
+    const Dataset* test_set = test ? &*test : &data_->test;
     auto server = CoordinatorServer::Start({"127.0.0.1:0", ranks});
     EXPECT_TRUE(server.ok()) << server.status();
     std::vector<absl::StatusOr<TrainingSummary>> results(ranks, absl::UnknownError("not run"));
