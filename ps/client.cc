@@ -286,6 +286,7 @@ struct PullCall {
   const std::vector<ShmLinks::Lease>& leases;  // per ps: its shared-memory buffer, if any
   Version version;
   Coverage coverage;
+  int stale = 0;  // PushAndPull: ps tasks that dropped its push as stale
 
   void Build(int ps, Request& request) const {
     v1::PullRequest pull;
@@ -326,6 +327,7 @@ struct PullCall {
     version.steps[ps] = header.global_step;
     version.run_ids[ps] = std::move(header.run_id);
     version.applied[ps] = header.gradients_applied;
+    if (header.push_stale) ++stale;
     return absl::OkStatus();
   }
 };
@@ -340,11 +342,12 @@ struct PushCall {
   SlicePins& pins;  // the gradient memory gRPC references until the calls are done
   const std::vector<ShmLinks::Lease>& leases;  // per ps: its shared-memory buffer, if any
   PushResult result;
+  const Version* pull_min = nullptr;  // PushAndPull: the version its pull waits for
 
   void Build(int ps, Request& request) const {
     ShmBuffer* buffer = leases[ps].buffer();
     PushHeader header{at.run_ids.empty() ? std::string() : at.run_ids[ps], worker, at.steps[ps],
-                      leases[ps].region()};
+                      leases[ps].region(), pull_min != nullptr ? pull_min->steps[ps] : 0};
     std::vector<PartitionView> views;
     views.reserve(plan.PartitionsOn(ps).size());
     for (size_t index : plan.PartitionsOn(ps)) {
@@ -374,6 +377,21 @@ struct PushCall {
     if (push.stale()) ++result.stale;
     return absl::OkStatus();
   }
+};
+
+// A push built as PushCall builds it, answered as PullCall decodes a pull.
+struct PushAndPullCall {
+  using Request = grpc::ByteBuffer;
+  using Response = grpc::ByteBuffer;
+  PushCall push;
+  PullCall pull;
+
+  void Build(int ps, Request& request) const { push.Build(ps, request); }
+  static auto Start(PsStubs& stubs, grpc::ClientContext* context, const Request& request,
+                    grpc::CompletionQueue* cq) {
+    return StartRaw(stubs, kPushAndPullMethod, context, request, cq);
+  }
+  absl::Status Done(int ps, Response& response) { return pull.Done(ps, response); }
 };
 
 struct InitCall {
@@ -548,6 +566,50 @@ absl::StatusOr<PushResult> PsClient::Push(std::span<const std::span<const float>
     return status;
   }
   return std::move(call.result);
+}
+
+absl::StatusOr<PushResult> PsClient::PushAndPull(std::span<const std::span<const float>> gradients,
+                                                 const Version& at,
+                                                 std::span<const std::span<float>> values,
+                                                 const Version* min_version) {
+  std::vector<size_t> sizes;
+  for (const auto& g : gradients) sizes.push_back(g.size());
+  RETURN_IF_ERROR(CheckBuffers(gradients.size(), sizes));
+  sizes.clear();
+  for (const auto& v : values) sizes.push_back(v.size());
+  RETURN_IF_ERROR(CheckBuffers(values.size(), sizes));
+  const int n = plan_.num_ps();
+  if (static_cast<int>(at.steps.size()) != n ||
+      (!at.run_ids.empty() && static_cast<int>(at.run_ids.size()) != n)) {
+    return absl::InvalidArgumentError("version has the wrong number of ps entries");
+  }
+  if (min_version != nullptr && static_cast<int>(min_version->steps.size()) != n) {
+    return absl::InvalidArgumentError("min_version has the wrong number of ps steps");
+  }
+  const std::vector<int> all = AllPs();
+  SlicePins pins;  // declared first: waits, when destroyed, for gRPC to let go of `gradients`
+  std::vector<ShmLinks::Lease> leases;
+  for (int ps : all) leases.push_back(shm_->Acquire(ps));
+  PushAndPullCall call{
+      PushCall{plan_, gradients, at, options_.worker, pins, leases, {at, 0}, min_version},
+      PullCall{plan_,
+               values,
+               min_version,
+               [this](const PartitionKey& key) { return Find(key); },
+               leases,
+               {std::vector<int64_t>(n), std::vector<std::string>(n), std::vector<int64_t>(n)},
+               Coverage(plan_.partitions().size())}};
+  const absl::Duration timeout =
+      min_version != nullptr ? options_.pull_timeout : options_.rpc_timeout;
+  absl::Status status = FanOut("PushAndPull", all, timeout, call);
+  if (status.ok()) status = call.pull.coverage.Complete(plan_, all);
+  pins.WaitUntilReleased();
+  if (!status.ok()) {
+    // A ps may still be reading the gradients or writing the values: never use that buffer again.
+    for (ShmLinks::Lease& lease : leases) lease.Discard();
+    return status;
+  }
+  return PushResult{std::move(call.pull.version), call.pull.stale};
 }
 
 absl::StatusOr<v1::InitRequest> PsClient::MakeInit(int ps, const ModelState& state) const {

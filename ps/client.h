@@ -9,6 +9,7 @@
 //     ASSIGN_OR_RETURN(PushResult pushed, client.Push(grads, v));   // computed at v
 //     ASSIGN_OR_RETURN(v, client.Pull(params, v.Next()));           // blocks for the next step
 //   }
+// or, in one round trip per step, PushAndPull(grads, v, params, v.Next()).
 // Async mode pulls without a minimum version. Buffers are spans over the caller's memory, one
 // per variable in plan.variables() order, each variables()[i].elements long.
 #pragma once
@@ -73,7 +74,7 @@ struct Version {
 };
 
 struct PushResult {
-  Version version;  // steps after the push
+  Version version;  // steps after the push (PushAndPull: the pulled values' version)
   int stale = 0;    // ps tasks that dropped this push as stale (sync mode)
 };
 
@@ -132,6 +133,16 @@ class PsClient {
   // longer references them, so the caller may reuse the buffers as soon as it returns.
   absl::StatusOr<PushResult> Push(std::span<const std::span<const float>> gradients,
                                   const Version& at);
+  // Push, then Pull into `values`, in one call per ps (PushAndPull): what a worker does every
+  // step, one round trip instead of two. The result's version is the pulled values'; `stale`
+  // counts the ps tasks that dropped the push. With `min_version`, each ps waits as Pull does
+  // (bounded by pull_timeout); DEADLINE_EXCEEDED then comes after the push was applied, and the
+  // caller pulls again. UNIMPLEMENTED from a ps that predates the call: nothing was pushed to
+  // it, and Push and Pull still work.
+  absl::StatusOr<PushResult> PushAndPull(std::span<const std::span<const float>> gradients,
+                                         const Version& at,
+                                         std::span<const std::span<float>> values,
+                                         const Version* min_version = nullptr);
 
   // Chief: replaces the state of every ps (initialisation or restore), or of one ps that came
   // back empty. INVALID_ARGUMENT if `state` lacks a variable of the plan or sizes differ.

@@ -65,35 +65,39 @@ absl::Status SerializeResponse(const Message& message, grpc::ByteBuffer& out, si
 
 }  // namespace
 
-// A Pull waiting for its step. Owned by gRPC from the handler's return until OnDone. Exactly one
+// What a Pull, or the pull half of a PushAndPull, answers.
+struct ParameterServerService::PullTarget {
+  const char* method;              // "Pull" or "PushAndPull", for metrics and logs
+  std::vector<PartitionKey> keys;  // empty: every partition
+  int64_t min_step = 0;
+  std::shared_ptr<const ShmRegion> region;  // null: values travel in the answer
+  bool push_stale = false;                  // PushAndPull: its push was dropped as stale
+};
+
+// A pull waiting for its step. Owned by gRPC from the handler's return until OnDone. Exactly one
 // party answers it: whoever takes it out of the wait lists (a step, the deadline thread, a
 // cancellation or shutdown), so it is never finished twice.
 class ParameterServerService::ParkedPull final : public grpc::ServerUnaryReactor {
  public:
   enum class State { kNew, kParked, kQueued };
 
-  ParkedPull(ParameterServerService* service, std::vector<PartitionKey> keys, int64_t min_step,
-             std::shared_ptr<const ShmRegion> region, absl::Time deadline,
+  ParkedPull(ParameterServerService* service, PullTarget target, absl::Time deadline,
              grpc::ByteBuffer* response, size_t request_bytes)
       : service(service),
-        keys(std::move(keys)),
-        min_step(min_step),
-        region(std::move(region)),
+        target(std::move(target)),
         deadline(deadline),
         response(response),
         request_bytes(request_bytes) {}
 
   void OnCancel() override {
     if (!service->Unpark(this)) return;  // already being answered
-    Finish(service->Conclude("Pull", absl::CancelledError("client cancelled the pull"),
+    Finish(service->Conclude(target.method, absl::CancelledError("client cancelled the pull"),
                              request_bytes, 0));
   }
   void OnDone() override { delete this; }
 
   ParameterServerService* const service;
-  const std::vector<PartitionKey> keys;
-  const int64_t min_step;
-  const std::shared_ptr<const ShmRegion> region;  // null: values travel in the answer
+  const PullTarget target;
   const absl::Time deadline;
   grpc::ByteBuffer* const response;
   const size_t request_bytes;
@@ -138,8 +142,8 @@ ParameterServerService::~ParameterServerService() {
     wake_queue_.clear();
   }
   for (ParkedPull* pull : left) {
-    pull->Finish(
-        Conclude("Pull", absl::UnavailableError("ps shutting down"), pull->request_bytes, 0));
+    pull->Finish(Conclude(pull->target.method, absl::UnavailableError("ps shutting down"),
+                          pull->request_bytes, 0));
   }
 }
 
@@ -169,6 +173,9 @@ void ParameterServerService::RegisterMethods() {
   AddRaw(kPullMethod,
          [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                 grpc::ByteBuffer* response) { return Pull(context, request, response); });
+  AddRaw(kPushAndPullMethod,
+         [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                grpc::ByteBuffer* response) { return PushAndPull(context, request, response); });
   AddUnary("/kubetrain.v1.ParameterServer/Export", "Export", &Self::Export);
   AddUnary("/kubetrain.v1.ParameterServer/Status", "Status", &Self::Status);
   AddUnary("/kubetrain.v1.ParameterServer/Shutdown", "Shutdown", &Self::Shutdown);
@@ -256,13 +263,10 @@ absl::Status ParameterServerService::Init(grpc::CallbackServerContext&,
   return SerializeResponse(v1::InitResponse(), response, response_bytes);
 }
 
-absl::Status ParameterServerService::Push(grpc::CallbackServerContext&,
-                                          const grpc::ByteBuffer& request,
-                                          grpc::ByteBuffer& response, size_t& response_bytes) {
-  PushFrame frame;
+absl::StatusOr<PushOutcome> ParameterServerService::ApplyPush(
+    const grpc::ByteBuffer& request, PushFrame& frame, std::shared_ptr<const ShmRegion>& region) {
   grpc::ByteBuffer copy(request);  // the frame takes the slices' references, not their bytes
   RETURN_IF_ERROR(frame.Parse(copy));
-  std::shared_ptr<const ShmRegion> region;  // held until the store has applied the gradients
   if (frame.shm_region() != 0) {
     ASSIGN_OR_RETURN(region, shm_.Find(frame.shm_region()));
     RETURN_IF_ERROR(frame.BindRegion(*region));
@@ -273,15 +277,24 @@ absl::Status ParameterServerService::Push(grpc::CallbackServerContext&,
     for (const GradientRef& g : frame.args().gradients) bytes += g.bytes.size();
     metrics_->AddSharedMemoryBytes(bytes);  // a few bytes of them may have come in the request
   }
+  return outcome;
+}
+
+absl::Status ParameterServerService::Push(grpc::CallbackServerContext&,
+                                          const grpc::ByteBuffer& request,
+                                          grpc::ByteBuffer& response, size_t& response_bytes) {
+  PushFrame frame;
+  std::shared_ptr<const ShmRegion> region;  // held until the store has applied the gradients
+  ASSIGN_OR_RETURN(PushOutcome outcome, ApplyPush(request, frame, region));
   v1::PushResponse answer;
   answer.set_global_step(outcome.global_step);
   answer.set_stale(outcome.stale);
   return SerializeResponse(answer, response, response_bytes);
 }
 
-absl::Status ParameterServerService::PullNow(const std::vector<PartitionKey>& keys,
-                                             int64_t min_step, const ShmRegion* region,
-                                             grpc::ByteBuffer& response, size_t& response_bytes) {
+absl::Status ParameterServerService::PullNow(const PullTarget& target, grpc::ByteBuffer& response,
+                                             size_t& response_bytes) {
+  const ShmRegion* region = target.region.get();
   PullFrame frame;
   absl::Status shared;
   uint64_t shared_bytes = 0;
@@ -302,10 +315,11 @@ absl::Status ParameterServerService::PullNow(const std::vector<PartitionKey>& ke
   const uint64_t limit =
       region == nullptr ? options_.max_response_bytes : std::numeric_limits<uint64_t>::max();
   ASSIGN_OR_RETURN(PullOutcome outcome,
-                   store_.Pull(keys, min_step, absl::InfinitePast(), visit, limit));
+                   store_.Pull(target.keys, target.min_step, absl::InfinitePast(), visit, limit));
   RETURN_IF_ERROR(shared);
   if (metrics_ != nullptr && shared_bytes > 0) metrics_->AddSharedMemoryBytes(shared_bytes);
-  frame.Finish(outcome.global_step, std::move(outcome.run_id), outcome.gradients_applied);
+  frame.Finish(outcome.global_step, std::move(outcome.run_id), outcome.gradients_applied,
+               target.push_stale);
   response_bytes = frame.byte_size();
   response = frame.Encode();
   return absl::OkStatus();
@@ -328,16 +342,10 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
       status = found.status();
     }
     if (status.ok()) {
-      std::vector<PartitionKey> keys = KeysOf(pull);
-      status = PullNow(keys, pull.min_step(), region.get(), *response, response_bytes);
-      const absl::Time deadline =
-          std::min(absl::FromChrono(context->deadline()), absl::Now() + options_.max_pull_wait);
-      if (absl::IsDeadlineExceeded(status) && absl::Now() < deadline) {
-        auto* parked = new ParkedPull(this, std::move(keys), pull.min_step(), std::move(region),
-                                      deadline, response, request_bytes);
-        Park(parked);  // another thread may answer it from here on
-        return parked;
-      }
+      ParkedPull* parked = nullptr;
+      status = PullOrPark(context, {"Pull", KeysOf(pull), pull.min_step(), std::move(region)},
+                          response, request_bytes, response_bytes, parked);
+      if (parked != nullptr) return parked;
     }
   } catch (const std::bad_alloc&) {
     status = absl::ResourceExhaustedError(
@@ -350,18 +358,63 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ParameterServerService::PushAndPull(grpc::CallbackServerContext* context,
+                                                              const grpc::ByteBuffer* request,
+                                                              grpc::ByteBuffer* response) {
+  const size_t request_bytes = request->Length();
+  size_t response_bytes = 0;
+  absl::Status status;
+  try {
+    status = Authenticate(*context);
+    PushFrame frame;
+    std::shared_ptr<const ShmRegion> region;  // the push's, where the pull writes too
+    absl::StatusOr<PushOutcome> pushed =
+        status.ok() ? ApplyPush(*request, frame, region) : absl::StatusOr<PushOutcome>(status);
+    status = pushed.status();
+    if (status.ok()) {
+      ParkedPull* parked = nullptr;
+      status = PullOrPark(
+          context, {"PushAndPull", {}, frame.pull_min_step(), std::move(region), pushed->stale},
+          response, request_bytes, response_bytes, parked);
+      if (parked != nullptr) return parked;
+    }
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError(
+        absl::StrCat("PushAndPull: out of memory handling a ", request_bytes, "-byte request"));
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("PushAndPull: ", e.what()));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(Conclude("PushAndPull", status, request_bytes, response_bytes));
+  return reactor;
+}
+
+absl::Status ParameterServerService::PullOrPark(grpc::CallbackServerContext* context,
+                                                PullTarget target, grpc::ByteBuffer* response,
+                                                size_t request_bytes, size_t& response_bytes,
+                                                ParkedPull*& parked) {
+  absl::Status status = PullNow(target, *response, response_bytes);
+  const absl::Time deadline =
+      std::min(absl::FromChrono(context->deadline()), absl::Now() + options_.max_pull_wait);
+  if (absl::IsDeadlineExceeded(status) && absl::Now() < deadline) {
+    parked = new ParkedPull(this, std::move(target), deadline, response, request_bytes);
+    Park(parked);  // another thread may answer it from here on
+  }
+  return status;
+}
+
 void ParameterServerService::Park(ParkedPull* pull) {
   absl::MutexLock lock(&park_mu_);
   // Checked under park_mu_, which OnStoreChange also takes after every change: a step that
   // arrives between the caller's attempt and here is seen either here or there.
-  if (store_.PullReady(pull->min_step) || absl::Now() >= pull->deadline) {
+  if (store_.PullReady(pull->target.min_step) || absl::Now() >= pull->deadline) {
     pull->state = ParkedPull::State::kQueued;
     wake_queue_.push_back(pull);
     wake_cv_.Signal();
     return;
   }
   pull->state = ParkedPull::State::kParked;
-  pull->by_step = by_step_.emplace(pull->min_step, pull);
+  pull->by_step = by_step_.emplace(pull->target.min_step, pull);
   pull->by_deadline = by_deadline_.emplace(pull->deadline, pull);
   if (pull->by_deadline == by_deadline_.begin()) deadline_cv_.Signal();
 }
@@ -429,20 +482,20 @@ void ParameterServerService::AnswerParked(ParkedPull* pull) {
   size_t response_bytes = 0;
   absl::Status status;
   try {
-    status =
-        PullNow(pull->keys, pull->min_step, pull->region.get(), *pull->response, response_bytes);
+    status = PullNow(pull->target, *pull->response, response_bytes);
   } catch (const std::bad_alloc&) {
-    status = absl::ResourceExhaustedError(
-        absl::StrCat("Pull: out of memory answering a pull of ", pull->keys.size(), " partitions"));
+    status = absl::ResourceExhaustedError(absl::StrCat(pull->target.method,
+                                                       ": out of memory answering a pull of ",
+                                                       pull->target.keys.size(), " partitions"));
   } catch (const std::exception& e) {
-    status = absl::InternalError(absl::StrCat("Pull: ", e.what()));
+    status = absl::InternalError(absl::StrCat(pull->target.method, ": ", e.what()));
   }
   if (absl::IsDeadlineExceeded(status) && absl::Now() < pull->deadline) {
     Park(pull);  // an Init moved the step back after the wake-up: wait on
     return;
   }
   // The reactor may be deleted as soon as Finish is called.
-  pull->Finish(Conclude("Pull", status, pull->request_bytes, response_bytes));
+  pull->Finish(Conclude(pull->target.method, status, pull->request_bytes, response_bytes));
 }
 
 absl::Status ParameterServerService::Export(grpc::CallbackServerContext&,

@@ -54,10 +54,11 @@ struct ServiceOptions {
 //
 // Every method uses gRPC's callback API over raw byte buffers: the service parses requests
 // itself, so malformed bytes are answered INVALID_ARGUMENT (counted and logged like any other
-// refusal) rather than gRPC's bare INTERNAL. Push requests and Pull responses are coded by
-// ps/tensor_coding.h straight between gRPC's slices and the store, with protobuf's bytes on the
-// wire; the other methods use protobuf. A Pull waiting for its min_step is parked: it holds no
-// thread until the step arrives, its deadline passes, the client cancels or the store closes.
+// refusal) rather than gRPC's bare INTERNAL. Push requests and Pull responses (PushAndPull takes
+// the one and answers the other) are coded by ps/tensor_coding.h straight between gRPC's slices
+// and the store, with protobuf's bytes on the wire; the other methods use protobuf. A pull
+// waiting for its min_step is parked: it holds no thread until the step arrives, its deadline
+// passes, the client cancels or the store closes.
 class ParameterServerService final : public grpc::Service {
  public:
   ParameterServerService(ShardStore& store, PsMetrics* metrics, ServiceOptions options = {});
@@ -79,7 +80,7 @@ class ParameterServerService final : public grpc::Service {
                                                            const grpc::ByteBuffer&,
                                                            grpc::ByteBuffer&, size_t&);
 
-  // Adds the eight methods in ps.proto's order.
+  // Adds the nine methods in ps.proto's order.
   void RegisterMethods();
   void AddUnary(const char* path, absl::string_view name, Handler handler);
   // Registers a callback method taking and answering raw bytes.
@@ -105,14 +106,26 @@ class ParameterServerService final : public grpc::Service {
                     grpc::ByteBuffer& response, size_t& response_bytes);
   absl::Status Attach(grpc::CallbackServerContext& context, const grpc::ByteBuffer& request,
                       grpc::ByteBuffer& response, size_t& response_bytes);
-  // Pull has its own reactor path, since it may park.
+  // Parses, checks and applies a push; `region` is the shared memory it names, if any.
+  absl::StatusOr<PushOutcome> ApplyPush(const grpc::ByteBuffer& request, PushFrame& frame,
+                                        std::shared_ptr<const ShmRegion>& region);
+  // Pull and PushAndPull have their own reactor path, since they may park.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request, grpc::ByteBuffer* response);
+  grpc::ServerUnaryReactor* PushAndPull(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response);
 
-  // Pulls now (never waits); DEADLINE_EXCEEDED while the step is not there yet. With `region`,
+  struct PullTarget;
+  // Pulls now (never waits); DEADLINE_EXCEEDED while the step is not there yet. With a region,
   // the values go into its slots and the answer carries none.
-  absl::Status PullNow(const std::vector<PartitionKey>& keys, int64_t min_step,
-                       const ShmRegion* region, grpc::ByteBuffer& response, size_t& response_bytes);
+  absl::Status PullNow(const PullTarget& target, grpc::ByteBuffer& response,
+                       size_t& response_bytes);
+  // PullNow, or, when the step is not there yet and the call's deadline allows, parks the call:
+  // `parked` is then the reactor that will answer it, and the returned status is moot.
+  absl::Status PullOrPark(grpc::CallbackServerContext* context, PullTarget target,
+                          grpc::ByteBuffer* response, size_t request_bytes, size_t& response_bytes,
+                          ParkedPull*& parked);
   // Answers a parked pull that was taken out of the wait lists; the reactor may be gone after.
   void AnswerParked(ParkedPull* pull);
   // Parks `pull`, or queues it for an answer at once when its step came meanwhile.

@@ -24,10 +24,11 @@ namespace partition_field {
 constexpr uint32_t kKey = 1, kOffset = 2, kLength = 3, kValues = 4;
 }
 namespace push_field {
-constexpr uint32_t kRunId = 1, kWorker = 2, kStep = 3, kGradients = 4, kShmRegion = 5;
+constexpr uint32_t kRunId = 1, kWorker = 2, kStep = 3, kGradients = 4, kShmRegion = 5,
+                   kPullMinStep = 6;
 }
 namespace pull_field {
-constexpr uint32_t kGlobalStep = 1, kValues = 2, kRunId = 3, kGradientsApplied = 4;
+constexpr uint32_t kGlobalStep = 1, kValues = 2, kRunId = 3, kGradientsApplied = 4, kPushStale = 5;
 }
 
 // ---- Encoding ----
@@ -358,6 +359,7 @@ grpc::ByteBuffer EncodePushRequest(const PushHeader& header,
     if (!g.values.empty()) slices.push_back(pins.Pin(AsBytes(g.values)));
   }
   PutVarintField(push_field::kShmRegion, header.shm_region, head);
+  PutVarintField(push_field::kPullMinStep, static_cast<uint64_t>(header.pull_min_step), head);
   if (!head.empty()) slices.emplace_back(head);
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
@@ -409,6 +411,12 @@ absl::Status PushFrame::Parse(grpc::ByteBuffer& buffer) {
         ASSIGN_OR_RETURN(shm_region_, r.Varint());
         return absl::OkStatus();
       }
+      case push_field::kPullMinStep: {
+        RETURN_IF_ERROR(Expect(tag, kVarint));
+        ASSIGN_OR_RETURN(uint64_t step, r.Varint());
+        pull_min_step_ = static_cast<int64_t>(step);
+        return absl::OkStatus();
+      }
       default: {
         return r.SkipField(tag.wire_type, r.size());
       }
@@ -443,10 +451,12 @@ void PullFrame::AddShared(const PartitionKey& key, uint64_t offset, uint64_t len
   entries_.push_back({PartitionHeader(pull_field::kValues, key, offset, length, 0), grpc::Slice()});
 }
 
-void PullFrame::Finish(int64_t global_step, std::string run_id, int64_t gradients_applied) {
+void PullFrame::Finish(int64_t global_step, std::string run_id, int64_t gradients_applied,
+                       bool push_stale) {
   global_step_ = global_step;
   run_id_ = std::move(run_id);
   gradients_applied_ = gradients_applied;
+  push_stale_ = push_stale;
 }
 
 grpc::ByteBuffer PullFrame::Encode() const {
@@ -462,12 +472,13 @@ grpc::ByteBuffer PullFrame::Encode() const {
   }
   PutBytesField(pull_field::kRunId, run_id_, head);
   PutVarintField(pull_field::kGradientsApplied, static_cast<uint64_t>(gradients_applied_), head);
+  PutVarintField(pull_field::kPushStale, push_stale_ ? 1 : 0, head);
   if (!head.empty()) slices.emplace_back(head);
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 size_t PullFrame::byte_size() const {
-  size_t n = run_id_.size() + 27;
+  size_t n = run_id_.size() + 29;
   for (const Entry& e : entries_) n += e.header.size() + e.values.size();
   return n;
 }
@@ -496,6 +507,12 @@ absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
         RETURN_IF_ERROR(Expect(tag, kVarint));
         ASSIGN_OR_RETURN(uint64_t applied, r.Varint());
         header.gradients_applied = static_cast<int64_t>(applied);
+        return absl::OkStatus();
+      }
+      case pull_field::kPushStale: {
+        RETURN_IF_ERROR(Expect(tag, kVarint));
+        ASSIGN_OR_RETURN(uint64_t stale, r.Varint());
+        header.push_stale = stale != 0;
         return absl::OkStatus();
       }
       case pull_field::kValues: {

@@ -31,9 +31,11 @@
 
 namespace kubetrain::ps {
 
-// gRPC paths of the two methods coded here (the generated stub and service use the same).
+// gRPC paths of the methods coded here (the generated stub and service use the same).
+// PushAndPull takes a PushRequest and answers a PullResponse.
 inline constexpr char kPushMethod[] = "/kubetrain.v1.ParameterServer/Push";
 inline constexpr char kPullMethod[] = "/kubetrain.v1.ParameterServer/Pull";
+inline constexpr char kPushAndPullMethod[] = "/kubetrain.v1.ParameterServer/PushAndPull";
 
 // Counts zero-copy slices over caller memory that gRPC still references, so the caller can wait
 // until gRPC is done with the memory before handing it back. gRPC drops its references once the
@@ -72,6 +74,8 @@ struct PushHeader {
   // Non-zero: the gradients are in this shared-memory region (ps/shared_memory.h); only their
   // partition headers are encoded and nothing is pinned.
   uint64_t shm_region = 0;
+  // PushAndPull: the step its pull waits for (0: none).
+  int64_t pull_min_step = 0;
 };
 
 // A kubetrain.v1.PushRequest whose gradient bytes are slices pinned by `pins` (not copied).
@@ -92,6 +96,8 @@ class PushFrame {
   size_t byte_size() const { return byte_size_; }
   // The shared-memory region the request names; 0: its values are all in the request.
   uint64_t shm_region() const { return shm_region_; }
+  // PushAndPull: the step its pull waits for (0: none).
+  int64_t pull_min_step() const { return pull_min_step_; }
   // Points the gradients the request carried no bytes for at their slots in `region`, which
   // must outlive the frame's use. INVALID_ARGUMENT for a partition without a slot of its size.
   absl::Status BindRegion(const ShmRegion& region);
@@ -105,6 +111,7 @@ class PushFrame {
   uint32_t worker_ = 0;
   size_t byte_size_ = 0;
   uint64_t shm_region_ = 0;
+  int64_t pull_min_step_ = 0;
 };
 
 // A kubetrain.v1.PullResponse under construction on the server. Each Add copies one partition's
@@ -114,7 +121,9 @@ class PullFrame {
   void Add(const PartitionKey& key, uint64_t offset, std::span<const float> values);
   // A partition whose values the server wrote into the client's shared memory: no bytes.
   void AddShared(const PartitionKey& key, uint64_t offset, uint64_t length);
-  void Finish(int64_t global_step, std::string run_id, int64_t gradients_applied = 0);
+  // `push_stale`: the answer of a PushAndPull whose push was dropped as stale.
+  void Finish(int64_t global_step, std::string run_id, int64_t gradients_applied = 0,
+              bool push_stale = false);
   void Clear() { *this = PullFrame(); }
   grpc::ByteBuffer Encode() const;
   size_t byte_size() const;
@@ -128,12 +137,14 @@ class PullFrame {
   int64_t global_step_ = 0;
   std::string run_id_;
   int64_t gradients_applied_ = 0;
+  bool push_stale_ = false;
 };
 
 struct PullHeader {
   int64_t global_step = 0;
   std::string run_id;
   int64_t gradients_applied = 0;
+  bool push_stale = false;  // PushAndPull
 };
 
 // Where a pulled partition's values go: a span of exactly `length` floats, or an error (unknown

@@ -286,7 +286,8 @@ TEST_F(PsFixture, GarbageRequestBytesAreInvalidArgumentWithAMessage) {
   Start();
   ASSERT_THAT(Init(MakeInit({4})), IsOk());
   const std::string garbage = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01garbage";
-  for (const char* method : {"Init", "Push", "Pull", "Export", "Status", "Shutdown"}) {
+  for (const char* method :
+       {"Init", "Push", "Pull", "PushAndPull", "Export", "Status", "Shutdown"}) {
     const grpc::Status status =
         Raw(std::string("/kubetrain.v1.ParameterServer/") + method, garbage);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;

@@ -142,6 +142,80 @@ TEST(PsService, WorkersTrainSynchronouslyOverThreeShards) {
   }
 }
 
+// The same training with one PushAndPull per step: the first pushers' calls wait at the ps for
+// the step the last push completes, and every worker ends with the same values. Worker 0 goes
+// over gRPC bytes, the others through shared memory.
+TEST(PsService, PushAndPullTrainsSynchronouslyInOneCallPerStep) {
+  constexpr int kPs = 2, kWorkers = 3, kSteps = 4;
+  Cluster cluster(kPs);
+  PlacementPlan plan = Plan(kPs);
+  auto bytes_client = cluster.Client(plan, /*shared_memory=*/false);
+  auto shm_client = cluster.Client(plan, /*shared_memory=*/true);
+  ModelState initial = InitialState(plan, {UpdateMode::kSync, kWorkers, {.learning_rate = 1}});
+  ASSERT_THAT(bytes_client->Init(initial), IsOk());
+  ASSERT_THAT(bytes_client->WaitReady(absl::Seconds(30), true), IsOk());
+
+  std::atomic<int> failures{0};
+  std::vector<std::vector<std::vector<float>>> finals(kWorkers);
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&, w] {
+      PsClient& client = w == 0 ? *bytes_client : *shm_client;
+      auto params = Buffers(plan);
+      auto pulled = client.Pull(Spans(params));
+      if (!pulled.ok()) return void(++failures);
+      Version v = *pulled;
+      for (int s = 0; s < kSteps; ++s) {
+        auto grads = Buffers(plan, float(w + 1) * float(s + 1));
+        std::vector<std::span<const float>> spans(grads.begin(), grads.end());
+        const Version next = v.Next();
+        auto exchanged = client.PushAndPull(spans, v, Spans(params), &next);
+        if (!exchanged.ok() || exchanged->stale != 0 || exchanged->version.steps != next.steps) {
+          ADD_FAILURE() << "worker " << w << " step " << s << ": " << exchanged.status();
+          return void(++failures);
+        }
+        v = exchanged->version;
+      }
+      finals[w] = std::move(params);
+    });
+  }
+  for (auto& t : workers) t.join();
+  ASSERT_EQ(failures, 0);
+
+  const float total = 2 * (1 + 2 + 3 + 4);
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_EQ(finals[w], finals[0]) << "worker " << w;
+  }
+  for (size_t v = 0; v < finals[0].size(); ++v) {
+    for (size_t i = 0; i < finals[0][v].size(); i += 101) {
+      ASSERT_EQ(finals[0][v][i], float(i % 7) - total)
+          << plan.variables()[v].name << "[" << i << "]";
+    }
+  }
+  for (int ps = 0; ps < kPs; ++ps) {
+    EXPECT_EQ(Sample(cluster.registry(ps), "kubetrain_ps_requests_total",
+                     {{"method", "PushAndPull"}, {"code", "OK"}}),
+              kWorkers * kSteps);
+    // No step pushed or pulled on its own: one round trip per step.
+    EXPECT_EQ(Sample(cluster.registry(ps), "kubetrain_ps_requests_total",
+                     {{"method", "Push"}, {"code", "OK"}}),
+              -1);
+  }
+  EXPECT_GT(cluster.Total("kubetrain_ps_shared_memory_bytes_total"), 0);
+
+  // A push computed at a step the ps have moved past is stale: dropped, and said so, and the
+  // call answers at once with the current values.
+  auto grads = Buffers(plan, 1000);
+  std::vector<std::span<const float>> spans(grads.begin(), grads.end());
+  auto params = Buffers(plan);
+  const Version old{std::vector<int64_t>(kPs, 0), std::vector<std::string>(kPs, "run-1")};
+  auto late = shm_client->PushAndPull(spans, old, Spans(params));
+  ASSERT_THAT(late, IsOk());
+  EXPECT_EQ(late->stale, kPs);
+  EXPECT_EQ(late->version.steps, std::vector<int64_t>(kPs, kSteps));
+  EXPECT_EQ(params, finals[0]);
+}
+
 TEST(PsService, ElasticWorkersJoinEveryPsAndALeaverEndsTheStep) {
   constexpr int kPs = 2;
   Cluster cluster(kPs);
@@ -339,6 +413,21 @@ TEST(PsService, GeneratedProtobufStubInteroperatesWithTensorCodedServer) {
     std::vector<float> got(bias.length);
     std::memcpy(got.data(), last.values().data(), bias.bytes());
     for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], float(i % 7) - 1.0f) << i;
+  }
+  {
+    // PushAndPull: the same push again, answered by a pull of the values it led to.
+    push.set_step(1);
+    push.set_pull_min_step(2);
+    grpc::ClientContext context;
+    v1::PullResponse response;
+    ASSERT_THAT(stub->PushAndPull(&context, push, &response), IsOk());
+    EXPECT_EQ(response.global_step(), 2);
+    EXPECT_FALSE(response.push_stale());
+    const v1::Partition& last = *response.values().rbegin();
+    ASSERT_EQ(last.values().size(), bias.bytes());
+    std::vector<float> got(bias.length);
+    std::memcpy(got.data(), last.values().data(), bias.bytes());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], float(i % 7) - 2.0f) << i;
   }
   {
     push.mutable_gradients()->rbegin()->set_values(std::string(12, '\0'));  // 3 floats, not 256

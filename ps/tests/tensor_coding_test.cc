@@ -99,6 +99,53 @@ TEST(TensorCoding, PushRequestParsesWithProtobufAndBack) {
   }
 }
 
+// PushAndPull's two fields: the step a push's pull waits for, and whether the push was stale.
+TEST(TensorCoding, PushAndPullFieldsRoundTripThroughProtobuf) {
+  const std::vector<float> grad = Awkward(5);
+  const PartitionKey key{"w", 0};
+  const PartitionView view{&key, 0, grad};
+  SlicePins pins;
+  PushHeader header{"run-1", 2, 41};
+  header.pull_min_step = 42;
+  grpc::ByteBuffer encoded = EncodePushRequest(header, {&view, 1}, pins);
+  v1::PushRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(encoded)));
+  EXPECT_EQ(parsed.pull_min_step(), 42);
+  grpc::ByteBuffer wire = Chunked(parsed.SerializeAsString(), 3);
+  PushFrame frame;
+  ASSERT_THAT(frame.Parse(wire), IsOk());
+  EXPECT_EQ(frame.pull_min_step(), 42);
+  EXPECT_EQ(frame.args().step, 41);
+  // A plain push leaves the field out: its bytes are those of a Push of an earlier release.
+  grpc::ByteBuffer plain = EncodePushRequest({"run-1", 2, 41}, {&view, 1}, pins);
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(plain)));
+  EXPECT_EQ(parsed.pull_min_step(), 0);
+  EXPECT_EQ(Flatten(plain).size() + 2, Flatten(encoded).size());
+
+  for (bool stale : {false, true}) {
+    PullFrame answer;
+    answer.Add(key, 0, grad);
+    answer.Finish(42, "run-1", 84, stale);
+    v1::PullResponse response;
+    ASSERT_TRUE(response.ParseFromString(Flatten(answer.Encode())));
+    EXPECT_EQ(response.push_stale(), stale);
+    EXPECT_EQ(response.gradients_applied(), 84);
+    std::vector<float> out(grad.size());
+    auto decoded = DecodePullResponse(
+        Chunked(response.SerializeAsString(), 4),
+        [&](const PartitionKey&, uint64_t, uint64_t) -> absl::StatusOr<std::span<float>> {
+          return std::span<float>(out);
+        });
+    ASSERT_THAT(decoded, IsOk());
+    EXPECT_EQ(decoded->push_stale, stale);
+    EXPECT_EQ(decoded->global_step, 42);
+    EXPECT_TRUE(SameBits(out, grad));
+  }
+  encoded.Clear();
+  plain.Clear();
+  pins.WaitUntilReleased();
+}
+
 TEST(TensorCoding, PushEncodingReferencesCallerMemoryUntilReleased) {
   std::vector<float> grad(1024, 1.5f);
   const PartitionKey key{"w", 0};
