@@ -196,7 +196,6 @@ class PsExchange : public GradientExchange {
   // The config a restored checkpoint runs on, from the one it was saved with.
   virtual ps::TrainingConfig RestoredConfig(const ps::TrainingConfig&) { return Config(); }
   const ps::Version& version() const { return version_; }
-  void set_version(ps::Version v) { version_ = std::move(v); }
 
   // Sends this step's gradients (the model's) at the version they were computed at.
   absl::StatusOr<ps::PushResult> PushGradients() {
@@ -211,6 +210,46 @@ class PsExchange : public GradientExchange {
       if (pushed.stale > 0) c_.metrics->stale_pushes.Increment();
     }
     return pushed;
+  }
+
+  // This step's gradients (the model's), at the version they were computed at, and then the
+  // parameters: with `next` those of the step after that version, waiting for it (sync), else
+  // whatever the ps hold once the push is applied (async). One PushAndPull call per ps; Push and
+  // then Pull with a ps that predates that call (every ps of a job runs one image).
+  absl::Status PushAndPull(bool next) {
+    if (!push_and_pull_) {
+      RETURN_IF_ERROR(PushGradients().status());
+      return next ? PullNext() : PullFresh();
+    }
+    RETURN_IF_ERROR(in_place_ ? c_.device.Synchronize()
+                              : c_.model.ReadGradients(absl::MakeSpan(flat_grads_)));
+    std::vector<std::span<const float>> grads(grad_spans_.begin(), grad_spans_.end());
+    const ps::Version want = version_.Next();
+    absl::Time t0 = absl::Now();
+    absl::StatusOr<ps::PushResult> r =
+        Client()->PushAndPull(grads, version_, value_spans_, next ? &want : nullptr);
+    if (absl::IsUnimplemented(r.status())) {
+      log::Info("The parameter servers predate PushAndPull; pushing and pulling separately",
+                {{"error", r.status()}});
+      push_and_pull_ = false;
+      return PushAndPull(next);
+    }
+    if (next && absl::IsDeadlineExceeded(r.status()) && !c_.stop.load()) {
+      // The push was applied; the step waits for a slow worker.
+      log::Info("Still waiting for the other workers to finish the step",
+                {{"global_step", version_.step()}});
+      return PullNext();
+    }
+    RETURN_IF_ERROR(r.status());
+    version_ = std::move(r->version);
+    if (c_.metrics) {
+      c_.metrics->push_pull_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+      c_.metrics->sent_bytes.Increment(c_.model.num_parameters() * sizeof(float));
+      c_.metrics->received_bytes.Increment(c_.model.num_parameters() * sizeof(float));
+      c_.metrics->global_step.Set(version_.step());
+      if (r->stale > 0) c_.metrics->stale_pushes.Increment();
+    }
+    return absl::OkStatus();
   }
 
   // Pulls whatever the ps hold now.
@@ -424,6 +463,7 @@ class PsExchange : public GradientExchange {
   mutable std::mutex client_mu_;  // guards client_ and dialed_: the chief's monitor reads them
   std::shared_ptr<ps::PsClient> client_;
   std::vector<std::string> dialed_;  // the resolved addresses client_ dials
+  bool push_and_pull_ = true;        // false once a ps answered PushAndPull UNIMPLEMENTED
   bool in_place_ = false;            // value_spans_ and grad_spans_ are the model's own buffers
   std::vector<float> flat_values_;   // else the host copies they point into
   std::vector<float> flat_grads_;
@@ -453,11 +493,14 @@ class PsSyncExchange final : public PsExchange {
   }
 
   absl::StatusOr<ExchangedStep> Exchange(int64_t pos, float loss) override {
-    RETURN_IF_ERROR(PushGradients().status());
     // After its last push a worker is done; the chief pulls once more, waiting for the step to
     // complete, so its final evaluation and checkpoint see every update.
     const bool last = pos + 1 >= c_.total_steps();
-    if (!last || chief()) RETURN_IF_ERROR(PullNext());
+    if (!last || chief()) {
+      RETURN_IF_ERROR(PushAndPull(/*next=*/true));
+    } else {
+      RETURN_IF_ERROR(PushGradients().status());
+    }
     return ExchangedStep{.next = last ? pos + 1 : Position(), .loss = loss};
   }
 
@@ -491,11 +534,9 @@ class PsAsyncExchange final : public PsExchange {
   using PsExchange::PsExchange;
 
   absl::StatusOr<ExchangedStep> Exchange(int64_t pos, float loss) override {
-    ASSIGN_OR_RETURN(ps::PushResult pushed, PushGradients());
-    set_version(pushed.version);
-    // After its last push a worker is done; the chief pulls once more so its final evaluation
-    // and checkpoint see every update.
-    if (!Done(pos + 1) || chief()) RETURN_IF_ERROR(PullFresh());
+    // The pull also brings the global step that says whether the job is done; on a worker's
+    // last step its values go unused.
+    RETURN_IF_ERROR(PushAndPull(/*next=*/false));
     return ExchangedStep{.next = pos + 1, .loss = loss};
   }
 
@@ -547,15 +588,9 @@ class ElasticPsExchange final : public PsExchange {
   }
 
   absl::StatusOr<ExchangedStep> Exchange(int64_t, float loss) override {
-    ASSIGN_OR_RETURN(ps::PushResult pushed, PushGradients());
-    if (sync_) {
-      // The step completes once every member's gradient (less the backup workers') is in, or
-      // a member leaves: a pull waiting for it never waits on a worker that is gone.
-      RETURN_IF_ERROR(PullNext());
-    } else {
-      set_version(pushed.version);
-      RETURN_IF_ERROR(PullFresh());
-    }
+    // Sync: the step completes once every member's gradient (less the backup workers') is in,
+    // or a member leaves, so a pull waiting for it never waits on a worker that is gone.
+    RETURN_IF_ERROR(PushAndPull(/*next=*/sync_));
     const int64_t next = Position();
     if (!Done(next) && next / c_.steps_per_epoch != shard_.epoch) {
       RETURN_IF_ERROR(Reshard(next, /*required=*/false));

@@ -54,6 +54,11 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const MetricLabels& l)
                             "Time to push gradients to every ps.", l)),
       pull_duration(Seconds(r, "kubetrain_worker_pull_duration_seconds",
                             "Time to pull parameters from every ps, waiting included.", l)),
+      push_pull_duration(
+          Seconds(r, "kubetrain_worker_push_pull_duration_seconds",
+                  "Time to push gradients to every ps and pull the parameters back in one call "
+                  "(PushAndPull, a step's exchange), waiting included.",
+                  l)),
       allreduce_duration(Seconds(r, "kubetrain_worker_allreduce_duration_seconds",
                                  "Time to all-reduce one step's gradients (all-reduce mode).", l)) {
   // Constant 1; the labels say which backend and hardware this task trains on.

@@ -42,6 +42,7 @@ class WorkerMetrics {
   prometheus::Histogram& step_duration;
   prometheus::Histogram& push_duration;
   prometheus::Histogram& pull_duration;
+  prometheus::Histogram& push_pull_duration;
   prometheus::Histogram& allreduce_duration;
 };
 
