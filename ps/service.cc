@@ -328,79 +328,59 @@ absl::Status ParameterServerService::PullNow(const PullTarget& target, grpc::Byt
 grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request,
                                                        grpc::ByteBuffer* response) {
-  const size_t request_bytes = request->Length();
-  size_t response_bytes = 0;
-  absl::Status status;
-  try {
+  return DispatchPull("Pull", context, request, response, [&]() -> absl::StatusOr<PullTarget> {
     v1::PullRequest pull;
-    status = Authenticate(*context);
-    if (status.ok()) status = ParseRequest("Pull", *request, pull);
+    RETURN_IF_ERROR(ParseRequest("Pull", *request, pull));
     std::shared_ptr<const ShmRegion> region;
-    if (status.ok() && pull.shm_region() != 0) {
-      absl::StatusOr<std::shared_ptr<const ShmRegion>> found = shm_.Find(pull.shm_region());
-      if (found.ok()) region = *std::move(found);
-      status = found.status();
+    if (pull.shm_region() != 0) {
+      ASSIGN_OR_RETURN(region, shm_.Find(pull.shm_region()));
     }
-    if (status.ok()) {
-      ParkedPull* parked = nullptr;
-      status = PullOrPark(context, {"Pull", KeysOf(pull), pull.min_step(), std::move(region)},
-                          response, request_bytes, response_bytes, parked);
-      if (parked != nullptr) return parked;
-    }
-  } catch (const std::bad_alloc&) {
-    status = absl::ResourceExhaustedError(
-        absl::StrCat("Pull: out of memory handling a ", request_bytes, "-byte request"));
-  } catch (const std::exception& e) {
-    status = absl::InternalError(absl::StrCat("Pull: ", e.what()));
-  }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(Conclude("Pull", status, request_bytes, response_bytes));
-  return reactor;
+    return PullTarget{"Pull", KeysOf(pull), pull.min_step(), std::move(region)};
+  });
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::PushAndPull(grpc::CallbackServerContext* context,
                                                               const grpc::ByteBuffer* request,
                                                               grpc::ByteBuffer* response) {
+  return DispatchPull(
+      "PushAndPull", context, request, response, [&]() -> absl::StatusOr<PullTarget> {
+        PushFrame frame;
+        std::shared_ptr<const ShmRegion> region;  // the push's, where the pull writes too
+        ASSIGN_OR_RETURN(PushOutcome pushed, ApplyPush(*request, frame, region));
+        return PullTarget{
+            "PushAndPull", {}, frame.pull_min_step(), std::move(region), pushed.stale};
+      });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::DispatchPull(
+    const char* method, grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response, absl::FunctionRef<absl::StatusOr<PullTarget>()> prepare) {
   const size_t request_bytes = request->Length();
   size_t response_bytes = 0;
   absl::Status status;
   try {
     status = Authenticate(*context);
-    PushFrame frame;
-    std::shared_ptr<const ShmRegion> region;  // the push's, where the pull writes too
-    absl::StatusOr<PushOutcome> pushed =
-        status.ok() ? ApplyPush(*request, frame, region) : absl::StatusOr<PushOutcome>(status);
-    status = pushed.status();
+    absl::StatusOr<PullTarget> target = status.ok() ? prepare() : status;
+    status = target.status();
     if (status.ok()) {
-      ParkedPull* parked = nullptr;
-      status = PullOrPark(
-          context, {"PushAndPull", {}, frame.pull_min_step(), std::move(region), pushed->stale},
-          response, request_bytes, response_bytes, parked);
-      if (parked != nullptr) return parked;
+      status = PullNow(*target, *response, response_bytes);
+      const absl::Time deadline =
+          std::min(absl::FromChrono(context->deadline()), absl::Now() + options_.max_pull_wait);
+      if (absl::IsDeadlineExceeded(status) && absl::Now() < deadline) {
+        auto* parked = new ParkedPull(this, *std::move(target), deadline, response, request_bytes);
+        Park(parked);  // another thread may answer it from here on
+        return parked;
+      }
     }
   } catch (const std::bad_alloc&) {
     status = absl::ResourceExhaustedError(
-        absl::StrCat("PushAndPull: out of memory handling a ", request_bytes, "-byte request"));
+        absl::StrCat(method, ": out of memory handling a ", request_bytes, "-byte request"));
   } catch (const std::exception& e) {
-    status = absl::InternalError(absl::StrCat("PushAndPull: ", e.what()));
+    status = absl::InternalError(absl::StrCat(method, ": ", e.what()));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(Conclude("PushAndPull", status, request_bytes, response_bytes));
+  reactor->Finish(Conclude(method, status, request_bytes, response_bytes));
   return reactor;
-}
-
-absl::Status ParameterServerService::PullOrPark(grpc::CallbackServerContext* context,
-                                                PullTarget target, grpc::ByteBuffer* response,
-                                                size_t request_bytes, size_t& response_bytes,
-                                                ParkedPull*& parked) {
-  absl::Status status = PullNow(target, *response, response_bytes);
-  const absl::Time deadline =
-      std::min(absl::FromChrono(context->deadline()), absl::Now() + options_.max_pull_wait);
-  if (absl::IsDeadlineExceeded(status) && absl::Now() < deadline) {
-    parked = new ParkedPull(this, std::move(target), deadline, response, request_bytes);
-    Park(parked);  // another thread may answer it from here on
-  }
-  return status;
 }
 
 void ParameterServerService::Park(ParkedPull* pull) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -121,11 +122,13 @@ class ParameterServerService final : public grpc::Service {
   // the values go into its slots and the answer carries none.
   absl::Status PullNow(const PullTarget& target, grpc::ByteBuffer& response,
                        size_t& response_bytes);
-  // PullNow, or, when the step is not there yet and the call's deadline allows, parks the call:
-  // `parked` is then the reactor that will answer it, and the returned status is moot.
-  absl::Status PullOrPark(grpc::CallbackServerContext* context, PullTarget target,
-                          grpc::ByteBuffer* response, size_t request_bytes, size_t& response_bytes,
-                          ParkedPull*& parked);
+  // The reactor path of Pull and PushAndPull: authenticates, `prepare`s what to pull (parsing
+  // the request; PushAndPull applies its push), then answers with PullNow or, when the step is
+  // not there yet and the call's deadline allows, parks the call.
+  grpc::ServerUnaryReactor* DispatchPull(const char* method, grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response,
+                                         absl::FunctionRef<absl::StatusOr<PullTarget>()> prepare);
   // Answers a parked pull that was taken out of the wait lists; the reactor may be gone after.
   void AnswerParked(ParkedPull* pull);
   // Parks `pull`, or queues it for an answer at once when its step came meanwhile.
