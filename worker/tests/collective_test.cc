@@ -811,15 +811,15 @@ TEST(Shm, RanksThatDoNotShareMemoryAllGetNone) {
 }
 
 TEST(Shm, TheSegmentLeavesNoFileBehind) {
-  std::string dir;
+  std::vector<std::string> dirs(2);  // each rank's own: the rank threads share no variable
   WithShmRanks(
       2,
-      [&](int, ShmCommunicator* comm) {
+      [&](int rank, ShmCommunicator* comm) {
         ASSERT_NE(comm, nullptr);
         EXPECT_THAT(comm->Barrier(), IsOk());
-        EXPECT_TRUE(std::filesystem::is_empty(dir));
+        EXPECT_TRUE(std::filesystem::is_empty(dirs[rank]));
       },
-      [&](int, ShmOptions& o) { dir = o.directory; });
+      [&](int rank, ShmOptions& o) { dirs[rank] = o.directory; });
 }
 
 // Ranks that may all use the same CPUs, at least one each, keep to shares of their own while
