@@ -269,6 +269,11 @@ TEST_F(LiveTest, InformerGivesBackExactlyWhatTheServerHolds) {
   auto after = client_->Get(pods, "default", "exact");
   ASSERT_THAT(after, IsOk());
   ASSERT_TRUE(Eventually([&] { return informer.Get("default/exact") == *after; }));
+  // The store changes before the handlers hear of it (client-go's order): wait for them too.
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return !updates.empty();
+  }));
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(updates.size(), 1u);
   EXPECT_EQ(updates[0].first, *before);
