@@ -341,7 +341,7 @@ struct PushCall {
   uint32_t worker;
   SlicePins& pins;  // the gradient memory gRPC references until the calls are done
   const std::vector<ShmLinks::Lease>& leases;  // per ps: its shared-memory buffer, if any
-  PushResult result;
+  PushResult result;                  // Push's answers; PushAndPull's are decoded by PullCall
   const Version* pull_min = nullptr;  // PushAndPull: the version its pull waits for
 
   void Build(int ps, Request& request) const {
@@ -591,7 +591,7 @@ absl::StatusOr<PushResult> PsClient::PushAndPull(std::span<const std::span<const
   std::vector<ShmLinks::Lease> leases;
   for (int ps : all) leases.push_back(shm_->Acquire(ps));
   PushAndPullCall call{
-      PushCall{plan_, gradients, at, options_.worker, pins, leases, {at, 0}, min_version},
+      PushCall{plan_, gradients, at, options_.worker, pins, leases, {}, min_version},
       PullCall{plan_,
                values,
                min_version,

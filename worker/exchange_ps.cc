@@ -197,11 +197,17 @@ class PsExchange : public GradientExchange {
   virtual ps::TrainingConfig RestoredConfig(const ps::TrainingConfig&) { return Config(); }
   const ps::Version& version() const { return version_; }
 
-  // Sends this step's gradients (the model's) at the version they were computed at.
-  absl::StatusOr<ps::PushResult> PushGradients() {
+  // This step's gradients, once the model's computation of them is done: the model's own buffers
+  // (in place) or the host copies read from it.
+  absl::StatusOr<std::vector<std::span<const float>>> GradientsToSend() {
     RETURN_IF_ERROR(in_place_ ? c_.device.Synchronize()
                               : c_.model.ReadGradients(absl::MakeSpan(flat_grads_)));
-    std::vector<std::span<const float>> grads(grad_spans_.begin(), grad_spans_.end());
+    return std::vector<std::span<const float>>(grad_spans_.begin(), grad_spans_.end());
+  }
+
+  // Sends this step's gradients (the model's) at the version they were computed at.
+  absl::StatusOr<ps::PushResult> PushGradients() {
+    ASSIGN_OR_RETURN(std::vector<std::span<const float>> grads, GradientsToSend());
     absl::Time t0 = absl::Now();
     ASSIGN_OR_RETURN(ps::PushResult pushed, Client()->Push(grads, version_));
     if (c_.metrics) {
@@ -221,9 +227,7 @@ class PsExchange : public GradientExchange {
       RETURN_IF_ERROR(PushGradients().status());
       return next ? PullNext() : PullFresh();
     }
-    RETURN_IF_ERROR(in_place_ ? c_.device.Synchronize()
-                              : c_.model.ReadGradients(absl::MakeSpan(flat_grads_)));
-    std::vector<std::span<const float>> grads(grad_spans_.begin(), grad_spans_.end());
+    ASSIGN_OR_RETURN(std::vector<std::span<const float>> grads, GradientsToSend());
     const ps::Version want = version_.Next();
     absl::Time t0 = absl::Now();
     absl::StatusOr<ps::PushResult> r =
