@@ -6,8 +6,9 @@ Runs six small jobs (ps-sync, ps-async and all-reduce, two of each) twice: once 
 while this driver SIGKILLs one training process of every job and the operator itself. Asserts:
 every job Succeeded; no two live processes ever claimed the same pod (the auditor); each job's
 restarts in status equal the kills it took; each final accuracy is within 0.5 points of the same
-job's clean run (of the range of two clean runs for ps-async, which is not reproducible run to
-run); the chief's final checkpoint is on disk; nothing is left after deletion.
+job's clean run (1 point of the range of two clean runs for ps-async, which is not reproducible
+run to run: ACCURACY_SLACK); the chief's final checkpoint is on disk; nothing is left after
+deletion.
 
 Usage: chaos_driver.py KUBECTL BIN_DIR WORK_DIR KUBECONFIG
 """
@@ -26,6 +27,13 @@ import yaml
 KUBECTL, BIN, WORK, KUBECONFIG = sys.argv[1:5]
 SEED = int(os.environ.get("CHAOS_SEED", str(int(time.time()))))
 EPOCHS = 2
+# How far a chaos run's accuracy may fall outside its clean runs'. ps-sync and all-reduce are
+# reproducible to the bit, so a restart that loses nothing ends on the clean run's value. ps-async
+# is not: the order of pushes decides, and a restart reorders the rest of the run. Two epochs of
+# these jobs on 2 cores ended at 0.8683-0.8759 in 24 clean runs and at 0.8668-0.8756 in 9 runs
+# with the ps killed (mean 0.8719 both, standard deviation 0.20 and 0.27 points): two clean runs
+# show only part of that spread.
+ACCURACY_SLACK = {"ps-sync": 0.005, "ps-async": 0.010, "allreduce": 0.005}
 DEADLINE_S = 480  # the whole chaos phase; every wait below is bounded by it
 MANAGED = "app.kubernetes.io/managed-by=kubetrain-operator"
 rng = random.Random(SEED)
@@ -284,9 +292,10 @@ def chaos(clean_accuracy):
             fail(f"{name}: no training_complete summary in the chief's log")
             continue
         low, high = min(clean_accuracy[name]), max(clean_accuracy[name])
-        if not low - 0.005 <= s["test_accuracy"] <= high + 0.005:
-            fail(f"{name}: accuracy {s['test_accuracy']:.4f} is more than 0.5 points from the "
-                 f"clean runs' {low:.4f}..{high:.4f}")
+        slack = ACCURACY_SLACK[mode]
+        if not low - slack <= s["test_accuracy"] <= high + slack:
+            fail(f"{name}: accuracy {s['test_accuracy']:.4f} is more than {slack * 100:g} points "
+                 f"from the clean runs' {low:.4f}..{high:.4f}")
         # No checkpoint lost: the final one the chief reported is on disk.
         final = s.get("checkpoint", "")
         if not final or not os.path.isfile(final):
