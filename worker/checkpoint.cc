@@ -351,7 +351,8 @@ absl::StatusOr<json> ReadManifest(const fs::path& dir) {
 
 // The newest valid checkpoint among the files of `dir`, for when the manifest cannot say.
 absl::StatusOr<std::optional<ps::ModelState>> Scan(const fs::path& dir,
-                                                   const CheckpointExpectation& expected) {
+                                                   const CheckpointExpectation& expected,
+                                                   std::string* path) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return std::nullopt;
   std::optional<Loaded> best;
@@ -378,6 +379,7 @@ absl::StatusOr<std::optional<ps::ModelState>> Scan(const fs::path& dir,
   if (best) {
     log::Warn("Restoring the newest valid checkpoint found in the directory",
               {{"file", best_path}, {"global_step", best->state.global_step}});
+    if (path != nullptr) *path = best_path;
     return std::move(best->state);
   }
   if (!refused.empty()) {
@@ -445,7 +447,7 @@ absl::StatusOr<std::string> Checkpointer::Save(const ps::ModelState& state,
 }
 
 absl::StatusOr<std::optional<ps::ModelState>> Checkpointer::LoadLatest(
-    const CheckpointExpectation& expected) const {
+    const CheckpointExpectation& expected, std::string* path) const {
   const fs::path dir(options_.dir);
   const std::string manifest_path = (dir / kManifest).string();
   absl::StatusOr<json> manifest = ReadManifest(dir);
@@ -454,17 +456,18 @@ absl::StatusOr<std::optional<ps::ModelState>> Checkpointer::LoadLatest(
       log::Warn("Checkpoint manifest is unreadable; looking for the newest valid checkpoint",
                 {{"file", manifest_path}, {"error", manifest.status()}});
     }
-    return Scan(dir, expected);
+    return Scan(dir, expected, path);
   }
-  if (!manifest->contains("latest")) return Scan(dir, expected);
-  const fs::path path = dir / (*manifest)["latest"].get<std::string>();
+  if (!manifest->contains("latest")) return Scan(dir, expected, path);
+  const fs::path latest = dir / (*manifest)["latest"].get<std::string>();
   std::error_code ec;
-  if (!fs::exists(path, ec)) {
+  if (!fs::exists(latest, ec)) {
     log::Warn("Checkpoint manifest names a missing file; looking for the newest valid checkpoint",
-              {{"file", manifest_path}, {"missing", path.string()}});
-    return Scan(dir, expected);
+              {{"file", manifest_path}, {"missing", latest.string()}});
+    return Scan(dir, expected, path);
   }
-  ASSIGN_OR_RETURN(Loaded loaded, LoadFile(path, expected));
+  ASSIGN_OR_RETURN(Loaded loaded, LoadFile(latest, expected));
+  if (path != nullptr) *path = latest.string();
   return std::move(loaded.state);
 }
 

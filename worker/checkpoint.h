@@ -46,11 +46,11 @@ class Checkpointer {
   // Writes `state` as the newest checkpoint; returns its path. A state holding NaN or infinite
   // values is refused (FAILED_PRECONDITION): it would push good checkpoints out of rotation.
   absl::StatusOr<std::string> Save(const ps::ModelState& state, const std::string& model);
-  // The newest checkpoint, or nullopt when the directory has none. A checkpoint of another
-  // model, or one that does not fit `expected`, is FAILED_PRECONDITION naming the file; a
-  // corrupt one DATA_LOSS naming the file.
-  absl::StatusOr<std::optional<ps::ModelState>> LoadLatest(
-      const CheckpointExpectation& expected) const;
+  // The newest checkpoint, or nullopt when the directory has none; `path`, if given, is set to
+  // its file. A checkpoint of another model, or one that does not fit `expected`, is
+  // FAILED_PRECONDITION naming the file; a corrupt one DATA_LOSS naming the file.
+  absl::StatusOr<std::optional<ps::ModelState>> LoadLatest(const CheckpointExpectation& expected,
+                                                           std::string* path = nullptr) const;
   // LoadLatest with only the model checked.
   absl::StatusOr<std::optional<ps::ModelState>> LoadLatest(const std::string& model) const {
     return LoadLatest(CheckpointExpectation{model});

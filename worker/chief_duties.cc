@@ -2,6 +2,9 @@
 // JSON line; see worker/chief_duties.h.
 #include "worker/chief_duties.h"
 
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -46,14 +49,17 @@ ChiefDuties::ChiefDuties(const TrainerOptions& options, Model& model, GradientEx
 
 // ---- checkpoints ----------------------------------------------------------------------------
 
-absl::StatusOr<std::optional<ps::ModelState>> ChiefDuties::LatestCheckpoint() const {
-  if (options_.checkpoint_dir.empty()) return std::nullopt;
-  // What a checkpoint must fit to be restored into this job.
+CheckpointExpectation ChiefDuties::Expected() const {
   CheckpointExpectation expected{options_.model, exchange_.last_global_step(), {}};
   for (Variable* v : model_.variables()) {
     expected.variables.push_back({v->name, static_cast<uint64_t>(v->size())});
   }
-  return checkpointer_.LoadLatest(expected);
+  return expected;
+}
+
+absl::StatusOr<std::optional<ps::ModelState>> ChiefDuties::LatestCheckpoint() const {
+  if (options_.checkpoint_dir.empty()) return std::nullopt;
+  return checkpointer_.LoadLatest(Expected());
 }
 
 absl::Status ChiefDuties::SaveInitialCheckpoint(const ps::ModelState& state) {
@@ -105,7 +111,46 @@ absl::StatusOr<TrainingSummary> ChiefDuties::Finish() {
   RETURN_IF_ERROR(Evaluate(options_.epochs));
   RETURN_IF_ERROR(SaveCheckpoint(), "final checkpoint");
   exchange_.ShutDown();
-  TrainingSummary summary = Summary();
+  return Completed(Summary());
+}
+
+absl::StatusOr<std::optional<TrainingSummary>> ChiefDuties::FinishFromFinalCheckpoint() {
+  if (options_.checkpoint_dir.empty()) return std::nullopt;
+  std::string path;
+  ASSIGN_OR_RETURN(std::optional<ps::ModelState> state,
+                   checkpointer_.LoadLatest(Expected(), &path));
+  if (!state || !exchange_.RunIsOver(*state)) return std::nullopt;
+  log::Info("The latest checkpoint ends the run; evaluating it instead of training",
+            {{"path", path}, {"global_step", state->global_step}});
+  // The model's values in its own order; LoadLatest checked every variable's name and size.
+  std::vector<float> values;
+  values.reserve(model_.num_parameters());
+  for (Variable* v : model_.variables()) {
+    for (const ps::VariableState& saved : state->variables) {
+      if (saved.name == v->name)
+        values.insert(values.end(), saved.values.begin(), saved.values.end());
+    }
+  }
+  if (static_cast<int64_t>(values.size()) != model_.num_parameters()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " does not hold every variable of the ", options_.model, " model"));
+  }
+  RETURN_IF_ERROR(model_.WriteValues(values));
+  if (test_ == nullptr) return absl::FailedPreconditionError("no test set loaded");
+  ASSIGN_OR_RETURN(last_eval_, model_.Evaluate(*test_, options_.eval_batch));
+  LogEvaluation(last_eval_, state->global_step, options_.epochs, metrics_);
+  last_checkpoint_ = path;
+  exchange_.ShutDown();  // the ps, if they outlived the chief that trained, end with the job
+  TrainingSummary summary =
+      RunSummary(options_, state->global_step, exchange_.examples_per_step(), start_);
+  summary.examples_per_second = 0;  // this task trained nothing
+  summary.test_accuracy = last_eval_.accuracy;
+  summary.test_loss = last_eval_.loss;
+  summary.checkpoint = path;
+  return Completed(std::move(summary));
+}
+
+TrainingSummary ChiefDuties::Completed(TrainingSummary summary) const {
   if (std::optional<uint64_t> checksum = exchange_.parameter_checksum()) {
     log::Info("Training complete", {{"steps", summary.steps},
                                     {"accuracy", summary.test_accuracy},

@@ -64,6 +64,12 @@ class ChiefDuties {
   // Training is over: the final evaluation and checkpoint, the exchange's ShutDown, and the
   // "Training complete" line. Returns the run's summary.
   absl::StatusOr<TrainingSummary> Finish();
+  // Before training: when the latest checkpoint holds the end of the run
+  // (GradientExchange::RunIsOver), the chief is one that restarted after ending training, and
+  // the ps it shut down may be gone for good. Evaluates that checkpoint, shuts down whatever ps
+  // still run (ShutDown) and returns the summary naming it, waiting for no other task.
+  // nullopt: there is training left, or no checkpoint.
+  absl::StatusOr<std::optional<TrainingSummary>> FinishFromFinalCheckpoint();
 
   // The summary so far: global step, test results, last checkpoint.
   TrainingSummary Summary() const;
@@ -79,6 +85,11 @@ class ChiefDuties {
   const absl::Time start_;
   Checkpointer checkpointer_;
   ProgressLog progress_;
+
+  // What a checkpoint must fit to be restored into this job.
+  CheckpointExpectation Expected() const;
+  // Logs the "Training complete" line of `summary` and returns it.
+  TrainingSummary Completed(TrainingSummary summary) const;
 
   EvalResult last_eval_;
   std::string last_checkpoint_;  // path of the last checkpoint written

@@ -509,6 +509,9 @@ class PsSyncExchange final : public PsExchange {
   }
 
   bool Done(int64_t pos) const override { return pos >= c_.total_steps(); }
+  bool RunIsOver(const ps::ModelState& checkpoint) const override {
+    return Done(checkpoint.global_step);
+  }
   int examples_per_step() const override { return c_.options.batch_size * aggregated(); }
   int64_t last_global_step() const override {
     return c_.steps_per_epoch > 0 ? c_.total_steps() : -1;
@@ -545,6 +548,9 @@ class PsAsyncExchange final : public PsExchange {
   }
 
   bool Done(int64_t) const override { return version().step() >= c_.total_steps() * num_workers(); }
+  bool RunIsOver(const ps::ModelState& checkpoint) const override {
+    return checkpoint.global_step >= c_.total_steps() * num_workers();
+  }
   int examples_per_step() const override { return c_.options.batch_size; }
   // A push or two of each worker may land after the last counted one.
   int64_t last_global_step() const override {
@@ -608,6 +614,9 @@ class ElasticPsExchange final : public PsExchange {
   }
 
   bool Done(int64_t pos) const override { return pos >= c_.total_steps(); }
+  bool RunIsOver(const ps::ModelState& checkpoint) const override {
+    return Done(checkpoint.gradients_applied);
+  }
   // The examples of an average step so far: steps vary with the membership.
   int examples_per_step() const override {
     const int64_t steps = version().step();

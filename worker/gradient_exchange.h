@@ -90,6 +90,14 @@ class GradientExchange {
   virtual float* DeviceLossSlot() { return nullptr; }
   // Whether training is over once this worker is at `pos`.
   virtual bool Done(int64_t pos) const = 0;
+  // Whether `checkpoint`, one that fits this job, holds the end of its training, so that a
+  // chief finding it trains no more (ChiefDuties::FinishFromFinalCheckpoint). All-reduce: never.
+  // Its ranks connect to each other before training, so a chief that restarted after the run
+  // ended does not get this far, and one that did must share its state with the others.
+  virtual bool RunIsOver(const ps::ModelState& checkpoint) const {
+    (void)checkpoint;
+    return false;
+  }
   // The last step's training is done (every rank calls it): all-reduce checks that every rank
   // holds the same parameters.
   virtual absl::Status EndTraining() = 0;

@@ -146,6 +146,11 @@ class Trainer::Impl {
     start_ = absl::Now();
     RETURN_IF_ERROR(Setup(stop));
     if (id_.role == Role::kEvaluator) return EvaluatorLoop(stop);
+    if (duties_ != nullptr) {
+      // A chief that restarted after its run ended ends it again from the final checkpoint.
+      ASSIGN_OR_RETURN(std::optional<TrainingSummary> over, duties_->FinishFromFinalCheckpoint());
+      if (over) return *std::move(over);
+    }
     absl::StatusOr<int64_t> first = exchange_->Start(duties_.get());
     if (IsTrainingOver(first.status())) return Summary();
     RETURN_IF_ERROR(first.status());

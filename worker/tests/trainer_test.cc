@@ -430,7 +430,7 @@ TEST_F(TrainerTest, EvaluatorEvaluatesUntilTrainingIsOver) {
   EXPECT_GT(eval_result->test_accuracy, 0.5);
 }
 
-TEST_F(TrainerTest, ChiefWithAnUnreadableManifestResumesTheNewestCheckpointAndKeepsIt) {
+TEST_F(TrainerTest, ChiefWithAnUnreadableManifestFindsTheNewestCheckpointAndKeepsIt) {
   auto ps = StartPs();
   TrainerOptions options = Options(Mode::kPsSync, 1);
   // One worker, 1 epoch: 937 steps. The earlier run got to the end.
@@ -441,10 +441,41 @@ TEST_F(TrainerTest, ChiefWithAnUnreadableManifestResumesTheNewestCheckpointAndKe
   std::ofstream(options.checkpoint_dir + "/checkpoint.json", std::ios::trunc) << "{\"latest\": 5";
   auto summary = Train(options, {ps->address()}, 1);
   ASSERT_TRUE(summary.ok()) << summary.status();
+  // That run is over: the chief evaluates its last checkpoint and writes none of its own.
   EXPECT_EQ(summary->steps, 937);
-  EXPECT_EQ(summary->checkpoint, options.checkpoint_dir + "/ckpt-937.1.pb");
+  EXPECT_EQ(summary->checkpoint, options.checkpoint_dir + "/ckpt-937.pb");
   EXPECT_EQ(ReadAll(options.checkpoint_dir + "/ckpt-937.pb"), before);
+  EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/ckpt-937.1.pb"));
   EXPECT_TRUE(std::filesystem::exists(options.checkpoint_dir + "/ckpt-0.pb"));
+}
+
+// A chief killed after it shut the ps down, and restarted by its pod's policy: the ps have
+// exited for good (a Succeeded pod is not restarted), and so have the other workers. It ends
+// the job from the run's final checkpoint instead of waiting for ps that never come back.
+TEST_F(TrainerTest, AChiefRestartedAfterItsRunEndedFinishesFromTheFinalCheckpoint) {
+  for (Mode mode : {Mode::kPsSync, Mode::kPsAsync}) {
+    SCOPED_TRACE(mode == Mode::kPsSync ? "ps-sync" : "ps-async");
+    TrainerOptions options = Options(mode, 1);
+    options.checkpoint_dir += mode == Mode::kPsSync ? "/sync" : "/async";
+    auto ps = StartPs();
+    const std::string address = ps->address();
+    auto trained = Train(options, {address}, 2);
+    ASSERT_TRUE(trained.ok()) << trained.status();
+    ps.reset();  // it exited once the chief shut it down
+
+    // Without the final checkpoint the chief would wait this long for the ps, then fail.
+    options.ready_timeout = absl::Seconds(20);
+    CpuDevice device;
+    Trainer chief(options, {Role::kChief, 0, 2, {address}}, device, &data_->train, &data_->test,
+                  nullptr);
+    auto again = chief.Run(stop_);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->steps, trained->steps);
+    EXPECT_EQ(again->checkpoint, trained->checkpoint);
+    EXPECT_EQ(again->test_accuracy, trained->test_accuracy);  // the same values, evaluated again
+    EXPECT_EQ(again->test_loss, trained->test_loss);
+    EXPECT_EQ(again->examples_per_second, 0);  // it trained nothing
+  }
 }
 
 TEST_F(TrainerTest, ChiefRefusesACheckpointBeyondTheJobNamingIt) {
