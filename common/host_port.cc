@@ -4,8 +4,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace kubetrain {
 namespace {
@@ -60,20 +64,36 @@ absl::Status SplitListenAddress(absl::string_view address, std::string* host, in
 }
 
 absl::StatusOr<int> FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError("socket: cannot create");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
+  ASSIGN_OR_RETURN(std::vector<int> ports, FreeLoopbackPorts(1));
+  return ports.front();
+}
+
+absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int n) {
+  std::vector<int> fds;
+  std::vector<int> ports;
+  absl::Status status;
+  for (int i = 0; i < n && status.ok(); ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      status = absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+      break;
+    }
+    fds.push_back(fd);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      status = absl::UnavailableError(
+          absl::StrCat("no free port on 127.0.0.1 (", ports.size(), " of ", n, " found)"));
+      break;
+    }
+    ports.push_back(ntohs(addr.sin_port));
   }
-  close(fd);
-  if (port <= 0) return absl::UnavailableError("no free port on 127.0.0.1");
-  return port;
+  for (int fd : fds) close(fd);
+  if (!status.ok()) return status;
+  return ports;
 }
 
 }  // namespace kubetrain

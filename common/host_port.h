@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,5 +24,8 @@ absl::Status SplitListenAddress(absl::string_view address, std::string* host, in
 // A port on 127.0.0.1 that was free a moment ago: bound to port 0, read back, released. Whoever
 // takes it next may lose a race for it (a clash shows up as a bind error, never silently).
 absl::StatusOr<int> FreeLoopbackPort();
+// `n` such ports, all different: each stays bound until all are read, so the kernel cannot hand
+// out one of them twice (as `n` calls of FreeLoopbackPort may).
+absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int n);
 
 }  // namespace kubetrain

@@ -1,5 +1,8 @@
 #include "common/host_port.h"
 
+#include <set>
+#include <vector>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -34,6 +37,22 @@ TEST(SplitHostPort, NeedsAHostAndADialablePort) {
   EXPECT_FALSE(SplitHostPort(":2222", &host, &port).ok());
   EXPECT_FALSE(SplitHostPort("a:0", &host, &port).ok());
   EXPECT_EQ(JoinHostPort(host, port), "a-ps-0.a:2222");
+}
+
+// `kubetrain run` gives each task of a job two ports: none may be handed out twice, which 2 x
+// tasks separate calls of FreeLoopbackPort cannot promise (the kernel picks at random).
+TEST(FreeLoopbackPorts, HandsOutDifferentPortsOnly) {
+  absl::StatusOr<std::vector<int>> ports = FreeLoopbackPorts(400);
+  ASSERT_THAT(ports, IsOk());
+  ASSERT_EQ(ports->size(), 400u);
+  EXPECT_EQ(std::set<int>(ports->begin(), ports->end()).size(), 400u);
+  for (int port : *ports) {
+    EXPECT_GT(port, 0);
+    EXPECT_LE(port, 65535);
+  }
+  absl::StatusOr<std::vector<int>> none = FreeLoopbackPorts(0);
+  ASSERT_THAT(none, IsOk());
+  EXPECT_TRUE(none->empty());
 }
 
 }  // namespace

@@ -85,21 +85,21 @@ absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
   run_dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/kubetrain/", job_.metadata.name, "-",
                           absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
                           "-", getpid());
-  // Ports first: every task's TF_CONFIG names every other task's address.
+  // Ports first: every task's TF_CONFIG names every other task's address. Two per task, all
+  // different.
   std::map<std::pair<api::ReplicaType, int>, int>& ports = ports_;
   api::LoopbackAddresses ids([](api::ReplicaType, int) { return 0; });
+  const std::vector<api::Task> all = api::Tasks(job_, ids);
+  ASSIGN_OR_RETURN(std::vector<int> free, FreeLoopbackPorts(2 * static_cast<int>(all.size())));
   // A large job takes seconds to prepare and start, and a signal must not wait for all of it.
-  for (const api::Task& t : api::Tasks(job_, ids)) {
+  for (size_t i = 0; i < all.size(); ++i) {
     if (stop.load()) return absl::OkStatus();
+    const api::Task& t = all[i];
     auto task = std::make_unique<Task>();
     task->task = t;
-    absl::StatusOr<int> port = FreeLoopbackPort();
-    if (!port.ok()) return port.status();
-    absl::StatusOr<int> metrics = FreeLoopbackPort();
-    if (!metrics.ok()) return metrics.status();
-    task->port = *port;
-    task->metrics_port = *metrics;
-    ports[{t.type, t.index}] = *port;
+    task->port = free[2 * i];
+    task->metrics_port = free[2 * i + 1];
+    ports[{t.type, t.index}] = task->port;
     task->label = absl::StrCat(api::TaskType(t.type), "-", t.index);
     prefix_width_ = std::max(prefix_width_, task->label.size());
     tasks_.push_back(std::move(task));
@@ -190,12 +190,13 @@ absl::Status LocalJob::AddWorkers(int from, int to) {
   // Every new worker's port first: each one's TF_CONFIG names all of them.
   std::vector<std::unique_ptr<Task>> added;
   api::LoopbackAddresses ids([](api::ReplicaType, int) { return 0; });
+  ASSIGN_OR_RETURN(std::vector<int> free, FreeLoopbackPorts(2 * (to - from)));
   for (const api::Task& t : api::Tasks(job_, ids)) {
     if (t.type != api::ReplicaType::kWorker || t.index < from || t.index >= to) continue;
     auto task = std::make_unique<Task>();
     task->task = t;
-    ASSIGN_OR_RETURN(task->port, FreeLoopbackPort());
-    ASSIGN_OR_RETURN(task->metrics_port, FreeLoopbackPort());
+    task->port = free[2 * (t.index - from)];
+    task->metrics_port = free[2 * (t.index - from) + 1];
     ports_[{t.type, t.index}] = task->port;
     task->label = absl::StrCat(api::TaskType(t.type), "-", t.index);
     added.push_back(std::move(task));
