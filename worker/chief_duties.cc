@@ -141,9 +141,8 @@ absl::StatusOr<std::optional<TrainingSummary>> ChiefDuties::FinishFromFinalCheck
   LogEvaluation(last_eval_, state->global_step, options_.epochs, metrics_);
   last_checkpoint_ = path;
   exchange_.ShutDown();  // the ps, if they outlived the chief that trained, end with the job
-  TrainingSummary summary =
-      RunSummary(options_, state->global_step, exchange_.examples_per_step(), start_);
-  summary.examples_per_second = 0;  // this task trained nothing
+  // No examples per second: this task trained nothing.
+  TrainingSummary summary = RunSummary(options_, state->global_step, 0, start_);
   summary.test_accuracy = last_eval_.accuracy;
   summary.test_loss = last_eval_.loss;
   summary.checkpoint = path;

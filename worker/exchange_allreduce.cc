@@ -46,19 +46,7 @@ class AllReduceExchange final : public GradientExchange {
           "has none; remove the Evaluator replica (the chief evaluates every epoch) or use "
           "--mode ps-sync");
     }
-    comm_ = c_.id.communicator;
     elastic_ = c_.options.elastic;
-    if (elastic_ && c_.id.group == nullptr) {
-      return absl::FailedPreconditionError("--elastic --mode allreduce: no group was connected");
-    }
-    if (!elastic_ && comm_ == nullptr) {
-      return absl::FailedPreconditionError("--mode allreduce: no communicator was connected");
-    }
-    if (!elastic_ && (comm_->size() != size() || comm_->rank() != c_.id.rank)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("communicator is rank ", comm_->rank(), " of ", comm_->size(),
-                       " but this task is rank ", c_.id.rank, " of ", size()));
-    }
     if (c_.options.fusion_bytes < 4) {
       return absl::InvalidArgumentError(
           absl::StrCat("--fusion-threshold-mb: must be > 0, got ", c_.options.fusion_bytes, " B"));
@@ -81,7 +69,26 @@ class AllReduceExchange final : public GradientExchange {
 
   // The chief restores the latest checkpoint (if any); then every rank takes rank 0's step,
   // values and optimizer slots, so all start from one state however they were initialised.
+  // The rank's communicator (or group) is connected by now; Setup needed none.
   absl::StatusOr<int64_t> Start(ChiefDuties* chief) override {
+    comm_ = c_.id.communicator;
+    if (elastic_ && c_.id.group == nullptr) {
+      return absl::FailedPreconditionError("--elastic --mode allreduce: no group was connected");
+    }
+    if (!elastic_ && comm_ == nullptr) {
+      return absl::FailedPreconditionError("--mode allreduce: no communicator was connected");
+    }
+    if (!elastic_ && (comm_->size() != size() || comm_->rank() != c_.id.rank)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("communicator is rank ", comm_->rank(), " of ", comm_->size(),
+                       " but this task is rank ", c_.id.rank, " of ", size()));
+    }
+    log::Info("All-reduce training",
+              {{"rank", c_.id.rank},
+               {"workers", size()},
+               {"communicator", comm_ != nullptr ? comm_->name() : "elastic"},
+               {"fused_buffers", buckets_.size()},
+               {"parameters", model_.num_parameters()}});
     step_ = 0;
     run_id_ = RandomHexId();
     if (chief != nullptr) {
@@ -214,6 +221,9 @@ class AllReduceExchange final : public GradientExchange {
 
   float* DeviceLossSlot() override { return loss_slot_; }
   bool Done(int64_t pos) const override { return pos >= c_.total_steps(); }
+  bool RunIsOver(const ps::ModelState& checkpoint) const override {
+    return Done(elastic_ ? checkpoint.gradients_applied : checkpoint.global_step);
+  }
   absl::Status EndTraining() override {
     // An elastic rank told at a reform that training is over has no group left to compare with.
     if (comm_ != nullptr) {
@@ -323,12 +333,6 @@ class AllReduceExchange final : public GradientExchange {
     }
     Bucket& last = buckets_.back();
     loss_slot_ = last.buffer.data() + last.elements - (elastic_ ? 2 : 1);
-    log::Info("All-reduce training",
-              {{"rank", c_.id.rank},
-               {"workers", size()},
-               {"communicator", comm_ != nullptr ? comm_->name() : "elastic"},
-               {"fused_buffers", buckets_.size()},
-               {"parameters", model_.num_parameters()}});
   }
 
   absl::Status Restore(const ps::ModelState& state) {
@@ -453,7 +457,7 @@ class AllReduceExchange final : public GradientExchange {
   std::vector<float> flat_;  // host copy of the parameters for the checksum
   int64_t step_ = 0;
   std::string run_id_;
-  uint64_t checksum_ = 0;
+  std::optional<uint64_t> checksum_;      // once the ranks compared the final parameters
   std::vector<absl::Span<float>> fused_;  // the buckets' buffers, as the communicator takes them
   size_t fused_bytes_ = 0;                // theirs together
   float* loss_slot_ = nullptr;            // in the last buffer: the step's mean loss

@@ -3,7 +3,8 @@
 // (worker/exchange_ps.h: push to the parameter servers, pull what they applied) and all-reduce
 // (worker/exchange_allreduce.h: sum with the peers, apply the update locally).
 //
-// The loop calls, in this order: Setup; Start; then per step LoadParameters, the model's
+// The loop calls, in this order: Setup; on the chief, RunIsOver with its latest checkpoint; Start;
+// then per step LoadParameters, the model's
 // ComputeGradients, Exchange (and Recover when a step failed); EndTraining; and, on the chief,
 // after its final evaluation and checkpoint, ShutDown. An evaluator task calls Setup, then
 // AwaitParameters and LoadParameters before each evaluation. Every call comes from the training
@@ -69,7 +70,8 @@ class GradientExchange {
   virtual ~GradientExchange() = default;
 
   // Checks what this strategy needs and builds its state (ps client, communicator buffers,
-  // optimizer), once the model exists.
+  // optimizer), once the model exists; it connects to no other task (all-reduce: the rank's
+  // communicator may be connected later, before Start).
   virtual absl::Status Setup() = 0;
   // Brings this task to the run's starting parameters: the chief (`chief` set, kept for the
   // rest of the run) initialises the run or restores it from ChiefDuties::LatestCheckpoint
@@ -91,13 +93,8 @@ class GradientExchange {
   // Whether training is over once this worker is at `pos`.
   virtual bool Done(int64_t pos) const = 0;
   // Whether `checkpoint`, one that fits this job, holds the end of its training, so that a
-  // chief finding it trains no more (ChiefDuties::FinishFromFinalCheckpoint). All-reduce: never.
-  // Its ranks connect to each other before training, so a chief that restarted after the run
-  // ended does not get this far, and one that did must share its state with the others.
-  virtual bool RunIsOver(const ps::ModelState& checkpoint) const {
-    (void)checkpoint;
-    return false;
-  }
+  // chief finding it trains no more (Trainer::FinishedRun, before Start). Setup has run.
+  virtual bool RunIsOver(const ps::ModelState& checkpoint) const = 0;
   // The last step's training is done (every rank calls it): all-reduce checks that every rank
   // holds the same parameters.
   virtual absl::Status EndTraining() = 0;

@@ -486,7 +486,18 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
   WorkerMetrics metrics(metrics_server->registry(),
                         {o.job_name, RoleName(id.role), std::to_string(id.rank),
                          std::string(device->name()), device_name, chosen.decision.reason});
-  Collective collective;
+  Collective collective;  // outlives the trainer, which borrows its communicator
+  Trainer trainer(o.trainer, id, *device, &data->train, &data->test, &metrics);
+  if (id.role == Role::kChief) {
+    // Before it waits for any other task: a chief restarted after its run ended ends it again.
+    absl::StatusOr<std::optional<TrainingSummary>> over = trainer.FinishedRun(g_stop);
+    RETURN_IF_ERROR(over.status());
+    if (over->has_value()) {
+      std::cout << (*over)->ToJson().dump() << std::endl;
+      *exit_code = 0;
+      return absl::OkStatus();
+    }
+  }
   if (o.trainer.mode == Mode::kAllReduce) {
     absl::StatusOr<Collective> connected = ConnectCollective(o, id, rendezvous, *device);
     if (!connected.ok() && g_stop.load()) {
@@ -496,10 +507,8 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
     }
     RETURN_IF_ERROR(connected.status());
     collective = std::move(*connected);
-    id.communicator = collective.communicator.get();
-    id.group = collective.group.get();
+    trainer.UseCollective(collective.communicator.get(), collective.group.get());
   }
-  Trainer trainer(o.trainer, id, *device, &data->train, &data->test, &metrics);
   absl::StatusOr<TrainingSummary> summary = trainer.Run(g_stop);
   if (!summary.ok() && g_stop.load()) {
     log::Info("Stopped by signal");

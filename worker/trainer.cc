@@ -142,15 +142,20 @@ class Trainer::Impl {
     exchange_.reset();
   }
 
+  absl::StatusOr<std::optional<TrainingSummary>> FinishedRun(const std::atomic<bool>& stop) {
+    RETURN_IF_ERROR(Setup(stop));
+    if (id_.role != Role::kChief) return std::nullopt;
+    return duties_->FinishFromFinalCheckpoint();
+  }
+
+  void UseCollective(Communicator* communicator, ElasticGroup* group) {
+    id_.communicator = communicator;
+    id_.group = group;
+  }
+
   absl::StatusOr<TrainingSummary> Run(const std::atomic<bool>& stop) {
-    start_ = absl::Now();
     RETURN_IF_ERROR(Setup(stop));
     if (id_.role == Role::kEvaluator) return EvaluatorLoop(stop);
-    if (duties_ != nullptr) {
-      // A chief that restarted after its run ended ends it again from the final checkpoint.
-      ASSIGN_OR_RETURN(std::optional<TrainingSummary> over, duties_->FinishFromFinalCheckpoint());
-      if (over) return *std::move(over);
-    }
     absl::StatusOr<int64_t> first = exchange_->Start(duties_.get());
     if (IsTrainingOver(first.status())) return Summary();
     RETURN_IF_ERROR(first.status());
@@ -158,8 +163,23 @@ class Trainer::Impl {
   }
 
  private:
+  // Once: the model, the data shard and the exchange (which connects to no other task yet). At
+  // every call: the chief's (or evaluator's) duties, whose summary times the task from now.
   absl::Status Setup(const std::atomic<bool>& stop) {
-    stop_ = &stop;
+    start_ = absl::Now();
+    if (!set_up_) {
+      stop_ = &stop;
+      RETURN_IF_ERROR(SetupOnce());
+      set_up_ = true;
+    }
+    if (id_.role != Role::kWorker) {
+      duties_ = std::make_unique<ChiefDuties>(options_, *model_, *exchange_, steps_per_epoch_,
+                                              test_, metrics_, start_);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SetupOnce() {
     RETURN_IF_ERROR(ValidateOptions(options_));
     ASSIGN_OR_RETURN(model_, MakeModel(options_.model, device_, options_.seed));
     if (train_ != nullptr && options_.elastic) {
@@ -181,14 +201,10 @@ class Trainer::Impl {
       }
     }
     exchange_ =
-        MakeGradientExchange({options_, id_, device_, *model_, metrics_, steps_per_epoch_, stop});
+        MakeGradientExchange({options_, id_, device_, *model_, metrics_, steps_per_epoch_, *stop_});
     RETURN_IF_ERROR(exchange_->Setup());
     if (id_.role != Role::kEvaluator && train_ == nullptr) {
       return absl::FailedPreconditionError("no training set loaded");
-    }
-    if (id_.role != Role::kWorker) {
-      duties_ = std::make_unique<ChiefDuties>(options_, *model_, *exchange_, steps_per_epoch_,
-                                              test_, metrics_, start_);
     }
     return absl::OkStatus();
   }
@@ -294,7 +310,7 @@ class Trainer::Impl {
   }
 
   const TrainerOptions options_;
-  const TaskIdentity id_;
+  TaskIdentity id_;  // the exchange reads it from Setup on; UseCollective completes it
   Device& device_;
   const Dataset* train_;
   const Dataset* test_;
@@ -311,6 +327,7 @@ class Trainer::Impl {
   float last_loss_ = 0;
   int64_t local_steps_ = 0;                  // steps this task made
   const std::atomic<bool>* stop_ = nullptr;  // Run's, from Setup on
+  bool set_up_ = false;                      // SetupOnce succeeded
 };
 
 Trainer::Trainer(TrainerOptions options, TaskIdentity identity, Device& device,
@@ -319,6 +336,14 @@ Trainer::Trainer(TrainerOptions options, TaskIdentity identity, Device& device,
                                    metrics)) {}
 
 Trainer::~Trainer() = default;
+
+absl::StatusOr<std::optional<TrainingSummary>> Trainer::FinishedRun(const std::atomic<bool>& stop) {
+  return impl_->FinishedRun(stop);
+}
+
+void Trainer::UseCollective(Communicator* communicator, ElasticGroup* group) {
+  impl_->UseCollective(communicator, group);
+}
 
 absl::StatusOr<TrainingSummary> Trainer::Run(const std::atomic<bool>& stop) {
   return impl_->Run(stop);

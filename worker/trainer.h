@@ -135,6 +135,15 @@ class Trainer {
           const Dataset* test, WorkerMetrics* metrics);
   ~Trainer();
 
+  // The chief, before it connects to any other task: when its latest checkpoint holds the end of
+  // the run, this is a chief that restarted after ending training, and the tasks it would wait
+  // for (the ps it shut down, the peers that finished) may be gone for good. Evaluates that
+  // checkpoint, shuts down any ps still running and returns the run's summary; nullopt when there
+  // is training left, for Run (docs/architecture.md §10). `stop` is Run's.
+  absl::StatusOr<std::optional<TrainingSummary>> FinishedRun(const std::atomic<bool>& stop);
+  // All-reduce mode, for a Trainer made before its rank connected: the connected communicator, or
+  // an elastic job's group (borrowed; TaskIdentity says the same). Before Run.
+  void UseCollective(Communicator* communicator, ElasticGroup* group);
   // Trains (or, for an evaluator, evaluates) until training is over. The chief returns the
   // summary of the run; other tasks a summary of what they saw.
   absl::StatusOr<TrainingSummary> Run(const std::atomic<bool>& stop);

@@ -117,6 +117,40 @@ TEST_F(AllReduceTrainerTest, TwoRanksLearnTogetherInLockstep) {
   EXPECT_FALSE(results[0]->checkpoint.empty());
 }
 
+// A chief restarted after the run ended: its peers finished and are gone, so it must not wait to
+// connect to them. kubetrain-worker asks FinishedRun before it connects anything.
+TEST_F(AllReduceTrainerTest, AChiefRestartedAfterItsRunEndedFinishesWithoutItsPeers) {
+  const std::string dir = FreshTempDir("allreduce_restarted_chief");
+  auto results = TrainRanks({Options(1, dir), Options(1, "")}, data_->train, data_->test);
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  ASSERT_TRUE(results[1].ok()) << results[1].status();
+
+  CpuDevice device;
+  Trainer chief(Options(1, dir), {Role::kChief, 0, 2, {}}, device, &data_->train, &data_->test,
+                nullptr);
+  std::atomic<bool> stop{false};
+  auto over = chief.FinishedRun(stop);
+  ASSERT_TRUE(over.ok()) << over.status();
+  ASSERT_TRUE(over->has_value());
+  EXPECT_EQ((*over)->steps, 468);
+  EXPECT_EQ((*over)->checkpoint, results[0]->checkpoint);
+  EXPECT_EQ((*over)->test_loss, results[0]->test_loss);
+  EXPECT_EQ((*over)->test_accuracy, results[0]->test_accuracy);
+  EXPECT_EQ((*over)->examples_per_second, 0);
+
+  // Halfway through, the same chief trains: FinishedRun leaves it to Run.
+  const std::string halfway = FreshTempDir("allreduce_restarted_chief_halfway");
+  auto state = Checkpointer({dir, 3}).LoadLatest("mlp");
+  ASSERT_TRUE(state.ok() && state->has_value()) << state.status();
+  (*state)->global_step = 200;
+  ASSERT_THAT(Checkpointer({halfway, 3}).Save(**state, "mlp"), IsOk());
+  Trainer resumed(Options(1, halfway), {Role::kChief, 0, 2, {}}, device, &data_->train,
+                  &data_->test, nullptr);
+  auto left = resumed.FinishedRun(stop);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_FALSE(left->has_value());
+}
+
 // With two ranks the all-reduce sum g0 + g1 and the ps's average of the same two gradients are
 // the same floats (addition of two numbers commutes; halving is exact), and both apply the
 // optimizer through ps/update_rule.h: the two modes must train bit-identical models.

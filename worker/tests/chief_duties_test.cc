@@ -46,6 +46,9 @@ class ScriptedExchange : public GradientExchange {
     return failure;
   }
   bool Done(int64_t pos) const override { return pos >= total_; }
+  bool RunIsOver(const ps::ModelState& checkpoint) const override {
+    return Done(checkpoint.global_step);
+  }
   absl::Status EndTraining() override { return absl::OkStatus(); }
   void ShutDown() override { calls.push_back("shutdown"); }
   absl::StatusOr<ps::ModelState> Export() override {
@@ -197,6 +200,45 @@ TEST_F(ChiefDutiesTest, FinishEvaluatesCheckpointsThenShutsDownAndReportsTheChec
   // The summary's JSON line, as the chief prints it.
   EXPECT_EQ(summary->ToJson()["event"], "training_complete");
   EXPECT_EQ(summary->ToJson()["checkpoint"], summary->checkpoint);
+}
+
+// A chief that restarts after the run's final checkpoint evaluates that checkpoint and ends the
+// run; before it, it trains.
+TEST_F(ChiefDutiesTest, OnlyTheFinalCheckpointEndsTheRunWithoutTraining) {
+  ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  auto none = duties.FinishFromFinalCheckpoint();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value());  // no checkpoint yet
+  exchange.step = kStepsPerEpoch;
+  ASSERT_THAT(duties.SaveCheckpoint(), IsOk());
+  auto halfway = duties.FinishFromFinalCheckpoint();
+  ASSERT_TRUE(halfway.ok()) << halfway.status();
+  EXPECT_FALSE(halfway->has_value());  // step 10 of 20: training is left
+  exchange.step = 2 * kStepsPerEpoch;
+  auto trained = duties.Finish();
+  ASSERT_TRUE(trained.ok()) << trained.status();
+
+  // The restarted chief's model starts from other values: they come from the checkpoint.
+  auto fresh = MakeModel("mlp", device_, 7);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ScriptedExchange restarted(**fresh, 2 * kStepsPerEpoch);
+  ChiefDuties again(options_, **fresh, restarted, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  LogCapture logs;
+  auto over = again.FinishFromFinalCheckpoint();
+  ASSERT_TRUE(over.ok()) << over.status();
+  ASSERT_TRUE(over->has_value());
+  const TrainingSummary& s = **over;
+  EXPECT_EQ(s.steps, 20);
+  EXPECT_EQ(s.checkpoint, options_.checkpoint_dir + "/ckpt-20.pb");
+  EXPECT_EQ(s.checkpoint, trained->checkpoint);
+  EXPECT_EQ(s.test_loss, trained->test_loss);
+  EXPECT_EQ(s.test_accuracy, trained->test_accuracy);
+  EXPECT_EQ(s.examples_per_second, 0);
+  // Nothing trained, pulled or exported; whatever ps still run are shut down.
+  EXPECT_EQ(restarted.calls, (std::vector<std::string>{"shutdown"}));
+  EXPECT_NE(logs.Find("The latest checkpoint ends the run"), "");
+  EXPECT_NE(logs.Find("msg=\"Training complete\" steps=20"), "");
 }
 
 TEST_F(ChiefDutiesTest, WithoutACheckpointDirNothingIsWrittenOrRestored) {
