@@ -4,11 +4,11 @@
 // (worker/exchange_allreduce.h: sum with the peers, apply the update locally).
 //
 // The loop calls, in this order: Setup; on the chief, RunIsOver with its latest checkpoint; Start;
-// then per step LoadParameters, the model's
-// ComputeGradients, Exchange (and Recover when a step failed); EndTraining; and, on the chief,
-// after its final evaluation and checkpoint, ShutDown. An evaluator task calls Setup, then
-// AwaitParameters and LoadParameters before each evaluation. Every call comes from the training
-// thread; an implementation may run threads of its own (the ps chief's watch).
+// then per step LoadParameters, the model's ComputeGradients, Exchange (and Recover when a step
+// failed); EndTraining; and, on the chief, after its final evaluation and checkpoint, ShutDown.
+// An evaluator task calls Setup, then AwaitParameters and LoadParameters before each evaluation.
+// Every call comes from the training thread; an implementation may run threads of its own (the
+// ps chief's watch).
 #pragma once
 
 #include <atomic>
