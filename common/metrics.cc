@@ -4,7 +4,7 @@
 #include <sys/socket.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "common/http_serve.h"
 #include "prometheus/text_serializer.h"
 
 namespace kubetrain {
@@ -42,10 +42,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(absl::string
         absl::StrCat("metrics: cannot listen on ", address,
                      " (is the port in use? choose another with --metrics-port)"));
   }
-  httplib::Server* server = m->server_.get();
-  m->thread_ = std::thread([server] { server->listen_after_bind(); });
-  // stop() is a no-op until the loop runs, so a server destroyed right away would never stop.
-  for (int i = 0; i < 5000 && !server->is_running(); ++i) absl::SleepFor(absl::Milliseconds(1));
+  m->thread_ = ServeInBackground(*m->server_);
   return m;
 }
 

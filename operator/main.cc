@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
 #include "common/host_port.h"
+#include "common/http_serve.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -245,7 +246,7 @@ absl::Status Main(int argc, char** argv) {
   if (!health.bind_to_port(health_host, health_port)) {
     return absl::UnavailableError("--health-address: cannot listen on " + o.health_address);
   }
-  std::thread health_thread([&health] { health.listen_after_bind(); });
+  std::thread health_thread = ServeInBackground(health);
 
   absl::Status result;
   if (elector) {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/http_serve.h"
 #include "common/logging.h"
 #include "e2e/localkube/connections.h"
 #include "e2e/localkube/decode.h"
@@ -83,7 +84,7 @@ absl::Status Server::Start() {
         absl::StrCat("cannot listen on ", options_.host, ":", options_.port));
   }
   sockets_ = std::make_shared<AcceptedSockets>(port_);
-  listener_ = std::thread([this] { http_->listen_after_bind(); });
+  listener_ = ServeInBackground(*http_);  // so that a Stop right after this stops it
   if (options_.compact_every > absl::ZeroDuration()) {
     compactor_ = std::thread([this] {
       absl::Time next = absl::Now() + options_.compact_every;
