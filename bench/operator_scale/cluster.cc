@@ -200,8 +200,10 @@ absl::Status Cluster::InstallCrd() {
 }
 
 absl::Status Cluster::StartOperator() {
-  ASSIGN_OR_RETURN(metrics_port_, FreeLoopbackPort());
-  ASSIGN_OR_RETURN(int health_port, FreeLoopbackPort());
+  // Two different ports: separate FreeLoopbackPort calls may return one port twice.
+  ASSIGN_OR_RETURN(std::vector<int> ports, FreeLoopbackPorts(2));
+  metrics_port_ = ports[0];
+  const int health_port = ports[1];
   kubetrain::ProcessOptions p;
   p.argv = {opt_.operator_path,
             "--kubeconfig=" + kubeconfig_,
