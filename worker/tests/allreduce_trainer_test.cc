@@ -138,7 +138,8 @@ TEST_F(AllReduceTrainerTest, AChiefRestartedAfterItsRunEndedFinishesWithoutItsPe
   EXPECT_EQ((*over)->test_accuracy, results[0]->test_accuracy);
   EXPECT_EQ((*over)->examples_per_second, 0);
 
-  // Halfway through, the same chief trains: FinishedRun leaves it to Run.
+  // A chief whose latest checkpoint is from halfway through has training left: FinishedRun
+  // leaves it to Run.
   const std::string halfway = FreshTempDir("allreduce_restarted_chief_halfway");
   auto state = Checkpointer({dir, 3}).LoadLatest("mlp");
   ASSERT_TRUE(state.ok() && state->has_value()) << state.status();
