@@ -156,7 +156,10 @@ TEST_F(ControllerTest, BackoffLimitCountsRestartsAcrossPods) {
   ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "bo-ps-0").has_value(); }));
   std::string uid = Uid("bo-ps-0");
   SetPod("bo-ps-0", "Failed", 2);
-  ASSERT_TRUE(Eventually([&] { return Uid("bo-ps-0") != uid && !Uid("bo-ps-0").empty(); }));
+  ASSERT_TRUE(Eventually([&] {
+    std::string now = Uid("bo-ps-0");
+    return !now.empty() && now != uid;
+  }));
   SetPod("bo-worker-0", "Failed", 137);
   ASSERT_TRUE(Eventually([&] { return State("bo") == "Failed"; }));
   EXPECT_EQ(Status("bo")["conditions"].back()["reason"], "BackoffLimitExceeded");
@@ -169,8 +172,9 @@ TEST_F(ControllerTest, RestartScopeJobRecreatesEveryPod) {
   std::string w0_uid = Uid("sj-worker-0");
   SetPod("sj-worker-1", "Failed", 143);
   EXPECT_TRUE(Eventually([&] {
-    return !Uid("sj-ps-0").empty() && Uid("sj-ps-0") != ps_uid && !Uid("sj-worker-0").empty() &&
-           Uid("sj-worker-0") != w0_uid && !Uid("sj-worker-1").empty();
+    std::string ps = Uid("sj-ps-0"), w0 = Uid("sj-worker-0");
+    return !ps.empty() && ps != ps_uid && !w0.empty() && w0 != w0_uid &&
+           !Uid("sj-worker-1").empty();
   }));
   EXPECT_EQ(ReplicaField("sj", "Worker", "restarts", 0), 1);
 }
@@ -188,8 +192,8 @@ TEST_F(ControllerTest, RestartScopeJobRunsAFinishedWorkerAgain) {
       [&] { return ReplicaField<std::string>("fw", "Worker", "completedIndexes", "") == "1"; }));
   SetPod("fw-worker-0", "Failed", 137);
   ASSERT_TRUE(Eventually([&] {
-    return !Uid("fw-worker-0").empty() && Uid("fw-worker-0") != w0_uid &&
-           !Uid("fw-worker-1").empty() && Uid("fw-worker-1") != w1_uid;
+    std::string w0 = Uid("fw-worker-0"), w1 = Uid("fw-worker-1");
+    return !w0.empty() && w0 != w0_uid && !w1.empty() && w1 != w1_uid;
   }));
   EXPECT_EQ(ReplicaField<std::string>("fw", "Worker", "completedIndexes", ""), "");
   EXPECT_EQ(ReplicaField("fw", "Worker", "restarts", 0), 1);
@@ -446,7 +450,7 @@ TEST_F(ControllerTest, ReplicaChangeRestartsTheWholeJobOnTheNewClusterSpec) {
                   .ok());
   ASSERT_TRUE(Eventually([&] {
     auto pod = Get(Resource::Pods(), "sc-worker-0");
-    return pod && Uid("sc-worker-0") != w0 &&
+    return pod && (*pod)["metadata"].value("uid", "") != w0 &&
            TfConfigOf(*pod).find(R"("worker":["sc-worker-0.sc.default.svc:2222"])") !=
                std::string::npos &&
            !Get(Resource::Pods(), "sc-worker-1").has_value() &&
