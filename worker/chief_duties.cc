@@ -72,6 +72,10 @@ absl::Status ChiefDuties::SaveInitialCheckpoint(const ps::ModelState& state) {
 absl::Status ChiefDuties::SaveCheckpoint() {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(ps::ModelState state, exchange_.Export());
+  return Save(state);
+}
+
+absl::Status ChiefDuties::Save(const ps::ModelState& state) {
   ASSIGN_OR_RETURN(last_checkpoint_, checkpointer_.Save(state, options_.model));
   last_checkpoint_time_ = absl::Now();
   log::Info("Saved checkpoint", {{"path", last_checkpoint_}, {"global_step", state.global_step}});
@@ -107,11 +111,42 @@ absl::Status ChiefDuties::Evaluate(std::optional<int64_t> epoch) {
   return absl::OkStatus();
 }
 
+absl::Status ChiefDuties::EvaluateState(const ps::ModelState& state, const std::string& source,
+                                        std::optional<int64_t> epoch) {
+  if (test_ == nullptr) return absl::FailedPreconditionError("no test set loaded");
+  // The model's values in its own order; the state's variables may come in any.
+  std::vector<float> values;
+  values.reserve(model_.num_parameters());
+  for (Variable* v : model_.variables()) {
+    for (const ps::VariableState& saved : state.variables) {
+      if (saved.name == v->name)
+        values.insert(values.end(), saved.values.begin(), saved.values.end());
+    }
+  }
+  if (static_cast<int64_t>(values.size()) != model_.num_parameters()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(source, " does not hold every variable of the ", options_.model, " model"));
+  }
+  RETURN_IF_ERROR(model_.WriteValues(values));
+  ASSIGN_OR_RETURN(last_eval_, model_.Evaluate(*test_, options_.eval_batch));
+  LogEvaluation(last_eval_, state.global_step, epoch, metrics_);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainingSummary> ChiefDuties::Finish() {
-  RETURN_IF_ERROR(Evaluate(options_.epochs));
-  RETURN_IF_ERROR(SaveCheckpoint(), "final checkpoint");
+  if (options_.checkpoint_dir.empty()) {
+    RETURN_IF_ERROR(Evaluate(options_.epochs));
+    exchange_.ShutDown();
+    return Completed(SummaryAt(exchange_.global_step(), exchange_.examples_per_step()));
+  }
+  // One read of the final state, saved and then evaluated: in ps-async the other workers' last
+  // pushes land between two reads of the ps, and a summary evaluated on its own read would
+  // describe values (and a step) that no checkpoint holds.
+  ASSIGN_OR_RETURN(ps::ModelState state, exchange_.Export(), "final checkpoint");
+  RETURN_IF_ERROR(Save(state), "final checkpoint");
+  RETURN_IF_ERROR(EvaluateState(state, last_checkpoint_, options_.epochs));
   exchange_.ShutDown();
-  return Completed(Summary());
+  return Completed(SummaryAt(state.global_step, exchange_.examples_per_step()));
 }
 
 absl::StatusOr<std::optional<TrainingSummary>> ChiefDuties::FinishFromFinalCheckpoint() {
@@ -122,31 +157,11 @@ absl::StatusOr<std::optional<TrainingSummary>> ChiefDuties::FinishFromFinalCheck
   if (!state || !exchange_.RunIsOver(*state)) return std::nullopt;
   log::Info("The latest checkpoint ends the run; evaluating it instead of training",
             {{"path", path}, {"global_step", state->global_step}});
-  // The model's values in its own order; LoadLatest checked every variable's name and size.
-  std::vector<float> values;
-  values.reserve(model_.num_parameters());
-  for (Variable* v : model_.variables()) {
-    for (const ps::VariableState& saved : state->variables) {
-      if (saved.name == v->name)
-        values.insert(values.end(), saved.values.begin(), saved.values.end());
-    }
-  }
-  if (static_cast<int64_t>(values.size()) != model_.num_parameters()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " does not hold every variable of the ", options_.model, " model"));
-  }
-  RETURN_IF_ERROR(model_.WriteValues(values));
-  if (test_ == nullptr) return absl::FailedPreconditionError("no test set loaded");
-  ASSIGN_OR_RETURN(last_eval_, model_.Evaluate(*test_, options_.eval_batch));
-  LogEvaluation(last_eval_, state->global_step, options_.epochs, metrics_);
+  RETURN_IF_ERROR(EvaluateState(*state, path, options_.epochs));
   last_checkpoint_ = path;
   exchange_.ShutDown();  // the ps, if they outlived the chief that trained, end with the job
   // No examples per second: this task trained nothing.
-  TrainingSummary summary = RunSummary(options_, state->global_step, 0, start_);
-  summary.test_accuracy = last_eval_.accuracy;
-  summary.test_loss = last_eval_.loss;
-  summary.checkpoint = path;
-  return Completed(std::move(summary));
+  return Completed(SummaryAt(state->global_step, 0));
 }
 
 TrainingSummary ChiefDuties::Completed(TrainingSummary summary) const {
@@ -164,8 +179,11 @@ TrainingSummary ChiefDuties::Completed(TrainingSummary summary) const {
 }
 
 TrainingSummary ChiefDuties::Summary() const {
-  TrainingSummary s =
-      RunSummary(options_, exchange_.global_step(), exchange_.examples_per_step(), start_);
+  return SummaryAt(exchange_.global_step(), exchange_.examples_per_step());
+}
+
+TrainingSummary ChiefDuties::SummaryAt(int64_t steps, int examples_per_step) const {
+  TrainingSummary s = RunSummary(options_, steps, examples_per_step, start_);
   s.test_accuracy = last_eval_.accuracy;
   s.test_loss = last_eval_.loss;
   s.checkpoint = last_checkpoint_;

@@ -61,8 +61,9 @@ class ChiefDuties {
   // Evaluates the exchange's parameters on the test set and logs the `evaluation` line (with
   // `epoch`, where known).
   absl::Status Evaluate(std::optional<int64_t> epoch);
-  // Training is over: the final evaluation and checkpoint, the exchange's ShutDown, and the
-  // "Training complete" line. Returns the run's summary.
+  // Training is over: the final checkpoint, the evaluation of exactly its values, the
+  // exchange's ShutDown, and the "Training complete" line. Returns the run's summary, at the
+  // final checkpoint's step.
   absl::StatusOr<TrainingSummary> Finish();
   // Before training: when the latest checkpoint holds the end of the run
   // (GradientExchange::RunIsOver), the chief is one that restarted after ending training, and
@@ -88,6 +89,14 @@ class ChiefDuties {
 
   // What a checkpoint must fit to be restored into this job.
   CheckpointExpectation Expected() const;
+  // Writes `state` as the newest checkpoint.
+  absl::Status Save(const ps::ModelState& state);
+  // Writes `state`'s values (from `source`, named in errors) into the model, evaluates them on
+  // the test set and logs the `evaluation` line at the state's global step.
+  absl::Status EvaluateState(const ps::ModelState& state, const std::string& source,
+                             std::optional<int64_t> epoch);
+  // The summary of a run at `steps`: test results and last checkpoint as they are now.
+  TrainingSummary SummaryAt(int64_t steps, int examples_per_step) const;
   // Logs the "Training complete" line of `summary` and returns it.
   TrainingSummary Completed(TrainingSummary summary) const;
 

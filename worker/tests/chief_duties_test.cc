@@ -54,10 +54,11 @@ class ScriptedExchange : public GradientExchange {
   absl::StatusOr<ps::ModelState> Export() override {
     calls.push_back("export");
     ps::ModelState state;
-    state.global_step = step;
+    state.global_step = step + late_pushes;
     state.run_id = "scripted";
     std::vector<float> flat(model_.num_parameters());
     RETURN_IF_ERROR(model_.ReadValues(absl::MakeSpan(flat)));
+    for (float& x : flat) x += 0.01f * late_pushes;  // what those pushes changed
     size_t offset = 0;
     for (Variable* v : model_.variables()) {
       state.variables.push_back(
@@ -73,6 +74,9 @@ class ScriptedExchange : public GradientExchange {
   absl::Status AwaitParameters(bool) override { return absl::OkStatus(); }
 
   int64_t step = 0;
+  // ps-async: other workers' pushes the ps applied since this worker's last exchange, which
+  // Export sees and the model does not.
+  int late_pushes = 0;
   std::optional<uint64_t> checksum;
   std::vector<std::string> calls;
 
@@ -185,7 +189,7 @@ TEST_F(ChiefDutiesTest, ACheckpointIsWrittenWhenThePeriodHasPassed) {
   EXPECT_EQ(duties.Summary().checkpoint, options_.checkpoint_dir + "/ckpt-20.pb");
 }
 
-TEST_F(ChiefDutiesTest, FinishEvaluatesCheckpointsThenShutsDownAndReportsTheChecksum) {
+TEST_F(ChiefDutiesTest, FinishCheckpointsEvaluatesThatThenShutsDownAndReportsTheChecksum) {
   ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
   exchange.step = 2 * kStepsPerEpoch;
   exchange.checksum = 0xabcdef0123456789ull;
@@ -193,13 +197,41 @@ TEST_F(ChiefDutiesTest, FinishEvaluatesCheckpointsThenShutsDownAndReportsTheChec
   LogCapture logs;
   auto summary = duties.Finish();
   ASSERT_TRUE(summary.ok()) << summary.status();
-  EXPECT_EQ(exchange.calls, (std::vector<std::string>{"load", "export", "shutdown"}));
+  // One read of the final state, saved and evaluated; no second read for the evaluation.
+  EXPECT_EQ(exchange.calls, (std::vector<std::string>{"export", "shutdown"}));
   EXPECT_EQ(summary->checkpoint, options_.checkpoint_dir + "/ckpt-20.pb");
   EXPECT_NE(logs.Find("msg=\"Training complete\" steps=20"), "");
   EXPECT_NE(logs.Find("parameter_checksum=abcdef0123456789"), "");
   // The summary's JSON line, as the chief prints it.
   EXPECT_EQ(summary->ToJson()["event"], "training_complete");
   EXPECT_EQ(summary->ToJson()["checkpoint"], summary->checkpoint);
+}
+
+// ps-async: the other workers push on until the chief shuts the ps down, so the ps is ahead of
+// the chief's last exchange when it finishes. The summary describes the final checkpoint (its
+// step, its values), not a read of the ps taken a moment before or after it.
+TEST_F(ChiefDutiesTest, TheSummaryDescribesTheFinalCheckpointWhenPushesLandMeanwhile) {
+  // The run ends at 22 pushes; the chief's last push was answered at 20.
+  ScriptedExchange exchange(*model_, 22);
+  exchange.step = 20;
+  exchange.late_pushes = 2;
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  auto summary = duties.Finish();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->steps, 22);
+  EXPECT_EQ(summary->checkpoint, options_.checkpoint_dir + "/ckpt-22.pb");
+
+  // The checkpoint, evaluated by a chief started afresh, gives the summary's figures.
+  auto fresh = MakeModel("mlp", device_, 7);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ScriptedExchange restarted(**fresh, 22);
+  ChiefDuties again(options_, **fresh, restarted, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  auto over = again.FinishFromFinalCheckpoint();
+  ASSERT_TRUE(over.ok()) << over.status();
+  ASSERT_TRUE(over->has_value());
+  EXPECT_EQ((*over)->steps, summary->steps);
+  EXPECT_EQ((*over)->test_loss, summary->test_loss);
+  EXPECT_EQ((*over)->test_accuracy, summary->test_accuracy);
 }
 
 // A chief that restarts after the run's final checkpoint evaluates that checkpoint and ends the
