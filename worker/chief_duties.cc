@@ -59,11 +59,25 @@ CheckpointExpectation ChiefDuties::Expected() const {
 
 absl::StatusOr<std::optional<ps::ModelState>> ChiefDuties::LatestCheckpoint() const {
   if (options_.checkpoint_dir.empty()) return std::nullopt;
+  {
+    std::lock_guard<std::mutex> lock(read_at_start_mu_);
+    if (read_at_start_) {
+      std::optional<ps::ModelState> state = std::move(read_at_start_);
+      read_at_start_.reset();
+      return state;
+    }
+  }
   return checkpointer_.LoadLatest(Expected());
+}
+
+void ChiefDuties::ForgetReadAtStart() {
+  std::lock_guard<std::mutex> lock(read_at_start_mu_);
+  read_at_start_.reset();
 }
 
 absl::Status ChiefDuties::SaveInitialCheckpoint(const ps::ModelState& state) {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+  ForgetReadAtStart();
   ASSIGN_OR_RETURN(last_checkpoint_, checkpointer_.Save(state, options_.model));
   last_checkpoint_time_ = absl::Now();
   return absl::OkStatus();
@@ -76,6 +90,7 @@ absl::Status ChiefDuties::SaveCheckpoint() {
 }
 
 absl::Status ChiefDuties::Save(const ps::ModelState& state) {
+  ForgetReadAtStart();
   ASSIGN_OR_RETURN(last_checkpoint_, checkpointer_.Save(state, options_.model));
   last_checkpoint_time_ = absl::Now();
   log::Info("Saved checkpoint", {{"path", last_checkpoint_}, {"global_step", state.global_step}});
@@ -154,7 +169,13 @@ absl::StatusOr<std::optional<TrainingSummary>> ChiefDuties::FinishFromFinalCheck
   std::string path;
   ASSIGN_OR_RETURN(std::optional<ps::ModelState> state,
                    checkpointer_.LoadLatest(Expected(), &path));
-  if (!state || !exchange_.RunIsOver(*state)) return std::nullopt;
+  if (!state) return std::nullopt;
+  if (!exchange_.RunIsOver(*state)) {
+    // Training resumes from it: the restore (LatestCheckpoint) takes it from here.
+    std::lock_guard<std::mutex> lock(read_at_start_mu_);
+    read_at_start_ = std::move(state);
+    return std::nullopt;
+  }
   log::Info("The latest checkpoint ends the run; evaluating it instead of training",
             {{"path", path}, {"global_step", state->global_step}});
   RETURN_IF_ERROR(EvaluateState(*state, path, options_.epochs));

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -43,7 +44,9 @@ class ChiefDuties {
               absl::Time start);
 
   // The newest checkpoint that fits this job, or nullopt when there is none or no
-  // --checkpoint-dir. Safe to call from another thread while training goes on.
+  // --checkpoint-dir. Safe to call from another thread while training goes on. The first call
+  // after FinishFromFinalCheckpoint found training left takes the checkpoint it read, unless a
+  // checkpoint was written since: a restarted chief reads it once.
   absl::StatusOr<std::optional<ps::ModelState>> LatestCheckpoint() const;
   // Records `state`, the state a new run starts from, as the first checkpoint (without
   // --checkpoint-dir, nothing).
@@ -69,7 +72,8 @@ class ChiefDuties {
   // (GradientExchange::RunIsOver), the chief is one that restarted after ending training, and
   // the ps it shut down may be gone for good. Evaluates that checkpoint, shuts down whatever ps
   // still run (ShutDown) and returns the summary naming it, waiting for no other task.
-  // nullopt: there is training left, or no checkpoint.
+  // nullopt: there is training left (the checkpoint read is kept for LatestCheckpoint), or no
+  // checkpoint.
   absl::StatusOr<std::optional<TrainingSummary>> FinishFromFinalCheckpoint();
 
   // The summary so far: global step, test results, last checkpoint.
@@ -99,6 +103,12 @@ class ChiefDuties {
   TrainingSummary SummaryAt(int64_t steps, int examples_per_step) const;
   // Logs the "Training complete" line of `summary` and returns it.
   TrainingSummary Completed(TrainingSummary summary) const;
+
+  // Drops the checkpoint FinishFromFinalCheckpoint read: a newer one is being written.
+  void ForgetReadAtStart();
+
+  mutable std::mutex read_at_start_mu_;
+  mutable std::optional<ps::ModelState> read_at_start_;  // guarded by read_at_start_mu_
 
   EvalResult last_eval_;
   std::string last_checkpoint_;  // path of the last checkpoint written

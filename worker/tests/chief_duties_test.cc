@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -271,6 +272,36 @@ TEST_F(ChiefDutiesTest, OnlyTheFinalCheckpointEndsTheRunWithoutTraining) {
   EXPECT_EQ(restarted.calls, (std::vector<std::string>{"shutdown"}));
   EXPECT_NE(logs.Find("The latest checkpoint ends the run"), "");
   EXPECT_NE(logs.Find("msg=\"Training complete\" steps=20"), "");
+}
+
+// A chief restarted part-way through reads its latest checkpoint once: to see whether the run
+// is over, and then to resume from it. A checkpoint written meanwhile is read afresh.
+TEST_F(ChiefDutiesTest, ARestartedChiefReadsTheCheckpointItResumesFromOnce) {
+  ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  exchange.step = kStepsPerEpoch;
+  ASSERT_THAT(duties.SaveCheckpoint(), IsOk());
+  // An unreadable manifest: each read of the directory says so in the log.
+  std::ofstream(options_.checkpoint_dir + "/checkpoint.json", std::ios::trunc) << "{\"latest\"";
+
+  ScriptedExchange restarted(*model_, 2 * kStepsPerEpoch);
+  ChiefDuties again(options_, *model_, restarted, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  LogCapture logs;
+  auto over = again.FinishFromFinalCheckpoint();
+  ASSERT_TRUE(over.ok()) << over.status();
+  EXPECT_FALSE(over->has_value());
+  auto latest = again.LatestCheckpoint();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ((*latest)->global_step, kStepsPerEpoch);
+  EXPECT_EQ(logs.Count("Checkpoint manifest is unreadable"), 1);
+
+  restarted.step = kStepsPerEpoch + 5;
+  ASSERT_THAT(again.SaveCheckpoint(), IsOk());
+  auto newer = again.LatestCheckpoint();
+  ASSERT_TRUE(newer.ok()) << newer.status();
+  ASSERT_TRUE(newer->has_value());
+  EXPECT_EQ((*newer)->global_step, kStepsPerEpoch + 5);
 }
 
 TEST_F(ChiefDutiesTest, WithoutACheckpointDirNothingIsWrittenOrRestored) {
