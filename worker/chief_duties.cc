@@ -2,6 +2,7 @@
 // JSON line; see worker/chief_duties.h.
 #include "worker/chief_duties.h"
 
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,11 +62,7 @@ absl::StatusOr<std::optional<ps::ModelState>> ChiefDuties::LatestCheckpoint() co
   if (options_.checkpoint_dir.empty()) return std::nullopt;
   {
     std::lock_guard<std::mutex> lock(read_at_start_mu_);
-    if (read_at_start_) {
-      std::optional<ps::ModelState> state = std::move(read_at_start_);
-      read_at_start_.reset();
-      return state;
-    }
+    if (read_at_start_) return std::exchange(read_at_start_, std::nullopt);
   }
   return checkpointer_.LoadLatest(Expected());
 }
@@ -120,9 +117,12 @@ absl::Status ChiefDuties::AfterStep(int64_t pos, int64_t epoch_before, float los
 absl::Status ChiefDuties::Evaluate(std::optional<int64_t> epoch) {
   if (test_ == nullptr) return absl::FailedPreconditionError("no test set loaded");
   RETURN_IF_ERROR(exchange_.LoadParameters());
-  ASSIGN_OR_RETURN(EvalResult eval, model_.Evaluate(*test_, options_.eval_batch));
-  LogEvaluation(eval, exchange_.global_step(), epoch, metrics_);
-  last_eval_ = eval;
+  return EvaluateModel(exchange_.global_step(), epoch);
+}
+
+absl::Status ChiefDuties::EvaluateModel(int64_t step, std::optional<int64_t> epoch) {
+  ASSIGN_OR_RETURN(last_eval_, model_.Evaluate(*test_, options_.eval_batch));
+  LogEvaluation(last_eval_, step, epoch, metrics_);
   return absl::OkStatus();
 }
 
@@ -143,16 +143,14 @@ absl::Status ChiefDuties::EvaluateState(const ps::ModelState& state, const std::
         absl::StrCat(source, " does not hold every variable of the ", options_.model, " model"));
   }
   RETURN_IF_ERROR(model_.WriteValues(values));
-  ASSIGN_OR_RETURN(last_eval_, model_.Evaluate(*test_, options_.eval_batch));
-  LogEvaluation(last_eval_, state.global_step, epoch, metrics_);
-  return absl::OkStatus();
+  return EvaluateModel(state.global_step, epoch);
 }
 
 absl::StatusOr<TrainingSummary> ChiefDuties::Finish() {
   if (options_.checkpoint_dir.empty()) {
     RETURN_IF_ERROR(Evaluate(options_.epochs));
     exchange_.ShutDown();
-    return Completed(SummaryAt(exchange_.global_step(), exchange_.examples_per_step()));
+    return Completed(Summary());
   }
   // One read of the final state, saved and then evaluated: in ps-async the other workers' last
   // pushes land between two reads of the ps, and a summary evaluated on its own read would

@@ -99,6 +99,9 @@ class ChiefDuties {
   // the test set and logs the `evaluation` line at the state's global step.
   absl::Status EvaluateState(const ps::ModelState& state, const std::string& source,
                              std::optional<int64_t> epoch);
+  // Evaluates the model's values as they are, logs the `evaluation` line at `step` and keeps
+  // the result for the summary. The test set is there.
+  absl::Status EvaluateModel(int64_t step, std::optional<int64_t> epoch);
   // The summary of a run at `steps`: test results and last checkpoint as they are now.
   TrainingSummary SummaryAt(int64_t steps, int examples_per_step) const;
   // Logs the "Training complete" line of `summary` and returns it.
