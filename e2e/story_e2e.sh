@@ -131,9 +131,10 @@ timeout 20 bash -c "until [[ -n \"\$(curl -sfG http://127.0.0.1:$PROM_PORT/api/v
   || fail "kubetrain_operator_jobs_succeeded_total never reached Prometheus"
 echo "Prometheus: kubetrain_operator_jobs_succeeded_total = $(promql 'kubetrain_operator_jobs_succeeded_total')"
 
-step "kubectl describe shows the events"
+step "kubectl describe shows what was created and the outcome's event"
 k describe tj fashion-mnist | tee "$LK_DIR/describe.txt" | tail -8
-has -E "Created .*pods=fashion-mnist-ps-0" <"$LK_DIR/describe.txt" || fail "no Created event naming the pods"
+has -E "is created: .*pods=fashion-mnist-ps-0" <"$LK_DIR/describe.txt" ||
+  fail "no Created condition naming the pods"
 has "TrainingJob succeeded" <"$LK_DIR/describe.txt" || fail "no JobSucceeded event"
 
 step "kubectl delete collects the pods and the Service; helm uninstall"

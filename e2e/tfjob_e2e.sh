@@ -103,7 +103,8 @@ k wait --for=condition=Succeeded --timeout=300s tfjob/multi-worker ||
 k logs multi-worker-chief-0 | has '"event":"training_complete"' || fail "no summary in the chief's log"
 k get pod multi-worker-chief-0 -o jsonpath='{.metadata.labels.training\.kubeflow\.org/job-role}' |
   has -x master || fail "the chief pod lacks job-role: master"
-k describe tfjob multi-worker | has -E "Created .*pods=.*multi-worker-worker-1" || fail "no events"
+k describe tfjob multi-worker | has -E "is created: .*pods=.*multi-worker-worker-1" ||
+  fail "the Created condition does not name the pods"
 k get tfjob
 
 step "kubectl delete removes what was made for the jobs"

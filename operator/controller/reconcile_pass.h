@@ -45,6 +45,11 @@ struct Reconciler::Pass {
   // What this pass created and deleted ({kind, name}; deletions by why), recorded as one Normal
   // event each at the pass's end (Reconciler::RecordPassEvents), not an event per object.
   std::vector<std::pair<std::string, std::string>> created;
+  // This pass adds the job's Created condition: its message names what the pass created
+  // (Reconciler::NameCreatedObjects), and the first `created_named` of `created` went out in a
+  // status write that named them, so no Created event repeats them.
+  bool creating = false;
+  size_t created_named = 0;
   std::map<std::string, std::vector<std::pair<std::string, std::string>>> deleted;
   // Job-level events of this pass (JobSucceeded, JobFailed): recorded by the job's next pass,
   // once this one has written the outcome (RecordPassEvents).

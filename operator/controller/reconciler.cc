@@ -129,6 +129,7 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
   if (FindCondition(p.status, kCreated) == nullptr) {
     SetCondition(&p.status, kCreated, true, "TrainingJobCreated",
                  absl::StrCat("TrainingJob ", p.JobRef(), " is created."), p.now);
+    p.creating = true;
     if (metrics_) metrics_->JobCreated(p.ns);
   }
   p.status.observed_generation = p.job.metadata.generation;
@@ -344,6 +345,12 @@ absl::Status Reconciler::SyncTasks(Pass& p) {
   for (const api::TaskState& t : d.start) {
     RETURN_IF_ERROR(CreatePod(p, t.type, t.index));
     if (IsFinished(p.status)) return absl::OkStatus();  // a template the server refused
+    // Its pod exists now, Pending: the status this pass writes counts it, as the next pass
+    // would, so a job's start is one status write, not a second one for the counts.
+    ++p.status.replica_statuses[t.type].active;
+  }
+  if (p.status.elastic) {
+    p.status.elastic->live_workers = p.status.replica_statuses[api::ReplicaType::kWorker].active;
   }
   if (d.chief_running && d.stop.empty()) {
     SetCondition(&p.status, kRunning, true, "TrainingJobRunning",
@@ -624,6 +631,7 @@ void Reconciler::CountActive(Pass& p, bool after_cleanup) {
 }
 
 absl::Status Reconciler::WriteStatus(Pass& p) {
+  NameCreatedObjects(p);
   json status = api::ToJson(p.status);
   if (status == p.original_status) return absl::OkStatus();
   p.status.last_reconcile_time = kube::FormatTime(p.now);
@@ -638,6 +646,7 @@ absl::Status Reconciler::WriteStatus(Pass& p) {
       p.key, {p.cached_version, p.object["metadata"].value("resourceVersion", "")}, *written);
   p.object = *written;
   p.original_status = api::ToJson(p.status);
+  if (p.creating) p.created_named = p.created.size();
   return absl::OkStatus();
 }
 

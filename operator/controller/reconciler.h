@@ -149,8 +149,11 @@ class Reconciler {
   absl::Status WriteStatus(Pass& p);
   absl::StatusOr<ReconcileResult> FinishedJob(Pass& p);
   absl::StatusOr<ReconcileResult> RunPass(const std::string& key, Pass& p);
-  // At a pass's end, its events: one Normal "Created" and one "Deleted" per reason for the
-  // objects it wrote (not one per object: a job's start is one event, not 2 + pods). Its
+  // The Created condition this pass adds names the objects created so far ("TrainingJob ns/x is
+  // created: service=x secret=… pods=…"), the start of a job in its status, not in an event.
+  void NameCreatedObjects(Pass& p) const;
+  // At a pass's end, its events: one Normal "Created" for the objects it created that its status
+  // did not name, and one "Deleted" per reason for those it deleted (not one per object). Its
   // job-level events, if the pass `succeeded` (the outcome is written), are kept for the job's
   // next pass, which records them first (RecordDeferredEvents).
   void RecordPassEvents(Pass& p, bool succeeded);

@@ -34,6 +34,10 @@ std::string ApiMessage(const absl::Status& error) {
   return std::string(m);
 }
 
+// Names listed per kind in an event or condition message; the rest are counted. A job of a
+// thousand Workers would otherwise carry every pod name in each status write.
+constexpr size_t kListedNames = 32;
+
 // "secret=x service=y pods=a,b": objects of a pass by kind, in the order first met.
 std::string ObjectList(const std::vector<std::pair<std::string, std::string>>& objects) {
   std::vector<std::pair<std::string, std::vector<std::string>>> by_kind;
@@ -45,17 +49,34 @@ std::string ObjectList(const std::vector<std::pair<std::string, std::string>>& o
   }
   std::vector<std::string> parts;
   for (const auto& [kind, names] : by_kind) {
-    parts.push_back(absl::StrCat(absl::AsciiStrToLower(kind), names.size() > 1 ? "s" : "", "=",
-                                 absl::StrJoin(names, ",")));
+    std::string part = absl::StrCat(
+        absl::AsciiStrToLower(kind), names.size() > 1 ? "s" : "", "=",
+        absl::StrJoin(names.begin(), names.begin() + std::min(names.size(), kListedNames), ","));
+    if (names.size() > kListedNames) absl::StrAppend(&part, ",… (", names.size(), " in all)");
+    parts.push_back(std::move(part));
   }
   return absl::StrJoin(parts, " ");
 }
 
 }  // namespace
 
+void Reconciler::NameCreatedObjects(Pass& p) const {
+  if (!p.creating || p.created.empty()) return;
+  for (api::Condition& c : p.status.conditions) {
+    if (c.type != kCreated) continue;
+    c.message = absl::StrCat("TrainingJob ", p.JobRef(), " is created: ", ObjectList(p.created));
+  }
+}
+
 void Reconciler::RecordPassEvents(Pass& p, bool succeeded) {
   if (p.object.is_null()) return;
-  if (!p.created.empty()) events_.Normal(p.object, "Created", "Created " + ObjectList(p.created));
+  // A job's first objects are named by its Created condition, written with them: the event
+  // would say it again, one more write per job (docs/architecture.md §10, "Events").
+  if (p.created.size() > p.created_named) {
+    std::vector<std::pair<std::string, std::string>> unnamed(
+        p.created.begin() + static_cast<ptrdiff_t>(p.created_named), p.created.end());
+    events_.Normal(p.object, "Created", "Created " + ObjectList(unnamed));
+  }
   for (const auto& [why, objects] : p.deleted) {
     // A finished job's cleanup was announced by its JobSucceeded or JobFailed event.
     if (why == kJobFinished) continue;

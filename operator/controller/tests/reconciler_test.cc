@@ -154,17 +154,22 @@ TEST_F(ReconcilerTest, NewJobGetsItsServiceSecretAndEveryPod) {
   EXPECT_TRUE(api_.Object(Resource::Secrets(), "default", "fm-job-secret").has_value());
   EXPECT_EQ(State("fm"), "Created");
   EXPECT_FALSE(Status("fm").value("startTime", "").empty());
-  // One event for the pass's objects, not one per object.
-  EXPECT_TRUE(HasEvent("Created",
-                       "Created service=fm secret=fm-job-secret "
-                       "pods=fm-ps-0,fm-worker-0,fm-worker-1"));
-  EXPECT_EQ(api_.Objects(Resource::Events()).size(), 1u);
+  // The Created condition names what the job's first pass created; no event repeats it.
+  EXPECT_EQ(Status("fm")["conditions"][0]["message"],
+            "TrainingJob default/fm is created: service=fm secret=fm-job-secret "
+            "pods=fm-ps-0,fm-worker-0,fm-worker-1");
+  EXPECT_EQ(api_.Objects(Resource::Events()).size(), 0u);
   // The templates were admitted by a dry-run create first, once.
   std::vector<std::string> requests = api_.Requests();
   EXPECT_EQ(std::count_if(
                 requests.begin(), requests.end(),
                 [](const std::string& r) { return absl::StartsWith(r, "create-dry-run pods"); }),
             2);
+  // One status write for the job's start: it counts the pods it created as active (Pending),
+  // so the pass that then sees them in the cache has nothing to write.
+  EXPECT_EQ(std::count(requests.begin(), requests.end(), "update trainingjobs default/fm"), 1);
+  EXPECT_EQ(Status("fm")["replicaStatuses"]["PS"]["active"], 1);
+  EXPECT_EQ(Status("fm")["replicaStatuses"]["Worker"]["active"], 2);
 }
 
 TEST_F(ReconcilerTest, RunningChiefMakesTheJobRunning) {
@@ -208,7 +213,7 @@ TEST_F(ReconcilerTest, ChiefSuccessEndsTheJobAndCleansUpRunningPods) {
   all = api_.Requests();
   std::vector<std::string> cleanup(all.begin() + static_cast<ptrdiff_t>(requests), all.end());
   EXPECT_EQ(cleanup, (std::vector<std::string>{
-                         "create events default/ok.10",
+                         "create events default/ok.9",
                          "deletecollection pods default/?labelSelector=kubetrain.dev/job-name=ok,"
                          "app.kubernetes.io/managed-by=kubetrain-operator&fieldSelector=status."
                          "phase!=Succeeded,status.phase!=Failed",
@@ -482,6 +487,22 @@ TEST_F(ReconcilerTest, SuspendDeletesActivePodsAndResumeRestartsTheDeadline) {
   EXPECT_TRUE(HasEvent("JobResumed", "job=default/sus"));
 }
 
+// A large job's Created condition names 32 pods and counts the rest: every status write carries
+// the message, so it stays bounded whatever the job's size.
+TEST_F(ReconcilerTest, TheCreatedConditionOfALargeJobNamesSomePodsAndCountsThem) {
+  Create(Job("big", {{"Worker", Replica(40)}}));
+  Settle("big");
+  EXPECT_EQ(PodNames().size(), 40u);
+  std::string message = Status("big")["conditions"][0]["message"];
+  EXPECT_TRUE(
+      absl::StartsWith(message,
+                       "TrainingJob default/big is created: service=big secret=big-job-secret "
+                       "pods=big-worker-0,big-worker-1,big-worker-2,"))
+      << message;
+  EXPECT_TRUE(absl::EndsWith(message, ",big-worker-31,… (40 in all)")) << message;
+  EXPECT_EQ(std::count(message.begin(), message.end(), ','), 32) << message;
+}
+
 TEST_F(ReconcilerTest, ARefusedPodIsAnEventAndAConditionAndIsRetried) {
   Create(Job("rf", {{"Worker", Replica(1)}}));
   absl::Status forbidden = absl::PermissionDeniedError(
@@ -492,9 +513,17 @@ TEST_F(ReconcilerTest, ARefusedPodIsAnEventAndAConditionAndIsRetried) {
   EXPECT_EQ(State("rf"), "ReplicaFailure");
   EXPECT_EQ(Status("rf")["conditions"].back()["reason"], "FailedCreatePod");
   EXPECT_TRUE(HasEvent("FailedCreatePod", "exceeded quota"));
+  // The status that reported the refusal named what the pass had created before it.
+  EXPECT_EQ(Status("rf")["conditions"][0]["message"],
+            "TrainingJob default/rf is created: service=rf secret=rf-job-secret");
+  EXPECT_FALSE(HasEvent("Created", ""));
   Settle("rf");  // whatever refused it has cleared
   EXPECT_TRUE(Pod("rf-worker-0").has_value());
   EXPECT_NE(State("rf"), "ReplicaFailure");
+  // A later pass's creates are an event: the condition keeps its first words.
+  EXPECT_TRUE(HasEvent("Created", "Created pod=rf-worker-0"));
+  EXPECT_EQ(Status("rf")["conditions"][0]["message"],
+            "TrainingJob default/rf is created: service=rf secret=rf-job-secret");
 }
 
 TEST_F(ReconcilerTest, ATemplateTheServerCallsInvalidFailsTheJob) {
