@@ -119,12 +119,20 @@ UpdateRule Optimizer::Rule(int64_t step) const {
 }
 
 void Optimizer::Apply(std::span<float> values, std::span<const float> grad,
-                      std::span<const std::span<float>> slots, int64_t step) const {
+                      std::span<const std::span<float>> slots, int64_t step,
+                      float grad_divisor) const {
   CheckLengths(values, grad, slots,
                static_cast<size_t>(UpdateSlots(static_cast<UpdateKind>(options_.kind))));
-  update::ApplyLoop(Rule(step), static_cast<int64_t>(values.size()), grad.data(), values.data(),
-                    slots.size() > 0 ? slots[0].data() : nullptr,
-                    slots.size() > 1 ? slots[1].data() : nullptr);
+  const int64_t n = static_cast<int64_t>(values.size());
+  float* slot0 = slots.size() > 0 ? slots[0].data() : nullptr;
+  float* slot1 = slots.size() > 1 ? slots[1].data() : nullptr;
+  const float* g = grad.data();
+  if (grad_divisor == 1.0f) {
+    update::ApplyLoop(Rule(step), n, g, values.data(), slot0, slot1);
+  } else {
+    update::ApplyLoopOf(
+        Rule(step), n, [=](int64_t i) { return g[i] / grad_divisor; }, values.data(), slot0, slot1);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& options) {

@@ -60,10 +60,13 @@ class Optimizer {
   // for applying it elsewhere (a worker's device in all-reduce training).
   UpdateRule Rule(int64_t step) const;
 
-  // values -= update(grad) for the update at global step `step`; `slots` are in SlotNames()
-  // order, each as long as `values`. Lengths are the caller's invariant (checked in debug).
+  // values -= update(grad / grad_divisor) for the update at global step `step`; `slots` are in
+  // SlotNames() order, each as long as `values`. Lengths are the caller's invariant (checked in
+  // debug). The divisor is how a sync step averages a sum of gradients in the same pass as the
+  // update: a division, not a product with 1/R, keeps averages of integer gradients exact.
   void Apply(std::span<float> values, std::span<const float> grad,
-             std::span<const std::span<float>> slots, int64_t step) const;
+             std::span<const std::span<float>> slots, int64_t step,
+             float grad_divisor = 1.0f) const;
 
  protected:
   explicit Optimizer(const OptimizerOptions& options) : options_(options) {}

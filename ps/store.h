@@ -203,7 +203,8 @@ class ShardStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
   bool ExpireMembers(absl::Time now) ABSL_SHARED_LOCKS_REQUIRED(mu_)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
-  void ApplyOne(Partition& p, std::span<const float> grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyOne(Partition& p, std::span<const float> grad, float grad_divisor = 1.0f)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountStale();
   void NotifyChange() const;
   bool ReadyForPull(int64_t min_step) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

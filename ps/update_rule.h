@@ -78,27 +78,36 @@ KT_HOST_DEVICE inline void ApplyElement(const UpdateRule& r, float g, float& w, 
   }
 }
 
-// The host loop over n elements: the switch hoisted out so each loop vectorises.
-inline void ApplyLoop(const UpdateRule& r, int64_t n, const float* grad, float* w, float* slot0,
-                      float* slot1) {
-  const float s = r.grad_scale;
+// The host loop over n elements, element i's gradient being grad(i): the switch hoisted out so
+// each loop vectorises.
+template <typename Grad>
+inline void ApplyLoopOf(const UpdateRule& r, int64_t n, Grad grad, float* w, float* slot0,
+                        float* slot1) {
   switch (r.kind) {
     case UpdateKind::kSgd:
-      for (int64_t i = 0; i < n; ++i) Sgd(r.lr, s * grad[i], w[i]);
+      for (int64_t i = 0; i < n; ++i) Sgd(r.lr, grad(i), w[i]);
       break;
     case UpdateKind::kMomentum:
-      for (int64_t i = 0; i < n; ++i) Momentum(r.lr, r.momentum, s * grad[i], w[i], slot0[i]);
+      for (int64_t i = 0; i < n; ++i) Momentum(r.lr, r.momentum, grad(i), w[i], slot0[i]);
       break;
     case UpdateKind::kAdam:
       for (int64_t i = 0; i < n; ++i) {
-        Adam(r.lr, r.beta1, r.beta2, r.rest1, r.rest2, r.epsilon, s * grad[i], w[i], slot0[i],
+        Adam(r.lr, r.beta1, r.beta2, r.rest1, r.rest2, r.epsilon, grad(i), w[i], slot0[i],
              slot1[i]);
       }
       break;
     case UpdateKind::kAdagrad:
-      for (int64_t i = 0; i < n; ++i) Adagrad(r.lr, r.epsilon, s * grad[i], w[i], slot0[i]);
+      for (int64_t i = 0; i < n; ++i) Adagrad(r.lr, r.epsilon, grad(i), w[i], slot0[i]);
       break;
   }
+}
+
+// ApplyLoopOf with each gradient times r.grad_scale.
+inline void ApplyLoop(const UpdateRule& r, int64_t n, const float* grad, float* w, float* slot0,
+                      float* slot1) {
+  const float s = r.grad_scale;
+  ApplyLoopOf(
+      r, n, [=](int64_t i) { return s * grad[i]; }, w, slot0, slot1);
 }
 
 }  // namespace update

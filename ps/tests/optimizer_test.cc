@@ -22,9 +22,9 @@ class Harness {
     slots_.assign(optimizer_->SlotNames().size(),
                   std::vector<float>(values_.size(), optimizer_->SlotInitialValue()));
   }
-  void Step(const std::vector<float>& grad, int64_t step) {
+  void Step(const std::vector<float>& grad, int64_t step, float grad_divisor = 1.0f) {
     std::vector<std::span<float>> slots(slots_.begin(), slots_.end());
-    optimizer_->Apply(values_, grad, slots, step);
+    optimizer_->Apply(values_, grad, slots, step, grad_divisor);
   }
   const std::vector<float>& values() const { return values_; }
   const std::vector<float>& slot(size_t i) const { return slots_[i]; }
@@ -115,6 +115,33 @@ TEST(LearningRate, WarmupAppliesToUpdates) {
 TEST(LearningRate, ScalesLinearlyWithGlobalBatch) {
   EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, 512, 256), 0.2);
   EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, 64, 256), 0.025);
+}
+
+// A sync step hands the ps's sum of 3 gradients and 3 as the divisor: every rule must move the
+// values exactly as it would for the average divided out first (bit for bit, so a checkpoint
+// replayed either way agrees).
+TEST(Apply, ADivisorAveragesTheSumAsDividingFirstWould) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
+                             OptimizerKind::kAdagrad}) {
+    std::vector<float> sum(37);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = 0.37f * static_cast<float>(i) - 5.1f;
+    std::vector<float> average = sum;
+    for (float& g : average) g /= 3.0f;
+    Harness fused({.kind = kind, .learning_rate = 0.07});
+    Harness apart({.kind = kind, .learning_rate = 0.07});
+    std::vector<float> start(sum.size(), 0.25f);
+    fused.Init(start);
+    apart.Init(start);
+    for (int64_t step = 0; step < 3; ++step) {
+      fused.Step(sum, step, 3.0f);
+      apart.Step(average, step);
+    }
+    EXPECT_EQ(fused.values(), apart.values()) << OptimizerName(kind);
+    EXPECT_NE(fused.values(), start) << OptimizerName(kind);
+    for (size_t i = 0; i < fused.optimizer().SlotNames().size(); ++i) {
+      EXPECT_EQ(fused.slot(i), apart.slot(i)) << OptimizerName(kind) << " slot " << i;
+    }
+  }
 }
 
 TEST(MakeOptimizer, RejectsBadHyperParameters) {
