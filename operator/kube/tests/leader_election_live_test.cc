@@ -187,7 +187,9 @@ TEST(LeaderElectionLive, AStalledLeaderStopsBeforeAnotherTakesOver) {
   ASSERT_FALSE(b.IsLeader());
   absl::Time stalled_at = absl::Now();
   proxy.Stall(true);  // a's renewals now hang: its requests must time out, not wait
-  ASSERT_TRUE(Eventually([&] { return b.IsLeader(); }, absl::Seconds(15)));
+  // b's start callback runs just after it becomes the leader: wait for both.
+  ASSERT_TRUE(
+      Eventually([&] { return b.IsLeader() && b_term.started_ns.load() != 0; }, absl::Seconds(15)));
   ta.join();  // a gave up on its own
   EXPECT_EQ(a_result.code(), absl::StatusCode::kUnavailable) << a_result;
   EXPECT_EQ(a_term.lost.load(), 1);
