@@ -214,7 +214,6 @@ absl::StatusOr<json> Api::CreateLocked(const Target& target, json body,
   }
   if (options.dry_run) return body;
   RecordFields(target, nullptr, &body, options);
-  if (!Meta(body).value("ownerReferences", json::array()).empty()) gc_pending_ = true;
   json stored = store_->Put(type.StorageKey(), std::move(body));
   if (hooks.stored) RETURN_IF_ERROR(hooks.stored(*registry_, stored));
   if (hooks.companions) {
@@ -351,10 +350,6 @@ absl::StatusOr<json> Api::UpdateLocked(const Target& target, json body, const js
     auto removed = RemoveLocked(type.StorageKey(), target.ns, target.name);
     CollectGarbageLocked();
     return removed ? *removed : updated;
-  }
-  if (Meta(updated).value("ownerReferences", json::array()) !=
-      Meta(old).value("ownerReferences", json::array())) {
-    gc_pending_ = true;
   }
   json stored = store_->Put(type.StorageKey(), std::move(updated));
   if (hooks.stored) RETURN_IF_ERROR(hooks.stored(*registry_, stored));

@@ -129,6 +129,10 @@ class Api {
   bool GracefulLocked(const std::string& key) const;
   // The garbage collector and namespace controller, run to a fixed point after every delete.
   void CollectGarbageLocked();
+  // Acts on one object as the collector finds it: deletes it if every owner is gone, and for a
+  // deletion in progress orphans or deletes its dependents (propagation policy) or, for a
+  // namespace, removes it once empty; then releases the object's collector finalizer.
+  void CollectLocked(const ObjectRef& ref);
 
   // Lock-free helpers (they only read their arguments and the registry).
   void PrepareForCreate(const ResourceType& type, nlohmann::json* object) const;
@@ -145,11 +149,8 @@ class Api {
   // Set before serving starts (EnableGracefulPodDeletion), read under write_mu_.
   bool graceful_pods_ = false;
   std::mutex write_mu_;
-  // Under write_mu_: whether the garbage collector may have work, because since its last pass
-  // an object was removed, an object with owners was written, or a deletion waits on the
-  // collector (orphan or foreground finalizers, a namespace). Marking a pod for its kubelet
-  // (a graceful delete) is none of these: a cleanup of 1,000 pods is not 1,000 scans.
-  bool gc_pending_ = false;
+  // Under write_mu_: the store revision up to which the garbage collector has read the changes.
+  int64_t gc_revision_ = 0;
 };
 
 // RFC 3339 UTC with second precision, as metadata timestamps use.

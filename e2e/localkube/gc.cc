@@ -1,7 +1,8 @@
 // Deletion and garbage collection: DELETE and deletecollection with preconditions,
 // propagationPolicy and finalizers, graceful pod deletion, the namespace controller (a deleted
 // namespace's contents, then the namespace) and the ownerReference garbage collector. Not a
-// thread: everything here runs under Api's write lock, the collector after every delete.
+// thread: everything here runs under Api's write lock, the collector after every delete, on
+// what changed since its last pass.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -80,7 +81,6 @@ json Api::DeleteObjectLocked(const std::string& key, json object, const DeleteOp
       object.value("spec", json::object()).value("terminationGracePeriodSeconds", 30));
   bool graceful_pod = GracefulLocked(key) && grace > 0;
   if (HasFinalizers(object) || is_namespace || graceful_pod) {
-    if (HasFinalizers(object) || is_namespace) gc_pending_ = true;
     if (!meta.contains("deletionTimestamp")) {
       meta["deletionTimestamp"] =
           graceful_pod ? KubeTime(absl::Now() + absl::Seconds(grace)) : NowTimestamp();
@@ -109,7 +109,6 @@ std::optional<json> Api::RemoveLocked(const std::string& key, const std::string&
                                       const std::string& name) {
   auto removed = store_->Remove(key, ns, name);
   if (removed) {
-    gc_pending_ = true;
     if (const auto& on_removed = HooksFor(key).removed) on_removed(*registry_, *store_, *removed);
   }
   return removed;
@@ -128,109 +127,120 @@ void Api::FinishPodDeletion(const std::string& ns, const std::string& name) {
 }
 
 void Api::CollectGarbageLocked() {
-  if (!gc_pending_) return;
-  // Cleared first: what the rounds below remove is handled by their next round.
-  gc_pending_ = false;
+  // Like the real collector, this one works from what changed since its last pass (the store's
+  // event history is its informer), not from a walk of everything stored: a job's cleanup costs
+  // in proportion to the job, whatever else the cluster holds. An object is examined when it was
+  // written with owners or a deletion pending, when one of its owners or dependents was
+  // removed, and (a namespace) when something inside it was removed. When the history no longer
+  // reaches back to the last pass, every object the collector could act on is examined, as an
+  // informer relists after 410 Gone.
+  const std::string namespaces_key = registry_->Find("", "v1", "namespaces")->StorageKey();
   for (int round = 0; round < 100; ++round) {
-    bool changed = false;
-    // Only objects with owners or a pending deletion can be acted on (most objects, Events
-    // above all, have neither): copying the whole store on every delete made deletes O(objects).
-    std::set<std::string> uids;
-    std::vector<std::pair<std::string, json>> everything;
-    store_->GarbageView(&uids, &everything);
-    std::map<std::string, std::vector<const std::pair<std::string, json>*>> dependents;
-    for (const auto& entry : everything) {
-      for (const auto& ref : Meta(entry.second).value("ownerReferences", json::array())) {
-        dependents[ref.value("uid", "")].push_back(&entry);
-      }
-    }
-    for (auto& entry : everything) {
-      // Plain references, not structured bindings: the lambdas below capture them, which
-      // clang accepts only from version 16.
-      auto& k = entry.first;
-      auto& o = entry.second;
-      const json& refs = Meta(o).value("ownerReferences", json::array());
-      bool orphaned = !refs.empty() && !IsDeleting(o);
-      for (const auto& ref : refs) orphaned = orphaned && !uids.count(ref.value("uid", ""));
-      if (orphaned) {
-        if (auto whole = store_->Get(k, NamespaceOf(o), NameOf(o))) {
-          DeleteObjectLocked(k, *whole, DeleteOptions{});
-        }
-        changed = true;
-        continue;
-      }
-      if (!IsDeleting(o)) continue;
-      const json& fins = Meta(o).value("finalizers", json::array());
-      auto has = [&](const char* f) {
-        return std::find(fins.begin(), fins.end(), f) != fins.end();
-      };
-      auto& deps = dependents[UidOf(o)];
-      bool release = false;
-      if (has("orphan")) {
-        for (const auto* dep : deps) {
-          const std::string& dk = dep->first;
-          const json& d = dep->second;
-          (void)MutateLocked(dk, NamespaceOf(d), NameOf(d), [&](json& live) {
-            json kept = json::array();
-            for (const auto& r : live["metadata"]["ownerReferences"]) {
-              if (r.value("uid", "") != UidOf(o)) kept.push_back(r);
+    std::set<ObjectRef> work;
+    std::set<std::string> removed_uids, owner_uids, namespaces;
+    int64_t scanned = 0;
+    absl::Status history = store_->VisitEventsAfter(
+        gc_revision_,
+        [&](const StoreEvent& e) {
+          const json& meta = Meta(e.object);
+          auto owners = meta.find("ownerReferences");
+          bool owned = owners != meta.end() && owners->is_array() && !owners->empty();
+          if (e.type != "DELETED") {
+            if (owned || meta.contains("deletionTimestamp")) {
+              work.insert({e.storage_key, meta.value("namespace", ""), meta.value("name", "")});
             }
-            live["metadata"]["ownerReferences"] = kept;
-            return true;
-          });
-        }
-        release = true;
-      } else if (has("foregroundDeletion")) {
-        if (deps.empty()) {
-          release = true;
-        } else {
-          for (const auto* dep : deps) {
-            const std::string& dk = dep->first;
-            const json& d = dep->second;
-            if (!IsDeleting(d)) {
-              if (auto whole = store_->Get(dk, NamespaceOf(d), NameOf(d))) {
-                DeleteObjectLocked(dk, *whole, DeleteOptions{"Foreground"});
-              }
-              changed = true;
+            return;
+          }
+          removed_uids.insert(meta.value("uid", ""));
+          if (owned) {
+            for (const auto& owner : *owners) {
+              if (owner.is_object()) owner_uids.insert(owner.value("uid", ""));
             }
           }
-        }
-      } else if (HooksFor(k).namespace_lifecycle) {
-        bool empty = std::none_of(everything.begin(), everything.end(), [&](const auto& e) {
-          return !HooksFor(e.first).namespace_lifecycle && NamespaceOf(e.second) == NameOf(o);
-        });
-        if (empty) {
-          RemoveLocked(k, "", NameOf(o));
-          changed = true;
-        }
-        continue;
-      }
-      if (release) {
-        std::optional<json> whole = store_->Get(k, NamespaceOf(o), NameOf(o));
-        if (!whole) continue;
-        json updated = *std::move(whole);
-        json kept = json::array();
-        for (const auto& f : fins) {
-          if (f != "orphan" && f != "foregroundDeletion") kept.push_back(f);
-        }
-        updated["metadata"]["finalizers"] = kept;
-        if (kept.empty()) {
-          updated["metadata"].erase("finalizers");
-          bool graceful_pod =
-              GracefulLocked(k) && Meta(o).value("deletionGracePeriodSeconds", 0) > 0;
-          if (!graceful_pod) {
-            RemoveLocked(k, NamespaceOf(o), NameOf(o));
-          } else {
-            store_->Put(k, updated);
-          }
-        } else {
-          store_->Put(k, updated);
-        }
-        changed = true;
-      }
+          std::string ns = meta.value("namespace", "");
+          if (!ns.empty()) namespaces.insert(std::move(ns));
+        },
+        &scanned);
+    gc_revision_ = scanned;
+    if (!history.ok()) {
+      for (ObjectRef& ref : store_->GarbageCandidates()) work.insert(std::move(ref));
     }
-    if (!changed) return;
+    for (const std::string& uid : removed_uids) {
+      for (ObjectRef& dependent : store_->DependentsOf(uid)) work.insert(std::move(dependent));
+    }
+    for (const std::string& uid : owner_uids) {
+      if (auto owner = store_->FindUid(uid)) work.insert(*std::move(owner));
+    }
+    for (const std::string& ns : namespaces) work.insert({namespaces_key, "", ns});
+    if (work.empty()) return;
+    for (const ObjectRef& ref : work) CollectLocked(ref);
   }
+}
+
+void Api::CollectLocked(const ObjectRef& ref) {
+  std::optional<json> slim = store_->GarbageMeta(ref);
+  if (!slim) return;
+  const json& o = *slim;
+  const std::string& k = ref.key;
+  const json& refs = Meta(o).value("ownerReferences", json::array());
+  if (!refs.empty() && !IsDeleting(o)) {
+    bool orphaned = std::none_of(refs.begin(), refs.end(), [&](const json& owner) {
+      return store_->FindUid(owner.value("uid", "")).has_value();
+    });
+    if (orphaned) {
+      if (auto whole = store_->Get(k, ref.ns, ref.name)) {
+        DeleteObjectLocked(k, *whole, DeleteOptions{});
+      }
+    }
+    return;
+  }
+  if (!IsDeleting(o)) return;
+  const json& fins = Meta(o).value("finalizers", json::array());
+  auto has = [&](const char* f) { return std::find(fins.begin(), fins.end(), f) != fins.end(); };
+  bool release = false;
+  if (has("orphan")) {
+    for (const ObjectRef& dep : store_->DependentsOf(UidOf(o))) {
+      (void)MutateLocked(dep.key, dep.ns, dep.name, [&](json& live) {
+        json kept = json::array();
+        for (const auto& r : live["metadata"]["ownerReferences"]) {
+          if (r.value("uid", "") != UidOf(o)) kept.push_back(r);
+        }
+        live["metadata"]["ownerReferences"] = kept;
+        return true;
+      });
+    }
+    release = true;
+  } else if (has("foregroundDeletion")) {
+    std::vector<ObjectRef> deps = store_->DependentsOf(UidOf(o));
+    release = deps.empty();
+    for (const ObjectRef& dep : deps) {
+      auto whole = store_->Get(dep.key, dep.ns, dep.name);
+      if (whole && !IsDeleting(*whole)) {
+        DeleteObjectLocked(dep.key, *whole, DeleteOptions{"Foreground"});
+      }
+    }
+  } else if (HooksFor(k).namespace_lifecycle) {
+    if (store_->CountInNamespace(NameOf(o)) == 0) RemoveLocked(k, "", NameOf(o));
+    return;
+  }
+  if (!release) return;
+  std::optional<json> whole = store_->Get(k, ref.ns, ref.name);
+  if (!whole) return;
+  json updated = *std::move(whole);
+  json kept = json::array();
+  for (const auto& f : fins) {
+    if (f != "orphan" && f != "foregroundDeletion") kept.push_back(f);
+  }
+  updated["metadata"]["finalizers"] = kept;
+  if (kept.empty()) {
+    updated["metadata"].erase("finalizers");
+    bool graceful_pod = GracefulLocked(k) && Meta(o).value("deletionGracePeriodSeconds", 0) > 0;
+    if (!graceful_pod) {
+      RemoveLocked(k, ref.ns, ref.name);
+      return;
+    }
+  }
+  store_->Put(k, updated);
 }
 
 }  // namespace kubetrain::localkube

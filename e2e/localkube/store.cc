@@ -101,24 +101,83 @@ std::vector<std::pair<std::string, nlohmann::json>> Store::ListEverything() cons
   return out;
 }
 
-void Store::GarbageView(std::set<std::string>* uids,
-                        std::vector<std::pair<std::string, nlohmann::json>>* candidates) const {
+std::optional<ObjectRef> Store::FindUid(const std::string& uid) const {
   std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_uid_.find(uid);
+  if (it == by_uid_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<ObjectRef> Store::DependentsOf(const std::string& owner_uid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = dependents_.find(owner_uid);
+  if (it == dependents_.end()) return {};
+  return {it->second.begin(), it->second.end()};
+}
+
+size_t Store::CountInNamespace(const std::string& ns) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = in_namespace_.find(ns);
+  return it == in_namespace_.end() ? 0 : it->second;
+}
+
+std::vector<ObjectRef> Store::GarbageCandidates() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ObjectRef> out;
   for (const auto& [key, coll] : objects_) {
     for (const auto& [_, object] : coll) {
       const nlohmann::json& meta = object["metadata"];
-      uids->insert(meta.value("uid", ""));
       bool owned = meta.contains("ownerReferences") && !meta["ownerReferences"].empty();
       if (owned || meta.contains("deletionTimestamp")) {
-        // The fields a collector decides on; labels, annotations and managedFields stay behind.
-        nlohmann::json slim = nlohmann::json::object();
-        for (const char* field : {"name", "namespace", "uid", "ownerReferences", "finalizers",
-                                  "deletionTimestamp", "deletionGracePeriodSeconds"}) {
-          if (meta.contains(field)) slim[field] = meta[field];
-        }
-        candidates->emplace_back(key, nlohmann::json{{"metadata", std::move(slim)}});
+        out.push_back({key, meta.value("namespace", ""), meta.value("name", "")});
       }
     }
+  }
+  return out;
+}
+
+std::optional<nlohmann::json> Store::GarbageMeta(const ObjectRef& ref) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto coll = objects_.find(ref.key);
+  if (coll == objects_.end()) return std::nullopt;
+  auto it = coll->second.find(ObjectKey(ref.ns, ref.name));
+  if (it == coll->second.end()) return std::nullopt;
+  const nlohmann::json& meta = it->second["metadata"];
+  nlohmann::json slim = nlohmann::json::object();
+  for (const char* field : {"name", "namespace", "uid", "ownerReferences", "finalizers",
+                            "deletionTimestamp", "deletionGracePeriodSeconds"}) {
+    if (meta.contains(field)) slim[field] = meta[field];
+  }
+  return nlohmann::json{{"metadata", std::move(slim)}};
+}
+
+void Store::Index(const std::string& key, const nlohmann::json& object, bool add) {
+  const nlohmann::json& meta = object["metadata"];
+  ObjectRef ref{key, meta.value("namespace", ""), meta.value("name", "")};
+  std::string uid = meta.value("uid", "");
+  if (!uid.empty()) {
+    if (add) {
+      by_uid_[uid] = ref;
+    } else if (auto it = by_uid_.find(uid); it != by_uid_.end() && it->second == ref) {
+      by_uid_.erase(it);
+    }
+  }
+  if (auto owners = meta.find("ownerReferences"); owners != meta.end() && owners->is_array()) {
+    for (const auto& owner : *owners) {
+      if (!owner.is_object()) continue;
+      std::string owner_uid = owner.value("uid", "");
+      if (add) {
+        dependents_[owner_uid].insert(ref);
+      } else if (auto it = dependents_.find(owner_uid); it != dependents_.end()) {
+        it->second.erase(ref);
+        if (it->second.empty()) dependents_.erase(it);
+      }
+    }
+  }
+  if (!ref.ns.empty()) {
+    size_t& n = in_namespace_[ref.ns];
+    n = add ? n + 1 : n - 1;
+    if (n == 0) in_namespace_.erase(ref.ns);
   }
 }
 
@@ -131,11 +190,13 @@ nlohmann::json Store::Put(const std::string& key, nlohmann::json object) {
   StoreEvent event{rev, "ADDED", key, object, nullptr};
   if (it != coll.end()) {
     event.type = "MODIFIED";
+    Index(key, it->second, false);
     event.previous = std::move(it->second);
     it->second = object;
   } else {
     coll.emplace(KeyOf(object), object);
   }
+  Index(key, object, true);
   Record(std::move(event));
   return object;
 }
@@ -147,6 +208,7 @@ std::optional<nlohmann::json> Store::Remove(const std::string& key, const std::s
   if (coll == objects_.end()) return std::nullopt;
   auto it = coll->second.find(ObjectKey(ns, name));
   if (it == coll->second.end()) return std::nullopt;
+  Index(key, it->second, false);
   nlohmann::json last = std::move(it->second);
   coll->second.erase(it);
   int64_t rev = ++revision_;
@@ -172,6 +234,17 @@ int64_t Store::Revision() const {
 
 absl::Status Store::EventsAfter(const std::string& key, int64_t after, std::vector<StoreEvent>* out,
                                 int64_t* scanned_to) const {
+  return VisitEventsAfter(
+      after,
+      [&](const StoreEvent& e) {
+        if (key.empty() || e.storage_key == key) out->push_back(e);
+      },
+      scanned_to);
+}
+
+absl::Status Store::VisitEventsAfter(int64_t after,
+                                     const std::function<void(const StoreEvent&)>& visit,
+                                     int64_t* scanned_to) const {
   std::lock_guard<std::mutex> lock(mu_);
   *scanned_to = revision_;
   if (after < compacted_) {
@@ -180,9 +253,7 @@ absl::Status Store::EventsAfter(const std::string& key, int64_t after, std::vect
   }
   auto first = std::upper_bound(history_.begin(), history_.end(), after,
                                 [](int64_t rv, const StoreEvent& e) { return rv < e.revision; });
-  for (auto it = first; it != history_.end(); ++it) {
-    if (key.empty() || it->storage_key == key) out->push_back(*it);
-  }
+  for (auto it = first; it != history_.end(); ++it) visit(*it);
   return absl::OkStatus();
 }
 

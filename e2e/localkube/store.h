@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -30,6 +31,15 @@ struct StoreEvent {
   std::string storage_key;  // ResourceType::StorageKey()
   nlohmann::json object;    // state after the change (last state, new revision, for DELETED)
   nlohmann::json previous;  // state before (null for ADDED)
+};
+
+// Where one stored object lives: its collection's storage key, namespace and name.
+struct ObjectRef {
+  std::string key, ns, name;
+  bool operator<(const ObjectRef& o) const {
+    return std::tie(key, ns, name) < std::tie(o.key, o.ns, o.name);
+  }
+  bool operator==(const ObjectRef& o) const { return key == o.key && ns == o.ns && name == o.name; }
 };
 
 class Store {
@@ -51,12 +61,20 @@ class Store {
                     int64_t* read_at) const;
   // Every object of every collection, as (storage key, object).
   std::vector<std::pair<std::string, nlohmann::json>> ListEverything() const;
-  // What a garbage-collection pass needs, without copying the objects it cannot act on: the uid
-  // of every object, and the metadata fields a collector decides on (name, namespace, uid,
-  // ownerReferences, finalizers, deletion) of those with ownerReferences or a deletionTimestamp,
-  // as {"metadata": …}; the collector reads the whole object where it acts.
-  void GarbageView(std::set<std::string>* uids,
-                   std::vector<std::pair<std::string, nlohmann::json>>* candidates) const;
+  // Indexes a garbage collector reads instead of walking every object (api/gc.cc), kept with
+  // each Put and Remove like the real collector's graph of owners and dependents:
+  // the object with metadata.uid `uid`;
+  std::optional<ObjectRef> FindUid(const std::string& uid) const;
+  // the objects whose ownerReferences name `owner_uid`, in ObjectRef order;
+  std::vector<ObjectRef> DependentsOf(const std::string& owner_uid) const;
+  // how many objects live in namespace `ns`;
+  size_t CountInNamespace(const std::string& ns) const;
+  // and, when the collector has lost track of the changes (history compacted), every object it
+  // could act on: those with ownerReferences or a deletionTimestamp.
+  std::vector<ObjectRef> GarbageCandidates() const;
+  // The metadata fields a collector decides on (name, namespace, uid, ownerReferences,
+  // finalizers, deletion), as {"metadata": …}, without copying labels, spec or status.
+  std::optional<nlohmann::json> GarbageMeta(const ObjectRef& ref) const;
 
   // Stores `object` under the next revision (written into metadata.resourceVersion) and records
   // ADDED or MODIFIED. Returns the stored object.
@@ -71,6 +89,10 @@ class Store {
   // `scanned_to` receives the revision the scan covered, for the next call's `after`.
   absl::Status EventsAfter(const std::string& key, int64_t after, std::vector<StoreEvent>* out,
                            int64_t* scanned_to) const;
+  // The same, visiting each event in place (under the store's lock: `visit` must not call the
+  // store) instead of copying it.
+  absl::Status VisitEventsAfter(int64_t after, const std::function<void(const StoreEvent&)>& visit,
+                                int64_t* scanned_to) const;
   // Waits until the revision passes `after`, the deadline passes or Shutdown; false on shutdown.
   bool WaitForChange(int64_t after, absl::Time deadline) const;
   // Forgets all history: every watch resuming from an older revision gets 410, and so does a
@@ -81,6 +103,8 @@ class Store {
 
  private:
   void Record(StoreEvent event);
+  // Adds (`add`) or drops `object`'s entries in the indexes below.
+  void Index(const std::string& key, const nlohmann::json& object, bool add);
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
@@ -90,6 +114,9 @@ class Store {
   bool shutdown_ = false;
   std::unordered_map<std::string, std::map<std::string, nlohmann::json>> objects_;
   std::deque<StoreEvent> history_;
+  std::unordered_map<std::string, ObjectRef> by_uid_;
+  std::unordered_map<std::string, std::set<ObjectRef>> dependents_;  // by owner uid
+  std::unordered_map<std::string, size_t> in_namespace_;
 };
 
 }  // namespace kubetrain::localkube

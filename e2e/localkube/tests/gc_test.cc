@@ -80,6 +80,37 @@ TEST_F(Gc, BackgroundDeletionCollectsDependentsTransitively) {
   EXPECT_TRUE(Exists("configmaps", "default", "bystander"));
 }
 
+// The collector follows ownership as it stands: a dependent moved to another owner by an update
+// leaves the first owner's cleanup and joins the second's.
+TEST_F(Gc, ADependentMovedToAnotherOwnerFollowsItsNewOwner) {
+  json first = ConfigMap("default", "first");
+  json second = ConfigMap("default", "second");
+  json dep = ConfigMap("default", "dep", {first});
+  dep["metadata"]["ownerReferences"] = json::array({{{"apiVersion", "v1"},
+                                                     {"kind", "ConfigMap"},
+                                                     {"name", "second"},
+                                                     {"uid", second["metadata"]["uid"]}}});
+  bool created = false;
+  ASSERT_THAT(api_.Update(Of("configmaps", "default", "dep"), dep, WriteOptions{}, &created),
+              IsOk());
+  ASSERT_THAT(Delete("configmaps", "default", "first"), IsOk());
+  EXPECT_TRUE(Exists("configmaps", "default", "dep"));
+  ASSERT_THAT(Delete("configmaps", "default", "second"), IsOk());
+  EXPECT_FALSE(Exists("configmaps", "default", "dep"));
+}
+
+// The collector learns what changed from the store's history. When that history was compacted
+// before it looked, it examines everything it could act on, so an object whose owner never
+// existed is still collected at the next delete.
+TEST_F(Gc, AnOrphanIsCollectedEvenAfterTheHistoryWasCompacted) {
+  json ghost = {{"kind", "ConfigMap"}, {"metadata", {{"name", "ghost"}, {"uid", "no-such-uid"}}}};
+  ConfigMap("default", "dangling", {ghost});
+  ConfigMap("default", "bystander");
+  store_.Compact();
+  ASSERT_THAT(Delete("configmaps", "default", "bystander"), IsOk());
+  EXPECT_FALSE(Exists("configmaps", "default", "dangling"));
+}
+
 // The collector rewrites the dependents while it holds the write lock: the path that once
 // re-entered the public Mutate and needed a recursive mutex.
 TEST_F(Gc, OrphanPropagationKeepsDependentsAndDropsTheirReference) {
