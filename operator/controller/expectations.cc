@@ -35,14 +35,30 @@ void Expectations::PodDeleted(const std::string& key, const std::string& uid) {
 std::set<std::string> Expectations::PodsGoing(const std::string& key,
                                               const std::set<std::string>& present) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = deleted_pods_.find(key);
-  if (it == deleted_pods_.end()) return {};
+  return Going(deleted_pods_, key, present);
+}
+
+void Expectations::ServiceDeleted(const std::string& key, const std::string& uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  deleted_services_[key].insert(uid);
+}
+
+std::set<std::string> Expectations::ServicesGoing(const std::string& key,
+                                                  const std::set<std::string>& present) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Going(deleted_services_, key, present);
+}
+
+std::set<std::string> Expectations::Going(Deletions& deleted, const std::string& key,
+                                          const std::set<std::string>& present) {
+  auto it = deleted.find(key);
+  if (it == deleted.end()) return {};
   std::set<std::string> going;
   for (const std::string& uid : it->second) {
     if (present.count(uid)) going.insert(uid);
   }
   if (going.empty()) {
-    deleted_pods_.erase(it);
+    deleted.erase(it);
   } else {
     it->second = going;
   }
@@ -53,6 +69,7 @@ void Expectations::Forget(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   writes_.erase(key);
   deleted_pods_.erase(key);
+  deleted_services_.erase(key);
 }
 
 }  // namespace kubetrain::controller

@@ -34,6 +34,11 @@ class Expectations {
   // whatever the cache says. Deleted pods the cache no longer shows are forgotten.
   std::set<std::string> PodsGoing(const std::string& key, const std::set<std::string>& present);
 
+  // The same for the job's Services: the cleanup of a finished job deletes them, and a pass
+  // that runs before the Service informer has seen them go must not delete them again (404).
+  void ServiceDeleted(const std::string& key, const std::string& uid);
+  std::set<std::string> ServicesGoing(const std::string& key, const std::set<std::string>& present);
+
   // The job is gone: forget everything about it.
   void Forget(const std::string& key);
 
@@ -46,8 +51,13 @@ class Expectations {
     std::string resource_version;
   };
   std::mutex mu_;
-  std::map<std::string, Write> writes_;                        // job key → last status write
-  std::map<std::string, std::set<std::string>> deleted_pods_;  // job key → deleted pod uids
+  std::map<std::string, Write> writes_;                            // job key → last status write
+  using Deletions = std::map<std::string, std::set<std::string>>;  // job key → deleted uids
+  // Of `deleted[key]`, those `present`; forgets the rest. Under mu_.
+  static std::set<std::string> Going(Deletions& deleted, const std::string& key,
+                                     const std::set<std::string>& present);
+  Deletions deleted_pods_;
+  Deletions deleted_services_;
 };
 
 }  // namespace kubetrain::controller

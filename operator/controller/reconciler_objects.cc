@@ -3,6 +3,7 @@
 // and suspension. The decisions that call for them are in reconciler.cc.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -409,22 +410,30 @@ absl::Status Reconciler::Cleanup(Pass& p) {
       podgroup_deleted_[p.key] = p.job.metadata.uid;
     }
   }
-  // The Services go whatever the pods' phases: nothing dials a finished job.
+  // The Services go whatever the pods' phases: nothing dials a finished job. Those deleted
+  // here that the cache still shows are going, not deleted again.
+  std::vector<json> services;
   if (p.tfjob) {
-    for (const json& svc : services_.ListByLabel(p.ns, api::kKubeflowLabelJobName, p.name)) {
-      if (!OwnedBy(svc, p.job.metadata.uid)) continue;
-      const std::string name = svc["metadata"].value("name", "");
-      absl::Status s = client_.Delete(kube::Resource::Services(), p.ns, name);
-      if (s.ok()) p.deleted[kJobFinished].emplace_back("Service", name);
-      if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
-        return DeleteRefused(p, "FailedDeleteService", "Service", name, s);
-      }
+    for (json& svc : services_.ListByLabel(p.ns, api::kKubeflowLabelJobName, p.name)) {
+      if (OwnedBy(svc, p.job.metadata.uid)) services.push_back(std::move(svc));
     }
-  } else if (services_.Get(p.key)) {
-    absl::Status s = client_.Delete(kube::Resource::Services(), p.ns, p.name);
-    if (s.ok()) p.deleted[kJobFinished].emplace_back("Service", p.name);
+  } else if (std::optional<json> svc = services_.Get(p.key)) {
+    services.push_back(*std::move(svc));
+  }
+  std::set<std::string> present;
+  for (const json& svc : services) present.insert(svc["metadata"].value("uid", ""));
+  const std::set<std::string> going = expectations_.ServicesGoing(p.key, present);
+  for (const json& svc : services) {
+    const std::string name = svc["metadata"].value("name", "");
+    const std::string uid = svc["metadata"].value("uid", "");
+    if (going.count(uid)) continue;
+    absl::Status s = client_.Delete(kube::Resource::Services(), p.ns, name);
+    if (s.ok()) {
+      p.deleted[kJobFinished].emplace_back("Service", name);
+      expectations_.ServiceDeleted(p.key, uid);
+    }
     if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
-      return DeleteRefused(p, "FailedDeleteService", "Service", p.name, s);
+      return DeleteRefused(p, "FailedDeleteService", "Service", name, s);
     }
   }
   return absl::OkStatus();

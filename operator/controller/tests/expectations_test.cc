@@ -46,13 +46,26 @@ TEST(Expectations, DeletedPodsAreGoingUntilTheCacheDropsThem) {
   EXPECT_TRUE(e.PodsGoing("ns/j", {"uid-2"}).empty());
 }
 
+// A pass that sees the job's pods gone must not forget the Service it deleted, nor the reverse.
+TEST(Expectations, DeletedServicesAreKeptApartFromDeletedPods) {
+  Expectations e;
+  e.PodDeleted("ns/j", "pod-1");
+  e.ServiceDeleted("ns/j", "svc-1");
+  EXPECT_TRUE(e.PodsGoing("ns/j", {}).empty());
+  EXPECT_EQ(e.ServicesGoing("ns/j", {"svc-1"}), (std::set<std::string>{"svc-1"}));
+  EXPECT_TRUE(e.ServicesGoing("ns/j", {}).empty());
+  EXPECT_TRUE(e.ServicesGoing("ns/j", {"svc-1"}).empty());
+}
+
 TEST(Expectations, ForgetDropsWritesAndDeletions) {
   Expectations e;
   e.StatusWritten("ns/j", {"5"}, Job("7", "written"));
   e.PodDeleted("ns/j", "uid-1");
+  e.ServiceDeleted("ns/j", "svc-1");
   e.Forget("ns/j");
   EXPECT_EQ(e.NewestJob("ns/j", Job("5", "cached"))["status"]["state"], "cached");
   EXPECT_TRUE(e.PodsGoing("ns/j", {"uid-1"}).empty());
+  EXPECT_TRUE(e.ServicesGoing("ns/j", {"svc-1"}).empty());
 }
 
 }  // namespace

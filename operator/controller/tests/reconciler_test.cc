@@ -355,6 +355,22 @@ TEST_F(ReconcilerTest, ADeletionTheCacheHasNotSeenIsNotCountedAgain) {
   EXPECT_EQ(std::count(requests.begin(), requests.end(), "delete pods default/sc-worker-1"), 1);
 }
 
+// A finished job's cleanup deletes its Service once: a pass that runs before the Service cache
+// has seen it go (a status write, a pod event) does not send a second delete answered 404.
+TEST_F(ReconcilerTest, AServiceTheCacheStillShowsIsNotDeletedAgain) {
+  Create(Job("sv", {{"Worker", Replica(1)}}));
+  Settle("sv");
+  api_.SetPodPhase("default", "sv-worker-0", "Succeeded", 0);
+  api_.Freeze();  // no cache sees the Service go, nor the job's status write
+  Settle("sv");
+  Settle("sv");
+  api_.Thaw();
+  Settle("sv");
+  ASSERT_EQ(State("sv"), "Succeeded");
+  std::vector<std::string> requests = api_.Requests();
+  EXPECT_EQ(std::count(requests.begin(), requests.end(), "delete services default/sv"), 1);
+}
+
 TEST_F(ReconcilerTest, ARestartCountedBeforeTheOperatorDiedIsNotCountedAgain) {
   Create(Job("od", {{"Worker", Replica(2)}}));
   Settle("od");
