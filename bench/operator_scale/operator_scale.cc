@@ -206,6 +206,13 @@ std::string PodStatusPatch(const std::string& phase, int pod_index, std::optiona
              {"imageID", ""},       {"state", json::object()}};
   if (exit_code) {
     cs["state"]["terminated"] = {{"exitCode", *exit_code}, {"reason", "Completed"}};
+    // The summary a kubetrain-worker chief leaves as its termination message: the operator
+    // takes the job's final figures from it and reads no log.
+    if (*exit_code == 0) {
+      cs["state"]["terminated"]["message"] =
+          R"({"event":"training_complete","test_accuracy":0.85,"steps":100,"epochs":1,)"
+          R"("examples_per_sec":1000})";
+    }
   } else {
     cs["state"]["running"] = {{"startedAt", kube::FormatTime(absl::Now())}};
   }
