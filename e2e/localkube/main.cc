@@ -20,6 +20,16 @@
 #include "e2e/localkube/tls.h"
 #include "e2e/localkube/workloads.h"
 
+// LeakSanitizer (clang's AddressSanitizer build) checks for leaks as the program exits.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KT_LEAK_CHECKED
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(KT_LEAK_CHECKED)
+#define KT_LEAK_CHECKED
+#endif
+
 namespace kubetrain::localkube {
 namespace {
 
@@ -219,6 +229,14 @@ int Run(int argc, char** argv) {
   server.Stop();
   std::error_code ignored;
   for (const std::string& dir : scratch) std::filesystem::remove_all(dir, ignored);
+#if !defined(KT_LEAK_CHECKED)
+  // Every thread that writes has stopped and nothing lives on disk: the store's objects and
+  // history are not freed one by one. At 20,000 objects (1.6 GB) that alone took past the 2 s a
+  // program has after SIGTERM. Leak-checked builds tear down as usual, for LeakSanitizer.
+  std::cout.flush();
+  std::fflush(nullptr);
+  std::_Exit(0);
+#endif
   return 0;
 }
 
