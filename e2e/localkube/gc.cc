@@ -4,7 +4,6 @@
 // thread: everything here runs under Api's write lock, the collector after every delete, on
 // what changed since its last pass.
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <set>
 #include <string>

@@ -61,7 +61,7 @@ class Store {
                     int64_t* read_at) const;
   // Every object of every collection, as (storage key, object).
   std::vector<std::pair<std::string, nlohmann::json>> ListEverything() const;
-  // Indexes a garbage collector reads instead of walking every object (api/gc.cc), kept with
+  // Indexes a garbage collector reads instead of walking every object (gc.cc), kept with
   // each Put and Remove like the real collector's graph of owners and dependents:
   // the object with metadata.uid `uid`;
   std::optional<ObjectRef> FindUid(const std::string& uid) const;
