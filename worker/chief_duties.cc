@@ -2,6 +2,9 @@
 // JSON line; see worker/chief_duties.h.
 #include "worker/chief_duties.h"
 
+#include <atomic>
+#include <functional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -9,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "worker/models.h"
 
 namespace kubetrain::worker {
 
@@ -24,6 +28,57 @@ nlohmann::ordered_json TrainingSummary::ToJson() const {
   if (!checkpoint.empty()) j["checkpoint"] = checkpoint;
   return j;
 }
+
+// A copy of the training model that evaluates, on a thread of its own, the values it was given
+// at an epoch's end while the training goes on. One evaluation at a time: the next waits for it.
+class ChiefDuties::BackgroundEvaluation {
+ public:
+  BackgroundEvaluation(std::unique_ptr<Model> copy, const Dataset& test, int batch)
+      : copy_(std::move(copy)), test_(test), batch_(batch) {}
+  ~BackgroundEvaluation() {
+    cancel_.store(true);
+    (void)Wait();
+  }
+
+  // Waits for the previous evaluation (returning its error), copies `model`'s values and
+  // evaluates them in the background; `done` gets the result on that thread.
+  absl::Status Start(Model& model, std::function<void(const EvalResult&)> done) {
+    RETURN_IF_ERROR(Wait());
+    const std::vector<Variable*>& from = model.variables();
+    const std::vector<Variable*>& to = copy_->variables();
+    if (from.size() != to.size()) return absl::InternalError("the evaluation's copy differs");
+    for (size_t i = 0; i < from.size(); ++i) {
+      if (from[i]->size() != to[i]->size()) {
+        return absl::InternalError(
+            absl::StrCat("the evaluation's copy of ", from[i]->name, " has another size"));
+      }
+      model.device().CopyDeviceToDevice(from[i]->value.data(), to[i]->value.data(),
+                                        from[i]->value.bytes());
+    }
+    RETURN_IF_ERROR(model.device().Synchronize());
+    thread_ = std::thread([this, done = std::move(done)] {
+      absl::StatusOr<EvalResult> result = copy_->Evaluate(test_, batch_, &cancel_);
+      if (result.ok()) done(*result);
+      status_ = result.status();  // read by Wait, after the join
+    });
+    return absl::OkStatus();
+  }
+
+  // Waits for the evaluation running, if any; its error.
+  absl::Status Wait() {
+    if (!thread_.joinable()) return absl::OkStatus();
+    thread_.join();
+    return std::exchange(status_, absl::OkStatus());
+  }
+
+ private:
+  const std::unique_ptr<Model> copy_;
+  const Dataset& test_;
+  const int batch_;
+  std::atomic<bool> cancel_{false};
+  std::thread thread_;
+  absl::Status status_;
+};
 
 TrainingSummary RunSummary(const TrainerOptions& options, int64_t steps, int examples_per_step,
                            absl::Time start) {
@@ -46,7 +101,22 @@ ChiefDuties::ChiefDuties(const TrainerOptions& options, Model& model, GradientEx
       metrics_(metrics),
       start_(start),
       checkpointer_({options.checkpoint_dir, options.keep_checkpoints}),
-      progress_(options.log_every, metrics) {}
+      progress_(options.log_every, metrics) {
+  // The training chief's evaluations each epoch. Only where the device's memory is host memory:
+  // the CPU backend's kernels may run from two threads on disjoint buffers.
+  if (steps_per_epoch_ > 0 && test_ != nullptr && model_.device().HostAddressable()) {
+    absl::StatusOr<std::unique_ptr<Model>> copy =
+        MakeModel(options_.model, model_.device(), options_.seed);
+    if (copy.ok()) {
+      background_ =
+          std::make_unique<BackgroundEvaluation>(std::move(*copy), *test_, options_.eval_batch);
+    } else {
+      log::Warn("Evaluating each epoch on the training thread", {{"error", copy.status()}});
+    }
+  }
+}
+
+ChiefDuties::~ChiefDuties() { background_.reset(); }
 
 // ---- checkpoints ----------------------------------------------------------------------------
 
@@ -106,7 +176,7 @@ void ChiefDuties::StartTraining() {
 absl::Status ChiefDuties::AfterStep(int64_t pos, int64_t epoch_before, float loss) {
   const int64_t epoch = pos / steps_per_epoch_;
   progress_.MaybeLog(exchange_.global_step(), epoch, loss, exchange_.examples_per_step());
-  if (epoch > epoch_before && !exchange_.Done(pos)) RETURN_IF_ERROR(Evaluate(epoch));
+  if (epoch > epoch_before && !exchange_.Done(pos)) RETURN_IF_ERROR(EvaluateEpoch(epoch));
   if (absl::Now() - last_checkpoint_time_ >= options_.checkpoint_every) {
     absl::Status s = SaveCheckpoint();
     if (!s.ok()) log::Warn("Checkpoint failed; training goes on", {{"error", s}});
@@ -120,10 +190,37 @@ absl::Status ChiefDuties::Evaluate(std::optional<int64_t> epoch) {
   return EvaluateModel(exchange_.global_step(), epoch);
 }
 
+absl::Status ChiefDuties::EvaluateEpoch(int64_t epoch) {
+  if (background_ == nullptr) return Evaluate(epoch);
+  RETURN_IF_ERROR(exchange_.LoadParameters());
+  const int64_t step = exchange_.global_step();
+  return background_->Start(model_,
+                            [this, step, epoch](const EvalResult& r) { Record(r, step, epoch); });
+}
+
+absl::Status ChiefDuties::AwaitEvaluation() {
+  return background_ != nullptr ? background_->Wait() : absl::OkStatus();
+}
+
 absl::Status ChiefDuties::EvaluateModel(int64_t step, std::optional<int64_t> epoch) {
-  ASSIGN_OR_RETURN(last_eval_, model_.Evaluate(*test_, options_.eval_batch));
-  LogEvaluation(last_eval_, step, epoch, metrics_);
+  // The epoch's evaluation still running is logged first, and its failure is this one's.
+  RETURN_IF_ERROR(AwaitEvaluation());
+  ASSIGN_OR_RETURN(EvalResult eval, model_.Evaluate(*test_, options_.eval_batch));
+  Record(eval, step, epoch);
   return absl::OkStatus();
+}
+
+void ChiefDuties::Record(const EvalResult& eval, int64_t step, std::optional<int64_t> epoch) {
+  {
+    std::lock_guard<std::mutex> lock(eval_mu_);
+    last_eval_ = eval;
+  }
+  LogEvaluation(eval, step, epoch, metrics_);
+}
+
+EvalResult ChiefDuties::last_eval() const {
+  std::lock_guard<std::mutex> lock(eval_mu_);
+  return last_eval_;
 }
 
 absl::Status ChiefDuties::EvaluateState(const ps::ModelState& state, const std::string& source,
@@ -203,8 +300,9 @@ TrainingSummary ChiefDuties::Summary() const {
 
 TrainingSummary ChiefDuties::SummaryAt(int64_t steps, int examples_per_step) const {
   TrainingSummary s = RunSummary(options_, steps, examples_per_step, start_);
-  s.test_accuracy = last_eval_.accuracy;
-  s.test_loss = last_eval_.loss;
+  const EvalResult eval = last_eval();
+  s.test_accuracy = eval.accuracy;
+  s.test_loss = eval.loss;
   s.checkpoint = last_checkpoint_;
   return s;
 }

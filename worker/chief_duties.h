@@ -7,10 +7,13 @@
 //
 // It borrows the model, the gradient exchange (for the state a checkpoint holds), the test set
 // and the metrics. Called from the training thread, except LatestCheckpoint, which the ps
-// chief's watch thread calls too.
+// chief's watch thread calls too. On a device whose memory is host memory (the CPU), the
+// evaluation at each epoch's end runs on a thread of its own, on a copy of the model
+// (docs/architecture.md §5.3), so the training goes on meanwhile.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -42,6 +45,10 @@ class ChiefDuties {
   ChiefDuties(const TrainerOptions& options, Model& model, GradientExchange& exchange,
               int64_t steps_per_epoch, const Dataset* test, WorkerMetrics* metrics,
               absl::Time start);
+  // Cancels an epoch's evaluation still running (within one test batch) and waits for it.
+  ~ChiefDuties();
+  ChiefDuties(const ChiefDuties&) = delete;
+  ChiefDuties& operator=(const ChiefDuties&) = delete;
 
   // The newest checkpoint that fits this job, or nullopt when there is none or no
   // --checkpoint-dir. Safe to call from another thread while training goes on. The first call
@@ -58,12 +65,15 @@ class ChiefDuties {
   // checkpoint is due --checkpoint-every from now.
   void StartTraining();
   // After a step: the worker is at `pos`, was in epoch `epoch_before` before the step, and the
-  // step's loss was `loss`. Logs progress; evaluates when an epoch ended before the last; writes
-  // a checkpoint when one is due (a failed one is logged, and training goes on).
+  // step's loss was `loss`. Logs progress; evaluates when an epoch ended before the last (in the
+  // background where it can: the previous one's failure, if any, is returned here); writes a
+  // checkpoint when one is due (a failed one is logged, and training goes on).
   absl::Status AfterStep(int64_t pos, int64_t epoch_before, float loss);
   // Evaluates the exchange's parameters on the test set and logs the `evaluation` line (with
-  // `epoch`, where known).
+  // `epoch`, where known), after any epoch's evaluation still running.
   absl::Status Evaluate(std::optional<int64_t> epoch);
+  // Waits for the epoch's evaluation running in the background, if any; its error.
+  absl::Status AwaitEvaluation();
   // Training is over: the final checkpoint, the evaluation of exactly its values, the
   // exchange's ShutDown, and the "Training complete" line. Returns the run's summary, at the
   // final checkpoint's step.
@@ -78,9 +88,11 @@ class ChiefDuties {
 
   // The summary so far: global step, test results, last checkpoint.
   TrainingSummary Summary() const;
-  const EvalResult& last_eval() const { return last_eval_; }
+  EvalResult last_eval() const;
 
  private:
+  class BackgroundEvaluation;
+
   const TrainerOptions& options_;
   Model& model_;
   GradientExchange& exchange_;
@@ -102,6 +114,10 @@ class ChiefDuties {
   // Evaluates the model's values as they are, logs the `evaluation` line at `step` and keeps
   // the result for the summary. The test set is there.
   absl::Status EvaluateModel(int64_t step, std::optional<int64_t> epoch);
+  // The evaluation at the end of `epoch`: started in the background where there is one.
+  absl::Status EvaluateEpoch(int64_t epoch);
+  // Logs `eval`, taken at `step`, and keeps it for the summary.
+  void Record(const EvalResult& eval, int64_t step, std::optional<int64_t> epoch);
   // The summary of a run at `steps`: test results and last checkpoint as they are now.
   TrainingSummary SummaryAt(int64_t steps, int examples_per_step) const;
   // Logs the "Training complete" line of `summary` and returns it.
@@ -113,7 +129,10 @@ class ChiefDuties {
   mutable std::mutex read_at_start_mu_;
   mutable std::optional<ps::ModelState> read_at_start_;  // guarded by read_at_start_mu_
 
-  EvalResult last_eval_;
+  mutable std::mutex eval_mu_;
+  EvalResult last_eval_;  // guarded by eval_mu_: a background evaluation writes it
+  // The training chief's, on a host-memory device; null otherwise.
+  std::unique_ptr<BackgroundEvaluation> background_;
   std::string last_checkpoint_;  // path of the last checkpoint written
   absl::Time last_checkpoint_time_ = absl::InfinitePast();
 };

@@ -136,7 +136,8 @@ absl::StatusOr<EvalResult> Model::EvaluateBatch(absl::Span<const float> images,
   return EvalResult{loss / batch, static_cast<double>(correct) / batch, batch};
 }
 
-absl::StatusOr<EvalResult> Model::Evaluate(const Dataset& data, int batch_size) {
+absl::StatusOr<EvalResult> Model::Evaluate(const Dataset& data, int batch_size,
+                                           const std::atomic<bool>* cancel) {
   if (data.example_size() != input_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         name_, " takes ", input_size(), " floats per example, data has ", data.example_size()));
@@ -145,6 +146,7 @@ absl::StatusOr<EvalResult> Model::Evaluate(const Dataset& data, int batch_size) 
   double loss_sum = 0.0, correct = 0.0;
   int64_t examples = 0;
   while (const Batch* b = batches.Next()) {
+    if (cancel != nullptr && cancel->load()) return absl::CancelledError("evaluation cancelled");
     ASSIGN_OR_RETURN(EvalResult r, EvaluateBatch(b->image_span(), b->label_span()));
     loss_sum += r.loss * r.examples;
     correct += r.accuracy * r.examples;

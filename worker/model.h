@@ -1,6 +1,7 @@
 // A feed-forward classifier trained with softmax cross-entropy, computed through a Device.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,8 +59,10 @@ class Model {
   absl::StatusOr<EvalResult> EvaluateBatch(absl::Span<const float> images,
                                            absl::Span<const int32_t> labels);
 
-  // Mean loss and accuracy over every example of `data`, in order.
-  absl::StatusOr<EvalResult> Evaluate(const Dataset& data, int batch_size = 256);
+  // Mean loss and accuracy over every example of `data`, in order. CANCELLED, between two
+  // batches, once `cancel` (if given) is set.
+  absl::StatusOr<EvalResult> Evaluate(const Dataset& data, int batch_size = 256,
+                                      const std::atomic<bool>* cancel = nullptr);
 
   // Host copies in variables() order; `out`/`values` must hold num_parameters() floats.
   absl::Status ReadValues(absl::Span<float> out);

@@ -159,6 +159,7 @@ TEST_F(ChiefDutiesTest, EvaluatesAtEveryEpochEndButTheLastWhichFinishEvaluates) 
   ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
   LogCapture logs;
   ASSERT_THAT(RunSteps(duties, exchange), IsOk());
+  ASSERT_THAT(duties.AwaitEvaluation(), IsOk());  // epoch 2's runs in the background
   EXPECT_EQ(logs.Count("msg=evaluation"), 2);
   EXPECT_NE(logs.Find("msg=evaluation step=10 epoch=1"), "");
   EXPECT_NE(logs.Find("msg=evaluation step=20 epoch=2"), "");
@@ -169,6 +170,49 @@ TEST_F(ChiefDutiesTest, EvaluatesAtEveryEpochEndButTheLastWhichFinishEvaluates) 
   EXPECT_EQ(summary->epochs, 3);
   EXPECT_EQ(summary->test_accuracy, duties.last_eval().accuracy);
   EXPECT_EQ(duties.last_eval().examples, 40);
+}
+
+// Training goes on while an epoch's evaluation runs (on the CPU): the evaluation describes the
+// values at the epoch's end, not whatever the model holds when the evaluation gets to them.
+TEST_F(ChiefDutiesTest, AnEpochsEvaluationDescribesTheValuesAtItsEndWhileTrainingGoesOn) {
+  ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  const EvalResult at_epoch_end = *model_->Evaluate(test_);
+  duties.StartTraining();
+  exchange.step = kStepsPerEpoch;
+  ASSERT_THAT(duties.AfterStep(kStepsPerEpoch, 0, 0.5f), IsOk());
+  // The next steps change every value at once.
+  std::vector<float> next(model_->num_parameters(), 0.0f);
+  ASSERT_THAT(model_->WriteValues(next), IsOk());
+  ASSERT_THAT(duties.AwaitEvaluation(), IsOk());
+  EXPECT_EQ(duties.last_eval().examples, 40);
+  EXPECT_EQ(duties.last_eval().loss, at_epoch_end.loss);
+  EXPECT_EQ(duties.last_eval().accuracy, at_epoch_end.accuracy);
+  EXPECT_NE(model_->Evaluate(test_)->loss, at_epoch_end.loss);  // the values did change
+}
+
+// A chief stopped (SIGTERM) during an epoch's evaluation does not wait for the whole test set.
+TEST_F(ChiefDutiesTest, StoppingTheChiefCancelsTheEpochsEvaluation) {
+  Dataset large;
+  large.height = large.width = 28;
+  Rng rng(5);
+  for (int i = 0; i < 20000; ++i) {
+    for (int p = 0; p < 28 * 28; ++p) large.images.push_back(rng.Uniform() - 0.5f);
+    large.labels.push_back(i % 10);
+  }
+  options_.eval_batch = 1;  // 20,000 forward passes: far longer than stopping takes
+  ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+  LogCapture logs;
+  absl::Time stopped;
+  {
+    ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &large, nullptr, absl::Now());
+    duties.StartTraining();
+    exchange.step = kStepsPerEpoch;
+    ASSERT_THAT(duties.AfterStep(kStepsPerEpoch, 0, 0.5f), IsOk());
+    stopped = absl::Now();
+  }
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(1));
+  EXPECT_EQ(logs.Count("msg=evaluation"), 0);
 }
 
 TEST_F(ChiefDutiesTest, NoPeriodicCheckpointIsDueBeforeThePeriodHasPassed) {
