@@ -422,8 +422,9 @@ class PsExchange : public GradientExchange {
   // for --evaluator-patience.
   absl::Status WaitForPs(bool evaluated) {
     // Short waits: a restarted ps is usually back within seconds, and sync training stalls until
-    // every worker notices.
-    Backoff backoff({.initial = absl::Milliseconds(200), .max = absl::Seconds(2)});
+    // every worker notices. At the start the chief initialises the ps within a few tens of
+    // milliseconds of the first look, and the first step waits for the last worker to see it.
+    Backoff backoff({.initial = absl::Milliseconds(20), .max = absl::Seconds(2)});
     absl::Time deadline = absl::Now() + c_.options.ready_timeout;
     std::string last_reason;
     absl::Time unreachable_since = absl::InfiniteFuture();
@@ -455,8 +456,10 @@ class PsExchange : public GradientExchange {
                          absl::FormatDuration(c_.options.ready_timeout), ": ", last_reason));
       }
       absl::Duration wait = backoff.Next();
-      log::Info("Waiting for the parameter servers",
-                {{"reason", last_reason}, {"retry_in", wait}, {"attempt", backoff.attempts()}});
+      if (backoff.attempts() == 1 || wait >= absl::Milliseconds(200)) {  // not every short look
+        log::Info("Waiting for the parameter servers",
+                  {{"reason", last_reason}, {"retry_in", wait}, {"attempt", backoff.attempts()}});
+      }
       SleepUnlessStopped(wait, c_.stop);
     }
     return absl::CancelledError("stopped");
