@@ -1,6 +1,7 @@
 #include "common/process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -37,6 +38,8 @@ struct ChildArgs {
   pid_t parent;
   const char* exec_failed;  // written to the output when exec fails
   size_t exec_failed_len;
+  bool set_cpus;
+  cpu_set_t cpus;
 };
 
 // In the child between fork and exec: only async-signal-safe calls.
@@ -62,6 +65,7 @@ struct ChildArgs {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (a.set_cpus) (void)sched_setaffinity(0, sizeof(a.cpus), &a.cpus);
   if (a.dir != nullptr && chdir(a.dir) != 0) _exit(126);
   if (a.path != nullptr) execve(a.path, a.argv, a.envp);
   (void)!write(STDERR_FILENO, a.exec_failed, a.exec_failed_len);
@@ -69,6 +73,17 @@ struct ChildArgs {
 }
 
 }  // namespace
+
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
 
 std::optional<std::string> FindInPath(const std::string& program, const std::string& path) {
   if (program.find('/') != std::string::npos) {
@@ -112,6 +127,13 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(const ProcessOptions& op
   envp.push_back(nullptr);
   const std::string exec_failed = absl::StrCat(exec_path, ": exec failed\n");
 
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : options.cpus) {
+    if (c < 0 || c >= CPU_SETSIZE) return absl::InvalidArgumentError(absl::StrCat("no CPU ", c));
+    CPU_SET(c, &cpus);
+  }
+
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return Errno("pipe");
   const ChildArgs child{fds[1],
@@ -122,7 +144,9 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(const ProcessOptions& op
                         options.die_with_parent,
                         getpid(),
                         exec_failed.data(),
-                        exec_failed.size()};
+                        exec_failed.size(),
+                        !options.cpus.empty(),
+                        cpus};
   pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);

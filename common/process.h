@@ -35,7 +35,13 @@ struct ProcessOptions {
   // exits 127, as a shell's child does (localkube's containers), instead of Start returning
   // NOT_FOUND.
   bool not_found_exits_127 = false;
+  // The CPUs the child may run on (its threads inherit them), set before exec; a set the kernel
+  // refuses (a cpuset without them) leaves the child on its parent's. Empty: the parent's.
+  std::vector<int> cpus;
 };
+
+// The CPUs the calling thread may run on, in increasing order (empty past cpu_set_t's 1024).
+std::vector<int> AllowedCpus();
 
 class Process {
  public:

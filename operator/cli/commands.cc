@@ -249,6 +249,9 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
             "how often the progress line is repeated while the chief reports progress");
   flags.Add("restart-delay", &options.restart_delay,
             "delay before a task's first restart; doubles per restart up to 30s");
+  flags.Add("bind-cpus", &options.bind_cpus,
+            "keep each training task (chief, workers) of a fixed-size job to its own share of "
+            "this machine's CPUs, as mpirun binds ranks (false: the kernel places them)");
   absl::StatusOr<std::vector<std::string>> files = flags.Parse(args);
   if (!files.ok()) return FlagExit(files.status(), err);
   if (files->size() != 1) {

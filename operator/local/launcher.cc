@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/host_port.h"
 #include "common/job_secret_env.h"
 #include "common/process.h"
@@ -39,6 +40,7 @@ struct LocalJob::Task {
   int incarnation = 0;  // which process of this task runs: failures are counted per incarnation
   std::string label;    // "worker-1"
   std::string gpu;      // its CUDA_VISIBLE_DEVICES when kubetrain run chose it, else ""
+  std::string cpus;     // the CPUs it keeps to ("0,1") when kubetrain run bound it, else ""
   ProgressTracker progress;
 };
 
@@ -125,7 +127,30 @@ absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
     if (stop.load()) return absl::OkStatus();
     RETURN_IF_ERROR(Configure(*tasks_[i], gpus[i]));
   }
+  BindTrainers();
   return absl::OkStatus();
+}
+
+void LocalJob::BindTrainers() {
+  // Training tasks that wait on each other each step (a sync round, an all-reduce) are otherwise
+  // put on one CPU by the kernel, each woken onto the CPU the other just gave up, while another
+  // idles (docs/architecture.md §5.3).
+  if (!options_.bind_cpus || job_.spec.elastic) return;
+  std::vector<Task*> trainers;
+  for (const auto& task : tasks_) {
+    const api::ReplicaType t = task->task.type;
+    if (t == api::ReplicaType::kChief || t == api::ReplicaType::kWorker) {
+      trainers.push_back(task.get());
+    }
+  }
+  const std::vector<int> cpus = AllowedCpus();
+  const size_t k = cpus.size(), m = trainers.size();
+  if (m < 2 || k < m) return;
+  for (size_t i = 0; i < m; ++i) {
+    std::vector<int> share(cpus.begin() + i * k / m, cpus.begin() + (i + 1) * k / m);
+    trainers[i]->cpus = absl::StrJoin(share, ",");
+    trainers[i]->process_options.cpus = std::move(share);
+  }
 }
 
 absl::Status LocalJob::Configure(Task& task, const std::string& gpu) {
@@ -248,6 +273,7 @@ absl::Status LocalJob::StartTask(Task& task) {
   Say(absl::StrCat("Started ", task.label, " pid=", task.process->pid(),
                    " address=", task.task.address, " metrics=127.0.0.1:", task.metrics_port,
                    task.gpu.empty() ? "" : absl::StrCat(" gpu=", task.gpu),
+                   task.cpus.empty() ? "" : absl::StrCat(" cpus=", task.cpus),
                    task.restarts ? absl::StrCat(" restart=", task.restarts) : ""));
   return absl::OkStatus();
 }

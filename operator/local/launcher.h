@@ -35,6 +35,11 @@ struct LaunchOptions {
   // CUDA_VISIBLE_DEVICES (with KUBETRAIN_CUDA_DEVICE=0) unless the container sets it
   // (DetectGpus, AssignGpus in operator/local/gpus.h); empty: nothing is set.
   std::vector<std::string> gpus;
+  // The training tasks (chief and Worker replicas) of a job with a fixed size each keep to a
+  // share of this process's CPUs, the i-th of m tasks the i-th of m equal, contiguous parts of
+  // the list, as mpirun binds its ranks; ps and evaluator tasks run anywhere. Left out when the
+  // CPUs are fewer than those tasks, or the job is elastic (its size changes).
+  bool bind_cpus = true;
   // Elastic jobs: Worker replicas to add (> 0) or remove (< 0), taken (and reset to 0) by the
   // run loop; `kubetrain run` adds one on SIGUSR1 and removes one on SIGUSR2. Null: none.
   std::atomic<int>* scale = nullptr;
@@ -64,6 +69,8 @@ class LocalJob {
   absl::Status Prepare(const std::atomic<bool>& stop);
   // Renders `task`'s pod (TF_CONFIG from the job as it is now) into its process options.
   absl::Status Configure(Task& task, const std::string& gpu);
+  // LaunchOptions::bind_cpus: sets the training tasks' process CPUs.
+  void BindTrainers();
   absl::Status StartTask(Task& task);
   // Elastic jobs: applies pending scale requests within spec.elastic's bounds. New workers get
   // the TF_CONFIG of the job's new size; removed ones (the highest indexes) are stopped like a

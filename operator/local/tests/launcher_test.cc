@@ -6,6 +6,8 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_join.h"
+#include "common/process.h"
 #include "operator/api/validation.h"
 
 namespace kubetrain::local {
@@ -34,7 +36,8 @@ struct Outcome {
 };
 
 Outcome RunJob(const json& doc, const std::atomic<bool>* stop = nullptr,
-               std::vector<std::string> gpus = {}, std::atomic<int>* scale = nullptr) {
+               std::vector<std::string> gpus = {}, std::atomic<int>* scale = nullptr,
+               bool bind_cpus = true) {
   api::FieldErrors errors;
   api::TrainingJob job = api::DecodeAndValidate(doc, &errors);
   EXPECT_TRUE(errors.empty()) << errors.front().ToString();
@@ -44,6 +47,7 @@ Outcome RunJob(const json& doc, const std::atomic<bool>* stop = nullptr,
   options.grace_period = absl::Seconds(2);
   options.restart_delay = absl::Milliseconds(20);
   options.scale = scale;
+  options.bind_cpus = bind_cpus;
   std::ostringstream out;
   std::atomic<bool> never{false};
   LocalJob local(job, options, out);
@@ -116,6 +120,48 @@ TEST(LocalJob, NoGpusSetsNothingAndTheContainerWins) {
       {{"name", "CUDA_VISIBLE_DEVICES"}, {"value", "7"}}};
   Outcome own = RunJob(Job({{"Worker", worker}}), nullptr, {"0", "1"});
   EXPECT_TRUE(Contains(own.output, "gpu worker-0 visible=7 device=-")) << own.output;
+}
+
+// What a task prints of the CPUs it may run on (the kernel's list, ranges such as "0-3").
+const char kPrintCpus[] =
+    "echo \"cpus $KUBETRAIN_REPLICA_TYPE-$KUBETRAIN_REPLICA_INDEX "
+    "$(grep Cpus_allowed_list /proc/self/status | cut -f2)\"";
+
+// `cpus` (increasing) as the kernel lists them: runs of consecutive CPUs as "a-b".
+std::string KernelList(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out +=
+        j == i ? std::to_string(cpus[i]) : std::to_string(cpus[i]) + "-" + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// Two workers that wait on each other each step would otherwise share one CPU while another
+// idles: each keeps to its half, and the ps (which serves both) may run on any CPU.
+TEST(LocalJob, TrainingTasksKeepToSharesOfTheCpusAndThePsRunsAnywhere) {
+  const std::vector<int> cpus = AllowedCpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "binding two workers needs two CPUs";
+  const size_t half = cpus.size() / 2;
+  const std::vector<int> first(cpus.begin(), cpus.begin() + half);
+  const std::vector<int> second(cpus.begin() + half, cpus.end());
+  json job = Job({{"PS", Replica(1, std::string(kPrintCpus) + "; sleep 30")},
+                  {"Worker", Replica(2, std::string(kPrintCpus) + "; sleep 1")}});
+  Outcome o = RunJob(job);
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_TRUE(Contains(o.output, "cpus worker-0 " + KernelList(first) + "\n")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "cpus worker-1 " + KernelList(second) + "\n")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "cpus ps-0 " + KernelList(cpus) + "\n")) << o.output;
+  EXPECT_TRUE(Contains(o.output, "cpus=" + absl::StrJoin(first, ","))) << o.output;  // Started
+
+  Outcome unbound = RunJob(job, nullptr, {}, nullptr, /*bind_cpus=*/false);
+  EXPECT_TRUE(Contains(unbound.output, "cpus worker-0 " + KernelList(cpus) + "\n"))
+      << unbound.output;
+  EXPECT_FALSE(Contains(unbound.output, "cpus=")) << unbound.output;
 }
 
 TEST(LocalJob, ExitCodePolicyFailsOnProgramError) {
