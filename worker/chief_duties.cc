@@ -102,9 +102,12 @@ ChiefDuties::ChiefDuties(const TrainerOptions& options, Model& model, GradientEx
       start_(start),
       checkpointer_({options.checkpoint_dir, options.keep_checkpoints}),
       progress_(options.log_every, metrics) {
-  // The training chief's evaluations each epoch. Only where the device's memory is host memory:
-  // the CPU backend's kernels may run from two threads on disjoint buffers.
-  if (steps_per_epoch_ > 0 && test_ != nullptr && model_.device().HostAddressable()) {
+  // The training chief's evaluations each epoch, in the ps modes, where the workers' waits for
+  // the ps leave CPU time idle; all-reduce ranks keep their CPUs busy, and an evaluation beside
+  // the chief's training slows the step every rank waits for. Only where the device's memory is
+  // host memory: the CPU backend's kernels may run from two threads on disjoint buffers.
+  if (steps_per_epoch_ > 0 && test_ != nullptr && options_.mode != Mode::kAllReduce &&
+      model_.device().HostAddressable()) {
     absl::StatusOr<std::unique_ptr<Model>> copy =
         MakeModel(options_.model, model_.device(), options_.seed);
     if (copy.ok()) {

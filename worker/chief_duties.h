@@ -7,8 +7,8 @@
 //
 // It borrows the model, the gradient exchange (for the state a checkpoint holds), the test set
 // and the metrics. Called from the training thread, except LatestCheckpoint, which the ps
-// chief's watch thread calls too. On a device whose memory is host memory (the CPU), the
-// evaluation at each epoch's end runs on a thread of its own, on a copy of the model
+// chief's watch thread calls too. In the ps modes on a device whose memory is host memory (the
+// CPU), the evaluation at each epoch's end runs on a thread of its own, on a copy of the model
 // (docs/architecture.md §5.3), so the training goes on meanwhile.
 #pragma once
 

@@ -191,6 +191,18 @@ TEST_F(ChiefDutiesTest, AnEpochsEvaluationDescribesTheValuesAtItsEndWhileTrainin
   EXPECT_NE(model_->Evaluate(test_)->loss, at_epoch_end.loss);  // the values did change
 }
 
+// All-reduce ranks leave no CPU idle for it: the chief evaluates before its next step.
+TEST_F(ChiefDutiesTest, AnAllReduceChiefEvaluatesOnItsTrainingThread) {
+  options_.mode = Mode::kAllReduce;
+  ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+  ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+  LogCapture logs;
+  duties.StartTraining();
+  exchange.step = kStepsPerEpoch;
+  ASSERT_THAT(duties.AfterStep(kStepsPerEpoch, 0, 0.5f), IsOk());
+  EXPECT_NE(logs.Find("msg=evaluation step=10 epoch=1"), "");
+}
+
 // A chief stopped (SIGTERM) during an epoch's evaluation does not wait for the whole test set.
 TEST_F(ChiefDutiesTest, StoppingTheChiefCancelsTheEpochsEvaluation) {
   Dataset large;
