@@ -31,6 +31,8 @@ nlohmann::ordered_json TrainingSummary::ToJson() const {
 
 // A copy of the training model that evaluates, on a thread of its own, the values it was given
 // at an epoch's end while the training goes on. One evaluation at a time: the next waits for it.
+// Every evaluation of the chief goes through it, so only the copy's buffers grow to the
+// evaluation's batch (for the CNN ~100 MB), as the training model's did before.
 class ChiefDuties::BackgroundEvaluation {
  public:
   BackgroundEvaluation(std::unique_ptr<Model> copy, const Dataset& test, int batch)
@@ -43,6 +45,31 @@ class ChiefDuties::BackgroundEvaluation {
   // Waits for the previous evaluation (returning its error), copies `model`'s values and
   // evaluates them in the background; `done` gets the result on that thread.
   absl::Status Start(Model& model, std::function<void(const EvalResult&)> done) {
+    RETURN_IF_ERROR(Take(model));
+    thread_ = std::thread([this, done = std::move(done)] {
+      absl::StatusOr<EvalResult> result = copy_->Evaluate(test_, batch_, &cancel_);
+      if (result.ok()) done(*result);
+      status_ = result.status();  // read by Wait, after the join
+    });
+    return absl::OkStatus();
+  }
+
+  // The same on the calling thread.
+  absl::StatusOr<EvalResult> EvaluateNow(Model& model) {
+    RETURN_IF_ERROR(Take(model));
+    return copy_->Evaluate(test_, batch_, &cancel_);
+  }
+
+  // Waits for the evaluation running, if any; its error.
+  absl::Status Wait() {
+    if (!thread_.joinable()) return absl::OkStatus();
+    thread_.join();
+    return std::exchange(status_, absl::OkStatus());
+  }
+
+ private:
+  // Waits for the evaluation running, then copies `model`'s values.
+  absl::Status Take(Model& model) {
     RETURN_IF_ERROR(Wait());
     const std::vector<Variable*>& from = model.variables();
     const std::vector<Variable*>& to = copy_->variables();
@@ -55,23 +82,9 @@ class ChiefDuties::BackgroundEvaluation {
       model.device().CopyDeviceToDevice(from[i]->value.data(), to[i]->value.data(),
                                         from[i]->value.bytes());
     }
-    RETURN_IF_ERROR(model.device().Synchronize());
-    thread_ = std::thread([this, done = std::move(done)] {
-      absl::StatusOr<EvalResult> result = copy_->Evaluate(test_, batch_, &cancel_);
-      if (result.ok()) done(*result);
-      status_ = result.status();  // read by Wait, after the join
-    });
-    return absl::OkStatus();
+    return model.device().Synchronize();
   }
 
-  // Waits for the evaluation running, if any; its error.
-  absl::Status Wait() {
-    if (!thread_.joinable()) return absl::OkStatus();
-    thread_.join();
-    return std::exchange(status_, absl::OkStatus());
-  }
-
- private:
   const std::unique_ptr<Model> copy_;
   const Dataset& test_;
   const int batch_;
@@ -208,7 +221,9 @@ absl::Status ChiefDuties::AwaitEvaluation() {
 absl::Status ChiefDuties::EvaluateModel(int64_t step, std::optional<int64_t> epoch) {
   // The epoch's evaluation still running is logged first, and its failure is this one's.
   RETURN_IF_ERROR(AwaitEvaluation());
-  ASSIGN_OR_RETURN(EvalResult eval, model_.Evaluate(*test_, options_.eval_batch));
+  ASSIGN_OR_RETURN(EvalResult eval, background_ != nullptr
+                                        ? background_->EvaluateNow(model_)
+                                        : model_.Evaluate(*test_, options_.eval_batch));
   Record(eval, step, epoch);
   return absl::OkStatus();
 }
