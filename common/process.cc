@@ -74,11 +74,11 @@ struct ChildArgs {
 
 }  // namespace
 
-std::vector<int> AllowedCpus() {
+std::vector<int> AllowedCpus(pid_t tid) {
   cpu_set_t set;
   CPU_ZERO(&set);
   std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  if (sched_getaffinity(tid, sizeof(set), &set) != 0) return cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
     if (CPU_ISSET(c, &set)) cpus.push_back(c);
   }

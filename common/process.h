@@ -40,8 +40,9 @@ struct ProcessOptions {
   std::vector<int> cpus;
 };
 
-// The CPUs the calling thread may run on, in increasing order (empty past cpu_set_t's 1024).
-std::vector<int> AllowedCpus();
+// The CPUs thread `tid` (0: the calling one) may run on, in increasing order; empty when it
+// cannot be read or past cpu_set_t's 1024.
+std::vector<int> AllowedCpus(pid_t tid = 0);
 
 class Process {
  public:

@@ -8,22 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/process.h"
 #include "common/status.h"
 
 namespace kubetrain::worker {
 namespace {
-
-// The CPUs thread `tid` (0: the calling one) may run on, in order.
-std::vector<int> ThreadCpus(pid_t tid) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (::sched_getaffinity(tid, sizeof(set), &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
 
 // Lets thread `tid` (0: the calling one) run only on `cpus`.
 bool SetThreadCpus(pid_t tid, const std::vector<int>& cpus) {
@@ -45,7 +34,7 @@ std::string BootId() {
 absl::StatusOr<CpuBinding> CpuBinding::Bind(KeyValueStore& store, absl::string_view prefix,
                                             int rank, int size, absl::Duration timeout,
                                             bool enabled) {
-  const std::vector<int> cpus = ThreadCpus(0);  // empty past cpu_set_t's 1024
+  const std::vector<int> cpus = AllowedCpus(0);  // empty past cpu_set_t's 1024
   const std::string boot = BootId();
   // The host and the CPU list together: ranks share CPUs only where both match.
   const std::string place = absl::StrCat(boot, " ", absl::StrJoin(cpus, ","));
@@ -103,7 +92,7 @@ void CpuBinding::Release() {
   } else if (::access(absl::StrCat("/proc/self/task/", tid).c_str(), F_OK) != 0) {
     return;
   }
-  if (ThreadCpus(tid) == share_) SetThreadCpus(tid, before_);
+  if (AllowedCpus(tid) == share_) SetThreadCpus(tid, before_);
 }
 
 }  // namespace kubetrain::worker
