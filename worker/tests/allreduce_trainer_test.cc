@@ -22,9 +22,9 @@
 #include "worker/exchange_allreduce.h"
 #include "worker/gradient_exchange.h"
 #include "worker/models.h"
-#include "worker/random.h"
 #include "worker/tests/counting_device.h"
 #include "worker/tests/fashion_mnist_fixture.h"
+#include "worker/tests/random_images.h"
 #include "worker/trainer.h"
 
 namespace kubetrain::worker {
@@ -393,13 +393,7 @@ TEST_F(AllReduceTrainerTest, AnEvaluatorIsRefusedWithTheFix) {
 // SGD steps of two ranks on a small synthetic set, against the same arithmetic done by hand on
 // one device.
 TEST(AllReduceTrainer, AStepAppliesTheMeanOfTheRanksGradients) {
-  Dataset train;
-  train.height = train.width = 28;
-  Rng rng(7);
-  for (int i = 0; i < 256; ++i) {
-    for (int p = 0; p < 28 * 28; ++p) train.images.push_back(rng.Uniform() - 0.5f);
-    train.labels.push_back(i % 10);
-  }
+  const Dataset train = RandomImages(256, 7);
   const std::string dir = FreshTempDir("allreduce_exact");
   TrainerOptions o = Options(1, dir);
   o.optimizer = "sgd";

@@ -19,8 +19,8 @@
 #include "ps/service.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/models.h"
-#include "worker/random.h"
 #include "worker/tests/fashion_mnist_fixture.h"
+#include "worker/tests/random_images.h"
 #include "worker/trainer.h"
 
 namespace kubetrain::worker {
@@ -119,12 +119,7 @@ class LogCapture {
 class ChiefDutiesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    test_.height = test_.width = 28;
-    Rng rng(3);
-    for (int i = 0; i < 40; ++i) {
-      for (int p = 0; p < 28 * 28; ++p) test_.images.push_back(rng.Uniform() - 0.5f);
-      test_.labels.push_back(i % 10);
-    }
+    test_ = RandomImages(40, 3);
     auto model = MakeModel("mlp", device_, 1);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = std::move(*model);
@@ -205,13 +200,7 @@ TEST_F(ChiefDutiesTest, AnAllReduceChiefEvaluatesOnItsTrainingThread) {
 
 // A chief stopped (SIGTERM) during an epoch's evaluation does not wait for the whole test set.
 TEST_F(ChiefDutiesTest, StoppingTheChiefCancelsTheEpochsEvaluation) {
-  Dataset large;
-  large.height = large.width = 28;
-  Rng rng(5);
-  for (int i = 0; i < 20000; ++i) {
-    for (int p = 0; p < 28 * 28; ++p) large.images.push_back(rng.Uniform() - 0.5f);
-    large.labels.push_back(i % 10);
-  }
+  const Dataset large = RandomImages(20000, 5);
   options_.eval_batch = 1;  // 20,000 forward passes: far longer than stopping takes
   ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
   LogCapture logs;
