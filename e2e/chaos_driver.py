@@ -5,7 +5,8 @@ Runs six small jobs (ps-sync, ps-async and all-reduce, two of each) twice: once 
 `kubetrain run`, then on a localkube that fails requests, cuts watches and compacts its history,
 while this driver SIGKILLs one training process of every job and the operator itself. Asserts:
 every job Succeeded; no two live processes ever claimed the same pod (the auditor); each job's
-restarts in status equal the kills it took; each final accuracy is within 0.5 points of the same
+restarts in status equal the kills it took (a ps-async worker's may be left undone when the chief
+ends the run first); each final accuracy is within 0.5 points of the same
 job's clean run (1 point of the range of two clean runs for ps-async, which is not reproducible
 run to run: ACCURACY_SLACK); the chief's final checkpoint is on disk; nothing is left after
 deletion.
@@ -284,8 +285,14 @@ def chaos(clean_accuracy):
     for name, _, mode in JOBS:
         st = statuses.get(name, {})
         restarts = sum(r.get("restarts", 0) for r in st.get("replicaStatuses", {}).values())
-        if restarts != len(kills[name]):
+        # A ps-async chief trains on alone when another worker dies, and may end the run (the job
+        # succeeds with the chief) before the operator, itself killed meanwhile, restarts that
+        # worker: a restart that was no longer due is not missing.
+        unrestarted = [k for k in kills[name] if mode == "ps-async" and k != "worker-0"]
+        if not len(kills[name]) - len(unrestarted) <= restarts <= len(kills[name]):
             fail(f"{name}: {restarts} restarts in status for {len(kills[name])} kills {kills[name]}")
+        elif restarts < len(kills[name]):
+            log(f"{name}: the chief ended the run before {kills[name]} was restarted")
         logs = kubectl("logs", f"{name}-worker-0", check=False) or ""
         s = summary_of(logs)
         if s is None:
