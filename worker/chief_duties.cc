@@ -262,8 +262,16 @@ absl::Status ChiefDuties::EvaluateState(const ps::ModelState& state, const std::
 }
 
 absl::StatusOr<TrainingSummary> ChiefDuties::Finish() {
+  // The ranks of an all-reduce job evaluated the final parameters together: the chief reports
+  // that evaluation (the parameters are the checkpoint's: all-reduce has no other writer).
+  const std::optional<EvalResult> together = exchange_.final_evaluation();
+  if (together) RETURN_IF_ERROR(AwaitEvaluation());  // any epoch's evaluation is logged first
   if (options_.checkpoint_dir.empty()) {
-    RETURN_IF_ERROR(Evaluate(options_.epochs));
+    if (together) {
+      Record(*together, exchange_.global_step(), options_.epochs);
+    } else {
+      RETURN_IF_ERROR(Evaluate(options_.epochs));
+    }
     exchange_.ShutDown();
     return Completed(Summary());
   }
@@ -272,7 +280,11 @@ absl::StatusOr<TrainingSummary> ChiefDuties::Finish() {
   // describe values (and a step) that no checkpoint holds.
   ASSIGN_OR_RETURN(ps::ModelState state, exchange_.Export(), "final checkpoint");
   RETURN_IF_ERROR(Save(state), "final checkpoint");
-  RETURN_IF_ERROR(EvaluateState(state, last_checkpoint_, options_.epochs));
+  if (together) {
+    Record(*together, state.global_step, options_.epochs);
+  } else {
+    RETURN_IF_ERROR(EvaluateState(state, last_checkpoint_, options_.epochs));
+  }
   exchange_.ShutDown();
   return Completed(SummaryAt(state.global_step, exchange_.examples_per_step()));
 }

@@ -74,8 +74,9 @@ class ChiefDuties {
   absl::Status Evaluate(std::optional<int64_t> epoch);
   // Waits for the epoch's evaluation running in the background, if any; its error.
   absl::Status AwaitEvaluation();
-  // Training is over: the final checkpoint, the evaluation of exactly its values, the
-  // exchange's ShutDown, and the "Training complete" line. Returns the run's summary, at the
+  // Training is over: the final checkpoint, the evaluation of exactly its values (or the one the
+  // ranks made together, GradientExchange::final_evaluation), the exchange's ShutDown, and the
+  // "Training complete" line. Returns the run's summary, at the
   // final checkpoint's step.
   absl::StatusOr<TrainingSummary> Finish();
   // Before training: when the latest checkpoint holds the end of the run

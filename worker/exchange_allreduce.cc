@@ -1,9 +1,10 @@
 // The all-reduce gradient exchange: fused gradient buffers, the local optimizer update, the
-// broadcast of rank 0's starting state and the ranks' checksum comparison; see
-// worker/exchange_allreduce.h.
+// broadcast of rank 0's starting state, the ranks' checksum comparison and their final
+// evaluation together; see worker/exchange_allreduce.h.
 #include "worker/exchange_allreduce.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ namespace {
 // Collectives move floats only; a 64-bit value travels as four 16-bit chunks, each exact in a
 // float.
 constexpr int kChunks = 4;
+// The largest test set the ranks evaluate together: its counts must be exact as float sums.
+constexpr int64_t kMaxExamplesEvaluatedTogether = int64_t{1} << 24;
 
 void EncodeU64(uint64_t v, float* out) {
   for (int i = 0; i < kChunks; ++i) out[i] = static_cast<float>((v >> (16 * i)) & 0xffff);
@@ -228,6 +231,11 @@ class AllReduceExchange final : public GradientExchange {
     // An elastic rank told at a reform that training is over has no group left to compare with.
     if (comm_ != nullptr) {
       RETURN_IF_ERROR(VerifyIdentical(step_));
+      // Elastic ranks may end apart (above), so only a fixed-size job's ranks evaluate together.
+      if (!elastic_ && size() > 1 && c_.test != nullptr &&
+          c_.test->size() <= kMaxExamplesEvaluatedTogether) {
+        RETURN_IF_ERROR(EvaluateTogether());
+      }
       CloseTogether();
     }
     if (elastic_) {
@@ -281,6 +289,7 @@ class AllReduceExchange final : public GradientExchange {
     return elastic_ ? c_.total_steps() + 1 : c_.total_steps();
   }
   std::optional<uint64_t> parameter_checksum() const override { return checksum_; }
+  std::optional<EvalResult> final_evaluation() const override { return final_eval_; }
 
   absl::Status AwaitParameters(bool) override {
     return absl::FailedPreconditionError("--mode allreduce: there are no ps to read from");
@@ -446,6 +455,30 @@ class AllReduceExchange final : public GradientExchange {
     return absl::OkStatus();
   }
 
+  // The final evaluation of a fixed-size job: each rank evaluates its share of the test set
+  // (EvalShare{rank, size}) and one sum all-reduce of [loss sum, correct, examples] gives every
+  // rank the whole set's result, in 1/size of the time the chief alone would take while the
+  // other ranks' devices idle. The counts are exact (floats hold integers up to 2^24); the loss
+  // is the float sum of the ranks' sums.
+  absl::Status EvaluateTogether() {
+    ASSIGN_OR_RETURN(const EvalResult mine,
+                     model_.Evaluate(*c_.test, c_.options.eval_batch, &c_.stop,
+                                     {.index = comm_->rank(), .count = comm_->size()}),
+                     "evaluating this rank's share of the test set");
+    float sums[3] = {static_cast<float>(mine.loss * static_cast<double>(mine.examples)),
+                     static_cast<float>(std::llround(mine.accuracy * mine.examples)),
+                     static_cast<float>(mine.examples)};
+    device_.Upload(sums, scratch_, 3);
+    RETURN_IF_ERROR(comm_->AllReduce(scratch_.data(), 3, ReduceOp::kSum),
+                    "summing the ranks' evaluations");
+    device_.Download(scratch_, sums, 3);
+    RETURN_IF_ERROR(device_.Synchronize());
+    const auto examples = static_cast<int64_t>(sums[2]);
+    final_eval_ = EvalResult{sums[0] / static_cast<double>(examples),
+                             sums[1] / static_cast<double>(examples), examples};
+    return absl::OkStatus();
+  }
+
   const ExchangeContext c_;
   Device& device_;
   Model& model_;
@@ -458,6 +491,7 @@ class AllReduceExchange final : public GradientExchange {
   int64_t step_ = 0;
   std::string run_id_;
   std::optional<uint64_t> checksum_;      // once the ranks compared the final parameters
+  std::optional<EvalResult> final_eval_;  // once they evaluated them together
   std::vector<absl::Span<float>> fused_;  // the buckets' buffers, as the communicator takes them
   size_t fused_bytes_ = 0;                // theirs together
   float* loss_slot_ = nullptr;            // in the last buffer: the step's mean loss

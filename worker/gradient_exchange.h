@@ -40,6 +40,7 @@ struct ExchangeContext {
   // training set in batches, as if one worker made it: positions count gradients applied.
   int64_t steps_per_epoch;
   const std::atomic<bool>& stop;  // Run's: calls in flight give up once it is set
+  const Dataset* test = nullptr;  // the test set, where loaded (all-reduce: the final evaluation)
 
   int64_t total_steps() const { return int64_t{options.epochs} * steps_per_epoch; }
 };
@@ -96,8 +97,13 @@ class GradientExchange {
   // chief finding it trains no more (Trainer::FinishedRun, before Start). Setup has run.
   virtual bool RunIsOver(const ps::ModelState& checkpoint) const = 0;
   // The last step's training is done (every rank calls it): all-reduce checks that every rank
-  // holds the same parameters.
+  // holds the same parameters and, in a job of fixed size, evaluates them on the test set with
+  // the other ranks (final_evaluation).
   virtual absl::Status EndTraining() = 0;
+  // The evaluation of the final parameters on the whole test set that EndTraining made together
+  // with the other ranks, each on its share (all-reduce: docs/architecture.md §5.3). nullopt:
+  // the chief evaluates them on its own.
+  virtual std::optional<EvalResult> final_evaluation() const { return std::nullopt; }
   // The chief, after its final evaluation and checkpoint: releases what training used (ps:
   // stops its watch and shuts the ps down).
   virtual void ShutDown() = 0;

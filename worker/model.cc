@@ -137,12 +137,19 @@ absl::StatusOr<EvalResult> Model::EvaluateBatch(absl::Span<const float> images,
 }
 
 absl::StatusOr<EvalResult> Model::Evaluate(const Dataset& data, int batch_size,
-                                           const std::atomic<bool>* cancel) {
+                                           const std::atomic<bool>* cancel, EvalShare share) {
   if (data.example_size() != input_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         name_, " takes ", input_size(), " floats per example, data has ", data.example_size()));
   }
-  BatchIterator batches(data, AllIndices(data.size()), batch_size);
+  if (share.count < 1 || share.index < 0 || share.index >= share.count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("evaluation share ", share.index, " of ", share.count, " does not exist"));
+  }
+  if (data.size() == 0) return absl::InvalidArgumentError("cannot evaluate on an empty dataset");
+  const int64_t begin = data.size() * share.index / share.count;
+  const int64_t end = data.size() * (share.index + 1) / share.count;
+  BatchIterator batches(data, IndexRange(begin, end), batch_size);
   double loss_sum = 0.0, correct = 0.0;
   int64_t examples = 0;
   while (const Batch* b = batches.Next()) {
@@ -152,7 +159,7 @@ absl::StatusOr<EvalResult> Model::Evaluate(const Dataset& data, int batch_size,
     correct += r.accuracy * r.examples;
     examples += r.examples;
   }
-  if (examples == 0) return absl::InvalidArgumentError("cannot evaluate on an empty dataset");
+  if (examples == 0) return EvalResult{};
   return EvalResult{loss_sum / examples, correct / examples, examples};
 }
 

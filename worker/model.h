@@ -24,6 +24,14 @@ struct EvalResult {
   int64_t examples = 0;
 };
 
+// The `index`-th of `count` contiguous parts of a dataset: examples [n·index/count,
+// n·(index+1)/count). The ranks of an all-reduce job evaluate the test set in such parts
+// (worker/exchange_allreduce.h).
+struct EvalShare {
+  int index = 0;
+  int count = 1;
+};
+
 // Owns its layers (and through them every variable and activation buffer) and per-batch loss
 // buffers; borrows the Device, which must outlive it. Buffers grow to the largest batch seen
 // and are reused, so steady-state steps do not allocate. Not thread-safe: one training thread.
@@ -59,10 +67,12 @@ class Model {
   absl::StatusOr<EvalResult> EvaluateBatch(absl::Span<const float> images,
                                            absl::Span<const int32_t> labels);
 
-  // Mean loss and accuracy over every example of `data`, in order. CANCELLED, between two
-  // batches, once `cancel` (if given) is set.
+  // Mean loss and accuracy over every example of `data`'s `share` (all of it by default), in
+  // order. CANCELLED, between two batches, once `cancel` (if given) is set. An empty dataset is
+  // INVALID_ARGUMENT; an empty part of a larger one gives `examples` 0.
   absl::StatusOr<EvalResult> Evaluate(const Dataset& data, int batch_size = 256,
-                                      const std::atomic<bool>* cancel = nullptr);
+                                      const std::atomic<bool>* cancel = nullptr,
+                                      EvalShare share = {});
 
   // Host copies in variables() order; `out`/`values` must hold num_parameters() floats.
   absl::Status ReadValues(absl::Span<float> out);

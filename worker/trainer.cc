@@ -200,8 +200,8 @@ class Trainer::Impl {
             ShardSize(train_->size(), id_.num_workers), " examples"));
       }
     }
-    exchange_ =
-        MakeGradientExchange({options_, id_, device_, *model_, metrics_, steps_per_epoch_, *stop_});
+    exchange_ = MakeGradientExchange(
+        {options_, id_, device_, *model_, metrics_, steps_per_epoch_, *stop_, test_});
     RETURN_IF_ERROR(exchange_->Setup());
     if (id_.role != Role::kEvaluator && train_ == nullptr) {
       return absl::FailedPreconditionError("no training set loaded");

@@ -18,7 +18,8 @@
 #              over Gloo on loopback TCP, the path between nodes. examples/s, time to the first
 #              per-epoch test accuracy >= --target-accuracy, final test accuracy.
 #   cnn        conv5x5x32-pool-conv5x5x64-pool-dense128-10, one epoch (or --cnn-examples
-#              training examples), kubetrain --cnn-mode vs DDP: examples/s.
+#              training examples), kubetrain --cnn-mode (all-reduce by default, as DDP) vs DDP:
+#              examples/s.
 #   roofline   train_step (kubetrain's forward+backward, one BLAS thread) examples/s x
 #              min(cores, workers): each training figure is reported as a fraction of it.
 #   allreduce  busbw of an in-place float-sum all-reduce, 2 ranks, --sizes, median of --iters
@@ -33,7 +34,8 @@
 #
 # Both sides of the training cases start timing after their data is loaded and end after the
 # final evaluation and checkpoint, evaluate the 10k test set after every epoch on the chief (rank
-# 0) inside the timed run, and checkpoint every 30 s and at the end. Differences that remain are
+# 0; kubetrain's all-reduce ranks share the final one) inside the timed run, and checkpoint every
+# 30 s and at the end. Differences that remain are
 # printed with the results. Every child runs in its own session and is killed, with all of its
 # descendants, on exit, on a case's timeout, and on SIGINT/SIGTERM (the driver then exits within
 # 2 s). Exit status: 0 when every case ran (goals MISSED included), 1 when a case failed, 2 on a
@@ -503,7 +505,7 @@ def main():
                     help="kubetrain MLP modes")
     ap.add_argument("--epochs", type=int, default=20, help="MLP epochs")
     ap.add_argument("--target-accuracy", type=float, default=0.885)
-    ap.add_argument("--cnn-mode", default="ps-sync")
+    ap.add_argument("--cnn-mode", default="allreduce")
     ap.add_argument("--cnn-examples", type=int, default=0,
                     help="CNN training examples (the first N of the training set); 0: all 60000")
     ap.add_argument("--batch-size", type=int, default=64)
@@ -857,6 +859,11 @@ def differences(cfg):
         "ps-async has no torch counterpart: it is compared with DDP (synchronous); its rate per "
         f"update is scaled to one worker's batch (lr {cfg.lr / 2:g} per 64 examples), "
         "kubetrain's linear scaling rule",
+        "final evaluation: kubetrain's all-reduce ranks evaluate the final parameters together, "
+        "each on its half of the test set (what every fixed-size all-reduce job does; the "
+        "ps modes' chief evaluates alone); torch's rank 0 evaluates the whole set while the other "
+        "rank waits, as the per-epoch ones (a DDP script could split it with an all_reduce of "
+        "its own)",
         "DDP overlaps the all-reduce with backward in buckets; kubetrain exchanges after the "
         "whole backward (one fused buffer for all-reduce, one push+pull for the ps modes)",
         "roofline: kubetrain's own kernels (train_step: forward+backward, no update, no data "

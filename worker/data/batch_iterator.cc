@@ -39,9 +39,9 @@ const Batch* BatchIterator::Next() {
   return &batch_;
 }
 
-std::vector<int64_t> AllIndices(int64_t n) {
-  std::vector<int64_t> indices(static_cast<size_t>(n));
-  std::iota(indices.begin(), indices.end(), int64_t{0});
+std::vector<int64_t> IndexRange(int64_t begin, int64_t end) {
+  std::vector<int64_t> indices(static_cast<size_t>(std::max<int64_t>(end - begin, 0)));
+  std::iota(indices.begin(), indices.end(), begin);
   return indices;
 }
 

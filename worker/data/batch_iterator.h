@@ -41,7 +41,7 @@ class BatchIterator {
   Batch batch_;
 };
 
-// Indices 0..n-1 in order (evaluation walks a split unshuffled).
-std::vector<int64_t> AllIndices(int64_t n);
+// Indices begin..end-1 in order (evaluation walks a split, or its share of one, unshuffled).
+std::vector<int64_t> IndexRange(int64_t begin, int64_t end);
 
 }  // namespace kubetrain::worker

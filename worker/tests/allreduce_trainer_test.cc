@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include "common/status.h"
@@ -134,7 +136,8 @@ TEST_F(AllReduceTrainerTest, AChiefRestartedAfterItsRunEndedFinishesWithoutItsPe
   ASSERT_TRUE(over->has_value());
   EXPECT_EQ((*over)->steps, 468);
   EXPECT_EQ((*over)->checkpoint, results[0]->checkpoint);
-  EXPECT_EQ((*over)->test_loss, results[0]->test_loss);
+  // Alone, where the ranks had evaluated it together (summing their losses as floats).
+  EXPECT_NEAR((*over)->test_loss, results[0]->test_loss, 1e-6);
   EXPECT_EQ((*over)->test_accuracy, results[0]->test_accuracy);
   EXPECT_EQ((*over)->examples_per_second, 0);
 
@@ -179,7 +182,9 @@ TEST_F(AllReduceTrainerTest, TwoRanksReproducePsSyncTrainingExactly) {
   for (auto& t : threads) t.join();
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   EXPECT_EQ(results[0]->steps, allreduce[0]->steps);
-  EXPECT_EQ(results[0]->test_loss, allreduce[0]->test_loss);
+  // The ps-sync chief evaluates alone; the all-reduce ranks each evaluate half and sum their
+  // losses as floats, in another order.
+  EXPECT_NEAR(results[0]->test_loss, allreduce[0]->test_loss, 1e-6);
   EXPECT_EQ(results[0]->test_accuracy, allreduce[0]->test_accuracy);
 }
 
@@ -312,16 +317,17 @@ TEST_F(AllReduceTrainerTest, ElasticGroupGrowsAndShrinksWhileItTrains) {
   EXPECT_LE((*last)->gradients_applied, 937 + 2);
 }
 
-// What an all-reduce step costs a GPU, counted on the CPU backend (the same calls reach a CUDA
-// device): the gradients are computed into the fused buffers and the loss stays on the device,
-// so nothing is copied or waited for before the all-reduce; the reduction, the update and the
-// summed loss's download then cost one wait. Two ranks over Gloo, each with its own counter.
-TEST_F(AllReduceTrainerTest, AStepWaitsForTheDeviceOnceAndCopiesNoGradient) {
-  auto server = CoordinatorServer::Start({"127.0.0.1:0", 2});
-  ASSERT_TRUE(server.ok()) << server.status();
-  const TrainerOptions options = Options(1, "");
-  std::vector<std::vector<CountingDevice::Counts>> costs(2);
+// Two ranks over Gloo on 127.0.0.1, each on its own thread with its own counted CPU device, an
+// MLP and an all-reduce exchange set up and started (with `test` as the test set); `body` then
+// runs on each rank. Returns each rank's status.
+using CountedRank =
+    std::function<absl::Status(int rank, CountingDevice& device, Model& model,
+                               GradientExchange& exchange, ShardBatches& batches, int64_t pos)>;
+std::vector<absl::Status> RunTwoCountedRanks(const TrainerOptions& options, const Dataset& train,
+                                             const Dataset* test, const CountedRank& body) {
   std::vector<absl::Status> results(2, absl::UnknownError("not run"));
+  auto server = CoordinatorServer::Start({"127.0.0.1:0", 2});
+  if (!server.ok()) return {server.status(), server.status()};
   auto rank_main = [&](int rank) -> absl::Status {
     ASSIGN_OR_RETURN(auto store, CoordinatorClient::Connect(
                                      {.address = "127.0.0.1:" + std::to_string((*server)->port()),
@@ -335,30 +341,45 @@ TEST_F(AllReduceTrainerTest, AStepWaitsForTheDeviceOnceAndCopiesNoGradient) {
     TaskIdentity id{rank == 0 ? Role::kChief : Role::kWorker, rank, 2, {}};
     id.communicator = comm.get();
     ASSIGN_OR_RETURN(std::unique_ptr<Model> model, MakeModel("mlp", device, 1));
-    ShardBatches batches(data_->train, ShardSpec{1, rank, 2}, options.batch_size);
+    ShardBatches batches(train, ShardSpec{1, rank, 2}, options.batch_size);
     std::atomic<bool> stop{false};
     std::unique_ptr<GradientExchange> exchange = MakeGradientExchange(
-        {options, id, device, *model, nullptr, batches.steps_per_epoch(), stop});
+        {options, id, device, *model, nullptr, batches.steps_per_epoch(), stop, test});
     RETURN_IF_ERROR(exchange->Setup());
     ASSIGN_OR_RETURN(int64_t pos, exchange->Start(nullptr));
-    if (exchange->DeviceLossSlot() == nullptr) return absl::InternalError("no device loss slot");
-    for (int step = 0; step < 5; ++step) {
-      ASSIGN_OR_RETURN(const Batch* batch, batches.At(pos));
-      device.Reset();
-      RETURN_IF_ERROR(model->ComputeGradients(batch->image_span(), batch->label_span(),
-                                              exchange->DeviceLossSlot()));
-      ASSIGN_OR_RETURN(ExchangedStep next, exchange->Exchange(pos, 0));
-      costs[rank].push_back(device.counts());
-      if (!(next.loss > 0 && next.loss < 10)) {
-        return absl::InternalError(absl::StrCat("step ", step, " reported loss ", next.loss));
-      }
-      pos = next.next;
-    }
-    return exchange->EndTraining();
+    return body(rank, device, *model, *exchange, batches, pos);
   };
   std::thread r0([&] { results[0] = rank_main(0); }), r1([&] { results[1] = rank_main(1); });
   r0.join();
   r1.join();
+  return results;
+}
+
+// What an all-reduce step costs a GPU, counted on the CPU backend (the same calls reach a CUDA
+// device): the gradients are computed into the fused buffers and the loss stays on the device,
+// so nothing is copied or waited for before the all-reduce; the reduction, the update and the
+// summed loss's download then cost one wait. Two ranks over Gloo, each with its own counter.
+TEST_F(AllReduceTrainerTest, AStepWaitsForTheDeviceOnceAndCopiesNoGradient) {
+  std::vector<std::vector<CountingDevice::Counts>> costs(2);
+  std::vector<absl::Status> results = RunTwoCountedRanks(
+      Options(1, ""), data_->train, nullptr,
+      [&](int rank, CountingDevice& device, Model& model, GradientExchange& exchange,
+          ShardBatches& batches, int64_t pos) -> absl::Status {
+        if (exchange.DeviceLossSlot() == nullptr) return absl::InternalError("no device loss slot");
+        for (int step = 0; step < 5; ++step) {
+          ASSIGN_OR_RETURN(const Batch* batch, batches.At(pos));
+          device.Reset();
+          RETURN_IF_ERROR(model.ComputeGradients(batch->image_span(), batch->label_span(),
+                                                 exchange.DeviceLossSlot()));
+          ASSIGN_OR_RETURN(ExchangedStep next, exchange.Exchange(pos, 0));
+          costs[rank].push_back(device.counts());
+          if (!(next.loss > 0 && next.loss < 10)) {
+            return absl::InternalError(absl::StrCat("step ", step, " reported loss ", next.loss));
+          }
+          pos = next.next;
+        }
+        return exchange.EndTraining();
+      });
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_THAT(results[rank], IsOk()) << "rank " << rank;
     ASSERT_EQ(costs[rank].size(), 5u);
@@ -368,6 +389,70 @@ TEST_F(AllReduceTrainerTest, AStepWaitsForTheDeviceOnceAndCopiesNoGradient) {
       EXPECT_EQ(c.uploads, 2) << "rank " << rank << ": images and labels, nothing else";
     }
   }
+}
+
+// At the end of a fixed-size job the ranks evaluate the final parameters together: each runs the
+// forward passes of half the test set, and both get the whole set's result, which is what one
+// rank evaluating every example alone finds.
+TEST_F(AllReduceTrainerTest, TheRanksEvaluateTheFinalParametersTogetherEachOnHalfTheTestSet) {
+  const TrainerOptions options = Options(1, "");
+  std::vector<std::optional<EvalResult>> together(2);
+  std::vector<EvalResult> alone(2);
+  std::vector<int64_t> gemms_together(2), gemms_alone(2);
+  std::vector<absl::Status> results = RunTwoCountedRanks(
+      options, data_->train, &data_->test,
+      [&](int rank, CountingDevice& device, Model& model, GradientExchange& exchange,
+          ShardBatches& batches, int64_t pos) -> absl::Status {
+        for (int step = 0; step < 20; ++step) {
+          ASSIGN_OR_RETURN(const Batch* batch, batches.At(pos));
+          RETURN_IF_ERROR(model.ComputeGradients(batch->image_span(), batch->label_span(),
+                                                 exchange.DeviceLossSlot()));
+          ASSIGN_OR_RETURN(ExchangedStep next, exchange.Exchange(pos, 0));
+          pos = next.next;
+        }
+        device.Reset();
+        RETURN_IF_ERROR(exchange.EndTraining());
+        gemms_together[rank] = device.counts().gemms;
+        together[rank] = exchange.final_evaluation();
+        device.Reset();
+        ASSIGN_OR_RETURN(alone[rank], model.Evaluate(data_->test, options.eval_batch));
+        gemms_alone[rank] = device.counts().gemms;
+        return absl::OkStatus();
+      });
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    ASSERT_THAT(results[rank], IsOk());
+    ASSERT_TRUE(together[rank].has_value());
+    EXPECT_EQ(together[rank]->examples, 10000);
+    EXPECT_EQ(together[rank]->accuracy, alone[rank].accuracy);
+    EXPECT_NEAR(together[rank]->loss, alone[rank].loss, 1e-6);
+    EXPECT_GT(alone[rank].accuracy, 0.5);  // 20 steps have trained something
+    EXPECT_EQ(2 * gemms_together[rank], gemms_alone[rank]);
+  }
+}
+
+// One rank has no one to share the work with; an elastic job's ranks may end apart (a rank told
+// at a reform that training is over has no group left), so they leave it to the chief too.
+TEST_F(AllReduceTrainerTest, ASingleRankLeavesTheFinalEvaluationToTheChief) {
+  auto server = CoordinatorServer::Start({"127.0.0.1:0", 1});
+  ASSERT_THAT(server, IsOk());
+  auto store = CoordinatorClient::Connect(
+      {.address = "127.0.0.1:" + std::to_string((*server)->port()), .rank = 0, .world_size = 1});
+  ASSERT_THAT(store, IsOk());
+  auto comm = GlooCommunicator::Create(**store, {.rank = 0, .size = 1});
+  ASSERT_THAT(comm, IsOk());
+  CpuDevice device;
+  TaskIdentity id{Role::kChief, 0, 1, {}};
+  id.communicator = comm->get();
+  auto model = MakeModel("mlp", device, 1);
+  ASSERT_THAT(model, IsOk());
+  std::atomic<bool> stop{false};
+  std::unique_ptr<GradientExchange> exchange =
+      MakeGradientExchange({Options(1, ""), id, device, **model, nullptr, 10, stop, &data_->test});
+  ASSERT_THAT(exchange->Setup(), IsOk());
+  ASSERT_THAT(exchange->Start(nullptr), IsOk());
+  ASSERT_THAT(exchange->EndTraining(), IsOk());
+  EXPECT_FALSE(exchange->final_evaluation().has_value());
 }
 
 TEST_F(AllReduceTrainerTest, AnEvaluatorIsRefusedWithTheFix) {

@@ -39,7 +39,7 @@ TEST(BatchIterator, GathersIndicesIntoContiguousBatches) {
 
 TEST(BatchIterator, DropRemainderSkipsPartialBatch) {
   const Dataset data = FiveExamples();
-  BatchIterator it(data, AllIndices(5), 2, /*drop_remainder=*/true);
+  BatchIterator it(data, IndexRange(0, 5), 2, /*drop_remainder=*/true);
   EXPECT_EQ(it.num_batches(), 2);
   int batches = 0;
   while (const Batch* b = it.Next()) {

@@ -72,6 +72,7 @@ class ScriptedExchange : public GradientExchange {
   int examples_per_step() const override { return 32; }
   int64_t last_global_step() const override { return total_; }
   std::optional<uint64_t> parameter_checksum() const override { return checksum; }
+  std::optional<EvalResult> final_evaluation() const override { return together; }
   absl::Status AwaitParameters(bool) override { return absl::OkStatus(); }
 
   int64_t step = 0;
@@ -79,6 +80,7 @@ class ScriptedExchange : public GradientExchange {
   // Export sees and the model does not.
   int late_pushes = 0;
   std::optional<uint64_t> checksum;
+  std::optional<EvalResult> together;  // all-reduce: the ranks' evaluation at EndTraining
   std::vector<std::string> calls;
 
  private:
@@ -251,6 +253,32 @@ TEST_F(ChiefDutiesTest, FinishCheckpointsEvaluatesThatThenShutsDownAndReportsThe
   // The summary's JSON line, as the chief prints it.
   EXPECT_EQ(summary->ToJson()["event"], "training_complete");
   EXPECT_EQ(summary->ToJson()["checkpoint"], summary->checkpoint);
+}
+
+// All-reduce: the ranks evaluated the final parameters together, each on its share of the test
+// set. The chief reports that evaluation, with or without checkpoints, and evaluates nothing
+// itself (the scripted figures are not what the model would score).
+TEST_F(ChiefDutiesTest, FinishReportsTheEvaluationTheRanksMadeTogether) {
+  const std::string checkpoint_dir = options_.checkpoint_dir;
+  for (const std::string& dir : {checkpoint_dir, std::string()}) {
+    SCOPED_TRACE(dir.empty() ? "without checkpoints" : "with checkpoints");
+    options_.checkpoint_dir = dir;
+    ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
+    exchange.step = 2 * kStepsPerEpoch;
+    exchange.together = EvalResult{.loss = 0.25, .accuracy = 0.5, .examples = 40};
+    ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
+    LogCapture logs;
+    auto summary = duties.Finish();
+    ASSERT_THAT(summary, IsOk());
+    EXPECT_EQ(summary->test_accuracy, 0.5);
+    EXPECT_EQ(summary->test_loss, 0.25);
+    EXPECT_EQ(logs.Count("msg=evaluation step=20 epoch=2 loss=0.25 accuracy=0.5"), 1);
+    const std::vector<std::string> calls = dir.empty()
+                                               ? std::vector<std::string>{"shutdown"}
+                                               : std::vector<std::string>{"export", "shutdown"};
+    EXPECT_EQ(exchange.calls, calls);
+    EXPECT_EQ(summary->checkpoint.empty(), dir.empty());
+  }
 }
 
 // ps-async: the other workers push on until the chief shuts the ps down, so the ps is ahead of

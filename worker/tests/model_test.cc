@@ -181,6 +181,46 @@ TEST(Model, EvaluateCountsEveryExample) {
   EXPECT_DOUBLE_EQ(whole->accuracy, result->accuracy);
 }
 
+// The ranks of an all-reduce job each evaluate a share of the test set: the shares cover every
+// example once, in contiguous parts, and together score what one evaluation of the whole does.
+TEST(Model, EvaluationSharesAddUpToTheWholeSet) {
+  CpuDevice device;
+  auto model = MakeMlp(device, {.inputs = 4, .hidden = {3}, .classes = 2});
+  ASSERT_THAT(model, IsOk());
+  Dataset data;
+  data.height = 2;
+  data.width = 2;
+  data.num_classes = 2;
+  data.images = RandomImages(7 * 4, 4);
+  data.labels = {0, 1, 0, 1, 1, 1, 0};
+  auto whole = (*model)->Evaluate(data, 2);
+  ASSERT_THAT(whole, IsOk());
+  double loss_sum = 0, correct = 0;
+  std::vector<int64_t> sizes;
+  for (int index = 0; index < 3; ++index) {
+    auto part = (*model)->Evaluate(data, 2, nullptr, {.index = index, .count = 3});
+    ASSERT_THAT(part, IsOk());
+    sizes.push_back(part->examples);
+    loss_sum += part->loss * part->examples;
+    correct += part->accuracy * part->examples;
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_NEAR(loss_sum / 7, whole->loss, 1e-6);
+  EXPECT_NEAR(correct / 7, whole->accuracy, 1e-12);
+  // More ranks than examples: some shares are empty, which is no error.
+  data.images.resize(2 * 4);
+  data.labels.resize(2);
+  auto empty = (*model)->Evaluate(data, 2, nullptr, {.index = 0, .count = 3});
+  ASSERT_THAT(empty, IsOk());
+  EXPECT_EQ(empty->examples, 0);
+  EXPECT_EQ((*model)->Evaluate(data, 2, nullptr, {.index = 3, .count = 3}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  data.images.clear();
+  data.labels.clear();
+  EXPECT_EQ((*model)->Evaluate(data, 2, nullptr, {.index = 0, .count = 3}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MomentumSgd, AppliesTensorFlowMomentumRule) {
   CpuDevice device;
   Variable var(device, "w", {2});
