@@ -317,6 +317,24 @@ TEST_F(AllReduceTrainerTest, ElasticGroupGrowsAndShrinksWhileItTrains) {
   EXPECT_LE((*last)->gradients_applied, 937 + 2);
 }
 
+// A Gloo group of one rank on 127.0.0.1: its coordinator, the rank's client of it, and the
+// communicator.
+struct OneRankGroup {
+  std::unique_ptr<CoordinatorServer> server;
+  std::unique_ptr<CoordinatorClient> store;
+  std::unique_ptr<GlooCommunicator> comm;
+};
+absl::StatusOr<OneRankGroup> GroupOfOne() {
+  OneRankGroup g;
+  ASSIGN_OR_RETURN(g.server, CoordinatorServer::Start({"127.0.0.1:0", 1}));
+  ASSIGN_OR_RETURN(g.store, CoordinatorClient::Connect(
+                                {.address = "127.0.0.1:" + std::to_string(g.server->port()),
+                                 .rank = 0,
+                                 .world_size = 1}));
+  ASSIGN_OR_RETURN(g.comm, GlooCommunicator::Create(*g.store, {.rank = 0, .size = 1}));
+  return g;
+}
+
 // Two ranks over Gloo on 127.0.0.1, each on its own thread with its own counted CPU device, an
 // MLP and an all-reduce exchange set up and started (with `test` as the test set); `body` then
 // runs on each rank. Returns each rank's status.
@@ -431,19 +449,13 @@ TEST_F(AllReduceTrainerTest, TheRanksEvaluateTheFinalParametersTogetherEachOnHal
   }
 }
 
-// One rank has no one to share the work with; an elastic job's ranks may end apart (a rank told
-// at a reform that training is over has no group left), so they leave it to the chief too.
+// One rank has no one to share the final evaluation with: the chief makes it alone, as before.
 TEST_F(AllReduceTrainerTest, ASingleRankLeavesTheFinalEvaluationToTheChief) {
-  auto server = CoordinatorServer::Start({"127.0.0.1:0", 1});
-  ASSERT_THAT(server, IsOk());
-  auto store = CoordinatorClient::Connect(
-      {.address = "127.0.0.1:" + std::to_string((*server)->port()), .rank = 0, .world_size = 1});
-  ASSERT_THAT(store, IsOk());
-  auto comm = GlooCommunicator::Create(**store, {.rank = 0, .size = 1});
-  ASSERT_THAT(comm, IsOk());
+  auto group = GroupOfOne();
+  ASSERT_THAT(group, IsOk());
   CpuDevice device;
   TaskIdentity id{Role::kChief, 0, 1, {}};
-  id.communicator = comm->get();
+  id.communicator = group->comm.get();
   auto model = MakeModel("mlp", device, 1);
   ASSERT_THAT(model, IsOk());
   std::atomic<bool> stop{false};
@@ -456,16 +468,11 @@ TEST_F(AllReduceTrainerTest, ASingleRankLeavesTheFinalEvaluationToTheChief) {
 }
 
 TEST_F(AllReduceTrainerTest, AnEvaluatorIsRefusedWithTheFix) {
-  auto server = CoordinatorServer::Start({"127.0.0.1:0", 1});
-  ASSERT_THAT(server, IsOk());
-  auto store = CoordinatorClient::Connect(
-      {.address = "127.0.0.1:" + std::to_string((*server)->port()), .rank = 0, .world_size = 1});
-  ASSERT_THAT(store, IsOk());
-  auto comm = GlooCommunicator::Create(**store, {.rank = 0, .size = 1});
-  ASSERT_THAT(comm, IsOk());
+  auto group = GroupOfOne();
+  ASSERT_THAT(group, IsOk());
   CpuDevice device;
   TaskIdentity id{Role::kEvaluator, 0, 1, {}};
-  id.communicator = comm->get();
+  id.communicator = group->comm.get();
   Trainer trainer(Options(1, ""), id, device, nullptr, &data_->test, nullptr);
   std::atomic<bool> stop{false};
   auto result = trainer.Run(stop);

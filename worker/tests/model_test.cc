@@ -158,16 +158,22 @@ TEST(Model, CnnBatchGradientIsMeanOfPerExampleGradients) {
   EXPECT_LT(max_err, 1e-4 * max_abs);
 }
 
-TEST(Model, EvaluateCountsEveryExample) {
-  CpuDevice device;
-  auto model = MakeMlp(device, {.inputs = 4, .hidden = {3}, .classes = 2});
-  ASSERT_THAT(model, IsOk());
+// Seven 2x2 images of two classes, for a 4-input MLP.
+Dataset SevenExamples() {
   Dataset data;
   data.height = 2;
   data.width = 2;
   data.num_classes = 2;
   data.images = RandomImages(7 * 4, 4);
   data.labels = {0, 1, 0, 1, 1, 1, 0};
+  return data;
+}
+
+TEST(Model, EvaluateCountsEveryExample) {
+  CpuDevice device;
+  auto model = MakeMlp(device, {.inputs = 4, .hidden = {3}, .classes = 2});
+  ASSERT_THAT(model, IsOk());
+  Dataset data = SevenExamples();
   auto result = (*model)->Evaluate(data, 3);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->examples, 7);
@@ -187,12 +193,7 @@ TEST(Model, EvaluationSharesAddUpToTheWholeSet) {
   CpuDevice device;
   auto model = MakeMlp(device, {.inputs = 4, .hidden = {3}, .classes = 2});
   ASSERT_THAT(model, IsOk());
-  Dataset data;
-  data.height = 2;
-  data.width = 2;
-  data.num_classes = 2;
-  data.images = RandomImages(7 * 4, 4);
-  data.labels = {0, 1, 0, 1, 1, 1, 0};
+  Dataset data = SevenExamples();
   auto whole = (*model)->Evaluate(data, 2);
   ASSERT_THAT(whole, IsOk());
   double loss_sum = 0, correct = 0;
