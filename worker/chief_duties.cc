@@ -207,6 +207,12 @@ absl::Status ChiefDuties::Evaluate(std::optional<int64_t> epoch) {
 }
 
 absl::Status ChiefDuties::EvaluateEpoch(int64_t epoch) {
+  // All-reduce: the ranks evaluated the epoch's end together in the step's Exchange.
+  if (const std::optional<EvalResult> together = exchange_.shared_evaluation()) {
+    RETURN_IF_ERROR(AwaitEvaluation());
+    Record(*together, exchange_.global_step(), epoch);
+    return absl::OkStatus();
+  }
   if (background_ == nullptr) return Evaluate(epoch);
   RETURN_IF_ERROR(exchange_.LoadParameters());
   const int64_t step = exchange_.global_step();
@@ -264,7 +270,7 @@ absl::Status ChiefDuties::EvaluateState(const ps::ModelState& state, const std::
 absl::StatusOr<TrainingSummary> ChiefDuties::Finish() {
   // The ranks of an all-reduce job evaluated the final parameters together: the chief reports
   // that evaluation (the parameters are the checkpoint's: all-reduce has no other writer).
-  const std::optional<EvalResult> together = exchange_.final_evaluation();
+  const std::optional<EvalResult> together = exchange_.shared_evaluation();
   if (together) RETURN_IF_ERROR(AwaitEvaluation());  // any epoch's evaluation is logged first
   if (options_.checkpoint_dir.empty()) {
     if (together) {

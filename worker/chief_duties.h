@@ -66,7 +66,8 @@ class ChiefDuties {
   void StartTraining();
   // After a step: the worker is at `pos`, was in epoch `epoch_before` before the step, and the
   // step's loss was `loss`. Logs progress; evaluates when an epoch ended before the last (in the
-  // background where it can: the previous one's failure, if any, is returned here); writes a
+  // background where it can: the previous one's failure, if any, is returned here; or reports
+  // the evaluation the ranks made together, GradientExchange::shared_evaluation); writes a
   // checkpoint when one is due (a failed one is logged, and training goes on).
   absl::Status AfterStep(int64_t pos, int64_t epoch_before, float loss);
   // Evaluates the exchange's parameters on the test set and logs the `evaluation` line (with
@@ -75,7 +76,7 @@ class ChiefDuties {
   // Waits for the epoch's evaluation running in the background, if any; its error.
   absl::Status AwaitEvaluation();
   // Training is over: the final checkpoint, the evaluation of exactly its values (or the one the
-  // ranks made together, GradientExchange::final_evaluation), the exchange's ShutDown, and the
+  // ranks made together, GradientExchange::shared_evaluation), the exchange's ShutDown, and the
   // "Training complete" line. Returns the run's summary, at the
   // final checkpoint's step.
   absl::StatusOr<TrainingSummary> Finish();

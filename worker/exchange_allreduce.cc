@@ -1,6 +1,6 @@
 // The all-reduce gradient exchange: fused gradient buffers, the local optimizer update, the
-// broadcast of rank 0's starting state, the ranks' checksum comparison and their final
-// evaluation together; see worker/exchange_allreduce.h.
+// broadcast of rank 0's starting state, the ranks' checksum comparison and their evaluations
+// together; see worker/exchange_allreduce.h.
 #include "worker/exchange_allreduce.h"
 
 #include <algorithm>
@@ -194,6 +194,12 @@ class AllReduceExchange final : public GradientExchange {
 #ifndef NDEBUG
     if (!elastic_ && step_ % c_.steps_per_epoch == 0) RETURN_IF_ERROR(VerifyIdentical(step_));
 #endif
+    // An epoch before the last ended: its evaluation, which the chief reports (ChiefDuties).
+    shared_eval_.reset();
+    if (EvaluatesTogether() && step_ % c_.steps_per_epoch == 0 && !Done(step_)) {
+      ASSIGN_OR_RETURN(shared_eval_, EvaluateTogether(), "evaluating the epoch ending at step ",
+                       step_);
+    }
     if (elastic_ && (reform_wanted_ ||
                      (!Done(Position()) && Position() / c_.steps_per_epoch != shard_.epoch))) {
       // A member joined or left (some rank's heartbeat said so, and the flag was summed into
@@ -231,10 +237,9 @@ class AllReduceExchange final : public GradientExchange {
     // An elastic rank told at a reform that training is over has no group left to compare with.
     if (comm_ != nullptr) {
       RETURN_IF_ERROR(VerifyIdentical(step_));
-      // Elastic ranks may end apart (above), so only a fixed-size job's ranks evaluate together.
-      if (!elastic_ && size() > 1 && c_.test != nullptr &&
-          c_.test->size() <= kMaxExamplesEvaluatedTogether) {
-        RETURN_IF_ERROR(EvaluateTogether());
+      shared_eval_.reset();
+      if (EvaluatesTogether()) {
+        ASSIGN_OR_RETURN(shared_eval_, EvaluateTogether(), "evaluating the final parameters");
       }
       CloseTogether();
     }
@@ -289,7 +294,7 @@ class AllReduceExchange final : public GradientExchange {
     return elastic_ ? c_.total_steps() + 1 : c_.total_steps();
   }
   std::optional<uint64_t> parameter_checksum() const override { return checksum_; }
-  std::optional<EvalResult> final_evaluation() const override { return final_eval_; }
+  std::optional<EvalResult> shared_evaluation() const override { return shared_eval_; }
 
   absl::Status AwaitParameters(bool) override {
     return absl::FailedPreconditionError("--mode allreduce: there are no ps to read from");
@@ -455,12 +460,19 @@ class AllReduceExchange final : public GradientExchange {
     return absl::OkStatus();
   }
 
-  // The final evaluation of a fixed-size job: each rank evaluates its share of the test set
-  // (EvalShare{rank, size}) and one sum all-reduce of [loss sum, correct, examples] gives every
-  // rank the whole set's result, in 1/size of the time the chief alone would take while the
-  // other ranks' devices idle. The counts are exact (floats hold integers up to 2^24); the loss
-  // is the float sum of the ranks' sums.
-  absl::Status EvaluateTogether() {
+  // Whether the ranks evaluate together: those of a fixed-size job with more than one rank and a
+  // test set. An elastic job's ranks may end apart (EndTraining), so its chief evaluates alone.
+  bool EvaluatesTogether() const {
+    return !elastic_ && comm_ != nullptr && size() > 1 && c_.test != nullptr &&
+           c_.test->size() <= kMaxExamplesEvaluatedTogether;
+  }
+
+  // Every rank evaluates its share of the test set (EvalShare{rank, size}) and one sum
+  // all-reduce of [loss sum, correct, examples] gives every rank the whole set's result, in
+  // 1/size of the time the chief alone would take while the other ranks' devices idle. The
+  // counts are exact (floats hold integers up to 2^24); the loss is the float sum of the ranks'
+  // sums.
+  absl::StatusOr<EvalResult> EvaluateTogether() {
     ASSIGN_OR_RETURN(const EvalResult mine,
                      model_.Evaluate(*c_.test, c_.options.eval_batch, &c_.stop,
                                      {.index = comm_->rank(), .count = comm_->size()}),
@@ -474,9 +486,8 @@ class AllReduceExchange final : public GradientExchange {
     device_.Download(scratch_, sums, 3);
     RETURN_IF_ERROR(device_.Synchronize());
     const auto examples = static_cast<int64_t>(sums[2]);
-    final_eval_ = EvalResult{sums[0] / static_cast<double>(examples),
-                             sums[1] / static_cast<double>(examples), examples};
-    return absl::OkStatus();
+    return EvalResult{sums[0] / static_cast<double>(examples),
+                      sums[1] / static_cast<double>(examples), examples};
   }
 
   const ExchangeContext c_;
@@ -490,11 +501,11 @@ class AllReduceExchange final : public GradientExchange {
   std::vector<float> flat_;  // host copy of the parameters for the checksum
   int64_t step_ = 0;
   std::string run_id_;
-  std::optional<uint64_t> checksum_;      // once the ranks compared the final parameters
-  std::optional<EvalResult> final_eval_;  // once they evaluated them together
-  std::vector<absl::Span<float>> fused_;  // the buckets' buffers, as the communicator takes them
-  size_t fused_bytes_ = 0;                // theirs together
-  float* loss_slot_ = nullptr;            // in the last buffer: the step's mean loss
+  std::optional<uint64_t> checksum_;       // once the ranks compared the final parameters
+  std::optional<EvalResult> shared_eval_;  // the ranks' evaluation at an epoch's end or the end
+  std::vector<absl::Span<float>> fused_;   // the buckets' buffers, as the communicator takes them
+  size_t fused_bytes_ = 0;                 // theirs together
+  float* loss_slot_ = nullptr;             // in the last buffer: the step's mean loss
   // Elastic jobs (docs/architecture.md §5.10).
   bool elastic_ = false;
   int nominal_ = 1;             // the size the learning rate was scaled for

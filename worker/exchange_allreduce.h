@@ -3,9 +3,9 @@
 // Communicator (Gloo on the CPU, NCCL on GPUs), and applies the same optimizer update on its
 // device, so every rank keeps bit-identical parameters (checked with ParameterChecksum at the
 // end, and each epoch in builds without NDEBUG). Rank 0 restores the chief's latest checkpoint
-// and broadcasts step, values and optimizer slots, so every rank starts from one state. At the
-// end of a fixed-size job the ranks evaluate the final parameters together, each on its share of
-// the test set (GradientExchange::final_evaluation), which the chief reports.
+// and broadcasts step, values and optimizer slots, so every rank starts from one state. In a
+// fixed-size job the ranks evaluate each epoch's end and the final parameters together, each on
+// its share of the test set (GradientExchange::shared_evaluation), and the chief reports it.
 //
 // Gradients travel in fused buffers (Horovod's tensor fusion): variables are packed, in order,
 // into buffers of at most `fusion_bytes`, one all-reduce each. The step's mean loss rides in the

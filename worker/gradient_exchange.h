@@ -98,12 +98,12 @@ class GradientExchange {
   virtual bool RunIsOver(const ps::ModelState& checkpoint) const = 0;
   // The last step's training is done (every rank calls it): all-reduce checks that every rank
   // holds the same parameters and, in a job of fixed size, evaluates them on the test set with
-  // the other ranks (final_evaluation).
+  // the other ranks (shared_evaluation).
   virtual absl::Status EndTraining() = 0;
-  // The evaluation of the final parameters on the whole test set that EndTraining made together
-  // with the other ranks, each on its share (all-reduce: docs/architecture.md §5.3). nullopt:
-  // the chief evaluates them on its own.
-  virtual std::optional<EvalResult> final_evaluation() const { return std::nullopt; }
+  // The evaluation on the whole test set that the last Exchange (when it ended an epoch before
+  // the last) or EndTraining made together with the other ranks, each on its share (all-reduce,
+  // fixed size: docs/architecture.md §5.3). nullopt: the chief evaluates on its own.
+  virtual std::optional<EvalResult> shared_evaluation() const { return std::nullopt; }
   // The chief, after its final evaluation and checkpoint: releases what training used (ps:
   // stops its watch and shuts the ps down).
   virtual void ShutDown() = 0;

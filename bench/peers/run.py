@@ -34,7 +34,7 @@
 #
 # Both sides of the training cases start timing after their data is loaded and end after the
 # final evaluation and checkpoint, evaluate the 10k test set after every epoch on the chief (rank
-# 0; kubetrain's all-reduce ranks share the final one) inside the timed run, and checkpoint every
+# 0; kubetrain's all-reduce ranks share each one) inside the timed run, and checkpoint every
 # 30 s and at the end. Differences that remain are
 # printed with the results. Every child runs in its own session and is killed, with all of its
 # descendants, on exit, on a case's timeout, and on SIGINT/SIGTERM (the driver then exits within
@@ -859,10 +859,10 @@ def differences(cfg):
         "ps-async has no torch counterpart: it is compared with DDP (synchronous); its rate per "
         f"update is scaled to one worker's batch (lr {cfg.lr / 2:g} per 64 examples), "
         "kubetrain's linear scaling rule",
-        "final evaluation: kubetrain's all-reduce ranks evaluate the final parameters together, "
-        "each on its half of the test set (what every fixed-size all-reduce job does; the "
-        "ps modes' chief evaluates alone); torch's rank 0 evaluates the whole set while the other "
-        "rank waits, as the per-epoch ones (a DDP script could split it with an all_reduce of "
+        "evaluations: kubetrain's all-reduce ranks evaluate each epoch's end together, each on "
+        "its half of the test set (what every fixed-size all-reduce job does; the ps modes' chief "
+        "evaluates alone, in the background but for the final one); torch's rank 0 evaluates the "
+        "whole set while the other rank waits (a DDP script could split it with an all_reduce of "
         "its own)",
         "DDP overlaps the all-reduce with backward in buckets; kubetrain exchanges after the "
         "whole backward (one fused buffer for all-reduce, one push+pull for the ps modes)",

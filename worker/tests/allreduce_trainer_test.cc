@@ -431,7 +431,7 @@ TEST_F(AllReduceTrainerTest, TheRanksEvaluateTheFinalParametersTogetherEachOnHal
         device.Reset();
         RETURN_IF_ERROR(exchange.EndTraining());
         gemms_together[rank] = device.counts().gemms;
-        together[rank] = exchange.final_evaluation();
+        together[rank] = exchange.shared_evaluation();
         device.Reset();
         ASSIGN_OR_RETURN(alone[rank], model.Evaluate(data_->test, options.eval_batch));
         gemms_alone[rank] = device.counts().gemms;
@@ -446,6 +446,46 @@ TEST_F(AllReduceTrainerTest, TheRanksEvaluateTheFinalParametersTogetherEachOnHal
     EXPECT_NEAR(together[rank]->loss, alone[rank].loss, 1e-6);
     EXPECT_GT(alone[rank].accuracy, 0.5);  // 20 steps have trained something
     EXPECT_EQ(2 * gemms_together[rank], gemms_alone[rank]);
+  }
+}
+
+// Each epoch's end but the last is evaluated together in the step's Exchange (the last is the
+// final evaluation, in EndTraining): 2 epochs of 3 steps per rank.
+TEST_F(AllReduceTrainerTest, TheRanksEvaluateEachEpochsEndTogether) {
+  const Dataset train = RandomImages(2 * 64 * 3, 7);
+  std::vector<std::vector<bool>> evaluated(2);
+  std::vector<std::optional<EvalResult>> at_epoch_end(2);
+  std::vector<EvalResult> alone(2);
+  std::vector<absl::Status> results = RunTwoCountedRanks(
+      Options(2, ""), train, &data_->test,
+      [&](int rank, CountingDevice&, Model& model, GradientExchange& exchange,
+          ShardBatches& batches, int64_t pos) -> absl::Status {
+        if (batches.steps_per_epoch() != 3) return absl::InternalError("not 3 steps an epoch");
+        while (!exchange.Done(pos)) {
+          ASSIGN_OR_RETURN(const Batch* batch, batches.At(pos));
+          RETURN_IF_ERROR(model.ComputeGradients(batch->image_span(), batch->label_span(),
+                                                 exchange.DeviceLossSlot()));
+          ASSIGN_OR_RETURN(ExchangedStep next, exchange.Exchange(pos, 0));
+          pos = next.next;
+          evaluated[rank].push_back(exchange.shared_evaluation().has_value());
+          if (pos == 3) {
+            at_epoch_end[rank] = exchange.shared_evaluation();
+            ASSIGN_OR_RETURN(alone[rank], model.Evaluate(data_->test, 500));
+          }
+        }
+        RETURN_IF_ERROR(exchange.EndTraining());
+        evaluated[rank].push_back(exchange.shared_evaluation().has_value());
+        return absl::OkStatus();
+      });
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    ASSERT_THAT(results[rank], IsOk());
+    // After steps 1..6, then EndTraining.
+    EXPECT_EQ(evaluated[rank], (std::vector<bool>{false, false, true, false, false, false, true}));
+    ASSERT_TRUE(at_epoch_end[rank].has_value());
+    EXPECT_EQ(at_epoch_end[rank]->examples, 10000);
+    EXPECT_EQ(at_epoch_end[rank]->accuracy, alone[rank].accuracy);
+    EXPECT_NEAR(at_epoch_end[rank]->loss, alone[rank].loss, 1e-6);
   }
 }
 
@@ -464,7 +504,7 @@ TEST_F(AllReduceTrainerTest, ASingleRankLeavesTheFinalEvaluationToTheChief) {
   ASSERT_THAT(exchange->Setup(), IsOk());
   ASSERT_THAT(exchange->Start(nullptr), IsOk());
   ASSERT_THAT(exchange->EndTraining(), IsOk());
-  EXPECT_FALSE(exchange->final_evaluation().has_value());
+  EXPECT_FALSE(exchange->shared_evaluation().has_value());
 }
 
 TEST_F(AllReduceTrainerTest, AnEvaluatorIsRefusedWithTheFix) {

@@ -72,7 +72,7 @@ class ScriptedExchange : public GradientExchange {
   int examples_per_step() const override { return 32; }
   int64_t last_global_step() const override { return total_; }
   std::optional<uint64_t> parameter_checksum() const override { return checksum; }
-  std::optional<EvalResult> final_evaluation() const override { return together; }
+  std::optional<EvalResult> shared_evaluation() const override { return together; }
   absl::Status AwaitParameters(bool) override { return absl::OkStatus(); }
 
   int64_t step = 0;
@@ -255,24 +255,29 @@ TEST_F(ChiefDutiesTest, FinishCheckpointsEvaluatesThatThenShutsDownAndReportsThe
   EXPECT_EQ(summary->ToJson()["checkpoint"], summary->checkpoint);
 }
 
-// All-reduce: the ranks evaluated the final parameters together, each on its share of the test
-// set. The chief reports that evaluation, with or without checkpoints, and evaluates nothing
-// itself (the scripted figures are not what the model would score).
-TEST_F(ChiefDutiesTest, FinishReportsTheEvaluationTheRanksMadeTogether) {
+// All-reduce: the ranks evaluated each epoch's end and the final parameters together, each on
+// its share of the test set. The chief reports those evaluations, with or without checkpoints,
+// and evaluates nothing itself (the scripted figures are not what the model would score).
+TEST_F(ChiefDutiesTest, TheChiefReportsTheEvaluationsTheRanksMadeTogether) {
   const std::string checkpoint_dir = options_.checkpoint_dir;
   for (const std::string& dir : {checkpoint_dir, std::string()}) {
     SCOPED_TRACE(dir.empty() ? "without checkpoints" : "with checkpoints");
     options_.checkpoint_dir = dir;
     ScriptedExchange exchange(*model_, 2 * kStepsPerEpoch);
-    exchange.step = 2 * kStepsPerEpoch;
     exchange.together = EvalResult{.loss = 0.25, .accuracy = 0.5, .examples = 40};
+    options_.mode = Mode::kAllReduce;
     ChiefDuties duties(options_, *model_, exchange, kStepsPerEpoch, &test_, nullptr, absl::Now());
     LogCapture logs;
+    ASSERT_THAT(RunSteps(duties, exchange), IsOk());
+    EXPECT_EQ(logs.Count("msg=evaluation step=10 epoch=1 loss=0.25 accuracy=0.5"), 1);
+    EXPECT_EQ(exchange.calls, std::vector<std::string>{});  // no parameters loaded to evaluate
+    exchange.together = EvalResult{.loss = 0.125, .accuracy = 0.75, .examples = 40};
     auto summary = duties.Finish();
     ASSERT_THAT(summary, IsOk());
-    EXPECT_EQ(summary->test_accuracy, 0.5);
-    EXPECT_EQ(summary->test_loss, 0.25);
-    EXPECT_EQ(logs.Count("msg=evaluation step=20 epoch=2 loss=0.25 accuracy=0.5"), 1);
+    EXPECT_EQ(summary->test_accuracy, 0.75);
+    EXPECT_EQ(summary->test_loss, 0.125);
+    EXPECT_EQ(logs.Count("msg=evaluation step=20 epoch=2 loss=0.125 accuracy=0.75"), 1);
+    EXPECT_EQ(logs.Count("msg=evaluation"), 2);
     const std::vector<std::string> calls = dir.empty()
                                                ? std::vector<std::string>{"shutdown"}
                                                : std::vector<std::string>{"export", "shutdown"};
