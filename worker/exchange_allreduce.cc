@@ -234,10 +234,10 @@ class AllReduceExchange final : public GradientExchange {
     return Done(elastic_ ? checkpoint.gradients_applied : checkpoint.global_step);
   }
   absl::Status EndTraining() override {
+    shared_eval_.reset();  // set again below only by the ranks' final evaluation
     // An elastic rank told at a reform that training is over has no group left to compare with.
     if (comm_ != nullptr) {
       RETURN_IF_ERROR(VerifyIdentical(step_));
-      shared_eval_.reset();
       if (EvaluatesTogether()) {
         ASSIGN_OR_RETURN(shared_eval_, EvaluateTogether(), "evaluating the final parameters");
       }

@@ -40,7 +40,7 @@ struct ExchangeContext {
   // training set in batches, as if one worker made it: positions count gradients applied.
   int64_t steps_per_epoch;
   const std::atomic<bool>& stop;  // Run's: calls in flight give up once it is set
-  const Dataset* test = nullptr;  // the test set, where loaded (all-reduce: the final evaluation)
+  const Dataset* test = nullptr;  // the test set, where loaded (all-reduce: shared_evaluation)
 
   int64_t total_steps() const { return int64_t{options.epochs} * steps_per_epoch; }
 };

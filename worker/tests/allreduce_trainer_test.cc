@@ -499,8 +499,9 @@ TEST_F(AllReduceTrainerTest, ASingleRankLeavesTheFinalEvaluationToTheChief) {
   auto model = MakeModel("mlp", device, 1);
   ASSERT_THAT(model, IsOk());
   std::atomic<bool> stop{false};
+  const TrainerOptions options = Options(1, "");  // the exchange keeps a reference to it
   std::unique_ptr<GradientExchange> exchange =
-      MakeGradientExchange({Options(1, ""), id, device, **model, nullptr, 10, stop, &data_->test});
+      MakeGradientExchange({options, id, device, **model, nullptr, 10, stop, &data_->test});
   ASSERT_THAT(exchange->Setup(), IsOk());
   ASSERT_THAT(exchange->Start(nullptr), IsOk());
   ASSERT_THAT(exchange->EndTraining(), IsOk());
