@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace kubetrain {
@@ -72,7 +73,22 @@ struct ChildArgs {
   _exit(127);
 }
 
+// `cpus` as a cpu_set_t; false when one is past its 1024 (or negative).
+bool ToCpuSet(const std::vector<int>& cpus, cpu_set_t* set) {
+  CPU_ZERO(set);
+  for (int c : cpus) {
+    if (c < 0 || c >= CPU_SETSIZE) return false;
+    CPU_SET(c, set);
+  }
+  return true;
+}
+
 }  // namespace
+
+bool SetAllowedCpus(pid_t tid, const std::vector<int>& cpus) {
+  cpu_set_t set;
+  return ToCpuSet(cpus, &set) && sched_setaffinity(tid, sizeof(set), &set) == 0;
+}
 
 std::vector<int> AllowedCpus(pid_t tid) {
   cpu_set_t set;
@@ -128,10 +144,9 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(const ProcessOptions& op
   const std::string exec_failed = absl::StrCat(exec_path, ": exec failed\n");
 
   cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  for (int c : options.cpus) {
-    if (c < 0 || c >= CPU_SETSIZE) return absl::InvalidArgumentError(absl::StrCat("no CPU ", c));
-    CPU_SET(c, &cpus);
+  if (!ToCpuSet(options.cpus, &cpus)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpus: ", absl::StrJoin(options.cpus, ","), " names a CPU outside 0-1023"));
   }
 
   int fds[2];

@@ -43,6 +43,9 @@ struct ProcessOptions {
 // The CPUs thread `tid` (0: the calling one) may run on, in increasing order; empty when it
 // cannot be read or past cpu_set_t's 1024.
 std::vector<int> AllowedCpus(pid_t tid = 0);
+// Lets thread `tid` (0: the calling one) run only on `cpus`; false when a CPU is past
+// cpu_set_t's 1024 or the kernel refuses (a cpuset without them).
+bool SetAllowedCpus(pid_t tid, const std::vector<int>& cpus);
 
 class Process {
  public:

@@ -1,6 +1,5 @@
 #include "worker/collective/cpu_binding.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -12,17 +11,6 @@
 #include "common/status.h"
 
 namespace kubetrain::worker {
-namespace {
-
-// Lets thread `tid` (0: the calling one) run only on `cpus`.
-bool SetThreadCpus(pid_t tid, const std::vector<int>& cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int c : cpus) CPU_SET(c, &set);
-  return ::sched_setaffinity(tid, sizeof(set), &set) == 0;
-}
-
-}  // namespace
 
 std::string BootId() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
@@ -53,7 +41,7 @@ absl::StatusOr<CpuBinding> CpuBinding::Bind(KeyValueStore& store, absl::string_v
   const size_t k = cpus.size(), m = static_cast<size_t>(here), i = static_cast<size_t>(index);
   if (!enabled || boot.empty() || m < 2 || k < m) return binding;
   std::vector<int> share(cpus.begin() + i * k / m, cpus.begin() + (i + 1) * k / m);
-  if (!SetThreadCpus(0, share)) return binding;  // a cpuset may refuse: stay as it was
+  if (!SetAllowedCpus(0, share)) return binding;  // a cpuset may refuse: stay as it was
   binding.thread_ = static_cast<int>(::gettid());
   binding.share_ = std::move(share);
   binding.before_ = cpus;
@@ -92,7 +80,7 @@ void CpuBinding::Release() {
   } else if (::access(absl::StrCat("/proc/self/task/", tid).c_str(), F_OK) != 0) {
     return;
   }
-  if (AllowedCpus(tid) == share_) SetThreadCpus(tid, before_);
+  if (AllowedCpus(tid) == share_) SetAllowedCpus(tid, before_);
 }
 
 }  // namespace kubetrain::worker
