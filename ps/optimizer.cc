@@ -135,6 +135,30 @@ void Optimizer::Apply(std::span<float> values, std::span<const float> grad,
   }
 }
 
+void Optimizer::ApplySum(std::span<float> values, std::span<const float> sum,
+                         std::span<const float> last, std::span<const std::span<float>> slots,
+                         int64_t step, float grad_divisor) const {
+  CheckLengths(values, sum, slots,
+               static_cast<size_t>(UpdateSlots(static_cast<UpdateKind>(options_.kind))));
+  CheckLengths(values, last, slots,
+               static_cast<size_t>(UpdateSlots(static_cast<UpdateKind>(options_.kind))));
+  const int64_t n = static_cast<int64_t>(values.size());
+  float* slot0 = slots.size() > 0 ? slots[0].data() : nullptr;
+  float* slot1 = slots.size() > 1 ? slots[1].data() : nullptr;
+  const float* a = sum.data();
+  const float* b = last.data();
+  const UpdateRule rule = Rule(step);
+  if (grad_divisor == 1.0f) {
+    const float s = rule.grad_scale;
+    update::ApplyLoopOf(
+        rule, n, [=](int64_t i) { return s * (a[i] + b[i]); }, values.data(), slot0, slot1);
+  } else {
+    update::ApplyLoopOf(
+        rule, n, [=](int64_t i) { return (a[i] + b[i]) / grad_divisor; }, values.data(), slot0,
+        slot1);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& options) {
   if (absl::Status s = Validate(options); !s.ok()) return s;
   switch (options.kind) {

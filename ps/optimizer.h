@@ -67,6 +67,11 @@ class Optimizer {
   void Apply(std::span<float> values, std::span<const float> grad,
              std::span<const std::span<float>> slots, int64_t step,
              float grad_divisor = 1.0f) const;
+  // Apply with the gradient sum + last, elementwise, added in the update's own pass: what
+  // Apply(values, sum + last, ...) gives, bit for bit, without writing the sum first.
+  void ApplySum(std::span<float> values, std::span<const float> sum, std::span<const float> last,
+                std::span<const std::span<float>> slots, int64_t step,
+                float grad_divisor = 1.0f) const;
 
  protected:
   explicit Optimizer(const OptimizerOptions& options) : options_(options) {}

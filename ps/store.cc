@@ -208,8 +208,7 @@ absl::Status ShardStore::CheckServing() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::pair<ShardStore::Partition*, absl::string_view>>>
-ShardStore::Resolve(const PushArgs& args) const {
+absl::StatusOr<ShardStore::Targets> ShardStore::Resolve(const PushArgs& args) const {
   if (!args.run_id.empty() && args.run_id != run_id_) {
     return absl::AbortedError(absl::StrCat("push for run ", args.run_id, " but this ps holds run ",
                                            run_id_, "; pull again"));
@@ -267,6 +266,7 @@ absl::StatusOr<PushOutcome> ShardStore::Push(const PushArgs& args) {
 absl::StatusOr<PushOutcome> ShardStore::PushSync(const PushArgs& args) {
   uint64_t generation;
   bool completes_round;
+  Targets completing;  // this push's gradients, when it completes the round without adding them
   {
     absl::ReaderMutexLock lock(&mu_);
     if (absl::Status s = CheckServing(); !s.ok()) return s;
@@ -281,31 +281,44 @@ absl::StatusOr<PushOutcome> ShardStore::PushSync(const PushArgs& args) {
         return PushOutcome{global_step_, true};
       }
       ++admitted_;
-    }
-    // Admitted: this round cannot complete before our sum is in, so the accumulators we add to
-    // belong to the current step even though mu_ is only held shared.
-    std::vector<float> scratch;
-    for (auto& [p, bytes] : *targets) {
-      std::span<const float> grad = AsFloats(bytes, scratch);
-      absl::MutexLock accum(&p->accum_mu);
-      if (p->accum_count++ == 0) {
-        std::memcpy(p->accum.data(), grad.data(), grad.size_bytes());
+      // The push that completes the round on admission (every other admitted push has added its
+      // sum, and the step needs no more) adds nothing: the update reads the sums and its
+      // gradients in one pass, a pass over the sums fewer while every worker of the step waits.
+      ++arrived_;
+      completes_round = TakeRound();
+      if (completes_round) {
+        generation = generation_;
+        completing = *std::move(targets);
       } else {
-        AddInto(p->accum, grad);
+        --arrived_;
       }
     }
-    absl::MutexLock round(&round_mu_);
-    ++arrived_;
-    completes_round = TakeRound();
-    generation = generation_;
-    if (!completes_round) return PushOutcome{global_step_, false};
+    if (!completes_round) {
+      // Admitted: this round cannot complete before our sum is in, so the accumulators we add to
+      // belong to the current step even though mu_ is only held shared.
+      std::vector<float> scratch;
+      for (auto& [p, bytes] : *targets) {
+        std::span<const float> grad = AsFloats(bytes, scratch);
+        absl::MutexLock accum(&p->accum_mu);
+        if (p->accum_count++ == 0) {
+          std::memcpy(p->accum.data(), grad.data(), grad.size_bytes());
+        } else {
+          AddInto(p->accum, grad);
+        }
+      }
+      absl::MutexLock round(&round_mu_);
+      ++arrived_;
+      completes_round = TakeRound();
+      generation = generation_;
+      if (!completes_round) return PushOutcome{global_step_, false};
+    }
   }
-  const int64_t step = ApplySyncRound(generation);
+  const int64_t step = ApplySyncRound(generation, completing);
   NotifyChange();
   return PushOutcome{step, false};
 }
 
-int64_t ShardStore::ApplySyncRound(uint64_t generation) {
+int64_t ShardStore::ApplySyncRound(uint64_t generation, const Targets& completing) {
   absl::WriterMutexLock lock(&mu_);
   // Between releasing the shared lock and getting this one, only an Init can have changed the
   // round (new pushes are refused while closing_).
@@ -321,12 +334,22 @@ int64_t ShardStore::ApplySyncRound(uint64_t generation) {
   // (a global batch twice as large) moves twice as far, as a job started at that size would.
   const float replicas =
       static_cast<float>(config_.elastic ? config_.replicas_to_aggregate : applied);
-  for (auto& p : partitions_) {
+  // The average is taken in the update's own pass over the sum: one pass fewer while every
+  // worker of the step waits for it.
+  std::vector<float> scratch;
+  for (auto& [p, bytes] : completing) {  // every partition (a sync push holds them all)
     absl::MutexLock accum(&p->accum_mu);
-    // The average is taken in the update's own pass over the sum: one pass fewer while every
-    // worker of the step waits for it.
-    ApplyOne(*p, p->accum, replicas);
+    std::span<const float> sum;
+    if (p->accum_count > 0) sum = p->accum;
+    ApplyOne(*p, sum, replicas, AsFloats(bytes, scratch));
     p->accum_count = 0;
+  }
+  if (completing.empty()) {
+    for (auto& p : partitions_) {
+      absl::MutexLock accum(&p->accum_mu);
+      ApplyOne(*p, p->accum, replicas);
+      p->accum_count = 0;
+    }
   }
   ++global_step_;
   gradients_applied_ += applied;
@@ -363,12 +386,19 @@ absl::StatusOr<PushOutcome> ShardStore::PushAsync(const PushArgs& args) {
   return outcome;
 }
 
-void ShardStore::ApplyOne(Partition& p, std::span<const float> grad, float grad_divisor) {
+void ShardStore::ApplyOne(Partition& p, std::span<const float> grad, float grad_divisor,
+                          std::span<const float> last) {
   std::vector<std::span<float>> slots(p.slots.begin(), p.slots.end());
   // Elastic: the schedule's step counts nominal steps of replicas_to_aggregate gradients.
   const int64_t step =
       config_.elastic ? gradients_applied_ / config_.replicas_to_aggregate : global_step_;
-  optimizer_->Apply(p.values, grad, slots, step, grad_divisor);
+  if (last.empty()) {
+    optimizer_->Apply(p.values, grad, slots, step, grad_divisor);
+  } else if (grad.empty()) {
+    optimizer_->Apply(p.values, last, slots, step, grad_divisor);
+  } else {
+    optimizer_->ApplySum(p.values, grad, last, slots, step, grad_divisor);
+  }
 }
 
 int ShardStore::Quota() const {
@@ -430,7 +460,7 @@ absl::StatusOr<Membership> ShardStore::Join(uint32_t worker, bool leave, absl::T
     view.gradients_applied = gradients_applied_;
   }
   if (completes_round) {
-    view.global_step = ApplySyncRound(generation);
+    view.global_step = ApplySyncRound(generation, {});
     NotifyChange();
   }
   return view;

@@ -185,13 +185,15 @@ class ShardStore {
   struct Partition;
 
   absl::Status CheckServing() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::vector<std::pair<Partition*, absl::string_view>>> Resolve(
-      const PushArgs& args) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A push's gradients by partition.
+  using Targets = std::vector<std::pair<Partition*, absl::string_view>>;
+  absl::StatusOr<Targets> Resolve(const PushArgs& args) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushOutcome> PushSync(const PushArgs& args);
   absl::StatusOr<PushOutcome> PushAsync(const PushArgs& args);
   // Applies the averaged sums of the round that completed in `generation`, unless an Init came
-  // in between. Returns the step afterwards.
-  int64_t ApplySyncRound(uint64_t generation);
+  // in between, adding the gradients of the push that completed it where that push did not add
+  // them itself (`completing`, empty otherwise). Returns the step afterwards.
+  int64_t ApplySyncRound(uint64_t generation, const Targets& completing);
   // The gradients the current step needs.
   int Quota() const ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
   // Whether the current step has what it needs and no push is still adding to it; if so, marks
@@ -203,8 +205,9 @@ class ShardStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
   bool ExpireMembers(absl::Time now) ABSL_SHARED_LOCKS_REQUIRED(mu_)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
-  void ApplyOne(Partition& p, std::span<const float> grad, float grad_divisor = 1.0f)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Updates `p` from `grad` (+ `last`, elementwise, where given) / `grad_divisor`.
+  void ApplyOne(Partition& p, std::span<const float> grad, float grad_divisor = 1.0f,
+                std::span<const float> last = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountStale();
   void NotifyChange() const;
   bool ReadyForPull(int64_t min_step) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

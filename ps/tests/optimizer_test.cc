@@ -26,6 +26,12 @@ class Harness {
     std::vector<std::span<float>> slots(slots_.begin(), slots_.end());
     optimizer_->Apply(values_, grad, slots, step, grad_divisor);
   }
+  // The same update from `sum` + `last`, added in the update's pass (ApplySum).
+  void StepSum(const std::vector<float>& sum, const std::vector<float>& last, int64_t step,
+               float grad_divisor = 1.0f) {
+    std::vector<std::span<float>> slots(slots_.begin(), slots_.end());
+    optimizer_->ApplySum(values_, sum, last, slots, step, grad_divisor);
+  }
   const std::vector<float>& values() const { return values_; }
   const std::vector<float>& slot(size_t i) const { return slots_[i]; }
   const Optimizer& optimizer() const { return *optimizer_; }
@@ -140,6 +146,37 @@ TEST(Apply, ADivisorAveragesTheSumAsDividingFirstWould) {
     EXPECT_NE(fused.values(), start) << OptimizerName(kind);
     for (size_t i = 0; i < fused.optimizer().SlotNames().size(); ++i) {
       EXPECT_EQ(fused.slot(i), apart.slot(i)) << OptimizerName(kind) << " slot " << i;
+    }
+  }
+}
+
+// A sync step's completing push is not added into the sum first: the update adds it in its own
+// pass. Every rule must then move the values and slots exactly as the sum written out would.
+TEST(Apply, TheSumAndTheLastGradientMoveTheValuesAsTheirWrittenSumWould) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
+                             OptimizerKind::kAdagrad}) {
+    for (float divisor : {1.0f, 3.0f}) {
+      std::vector<float> sum(37), last(37), written(37);
+      for (size_t i = 0; i < sum.size(); ++i) {
+        // Magnitudes apart, so that adding rounds: a different order would show.
+        sum[i] = 0.37f * static_cast<float>(i) - 5.1f;
+        last[i] = 1e-3f / (static_cast<float>(i) + 0.7f);
+        written[i] = sum[i] + last[i];
+      }
+      Harness fused({.kind = kind, .learning_rate = 0.07});
+      Harness apart({.kind = kind, .learning_rate = 0.07});
+      std::vector<float> start(sum.size(), 0.25f);
+      fused.Init(start);
+      apart.Init(start);
+      for (int64_t step = 0; step < 3; ++step) {
+        fused.StepSum(sum, last, step, divisor);
+        apart.Step(written, step, divisor);
+      }
+      EXPECT_EQ(fused.values(), apart.values()) << OptimizerName(kind) << " / " << divisor;
+      EXPECT_NE(fused.values(), start) << OptimizerName(kind);
+      for (size_t i = 0; i < fused.optimizer().SlotNames().size(); ++i) {
+        EXPECT_EQ(fused.slot(i), apart.slot(i)) << OptimizerName(kind) << " slot " << i;
+      }
     }
   }
 }

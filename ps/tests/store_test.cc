@@ -100,6 +100,46 @@ TEST_F(StoreTest, SyncAppliesTheAverageOnceAllReplicasArrived) {
   EXPECT_EQ(values, Minus(kInitial, 3));  // average (1 + 2 + 6) / 3, lr 1
 }
 
+// The push that completes a round goes into the update without being added to the sum first;
+// the values must be those of the whole sum written out and then applied, bit for bit, whether
+// other pushes came before it (3 workers) or it is the round's only one (1 worker).
+TEST_F(StoreTest, TheCompletingPushUpdatesAsTheWrittenSumWould) {
+  const OptimizerOptions adam{.kind = OptimizerKind::kAdam, .learning_rate = 0.01};
+  for (int workers : {3, 1}) {
+    ShardStore store;
+    ASSERT_THAT(store.Init(TwoPartitions(Sync(workers, adam))), IsOk());
+    auto optimizer = MakeOptimizer(adam);
+    ASSERT_THAT(optimizer, IsOk());
+    std::vector<float> want = kInitial;
+    std::vector<std::vector<float>> slots(2, std::vector<float>(want.size(), 0.0f));
+    for (int64_t step = 0; step < 3; ++step) {
+      std::vector<float> sum(want.size(), 0.0f);
+      for (int w = 0; w < workers; ++w) {
+        // Gradients whose sums round (magnitudes apart), different in every element.
+        std::vector<float> g(want.size());
+        for (size_t i = 0; i < g.size(); ++i) {
+          g[i] =
+              (w == 0 ? 3.3f : 1e-3f) * static_cast<float>(i + 1) + 0.1f * static_cast<float>(step);
+          sum[i] = w == 0 ? g[i] : sum[i] + g[i];
+        }
+        PushArgs args;
+        args.step = step;
+        const std::string a = Bytes({g.begin(), g.begin() + 4}),
+                          b = Bytes({g.begin() + 4, g.end()});
+        args.gradients = {{{"w", 0}, a}, {{"w", 1}, b}};
+        auto pushed = store.Push(args);
+        ASSERT_THAT(pushed, IsOk());
+        EXPECT_EQ(pushed->global_step, w + 1 == workers ? step + 1 : step);
+      }
+      std::vector<std::span<float>> slot_spans(slots.begin(), slots.end());
+      (*optimizer)->Apply(want, sum, slot_spans, step, static_cast<float>(workers));
+      auto [values, at] = Values(store);
+      EXPECT_EQ(at, step + 1);
+      EXPECT_EQ(values, want) << workers << " workers, step " << step;
+    }
+  }
+}
+
 TEST_F(StoreTest, StaleGradientsAreDroppedAndCounted) {
   ASSERT_THAT(store_.Init(TwoPartitions(Sync(1))), IsOk());
   ASSERT_THAT(store_.Push(Push(0, 1).args), IsOk());
