@@ -118,45 +118,47 @@ UpdateRule Optimizer::Rule(int64_t step) const {
   return r;
 }
 
-void Optimizer::Apply(std::span<float> values, std::span<const float> grad,
-                      std::span<const std::span<float>> slots, int64_t step,
-                      float grad_divisor) const {
-  CheckLengths(values, grad, slots,
-               static_cast<size_t>(UpdateSlots(static_cast<UpdateKind>(options_.kind))));
+namespace {
+
+// The update of every element, element i's gradient being gradient(i) / grad_divisor (or, with
+// no divisor, gradient(i) times the rule's grad_scale).
+template <typename Gradient>
+void ApplyGradient(const UpdateRule& rule, std::span<float> values,
+                   std::span<const std::span<float>> slots, float grad_divisor, Gradient gradient) {
   const int64_t n = static_cast<int64_t>(values.size());
   float* slot0 = slots.size() > 0 ? slots[0].data() : nullptr;
   float* slot1 = slots.size() > 1 ? slots[1].data() : nullptr;
-  const float* g = grad.data();
   if (grad_divisor == 1.0f) {
-    update::ApplyLoop(Rule(step), n, g, values.data(), slot0, slot1);
+    const float s = rule.grad_scale;
+    update::ApplyLoopOf(
+        rule, n, [=](int64_t i) { return s * gradient(i); }, values.data(), slot0, slot1);
   } else {
     update::ApplyLoopOf(
-        Rule(step), n, [=](int64_t i) { return g[i] / grad_divisor; }, values.data(), slot0, slot1);
+        rule, n, [=](int64_t i) { return gradient(i) / grad_divisor; }, values.data(), slot0,
+        slot1);
   }
+}
+
+}  // namespace
+
+void Optimizer::Apply(std::span<float> values, std::span<const float> grad,
+                      std::span<const std::span<float>> slots, int64_t step,
+                      float grad_divisor) const {
+  const auto want_slots = static_cast<size_t>(UpdateSlots(static_cast<UpdateKind>(options_.kind)));
+  CheckLengths(values, grad, slots, want_slots);
+  const float* g = grad.data();
+  ApplyGradient(Rule(step), values, slots, grad_divisor, [=](int64_t i) { return g[i]; });
 }
 
 void Optimizer::ApplySum(std::span<float> values, std::span<const float> sum,
                          std::span<const float> last, std::span<const std::span<float>> slots,
                          int64_t step, float grad_divisor) const {
-  CheckLengths(values, sum, slots,
-               static_cast<size_t>(UpdateSlots(static_cast<UpdateKind>(options_.kind))));
-  CheckLengths(values, last, slots,
-               static_cast<size_t>(UpdateSlots(static_cast<UpdateKind>(options_.kind))));
-  const int64_t n = static_cast<int64_t>(values.size());
-  float* slot0 = slots.size() > 0 ? slots[0].data() : nullptr;
-  float* slot1 = slots.size() > 1 ? slots[1].data() : nullptr;
+  const auto want_slots = static_cast<size_t>(UpdateSlots(static_cast<UpdateKind>(options_.kind)));
+  CheckLengths(values, sum, slots, want_slots);
+  CheckLengths(values, last, slots, want_slots);
   const float* a = sum.data();
   const float* b = last.data();
-  const UpdateRule rule = Rule(step);
-  if (grad_divisor == 1.0f) {
-    const float s = rule.grad_scale;
-    update::ApplyLoopOf(
-        rule, n, [=](int64_t i) { return s * (a[i] + b[i]); }, values.data(), slot0, slot1);
-  } else {
-    update::ApplyLoopOf(
-        rule, n, [=](int64_t i) { return (a[i] + b[i]) / grad_divisor; }, values.data(), slot0,
-        slot1);
-  }
+  ApplyGradient(Rule(step), values, slots, grad_divisor, [=](int64_t i) { return a[i] + b[i]; });
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& options) {

@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace kubetrain::ps {
 namespace {
@@ -123,60 +126,62 @@ TEST(LearningRate, ScalesLinearlyWithGlobalBatch) {
   EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, 64, 256), 0.025);
 }
 
+// Two harnesses of `kind` (lr 0.07) from the same values of length `n`, three steps each, one
+// by `step_fused(harness, step)` and the other by `step_apart`: both must move their values off
+// the start, to the same bits, and their slots too.
+template <typename Fused, typename Apart>
+void ExpectTheSameUpdates(OptimizerKind kind, size_t n, Fused step_fused, Apart step_apart,
+                          absl::string_view what) {
+  Harness fused({.kind = kind, .learning_rate = 0.07});
+  Harness apart({.kind = kind, .learning_rate = 0.07});
+  const std::vector<float> start(n, 0.25f);
+  fused.Init(start);
+  apart.Init(start);
+  for (int64_t step = 0; step < 3; ++step) {
+    step_fused(fused, step);
+    step_apart(apart, step);
+  }
+  EXPECT_EQ(fused.values(), apart.values()) << what;
+  EXPECT_NE(fused.values(), start) << what;
+  for (size_t i = 0; i < fused.optimizer().SlotNames().size(); ++i) {
+    EXPECT_EQ(fused.slot(i), apart.slot(i)) << what << " slot " << i;
+  }
+}
+
+constexpr OptimizerKind kEveryKind[] = {OptimizerKind::kSgd, OptimizerKind::kMomentum,
+                                        OptimizerKind::kAdam, OptimizerKind::kAdagrad};
+
 // A sync step hands the ps's sum of 3 gradients and 3 as the divisor: every rule must move the
 // values exactly as it would for the average divided out first (bit for bit, so a checkpoint
 // replayed either way agrees).
 TEST(Apply, ADivisorAveragesTheSumAsDividingFirstWould) {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
-                             OptimizerKind::kAdagrad}) {
-    std::vector<float> sum(37);
-    for (size_t i = 0; i < sum.size(); ++i) sum[i] = 0.37f * static_cast<float>(i) - 5.1f;
-    std::vector<float> average = sum;
-    for (float& g : average) g /= 3.0f;
-    Harness fused({.kind = kind, .learning_rate = 0.07});
-    Harness apart({.kind = kind, .learning_rate = 0.07});
-    std::vector<float> start(sum.size(), 0.25f);
-    fused.Init(start);
-    apart.Init(start);
-    for (int64_t step = 0; step < 3; ++step) {
-      fused.Step(sum, step, 3.0f);
-      apart.Step(average, step);
-    }
-    EXPECT_EQ(fused.values(), apart.values()) << OptimizerName(kind);
-    EXPECT_NE(fused.values(), start) << OptimizerName(kind);
-    for (size_t i = 0; i < fused.optimizer().SlotNames().size(); ++i) {
-      EXPECT_EQ(fused.slot(i), apart.slot(i)) << OptimizerName(kind) << " slot " << i;
-    }
+  std::vector<float> sum(37);
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = 0.37f * static_cast<float>(i) - 5.1f;
+  std::vector<float> average = sum;
+  for (float& g : average) g /= 3.0f;
+  for (OptimizerKind kind : kEveryKind) {
+    ExpectTheSameUpdates(
+        kind, sum.size(), [&](Harness& h, int64_t step) { h.Step(sum, step, 3.0f); },
+        [&](Harness& h, int64_t step) { h.Step(average, step); }, OptimizerName(kind));
   }
 }
 
 // A sync step's completing push is not added into the sum first: the update adds it in its own
 // pass. Every rule must then move the values and slots exactly as the sum written out would.
 TEST(Apply, TheSumAndTheLastGradientMoveTheValuesAsTheirWrittenSumWould) {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
-                             OptimizerKind::kAdagrad}) {
+  std::vector<float> sum(37), last(37), written(37);
+  for (size_t i = 0; i < sum.size(); ++i) {
+    // Magnitudes apart, so that adding rounds: a different order would show.
+    sum[i] = 0.37f * static_cast<float>(i) - 5.1f;
+    last[i] = 1e-3f / (static_cast<float>(i) + 0.7f);
+    written[i] = sum[i] + last[i];
+  }
+  for (OptimizerKind kind : kEveryKind) {
     for (float divisor : {1.0f, 3.0f}) {
-      std::vector<float> sum(37), last(37), written(37);
-      for (size_t i = 0; i < sum.size(); ++i) {
-        // Magnitudes apart, so that adding rounds: a different order would show.
-        sum[i] = 0.37f * static_cast<float>(i) - 5.1f;
-        last[i] = 1e-3f / (static_cast<float>(i) + 0.7f);
-        written[i] = sum[i] + last[i];
-      }
-      Harness fused({.kind = kind, .learning_rate = 0.07});
-      Harness apart({.kind = kind, .learning_rate = 0.07});
-      std::vector<float> start(sum.size(), 0.25f);
-      fused.Init(start);
-      apart.Init(start);
-      for (int64_t step = 0; step < 3; ++step) {
-        fused.StepSum(sum, last, step, divisor);
-        apart.Step(written, step, divisor);
-      }
-      EXPECT_EQ(fused.values(), apart.values()) << OptimizerName(kind) << " / " << divisor;
-      EXPECT_NE(fused.values(), start) << OptimizerName(kind);
-      for (size_t i = 0; i < fused.optimizer().SlotNames().size(); ++i) {
-        EXPECT_EQ(fused.slot(i), apart.slot(i)) << OptimizerName(kind) << " slot " << i;
-      }
+      ExpectTheSameUpdates(
+          kind, sum.size(), [&](Harness& h, int64_t step) { h.StepSum(sum, last, step, divisor); },
+          [&](Harness& h, int64_t step) { h.Step(written, step, divisor); },
+          absl::StrCat(OptimizerName(kind), " / ", divisor));
     }
   }
 }
