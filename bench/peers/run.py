@@ -699,9 +699,9 @@ def build_report(cfg, R, sizes, modes, cores, workers, cnn_train, torch_version,
 
     roof = {m: med(R.get(f"roof-{m}", [])) for m in ("mlp", "cnn")}
 
-    def frac(value, model):
+    def frac(value, model):  # one decimal: a share just under a goal must not print as it
         r = roof[model]
-        return f"{value / (r * used):.0%}" if value and r else "-"
+        return f"{value / (r * used):.1%}" if value and r else "-"
 
     if "mlp-ddp" in R:
         ddp = R["mlp-ddp"]
