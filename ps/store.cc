@@ -336,18 +336,19 @@ int64_t ShardStore::ApplySyncRound(uint64_t generation, const Targets& completin
       static_cast<float>(config_.elastic ? config_.replicas_to_aggregate : applied);
   // The average is taken in the update's own pass over the sum: one pass fewer while every
   // worker of the step waits for it.
-  std::vector<float> scratch;
-  for (auto& [p, bytes] : completing) {  // every partition (a sync push holds them all)
-    absl::MutexLock accum(&p->accum_mu);
-    std::span<const float> sum;
-    if (p->accum_count > 0) sum = p->accum;
-    ApplyOne(*p, sum, replicas, AsFloats(bytes, scratch));
-    p->accum_count = 0;
-  }
   if (completing.empty()) {
     for (auto& p : partitions_) {
       absl::MutexLock accum(&p->accum_mu);
       ApplyOne(*p, p->accum, replicas);
+      p->accum_count = 0;
+    }
+  } else {
+    std::vector<float> scratch;
+    for (auto& [p, bytes] : completing) {  // every partition (a sync push holds them all)
+      absl::MutexLock accum(&p->accum_mu);
+      std::span<const float> sum;
+      if (p->accum_count > 0) sum = p->accum;
+      ApplyOne(*p, sum, replicas, AsFloats(bytes, scratch));
       p->accum_count = 0;
     }
   }
