@@ -36,12 +36,14 @@ TrainingConfig Sync(int replicas, OptimizerOptions optimizer = {.learning_rate =
   return {UpdateMode::kSync, replicas, optimizer};
 }
 
-// A push of the same value g to every element of both partitions. The strings live in the
-// returned object so the GradientRefs stay valid.
+// A push of the same value g to every element of both partitions, or of `g`'s six values in
+// partition order. The strings live in the returned object so the GradientRefs stay valid.
 struct Push {
   std::string a, b;
   PushArgs args;
-  Push(int64_t step, float g) : a(Bytes({g, g, g, g})), b(Bytes({g, g})) {
+  Push(int64_t step, float g) : Push(step, std::vector<float>(6, g)) {}
+  Push(int64_t step, const std::vector<float>& g)
+      : a(Bytes({g.begin(), g.begin() + 4})), b(Bytes({g.begin() + 4, g.end()})) {
     args.step = step;
     args.gradients = {{{"w", 0}, a}, {{"w", 1}, b}};
   }
@@ -123,12 +125,7 @@ TEST_F(StoreTest, TheCompletingPushUpdatesAsTheWrittenSumWould) {
               (w == 0 ? 3.3f : 1e-3f) * static_cast<float>(i + 1) + 0.1f * static_cast<float>(step);
           sum[i] = w == 0 ? g[i] : sum[i] + g[i];
         }
-        PushArgs args;
-        args.step = step;
-        const std::string a = Bytes({g.begin(), g.begin() + 4}),
-                          b = Bytes({g.begin() + 4, g.end()});
-        args.gradients = {{{"w", 0}, a}, {{"w", 1}, b}};
-        auto pushed = store.Push(args);
+        auto pushed = store.Push(Push(step, g).args);
         ASSERT_THAT(pushed, IsOk());
         EXPECT_EQ(pushed->global_step, w + 1 == workers ? step + 1 : step);
       }
