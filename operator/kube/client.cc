@@ -197,8 +197,9 @@ absl::StatusOr<json> Client::Do(Call& call) {
       token = cred->token;
       generation = cred->cert_generation;
     } else {
-      token = tokens_.Token();
+      ASSIGN_OR_RETURN(token, tokens_.Token(), what);
     }
+    RETURN_IF_ERROR(RefuseControlCharacters(call.path, "the request's path"), what);
     std::unique_ptr<httplib::ClientImpl> conn = TakeConnection(generation);
     bool reused = conn != nullptr;
     if (!conn) {
@@ -422,8 +423,9 @@ absl::Status Client::Watch(const Resource& r, const std::string& ns, const Watch
     cred = *std::move(c);
     token = cred->token;
   } else {
-    token = tokens_.Token();
+    ASSIGN_OR_RETURN(token, tokens_.Token(), what);
   }
+  RETURN_IF_ERROR(RefuseControlCharacters(path, "the request's path"), what);
   // The server ends the watch after timeoutSeconds; read longer than that, never shorter.
   ASSIGN_OR_RETURN(std::unique_ptr<httplib::ClientImpl> conn,
                    Connect(absl::Seconds(o.timeout_seconds + 30), cred ? &*cred : nullptr));

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
@@ -37,7 +38,8 @@ absl::StatusOr<json> Named(const json& doc, const char* list, const char* key,
                            const std::string& name, const std::string& path) {
   if (doc.contains(list) && doc[list].is_array()) {
     for (const json& entry : doc[list]) {
-      if (entry.value("name", "") == name && entry.contains(key) && entry[key].is_object()) {
+      if (entry.is_object() && entry.value("name", json()) == name && entry.contains(key) &&
+          entry[key].is_object()) {
         return entry[key];
       }
     }
@@ -45,18 +47,30 @@ absl::StatusOr<json> Named(const json& doc, const char* list, const char* key,
   return absl::NotFoundError(absl::StrCat(path, ": no ", key, " named \"", name, "\" in ", list));
 }
 
+// obj[key] as a string ("" when absent or null); INVALID_ARGUMENT naming `where` and the key
+// when it holds something else (a number, a list), which nlohmann's value() would throw on.
+absl::StatusOr<std::string> Text(const json& obj, const char* key, absl::string_view where) {
+  if (!obj.is_object() || !obj.contains(key) || obj[key].is_null()) return std::string();
+  if (!obj[key].is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", key, " must be a string"));
+  }
+  return obj[key].get<std::string>();
+}
+
 // A PEM from "<field>-data" (base64) or "<field>" (a path, relative to the kubeconfig's folder).
 absl::StatusOr<std::string> Pem(const json& obj, const std::string& field, const fs::path& base,
                                 const std::string& path) {
-  if (obj.contains(field + "-data")) {
+  ASSIGN_OR_RETURN(std::string data, Text(obj, (field + "-data").c_str(), path));
+  if (!data.empty()) {
     std::string pem;
-    if (!absl::Base64Unescape(obj[field + "-data"].get<std::string>(), &pem)) {
+    if (!absl::Base64Unescape(data, &pem)) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", field, "-data is not base64"));
     }
     return pem;
   }
-  if (obj.contains(field)) {
-    fs::path file = obj[field].get<std::string>();
+  ASSIGN_OR_RETURN(std::string name, Text(obj, field.c_str(), path));
+  if (!name.empty()) {
+    fs::path file = name;
     if (file.is_relative()) file = base / file;
     return ReadFile(file.string());
   }
@@ -160,6 +174,12 @@ absl::StatusOr<ExecConfig> ParseExec(const json& exec, const json& cluster, cons
 }  // namespace
 
 absl::Status ParseServerUrl(const std::string& url, ClusterConfig* config) {
+  RETURN_IF_ERROR(
+      RefuseControlCharacters(url, absl::StrCat("server \"", absl::CEscape(url), "\"")));
+  if (url.find(' ') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server \"", url, "\" holds a space, which no URL may: remove it"));
+  }
   absl::string_view rest = url;
   if (absl::ConsumePrefix(&rest, "https://")) {
     config->scheme = "https";
@@ -197,7 +217,8 @@ absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std:
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a kubeconfig"));
   }
   const json& doc = docs[0];
-  std::string name = context.empty() ? doc.value("current-context", "") : context;
+  ASSIGN_OR_RETURN(std::string current, Text(doc, "current-context", path));
+  std::string name = context.empty() ? current : context;
   if (name.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path,
@@ -205,32 +226,44 @@ absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std:
                      "use-context"));
   }
   ASSIGN_OR_RETURN(json ctx, Named(doc, "contexts", "context", name, path));
-  ASSIGN_OR_RETURN(json cluster, Named(doc, "clusters", "cluster", ctx.value("cluster", ""), path));
+  std::string where = absl::StrCat(path, ": context ", name);
+  ASSIGN_OR_RETURN(std::string cluster_name, Text(ctx, "cluster", where));
+  ASSIGN_OR_RETURN(std::string user_name, Text(ctx, "user", where));
+  ASSIGN_OR_RETURN(json cluster, Named(doc, "clusters", "cluster", cluster_name, path));
   json user = json::object();
   if (ctx.contains("user")) {
-    ASSIGN_OR_RETURN(user, Named(doc, "users", "user", ctx.value("user", ""), path));
+    ASSIGN_OR_RETURN(user, Named(doc, "users", "user", user_name, path));
   }
+  std::string cluster_where = absl::StrCat(path, ": cluster ", cluster_name);
+  std::string user_where = absl::StrCat(path, ": user ", user_name);
   ClusterConfig config;
-  RETURN_IF_ERROR(ParseServerUrl(cluster.value("server", ""), &config), path, ": cluster ",
-                  ctx.value("cluster", ""));
+  ASSIGN_OR_RETURN(std::string server, Text(cluster, "server", cluster_where));
+  RETURN_IF_ERROR(ParseServerUrl(server, &config), cluster_where);
   fs::path base = fs::path(path).parent_path();
-  ASSIGN_OR_RETURN(config.ca_pem, Pem(cluster, "certificate-authority", base, path));
+  ASSIGN_OR_RETURN(config.ca_pem, Pem(cluster, "certificate-authority", base, cluster_where));
   if (cluster.contains("certificate-authority-data")) {
-    config.ca_source = absl::StrCat("certificate-authority-data of cluster ",
-                                    ctx.value("cluster", ""), " in ", path);
+    config.ca_source =
+        absl::StrCat("certificate-authority-data of cluster ", cluster_name, " in ", path);
   } else if (cluster.contains("certificate-authority")) {
     fs::path file = cluster["certificate-authority"].get<std::string>();
     config.ca_source = (file.is_relative() ? base / file : file).string();
   }
-  config.insecure_skip_tls_verify = cluster.value("insecure-skip-tls-verify", false);
-  config.token = user.value("token", "");
-  if (user.contains("tokenFile")) {
-    fs::path token_file = user["tokenFile"].get<std::string>();
-    config.token_file = (token_file.is_relative() ? base / token_file : token_file).string();
+  if (cluster.contains("insecure-skip-tls-verify")) {
+    if (!cluster["insecure-skip-tls-verify"].is_boolean()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(cluster_where, ": insecure-skip-tls-verify must be true or false"));
+    }
+    config.insecure_skip_tls_verify = cluster["insecure-skip-tls-verify"].get<bool>();
   }
-  ASSIGN_OR_RETURN(config.client_cert_pem, Pem(user, "client-certificate", base, path));
-  ASSIGN_OR_RETURN(config.client_key_pem, Pem(user, "client-key", base, path));
-  std::string user_name = ctx.value("user", "");
+  ASSIGN_OR_RETURN(config.token, Text(user, "token", user_where));
+  RETURN_IF_ERROR(RefuseControlCharacters(config.token, user_where + ": token"));
+  ASSIGN_OR_RETURN(std::string token_file, Text(user, "tokenFile", user_where));
+  if (!token_file.empty()) {
+    fs::path file = token_file;
+    config.token_file = (file.is_relative() ? base / file : file).string();
+  }
+  ASSIGN_OR_RETURN(config.client_cert_pem, Pem(user, "client-certificate", base, user_where));
+  ASSIGN_OR_RETURN(config.client_key_pem, Pem(user, "client-key", base, user_where));
   if (user.contains("auth-provider")) {
     return absl::UnimplementedError(absl::StrCat(
         path, ": user ", user_name,
@@ -244,7 +277,9 @@ absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std:
       config.exec = std::move(exec);
     }
   }
-  config.namespace_ = ctx.value("namespace", "default");
+  ASSIGN_OR_RETURN(std::string ns, Text(ctx, "namespace", where));
+  if (!ns.empty()) config.namespace_ = ns;
+  RETURN_IF_ERROR(RefuseControlCharacters(config.namespace_, where + ": namespace"));
   config.source = absl::StrCat("kubeconfig ", path, " (context ", name, ")");
   return config;
 }
@@ -265,6 +300,8 @@ absl::StatusOr<ClusterConfig> LoadInClusterConfig(const std::string& dir) {
   config.token_file = dir + "/token";
   ASSIGN_OR_RETURN(std::string token, ReadFile(config.token_file), "service-account token");
   config.token = std::string(absl::StripAsciiWhitespace(token));
+  RETURN_IF_ERROR(
+      RefuseControlCharacters(config.token, "the service-account token in " + config.token_file));
   absl::StatusOr<std::string> ca = ReadFile(dir + "/ca.crt");
   if (ca.ok()) {
     config.ca_pem = *ca;
@@ -277,6 +314,9 @@ absl::StatusOr<ClusterConfig> LoadInClusterConfig(const std::string& dir) {
   } else if (ns.ok()) {
     config.namespace_ = std::string(absl::StripAsciiWhitespace(*ns));
   }
+  RETURN_IF_ERROR(RefuseControlCharacters(config.namespace_, pod_ns != nullptr && *pod_ns != '\0'
+                                                                 ? "POD_NAMESPACE"
+                                                                 : dir + "/namespace"));
   config.source = "in-cluster service account";
   return config;
 }
@@ -304,7 +344,7 @@ TokenSource::TokenSource(std::string token, std::string token_file, absl::Durati
   if (!token_.empty()) read_at_ = absl::Now();
 }
 
-std::string TokenSource::Token() {
+absl::StatusOr<std::string> TokenSource::Token() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!token_file_.empty() && absl::Now() - read_at_ >= refresh_) {
     absl::StatusOr<std::string> t = ReadFile(token_file_);
@@ -312,7 +352,24 @@ std::string TokenSource::Token() {
     if (t.ok()) token_ = std::string(absl::StripAsciiWhitespace(*t));
     read_at_ = absl::Now();
   }
+  RETURN_IF_ERROR(RefuseControlCharacters(
+      token_, token_file_.empty() ? "the kubeconfig's token" : "the token in " + token_file_));
   return token_;
+}
+
+absl::Status RefuseControlCharacters(absl::string_view value, absl::string_view what) {
+  for (size_t i = 0; i < value.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(value[i]);
+    if (c >= 0x20 && c != 0x7f) continue;
+    std::string shown = c == '\r' ? "CR (\\r)" : c == '\n' ? "LF (\\n)" : c == '\t' ? "a tab" : "";
+    if (shown.empty()) shown = absl::StrFormat("byte 0x%02x", c);
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " holds a control character, ", shown, " at offset ", i,
+        ", which would end the request's header or URL early; it is refused, not sent: remove "
+        "it from ",
+        what));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kubetrain::kube

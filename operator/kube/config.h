@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace kubetrain::kube {
@@ -72,12 +73,19 @@ absl::StatusOr<ClusterConfig> LoadConfig(const std::string& kubeconfig_flag,
 // Parses "https://host:port/prefix" into the config's scheme, host, port and path prefix.
 absl::Status ParseServerUrl(const std::string& url, ClusterConfig* config);
 
+// Refuses a value bound for a request's header or URL that holds a control character: a CR LF
+// in a token ends the Authorization header and starts one of the token's choosing
+// ("x\r\nImpersonate-User: system:admin"). As Go's net/http (and so kubectl) refuses such a
+// header. INVALID_ARGUMENT naming `what`, the value's source, and the character's position.
+absl::Status RefuseControlCharacters(absl::string_view value, absl::string_view what);
+
 // The bearer token to send: the static token, or the token file's content, re-read once the
-// last read is older than `refresh`. Thread-safe.
+// last read is older than `refresh`. A file whose token holds a control character is refused
+// (INVALID_ARGUMENT naming the file), on every read. Thread-safe.
 class TokenSource {
  public:
   TokenSource(std::string token, std::string token_file, absl::Duration refresh = absl::Minutes(1));
-  std::string Token();
+  absl::StatusOr<std::string> Token();
 
  private:
   std::mutex mu_;

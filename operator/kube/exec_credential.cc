@@ -270,7 +270,10 @@ absl::Status CheckKeyPair(const std::string& who, const std::string& cert_pem,
   return absl::OkStatus();
 }
 
-absl::StatusOr<ExecCredential> Decode(const ExecConfig& exec, const std::string& out) {
+}  // namespace
+
+absl::StatusOr<ExecCredential> DecodeExecCredential(const ExecConfig& exec,
+                                                    const std::string& out) {
   std::string who = Describe(exec);
   json doc = json::parse(out, nullptr, false);
   if (!doc.is_object()) {
@@ -302,6 +305,7 @@ absl::StatusOr<ExecCredential> Decode(const ExecConfig& exec, const std::string&
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": returned neither a token nor a client certificate"));
   }
+  RETURN_IF_ERROR(RefuseControlCharacters(cred.token, absl::StrCat(who, ": status.token")));
   if (cred.client_cert_pem.empty() != cred.client_key_pem.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         who, ": returned ",
@@ -322,8 +326,6 @@ absl::StatusOr<ExecCredential> Decode(const ExecConfig& exec, const std::string&
   }
   return cred;
 }
-
-}  // namespace
 
 std::string ExecInfo(const ExecConfig& exec, const ClusterConfig& config) {
   json info = {{"apiVersion", exec.api_version},
@@ -402,7 +404,7 @@ absl::StatusOr<ExecCredential> RunExecPlugin(const ExecConfig& exec, const std::
         absl::StrCat(Describe(exec), ": failed with exit code ", WEXITSTATUS(*status),
                      "; its stderr ends: ", err_tail.empty() ? "(empty)" : err_tail));
   }
-  return Decode(exec, out);
+  return DecodeExecCredential(exec, out);
 }
 
 ExecCredentialProvider::ExecCredentialProvider(const ClusterConfig& config, ExecRunOptions options)

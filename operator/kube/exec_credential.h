@@ -47,6 +47,12 @@ struct ExecCredential {
 // `config.ca_pem`, insecure-skip-tls-verify, and the cluster's exec extension as config).
 std::string ExecInfo(const ExecConfig& exec, const ClusterConfig& config);
 
+// Decodes a plugin's standard output: an ExecCredential of `exec.api_version` with a token
+// (no control characters: it becomes a header), a client certificate and key that parse and
+// match, or both, and an optional RFC 3339 expirationTimestamp. INVALID_ARGUMENT naming the
+// plugin and the field otherwise.
+absl::StatusOr<ExecCredential> DecodeExecCredential(const ExecConfig& exec, const std::string& out);
+
 // Runs the plugin once and decodes its answer. Errors name the command and the kubeconfig user:
 // FAILED_PRECONDITION when the command is not found (with its installHint) or not executable,
 // UNAVAILABLE when it exits non-zero (with the exit code and the tail of its stderr),

@@ -129,11 +129,11 @@ TEST(InCluster, ReadsServiceAccountFilesAndEnv) {
 TEST(TokenSource, RereadsTheFileAfterRefresh) {
   std::string path = Write("token", "one\n");
   TokenSource tokens("", path, absl::Milliseconds(50));
-  EXPECT_EQ(tokens.Token(), "one");
+  EXPECT_EQ(tokens.Token().value_or(""), "one");
   Write("token", "two\n");
-  EXPECT_EQ(tokens.Token(), "one");  // not yet
+  EXPECT_EQ(tokens.Token().value_or(""), "one");  // not yet
   absl::SleepFor(absl::Milliseconds(60));
-  EXPECT_EQ(tokens.Token(), "two");
+  EXPECT_EQ(tokens.Token().value_or(""), "two");
 }
 
 TEST(ServerUrl, RejectsOtherSchemes) {
