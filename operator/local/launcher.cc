@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/host_port.h"
 #include "common/job_secret_env.h"
+#include "common/private_dir.h"
 #include "common/process.h"
 #include "common/status.h"
 #include "operator/api/decode.h"
@@ -83,10 +84,15 @@ void LocalJob::Say(absl::string_view line) {
 }
 
 absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
-  const char* tmp = std::getenv("TMPDIR");
-  run_dir_ = absl::StrCat(tmp ? tmp : "/tmp", "/kubetrain/", job_.metadata.name, "-",
-                          absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
-                          "-", getpid());
+  // This run's scratch folder (its checkpoints): in the user's private folder, with a name no
+  // other local user can guess and create first (docs/architecture.md §4).
+  ASSIGN_OR_RETURN(std::string scratch, UserScratchDirectory(), "kubetrain run's scratch folder");
+  ASSIGN_OR_RETURN(
+      run_dir_,
+      MakeUniqueDirectory(scratch, absl::StrCat(job_.metadata.name, "-",
+                                                absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(),
+                                                                 absl::LocalTimeZone()))),
+      "kubetrain run's scratch folder");
   // Ports first: every task's TF_CONFIG names every other task's address. Two per task, all
   // different.
   std::map<std::pair<api::ReplicaType, int>, int>& ports = ports_;

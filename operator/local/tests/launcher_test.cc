@@ -2,10 +2,15 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/process.h"
 #include "operator/api/validation.h"
@@ -87,6 +92,36 @@ TEST(LocalJob, TasksGetLoopbackTfConfigAndMetricsPort) {
   EXPECT_TRUE(Contains(o.output, R"("task":{"type":"worker","index":0}})")) << o.output;
   EXPECT_TRUE(Contains(o.output, "bind=127.0.0.1 job=t")) << o.output;
   EXPECT_FALSE(Contains(o.output, "port= ")) << o.output;
+}
+
+// Another local user made $TMPDIR/kubetrain first (and planted checkpoints under a name of the
+// old, predictable form): the run keeps its checkpoints in a private folder of its own user,
+// under a name no one could have made first.
+TEST(LocalJob, CheckpointsGoToAPrivateFolderOfTheUsersOwn) {
+  std::string tmp = ::testing::TempDir() + "/shared-tmp-XXXXXX";
+  ASSERT_NE(mkdtemp(tmp.data()), nullptr);
+  ASSERT_EQ(mkdir((tmp + "/kubetrain").c_str(), 0755), 0);
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown((tmp + "/kubetrain").c_str(), 65534, 65534), 0);
+  }
+  const char* old = std::getenv("TMPDIR");
+  std::string saved = old != nullptr ? old : "";
+  setenv("TMPDIR", tmp.c_str(), 1);
+  Outcome o = RunJob(Job({{"Worker", Replica(1,
+                                             "echo ckpt=$KUBETRAIN_CHECKPOINT_DIR; "
+                                             "stat -c 'mode=%a' \"$(dirname "
+                                             "$KUBETRAIN_CHECKPOINT_DIR)\"")}}));
+  if (old != nullptr) {
+    setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    unsetenv("TMPDIR");
+  }
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_TRUE(Contains(o.output, absl::StrCat("ckpt=", tmp, "/kubetrain-", geteuid(), "/t-")))
+      << o.output;
+  EXPECT_TRUE(Contains(o.output, "mode=700")) << o.output;
+  std::error_code ec;
+  std::filesystem::remove_all(tmp, ec);
 }
 
 // What a worker prints of its GPU: the variables kubetrain run sets, or "-" when unset.
