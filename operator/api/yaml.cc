@@ -130,6 +130,13 @@ class JsonBuilder : public YAML::EventHandler {
                                  " is not a number JSON can hold (the API server's format); quote "
                                  "it if you mean the text")};
     }
+    if (IsResolvedTag(tag) && IsNumberBeyondDouble(value)) {
+      std::string path = Path();
+      throw Refusal{absl::StrCat(LineOf(mark), ": ", path.empty() ? "document" : path,
+                                 ": a number of ", value.size(),
+                                 " characters is beyond any number JSON can hold (the API "
+                                 "server's format); quote it if you mean the text")};
+    }
     json v = ScalarToJson(tag, value);
     Remember(anchor, v, 0, value);
     Add(std::move(v));
@@ -321,8 +328,10 @@ void Emit(YAML::Emitter& out, const json& v) {
                                      absl::ascii_isspace(static_cast<unsigned char>(s.back()))));
     // yaml-cpp leaves "--- x" plain, which reads back as a document marker.
     bool marker = absl::StartsWith(s, "---") || absl::StartsWith(s, "...");
-    // ".inf" and ".nan" are texts here (a plain one is refused on reading): keep them quoted.
-    if (IsSpecialFloat(s) || !ResolvePlain(s).is_string() || multiline || marker) {
+    // ".inf", ".nan" and numbers beyond a double are texts here (a plain one is refused on
+    // reading): keep them quoted.
+    if (IsSpecialFloat(s) || IsNumberBeyondDouble(s) || !ResolvePlain(s).is_string() || multiline ||
+        marker) {
       out << YAML::DoubleQuoted;
     } else if (s.find('"') != std::string::npos && s.find('\'') == std::string::npos) {
       out << YAML::SingleQuoted;  // JSON values such as TF_CONFIG read best without escapes

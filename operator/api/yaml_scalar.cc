@@ -104,6 +104,11 @@ bool IsSpecialFloat(absl::string_view s) {
   return s == ".inf" || s == ".Inf" || s == ".INF" || s == ".nan" || s == ".NaN" || s == ".NAN";
 }
 
+bool IsNumberBeyondDouble(absl::string_view s) {
+  if (!LooksLikeInt(s) && !LooksLikeFloat(s)) return false;
+  return ResolvePlain(std::string(s)).is_string();
+}
+
 json ResolvePlain(const std::string& s) {
   if (IsNull(s)) return nullptr;
   if (IsTrue(s)) return true;
@@ -126,12 +131,13 @@ json ResolvePlain(const std::string& s) {
   return s;
 }
 
+bool IsResolvedTag(const std::string& tag) {
+  return tag == "?" || tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
+         tag == "tag:yaml.org,2002:bool" || tag == "tag:yaml.org,2002:null";
+}
+
 json ScalarToJson(const std::string& tag, const std::string& s) {
-  if (tag == "?") return ResolvePlain(s);
-  if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
-      tag == "tag:yaml.org,2002:bool" || tag == "tag:yaml.org,2002:null") {
-    return ResolvePlain(s);
-  }
+  if (IsResolvedTag(tag)) return ResolvePlain(s);
   return s;  // quoted ("!") or explicitly a string
 }
 
