@@ -68,10 +68,20 @@ Normalization ComputeNormalization(const IdxArray& images) {
 }
 
 absl::StatusOr<Dataset> MakeDataset(const IdxArray& images, const IdxArray& labels,
-                                    const Normalization& norm, absl::string_view source) {
-  if (images.dims.size() != 3 || labels.dims.size() != 1 || images.dims[0] != labels.dims[0]) {
+                                    const Normalization& norm, absl::string_view images_file,
+                                    absl::string_view labels_file) {
+  if (images.dims.size() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(images_file, ": holds ", images.dims.size(),
+                                                   " dimensions; images are [n, height, width]"));
+  }
+  if (labels.dims.size() != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": images and labels disagree on the number of examples"));
+        absl::StrCat(labels_file, ": holds ", labels.dims.size(), " dimensions; labels are [n]"));
+  }
+  if (images.dims[0] != labels.dims[0]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(labels_file, " holds ", labels.dims[0], " labels but ", images_file, " holds ",
+                     images.dims[0], " images: the two files are not of one data set"));
   }
   Dataset data;
   data.height = static_cast<int>(images.dims[1]);
@@ -84,8 +94,9 @@ absl::StatusOr<Dataset> MakeDataset(const IdxArray& images, const IdxArray& labe
   data.labels.resize(labels.data.size());
   for (size_t i = 0; i < labels.data.size(); ++i) {
     if (labels.data[i] >= data.num_classes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": label ", labels.data[i], " of example ", i, " is out of range"));
+      return absl::InvalidArgumentError(absl::StrCat(labels_file, ": label ", labels.data[i],
+                                                     " of example ", i, " is out of range (0 to ",
+                                                     data.num_classes - 1, ")"));
     }
     data.labels[i] = labels.data[i];
   }
@@ -103,10 +114,10 @@ absl::StatusOr<FashionMnist> LoadFashionMnist(absl::string_view dir,
   if (stop != nullptr && stop->load()) return absl::CancelledError("stopped while loading");
   FashionMnist out;
   out.normalization = ComputeNormalization(train.images);
-  ASSIGN_OR_RETURN(out.train,
-                   MakeDataset(train.images, train.labels, out.normalization, train_files.images));
-  ASSIGN_OR_RETURN(out.test,
-                   MakeDataset(test.images, test.labels, out.normalization, test_files.images));
+  ASSIGN_OR_RETURN(out.train, MakeDataset(train.images, train.labels, out.normalization,
+                                          train_files.images, train_files.labels));
+  ASSIGN_OR_RETURN(out.test, MakeDataset(test.images, test.labels, out.normalization,
+                                         test_files.images, test_files.labels));
   log::Info("Loaded Fashion-MNIST", {{"dir", std::string(dir)},
                                      {"train", out.train.size()},
                                      {"test", out.test.size()},

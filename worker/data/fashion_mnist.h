@@ -28,9 +28,11 @@ absl::StatusOr<FashionMnist> LoadFashionMnist(absl::string_view dir = kDefaultFa
                                               const std::atomic<bool>* stop = nullptr);
 
 // Converts raw uint8 IDX images [n, h, w] and labels [n] into a Dataset, scaling pixels by
-// `norm`. Exposed for tests and for other IDX datasets of the same layout.
+// `norm`. Exposed for tests and for other IDX datasets of the same layout. `images_file` and
+// `labels_file` name the files they came from: each error names the file at fault.
 absl::StatusOr<Dataset> MakeDataset(const IdxArray& images, const IdxArray& labels,
-                                    const Normalization& norm, absl::string_view source);
+                                    const Normalization& norm, absl::string_view images_file,
+                                    absl::string_view labels_file);
 
 // Mean and standard deviation of pixel/255 over every pixel of `images`.
 Normalization ComputeNormalization(const IdxArray& images);

@@ -28,7 +28,7 @@ TEST(FashionMnist, NormalizationMatchesPixelStatistics) {
 TEST(FashionMnist, MakeDatasetAppliesNormalization) {
   IdxArray images{{2, 1, 2}, {0, 51, 102, 255}};
   IdxArray labels{{2}, {3, 9}};
-  auto data = MakeDataset(images, labels, {0.2f, 0.5f}, "test");
+  auto data = MakeDataset(images, labels, {0.2f, 0.5f}, "i.gz", "l.gz");
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->size(), 2);
   EXPECT_EQ(data->example_size(), 2);
@@ -38,19 +38,28 @@ TEST(FashionMnist, MakeDatasetAppliesNormalization) {
   EXPECT_EQ(data->labels, (std::vector<int32_t>{3, 9}));
 }
 
-TEST(FashionMnist, MakeDatasetRejectsCountMismatch) {
+TEST(FashionMnist, MakeDatasetRejectsCountMismatchNamingBothFiles) {
   IdxArray images{{2, 1, 1}, {0, 1}};
   IdxArray labels{{3}, {0, 1, 2}};
-  auto data = MakeDataset(images, labels, {}, "x.gz");
+  auto data = MakeDataset(images, labels, {}, "i.gz", "l.gz");
   EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(data.status().message(), "x.gz: images and labels disagree on the number of examples");
+  EXPECT_EQ(data.status().message(),
+            "l.gz holds 3 labels but i.gz holds 2 images: the two files are not of one data set");
 }
 
-TEST(FashionMnist, MakeDatasetRejectsLabelOutOfRange) {
+// A bad labels file is named, not the images file beside it.
+TEST(FashionMnist, MakeDatasetNamesTheLabelsFileForABadLabel) {
   IdxArray images{{1, 1, 1}, {0}};
   IdxArray labels{{1}, {10}};
-  EXPECT_EQ(MakeDataset(images, labels, {}, "x").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  auto data = MakeDataset(images, labels, {}, "train-images.gz", "train-labels.gz");
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(data.status().message(),
+            "train-labels.gz: label 10 of example 0 is out of range (0 to 9)");
+  IdxArray flat{{1}, {0}};
+  EXPECT_EQ(MakeDataset(images, IdxArray{{1, 1}, {0}}, {}, "i.gz", "l.gz").status().message(),
+            "l.gz: holds 2 dimensions; labels are [n]");
+  EXPECT_EQ(MakeDataset(flat, labels, {}, "i.gz", "l.gz").status().message(),
+            "i.gz: holds 1 dimensions; images are [n, height, width]");
 }
 
 TEST(FashionMnist, LoadsRealDatasetStandardised) {
