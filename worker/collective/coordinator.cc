@@ -44,6 +44,21 @@ std::optional<absl::Status> WaitInSlices(
   }
 }
 
+// One call waits at most this long, whatever its timeout_ms says: a clock plus 2^62 ms
+// overflows, and the clients wait in slices of a second anyway (WaitInSlices).
+constexpr int64_t kLongestWaitMs = 60'000;
+
+int64_t BoundedWaitMs(int64_t asked) { return std::clamp<int64_t>(asked, 0, kLongestWaitMs); }
+
+// "within N ms" for a DEADLINE_EXCEEDED answer: the time waited, and what was asked when the
+// server waited less.
+std::string WaitedFor(int64_t asked) {
+  if (asked <= kLongestWaitMs) return absl::StrCat(BoundedWaitMs(asked), " ms");
+  return absl::StrCat(kLongestWaitMs, " ms (timeout_ms asked for ", asked,
+                      "; one call waits at most ", kLongestWaitMs,
+                      " ms: ask again to wait longer)");
+}
+
 }  // namespace
 
 // Keys live in one map guarded by a mutex; Get waits on a condition variable for its key, for
@@ -144,7 +159,7 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
       return grpc::Status::OK;
     }
     auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
+                    std::chrono::milliseconds(BoundedWaitMs(request->timeout_ms()));
     const int64_t known = request->known_generation();
     // A generation newer than the member's that lists it (formed while it waited, or while it
     // was between two calls) is its answer; otherwise it waits for the next.
@@ -176,10 +191,10 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
       }
       if (now >= deadline) {
         waiting_.erase(member);
-        return grpc::Status(
-            grpc::StatusCode::DEADLINE_EXCEEDED,
-            absl::StrCat("the job's members did not all reform within ", request->timeout_ms(),
-                         " ms (", waiting_.size() + 1, " of ", members_.size(), " asked)"));
+        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            absl::StrCat("the job's members did not all reform within ",
+                                         WaitedFor(request->timeout_ms()), " (",
+                                         waiting_.size() + 1, " of ", members_.size(), " asked)"));
       }
       cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(200)));
     }
@@ -208,7 +223,7 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
     if (grpc::Status auth = verifier_.Check(*context); !auth.ok()) return auth;
     if (request->session() != session_) return WrongSession(request->session(), session_);
     auto deadline = std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
+                    std::chrono::milliseconds(BoundedWaitMs(request->timeout_ms()));
     deadline = std::min(deadline, context->deadline());
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
@@ -223,10 +238,10 @@ class CoordinatorServer::Service final : public v1::Coordinator::Service {
       if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
       auto now = std::chrono::system_clock::now();
       if (now >= deadline) {
-        return grpc::Status(
-            grpc::StatusCode::DEADLINE_EXCEEDED,
-            absl::StrCat("no rank set \"", request->key(), "\" within ", request->timeout_ms(),
-                         " ms: is every worker of the job running?"));
+        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            absl::StrCat("no rank set \"", request->key(), "\" within ",
+                                         WaitedFor(request->timeout_ms()),
+                                         ": is every worker of the job running?"));
       }
       // Wake at least every 200 ms to notice a cancelled call.
       cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(200)));
