@@ -192,8 +192,8 @@ absl::StatusOr<json> Api::CreateLocked(const Target& target, json body,
   PrepareForCreate(type, &body);
   const KindHooks& hooks = HooksFor(type);
   if (hooks.admit) {
-    RETURN_IF_ERROR(
-        hooks.admit(Admission{type, *store_, &body, nullptr, target.subresource, options}));
+    RETURN_IF_ERROR(hooks.admit(
+        Admission{type, *store_, &body, nullptr, target.subresource, options, target.name}));
   }
   std::string ns = type.namespaced ? body["metadata"].value("namespace", "") : "";
   if (auto existing = store_->Get(type.StorageKey(), ns, name)) {
@@ -330,8 +330,8 @@ absl::StatusOr<json> Api::UpdateLocked(const Target& target, json body, const js
   }
   const KindHooks& hooks = HooksFor(type);
   if (hooks.admit) {
-    RETURN_IF_ERROR(
-        hooks.admit(Admission{type, *store_, &updated, &old, target.subresource, options}));
+    RETURN_IF_ERROR(hooks.admit(
+        Admission{type, *store_, &updated, &old, target.subresource, options, target.name}));
   }
   if (type.has_generation && SpecPart(type, updated) != SpecPart(type, old)) {
     updated["metadata"]["generation"] = Meta(old).value("generation", 0) + 1;

@@ -12,6 +12,7 @@
 #include "e2e/localkube/errors.h"
 #include "e2e/localkube/object_meta.h"
 #include "e2e/localkube/pod_security.h"
+#include "e2e/localkube/rbac_escalation.h"
 #include "e2e/localkube/schema.h"
 #include "e2e/localkube/service_accounts.h"
 
@@ -114,6 +115,13 @@ absl::Status AdmitCustomResource(const Admission& a) {
   return absl::OkStatus();
 }
 
+// RBAC escalation prevention on every write of a Role, ClusterRole or binding by a user (the
+// server's own writes carry none).
+absl::Status AdmitRbacObject(const Admission& a) {
+  if (!a.options.user) return absl::OkStatus();
+  return AdmitRbacWrite(a.store, *a.options.user, a.type, a.request_name, *a.object, a.old);
+}
+
 // The table: built-in kinds by storage key (version-independent).
 const std::map<std::string, KindHooks, std::less<>>& BuiltinHooks() {
   static const auto* table = [] {
@@ -130,6 +138,9 @@ const std::map<std::string, KindHooks, std::less<>>& BuiltinHooks() {
     (*t)["/services"] = {.defaults = ServiceDefaults};
     (*t)[kServiceAccountsKey] = {.delete_returns_object = true, .subresources = {"token"}};
     (*t)[kCrdsKey] = {.admit = AdmitCrd, .stored = CrdStored, .removed = CrdRemoved};
+    for (const char* plural : {"roles", "clusterroles", "rolebindings", "clusterrolebindings"}) {
+      (*t)[absl::StrCat("rbac.authorization.k8s.io/", plural)] = {.admit = AdmitRbacObject};
+    }
     return t;
   }();
   return *table;

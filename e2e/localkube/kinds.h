@@ -34,6 +34,9 @@ struct Admission {
   const nlohmann::json* old;
   const std::string& subresource;  // the write's target subresource ("", "status", ...)
   const WriteOptions& options;
+  // The object name the request's URL names ("" for a POST to the collection), as the
+  // authorizer saw it.
+  const std::string& request_name;
 };
 
 struct KindHooks {

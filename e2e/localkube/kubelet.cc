@@ -112,7 +112,11 @@ std::string Kubelet::AllocateIp() {
 }
 
 void Kubelet::Start() {
-  std::filesystem::create_directories(options_.log_dir);
+  // A log directory localkube makes is its own: logs and pod directories are no one else's.
+  std::error_code ec;
+  if (std::filesystem::create_directories(options_.log_dir, ec)) {
+    chmod(options_.log_dir.c_str(), 0700);
+  }
   log::Info("Reserved pod IP block", {{"block", ip_block()}, {"runtime", runtime_->name()}});
   if (auto* oci = dynamic_cast<OciRuntime*>(runtime_.get())) oci->Prepare();
   WriteHosts();
@@ -227,7 +231,9 @@ void Kubelet::Admit(const json& object) {
   }
   pod->dir = absl::StrCat(options_.log_dir, "/", pod->ns, "_", pod->name, "_", pod->uid);
   pod->start_time = Now();
+  // The pod's volumes (tokens, secrets) live below: open to localkube's user alone.
   std::filesystem::create_directories(pod->dir);
+  chmod(pod->dir.c_str(), 0700);
   for (const auto& c : object["spec"].value("containers", json::array())) {
     Container container;
     container.name = c.value("name", "");

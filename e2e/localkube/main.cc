@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "e2e/localkube/api.h"
 #include "e2e/localkube/kubelet.h"
+#include "e2e/localkube/root_ca_publisher.h"
 #include "e2e/localkube/server.h"
 #include "e2e/localkube/service_accounts.h"
 #include "e2e/localkube/tls.h"
@@ -192,8 +193,10 @@ int Run(int argc, char** argv) {
   s.error_rate = options->error_rate;
   s.latency = options->latency;
   s.compact_every = options->compact_every;
-  // Every namespace's kube-root-ca.crt (and default ServiceAccount), before anyone asks.
-  if (absl::Status st = PublishRootCa(&api, ca_pem); !st.ok()) {
+  // Every namespace's kube-root-ca.crt (and default ServiceAccount), before anyone asks, and
+  // kept there from then on.
+  RootCaPublisher root_ca(&api, ca_pem);
+  if (absl::Status st = root_ca.Start(); !st.ok()) {
     std::cerr << "localkube: " << st.message() << "\n";
     return 1;
   }
@@ -225,6 +228,7 @@ int Run(int argc, char** argv) {
   sigwait(&stop, &sig);
   log::Info("Stopping localkube", {{"signal", sig}});
   if (workloads) workloads->Stop();
+  root_ca.Stop();
   if (kubelet) kubelet->Stop();  // kills every pod process group
   server.Stop();
   std::error_code ignored;

@@ -73,7 +73,9 @@ bool ResourceNameMatches(const json& rule, const std::string& name) {
 bool NonResourceUrlMatches(const json& rule, const std::string& path) {
   for (const std::string& url : StringsOf(rule, "nonResourceURLs")) {
     if (url == "*" || url == path) return true;
-    if (absl::EndsWith(url, "*") && absl::StartsWith(path, url.substr(0, url.size() - 1))) {
+    // A trailing run of `*` is one wildcard: "/logs**" matches what "/logs" prefixes.
+    if (absl::EndsWith(url, "*") &&
+        absl::StartsWith(path, absl::string_view(url).substr(0, url.find_last_not_of('*') + 1))) {
       return true;
     }
   }
@@ -88,9 +90,9 @@ bool RuleAllows(const RequestAttributes& a, const json& rule) {
          ResourceMatches(rule, combined, a.subresource) && ResourceNameMatches(rule, a.name);
 }
 
-// Whether a binding's subjects include the user. `binding_ns` defaults ServiceAccount subjects'
-// namespace ("" for ClusterRoleBindings, whose ServiceAccount subjects must name one).
-bool AppliesTo(const UserInfo& user, const json& binding, const std::string& binding_ns) {
+}  // namespace
+
+bool BindingAppliesTo(const UserInfo& user, const json& binding, const std::string& binding_ns) {
   auto it = binding.find("subjects");
   if (it == binding.end() || !it->is_array()) return false;
   for (const auto& s : *it) {
@@ -109,9 +111,8 @@ bool AppliesTo(const UserInfo& user, const json& binding, const std::string& bin
   return false;
 }
 
-// The rules a binding's roleRef names, or the error the RBAC rule resolver reports.
-absl::StatusOr<json> RulesOf(const Store& store, const json& binding,
-                             const std::string& binding_ns) {
+absl::StatusOr<json> RoleRefRules(const Store& store, const json& binding,
+                                  const std::string& binding_ns) {
   const json& ref = ObjectField(binding, "roleRef");
   std::string kind = Str(ref, "kind"), name = Str(ref, "name");
   std::optional<json> role;
@@ -135,6 +136,8 @@ absl::StatusOr<json> RulesOf(const Store& store, const json& binding,
   return it != role->end() && it->is_array() ? *it : json::array();
 }
 
+namespace {
+
 // utilerrors.NewAggregate(errs).Error(): one message alone, several deduplicated in brackets.
 std::string Aggregate(const std::vector<std::string>& errors) {
   std::vector<std::string> unique;
@@ -150,9 +153,10 @@ std::string GroupResource(const std::string& resource, const std::string& group)
   return group.empty() ? resource : absl::StrCat(resource, ".", group);
 }
 
-// apierrors.NewForbidden.
-absl::Status Forbidden(const std::string& resource, const std::string& group,
-                       const std::string& name, const std::string& why) {
+}  // namespace
+
+absl::Status ForbiddenError(const std::string& resource, const std::string& group,
+                            const std::string& name, const std::string& why) {
   std::string message;
   if (resource.empty() && group.empty()) {
     message = absl::StrCat("forbidden: ", why);
@@ -168,6 +172,8 @@ absl::Status Forbidden(const std::string& resource, const std::string& group,
   if (!resource.empty()) details["kind"] = resource;
   return ApiError(403, "Forbidden", message, details);
 }
+
+namespace {
 
 // The apiserver's forbiddenMessage, with its HTML sanitizer.
 std::string ForbiddenMessage(const UserInfo& user, const RequestAttributes& a) {
@@ -318,8 +324,8 @@ Decision Decide(const Store& store, const UserInfo& user, const RequestAttribute
   }
   std::vector<std::string> errors;
   auto visit = [&](const json& binding, const std::string& binding_ns) {
-    if (!AppliesTo(user, binding, binding_ns)) return false;
-    absl::StatusOr<json> rules = RulesOf(store, binding, binding_ns);
+    if (!BindingAppliesTo(user, binding, binding_ns)) return false;
+    absl::StatusOr<json> rules = RoleRefRules(store, binding, binding_ns);
     if (!rules.ok()) {
       errors.push_back(std::string(rules.status().message()));
       return false;
@@ -345,8 +351,8 @@ absl::Status Authorize(const Store& store, const UserInfo& user,
   if (d.allowed) return absl::OkStatus();
   std::string why = ForbiddenMessage(user, attributes);
   if (!d.reason.empty()) absl::StrAppend(&why, ": ", d.reason);
-  if (!attributes.resource_request) return Forbidden("", "", "", why);
-  return Forbidden(attributes.resource, attributes.api_group, attributes.name, why);
+  if (!attributes.resource_request) return ForbiddenError("", "", "", why);
+  return ForbiddenError(attributes.resource, attributes.api_group, attributes.name, why);
 }
 
 absl::Status AdmitOwnerReferences(const Registry& registry, const Store& store,
@@ -372,7 +378,7 @@ absl::Status AdmitOwnerReferences(const Registry& registry, const Store& store,
   if (name.empty()) name = Str(meta, "generateName");
   if (name.empty()) name = "Unknown";
   auto forbidden = [&](const std::string& why) {
-    return Forbidden(type.plural, type.group, name, why);
+    return ForbiddenError(type.plural, type.group, name, why);
   };
   // Whoever may create an object may give it owners; changing them later needs `delete`.
   if (old) {

@@ -3,8 +3,9 @@
 // RoleBindings, ClusterRoles and ClusterRoleBindings in localkube's own store, read afresh on
 // every check. Denials carry the apiserver's 403 Status wording.
 //
-// Not modelled: aggregated ClusterRoles (aggregationRule), escalation prevention on writes of
-// Roles and bindings, impersonation, and the extra `create` check of a PUT that creates.
+// Escalation prevention on writes of Roles and bindings is in rbac_escalation.h.
+// Not modelled: aggregated ClusterRoles (aggregationRule), impersonation, and the extra `create`
+// check of a PUT that creates.
 // Discovery (/api, /apis, /version, /openapi and below) is always allowed to an authenticated
 // user, which the default system:discovery and system:public-info-viewer ClusterRoles grant on a
 // real cluster.
@@ -73,6 +74,21 @@ Decision Decide(const Store& store, const UserInfo& user, const RequestAttribute
 // OK, or the 403 Forbidden Status the apiserver answers a denied request with.
 absl::Status Authorize(const Store& store, const UserInfo& user,
                        const RequestAttributes& attributes);
+
+// Whether a binding's subjects include the user. `binding_ns` defaults ServiceAccount subjects'
+// namespace ("" for ClusterRoleBindings, whose ServiceAccount subjects must name one).
+bool BindingAppliesTo(const UserInfo& user, const nlohmann::json& binding,
+                      const std::string& binding_ns);
+
+// The `rules` of the role a binding's roleRef names (a Role in `binding_ns`, or a ClusterRole), or
+// the error the RBAC rule resolver reports (`role.rbac.authorization.k8s.io "x" not found`).
+absl::StatusOr<nlohmann::json> RoleRefRules(const Store& store, const nlohmann::json& binding,
+                                            const std::string& binding_ns);
+
+// apierrors.NewForbidden: 403 `<resource>.<group> "<name>" is forbidden: <why>` (the name part
+// only with a name, `forbidden: <why>` with neither resource nor group), details name/group/kind.
+absl::Status ForbiddenError(const std::string& resource, const std::string& group,
+                            const std::string& name, const std::string& why);
 
 // OwnerReferencesPermissionEnforcement for a create (`old` null) or update of `object` of `type`
 // through `subresource` in namespace `ns`: changing ownerReferences needs `delete` on the object

@@ -435,7 +435,8 @@ json DefaultServiceAccount(const std::string& ns) {
           {"metadata", {{"name", kDefaultServiceAccount}, {"namespace", ns}}}};
 }
 
-// The root-ca-cert-publisher's ConfigMap (it also sets this annotation).
+}  // namespace
+
 json RootCaConfigMap(const std::string& ns, const std::string& ca_pem) {
   return {{"apiVersion", "v1"},
           {"kind", "ConfigMap"},
@@ -450,8 +451,6 @@ json RootCaConfigMap(const std::string& ns, const std::string& ca_pem) {
                "Kubernetes clusters."}}}}},
           {"data", {{"ca.crt", ca_pem}}}};
 }
-
-}  // namespace
 
 std::vector<json> NamespaceCompanions(const Store& store, const json& ns_object) {
   std::string ns = NameOf(ns_object);

@@ -8,7 +8,8 @@
 //  - the ServiceAccount admission plugin for pods (default ServiceAccount, the refusal of a pod
 //    naming a missing one, the projected kube-api-access-xxxxx token volume and its mounts);
 //  - the serviceaccounts controller and root-ca-cert-publisher: every namespace's `default`
-//    ServiceAccount and `kube-root-ca.crt` ConfigMap, made together with the namespace.
+//    ServiceAccount and `kube-root-ca.crt` ConfigMap, made together with the namespace (the
+//    ConfigMap is then kept by RootCaPublisher, root_ca_publisher.h).
 //
 // ServiceAccountTokens is thread-safe (its key is immutable; it only reads the Store).
 #pragma once
@@ -92,6 +93,10 @@ absl::Status AdmitPodServiceAccount(const Store& store, nlohmann::json* pod);
 // kube-root-ca.crt ConfigMap carrying the certificate PublishRootCa published (none before).
 std::vector<nlohmann::json> NamespaceCompanions(const Store& store,
                                                 const nlohmann::json& ns_object);
+
+// The root-ca-cert-publisher's ConfigMap for namespace `ns`: data {"ca.crt": ca_pem} and the
+// kubernetes.io/description annotation it also sets.
+nlohmann::json RootCaConfigMap(const std::string& ns, const std::string& ca_pem);
 
 // Publishes `ca_pem` as key ca.crt of the kube-root-ca.crt ConfigMap in every namespace and makes
 // sure each has its `default` ServiceAccount; namespaces created later get both at once.

@@ -1,6 +1,7 @@
 #include "e2e/localkube/volumes.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,8 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr int kDefaultMode = 0644;  // the API's default defaultMode (420)
+// A projected ServiceAccount token on the host: readable by its owner only.
+constexpr int kTokenMode = 0600;
 
 // The kubelet's fieldpath.FormatMap: sorted `key="value"` lines, no trailing newline.
 std::string FormatMap(const json& map) {
@@ -45,11 +48,58 @@ std::string Failed(const std::string& volume, const std::string& why) {
   return absl::StrCat("MountVolume.SetUp failed for volume \"", volume, "\" : ", why);
 }
 
-// One file to write into a volume: its relative path, bytes and mode.
+// One file to write into a volume: its relative path, bytes, mode and, when not -1, the owner and
+// group it is given (only a root localkube can).
 struct File {
   std::string path, data;
   int mode;
+  int64_t uid = -1, gid = -1;
 };
+
+// The pod's effective securityContext ids the kubelet gives token files to (volumeutil's
+// FsUserFrom: the runAsUser every container and init container shares, when they all set one;
+// and the pod's fsGroup), -1 when unset.
+struct FsIds {
+  int64_t user = -1, group = -1;
+};
+
+int64_t IdField(const nlohmann::json& security_context, const char* field) {
+  if (!security_context.is_object()) return -1;
+  auto it = security_context.find(field);
+  return it != security_context.end() && it->is_number_integer() && it->get<int64_t>() >= 0
+             ? it->get<int64_t>()
+             : -1;
+}
+
+FsIds FsIdsOf(const json& pod) {
+  FsIds ids;
+  const json& spec = pod["spec"];
+  const json pod_context = spec.value("securityContext", json::object());
+  ids.group = IdField(pod_context, "fsGroup");
+  int64_t shared = -1;
+  bool first = true;
+  for (const char* list : {"initContainers", "containers"}) {
+    const json containers = spec.value(list, json::array());
+    if (!containers.is_array()) continue;
+    for (const json& c : containers) {
+      int64_t user =
+          c.is_object() ? IdField(c.value("securityContext", json::object()), "runAsUser") : -1;
+      if (user < 0) user = IdField(pod_context, "runAsUser");
+      if (user < 0 || (!first && user != shared)) return {-1, ids.group};
+      shared = user;
+      first = false;
+    }
+  }
+  ids.user = shared;
+  return ids;
+}
+
+// Creates `path` (and what leads to it) and makes it accessible to its owner only.
+void PrivateDir(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  chmod(path.c_str(), 0700);
+}
 
 absl::Status WriteFiles(const std::string& dir, const std::vector<File>& files) {
   std::error_code ec;
@@ -63,6 +113,10 @@ absl::Status WriteFiles(const std::string& dir, const std::vector<File>& files) 
       if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", target.string()));
     }
     chmod(tmp.c_str(), f.mode);
+    if ((f.uid >= 0 || f.gid >= 0) && geteuid() == 0 &&
+        chown(tmp.c_str(), static_cast<uid_t>(f.uid), static_cast<gid_t>(f.gid)) != 0) {
+      return absl::InternalError(absl::StrCat("cannot give ", target.string(), " to uid ", f.uid));
+    }
     if (std::rename(tmp.c_str(), target.c_str()) != 0) {
       return absl::InternalError(absl::StrCat("cannot write ", target.string()));
     }
@@ -160,7 +214,7 @@ std::string ServiceAccountOf(const json& pod) {
 }
 
 absl::Status ProjectedFiles(const json& source, const json& pod, const VolumeContext& ctx,
-                            std::vector<File>* files) {
+                            const FsIds& ids, std::vector<File>* files) {
   const std::string ns = pod["metadata"].value("namespace", "");
   int default_mode = ModeOf(source, "defaultMode", kDefaultMode);
   for (const json& s : source.value("sources", json::array())) {
@@ -180,7 +234,9 @@ absl::Status ProjectedFiles(const json& source, const json& pod, const VolumeCon
         return absl::FailedPreconditionError(
             absl::StrCat("failed to fetch token: ", token.status().message()));
       }
-      files->push_back({path, *token, default_mode});
+      // Whatever defaultMode says, the kubelet writes the token for its owner alone (0600) and
+      // gives it to the pod's runAsUser; an fsGroup may read it too (0640).
+      files->push_back({path, *token, ids.group >= 0 ? 0640 : kTokenMode, ids.user, ids.group});
     } else if (s.contains("configMap")) {
       if (absl::Status st = KeyFiles(s["configMap"], false, ns, default_mode, ctx, files);
           !st.ok()) {
@@ -248,11 +304,18 @@ absl::StatusOr<std::map<std::string, PodVolume>> SetUpVolumes(const json& pod,
   const json volumes = pod["spec"].value("volumes", json::array());
   if (!volumes.is_array()) return out;
   std::error_code ec;
+  const FsIds ids = FsIdsOf(pod);
+  // Tokens and secrets live below: neither the pod's directory nor its volumes directories are
+  // open to other users of this host.
+  PrivateDir(pod_dir);
+  PrivateDir(pod_dir + "/volumes");
   for (const json& v : volumes) {
     if (!v.is_object()) continue;
     const std::string name = v.value("name", "");
     auto dir = [&](const std::string& plugin) {
-      return absl::StrCat(pod_dir, "/volumes/kubernetes.io~", plugin, "/", name);
+      std::string plugin_dir = absl::StrCat(pod_dir, "/volumes/kubernetes.io~", plugin);
+      PrivateDir(plugin_dir);
+      return absl::StrCat(plugin_dir, "/", name);
     };
     std::vector<File> files;
     absl::Status st;
@@ -263,7 +326,7 @@ absl::StatusOr<std::map<std::string, PodVolume>> SetUpVolumes(const json& pod,
       st = KeyFiles(source, secret, ns, ModeOf(source, "defaultMode", kDefaultMode), ctx, &files);
       volume = {dir(secret ? "secret" : "configmap"), true};
     } else if (v.contains("projected")) {
-      st = ProjectedFiles(v["projected"], pod, ctx, &files);
+      st = ProjectedFiles(v["projected"], pod, ctx, ids, &files);
       volume = {dir("projected"), true};
     } else if (v.contains("downwardAPI")) {
       const json& source = v["downwardAPI"];

@@ -149,13 +149,50 @@ TEST_F(Volumes, ProjectedTokenConfigMapSecretAndDownwardApi) {
   std::string d = volumes->at("kube-api-access-abcde").host_path;
   EXPECT_EQ(d, dir_ + "/volumes/kubernetes.io~projected/kube-api-access-abcde");
   EXPECT_EQ(Read(d + "/token"), "tok-123");
-  EXPECT_EQ(Mode(d + "/token"), 0640);
+  EXPECT_EQ(Mode(d + "/token"), 0600);  // the token is its owner's alone, whatever defaultMode
   EXPECT_EQ(Read(d + "/ca.crt"), "-----BEGIN CERT");
   EXPECT_EQ(Read(d + "/k"), "v");
   EXPECT_EQ(Read(d + "/namespace"), "default");
   EXPECT_EQ(Read(d + "/labels"), "app=\"web\"\ntier=\"a \\\"b\\\"\"");  // fieldpath.FormatMap
   EXPECT_EQ(Mode(d + "/name"), 0600);
   EXPECT_THAT(calls, ::testing::ElementsAre("default/builder//3607"));
+}
+
+// Tokens are their owner's alone, and no directory leading to a pod's volumes is open to other
+// users of the host; the pod's runAsUser gets its token (when localkube runs as root to give it).
+TEST_F(Volumes, TokensAndTheDirectoriesLeadingToThemArePrivate) {
+  store_.Put("/secrets", Secret("creds", {{"pass", "s3cret"}}));
+  ServiceAccountTokenFunc token = [](const std::string&, const std::string&, const std::string&,
+                                     int64_t) -> absl::StatusOr<std::string> {
+    return std::string("tok");
+  };
+  json projected = {
+      {"defaultMode", 0644},
+      {"sources", {{{"serviceAccountToken", {{"expirationSeconds", 3607}, {"path", "token"}}}}}}};
+  json pod = PodWithVolumes({{{"name", "kube-api-access-abcde"}, {"projected", projected}},
+                             {{"name", "s"}, {"secret", {{"secretName", "creds"}}}}});
+  const std::string pod_dir = dir_ + "/default_p_u-1";
+  auto volumes = SetUpVolumes(pod, pod_dir, VolumeContext{&store_, token, ""});
+  ASSERT_THAT(volumes.status(), IsOk());
+  for (const std::string& d :
+       {pod_dir, pod_dir + "/volumes", pod_dir + "/volumes/kubernetes.io~projected",
+        pod_dir + "/volumes/kubernetes.io~secret"}) {
+    EXPECT_EQ(Mode(d), 0700) << d;
+  }
+  const std::string token_path = volumes->at("kube-api-access-abcde").host_path + "/token";
+  EXPECT_EQ(Mode(token_path), 0600);
+  // Every container running as one user gets the token as that user; an fsGroup may read it.
+  pod["spec"]["securityContext"] = {{"runAsUser", 4321}, {"fsGroup", 2345}};
+  pod["spec"]["containers"] = {{{"name", "c"}}};
+  volumes = SetUpVolumes(pod, pod_dir, VolumeContext{&store_, token, ""});
+  ASSERT_THAT(volumes.status(), IsOk());
+  EXPECT_EQ(Mode(token_path), 0640);
+  if (geteuid() == 0) {
+    struct stat st;
+    ASSERT_EQ(stat(token_path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 4321u);
+    EXPECT_EQ(st.st_gid, 2345u);
+  }
 }
 
 TEST_F(Volumes, DownwardApiAndEmptyDir) {
@@ -331,8 +368,10 @@ TEST_F(KubeletVolumes, MissingConfigMapKeepsPodContainerCreatingUntilItExists) {
   pod =
       WaitPod("waits", [](const json& p) { return p["status"].value("phase", "") == "Succeeded"; });
   ASSERT_FALSE(pod.is_null());
-  // The process runtime cannot mount it, but the files are there to see.
+  // The process runtime cannot mount it, but the files are there to see, for this user alone.
   std::string uid = pod["metadata"]["uid"];
+  EXPECT_EQ(Mode(dir_ + "/logs"), 0700);
+  EXPECT_EQ(Mode(absl::StrCat(dir_, "/logs/default_waits_", uid)), 0700);
   EXPECT_EQ(Read(absl::StrCat(dir_, "/logs/default_waits_", uid,
                               "/volumes/kubernetes.io~configmap/cfg/k")),
             "v");
