@@ -145,6 +145,8 @@ absl::Status ShmCommunicator::Break(absl::Status failure) {
 absl::Status ShmCommunicator::Usable() {
   if (left_ && broken_.ok()) return absl::FailedPreconditionError("shm communicator: closed");
   RETURN_IF_ERROR(broken_);
+  // A non-finite value a rank found since this rank's last collective: reported alike here.
+  if (absl::Status recorded = Recorded(); !recorded.ok()) return Break(recorded);
   // A few dozen bytes that nobody writes after the rendezvous: read from the rank's own cache.
   absl::Status header = CheckShmHeader(
       absl::string_view(reinterpret_cast<const char*>(&segment_->header), sizeof(ShmHeader)),
@@ -279,7 +281,12 @@ absl::Status ShmCommunicator::AllReduce(float* data, size_t count, ReduceOp op) 
       for (int r = 0; r < n; ++r) slots[r] = Slot(r, step);
       ReduceSlots(slots, mine, len, op);
       RETURN_IF_ERROR(Intact());
-      if (non_finite(mine, len)) return Break(NonFiniteError(culprit, off + at, value, self));
+      if (non_finite(mine, len)) {
+        // Recorded too: a rank that read the slot before another process wrote the value there
+        // reports it, rather than this rank's leaving, at its next collective.
+        Record(culprit, off + at, value);
+        return Break(Recorded());
+      }
       continue;
     }
     // A reduce-scatter and an all-gather: rank p reduces part p of the chunk (whole cache lines

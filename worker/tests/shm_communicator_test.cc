@@ -212,33 +212,33 @@ TEST(ShmSegment, ASegmentTruncatedUnderTheRanksIsAnErrorOnEveryRankNotSigbus) {
   std::filesystem::remove_all(dir);
 }
 
-// A SIGBUS that is not about a watched segment still ends the process as it would have.
+// A SIGBUS that is not about a watched segment still ends the process as it would have: a fault
+// in another mapping, and one sent by kill().
 TEST(ShmSegmentDeathTest, ASigbusElsewhereStillKillsTheProcess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const std::string dir = SegmentDir("sigbus");
-  const std::string path = dir + "/other";
-  auto fault_elsewhere = [&] {
+  auto watch_one = [] {
     void* watched =
         ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     auto guard = ShmFaultGuard::Watch(watched, 4096);
     if (!guard.ok()) std::abort();
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0600);
+    return std::move(*guard);
+  };
+  auto fault_elsewhere = [&] {
+    ShmFaultGuard guard = watch_one();
+    const int fd = ::memfd_create("other", MFD_CLOEXEC);  // no file to leave behind
     if (fd < 0 || ::ftruncate(fd, 4096) != 0) std::abort();
     auto* p = static_cast<volatile char*>(
         ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    if (::ftruncate(fd, 0) != 0) std::abort();
+    if (p == MAP_FAILED || ::ftruncate(fd, 0) != 0) std::abort();
     p[0] = 1;  // past the end of its file: SIGBUS
   };
   EXPECT_EXIT(fault_elsewhere(), ::testing::KilledBySignal(SIGBUS), "");
-  auto sent = [] {
-    void* watched =
-        ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    auto guard = ShmFaultGuard::Watch(watched, 4096);
+  auto sent = [&] {
+    ShmFaultGuard guard = watch_one();
     ::kill(::getpid(), SIGBUS);
     std::abort();
   };
   EXPECT_EXIT(sent(), ::testing::KilledBySignal(SIGBUS), "");
-  std::filesystem::remove_all(dir);
 }
 
 // A NaN in one rank's gradient: every rank names that rank and the element, none says a peer
