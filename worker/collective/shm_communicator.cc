@@ -1,6 +1,5 @@
 #include "worker/collective/shm_communicator.h"
 
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,14 +13,10 @@
 #include <cstring>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
 #include "common/status.h"
 #include "worker/collective/float_reductions.h"
 #include "worker/collective/shm_file.h"
-#include "worker/random.h"
 
 namespace kubetrain::worker {
 namespace {

@@ -4,8 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -141,6 +144,10 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::TryCreate(
   // says whether it could.
   HeldSegment held;
   ShmRendezvous said;
+  // However this returns, the segment's name goes (below, once every rank has mapped it).
+  absl::Cleanup unlink = [&] {
+    if (!said.name.empty()) UnlinkShmFile(directory + said.name);
+  };
   std::string verdict(kNotHere);
   if (options.rank == 0) {
     ASSIGN_OR_RETURN(const ShmLayout layout, ShmLayoutFor(n, options.chunk_bytes));
@@ -181,7 +188,7 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::TryCreate(
   }
   // Every rank that could map the segment has: its name goes, so the kernel frees it with the
   // last rank to unmap it, however the ranks end.
-  if (!said.name.empty()) UnlinkShmFile(directory + said.name);
+  std::move(unlink).Invoke();
   RETURN_IF_ERROR(failed);
   if (!all) return std::unique_ptr<ShmCommunicator>();
   std::unique_ptr<ShmCommunicator> communicator(new ShmCommunicator(

@@ -217,6 +217,9 @@ TEST(ShmSegment, ASegmentTruncatedUnderTheRanksIsAnErrorOnEveryRankNotSigbus) {
 TEST(ShmSegmentDeathTest, ASigbusElsewhereStillKillsTheProcess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto watch_one = [] {
+    // What the process had before the guard's handler: the default (a sanitizer's handler
+    // would report and exit instead).
+    ::signal(SIGBUS, SIG_DFL);
     void* watched =
         ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     auto guard = ShmFaultGuard::Watch(watched, 4096);
