@@ -1,6 +1,5 @@
 #include "worker/collective/shm_communicator.h"
 
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,40 +9,23 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "common/logging.h"
 #include "common/status.h"
 #include "worker/collective/float_reductions.h"
-#include "worker/random.h"
+#include "worker/collective/shm_file.h"
 
 namespace kubetrain::worker {
 namespace {
 
-constexpr uint64_t kShmMagic = 0x6b74'7368'6d30'0001;  // "ktshm0", version 1
-constexpr size_t kAlign = 64;                          // a cache line: slots never share one
-// Each rank's slot plus the result, together: /dev/shm is often small (64 MiB in a container).
-constexpr size_t kMaxShmBytes = size_t{64} << 20;
 // How long a waiting rank spins before it sleeps on the futex: peers usually arrive within
 // microseconds of each other, and a sleep and a wake-up cost tens of them.
 constexpr int kSpins = 2000;
 // A sleeping rank wakes at least this often to look at the stop flag, its peers and the clock.
 constexpr absl::Duration kCheckEvery = absl::Milliseconds(2);
-
-size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-// What two processes share exactly when they see the same shared memory: the boot and the
-// tmpfs behind the directory.
-std::string ShmIdentity(const std::string& directory) {
-  struct stat st {};
-  if (::stat(directory.c_str(), &st) != 0) return "";
-  return absl::StrCat(BootId(), "/", st.st_dev, "/", st.st_ino);
-}
 
 void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -53,46 +35,9 @@ void CpuRelax() {
 #endif
 }
 
-}  // namespace
-
-// The segment's layout. Atomics of 32 bits are lock-free and address-free, so they work across
-// processes mapping the segment at different addresses; the futex words are 32-bit as well.
-struct ShmCommunicator::Segment {
-  struct alignas(kAlign) Rank {
-    std::atomic<uint32_t> left;  // 1 once the rank stopped taking part
-  };
-  uint64_t magic;
-  char nonce[33];
-  uint32_t size;
-  uint64_t chunk_bytes;
-  alignas(kAlign) std::atomic<uint32_t> arrivals;
-  alignas(kAlign) std::atomic<uint32_t> epoch;  // bumped by the last rank to arrive
-  Rank ranks[kMaxRanks];
-};
-
-namespace {
-
-size_t DataOffset() { return RoundUp(sizeof(ShmCommunicator::Segment), kAlign); }
-
 long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const struct timespec* timeout) {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
-}
-
-// Opens (or with `create`, makes) the segment file `name`: under `directory` when set, else
-// through shm_open.
-int OpenSegment(const std::string& directory, const std::string& name, bool create) {
-  const int flags = O_RDWR | (create ? O_CREAT | O_EXCL : 0);
-  if (directory.empty()) return ::shm_open(name.c_str(), flags, 0600);
-  return ::open((directory + name).c_str(), flags | O_CLOEXEC, 0600);
-}
-
-void UnlinkSegment(const std::string& directory, const std::string& name) {
-  if (directory.empty()) {
-    ::shm_unlink(name.c_str());
-  } else {
-    ::unlink((directory + name).c_str());
-  }
 }
 
 // The reduction of `n` floats of every slot (at least two), in rank order, into `out`: the
@@ -103,145 +48,69 @@ void ReduceSlots(const std::vector<const float*>& slots, float* out, size_t n, R
   for (size_t r = 2; r < slots.size(); ++r) reduce(out, out, slots[r], n);
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::TryCreate(
-    KeyValueStore& store, const ShmOptions& options) {
-  const int n = options.size;
-  if (n < 1 || options.rank < 0 || options.rank >= n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shm communicator: rank ", options.rank, " of ", n));
+// Whether every one of `n` floats is finite, at about the speed of reading them: in integer
+// lanes, adding one to an exponent of all ones (NaN, infinity) alone carries into the sign bit.
+bool ShmAllFinite(const float* v, size_t n) {
+  typedef uint32_t Lanes __attribute__((vector_size(16)));
+  constexpr uint32_t kExponent = 0x7f80'0000, kOne = 0x0080'0000;
+  const Lanes exponent = {kExponent, kExponent, kExponent, kExponent};
+  const Lanes one = {kOne, kOne, kOne, kOne};
+  Lanes a = {0, 0, 0, 0}, b = a;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    Lanes x, y;
+    std::memcpy(&x, v + i, sizeof(x));
+    std::memcpy(&y, v + i + 4, sizeof(y));
+    a |= (x & exponent) + one;
+    b |= (y & exponent) + one;
   }
-  const std::string directory = options.directory.empty() ? "/dev/shm" : options.directory;
-  // 1. Every rank says which shared memory it sees; unless all see the same, none is used.
-  RETURN_IF_ERROR(store.Set(absl::StrCat("shm/host/", options.rank), ShmIdentity(directory)));
-  std::string first;
-  bool same = n <= kMaxRanks;
-  for (int r = 0; r < n; ++r) {
-    ASSIGN_OR_RETURN(std::string id, store.Get(absl::StrCat("shm/host/", r), options.timeout));
-    if (r == 0) first = id;
-    same = same && !id.empty() && id == first;
+  a |= b;
+  uint32_t any = a[0] | a[1] | a[2] | a[3];
+  for (; i < n; ++i) {
+    uint32_t x;
+    std::memcpy(&x, v + i, sizeof(x));
+    any |= (x & kExponent) + kOne;
   }
-  if (!same) return std::unique_ptr<ShmCommunicator>();
-
-  // 2. Rank 0 makes the segment (its name is random, the file only its user's) and says its
-  // name and nonce; the others open it and check the nonce; each says whether it could.
-  const size_t chunk = std::max<size_t>(
-      kAlign, std::min(RoundUp(options.chunk_bytes, kAlign),
-                       (kMaxShmBytes - DataOffset()) / (2 * n + 1) / kAlign * kAlign));
-  const size_t bytes = DataOffset() + (2 * n + 1) * chunk;
-  std::string name, nonce;
-  int fd = -1;
-  bool ok = true;
-  void* mapped = MAP_FAILED;
-  // Every rank that could open the segment has by the time this returns (or gave up): its name
-  // goes then, so nothing outlives the job; the mapping stays only with the communicator.
-  bool made = false;
-  absl::Cleanup unlink = [&] {
-    if (made) UnlinkSegment(options.directory, name);
-  };
-  absl::Cleanup unmap = [&] {
-    if (mapped != MAP_FAILED) ::munmap(mapped, bytes);
-    if (fd >= 0) ::close(fd);
-  };
-  // Each rank holds a lock on its own byte of the file for as long as its process has it open:
-  // the kernel drops it when the process ends however it ends (SIGKILL too), in any pid
-  // namespace, so a peer's free byte says it is gone.
-  auto map = [&] {
-    mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    struct flock mine {};
-    mine.l_type = F_WRLCK;
-    mine.l_whence = SEEK_SET;
-    mine.l_start = options.rank;
-    mine.l_len = 1;
-    return mapped != MAP_FAILED && ::fcntl(fd, F_OFD_SETLK, &mine) == 0;
-  };
-  Segment* segment = nullptr;
-  if (options.rank == 0) {
-    name = "/kubetrain-" + RandomHexId();
-    nonce = RandomHexId();
-    fd = OpenSegment(options.directory, name, /*create=*/true);
-    made = fd >= 0;
-    // posix_fallocate, not only ftruncate: a full /dev/shm must fail here, not as SIGBUS on a
-    // later write.
-    ok = fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) == 0 &&
-         ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0;
-    if (!ok) {
-      log::Info("No shared memory for the all-reduce; using TCP",
-                {{"bytes", bytes}, {"directory", directory}, {"error", std::strerror(errno)}});
-    } else if ((ok = map())) {
-      // The header is written before the name is said: the others check it when they open.
-      segment = static_cast<Segment*>(mapped);
-      segment->magic = kShmMagic;
-      std::snprintf(segment->nonce, sizeof(segment->nonce), "%s", nonce.c_str());
-      segment->size = static_cast<uint32_t>(n);
-      segment->chunk_bytes = chunk;
-    }
-    RETURN_IF_ERROR(store.Set("shm/name", ok ? absl::StrCat(name, " ", nonce) : ""));
-  } else {
-    ASSIGN_OR_RETURN(std::string said, store.Get("shm/name", options.timeout));
-    std::vector<std::string> parts = absl::StrSplit(said, ' ');
-    // Only a name of the form rank 0 makes is opened: the store's values come over the network.
-    ok = parts.size() == 2 && absl::StartsWith(parts[0], "/kubetrain-") && parts[0].size() <= 64 &&
-         parts[0].find_first_not_of("0123456789abcdef", 11) == std::string::npos;
-    if (ok) {
-      name = parts[0];
-      nonce = parts[1];
-      fd = OpenSegment(options.directory, name, /*create=*/false);
-      struct stat st {};
-      ok = fd >= 0 && ::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == bytes;
-      ok = ok && map();
-    }
-    if (ok) {
-      segment = static_cast<Segment*>(mapped);
-      ok = segment->magic == kShmMagic &&
-           nonce == std::string(segment->nonce, strnlen(segment->nonce, sizeof(segment->nonce))) &&
-           segment->size == static_cast<uint32_t>(n) && segment->chunk_bytes == chunk;
-    }
-  }
-  RETURN_IF_ERROR(store.Set(absl::StrCat("shm/ok/", options.rank), ok ? "1" : "0"));
-  bool all = true;
-  for (int r = 0; r < n; ++r) {
-    absl::StatusOr<std::string> said = store.Get(absl::StrCat("shm/ok/", r), options.timeout);
-    if (!said.ok()) return said.status();
-    all = all && *said == "1";
-  }
-  if (!all) return std::unique_ptr<ShmCommunicator>();
-  std::move(unmap).Cancel();
-  std::unique_ptr<ShmCommunicator> communicator(new ShmCommunicator(options, segment, bytes, fd));
-  // 3. Off the other ranks' CPUs (worker/collective/cpu_binding.h).
-  ASSIGN_OR_RETURN(communicator->binding_, CpuBinding::Bind(store, "shm/cpus/", options.rank, n,
-                                                            options.timeout, options.bind_cpus));
-  log::Info("Shared-memory communicator connected", {{"rank", options.rank},
-                                                     {"size", n},
-                                                     {"chunk_bytes", chunk},
-                                                     {"cpus", communicator->binding_.Describe()}});
-  return communicator;
+  return (any & 0x8000'0000) == 0;
 }
 
-ShmCommunicator::ShmCommunicator(const ShmOptions& options, Segment* segment, size_t mapped_bytes,
-                                 int fd)
-    : options_(options),
-      segment_(segment),
-      mapped_bytes_(mapped_bytes),
-      fd_(fd),
-      chunk_floats_(segment->chunk_bytes / sizeof(float)),
-      slots_(options.size) {}
+// The first non-finite value among `n` floats of every slot: the lowest element, then the
+// lowest rank. False when all are finite.
+bool FirstNonFinite(const std::vector<const float*>& slots, size_t n, uint32_t* culprit,
+                    size_t* element, float* value) {
+  bool found = false;
+  for (size_t r = 0; r < slots.size(); ++r) {
+    if (ShmAllFinite(slots[r], n)) continue;
+    const size_t end = found ? *element : n;
+    for (size_t i = 0; i < end; ++i) {
+      if (!std::isfinite(slots[r][i])) {
+        *culprit = static_cast<uint32_t>(r);
+        *element = i;
+        *value = slots[r][i];
+        found = true;
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+absl::Status NonFiniteError(uint32_t culprit, uint64_t element, float value, uint32_t found_by) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "shm all-reduce: rank ", culprit, "'s gradient holds a non-finite value at element ", element,
+      " (", value, "; found by rank ", found_by, " reducing it)"));
+}
+
+}  // namespace
 
 ShmCommunicator::~ShmCommunicator() {
   Leave();
-  ::munmap(segment_, mapped_bytes_);
+  guard_ = ShmFaultGuard();  // before the unmapping: the address may be reused
+  ::munmap(segment_, said_.layout.segment_bytes);
   ::close(fd_);  // drops this rank's lock
 }
 
-bool ShmCommunicator::Gone(int rank) const {
-  struct flock probe {};
-  probe.l_type = F_WRLCK;
-  probe.l_whence = SEEK_SET;
-  probe.l_start = rank;
-  probe.l_len = 1;
-  return ::fcntl(fd_, F_OFD_GETLK, &probe) == 0 && probe.l_type == F_UNLCK;
-}
+bool ShmCommunicator::Gone(int rank) const { return ShmBytesFree(fd_, rank); }
 
 void ShmCommunicator::Leave() {
   if (left_) return;
@@ -252,18 +121,62 @@ void ShmCommunicator::Leave() {
 
 float* ShmCommunicator::Slot(int rank, uint64_t step) const {
   const size_t index = static_cast<size_t>(step % 2) * options_.size + rank;
-  return reinterpret_cast<float*>(reinterpret_cast<char*>(segment_) + DataOffset() +
-                                  index * segment_->chunk_bytes);
+  return reinterpret_cast<float*>(reinterpret_cast<char*>(segment_) + kShmDataOffset +
+                                  index * said_.layout.chunk_bytes);
 }
 
 float* ShmCommunicator::Result() const {
-  return reinterpret_cast<float*>(reinterpret_cast<char*>(segment_) + DataOffset() +
-                                  2 * static_cast<size_t>(options_.size) * segment_->chunk_bytes);
+  return reinterpret_cast<float*>(reinterpret_cast<char*>(segment_) + kShmDataOffset +
+                                  2 * static_cast<size_t>(options_.size) *
+                                      said_.layout.chunk_bytes);
 }
 
-absl::Status ShmCommunicator::Usable() const {
-  if (left_) return absl::FailedPreconditionError("shm communicator: closed");
+absl::Status ShmCommunicator::Break(absl::Status failure) {
+  if (broken_.ok()) broken_ = std::move(failure);
+  Leave();
   return broken_;
+}
+
+absl::Status ShmCommunicator::Usable() {
+  if (left_ && broken_.ok()) return absl::FailedPreconditionError("shm communicator: closed");
+  RETURN_IF_ERROR(broken_);
+  // A non-finite value a rank found since this rank's last collective: reported alike here.
+  if (absl::Status recorded = Recorded(); !recorded.ok()) return Break(recorded);
+  // A few dozen bytes that nobody writes after the rendezvous: read from the rank's own cache.
+  absl::Status header = CheckShmHeader(
+      absl::string_view(reinterpret_cast<const char*>(&segment_->header), sizeof(ShmHeader)),
+      said_.layout, said_.nonce);
+  RETURN_IF_ERROR(Intact());  // a truncated segment reads as zeros: say so, not "magic is 0"
+  if (!header.ok()) return Break(header);
+  return absl::OkStatus();
+}
+
+absl::Status ShmCommunicator::Intact() {
+  if (!guard_.faulted()) return absl::OkStatus();
+  struct stat st {};
+  ::fstat(fd_, &st);
+  return Break(absl::DataLossError(absl::StrCat("the shared-memory segment ", path_, " shrank to ",
+                                                st.st_size, " bytes under rank ", options_.rank,
+                                                ": another process truncated it")));
+}
+
+void ShmCommunicator::Record(uint32_t culprit, uint64_t element, float value) {
+  Segment::Failure& f = segment_->failure;
+  uint32_t none = 0;
+  if (!f.state.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) return;
+  f.culprit = culprit;
+  f.element = element;
+  std::memcpy(&f.value_bits, &value, sizeof(value));
+  f.found_by = static_cast<uint32_t>(options_.rank);
+  f.state.store(2, std::memory_order_release);
+}
+
+absl::Status ShmCommunicator::Recorded() const {
+  const Segment::Failure& f = segment_->failure;
+  if (f.state.load(std::memory_order_acquire) != 2) return absl::OkStatus();
+  float value;
+  std::memcpy(&value, &f.value_bits, sizeof(value));
+  return NonFiniteError(f.culprit, f.element, value, f.found_by);
 }
 
 absl::Status ShmCommunicator::Arrive(absl::string_view what, absl::Duration timeout) {
@@ -277,12 +190,12 @@ absl::Status ShmCommunicator::Arrive(absl::string_view what, absl::Duration time
     s.epoch.store(epoch + 1, std::memory_order_release);
     Futex(&s.epoch, FUTEX_WAKE, INT_MAX, nullptr);
     ++step_;
-    return absl::OkStatus();
+    return Intact();
   }
   for (int i = 0; i < kSpins; ++i) {
     if (s.epoch.load(std::memory_order_acquire) != epoch) {
       ++step_;
-      return absl::OkStatus();
+      return Intact();
     }
     CpuRelax();
   }
@@ -291,8 +204,15 @@ absl::Status ShmCommunicator::Arrive(absl::string_view what, absl::Duration time
   while (s.epoch.load(std::memory_order_acquire) == epoch) {
     Futex(&s.epoch, FUTEX_WAIT, epoch, &slice);
     if (s.epoch.load(std::memory_order_acquire) != epoch) break;
+    // A truncated segment reads as zeros here (the epoch moved on): say so.
+    RETURN_IF_ERROR(Intact());
     absl::Status failed;
-    if (options_.stop != nullptr && options_.stop->load()) {
+    if (const uint32_t arrived = s.arrivals.load(std::memory_order_relaxed);
+        arrived > static_cast<uint32_t>(options_.size)) {
+      failed = absl::DataLossError(
+          absl::StrCat("shm ", what, ": the segment's count of ranks arrived is ", arrived, " of ",
+                       options_.size, ": another process wrote into the segment ", path_));
+    } else if (options_.stop != nullptr && options_.stop->load()) {
       failed = absl::CancelledError(absl::StrCat("shm ", what, ": stopped"));
     } else if (absl::Now() >= give_up) {
       failed = absl::DeadlineExceededError(
@@ -310,13 +230,14 @@ absl::Status ShmCommunicator::Arrive(absl::string_view what, absl::Duration time
       }
     }
     if (!failed.ok()) {
-      broken_ = failed;
-      Leave();  // this rank's arrival stays counted: nobody can use the segment any more
-      return failed;
+      // A peer that left over a fault it found in the data recorded it: that is the error.
+      if (absl::Status recorded = Recorded(); !recorded.ok()) failed = recorded;
+      // This rank's arrival stays counted: nobody can use the segment any more.
+      return Break(failed);
     }
   }
   ++step_;
-  return absl::OkStatus();
+  return Intact();
 }
 
 // Every collective keeps to one rule, so none needs a barrier at its end. Each barrier is a
@@ -332,17 +253,35 @@ absl::Status ShmCommunicator::AllReduce(float* data, size_t count, ReduceOp op) 
   const int n = options_.size;
   const int self = options_.rank;
   std::vector<const float*>& slots = slots_;
+  // Every rank's contribution is checked where it is read: a sum is finite only when all its
+  // terms are, so a sum is checked once and its terms only when it is not; a minimum or maximum
+  // may drop a NaN, so its terms always.
+  uint32_t culprit = 0;
+  size_t at = 0;
+  float value = 0;
+  auto non_finite = [&](const float* reduced, size_t m) {
+    return (op != ReduceOp::kSum || !ShmAllFinite(reduced, m)) &&
+           FirstNonFinite(slots, m, &culprit, &at, &value);
+  };
   for (size_t off = 0; off < count; off += chunk_floats_) {
     const size_t len = std::min(chunk_floats_, count - off);
     float* const mine = data + off;
     const uint64_t step = step_;
     if (n <= kWholeChunkRanks && len * sizeof(float) <= kWholeChunkBytes) {
       // A small chunk: each rank reduces all of it over every slot, in rank order, straight into
-      // its data, at one barrier (latency counts more than the n chunks each rank reads).
+      // its data, at one barrier (latency counts more than the n chunks each rank reads). Every
+      // rank reads every slot, so each finds a non-finite value itself.
       std::memcpy(Slot(self, step), mine, len * sizeof(float));
       RETURN_IF_ERROR(Arrive("all-reduce", options_.timeout));
       for (int r = 0; r < n; ++r) slots[r] = Slot(r, step);
       ReduceSlots(slots, mine, len, op);
+      RETURN_IF_ERROR(Intact());
+      if (non_finite(mine, len)) {
+        // Recorded too: a rank that read the slot before another process wrote the value there
+        // reports it, rather than this rank's leaving, at its next collective.
+        Record(culprit, off + at, value);
+        return Break(Recorded());
+      }
       continue;
     }
     // A reduce-scatter and an all-gather: rank p reduces part p of the chunk (whole cache lines
@@ -350,8 +289,11 @@ absl::Status ShmCommunicator::AllReduce(float* data, size_t count, ReduceOp op) 
     // its data and the shared result; after a second barrier every rank copies the other parts
     // out of the result. A rank copies into its slot only the parts others reduce, so per byte
     // it moves about 4 bytes at two ranks where reducing the whole chunk moves 5, and the ranks
-    // share the reduction instead of each doing all of it.
-    const size_t per = RoundUp((len + n - 1) / n, kAlign / sizeof(float));
+    // share the reduction instead of each doing all of it. A rank that finds a non-finite value
+    // in its part records it in the segment and still arrives at the second barrier, past which
+    // every rank reports it alike.
+    constexpr size_t kLine = kShmAlign / sizeof(float);
+    const size_t per = ((len + n - 1) / n + kLine - 1) / kLine * kLine;
     const size_t begin = std::min(len, per * static_cast<size_t>(self));
     const size_t end = std::min(len, begin + per);
     float* const slot = Slot(self, step);
@@ -365,13 +307,18 @@ absl::Status ShmCommunicator::AllReduce(float* data, size_t count, ReduceOp op) 
       const size_t m = std::min(kBlock, end - b);
       for (int r = 0; r < n; ++r) slots[r] = r == self ? mine + b : Slot(r, step) + b;
       ReduceSlots(slots, Result() + b, m, op);
+      if (non_finite(Result() + b, m)) {
+        Record(culprit, off + b + at, value);
+        break;
+      }
       std::memcpy(mine + b, Result() + b, m * sizeof(float));
     }
     RETURN_IF_ERROR(Arrive("all-reduce", options_.timeout));
+    if (absl::Status recorded = Recorded(); !recorded.ok()) return Break(recorded);
     if (begin > 0) std::memcpy(mine, Result(), begin * sizeof(float));
     if (end < len) std::memcpy(mine + end, Result() + end, (len - end) * sizeof(float));
   }
-  return absl::OkStatus();
+  return Intact();
 }
 
 absl::Status ShmCommunicator::Broadcast(float* data, size_t count, int root) {
@@ -387,7 +334,7 @@ absl::Status ShmCommunicator::Broadcast(float* data, size_t count, int root) {
     RETURN_IF_ERROR(Arrive("broadcast", options_.timeout));
     if (options_.rank != root) std::memcpy(data + off, Slot(root, step), len * sizeof(float));
   }
-  return absl::OkStatus();
+  return Intact();
 }
 
 absl::Status ShmCommunicator::Barrier() {

@@ -14,6 +14,13 @@
 // the segment; it notices a stop request, a peer that left (stopped, failed) or whose process
 // ended (killed too: each rank holds a lock on the segment's file that the kernel drops), and
 // the collective timeout.
+// The segment is this user's to write for any of its processes, so nothing read from it is
+// trusted: the layout comes from the rendezvous (worker/collective/shm_layout.h), the header is
+// checked against it at the start of every collective, a segment truncated under the ranks is an
+// error rather than SIGBUS (worker/collective/shm_fault_guard.h), and a reduction that reads a
+// NaN or infinity from a rank fails on every rank alike, naming that rank and the element. The
+// segment's name goes once every rank has mapped it, so the kernel frees it with the last rank;
+// what ranks killed during a rendezvous leave is swept by the next (worker/collective/shm_file.h).
 // While the communicator lives, each rank's calling thread keeps off the other ranks' CPUs
 // where they may all use the same ones (worker/collective/cpu_binding.h).
 #pragma once
@@ -31,6 +38,8 @@
 #include "worker/collective/communicator.h"
 #include "worker/collective/cpu_binding.h"
 #include "worker/collective/rendezvous.h"
+#include "worker/collective/shm_fault_guard.h"
+#include "worker/collective/shm_layout.h"
 
 namespace kubetrain::worker {
 
@@ -54,7 +63,7 @@ struct ShmOptions {
 class ShmCommunicator final : public Communicator {
  public:
   // The most ranks one segment serves; a larger group uses Gloo.
-  static constexpr int kMaxRanks = 64;
+  static constexpr int kMaxRanks = kShmMaxRanks;
   // Chunks of up to kWholeChunkBytes among up to kWholeChunkRanks ranks are reduced whole by
   // every rank (one barrier); the rest are shared out (two barriers, less copying and reading).
   // Two ranks on two cores (`allreduce_bench --communicator=shm`): whole chunks are faster up
@@ -65,7 +74,9 @@ class ShmCommunicator final : public Communicator {
 
   // Collective: every rank calls it with the same store (keys under "shm/"). Returns nullptr,
   // on every rank alike, when the ranks do not all share this host's shared memory (another
-  // host, a pod of its own, /dev/shm too small): use another communicator then.
+  // host, a pod of its own, /dev/shm full: logged with what to do): use another communicator
+  // then. DATA_LOSS on every rank when a rank finds the segment other than agreed (its header
+  // or its size): another process wrote into it.
   static absl::StatusOr<std::unique_ptr<ShmCommunicator>> TryCreate(KeyValueStore& store,
                                                                     const ShmOptions& options);
   ~ShmCommunicator() override;
@@ -79,15 +90,27 @@ class ShmCommunicator final : public Communicator {
   absl::Status Barrier() override;
   absl::Status Close() override;
 
-  struct Segment;  // the shared layout (shm_communicator.cc)
+  using Segment = ShmSegment;  // the shared layout (worker/collective/shm_layout.h)
 
  private:
-  ShmCommunicator(const ShmOptions& options, Segment* segment, size_t mapped_bytes, int fd);
+  ShmCommunicator(const ShmOptions& options, const ShmRendezvous& said, std::string path,
+                  Segment* segment, int fd, ShmFaultGuard guard);
 
   // Waits until every rank has arrived, ending a step; `timeout` bounds it. Any failure breaks
   // the communicator: this rank's arrival cannot be taken back, so later calls fail at once.
   absl::Status Arrive(absl::string_view what, absl::Duration timeout);
-  absl::Status Usable() const;
+  // Whether the communicator may be used: not closed, not broken, the segment as agreed.
+  absl::Status Usable();
+  // Breaks the communicator with `failure` (DATA_LOSS) when the segment shrank under this rank
+  // since the last look: what was read from it since is this process's zeros.
+  absl::Status Intact();
+  // Breaks the communicator with `failure` and leaves; returns it.
+  absl::Status Break(absl::Status failure);
+  // Records `value`, not finite, found in `culprit`'s data at `element`, for every rank to
+  // report alike (the first record stays).
+  void Record(uint32_t culprit, uint64_t element, float value);
+  // The failure a rank recorded, as an error; OK when none.
+  absl::Status Recorded() const;
   // Says this rank has gone, so peers waiting for it fail at once.
   void Leave();
   // Whether `rank`'s process has ended (its lock on the segment's file is gone).
@@ -97,9 +120,11 @@ class ShmCommunicator final : public Communicator {
   float* Result() const;
 
   ShmOptions options_;
+  ShmRendezvous said_;  // the segment's name and nonce and the agreed layout
+  std::string path_;    // where the segment was, for messages
   Segment* segment_;
-  size_t mapped_bytes_;
   int fd_;  // the segment's file, kept open for this rank's lock on it
+  ShmFaultGuard guard_;
   size_t chunk_floats_;
   uint64_t step_ = 0;                // barriers passed: the same count on every rank
   std::vector<const float*> slots_;  // AllReduce's view of every rank's slot, made once
