@@ -84,8 +84,11 @@ std::string Shown(const std::vector<std::string>& parts) {
   return absl::StrCat("/", absl::StrJoin(parts, "/"));
 }
 
-// A directory on the way to the checkpoint directory: only this user or root may own it, and
-// only with the sticky bit may others write it (they can then add entries but not move ours).
+// A directory on the way to the checkpoint directory: only this user or root may own it. One
+// that its group or others may write without the sticky bit (a Kubernetes emptyDir is 0777, an
+// fsGroup volume 2775) is taken with a warning: they could move the checkpoint directory away
+// (losing its checkpoints for the next run), but not put a checkpoint of theirs in it, since the
+// directory itself must be this user's and is used through the descriptor opened here.
 absl::Status CheckAbove(const std::string& dir, const std::string& shown, const struct stat& st,
                         uid_t uid) {
   if (st.st_uid != uid && st.st_uid != 0) {
@@ -96,12 +99,11 @@ absl::Status CheckAbove(const std::string& dir, const std::string& shown, const 
         "--checkpoint-dir to a folder whose parents only you and root can change"));
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint directory ", dir, ": the folder ", shown, " above it (owned by ",
-        UserName(st.st_uid), ", mode ", ModeBits(st.st_mode),
-        ") is writable by its group or others without the sticky bit, so they could put a "
-        "directory of theirs or a symlink in the checkpoint directory's place; run `chmod go-w ",
-        shown, "` (or `chmod +t`), or set --checkpoint-dir to a folder elsewhere"));
+    log::Warn("A folder above the checkpoint directory is writable by its group or others",
+              {{"dir", dir},
+               {"folder", shown},
+               {"mode", ModeBits(st.st_mode)},
+               {"risk", "they could move the checkpoints away; chmod go-w (or +t) the folder"}});
   }
   return absl::OkStatus();
 }

@@ -7,9 +7,12 @@
 //  - one not owned by this process's effective user, or writable by its group or by others
 //    (sticky or not: whoever can create a file in it can plant a checkpoint for the run to
 //    restore);
-//  - a directory above it that neither this user nor root owns, or that its group or others may
-//    write without the sticky bit (/tmp has it): they could move the checkpoint directory away
-//    and put one of theirs, or a symlink, in its place. A symlink above it is followed when this
+//  - a directory above it that neither this user nor root owns: they could move the checkpoint
+//    directory away and put one of theirs, or a symlink, in its place. One above it that its
+//    group or others may write without the sticky bit (a pod's emptyDir, an fsGroup volume) is
+//    taken with a warning: the directory itself must still be this user's, and it is used
+//    through its descriptor, so they could move it away but not plant a checkpoint in it. A
+//    symlink above it is followed when this
 //    user or root owns it (the kernel's protected_symlinks rule), so a folder reached through a
 //    link of one's own still works;
 //  - a directory another live run holds (see below);

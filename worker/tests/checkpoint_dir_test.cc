@@ -121,6 +121,18 @@ TEST(CheckpointDir, RefusesADirectoryOthersCanWrite) {
   fs::remove_all(dir);
 }
 
+// A pod's emptyDir is 0777 and an fsGroup volume 2775: a checkpoint directory the chief makes
+// inside one is its own and private, so the run goes ahead.
+TEST(CheckpointDir, ANewDirectoryInsideAVolumeOthersCanWriteIsUsed) {
+  const std::string volume = FreshTempDir("ckpt_dir_volume");
+  fs::create_directories(volume);
+  ASSERT_EQ(chmod(volume.c_str(), 0777), 0);
+  auto saved = Checkpointer({volume + "/checkpoints", 3}).Save(SmallState(1), "mlp");
+  EXPECT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(ModeOf(volume + "/checkpoints"), 0700u);
+  fs::remove_all(volume);
+}
+
 TEST(CheckpointDir, RefusesASymlinkAndWritesNothingWhereItPoints) {
   const std::string base = FreshTempDir("ckpt_dir_symlink");
   fs::create_directories(base + "/elsewhere");
