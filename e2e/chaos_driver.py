@@ -11,8 +11,14 @@ job's clean run (1 point of the range of two clean runs for ps-async, which is n
 run to run: ACCURACY_SLACK); the chief's final checkpoint is on disk; nothing is left after
 deletion.
 
+With FULL_DISK_DIR set (a small file system of its own, which chaos_e2e.sh mounts), a ps-sync
+job checkpoints onto it while this driver fills it mid-run and frees it again: the chief warns
+once, leaves no partial checkpoint file, writes checkpoints again and finishes.
+
 Usage: chaos_driver.py KUBECTL BIN_DIR WORK_DIR KUBECONFIG
 """
+
+import errno
 
 import json
 import os
@@ -327,8 +333,93 @@ def chaos(clean_accuracy):
     op.stop()
 
 
+# ---------------------------------------------------------------- a full checkpoint disk
+FULL_DISK_DEADLINE_S = 240
+FAILING = ("Checkpoint failed; training goes on", "Checkpoint writes are failing again")
+
+
+def fill(path):
+    """Writes `path` until its file system is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for chunk in (b"\0" * (1 << 20), b"\0" * 4096):
+            while True:
+                try:
+                    os.write(fd, chunk)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    break
+    finally:
+        os.close(fd)
+
+
+def full_disk(mount):
+    ckpt = os.path.join(mount, "checkpoints")
+    path = os.path.join(WORK, "disk-chaos-disk.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(manifest("chaos-disk", "deploy/examples/fashion-mnist.yaml", "ps-sync", ckpt),
+                       f)
+    lines = []
+    proc = subprocess.Popen([os.path.join(BIN, "kubetrain"), "run", path], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    started = time.time()
+
+    def count(*texts):
+        return sum(1 for line in list(lines) if any(t in line for t in texts))
+
+    def wait_for(what, *texts, at_least=1):
+        while count(*texts) < at_least:
+            if proc.poll() is not None or time.time() - started > FULL_DISK_DEADLINE_S:
+                raise RuntimeError(f"no {what} (exit {proc.poll()})")
+            time.sleep(0.1)
+
+    filler = os.path.join(mount, "filler")
+    try:
+        # Step 0's checkpoint and a periodic one, then the disk fills.
+        wait_for("periodic checkpoint", 'msg="Saved checkpoint"', at_least=2)
+        fill(filler)
+        log(f"full disk: filled {mount} at {time.time() - started:.0f} s")
+        wait_for("warning", *FAILING)
+        time.sleep(3)  # a few retries' worth: they back off from 1 s
+        partial = [n for n in os.listdir(ckpt) if n.endswith(".tmp")]
+        if len(partial) > 1:
+            fail(f"full disk: {len(partial)} partial files while the disk is full: {partial}")
+        os.remove(filler)
+        log(f"full disk: freed {mount} at {time.time() - started:.0f} s")
+        wait_for("'Checkpoints written again'", "Checkpoints written again")
+        proc.wait(timeout=max(1, FULL_DISK_DEADLINE_S - (time.time() - started)))
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        fail(f"full disk: {e}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if os.path.exists(filler):
+            os.remove(filler)
+        reader.join(timeout=10)
+    if failures:
+        print("".join(lines[-60:]))
+        return
+    s = summary_of("".join(lines))
+    if proc.returncode != 0 or s is None:
+        fail(f"full disk: the job ended with exit {proc.returncode}, summary {s}")
+    elif not os.path.isfile(s.get("checkpoint", "")):
+        fail(f"full disk: the final checkpoint {s.get('checkpoint')!r} is not on disk")
+    if count(*FAILING) != 1:
+        fail(f"full disk: {count(*FAILING)} warnings of failing checkpoints, not one")
+    partial = [n for n in os.listdir(ckpt) if n.endswith(".tmp")]
+    if partial:
+        fail(f"full disk: partial files left: {partial}")
+    log(f"full disk: one warning, written again, finished in {time.time() - started:.0f} s")
+
+
 def main():
     log(f"seed {SEED} (CHAOS_SEED={SEED} repeats this run's choices)")
+    if os.environ.get("FULL_DISK_DIR"):
+        full_disk(os.environ["FULL_DISK_DIR"])
     clean = clean_runs()
     chaos(clean)
     if failures:

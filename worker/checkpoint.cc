@@ -1,11 +1,8 @@
 #include "worker/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -91,6 +88,17 @@ std::string Frame(const std::string& payload) {
 // The payload of a checkpoint file, its checksum verified. Files of the older format carry no
 // checksum: they are read as they are, with a warning.
 absl::StatusOr<absl::string_view> Unframe(absl::string_view data, const std::string& path) {
+  // A bare payload may be empty too, but no checkpoint of a model is: an empty file is one whose
+  // writing never began (a disk that was full, a run killed at that moment).
+  if (data.empty()) {
+    return absl::DataLossError(
+        absl::StrCat(path,
+                     " is empty (0 bytes): its writing was cut short (a full disk, a killed run); "
+                     "delete it to resume from an earlier checkpoint"));
+  }
+  if (data.size() < kCheckpointMagic.size() && absl::StartsWith(kCheckpointMagic, data)) {
+    return absl::DataLossError(absl::StrCat(path, " is truncated: ", data.size(), " bytes"));
+  }
   if (!absl::StartsWith(data, kCheckpointMagic)) {
     log::Warn("Checkpoint has no checksum (older format); reading it unverified", {{"file", path}});
     return data;
@@ -109,42 +117,6 @@ absl::StatusOr<absl::string_view> Unframe(absl::string_view data, const std::str
     return absl::DataLossError(absl::StrCat(path, " is corrupt: checksum mismatch"));
   }
   return payload;
-}
-
-// Writes `data` to `path` atomically: temporary file, fsync, rename, fsync of the directory.
-absl::Status WriteAtomically(const fs::path& path, const std::string& data) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", tmp.string(), ": ", std::strerror(errno)));
-  }
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return absl::UnavailableError(
-          absl::StrCat("writing ", tmp.string(), ": ", std::strerror(err)));
-    }
-    done += n;
-  }
-  bool synced = fsync(fd) == 0;
-  close(fd);
-  if (!synced) return absl::UnavailableError(absl::StrCat("fsync ", tmp.string(), " failed"));
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec)
-    return absl::UnavailableError(absl::StrCat("rename to ", path.string(), ": ", ec.message()));
-  int dir = open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    fsync(dir);
-    close(dir);
-  }
-  return absl::OkStatus();
 }
 
 // Reads a regular file of at most `max_bytes` (a FIFO or device would block or never end).
@@ -401,31 +373,24 @@ absl::StatusOr<std::string> Checkpointer::Save(const ps::ModelState& state,
         absl::StrCat("not checkpointing step ", state.global_step, ": ", bad,
                      "; training has diverged (try a lower --lr)"));
   }
-  fs::path dir(options_.dir);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create checkpoint directory ", dir.string(), ": ", ec.message()));
-  }
+  ASSIGN_OR_RETURN(const CheckpointDir* dir, Dir());
   // Never over another run's file: a later run starting at a step an earlier one reached gets
   // a name of its own.
   std::string name = absl::StrCat("ckpt-", state.global_step, ".pb");
-  for (int n = 1; !written_.contains(name) && fs::exists(dir / name, ec); ++n) {
+  for (int n = 1; !written_.contains(name) && dir->Exists(name); ++n) {
     if (n > kMaxNameSuffix) {
       return absl::FailedPreconditionError(
-          absl::StrCat(dir.string(), " already holds ", kMaxNameSuffix, " checkpoints of step ",
+          absl::StrCat(dir->path(), " already holds ", kMaxNameSuffix, " checkpoints of step ",
                        state.global_step, "; use another --checkpoint-dir"));
     }
     name = absl::StrCat("ckpt-", state.global_step, ".", n, ".pb");
   }
   std::string data;
   ToCheckpoint(state, model).SerializeToString(&data);
-  RETURN_IF_ERROR(WriteAtomically(dir / name, Frame(data)));
-  written_.insert(name);
+  RETURN_IF_ERROR(dir->WriteAtomically(name, Frame(data)));
 
   json all = json::array();
-  absl::StatusOr<json> manifest = ReadManifest(dir);
+  absl::StatusOr<json> manifest = ReadManifest(dir->path());
   if (manifest.ok()) {
     for (const json& entry : (*manifest)["all"]) {
       if (entry.is_string() && IsCheckpointName(entry.get<std::string>()) && entry != name) {
@@ -435,19 +400,42 @@ absl::StatusOr<std::string> Checkpointer::Save(const ps::ModelState& state,
   } else if (!absl::IsNotFound(manifest.status())) {
     // The checkpoints it listed are kept rather than rotated: nothing says which are whose.
     log::Warn("Replacing an unreadable checkpoint manifest; the checkpoints it listed are kept",
-              {{"file", (dir / kManifest).string()}, {"error", manifest.status()}});
+              {{"file", dir->PathOf(kManifest)}, {"error", manifest.status()}});
   }
   all.push_back(name);
+  std::vector<std::string> dropped;
   while (static_cast<int>(all.size()) > std::max(options_.keep, 1)) {
-    fs::remove(dir / all.front().get<std::string>(), ec);
+    dropped.push_back(all.front().get<std::string>());
     all.erase(all.begin());
   }
-  RETURN_IF_ERROR(WriteAtomically(dir / kManifest, json{{"latest", name}, {"all", all}}.dump(2)));
-  return (dir / name).string();
+  // The manifest before any deletion: when it cannot be written, the directory stays as it was
+  // (the new file, which nothing lists, goes too; a file this Checkpointer wrote before and now
+  // rewrote keeps its new contents, as valid as the old).
+  if (absl::Status s =
+          dir->WriteAtomically(kManifest, json{{"latest", name}, {"all", all}}.dump(2));
+      !s.ok()) {
+    if (!written_.contains(name)) dir->Remove(name);
+    return s;
+  }
+  written_.insert(name);
+  for (const std::string& old : dropped) dir->Remove(old);
+  return dir->PathOf(name);
+}
+
+absl::Status Checkpointer::Open() const { return Dir().status(); }
+
+absl::StatusOr<const CheckpointDir*> Checkpointer::Dir() const {
+  std::lock_guard<std::mutex> lock(dir_mu_);
+  if (dir_ == nullptr) {
+    ASSIGN_OR_RETURN(dir_, CheckpointDir::Open(options_.dir, options_.job));
+  }
+  return dir_.get();
 }
 
 absl::StatusOr<std::optional<ps::ModelState>> Checkpointer::LoadLatest(
     const CheckpointExpectation& expected, std::string* path) const {
+  // Nothing is read from a directory that another user could have planted a checkpoint in.
+  RETURN_IF_ERROR(Open());
   const fs::path dir(options_.dir);
   const std::string manifest_path = (dir / kManifest).string();
   absl::StatusOr<json> manifest = ReadManifest(dir);

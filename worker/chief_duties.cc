@@ -2,6 +2,7 @@
 // JSON line; see worker/chief_duties.h.
 #include "worker/chief_duties.h"
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <thread>
@@ -114,7 +115,8 @@ ChiefDuties::ChiefDuties(const TrainerOptions& options, Model& model, GradientEx
       metrics_(metrics),
       start_(start),
       checkpointer_({options.checkpoint_dir, options.keep_checkpoints}),
-      progress_(options.log_every, metrics) {
+      progress_(options.log_every, metrics),
+      retry_(CheckpointRetry::For(options.checkpoint_every)) {
   // The training chief's evaluations each epoch, in the ps modes, where the workers' waits for
   // the ps leave CPU time idle; all-reduce ranks keep their CPUs busy, and an evaluation beside
   // the chief's training slows the step every rank waits for. Only where the device's memory is
@@ -135,6 +137,14 @@ ChiefDuties::ChiefDuties(const TrainerOptions& options, Model& model, GradientEx
 ChiefDuties::~ChiefDuties() { background_.reset(); }
 
 // ---- checkpoints ----------------------------------------------------------------------------
+
+CheckpointRetry CheckpointRetry::For(absl::Duration every) {
+  CheckpointRetry r;
+  r.first_retry = std::clamp(every, absl::Seconds(1), absl::Minutes(1));
+  r.max_retry = std::max(r.first_retry, absl::Minutes(5));
+  r.give_up_after = std::max(absl::Minutes(10), 3 * every);
+  return r;
+}
 
 CheckpointExpectation ChiefDuties::Expected() const {
   CheckpointExpectation expected{options_.model, exchange_.last_global_step(), {}};
@@ -162,7 +172,8 @@ absl::Status ChiefDuties::SaveInitialCheckpoint(const ps::ModelState& state) {
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   ForgetReadAtStart();
   ASSIGN_OR_RETURN(last_checkpoint_, checkpointer_.Save(state, options_.model));
-  last_checkpoint_time_ = absl::Now();
+  last_checkpoint_step_ = state.global_step;
+  next_checkpoint_ = retry_.clock->Now() + options_.checkpoint_every;
   return absl::OkStatus();
 }
 
@@ -175,9 +186,59 @@ absl::Status ChiefDuties::SaveCheckpoint() {
 absl::Status ChiefDuties::Save(const ps::ModelState& state) {
   ForgetReadAtStart();
   ASSIGN_OR_RETURN(last_checkpoint_, checkpointer_.Save(state, options_.model));
-  last_checkpoint_time_ = absl::Now();
+  last_checkpoint_step_ = state.global_step;
+  const absl::Time now = retry_.clock->Now();
+  next_checkpoint_ = now + options_.checkpoint_every;
   log::Info("Saved checkpoint", {{"path", last_checkpoint_}, {"global_step", state.global_step}});
+  if (failed_attempts_ > 0) {
+    log::Info("Checkpoints written again", {{"path", last_checkpoint_},
+                                            {"failed_attempts", failed_attempts_},
+                                            {"failed_for", now - failing_since_}});
+    failed_attempts_ = 0;
+  }
   return absl::OkStatus();
+}
+
+absl::Status ChiefDuties::MaybeCheckpoint() {
+  if (retry_.clock->Now() < next_checkpoint_) return absl::OkStatus();
+  absl::Status s = SaveCheckpoint();
+  return s.ok() ? s : CheckpointFailed(s);
+}
+
+absl::Status ChiefDuties::CheckpointFailed(const absl::Status& error) {
+  const absl::Time now = retry_.clock->Now();
+  if (failed_attempts_ == 0) {
+    failing_since_ = now;
+    failing_since_step_ = exchange_.global_step();
+    retry_delay_ = retry_.first_retry;
+    log::Warn(ever_failed_ ? "Checkpoint writes are failing again; training goes on"
+                           : "Checkpoint failed; training goes on",
+              {{"error", error},
+               {"retry_in", retry_delay_},
+               {"last_checkpoint", last_checkpoint_},
+               {"stop_after", retry_.give_up_after}});
+    ever_failed_ = true;
+  } else {
+    retry_delay_ = std::min(2 * retry_delay_, retry_.max_retry);
+    log::Debug("Checkpoint failed again",
+               {{"error", error}, {"attempts", failed_attempts_ + 1}, {"retry_in", retry_delay_}});
+  }
+  ++failed_attempts_;
+  next_checkpoint_ = now + retry_delay_;
+  if (failed_attempts_ < retry_.min_attempts || now - failing_since_ < retry_.give_up_after) {
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "checkpoints have failed for ", absl::FormatDuration(now - failing_since_), " (",
+      failed_attempts_, " attempts since global step ", failing_since_step_, "): ", error.message(),
+      ". Stopping rather than training on with nothing to resume from; ",
+      last_checkpoint_.empty()
+          ? std::string("no checkpoint was written")
+          : absl::StrCat("the last checkpoint written is ", last_checkpoint_, " (global step ",
+                         last_checkpoint_step_, "), where a restarted run resumes"),
+      ". Free space in (or make writable) ", options_.checkpoint_dir,
+      ", or set another "
+      "--checkpoint-dir"));
 }
 
 // ---- training -------------------------------------------------------------------------------
@@ -186,18 +247,15 @@ void ChiefDuties::StartTraining() {
   progress_.Start(exchange_.global_step());
   // "Every --checkpoint-every" counts from here: a resumed run has just read (or a new one
   // written) the checkpoint it starts from, so none is due at its first step.
-  last_checkpoint_time_ = absl::Now();
+  next_checkpoint_ = retry_.clock->Now() + options_.checkpoint_every;
 }
 
 absl::Status ChiefDuties::AfterStep(int64_t pos, int64_t epoch_before, float loss) {
   const int64_t epoch = pos / steps_per_epoch_;
   progress_.MaybeLog(exchange_.global_step(), epoch, loss, exchange_.examples_per_step());
   if (epoch > epoch_before && !exchange_.Done(pos)) RETURN_IF_ERROR(EvaluateEpoch(epoch));
-  if (absl::Now() - last_checkpoint_time_ >= options_.checkpoint_every) {
-    absl::Status s = SaveCheckpoint();
-    if (!s.ok()) log::Warn("Checkpoint failed; training goes on", {{"error", s}});
-  }
-  return absl::OkStatus();
+  if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+  return MaybeCheckpoint();
 }
 
 absl::Status ChiefDuties::Evaluate(std::optional<int64_t> epoch) {
@@ -285,7 +343,13 @@ absl::StatusOr<TrainingSummary> ChiefDuties::Finish() {
   // pushes land between two reads of the ps, and a summary evaluated on its own read would
   // describe values (and a step) that no checkpoint holds.
   ASSIGN_OR_RETURN(ps::ModelState state, exchange_.Export(), "final checkpoint");
-  RETURN_IF_ERROR(Save(state), "final checkpoint");
+  if (absl::Status s = Save(state); !s.ok()) {
+    return Annotate(
+        s, last_checkpoint_.empty()
+               ? "final checkpoint"
+               : absl::StrCat("final checkpoint (the last one written is ", last_checkpoint_,
+                              ", global step ", last_checkpoint_step_, ")"));
+  }
   if (together) {
     Record(*together, state.global_step, options_.epochs);
   } else {
@@ -311,6 +375,7 @@ absl::StatusOr<std::optional<TrainingSummary>> ChiefDuties::FinishFromFinalCheck
             {{"path", path}, {"global_step", state->global_step}});
   RETURN_IF_ERROR(EvaluateState(*state, path, options_.epochs));
   last_checkpoint_ = path;
+  last_checkpoint_step_ = state->global_step;
   exchange_.ShutDown();  // the ps, if they outlived the chief that trained, end with the job
   // No examples per second: this task trained nothing.
   return Completed(SummaryAt(state->global_step, 0));

@@ -5,6 +5,11 @@
 // "Training complete" line and the TrainingSummary whose JSON the chief prints last). An
 // evaluator task uses it for its evaluations and summary only.
 //
+// Failing checkpoints (a full disk, a file-size limit, a folder made read-only) do not stop the
+// training at once: the chief warns once, trains on and retries after doubling intervals, and
+// logs again only when that changes ("Checkpoints written again", "Checkpoint writes are failing
+// again"). Writes that keep failing stop it with an error (CheckpointRetry says when).
+//
 // It borrows the model, the gradient exchange (for the state a checkpoint holds), the test set
 // and the metrics. Called from the training thread, except LatestCheckpoint, which the ps
 // chief's watch thread calls too. In the ps modes on a device whose memory is host memory (the
@@ -21,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "ps/client.h"
 #include "worker/checkpoint.h"
 #include "worker/data/dataset.h"
@@ -36,6 +42,24 @@ namespace kubetrain::worker {
 // returns; the chief's adds the test results and its last checkpoint.
 TrainingSummary RunSummary(const TrainerOptions& options, int64_t steps, int examples_per_step,
                            absl::Time start);
+
+// When a chief retries failed periodic checkpoints, and when it gives up. Giving up ends the
+// run with an error rather than training on: every step trained meanwhile is lost to a restart,
+// and the final checkpoint, the run's result, would most likely fail as well, after all the
+// training. A restarted chief resumes from the last checkpoint written, and refuses to start
+// while its directory cannot be written (CheckpointDir::Open).
+struct CheckpointRetry {
+  absl::Duration first_retry;    // after the first failure; then doubling
+  absl::Duration max_retry;      // where the doubling stops
+  absl::Duration give_up_after;  // failing this long (and min_attempts times): an error
+  int min_attempts = 3;
+  const Clock* clock = &Clock::Real();
+
+  // For checkpoints every `every`: the first retry after `every` (within 1 s..1 min), doubling
+  // up to 5 min; giving up after 10 min or 3 x `every`, whichever is longer, so that a disk
+  // someone frees within minutes costs no restart.
+  static CheckpointRetry For(absl::Duration every);
+};
 
 class ChiefDuties {
  public:
@@ -68,7 +92,8 @@ class ChiefDuties {
   // step's loss was `loss`. Logs progress; evaluates when an epoch ended before the last (in the
   // background where it can: the previous one's failure, if any, is returned here; or reports
   // the evaluation the ranks made together, GradientExchange::shared_evaluation); writes a
-  // checkpoint when one is due (a failed one is logged, and training goes on).
+  // checkpoint when one is due (a failed one is retried, CheckpointRetry; one failing for too
+  // long is the error returned).
   absl::Status AfterStep(int64_t pos, int64_t epoch_before, float loss);
   // Evaluates the exchange's parameters on the test set and logs the `evaluation` line (with
   // `epoch`, where known), after any epoch's evaluation still running.
@@ -87,6 +112,9 @@ class ChiefDuties {
   // nullopt: there is training left (the checkpoint read is kept for LatestCheckpoint), or no
   // checkpoint.
   absl::StatusOr<std::optional<TrainingSummary>> FinishFromFinalCheckpoint();
+
+  // Replaces the retry policy CheckpointRetry::For(--checkpoint-every).
+  void set_checkpoint_retry(const CheckpointRetry& retry) { retry_ = retry; }
 
   // The summary so far: global step, test results, last checkpoint.
   TrainingSummary Summary() const;
@@ -109,6 +137,12 @@ class ChiefDuties {
   CheckpointExpectation Expected() const;
   // Writes `state` as the newest checkpoint.
   absl::Status Save(const ps::ModelState& state);
+  // The periodic checkpoint, if due; its failure is retried (CheckpointRetry), and is returned
+  // only when it is time to give up.
+  absl::Status MaybeCheckpoint();
+  // Records a failed checkpoint (warning when checkpoints were written until now); the error to
+  // stop with once they have failed for too long, else OK.
+  absl::Status CheckpointFailed(const absl::Status& error);
   // Writes `state`'s values (from `source`, named in errors) into the model, evaluates them on
   // the test set and logs the `evaluation` line at the state's global step.
   absl::Status EvaluateState(const ps::ModelState& state, const std::string& source,
@@ -136,7 +170,16 @@ class ChiefDuties {
   // The training chief's, on a host-memory device; null otherwise.
   std::unique_ptr<BackgroundEvaluation> background_;
   std::string last_checkpoint_;  // path of the last checkpoint written
-  absl::Time last_checkpoint_time_ = absl::InfinitePast();
+  int64_t last_checkpoint_step_ = -1;
+
+  // The training thread's: when the next periodic checkpoint is due, and its failures.
+  CheckpointRetry retry_;
+  absl::Time next_checkpoint_ = absl::InfinitePast();
+  absl::Duration retry_delay_;  // the wait after the latest failure
+  absl::Time failing_since_;    // the first failure of the current run of them
+  int failed_attempts_ = 0;     // in the current run of failures; 0: writing works
+  int64_t failing_since_step_ = 0;
+  bool ever_failed_ = false;
 };
 
 }  // namespace kubetrain::worker

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "common/status.h"
 #include "common/stop_signal.h"
 #include "operator/api/tf_config.h"
+#include "worker/checkpoint_dir.h"
 #include "worker/collective/coordinator.h"
 #include "worker/collective/elastic_group.h"
 #include "worker/collective/gloo_communicator.h"
@@ -91,7 +93,8 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("seed", &t.seed, "seed of initialisation and shuffling (same on every task)");
   f.Add("data-dir", &o.data_dir, "Fashion-MNIST IDX files (.gz)", "KUBETRAIN_DATA_DIR");
   f.Add("checkpoint-dir", &t.checkpoint_dir,
-        "chief: where checkpoints go (default $TMPDIR/kubetrain/<job>/checkpoints)",
+        "chief: where checkpoints go, a folder of this user's (default "
+        "$TMPDIR/kubetrain-<uid>/<job>/checkpoints)",
         "KUBETRAIN_CHECKPOINT_DIR");
   f.Add("checkpoint-every", &t.checkpoint_every, "chief: time between checkpoints");
   f.Add("keep-checkpoints", &t.keep_checkpoints, "chief: checkpoints kept");
@@ -464,9 +467,10 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
     RETURN_IF_ERROR(CommunicatorFor(o.communicator, *device).status());
   }
   if (id.role == Role::kChief && o.trainer.checkpoint_dir.empty()) {
+    // A folder per user: one user's would refuse another's (worker/checkpoint_dir.h).
     const char* tmp = std::getenv("TMPDIR");
     o.trainer.checkpoint_dir =
-        absl::StrCat(tmp ? tmp : "/tmp", "/kubetrain/", o.job_name, "/checkpoints");
+        absl::StrCat(tmp ? tmp : "/tmp", "/kubetrain-", geteuid(), "/", o.job_name, "/checkpoints");
   }
   log::Info("Starting kubetrain-worker", {{"role", RoleName(id.role)},
                                           {"rank", id.rank},
@@ -474,6 +478,12 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
                                           {"ps", absl::StrJoin(id.ps_addresses, ",")},
                                           {"model", o.trainer.model},
                                           {"mode", o.mode}});
+  // The chief's checkpoint directory, checked, made private, probed and locked before the data
+  // loads, and held (locked) until the process ends; its Checkpointer shares it.
+  std::shared_ptr<CheckpointDir> checkpoint_dir;
+  if (id.role == Role::kChief) {
+    ASSIGN_OR_RETURN(checkpoint_dir, CheckpointDir::Open(o.trainer.checkpoint_dir, o.job_name));
+  }
   absl::StatusOr<FashionMnist> data = LoadFashionMnist(o.data_dir, &g_stop);
   if (g_stop.load()) {
     log::Info("Stopped by signal while loading the data");

@@ -203,6 +203,19 @@ TEST(Checkpointer, ReadsOlderFilesWithoutAChecksum) {
   EXPECT_EQ((*latest)->variables[0].values, (std::vector<float>{1.5f, -2.0f, 7.0f}));
 }
 
+// What a disk that was full (or a run killed) as the file was created leaves: said as it is,
+// not read as an older format's checkpoint of a model named "".
+TEST(Checkpointer, AnEmptyCheckpointIsDataLossSayingItIsEmpty) {
+  std::string dir = FreshTempDir("ckpt_empty_file");
+  fs::create_directories(dir);
+  WriteAll(dir + "/ckpt-7.pb", "");
+  WriteAll(dir + "/checkpoint.json", R"({"latest": "ckpt-7.pb", "all": ["ckpt-7.pb"]})");
+  auto latest = Checkpointer({dir, 2}).LoadLatest(Expect());
+  EXPECT_THAT(latest, StatusIs(absl::StatusCode::kDataLoss,
+                               AllOf(HasSubstr(dir + "/ckpt-7.pb is empty (0 bytes): "),
+                                     HasSubstr("delete it to resume from an earlier checkpoint"))));
+}
+
 TEST(Checkpointer, RefusesNonFiniteValuesNamingTheFile) {
   std::string dir = FreshTempDir("ckpt_nan");
   fs::create_directories(dir);

@@ -3,6 +3,7 @@
 // a chief resuming from a checkpoint writes no checkpoint at its first step.
 #include "worker/chief_duties.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/testing/status_matchers.h"
@@ -20,6 +22,7 @@
 #include "worker/cpu/cpu_device.h"
 #include "worker/models.h"
 #include "worker/tests/fashion_mnist_fixture.h"
+#include "worker/tests/file_size_limit.h"
 #include "worker/tests/random_images.h"
 #include "worker/trainer.h"
 
@@ -28,6 +31,10 @@ namespace {
 
 using ::kubetrain::testing::FreshTempDir;
 using ::kubetrain::testing::IsOk;
+using ::kubetrain::testing::StatusIs;
+using ::kubetrain::worker::testing::FileSizeLimit;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 // A strategy whose step and answers the test sets, recording what ChiefDuties asks of it.
 class ScriptedExchange : public GradientExchange {
@@ -235,6 +242,91 @@ TEST_F(ChiefDutiesTest, ACheckpointIsWrittenWhenThePeriodHasPassed) {
   ASSERT_THAT(RunSteps(duties, exchange), IsOk());
   EXPECT_EQ(std::count(exchange.calls.begin(), exchange.calls.end(), "export"), 20);
   EXPECT_EQ(duties.Summary().checkpoint, options_.checkpoint_dir + "/ckpt-20.pb");
+}
+
+// Checkpoints that fail (over a file-size limit here, as on a full disk or in a folder made
+// read-only): one warning, retries after doubling intervals, no partial file left, one line when
+// they are written again and one when they fail again.
+TEST_F(ChiefDutiesTest, FailingCheckpointsWarnOnceBackOffAndSayWhenTheyAreWrittenAgain) {
+  FakeClock clock;
+  options_.checkpoint_every = absl::Seconds(1);
+  ScriptedExchange exchange(*model_, 1000);
+  ChiefDuties duties(options_, *model_, exchange, 1000, nullptr, nullptr, absl::Now());
+  duties.set_checkpoint_retry({.first_retry = absl::Seconds(1),
+                               .max_retry = absl::Seconds(8),
+                               .give_up_after = absl::Hours(1),
+                               .clock = &clock});
+  ASSERT_THAT(duties.SaveCheckpoint(), IsOk());  // step 0, as a new run writes
+  LogCapture logs;
+  duties.StartTraining();
+  // `n` steps, a second each.
+  auto steps = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      clock.Advance(absl::Seconds(1));
+      ++exchange.step;
+      ASSERT_THAT(duties.AfterStep(exchange.step, 0, 0.5f), IsOk());
+    }
+  };
+  auto exports = [&] { return std::count(exchange.calls.begin(), exchange.calls.end(), "export"); };
+  const auto exports_before = exports();
+  {
+    FileSizeLimit limit(4096);  // the manifest fits, a checkpoint does not
+    steps(30);
+  }
+  // Tried at seconds 1, 2, 4, 8, 16 and 24: the interval doubles up to 8 s.
+  EXPECT_EQ(exports() - exports_before, 6);
+  EXPECT_EQ(logs.Count("level=warn"), 1);
+  EXPECT_NE(logs.Find("msg=\"Checkpoint failed; training goes on\""), "");
+  EXPECT_NE(logs.Find("File too large"), "");
+  for (const auto& e : std::filesystem::directory_iterator(options_.checkpoint_dir)) {
+    EXPECT_NE(e.path().extension(), ".tmp") << "partial file left behind: " << e.path();
+  }
+  EXPECT_EQ(duties.Summary().checkpoint, options_.checkpoint_dir + "/ckpt-0.pb");
+
+  steps(2);  // second 32 retries, with room again
+  EXPECT_EQ(logs.Count("msg=\"Checkpoints written again\""), 1);
+  EXPECT_EQ(duties.Summary().checkpoint, options_.checkpoint_dir + "/ckpt-32.pb");
+  steps(3);  // every second again
+  EXPECT_EQ(duties.Summary().checkpoint, options_.checkpoint_dir + "/ckpt-35.pb");
+  {
+    FileSizeLimit limit(4096);
+    steps(5);
+  }
+  EXPECT_EQ(logs.Count("level=warn"), 2);
+  EXPECT_EQ(logs.Count("msg=\"Checkpoint writes are failing again; training goes on\""), 1);
+}
+
+// Checkpoints that keep failing stop the chief with an error that says why and from where a
+// restart resumes, rather than let it train to the end with nothing to resume from.
+TEST_F(ChiefDutiesTest, CheckpointsFailingForTooLongStopTheChiefWithAClearError) {
+  FakeClock clock;
+  options_.checkpoint_every = absl::Seconds(1);
+  ScriptedExchange exchange(*model_, 1000);
+  ChiefDuties duties(options_, *model_, exchange, 1000, nullptr, nullptr, absl::Now());
+  duties.set_checkpoint_retry({.first_retry = absl::Seconds(1),
+                               .max_retry = absl::Seconds(1),
+                               .give_up_after = absl::Seconds(10),
+                               .clock = &clock});
+  ASSERT_THAT(duties.SaveCheckpoint(), IsOk());
+  duties.StartTraining();
+  absl::Status stopped;
+  {
+    FileSizeLimit limit(4096);
+    while (stopped.ok() && exchange.step < 100) {
+      clock.Advance(absl::Seconds(1));
+      ++exchange.step;
+      stopped = duties.AfterStep(exchange.step, 0, 0.5f);
+    }
+  }
+  EXPECT_EQ(exchange.step, 11);  // failing since second 1, for 10 s
+  EXPECT_THAT(
+      stopped,
+      StatusIs(absl::StatusCode::kUnavailable,
+               AllOf(HasSubstr("checkpoints have failed for 10s (11 attempts since global step 1)"),
+                     HasSubstr("File too large"),
+                     HasSubstr("the last checkpoint written is " + options_.checkpoint_dir +
+                               "/ckpt-0.pb (global step 0), where a restarted run resumes"),
+                     HasSubstr("Free space in (or make writable) " + options_.checkpoint_dir))));
 }
 
 TEST_F(ChiefDutiesTest, FinishCheckpointsEvaluatesThatThenShutsDownAndReportsTheChecksum) {
