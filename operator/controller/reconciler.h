@@ -48,6 +48,8 @@ struct ReconcilerOptions {
   absl::Duration progress_timeout = absl::Seconds(2);
   absl::Duration progress_write_interval = absl::Seconds(30);
   const Clock* clock = nullptr;  // null: the real clock
+  // The pause between a counted failure and its pod's replacement (docs/architecture.md §10).
+  api::RestartBackoff restart_backoff = api::kOperatorRestartBackoff;
 };
 
 struct ReconcileResult {
@@ -142,6 +144,9 @@ class Reconciler {
   void RememberLiveWorkers(const Pass& p);
   void ForgetLiveWorkers(const std::string& key);
   void ReadFinalSummary(Pass& p);
+  // Pods of a finished job that succeeded after it ended (a ps that exits 0 once the chief is
+  // done, kept by cleanPodPolicy None) into status: `succeeded` counts them as their pods show.
+  void CountLateCompletions(Pass& p);
   // Active pods per type into status; `after_cleanup`: as the cleanup will leave them.
   void CountActive(Pass& p, bool after_cleanup);
   void ReadProgress(Pass& p);
