@@ -88,6 +88,10 @@ class Reconciler {
   // The job's shared-secret Secret (api::BuildJobSecret), before any of its pods: the pods read
   // KUBETRAIN_JOB_SECRET from it. docs/decisions/0005-shared-secret-per-job.md.
   absl::Status EnsureJobSecret(Pass& p);
+  // "tfjob.kubeflow.org/x in namespace ns" when `object`'s controller is a job of the other kind
+  // (or another job) that exists and is not being deleted: a name clash, not a namesake on its way
+  // out.
+  std::optional<std::string> LiveNamesake(const Pass& p, const nlohmann::json& object) const;
   absl::Status EnsurePodGroup(Pass& p);
   nlohmann::json PodFor(const Pass& p, api::ReplicaType type, int index) const;
   // Once per job generation, before its first pod is created: a server-side dry-run create of

@@ -1,5 +1,6 @@
-// Restarts paced by a back-off, and a restart ledger that survives a CRD which prunes status
-// fields it does not know (Kubeflow's TFJob CRD): on fakes and a FakeClock.
+// Restarts paced by a back-off, a restart ledger that survives a CRD which prunes status fields
+// it does not know (Kubeflow's TFJob CRD), late completions and name clashes: on fakes and a
+// FakeClock.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -142,6 +143,25 @@ TEST_F(ReconcilerTest, APsThatSucceedsAfterTheJobIsCounted) {
   json ps = Status("late")["replicaStatuses"]["PS"];
   EXPECT_EQ(ps.value("succeeded", 0), 1);
   EXPECT_EQ(ps.value("active", -1), 0);
+}
+
+// A TFJob named as a running TrainingJob cannot get its Secret or pods: it says so on itself (a
+// Warning event and the ReplicaFailure condition, naming the other job), not only in a log.
+TEST_F(TfJobReconcilerTest, ATfJobNamedAsATrainingJobSaysWhichOneHoldsTheName) {
+  Create(Job("dup", {{"Worker", Replica(1)}}));
+  Settle("dup");
+  CreateTfJob(TfJob("dup", {{"Worker", {{"replicas", 1}}}}));
+  absl::StatusOr<ReconcileResult> r =
+      reconciler_->Reconcile(std::string(kTfJobKeyPrefix) + "default/dup");
+  EXPECT_FALSE(r.ok());
+  json condition = LastCondition("dup");
+  EXPECT_EQ(condition["type"], "ReplicaFailure");
+  EXPECT_EQ(condition["reason"], "NameConflict");
+  EXPECT_THAT(condition["message"].get<std::string>(),
+              HasSubstr("TFJob default/dup cannot start: trainingjob.kubetrain.dev/dup in "
+                        "namespace default has the same name and owns its Secret "
+                        "default/dup-job-secret"));
+  EXPECT_TRUE(HasEvent("NameConflict", "trainingjob.kubetrain.dev/dup in namespace default"));
 }
 
 }  // namespace
