@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "absl/strings/str_cat.h"
 #include "operator/api/restart.h"
 
 namespace kubetrain::api {
@@ -34,6 +35,14 @@ bool SuccessPolicyMet(const TrainingJob& job, const std::map<ReplicaType, std::s
 
 }  // namespace
 
+std::string BackoffKey(const TaskState& t) { return absl::StrCat(TaskType(t.type), "-", t.index); }
+
+absl::Duration BackoffDelay(const RestartBackoff& policy, int failures) {
+  absl::Duration delay = policy.initial;
+  for (int i = 1; i < failures && delay < policy.max; ++i) delay *= 2;
+  return std::min(delay, policy.max);
+}
+
 int TotalRestarts(const JobLedger& ledger) {
   int total = 0;
   for (const auto& [type, n] : ledger.restarts) total += n;
@@ -41,11 +50,34 @@ int TotalRestarts(const JobLedger& ledger) {
 }
 
 JobDecision DecideJob(const TrainingJob& job, const std::vector<TaskState>& tasks,
-                      const JobLedger& ledger, absl::Time now) {
+                      const JobLedger& ledger, absl::Time now, const RestartBackoff& backoff) {
   JobDecision d;
   d.ledger = ledger;
   const RunPolicy& rp = job.spec.run_policy;
   d.whole_job = rp.restart_scope == RestartScope::kJob;
+
+  // A back-off whose replacement has been up for reset_after is over: forgotten, so the task's
+  // next failure pauses it for `initial` again.
+  auto ready_at = [&](const TaskBackoff& b) {
+    return b.last_failure + BackoffDelay(backoff, b.failures);
+  };
+  std::erase_if(d.ledger.backoff, [&](const auto& entry) {
+    return backoff.initial <= absl::ZeroDuration() ||
+           now - ready_at(entry.second) >= backoff.reset_after;
+  });
+  auto failed_now = [&](const std::string& key) {
+    if (backoff.initial <= absl::ZeroDuration()) return;
+    TaskBackoff& b = d.ledger.backoff[key];
+    ++b.failures;
+    b.last_failure = now;
+  };
+  // Whether an absent task may start now; if not, it waits (JobDecision::waiting).
+  auto may_start = [&](const TaskState& t) {
+    auto it = d.ledger.backoff.find(d.whole_job ? kJobBackoffKey : BackoffKey(t));
+    if (it == d.ledger.backoff.end() || now >= ready_at(it->second)) return true;
+    d.waiting.push_back({t, ready_at(it->second)});
+    return false;
+  };
 
   // Counted incarnations that are gone can never be seen again.
   std::set<std::string> present;
@@ -132,6 +164,7 @@ JobDecision DecideJob(const TrainingJob& job, const std::vector<TaskState>& task
       // there is now (a peer that fails on its own before it is stopped is part of it), and
       // the restarted job runs every task again, finished ones too.
       ++d.ledger.restarts[fresh.front().type];
+      failed_now(kJobBackoffKey);
       for (const TaskState& t : tasks) {
         if (Present(t) && !t.id.empty() && !counted.count(t.id)) counted_ids.push_back(t.id);
       }
@@ -140,6 +173,7 @@ JobDecision DecideJob(const TrainingJob& job, const std::vector<TaskState>& task
     } else {
       for (const TaskState& t : fresh) {
         ++d.ledger.restarts[t.type];
+        failed_now(BackoffKey(t));
         if (!t.id.empty()) counted_ids.push_back(t.id);
       }
     }
@@ -157,7 +191,7 @@ JobDecision DecideJob(const TrainingJob& job, const std::vector<TaskState>& task
     if (t.phase != TaskPhase::kAbsent) continue;
     auto done = d.ledger.completed.find(t.type);
     if (done != d.ledger.completed.end() && done->second.count(t.index)) continue;
-    d.start.push_back(t);
+    if (may_start(t)) d.start.push_back(t);
   }
   return d;
 }

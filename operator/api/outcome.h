@@ -40,6 +40,29 @@ struct TaskState {
   std::string id;     // this incarnation of the task (a pod's uid): restarts are counted per id
 };
 
+// The pause between a counted failure and the task's replacement, as the batch/v1 Job controller
+// paces pod recreation: `initial` after the first failure, doubling with each further one up to
+// `max`. A replacement that has been up for `reset_after` since its back-off ended has proved
+// healthy, and its task's next failure starts again at `initial`. The default (zero) replaces a
+// task at once. docs/architecture.md §10.
+struct RestartBackoff {
+  absl::Duration initial = absl::ZeroDuration();
+  absl::Duration max = absl::ZeroDuration();
+  absl::Duration reset_after = absl::ZeroDuration();
+};
+
+// The operator's policy: 10 s doubling to 6 min (the Job controller's pod-failure back-off), reset
+// after 10 min of healthy running (the kubelet resets a container's back-off after as long).
+inline constexpr RestartBackoff kOperatorRestartBackoff{absl::Seconds(10), absl::Minutes(6),
+                                                        absl::Minutes(10)};
+
+// One task's failures since its back-off was last reset (or, for restartScope Job, the job's).
+struct TaskBackoff {
+  int failures = 0;
+  absl::Time last_failure = absl::InfinitePast();
+  friend bool operator==(const TaskBackoff&, const TaskBackoff&) = default;
+};
+
 // What a job's outcome depends on besides its tasks, kept by the caller between decisions.
 struct JobLedger {
   std::map<ReplicaType, std::set<int>> completed;  // indexes that exited 0: never run again
@@ -49,6 +72,8 @@ struct JobLedger {
   // allowed to fail the job again. Dropped once the incarnation is gone.
   std::vector<std::string> counted;
   absl::Time start = absl::InfinitePast();  // activeDeadlineSeconds counts from here
+  // Back-off by BackoffKey: present while a task's failures may still delay its replacement.
+  std::map<std::string, TaskBackoff> backoff;
 };
 
 enum class Verdict {
@@ -77,13 +102,28 @@ struct JobDecision {
   std::map<ReplicaType, int> failed;  // failed tasks per type
   bool chief_running = false;
   std::optional<absl::Time> deadline;  // when activeDeadlineSeconds ends the job (no verdict yet)
+  // Absent tasks not started because their back-off runs (the whole job's under restartScope
+  // Job): decide again at `until`.
+  struct Waiting {
+    TaskState task;
+    absl::Time until;
+  };
+  std::vector<Waiting> waiting;
 };
+
+// "worker-1": the key of a task's back-off in JobLedger::backoff; "job" for a whole-job restart.
+std::string BackoffKey(const TaskState& t);
+inline constexpr char kJobBackoffKey[] = "job";
+
+// The pause after the `failures`-th failure: initial * 2^(failures-1), at most max.
+absl::Duration BackoffDelay(const RestartBackoff& policy, int failures);
 
 // `tasks` holds every task of the job (api::Tasks order), absent ones included; `job` is
 // defaulted. The order of the rules: a failure no policy retries ends the job first, then the
-// success policy, then restarts (backoffLimit), then the deadline.
+// success policy, then restarts (backoffLimit), then the deadline. A task whose failure was
+// counted is started again only once `backoff` allows it.
 JobDecision DecideJob(const TrainingJob& job, const std::vector<TaskState>& tasks,
-                      const JobLedger& ledger, absl::Time now);
+                      const JobLedger& ledger, absl::Time now, const RestartBackoff& backoff = {});
 
 int TotalRestarts(const JobLedger& ledger);
 

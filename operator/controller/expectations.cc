@@ -10,6 +10,7 @@ void Expectations::StatusWritten(const std::string& key, const std::set<std::str
   Write& w = writes_[key];
   w.older_versions.insert(older.begin(), older.end());
   w.status = written.value("status", json::object());
+  w.annotations = written.value("metadata", json::object()).value("annotations", json());
   w.resource_version = written.value("metadata", json::object()).value("resourceVersion", "");
 }
 
@@ -21,6 +22,11 @@ json Expectations::NewestJob(const std::string& key, json cached) {
   if (it->second.older_versions.count(meta.value("resourceVersion", ""))) {
     cached["status"] = it->second.status;
     cached["metadata"]["resourceVersion"] = it->second.resource_version;
+    if (it->second.annotations.is_null()) {
+      cached["metadata"].erase("annotations");
+    } else {
+      cached["metadata"]["annotations"] = it->second.annotations;
+    }
     return cached;
   }
   writes_.erase(it);

@@ -22,7 +22,7 @@ class Expectations {
   // to be older" is the only question that may be asked of them).
   void StatusWritten(const std::string& key, const std::set<std::string>& older,
                      nlohmann::json written);
-  // The job to reconcile: `cached`, or `cached` with the last write's status and
+  // The job to reconcile: `cached`, or `cached` with the last write's status, annotations and
   // resourceVersion while the cache still holds a version from before it (a conditional
   // /status PUT left everything else as that version had it). Forgets the write once the cache has
   // caught up with it (or moved past it).
@@ -43,11 +43,13 @@ class Expectations {
   void Forget(const std::string& key);
 
  private:
-  // A /status PUT changes only status and resourceVersion: those are kept, not a second copy
+  // A /status PUT changes only status and resourceVersion, the restart ledger's patch only
+  // annotations: those are kept, not a second copy
   // of the whole job beside the cache's (at 5,000 jobs, 100 MB).
   struct Write {
     std::set<std::string> older_versions;
     nlohmann::json status;
+    nlohmann::json annotations;  // the restart ledger's (restart_ledger.h) as written; null: none
     std::string resource_version;
   };
   std::mutex mu_;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "operator/api/field_errors.h"
+#include "operator/api/outcome.h"
 #include "operator/api/render.h"
 #include "operator/api/tfjob.h"
 #include "operator/api/types.h"
@@ -35,6 +36,9 @@ struct Reconciler::Pass {
   api::TrainingJob job;
   api::TrainingJobStatus status;
   json original_status;
+  // Each task's restart back-off (api::RestartBackoff), kept in the job's annotations
+  // (restart_ledger.h) with, for a TFJob, the rest of its restart ledger.
+  std::map<std::string, api::TaskBackoff> backoff;
   std::vector<api::Task> tasks;      // api::Tasks of the job, once per pass
   std::map<std::string, json> pods;  // this job's pods, by name
   std::map<api::ReplicaType, std::set<int>> completed;

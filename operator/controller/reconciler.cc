@@ -22,6 +22,7 @@
 #include "operator/controller/pod_view.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/reconcile_pass.h"
+#include "operator/controller/restart_ledger.h"
 
 namespace kubetrain::controller {
 
@@ -116,6 +117,7 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
                 : api::DecodeAndValidate(*object, &errors, &out_of_bounds);
   if (!out_of_bounds.empty()) p.out_of_bounds = out_of_bounds.front();
   p.status = p.job.status;
+  ReadLedgerAnnotations(p.object, p.tfjob, &p.status, &p.backoff);
   p.original_status = api::ToJson(p.status);
   if (!errors.empty()) {
     std::string message = std::string(api::ToStatus(errors, "TrainingJob " + p.JobRef()).message());
@@ -189,6 +191,8 @@ absl::StatusOr<ReconcileResult> Reconciler::FinishedJob(Pass& p) {
   if (progress_ != nullptr) progress_->Untrack(p.key);
   ForgetLiveWorkers(p.key);
   p.status.counted_failures.clear();  // a finished job restarts nothing
+  p.backoff.clear();
+  CountLateCompletions(p);
   ReadFinalSummary(p);
   if (p.finishing) {
     // The outcome first: this pass writes it and nothing else, and the cleanup (pods, Services,
@@ -265,10 +269,12 @@ absl::Status Reconciler::SyncTasks(Pass& p) {
   for (const auto& [type, rs] : p.status.replica_statuses) ledger.restarts[type] = rs.restarts;
   ledger.counted = p.status.counted_failures;
   ledger.start = kube::ParseTime(p.status.start_time);
+  ledger.backoff = p.backoff;
   // Decide: the job-outcome policy shared with `kubetrain run` (operator/api/outcome.h).
-  api::JobDecision d = api::DecideJob(p.job, tasks, ledger, p.now);
+  api::JobDecision d = api::DecideJob(p.job, tasks, ledger, p.now, options_.restart_backoff);
   // Act: status first, so a count is saved before any pod it covers goes.
   p.completed = d.ledger.completed;
+  p.backoff = d.ledger.backoff;
   for (const auto& [type, spec] : p.job.spec.replica_specs) {
     api::ReplicaStatus& out = p.status.replica_statuses[type];
     out.active = d.active[type];
@@ -301,30 +307,55 @@ absl::Status Reconciler::SyncTasks(Pass& p) {
                           api::Name(d.culprit->restart_policy), " does not retry it."));
       return absl::OkStatus();
     case api::Verdict::kBackoffLimitExceeded:
-      Finish(p, false, "BackoffLimitExceeded",
+      // A TFJob's reason is Kubeflow's, TFJobFailed, for every failure (pkg/controller.v1/common).
+      Finish(p, false, p.tfjob ? "TrainingJobFailed" : "BackoffLimitExceeded",
              absl::StrCat("TrainingJob ", p.JobRef(),
                           " has failed because it has reached the specified backoff limit (", limit,
                           " restarts); last failure: pod ", d.culprit->name, " ",
                           api::DescribeExit(d.culprit->exit_code)));
       return absl::OkStatus();
     case api::Verdict::kDeadlineExceeded:
-      Finish(p, false, "DeadlineExceeded",
+      Finish(p, false, p.tfjob ? "TrainingJobFailed" : "DeadlineExceeded",
              absl::StrCat("TrainingJob ", p.JobRef(), " was active longer than its ",
                           "activeDeadlineSeconds (",
                           p.job.spec.run_policy.active_deadline_seconds.value_or(0), ")."));
       return absl::OkStatus();
   }
   if (d.deadline) p.Requeue(*d.deadline - p.now);  // fires by itself, without another event
+  // A task waiting out its back-off is started by a pass of its own when the back-off ends.
+  for (const api::JobDecision::Waiting& w : d.waiting) p.Requeue(w.until - p.now);
   if (!d.restarted.empty()) {
     std::vector<std::string> names;
     for (const api::TaskState& t : d.restarted) names.push_back(t.name);
+    // "restarting worker-1 in 40s (back-off after 3 failures)", as long as the back-off is.
+    std::vector<std::string> pauses;
+    std::vector<const api::TaskState*> paced;
+    for (const api::TaskState& t : d.restarted) {
+      if (d.whole_job && !paced.empty()) break;
+      paced.push_back(&t);
+    }
+    for (const api::TaskState* t : paced) {
+      const std::string key = d.whole_job ? api::kJobBackoffKey : api::BackoffKey(*t);
+      auto b = p.backoff.find(key);
+      if (b == p.backoff.end()) continue;
+      const int failures = b->second.failures;
+      pauses.push_back(
+          absl::StrCat("restarting ", d.whole_job ? "the job" : key, " in ",
+                       absl::FormatDuration(api::BackoffDelay(options_.restart_backoff, failures)),
+                       " (back-off after ", failures, failures == 1 ? " failure)" : " failures)"));
+    }
     SetCondition(&p.status, kRestarting, true, "TrainingJobRestarting",
                  absl::StrCat("TrainingJob ", p.JobRef(), " is restarting because ", names.size(),
-                              " pod(s) failed: ", absl::StrJoin(names, ", "), "."),
+                              " pod(s) failed: ", absl::StrJoin(names, ", "),
+                              pauses.empty() ? "" : "; " + absl::StrJoin(pauses, ", "), "."),
                  p.now);
     RETURN_IF_ERROR(WriteStatus(p));
     for (const api::TaskState& t : d.restarted) {
       events_.Warning(p.object, "ExitedWithCode", describe(t));
+    }
+    for (const std::string& pause : pauses) {
+      // As the kubelet's BackOff event for a container: `kubectl describe` shows the wait.
+      events_.Warning(p.object, "BackOff", absl::StrCat("Back-off ", pause, " job=", p.JobRef()));
     }
     if (d.whole_job) {
       events_.Normal(p.object, "RestartedJob",
@@ -616,6 +647,17 @@ void Reconciler::ReadFinalSummary(Pass& p) {
   if (summary.ok()) p.status.progress = *summary;
 }
 
+void Reconciler::CountLateCompletions(Pass& p) {
+  for (const auto& [name, pod] : p.pods) {
+    std::optional<PodView> v = p.View(pod);
+    if (!v || v->phase != "Succeeded" || !p.job.spec.replica_specs.count(v->type)) continue;
+    if (!p.completed[v->type].insert(v->index).second) continue;
+    api::ReplicaStatus& rs = p.status.replica_statuses[v->type];
+    rs.succeeded = static_cast<int32_t>(p.completed[v->type].size());
+    rs.completed_indexes = api::FormatIndexSet(p.completed[v->type]);
+  }
+}
+
 void Reconciler::CountActive(Pass& p, bool after_cleanup) {
   for (auto& [type, rs] : p.status.replica_statuses) rs.active = 0;
   // Running and All leave no pod active.
@@ -633,7 +675,27 @@ void Reconciler::CountActive(Pass& p, bool after_cleanup) {
 absl::Status Reconciler::WriteStatus(Pass& p) {
   NameCreatedObjects(p);
   json status = api::ToJson(p.status);
-  if (status == p.original_status) return absl::OkStatus();
+  std::optional<json> ledger =
+      LedgerPatch(p.object, LedgerAnnotations(p.status, p.backoff, p.tfjob));
+  if (status == p.original_status && !ledger) return absl::OkStatus();
+  std::set<std::string> older = {p.cached_version,
+                                 p.object["metadata"].value("resourceVersion", "")};
+  if (ledger) {
+    // Annotations do not move through /status: the ledger goes first, in a write of its own,
+    // conditional on p.object's version as the PUT is, so it is saved before any pod it covers
+    // goes (restart_ledger.h).
+    absl::StatusOr<json> patched =
+        client_.Patch(p.JobResource(), p.ns, p.name, kube::PatchType::kMerge, ledger->dump());
+    RETURN_IF_ERROR(patched.status(), "saving the restart ledger of ", p.JobRef());
+    kube::StripForCache(*patched);
+    p.object["metadata"]["annotations"] = (*patched)["metadata"].value("annotations", json());
+    p.object["metadata"]["resourceVersion"] = (*patched)["metadata"].value("resourceVersion", "");
+    if (status == p.original_status) {
+      expectations_.StatusWritten(p.key, older, p.object);
+      return absl::OkStatus();
+    }
+    older.insert(p.object["metadata"].value("resourceVersion", ""));
+  }
   p.status.last_reconcile_time = kube::FormatTime(p.now);
   json object = p.object;
   object["status"] = p.tfjob ? api::TfJobStatus(p.status, p.object) : api::ToJson(p.status);
@@ -642,8 +704,7 @@ absl::Status Reconciler::WriteStatus(Pass& p) {
   RETURN_IF_ERROR(written.status(), "updating the status of ", p.JobRef());
   kube::StripForCache(*written);  // held until the cache catches up: no bigger than its copy
   // The PUT was conditional on p.object's version, so every version seen so far is older.
-  expectations_.StatusWritten(
-      p.key, {p.cached_version, p.object["metadata"].value("resourceVersion", "")}, *written);
+  expectations_.StatusWritten(p.key, older, *written);
   p.object = *written;
   p.original_status = api::ToJson(p.status);
   if (p.creating) p.created_named = p.created.size();

@@ -48,6 +48,8 @@ struct ReconcilerOptions {
   absl::Duration progress_timeout = absl::Seconds(2);
   absl::Duration progress_write_interval = absl::Seconds(30);
   const Clock* clock = nullptr;  // null: the real clock
+  // The pause between a counted failure and its pod's replacement (docs/architecture.md §10).
+  api::RestartBackoff restart_backoff = api::kOperatorRestartBackoff;
 };
 
 struct ReconcileResult {
@@ -86,6 +88,10 @@ class Reconciler {
   // The job's shared-secret Secret (api::BuildJobSecret), before any of its pods: the pods read
   // KUBETRAIN_JOB_SECRET from it. docs/decisions/0005-shared-secret-per-job.md.
   absl::Status EnsureJobSecret(Pass& p);
+  // "tfjob.kubeflow.org/x in namespace ns" when `object`'s controller is a job of the other kind
+  // (or another job) that exists and is not being deleted: a name clash, not a namesake on its way
+  // out.
+  std::optional<std::string> LiveNamesake(const Pass& p, const nlohmann::json& object) const;
   absl::Status EnsurePodGroup(Pass& p);
   nlohmann::json PodFor(const Pass& p, api::ReplicaType type, int index) const;
   // Once per job generation, before its first pod is created: a server-side dry-run create of
@@ -142,6 +148,9 @@ class Reconciler {
   void RememberLiveWorkers(const Pass& p);
   void ForgetLiveWorkers(const std::string& key);
   void ReadFinalSummary(Pass& p);
+  // Pods of a finished job that succeeded after it ended (a ps that exits 0 once the chief is
+  // done, kept by cleanPodPolicy None) into status: `succeeded` counts them as their pods show.
+  void CountLateCompletions(Pass& p);
   // Active pods per type into status; `after_cleanup`: as the cleanup will leave them.
   void CountActive(Pass& p, bool after_cleanup);
   void ReadProgress(Pass& p);

@@ -141,6 +141,26 @@ absl::Status Reconciler::EnsureTfJobServices(Pass& p) {
   return absl::OkStatus();
 }
 
+std::optional<std::string> Reconciler::LiveNamesake(const Pass& p, const json& object) const {
+  for (const json& ref : object["metadata"].value("ownerReferences", json::array())) {
+    if (!ref.value("controller", false)) continue;
+    const std::string kind = ref.value("kind", "");
+    const kube::ObjectCache* cache = kind == "TFJob"      ? tfjobs_
+                                     : kind == api::kKind ? &jobs_
+                                                          : nullptr;
+    if (cache == nullptr) continue;
+    std::optional<json> owner = cache->Get(p.ns + "/" + ref.value("name", ""));
+    if (!owner || (*owner)["metadata"].value("uid", "") != ref.value("uid", "") ||
+        (*owner)["metadata"].contains("deletionTimestamp")) {
+      continue;
+    }
+    // kubectl's words for it: a TFJob's messages say TFJob for TrainingJob (api::TfJobStatus).
+    return absl::StrCat(kind == "TFJob" ? "tfjob.kubeflow.org/" : "trainingjob.kubetrain.dev/",
+                        ref.value("name", ""), " in namespace ", p.ns);
+  }
+  return std::nullopt;
+}
+
 absl::Status Reconciler::EnsureJobSecret(Pass& p) {
   {
     std::lock_guard<std::mutex> lock(writes_mu_);
@@ -158,6 +178,18 @@ absl::Status Reconciler::EnsureJobSecret(Pass& p) {
     ASSIGN_OR_RETURN(json existing, client_.Get(kube::Resource::Secrets(), p.ns, name),
                      "reading the Secret of ", p.JobRef());
     if (!OwnedBy(existing, p.job.metadata.uid)) {
+      if (std::optional<std::string> other = LiveNamesake(p, existing)) {
+        // A TrainingJob and a TFJob of one name: their Secrets and pods share names, so only
+        // the first can run. The second says so on itself, and is retried in case one goes.
+        std::string message =
+            absl::StrCat(p.Words("TrainingJob "), p.JobRef(), " cannot start: ", *other,
+                         " has the same name and owns its Secret ", p.ns, "/", name,
+                         " and pod names; rename or delete one of them");
+        events_.Warning(p.object, "NameConflict", message);
+        SetCondition(&p.status, kReplicaFailure, true, "NameConflict", message, p.now);
+        RETURN_IF_ERROR(WriteStatus(p));
+        return absl::UnavailableError(message);
+      }
       return absl::UnavailableError(absl::StrCat(
           "Secret ", p.ns, "/", name, " belongs to another object (an earlier job of this name, ",
           "still being deleted?); waiting for it to go before creating the job's pods"));

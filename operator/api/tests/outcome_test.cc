@@ -393,5 +393,87 @@ TEST(DecideJob, ExplicitChiefDecidesSuccess) {
             Verdict::kSucceeded);
 }
 
+TEST(DecideJob, BackoffDelayDoublesToItsCap) {
+  const RestartBackoff& b = kOperatorRestartBackoff;
+  EXPECT_EQ(BackoffDelay(b, 1), absl::Seconds(10));
+  EXPECT_EQ(BackoffDelay(b, 3), absl::Seconds(40));
+  EXPECT_EQ(BackoffDelay(b, 6), absl::Seconds(320));
+  EXPECT_EQ(BackoffDelay(b, 7), absl::Minutes(6));
+  EXPECT_EQ(BackoffDelay(b, 1000), absl::Minutes(6));
+}
+
+// A task whose failure is counted is replaced only once its back-off has run: 10 s after the
+// first failure, 20 s after the second; the other tasks are not held back.
+TEST(DecideJob, ACountedFailureWaitsOutItsBackoffBeforeTheTaskStartsAgain) {
+  json doc = testing::MinimalJob(1, 2);
+  FieldErrors errors;
+  TrainingJob job = DecodeAndValidate(doc, &errors);
+  ASSERT_TRUE(errors.empty());
+  const RestartBackoff& b = kOperatorRestartBackoff;
+  JobDecision d =
+      DecideJob(job, Observe(job, "ps-0=R worker-0=R worker-1=F137"), JobLedger{}, kStart, b);
+  EXPECT_EQ(Names(d.restarted), "worker-1");
+  ASSERT_EQ(d.ledger.backoff.count("worker-1"), 1u);
+  EXPECT_EQ(d.ledger.backoff["worker-1"].failures, 1);
+  // Gone, but its back-off runs: not started, waiting until 10 s after the failure.
+  d = DecideJob(job, Observe(job, "ps-0=R worker-0=R"), d.ledger, kStart + absl::Seconds(9), b);
+  EXPECT_EQ(Names(d.start), "");
+  ASSERT_EQ(d.waiting.size(), 1u);
+  EXPECT_EQ(d.waiting[0].task.name, "worker-1");
+  EXPECT_EQ(d.waiting[0].until, kStart + absl::Seconds(10));
+  d = DecideJob(job, Observe(job, "ps-0=R worker-0=R"), d.ledger, kStart + absl::Seconds(10), b);
+  EXPECT_EQ(Names(d.start), "worker-1");
+  EXPECT_TRUE(d.waiting.empty());
+  // Its second failure, soon after: 20 s.
+  absl::Time second = kStart + absl::Seconds(30);
+  d = DecideJob(job, Observe(job, "ps-0=R worker-0=R worker-1=F137@w2"), d.ledger, second, b);
+  EXPECT_EQ(d.ledger.backoff["worker-1"].failures, 2);
+  d = DecideJob(job, Observe(job, "ps-0=R worker-0=R"), d.ledger, second + absl::Seconds(19), b);
+  ASSERT_EQ(d.waiting.size(), 1u);
+  EXPECT_EQ(d.waiting[0].until, second + absl::Seconds(20));
+  // Without a back-off policy (kubetrain run's launcher), a task starts again at once.
+  d = DecideJob(job, Observe(job, "ps-0=R worker-0=R"), d.ledger, second);
+  EXPECT_EQ(Names(d.start), "worker-1");
+}
+
+// A replacement that ran healthily for reset_after since its back-off ended resets the count.
+TEST(DecideJob, BackoffIsResetAfterAStretchOfHealthyRunning) {
+  json doc = testing::MinimalJob(1, 2);
+  FieldErrors errors;
+  TrainingJob job = DecodeAndValidate(doc, &errors);
+  ASSERT_TRUE(errors.empty());
+  const RestartBackoff& b = kOperatorRestartBackoff;
+  JobLedger ledger;
+  ledger.backoff["worker-1"] = {.failures = 4, .last_failure = kStart};  // 80 s back-off
+  absl::Time healthy = kStart + absl::Seconds(80) + absl::Minutes(10);
+  JobDecision d = DecideJob(job, Observe(job, "ps-0=R worker-0=R worker-1=F137@w5"), ledger,
+                            healthy - absl::Seconds(1), b);
+  EXPECT_EQ(d.ledger.backoff["worker-1"].failures, 5);
+  d = DecideJob(job, Observe(job, "ps-0=R worker-0=R worker-1=F137@w5"), ledger, healthy, b);
+  EXPECT_EQ(d.ledger.backoff["worker-1"].failures, 1);
+  // And a record whose time is up is dropped even without a failure.
+  d = DecideJob(job, Observe(job, "ps-0=R worker-0=R worker-1=R@w5"), ledger, healthy, b);
+  EXPECT_TRUE(d.ledger.backoff.empty());
+}
+
+// restartScope Job: one back-off for the job, however many tasks failed.
+TEST(DecideJob, AWholeJobRestartWaitsOutTheJobsBackoff) {
+  json doc = testing::MinimalJob(1, 2);
+  doc["spec"]["runPolicy"]["restartScope"] = "Job";
+  FieldErrors errors;
+  TrainingJob job = DecodeAndValidate(doc, &errors);
+  ASSERT_TRUE(errors.empty());
+  const RestartBackoff& b = kOperatorRestartBackoff;
+  JobDecision d =
+      DecideJob(job, Observe(job, "ps-0=R worker-0=F137 worker-1=F137"), JobLedger{}, kStart, b);
+  EXPECT_EQ(d.ledger.backoff.size(), 1u);
+  EXPECT_EQ(d.ledger.backoff[kJobBackoffKey].failures, 1);
+  d = DecideJob(job, Observe(job, ""), d.ledger, kStart + absl::Seconds(5), b);
+  EXPECT_EQ(Names(d.start), "");
+  EXPECT_EQ(d.waiting.size(), 3u);
+  d = DecideJob(job, Observe(job, ""), d.ledger, kStart + absl::Seconds(10), b);
+  EXPECT_EQ(Names(d.start), "ps-0 worker-0 worker-1");
+}
+
 }  // namespace
 }  // namespace kubetrain::api

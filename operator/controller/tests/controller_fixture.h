@@ -41,10 +41,15 @@ class ControllerTest : public ::testing::Test {
 
   void TearDown() override { controller_.reset(); }
 
-  void StartController(ReconcilerOptions options = {}) {
+  void StartController(ReconcilerOptions options = {}, bool tfjob = false) {
     options.progress_interval = absl::Milliseconds(200);
+    // The restart back-off in milliseconds: its rule is tested on a fake clock
+    // (restart_backoff_test.cc); here pods are replaced as soon as the rule lets them.
+    options.restart_backoff = {absl::Milliseconds(20), absl::Milliseconds(200), absl::Minutes(10)};
     controller_ = std::make_unique<Controller>(
-        *client_, ControllerOptions{.namespace_ = "default", .workers = 2, .reconciler = options},
+        *client_,
+        ControllerOptions{
+            .namespace_ = "default", .workers = 2, .tfjob = tfjob, .reconciler = options},
         &metrics_);
     ASSERT_THAT(controller_->Start(), IsOk());
   }
