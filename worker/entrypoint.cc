@@ -1,0 +1,46 @@
+#include "worker/entrypoint.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "operator/api/tf_config.h"
+
+namespace kubetrain::worker {
+
+absl::StatusOr<Launch> ChooseLaunch(const std::optional<std::string>& tf_config,
+                                    const std::vector<std::string>& args) {
+  Launch launch;
+  if (!args.empty() && !args[0].empty() && args[0][0] != '-') {
+    launch.program = args[0];
+    launch.args.assign(args.begin() + 1, args.end());
+    launch.why = "the program named by the first argument";
+    return launch;
+  }
+  if (!tf_config.has_value() || tf_config->empty()) {
+    // Port 0: the one rank's rendezvous listens on a free port, so that jobs sharing a host's
+    // network never collide.
+    launch.program = kWorkerProgram;
+    launch.args.push_back("--coordinator=127.0.0.1:0");
+    launch.args.insert(launch.args.end(), args.begin(), args.end());
+    launch.default_env.emplace_back("KUBETRAIN_MODE", "allreduce");
+    launch.why = "no TF_CONFIG: one process trains alone";
+    return launch;
+  }
+  absl::StatusOr<api::TfConfig> config = api::ParseTfConfig(*tf_config);
+  if (!config.ok()) return config.status();
+  const std::string& type = config->task_type;
+  if (type == "ps") {
+    launch.program = kPsProgram;
+  } else if (type == "chief" || type == "master" || type == "worker" || type == "evaluator") {
+    launch.program = kWorkerProgram;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TF_CONFIG: task.type: unsupported \"", type,
+        "\"; this image runs ps (kubetrain-ps) and chief, master, worker and evaluator tasks "
+        "(kubetrain-worker)"));
+  }
+  launch.args = args;
+  launch.why = absl::StrCat("TF_CONFIG task ", type, " ", config->task_index);
+  return launch;
+}
+
+}  // namespace kubetrain::worker
