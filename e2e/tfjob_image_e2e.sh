@@ -21,6 +21,7 @@ buildah inspect --type image "$WORKER_IMAGE" >/dev/null 2>&1 ||
   { echo "SKIP: $WORKER_IMAGE is not built; run make images"; exit 77; }
 
 start_localkube --run-pods --runtime oci
+# shellcheck disable=SC2034  # start_operator (lib.sh) reads it
 OP_KUBECONFIG=$KUBECONFIG
 trap stop_all EXIT
 k() { timeout 60 "$KUBECTL" --cache-dir "$LK_DIR/cache" "$@"; }
