@@ -275,7 +275,8 @@ TEST(RenderTfJob, KubeflowsServicesAndPods) {
             json({{{"name", "TF_CONFIG"}, {"value", KubeflowTfConfig(with_ns, "worker", 1, "")}},
                   {{"name", "KUBETRAIN_JOB_SECRET"},
                    {"valueFrom",
-                    {{"secretKeyRef", {{"name", "strategy-job-secret"}, {"key", "token"}}}}}}}));
+                    {{"secretKeyRef", {{"name", "strategy-job-secret"}, {"key", "token"}}}}}},
+                  {{"name", "KUBETRAIN_JOB_NAME"}, {"value", "strategy"}}}));
   EXPECT_THAT(c["env"][0]["value"].get<std::string>(),
               HasSubstr(R"("master":["strategy-master-0.team-a.svc:2222"])"));
 }
