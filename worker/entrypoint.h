@@ -5,12 +5,13 @@
 //   - task.type ps                               -> kubetrain-ps ARGS
 //   - task.type chief, master, worker, evaluator -> kubetrain-worker ARGS (it reads the role)
 //   - no TF_CONFIG (a one-replica TFJob gets none, as a TensorFlow program trained in one
-//     process) -> kubetrain-worker --coordinator=127.0.0.1:0 ARGS, with KUBETRAIN_MODE=allreduce
-//     unless set: one rank that trains alone
+//     process) -> kubetrain-worker --coordinator=127.0.0.1:PORT ARGS, PORT a free one, with
+//     KUBETRAIN_MODE=allreduce unless set: one rank that trains alone
 //   - ARGS whose first word is not a flag (`args: [kubetrain-ps, --port=2222]`) -> that program
 //     with the rest, whatever TF_CONFIG says.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,8 +32,13 @@ struct Launch {
 };
 
 // `tf_config`: the TF_CONFIG environment variable, nullopt when unset (empty counts as unset, as
-// in TensorFlow). Errors name TF_CONFIG's field (a malformed config, an unknown task type).
+// in TensorFlow). `free_port` gives the one-process rendezvous its port (called only without
+// TF_CONFIG). Errors name TF_CONFIG's field (a malformed config, an unknown task type).
 absl::StatusOr<Launch> ChooseLaunch(const std::optional<std::string>& tf_config,
-                                    const std::vector<std::string>& args);
+                                    const std::vector<std::string>& args,
+                                    const std::function<absl::StatusOr<int>()>& free_port);
+
+// A TCP port free on every address of this host now (bound to port 0, then closed).
+absl::StatusOr<int> FreeTcpPort();
 
 }  // namespace kubetrain::worker

@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const char* tf_config = std::getenv("TF_CONFIG");
   absl::StatusOr<kubetrain::worker::Launch> launch = kubetrain::worker::ChooseLaunch(
-      tf_config == nullptr ? std::nullopt : std::optional<std::string>(tf_config), args);
+      tf_config == nullptr ? std::nullopt : std::optional<std::string>(tf_config), args,
+      kubetrain::worker::FreeTcpPort);
   if (!launch.ok()) {
     std::cerr << "kubetrain-entrypoint: " << launch.status().message() << std::endl;
     return 2;

@@ -347,9 +347,7 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
                                                .secret = o.trainer.job_secret,
                                                .min_members = o.trainer.min_workers,
                                                .member_timeout = o.trainer.member_timeout}));
-    // The port it bound: --coordinator host:0 (a job of one, kubetrain-entrypoint) takes any.
-    dial = JoinHostPort(IsWildcard(o.bind_address) ? "127.0.0.1" : o.bind_address,
-                        c.coordinator->port());
+    dial = JoinHostPort(IsWildcard(o.bind_address) ? "127.0.0.1" : o.bind_address, chief_port);
     resolve = nullptr;
   }
   ASSIGN_OR_RETURN(c.store, CoordinatorClient::Connect({.address = dial,

@@ -16,6 +16,8 @@
 namespace kubetrain::worker {
 namespace {
 
+absl::StatusOr<int> Port4321() { return 4321; }
+
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -27,7 +29,7 @@ std::string Config(const std::string& type, int index) {
 }
 
 TEST(ChooseLaunch, PsTasksRunThePsAndTheOthersTheWorkerWithTheArgsAsGiven) {
-  absl::StatusOr<Launch> ps = ChooseLaunch(Config("ps", 0), {"--threads=2"});
+  absl::StatusOr<Launch> ps = ChooseLaunch(Config("ps", 0), {"--threads=2"}, Port4321);
   ASSERT_TRUE(ps.ok()) << ps.status();
   EXPECT_EQ(ps->program, "kubetrain-ps");
   EXPECT_THAT(ps->args, ElementsAre("--threads=2"));
@@ -42,7 +44,7 @@ TEST(ChooseLaunch, PsTasksRunThePsAndTheOthersTheWorkerWithTheArgsAsGiven) {
       config = R"({"cluster":{"ps":["p:2222"],"worker":["w:2222"]},)"
                R"("task":{"type":"evaluator","index":0}})";
     }
-    absl::StatusOr<Launch> l = ChooseLaunch(config, {"--epochs=1"});
+    absl::StatusOr<Launch> l = ChooseLaunch(config, {"--epochs=1"}, Port4321);
     ASSERT_TRUE(l.ok()) << type << ": " << l.status();
     EXPECT_EQ(l->program, "kubetrain-worker") << type;
     EXPECT_THAT(l->args, ElementsAre("--epochs=1")) << type;
@@ -55,27 +57,31 @@ TEST(ChooseLaunch, PsTasksRunThePsAndTheOthersTheWorkerWithTheArgsAsGiven) {
 TEST(ChooseLaunch, WithoutTfConfigOneProcessTrainsAlone) {
   for (const std::optional<std::string>& none :
        {std::optional<std::string>(), std::optional<std::string>("")}) {
-    absl::StatusOr<Launch> l = ChooseLaunch(none, {"--epochs=1"});
+    absl::StatusOr<Launch> l = ChooseLaunch(none, {"--epochs=1"}, Port4321);
     ASSERT_TRUE(l.ok()) << l.status();
     EXPECT_EQ(l->program, "kubetrain-worker");
-    EXPECT_THAT(l->args, ElementsAre("--coordinator=127.0.0.1:0", "--epochs=1"));
+    EXPECT_THAT(l->args, ElementsAre("--coordinator=127.0.0.1:4321", "--epochs=1"));
     EXPECT_THAT(l->default_env,
                 ElementsAre(std::pair<std::string, std::string>("KUBETRAIN_MODE", "allreduce")));
   }
+  absl::StatusOr<int> free = FreeTcpPort();
+  ASSERT_TRUE(free.ok()) << free.status();
+  EXPECT_GT(*free, 0);
 }
 
 TEST(ChooseLaunch, AFirstArgumentThatIsNotAFlagIsTheProgram) {
-  absl::StatusOr<Launch> l = ChooseLaunch(Config("worker", 0), {"kubetrain-ps", "--port=2222"});
+  absl::StatusOr<Launch> l =
+      ChooseLaunch(Config("worker", 0), {"kubetrain-ps", "--port=2222"}, Port4321);
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(l->program, "kubetrain-ps");
   EXPECT_THAT(l->args, ElementsAre("--port=2222"));
 }
 
 TEST(ChooseLaunch, BadTfConfigIsNamed) {
-  absl::StatusOr<Launch> l = ChooseLaunch(std::string("{not json"), {});
+  absl::StatusOr<Launch> l = ChooseLaunch(std::string("{not json"), {}, Port4321);
   ASSERT_FALSE(l.ok());
   EXPECT_THAT(l.status().message(), HasSubstr("TF_CONFIG"));
-  l = ChooseLaunch(R"({"cluster":{"tpu":["t:1"]},"task":{"type":"tpu","index":0}})", {});
+  l = ChooseLaunch(R"({"cluster":{"tpu":["t:1"]},"task":{"type":"tpu","index":0}})", {}, Port4321);
   ASSERT_FALSE(l.ok());
   EXPECT_THAT(l.status().message(), HasSubstr("task.type"));
   EXPECT_THAT(l.status().message(), HasSubstr("\"tpu\""));
