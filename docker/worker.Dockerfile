@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# kubetrain-worker + kubetrain-ps image (kubetrain/worker:0.1.0), with the Fashion-MNIST data
+# kubetrain-worker + kubetrain-ps image (kubetrain/worker:0.1.0 GPU, :0.1.0-cpu CPU), with the Fashion-MNIST data
 # (Debian/Ubuntu package dataset-fashion-mnist, /usr/share/datasets/fashion-mnist). From the
 # repository root:
 #   GPU (default; CUDA 13 runtime base nvidia/cuda:13.0.0-runtime-ubuntu24.04, build stage the
@@ -12,8 +12,12 @@
 # Build stage: the same build as `make` (scripts/install-deps, the Makefile's cmake configure and
 # build, tests off). Runtime stage: the base plus only the packages holding the binaries' shared
 # libraries, found in the build stage with ldd + dpkg -S (docker/runtime-packages.sh) on the
-# same distribution as the runtime base. Runs as the non-root UID 65532. Pods name the program
-# (command: [kubetrain-worker] or [kubetrain-ps]); both are on PATH.
+# same distribution as the runtime base. Runs as the non-root UID 65532.
+# One image for every task, as a TensorFlow program's: the ENTRYPOINT, kubetrain-entrypoint
+# (worker/entrypoint.h), reads TF_CONFIG and execs kubetrain-ps for a ps task and
+# kubetrain-worker for chief, master, worker and evaluator tasks, with the container's `args`;
+# without TF_CONFIG (a one-replica TFJob) kubetrain-worker trains alone. A pod may still name the
+# program (command: [kubetrain-worker] or [kubetrain-ps]); all three are on PATH.
 # scripts/check-deploy (CTest deploy_check) checks every COPY source and these build commands.
 
 ARG VARIANT=gpu
@@ -44,7 +48,10 @@ COPY e2e/ e2e/
 COPY docker/runtime-packages.sh docker/
 ARG VARIANT
 # The build tree lives in a cache mount, so a rebuild after a source change recompiles only
-# what changed (a VARIANT switch reconfigures it); the stripped binaries go to /src/dist. The
+# what changed (a VARIANT switch reconfigures it); the stripped binaries go to /src/dist. COPY
+# keeps the context's modification times, so a source that changed but is older than its object
+# in the cache (another checkout, an edit made before the last build) would not be recompiled:
+# the files whose content differs from the last build's (build/.sources.sha256) are touched. The
 # host code is compiled at make's -O2 without the debug info the strip would drop (a third of
 # the compile time).
 RUN --mount=type=cache,id=kubetrain-worker-build,target=/src/build \
@@ -53,13 +60,20 @@ RUN --mount=type=cache,id=kubetrain-worker-build,target=/src/build \
     else \
       flags="-DKUBETRAIN_CUDA=OFF"; \
     fi && \
+    sums=$(find CMakeLists.txt cmake proto common operator ps worker bench e2e -type f -print0 | \
+      xargs -0 sha256sum | LC_ALL=C sort) && \
+    { [[ -f build/.sources.sha256 ]] || : > build/.sources.sha256; } && \
+    LC_ALL=C comm -13 build/.sources.sha256 <(echo "$sums") | cut -c67- | xargs -r -d '\n' touch && \
+    echo "$sums" > build/.sources.sha256 && \
     cmake -S . -B build -DKUBETRAIN_TESTS=OFF $flags \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" && \
-    cmake --build build -j "$(nproc)" --target kubetrain-worker kubetrain-ps && \
+    cmake --build build -j "$(nproc)" --target kubetrain-worker kubetrain-ps kubetrain-entrypoint && \
     mkdir -p dist && \
     strip --strip-debug -o dist/kubetrain-worker build/bin/kubetrain-worker && \
     strip --strip-debug -o dist/kubetrain-ps build/bin/kubetrain-ps && \
-    ./docker/runtime-packages.sh dist/kubetrain-worker dist/kubetrain-ps > dist/runtime-packages.txt && \
+    strip --strip-debug -o dist/kubetrain-entrypoint build/bin/kubetrain-entrypoint && \
+    ./docker/runtime-packages.sh dist/kubetrain-worker dist/kubetrain-ps dist/kubetrain-entrypoint \
+      > dist/runtime-packages.txt && \
     echo "runtime packages: $(tr '\n' ' ' < dist/runtime-packages.txt)"
 
 # ---- runtime stages ---------------------------------------------------------------------------
@@ -75,12 +89,14 @@ RUN apt-get update -q && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       $(cat /tmp/runtime-packages.txt) dataset-fashion-mnist && \
     rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt
-COPY --from=build /src/dist/kubetrain-worker /src/dist/kubetrain-ps /usr/local/bin/
+COPY --from=build /src/dist/kubetrain-worker /src/dist/kubetrain-ps /src/dist/kubetrain-entrypoint \
+     /usr/local/bin/
 ENV KUBETRAIN_DATA_DIR=/usr/share/datasets/fashion-mnist
 USER 65532:65532
 WORKDIR /tmp
 EXPOSE 2222 8080
-CMD ["kubetrain-worker", "--help"]
+# No CMD: a container without `command` or `args` runs its task's role, as TensorFlow's do.
+ENTRYPOINT ["/usr/local/bin/kubetrain-entrypoint"]
 LABEL org.opencontainers.image.title="kubetrain-worker" \
       org.opencontainers.image.description="kubetrain-worker and kubetrain-ps with Fashion-MNIST" \
       org.opencontainers.image.version="0.1.0"

@@ -4,7 +4,9 @@
 # the chart rendered into its Deployment (as a local process, plus --kubeconfig and loopback
 # metrics/health addresses; incluster_e2e.sh runs the Deployment's pod) takes the leader Lease,
 # becomes ready and reconciles a TrainingJob; upgrade with workers=2 changes the Deployment's
-# args; uninstall removes every templated object (the CRD, from crds/, stays: helm's rule).
+# args; uninstall removes every templated object (the CRD, from crds/, stays: helm's rule). A
+# TFJob CRD another installation made stops a default install with a message naming
+# tfjob.installCRD=false, and that install then runs the operator with --tfjob beside it.
 # Last, the plain manifests of deploy/ (namespace, RBAC both variants, Deployment, Service) apply.
 # Usage: chart_e2e.sh LOCALKUBE KUBECTL HELM BIN_DIR
 set -euo pipefail
@@ -176,6 +178,24 @@ done
 [[ -z $(h list -n "$NS" -q) ]] || fail "the release is still listed"
 k get crd trainingjobs.kubetrain.dev -o name >/dev/null ||
   fail "the CRD was deleted (helm keeps crds/ on uninstall; user data would be lost)"
+
+step "a TFJob CRD another installation made: refused clearly, then used with tfjob.installCRD=false"
+# As Kubeflow leaves it: the TFJob CRD without Helm's ownership of this release.
+k delete crd tfjobs.kubeflow.org --wait=true >/dev/null 2>&1 || true
+k apply -f deploy/crd/kubeflow.org_tfjobs.yaml >/dev/null
+k wait --for condition=established --timeout=20s crd/tfjobs.kubeflow.org >/dev/null
+if h install "$REL" charts/kubetrain --namespace "$NS" >"$LK_DIR/crd-clash.out" 2>&1; then
+  fail "helm install took over a TFJob CRD it did not make: $(cat "$LK_DIR/crd-clash.out")"
+fi
+has "tfjob.installCRD=false" <"$LK_DIR/crd-clash.out" ||
+  fail "the refusal does not say what to do: $(cat "$LK_DIR/crd-clash.out")"
+h install "$REL" charts/kubetrain --namespace "$NS" --set tfjob.installCRD=false \
+  >"$LK_DIR/no-crd.out" 2>&1 || fail "helm install --set tfjob.installCRD=false: $(cat "$LK_DIR/no-crd.out")"
+grep -qx -- --tfjob <<<"$(deployment_args)" || fail "tfjob.installCRD=false dropped --tfjob"
+[[ -z $(k get crd tfjobs.kubeflow.org -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}') ]] ||
+  fail "the release took the existing TFJob CRD over"
+h uninstall "$REL" --namespace "$NS" --wait --timeout 60s >/dev/null || fail "helm uninstall"
+k get crd tfjobs.kubeflow.org -o name >/dev/null || fail "uninstall deleted the TFJob CRD it did not make"
 
 step "the plain manifests in deploy/ apply and delete cleanly too"
 # (the namespace exists from --create-namespace: kubectl warns that it lacks last-applied)

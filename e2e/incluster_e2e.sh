@@ -56,7 +56,7 @@ trap on_failure EXIT
 # job NAME: the example, one epoch, from the CPU worker image.
 job() {
   sed -e "s/name: fashion-mnist/name: $1/" -e "s/--epochs=20/--epochs=1/" \
-    -e "s|image: kubetrain/worker:0.1.0|image: $WORKER_IMAGE|" deploy/examples/fashion-mnist.yaml
+    -e "s|image: kubetrain/worker:0.1.0-cpu\$|image: $WORKER_IMAGE|" deploy/examples/fashion-mnist.yaml
 }
 # denials_of USER: how many requests of USER the authorizer refused.
 denials_of() {

@@ -472,9 +472,13 @@ TfJobConversion ConvertTfJob(const json& tfjob, FieldErrors* errors) {
       Error(errors, "spec.enableDynamicWorker",
             absl::StrCat("must be true or false, got ", Describe(dynamic)));
     } else if (dynamic.get<bool>()) {
-      result.notes.push_back(
-          "spec.enableDynamicWorker: not carried over; a worker that fails past its restart "
-          "policy fails the TrainingJob, where Kubeflow would go on without it");
+      // Its sparse TF_CONFIG (a worker sees only the ps and itself) is not one kubetrain-worker
+      // can train with, and the job would still fail with its first lost worker.
+      Error(errors, "spec.enableDynamicWorker",
+            "true is not supported: kubetrain's programs need the whole cluster in TF_CONFIG, "
+            "which Kubeflow's dynamic workers do not get; remove it (or set false), or, for "
+            "workers that may come and go while the job trains, run it as a kubetrain "
+            "TrainingJob with spec.elastic (kubetrain convert, then add spec.elastic)");
     }
   }
   return result;
@@ -590,6 +594,8 @@ json TfJobPod(const json& tfjob, ReplicaType type, int index, const std::string&
     if (!tf_config.empty()) SetContainerEnv(c, {{"name", "TF_CONFIG"}, {"value", tf_config}});
     json secret_ref = {{"name", JobSecretName(name)}, {"key", kJobSecretKey}};
     SetContainerEnv(c, {{"name", kJobSecretEnv}, {"valueFrom", {{"secretKeyRef", secret_ref}}}});
+    // As on a TrainingJob's pods (render.cc): checkpoints and metrics are the job's own.
+    SetContainerEnv(c, {{"name", "KUBETRAIN_JOB_NAME"}, {"value", name}});
   }
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
 }

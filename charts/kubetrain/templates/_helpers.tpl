@@ -68,14 +68,18 @@ kubetrain.serviceAccountName: the ServiceAccount the operator runs as.
 {{- end }}
 
 {{/*
-kubetrain.image: repository:tag, the tag defaulting to the chart's appVersion (never floating).
+kubetrain.image: repository:tag, the tag defaulting to the chart's appVersion.
 */}}
 {{- define "kubetrain.image" -}}
-{{- $tag := default .Chart.AppVersion .Values.image.tag }}
-{{- if eq $tag "latest" }}
-{{- fail "image.tag: floating tag \"latest\" is not allowed; pin a version" }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
-{{- printf "%s:%s" .Values.image.repository $tag }}
+
+{{/*
+kubetrain.floatingTag: "true" when image.tag is one that moves (latest, main, ...): NOTES then
+advises image.pullPolicy=Always unless it is set.
+*/}}
+{{- define "kubetrain.floatingTag" -}}
+{{- has .Values.image.tag (list "latest" "main" "master" "stable" "edge" "nightly" "dev") }}
 {{- end }}
 
 {{/*

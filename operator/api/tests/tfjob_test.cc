@@ -15,9 +15,11 @@ namespace kubetrain::api {
 namespace {
 
 using nlohmann::json;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 json Replica(int replicas, const std::string& image = "example/tf-dist-mnist:1") {
   return {{"replicas", replicas},
@@ -162,7 +164,7 @@ TEST(ConvertTfJob, MasterBecomesChiefAndEveryFieldCarriesOver) {
 
 TEST(ConvertTfJob, WhatDoesNotCarryOverIsSaid) {
   json tfjob = TfJob({{"Worker", Replica(2)}});
-  tfjob["spec"]["enableDynamicWorker"] = true;
+  tfjob["spec"]["enableDynamicWorker"] = false;
   tfjob["spec"]["successPolicy"] = "AllWorkers";  // no Chief: it carries over
   tfjob["spec"]["runPolicy"] = {
       {"backoffLimit", 1},
@@ -173,8 +175,23 @@ TEST(ConvertTfJob, WhatDoesNotCarryOverIsSaid) {
   EXPECT_EQ(c.training_job["spec"]["successPolicy"], "AllWorkers");
   EXPECT_THAT(c.notes,
               ElementsAre(HasSubstr("spec.runPolicy.schedulingPolicy.minResources: dropped"),
-                          HasSubstr("spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"),
-                          HasSubstr("spec.enableDynamicWorker: not carried over")));
+                          HasSubstr("spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds")));
+}
+
+// Dynamic workers get Kubeflow's sparse TF_CONFIG, which kubetrain-worker cannot train with: the
+// job is refused before any pod, naming the field and what to use instead.
+TEST(ConvertTfJob, DynamicWorkersAreRefusedNamingTheFieldAndTheAlternative) {
+  json tfjob = TfJob({{"PS", Replica(1)}, {"Worker", Replica(2)}});
+  tfjob["spec"]["enableDynamicWorker"] = true;
+  FieldErrors errors;
+  ConvertTfJob(tfjob, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].path, "spec.enableDynamicWorker");
+  EXPECT_THAT(errors[0].message, HasSubstr("not supported"));
+  EXPECT_THAT(errors[0].message, HasSubstr("spec.elastic"));
+  FieldErrors decode_errors;
+  DecodeTfJob(tfjob, &decode_errors);  // what the operator reads: the job fails as InvalidSpec
+  EXPECT_THAT(decode_errors, Not(IsEmpty()));
 }
 
 TEST(ConvertTfJob, MistakesAreNamedByTheirTfJobField) {
@@ -258,7 +275,8 @@ TEST(RenderTfJob, KubeflowsServicesAndPods) {
             json({{{"name", "TF_CONFIG"}, {"value", KubeflowTfConfig(with_ns, "worker", 1, "")}},
                   {{"name", "KUBETRAIN_JOB_SECRET"},
                    {"valueFrom",
-                    {{"secretKeyRef", {{"name", "strategy-job-secret"}, {"key", "token"}}}}}}}));
+                    {{"secretKeyRef", {{"name", "strategy-job-secret"}, {"key", "token"}}}}}},
+                  {{"name", "KUBETRAIN_JOB_NAME"}, {"value", "strategy"}}}));
   EXPECT_THAT(c["env"][0]["value"].get<std::string>(),
               HasSubstr(R"("master":["strategy-master-0.team-a.svc:2222"])"));
 }
@@ -268,8 +286,11 @@ TEST(RenderTfJob, WorkerZeroIsTheMasterRoleWithoutAChiefAndOneReplicaGetsNoTfCon
   ASSERT_EQ(objects.size(), 2u);
   const json& pod = objects[1];
   EXPECT_EQ(pod["metadata"]["labels"]["training.kubeflow.org/job-role"], "master");
-  ASSERT_EQ(pod["spec"]["containers"][0]["env"].size(), 1u);  // the secret only: no TF_CONFIG
-  EXPECT_EQ(pod["spec"]["containers"][0]["env"][0]["name"], "KUBETRAIN_JOB_SECRET");
+  // The secret and the job's name only: no TF_CONFIG, as Kubeflow gives none.
+  const json& env = pod["spec"]["containers"][0]["env"];
+  ASSERT_EQ(env.size(), 2u);
+  EXPECT_EQ(env[0]["name"], "KUBETRAIN_JOB_SECRET");
+  EXPECT_EQ(env[1], json({{"name", "KUBETRAIN_JOB_NAME"}, {"value", "solo"}}));
   EXPECT_EQ(pod["metadata"]["namespace"], "ns");
 }
 
@@ -292,6 +313,25 @@ TEST(TfJobPod, OwnedByTheTfJobAndRestartedByTheOperator) {
   ASSERT_EQ(services.size(), 4u);
   EXPECT_EQ(services[0]["metadata"]["ownerReferences"], pod["metadata"]["ownerReferences"]);
   EXPECT_EQ(TfJobTaskName(tfjob, ReplicaType::kPS, 1), "owned-ps-1");
+}
+
+// Each TFJob's checkpoints and metrics are its own (KUBETRAIN_JOB_NAME, as on a TrainingJob's
+// pods), and what the template says of pulling its image reaches the pod: a private registry's
+// pull secrets and policy.
+TEST(TfJobPod, NamesItsJobAndKeepsTheTemplatesPullSecrets) {
+  json worker = Replica(2, "registry.example/team/kubetrain-worker:0.1.0-cpu");
+  worker["template"]["spec"]["imagePullSecrets"] = {{{"name", "regcred"}}};
+  worker["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Always";
+  json tfjob = TfJob({{"PS", Replica(1)}, {"Worker", worker}}, "mnist-a", "team-c");
+  json pod = TfJobPod(tfjob, ReplicaType::kWorker, 1, "");
+  EXPECT_EQ(pod["spec"]["imagePullSecrets"], json::parse(R"([{"name":"regcred"}])"));
+  const json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(c["image"], "registry.example/team/kubetrain-worker:0.1.0-cpu");
+  EXPECT_EQ(c["imagePullPolicy"], "Always");
+  EXPECT_THAT(c["env"], Contains(json({{"name", "KUBETRAIN_JOB_NAME"}, {"value", "mnist-a"}})));
+  json ps = TfJobPod(tfjob, ReplicaType::kPS, 0, "");
+  EXPECT_THAT(ps["spec"]["containers"][0]["env"],
+              Contains(json({{"name", "KUBETRAIN_JOB_NAME"}, {"value", "mnist-a"}})));
 }
 
 // A TFJob as the operator reads it back: the TrainingJob it converts to, with the TFJob's uid and
