@@ -451,9 +451,8 @@ absl::Status Reconciler::RestartOnClusterChange(Pass& p) {
   std::map<std::string, std::vector<std::string>> wanted;
   const api::Task& first = p.tasks.front();
   if (p.tfjob) {
-    // Kubeflow's sparse TF_CONFIG (enableDynamicWorker) differs from task to task, and a job
-    // of one replica has none: neither has one cluster to compare.
-    if (p.object["spec"].value("enableDynamicWorker", false) == true) return absl::OkStatus();
+    // A job of one replica has no TF_CONFIG, so no cluster to compare (enableDynamicWorker,
+    // whose sparse TF_CONFIG differs from task to task, never gets here: validation refuses it).
     absl::StatusOr<api::TfConfig> tf = api::ParseTfConfig(
         api::KubeflowTfConfig(p.object, api::TfJobReplicaName(p.object, first.type), first.index,
                               options_.cluster_domain));
