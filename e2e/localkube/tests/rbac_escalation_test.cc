@@ -22,7 +22,9 @@ namespace {
 
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
+using testing::Binding;
 using testing::kAdminToken;
+using testing::Role;
 
 constexpr char kSa[] = "sa-token";  // system:serviceaccount:ns1:sa
 constexpr char kMaster[] = "master-token";
@@ -34,27 +36,6 @@ constexpr char kSaWho[] =
     "permissions not currently held:\n";
 
 json Rules(const char* text) { return json::parse(text); }
-
-json RoleObject(const std::string& ns, const std::string& name, json rules) {
-  json role = {{"apiVersion", "rbac.authorization.k8s.io/v1"},
-               {"kind", ns.empty() ? "ClusterRole" : "Role"},
-               {"metadata", {{"name", name}}},
-               {"rules", rules}};
-  if (!ns.empty()) role["metadata"]["namespace"] = ns;
-  return role;
-}
-
-json BindingObject(const std::string& ns, const std::string& name, const std::string& role_kind,
-                   const std::string& role, json subjects) {
-  json b = {
-      {"apiVersion", "rbac.authorization.k8s.io/v1"},
-      {"kind", ns.empty() ? "ClusterRoleBinding" : "RoleBinding"},
-      {"metadata", {{"name", name}}},
-      {"roleRef", {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", role_kind}, {"name", role}}},
-      {"subjects", subjects}};
-  if (!ns.empty()) b["metadata"]["namespace"] = ns;
-  return b;
-}
 
 json Sa() {
   return json::array({{{"kind", "ServiceAccount"}, {"name", "sa"}, {"namespace", "ns1"}}});
@@ -89,12 +70,12 @@ class RbacEscalation : public ::testing::Test {
                 201);
     }
     // The bootstrap ClusterRoles of a real cluster the cases refer to.
-    Admin(kClusterRoles, RoleObject("", "cluster-admin", Rules(R"([
+    Admin(kClusterRoles, Role("", "cluster-admin", Rules(R"([
       {"apiGroups":["*"],"resources":["*"],"verbs":["*"]},
       {"nonResourceURLs":["*"],"verbs":["*"]}])")));
-    Admin(kClusterRoles, RoleObject("", "view", Rules(R"([
+    Admin(kClusterRoles, Role("", "view", Rules(R"([
       {"apiGroups":[""],"resources":["pods","configmaps"],"verbs":["get","list","watch"]}])")));
-    Admin(kClusterRoles, RoleObject("", "edit", Rules(R"([
+    Admin(kClusterRoles, Role("", "edit", Rules(R"([
       {"apiGroups":[""],"resources":["pods","configmaps","secrets"],
        "verbs":["get","list","watch","create","update","patch","delete"]}])")));
   }
@@ -127,11 +108,11 @@ class RbacEscalation : public ::testing::Test {
   void Grant(const std::string& ns, const char* rules) {
     std::string name = absl::StrCat("grant-", ++grants_);
     if (ns.empty()) {
-      Admin(kClusterRoles, RoleObject("", name, Rules(rules)));
-      Admin(kClusterRoleBindings, BindingObject("", name, "ClusterRole", name, Sa()));
+      Admin(kClusterRoles, Role("", name, Rules(rules)));
+      Admin(kClusterRoleBindings, Binding("", name, "ClusterRole", name, Sa()));
     } else {
-      Admin(Roles(ns), RoleObject(ns, name, Rules(rules)));
-      Admin(RoleBindings(ns), BindingObject(ns, name, "Role", name, Sa()));
+      Admin(Roles(ns), Role(ns, name, Rules(rules)));
+      Admin(RoleBindings(ns), Binding(ns, name, "Role", name, Sa()));
     }
   }
   // A 403 whose message is `<prefix>` + kSaWho + `missing`.
@@ -155,7 +136,7 @@ TEST_F(RbacEscalation, CreatingRolesAndBindingsDoesNotMakeTheCreatorAdmin) {
   Grant("ns1", R"([{"apiGroups":["rbac.authorization.k8s.io"],
                     "resources":["roles","rolebindings"],"verbs":["create"]}])");
   Reply r = Call(kSa, "POST", RoleBindings("ns1"),
-                 BindingObject("ns1", "own-admin", "ClusterRole", "cluster-admin", Sa()));
+                 Binding("ns1", "own-admin", "ClusterRole", "cluster-admin", Sa()));
   ExpectEscalation(
       r, "rolebindings.rbac.authorization.k8s.io \"own-admin\" is forbidden: ",
       "{APIGroups:[\"*\"], Resources:[\"*\"], Verbs:[\"*\"]}\n{NonResourceURLs:[\"*\"], "
@@ -163,24 +144,23 @@ TEST_F(RbacEscalation, CreatingRolesAndBindingsDoesNotMakeTheCreatorAdmin) {
   EXPECT_EQ(r.body["details"], json::parse(R"({"name":"own-admin",
     "group":"rbac.authorization.k8s.io","kind":"rolebindings"})"));
   ExpectEscalation(Call(kSa, "POST", Roles("ns1"),
-                        RoleObject("ns1", "star", Rules(R"([{"apiGroups":["*"],"resources":["*"],
+                        Role("ns1", "star", Rules(R"([{"apiGroups":["*"],"resources":["*"],
                                                 "verbs":["*"]}])"))),
                    "roles.rbac.authorization.k8s.io \"star\" is forbidden: ",
                    "{APIGroups:[\"*\"], Resources:[\"*\"], Verbs:[\"*\"]}");
   json other = json::array({{{"kind", "User"}, {"name", "mallory"}}});
   EXPECT_EQ(Call(kSa, "POST", RoleBindings("ns1"),
-                 BindingObject("ns1", "their-admin", "ClusterRole", "cluster-admin", other))
+                 Binding("ns1", "their-admin", "ClusterRole", "cluster-admin", other))
                 .code,
             403);
   // Binding a role that grants only a subset of the creator's permissions is fine.
   EXPECT_EQ(Call(kSa, "POST", Roles("ns1"),
-                 RoleObject("ns1", "maker", Rules(R"([{"apiGroups":["rbac.authorization.k8s.io"],
+                 Role("ns1", "maker", Rules(R"([{"apiGroups":["rbac.authorization.k8s.io"],
                                                       "resources":["roles"],"verbs":["create"]}])")))
                 .code,
             201);
   EXPECT_EQ(
-      Call(kSa, "POST", RoleBindings("ns1"), BindingObject("ns1", "maker", "Role", "maker", other))
-          .code,
+      Call(kSa, "POST", RoleBindings("ns1"), Binding("ns1", "maker", "Role", "maker", other)).code,
       201);
   EXPECT_EQ(Call(kSa, "GET", "/api/v1/namespaces/ns1/secrets").code, 403);
   EXPECT_EQ(Call(kSa, "GET", "/api/v1/secrets").code, 403);
@@ -199,8 +179,7 @@ TEST_F(RbacEscalation, RolesMayGrantOnlyWhatTheCreatorHoldsInTheRolesScope) {
                  "verbs":["create"]},
                 {"nonResourceURLs":["/healthz/*"],"verbs":["get"]}])");
   auto create = [&](const std::string& ns, const std::string& name, const char* rules) {
-    return Call(kSa, "POST", ns.empty() ? kClusterRoles : Roles(ns),
-                RoleObject(ns, name, Rules(rules)));
+    return Call(kSa, "POST", ns.empty() ? kClusterRoles : Roles(ns), Role(ns, name, Rules(rules)));
   };
   const std::string role_x = "roles.rbac.authorization.k8s.io \"x\" is forbidden: ";
   EXPECT_EQ(create("ns1", "subset", R"([{"apiGroups":[""],"resources":["pods"],"verbs":["get"]},
@@ -252,7 +231,7 @@ TEST_F(RbacEscalation, RolesMayGrantOnlyWhatTheCreatorHoldsInTheRolesScope) {
 TEST_F(RbacEscalation, EscalateVerbAllowsRolesBeyondWhatIsHeld) {
   Grant("ns1", R"([{"apiGroups":["rbac.authorization.k8s.io"],"resources":["roles"],
                     "verbs":["create","update"]}])");
-  json star = RoleObject("ns1", "star", Rules(R"([{"apiGroups":["*"],"resources":["*"],
+  json star = Role("ns1", "star", Rules(R"([{"apiGroups":["*"],"resources":["*"],
                                                  "verbs":["*"]}])"));
   EXPECT_EQ(Call(kSa, "POST", Roles("ns1"), star).code, 403);
   Grant("ns1", R"([{"apiGroups":["rbac.authorization.k8s.io"],"resources":["roles"],
@@ -261,9 +240,9 @@ TEST_F(RbacEscalation, EscalateVerbAllowsRolesBeyondWhatIsHeld) {
   // Not for ClusterRoles: escalate is per resource.
   Grant("", R"([{"apiGroups":["rbac.authorization.k8s.io"],"resources":["clusterroles"],
                  "verbs":["create"]}])");
-  EXPECT_EQ(Call(kSa, "POST", kClusterRoles, RoleObject("", "star", star["rules"])).code, 403);
+  EXPECT_EQ(Call(kSa, "POST", kClusterRoles, Role("", "star", star["rules"])).code, 403);
   // system:masters needs neither.
-  EXPECT_EQ(Call(kMaster, "POST", kClusterRoles, RoleObject("", "star", star["rules"])).code, 201);
+  EXPECT_EQ(Call(kMaster, "POST", kClusterRoles, Role("", "star", star["rules"])).code, 201);
 }
 
 // The documentation's case: a user may bind a role whose permissions they lack only with "bind"
@@ -274,29 +253,24 @@ TEST_F(RbacEscalation, BindVerbAllowsBindingNamedRolesNotHeld) {
   json bob = json::array({{{"kind", "User"}, {"name", "bob"}}});
   const std::string b = "rolebindings.rbac.authorization.k8s.io \"b\" is forbidden: ";
   ExpectEscalation(
-      Call(kSa, "POST", RoleBindings("ns1"), BindingObject("ns1", "b", "ClusterRole", "view", bob)),
-      b,
+      Call(kSa, "POST", RoleBindings("ns1"), Binding("ns1", "b", "ClusterRole", "view", bob)), b,
       "{APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"get\" \"list\" \"watch\"]}\n"
       "{APIGroups:[\"\"], Resources:[\"pods\"], Verbs:[\"get\" \"list\" \"watch\"]}");
   Grant("", R"([{"apiGroups":["rbac.authorization.k8s.io"],"resources":["clusterroles"],
                  "resourceNames":["view"],"verbs":["bind"]}])");
   EXPECT_EQ(
-      Call(kSa, "POST", RoleBindings("ns1"), BindingObject("ns1", "b", "ClusterRole", "view", bob))
-          .code,
+      Call(kSa, "POST", RoleBindings("ns1"), Binding("ns1", "b", "ClusterRole", "view", bob)).code,
       201);
   EXPECT_EQ(
-      Call(kSa, "POST", RoleBindings("ns1"), BindingObject("ns1", "e", "ClusterRole", "edit", bob))
-          .code,
+      Call(kSa, "POST", RoleBindings("ns1"), Binding("ns1", "e", "ClusterRole", "edit", bob)).code,
       403);
   // Holding every permission of a role is as good as bind on it.
   Grant("ns1", R"([{"apiGroups":[""],"resources":["*"],"verbs":["*"]}])");
   EXPECT_EQ(
-      Call(kSa, "POST", RoleBindings("ns1"), BindingObject("ns1", "e", "ClusterRole", "edit", bob))
-          .code,
+      Call(kSa, "POST", RoleBindings("ns1"), Binding("ns1", "e", "ClusterRole", "edit", bob)).code,
       201);
   // A role that does not exist cannot be checked.
-  Reply r =
-      Call(kSa, "POST", RoleBindings("ns1"), BindingObject("ns1", "ghost", "Role", "ghost", bob));
+  Reply r = Call(kSa, "POST", RoleBindings("ns1"), Binding("ns1", "ghost", "Role", "ghost", bob));
   EXPECT_EQ(r.code, 403);
   EXPECT_EQ(r.body.value("message", ""),
             "rolebindings.rbac.authorization.k8s.io \"ghost\" is forbidden: "
@@ -311,7 +285,7 @@ TEST_F(RbacEscalation, UpdatesAndPatchesAreCheckedOnTheResult) {
                    {"apiGroups":[""],"resources":["pods"],"verbs":["get"]}])");
   const std::string r = Roles("ns1") + "/r";
   ASSERT_EQ(Call(kSa, "POST", Roles("ns1"),
-                 RoleObject("ns1", "r", Rules(R"([{"apiGroups":[""],"resources":["pods"],
+                 Role("ns1", "r", Rules(R"([{"apiGroups":[""],"resources":["pods"],
                                                   "verbs":["get"]}])")))
                 .code,
             201);
@@ -346,7 +320,7 @@ TEST_F(RbacEscalation, UpdatesAndPatchesAreCheckedOnTheResult) {
                 .code,
             200);
   // An admin's role granting more than the ServiceAccount holds: only a GC-field change passes.
-  Admin(Roles("ns1"), RoleObject("ns1", "big", Rules(R"([{"apiGroups":["*"],"resources":["*"],
+  Admin(Roles("ns1"), Role("ns1", "big", Rules(R"([{"apiGroups":["*"],"resources":["*"],
                                                         "verbs":["*"]}])")));
   EXPECT_EQ(Call(kSa, "PATCH", Roles("ns1") + "/big", {{"metadata", {{"finalizers", {"x/y"}}}}},
                  "application/merge-patch+json")

@@ -30,8 +30,10 @@ namespace {
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
+using testing::Binding;
 using testing::kAdminToken;
 using testing::Pod;
+using testing::Role;
 constexpr char kSa[] = "sa-token";  // system:serviceaccount:ns1:sa
 constexpr char kSaUser[] = "system:serviceaccount:ns1:sa";
 constexpr char kMaster[] = "master-token";  // a user in system:masters
@@ -70,28 +72,6 @@ json OwnerRef(const json& owner, bool block) {
               {"controller", true}};
   if (block) ref["blockOwnerDeletion"] = true;
   return json::array({ref});
-}
-
-json Role(const std::string& ns, const std::string& name, json rules) {
-  json role = {{"apiVersion", "rbac.authorization.k8s.io/v1"},
-               {"kind", ns.empty() ? "ClusterRole" : "Role"},
-               {"metadata", {{"name", name}}},
-               {"rules", rules}};
-  if (!ns.empty()) role["metadata"]["namespace"] = ns;
-  return role;
-}
-
-// A binding of `role_kind`/`role` to `subjects`; a RoleBinding when `ns` is set.
-json Binding(const std::string& ns, const std::string& name, const std::string& role_kind,
-             const std::string& role, json subjects) {
-  json b = {
-      {"apiVersion", "rbac.authorization.k8s.io/v1"},
-      {"kind", ns.empty() ? "ClusterRoleBinding" : "RoleBinding"},
-      {"metadata", {{"name", name}}},
-      {"roleRef", {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", role_kind}, {"name", role}}},
-      {"subjects", subjects}};
-  if (!ns.empty()) b["metadata"]["namespace"] = ns;
-  return b;
 }
 
 json SaSubject() { return json::array({{{"kind", "ServiceAccount"}, {"name", "sa"}}}); }

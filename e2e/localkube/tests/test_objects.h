@@ -1,5 +1,5 @@
 // Test support shared by localkube's API tests: the bearer token the server under test is started
-// with (an admin's), and the smallest valid Pod.
+// with (an admin's), the smallest valid Pod, and RBAC roles and bindings.
 #pragma once
 
 #include <string>
@@ -18,6 +18,31 @@ inline nlohmann::json Pod(const std::string& name, nlohmann::json owner_refs = n
                         {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}}}}};
   if (!owner_refs.is_null()) pod["metadata"]["ownerReferences"] = owner_refs;
   return pod;
+}
+
+// A Role in `ns` granting `rules`; a ClusterRole when `ns` is empty.
+inline nlohmann::json Role(const std::string& ns, const std::string& name, nlohmann::json rules) {
+  nlohmann::json role = {{"apiVersion", "rbac.authorization.k8s.io/v1"},
+                         {"kind", ns.empty() ? "ClusterRole" : "Role"},
+                         {"metadata", {{"name", name}}},
+                         {"rules", rules}};
+  if (!ns.empty()) role["metadata"]["namespace"] = ns;
+  return role;
+}
+
+// A binding of `role_kind`/`role` to `subjects`; a RoleBinding in `ns`, a ClusterRoleBinding when
+// `ns` is empty.
+inline nlohmann::json Binding(const std::string& ns, const std::string& name,
+                              const std::string& role_kind, const std::string& role,
+                              nlohmann::json subjects) {
+  nlohmann::json b = {
+      {"apiVersion", "rbac.authorization.k8s.io/v1"},
+      {"kind", ns.empty() ? "ClusterRoleBinding" : "RoleBinding"},
+      {"metadata", {{"name", name}}},
+      {"roleRef", {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", role_kind}, {"name", role}}},
+      {"subjects", subjects}};
+  if (!ns.empty()) b["metadata"]["namespace"] = ns;
+  return b;
 }
 
 }  // namespace kubetrain::localkube::testing

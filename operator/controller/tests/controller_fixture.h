@@ -29,6 +29,12 @@ using nlohmann::json;
 class ControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(StartServer());
+    StartController();
+  }
+
+  // localkube with the TrainingJob CRD, and a client of it.
+  void StartServer() {
     auto lk = kube::testing::Localkube::Start();
     ASSERT_TRUE(lk.ok()) << lk.status();
     server_ = std::move(*lk);
@@ -36,7 +42,6 @@ class ControllerTest : public ::testing::Test {
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
     ASSERT_THAT(server_->InstallTrainingJobCrd(*client_), IsOk());
-    StartController();
   }
 
   void TearDown() override { controller_.reset(); }

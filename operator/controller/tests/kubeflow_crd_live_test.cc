@@ -14,13 +14,7 @@ namespace {
 class KubeflowCrdTest : public ControllerTest {
  protected:
   void SetUp() override {
-    auto lk = kube::testing::Localkube::Start();
-    ASSERT_TRUE(lk.ok()) << lk.status();
-    server_ = std::move(*lk);
-    auto client = server_->NewClient({.qps = 0});
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
-    ASSERT_THAT(server_->InstallTrainingJobCrd(*client_), IsOk());
+    ASSERT_NO_FATAL_FAILURE(StartServer());
     json crd = kube::testing::LoadSourceYaml(
         "operator/controller/tests/testdata/kubeflow.org_tfjobs.yaml");
     ASSERT_TRUE(crd.is_object());
