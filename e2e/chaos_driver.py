@@ -57,7 +57,7 @@ def fail(msg):
 
 
 # ---------------------------------------------------------------- the jobs
-def manifest(name, example, mode, ckpt_dir):
+def manifest(name, example, mode, ckpt_dir, epochs=EPOCHS):
     with open(example) as f:
         job = yaml.safe_load(f)
     job["metadata"]["name"] = name
@@ -66,7 +66,7 @@ def manifest(name, example, mode, ckpt_dir):
         if c["command"] != ["kubetrain-worker"]:
             continue
         args = [a for a in c["args"] if not a.startswith(("--epochs=", "--mode="))]
-        args += [f"--mode={mode}", f"--epochs={EPOCHS}", f"--checkpoint-dir={ckpt_dir}",
+        args += [f"--mode={mode}", f"--epochs={epochs}", f"--checkpoint-dir={ckpt_dir}",
                  "--checkpoint-every=1s", "--log-every=2s"]
         c["args"] = args
     job["spec"]["runPolicy"]["backoffLimit"] = 5
@@ -335,6 +335,7 @@ def chaos(clean_accuracy):
 
 # ---------------------------------------------------------------- a full checkpoint disk
 FULL_DISK_DEADLINE_S = 240
+FULL_DISK_EPOCHS = 10
 FAILING = ("Checkpoint failed; training goes on", "Checkpoint writes are failing again")
 
 
@@ -358,8 +359,10 @@ def full_disk(mount):
     ckpt = os.path.join(mount, "checkpoints")
     path = os.path.join(WORK, "disk-chaos-disk.yaml")
     with open(path, "w") as f:
-        yaml.safe_dump(manifest("chaos-disk", "deploy/examples/fashion-mnist.yaml", "ps-sync", ckpt),
-                       f)
+        # Long enough (about 25 s on 2 cores) that the disk is freed again well before the end:
+        # a final checkpoint that cannot be written fails the run.
+        yaml.safe_dump(manifest("chaos-disk", "deploy/examples/fashion-mnist.yaml", "ps-sync", ckpt,
+                                epochs=FULL_DISK_EPOCHS), f)
     lines = []
     proc = subprocess.Popen([os.path.join(BIN, "kubetrain"), "run", path], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -383,7 +386,7 @@ def full_disk(mount):
         fill(filler)
         log(f"full disk: filled {mount} at {time.time() - started:.0f} s")
         wait_for("warning", *FAILING)
-        time.sleep(3)  # a few retries' worth: they back off from 1 s
+        time.sleep(2)  # a retry's worth or two: they back off from 1 s
         partial = [n for n in os.listdir(ckpt) if n.endswith(".tmp")]
         if len(partial) > 1:
             fail(f"full disk: {len(partial)} partial files while the disk is full: {partial}")
@@ -418,10 +421,10 @@ def full_disk(mount):
 
 def main():
     log(f"seed {SEED} (CHAOS_SEED={SEED} repeats this run's choices)")
-    if os.environ.get("FULL_DISK_DIR"):
-        full_disk(os.environ["FULL_DISK_DIR"])
     clean = clean_runs()
     chaos(clean)
+    if os.environ.get("FULL_DISK_DIR"):
+        full_disk(os.environ["FULL_DISK_DIR"])
     if failures:
         print(f"chaos: {len(failures)} failures", file=sys.stderr)
         sys.exit(1)

@@ -37,9 +37,12 @@ for f in operator/api/testdata/tfjob/*.yaml e2e/testdata/tfjob-*.yaml; do
   kept=$(k create --dry-run=server -f "$f" -o json) || fail "$f: refused by the API server"
   python3 - "$f" "$kept" <<'PY' || fail "$f: the CRD changed it"
 import json, sys, yaml
-sent = yaml.safe_load(open(sys.argv[1]))
+sent = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 kept = json.loads(sys.argv[2])
-assert kept["spec"] == sent["spec"], (sent["spec"], kept["spec"])
+kept = kept["items"] if kept.get("kind") == "List" else [kept]
+assert len(kept) == len(sent), (len(sent), len(kept))
+for s, k in zip(sent, kept):
+    assert k["spec"] == s["spec"], (s["spec"], k["spec"])
 PY
 done
 

@@ -89,7 +89,7 @@ verbs operator/controller and operator/kube use; see deploy/rbac/cluster-role.ya
 {{- define "kubetrain.rules" -}}
 - apiGroups: ["kubetrain.dev"]
   resources: ["trainingjobs"]
-  verbs: ["get", "list", "watch", "delete"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
 - apiGroups: ["kubetrain.dev"]
   resources: ["trainingjobs/status"]
   verbs: ["update"]
@@ -116,7 +116,7 @@ verbs operator/controller and operator/kube use; see deploy/rbac/cluster-role.ya
 {{- if .Values.tfjob.enabled }}
 - apiGroups: ["kubeflow.org"]
   resources: ["tfjobs"]
-  verbs: ["get", "list", "watch", "delete"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
 - apiGroups: ["kubeflow.org"]
   resources: ["tfjobs/status"]
   verbs: ["update"]

@@ -210,10 +210,16 @@ class FaultProxy {
   std::function<void()> pause_;
 };
 
+// The ConfigMaps these tests make and count, selected by a label: a namespace also holds the
+// kube-root-ca.crt ConfigMap, which the API server's publisher keeps there (recreating it when
+// deleted), as in a cluster.
+constexpr char kMine[] = "made-by=this-test";
+
 json ConfigMap(const std::string& name, const std::string& value) {
   json cm = {{"apiVersion", "v1"},
              {"kind", "ConfigMap"},
-             {"metadata", {{"name", name}, {"namespace", "default"}}},
+             {"metadata",
+              {{"name", name}, {"namespace", "default"}, {"labels", {{"made-by", "this-test"}}}}},
              {"data", {{"v", value}}}};
   // As `kubectl apply` leaves it: the applied manifest, as JSON, in an annotation.
   cm["metadata"]["annotations"][kLastApplied] = cm.dump();
@@ -266,10 +272,6 @@ class InformerTransformTest : public ::testing::Test {
     auto client = server_->NewClient({.qps = 0});
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
-    // Like a real API server, localkube publishes the kube-root-ca.crt ConfigMap in every
-    // namespace. These tests count the ConfigMaps and list pages they make themselves, so the
-    // one they did not make goes (localkube, unlike a cluster's publisher, does not recreate it).
-    ASSERT_THAT(client_->Delete(kConfigMaps, "default", "kube-root-ca.crt"), IsOk());
     auto config = LoadKubeconfig(server_->kubeconfig());
     ASSERT_TRUE(config.ok()) << config.status();
     ASSERT_EQ(config->scheme, "http");
@@ -296,7 +298,7 @@ class InformerTransformTest : public ::testing::Test {
   // What the server holds, stripped, by name: what the cache must converge to.
   std::map<std::string, json> ServerState() {
     std::map<std::string, json> out;
-    auto list = client_->ListAll(kConfigMaps, "default", {});
+    auto list = client_->ListAll(kConfigMaps, "default", {.label_selector = kMine});
     EXPECT_TRUE(list.ok()) << list.status();
     if (!list.ok()) return out;
     for (json item : (*list)["items"]) {
@@ -368,7 +370,7 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
 
   // Without a transform the informer caches what the server sends: localkube's managedFields
   // and kubectl's annotation are really there to strip.
-  Informer raw(*proxied_, kConfigMaps, {.namespace_ = "default"});
+  Informer raw(*proxied_, kConfigMaps, {.namespace_ = "default", .label_selector = kMine});
   raw.Start();
   ASSERT_TRUE(raw.WaitForSync(absl::Seconds(10)));
   auto raw_a = raw.Get("default/a");
@@ -379,7 +381,10 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
 
   Recorder seen;
   Informer informer(*proxied_, kConfigMaps,
-                    {.namespace_ = "default", .transform = StripForCache, .page_size = 2});
+                    {.namespace_ = "default",
+                     .label_selector = kMine,
+                     .transform = StripForCache,
+                     .page_size = 2});
   informer.AddHandlers(seen.Handlers());
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
@@ -425,6 +430,7 @@ TEST_F(InformerTransformTest, PagedRelistKeepsTheCacheAndReportsOnlyWhatChanged)
   Recorder seen;
   Informer informer(*proxied_, kConfigMaps,
                     {.namespace_ = "default",
+                     .label_selector = kMine,
                      .min_watch_timeout = absl::Seconds(1),
                      .initial_backoff = absl::Milliseconds(50),
                      .transform = StripForCache,
@@ -520,6 +526,7 @@ TEST_F(InformerContinueExpiryTest, ExpiredContinueTokenRestartsTheListInFull) {
   Recorder seen;
   Informer informer(*proxied_, kConfigMaps,
                     {.namespace_ = "default",
+                     .label_selector = kMine,
                      .min_watch_timeout = absl::Seconds(1),
                      .initial_backoff = absl::Milliseconds(50),
                      .transform = StripForCache,
