@@ -88,6 +88,18 @@ struct Reconciler::Pass {
     if (v && going.count(v->uid)) v->deleting = true;
     return v;
   }
+  // Pods per type that hold their node's resources: Pending or Running, being deleted or not.
+  // status.replicaStatuses[*].active counts them until they are gone, as Kubeflow counts a
+  // Running pod whatever its deletionTimestamp: Kueue frees a suspended job's quota only once
+  // every active is 0 (docs/architecture.md §10).
+  std::map<api::ReplicaType, int32_t> Occupying() const {
+    std::map<api::ReplicaType, int32_t> n;
+    for (const auto& [name, pod] : pods) {
+      std::optional<PodView> v = ViewPod(pod);
+      if (v && (v->phase == "Pending" || v->phase == "Running")) ++n[v->type];
+    }
+    return n;
+  }
   void Requeue(absl::Duration d) {
     if (!requeue || d < *requeue) requeue = std::max(d, absl::Milliseconds(10));
   }

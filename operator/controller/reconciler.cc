@@ -19,6 +19,7 @@
 #include "operator/api/tfjob.h"
 #include "operator/api/validation.h"
 #include "operator/controller/conditions.h"
+#include "operator/controller/managed_by.h"
 #include "operator/controller/pod_view.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/reconcile_pass.h"
@@ -103,6 +104,9 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
   std::string cached_version = (*object)["metadata"].value("resourceVersion", "");
   object = expectations_.NewestJob(key, std::move(*object));
   if ((*object)["metadata"].contains("deletionTimestamp")) return ReconcileResult{};
+  // Another controller's job (MultiKueue's copy on a manager cluster): no object and no status
+  // from this operator, or the job would run twice (docs/architecture.md §10).
+  if (ManagedElsewhere(*object, tfjob)) return ReconcileResult{};
   p.key = key;
   p.tfjob = tfjob;
   p.cached_version = cached_version;
@@ -126,7 +130,9 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
       if (metrics_) metrics_->JobFailed(p.ns);
     }
     RETURN_IF_ERROR(WriteStatus(p));
-    return ReconcileResult{};
+    // A job marked Failed keeps no pod running (Kubeflow's #1579): its spec cannot be read, so
+    // not its cleanPodPolicy either; its running and pending pods go, finished ones stay.
+    return StopPodsOfInvalidJob(p);
   }
   if (FindCondition(p.status, kCreated) == nullptr) {
     SetCondition(&p.status, kCreated, true, "TrainingJobCreated",
@@ -275,9 +281,10 @@ absl::Status Reconciler::SyncTasks(Pass& p) {
   // Act: status first, so a count is saved before any pod it covers goes.
   p.completed = d.ledger.completed;
   p.backoff = d.ledger.backoff;
+  std::map<api::ReplicaType, int32_t> occupying = p.Occupying();
   for (const auto& [type, spec] : p.job.spec.replica_specs) {
     api::ReplicaStatus& out = p.status.replica_statuses[type];
-    out.active = d.active[type];
+    out.active = occupying[type];  // a pod going still counts: d.active counts live tasks
     out.failed = d.failed[type];
     out.succeeded = static_cast<int32_t>(p.completed[type].size());
     out.completed_indexes = api::FormatIndexSet(p.completed[type]);

@@ -120,6 +120,8 @@ class Reconciler {
   // "; cleanPodPolicy Running: deleting 3 pods and the Service", for the finishing event.
   std::string CleanupWords(const Pass& p) const;
   absl::Status Cleanup(Pass& p);
+  // A job failed as InvalidSpec: its running and pending pods deleted (invalid_spec.cc).
+  absl::StatusOr<ReconcileResult> StopPodsOfInvalidJob(Pass& p);
   absl::Status Suspend(Pass& p);
   // The job's tasks as its pods show them, for the job-outcome policy (operator/api/outcome.h);
   // `views` receives each readable pod's view by task name.
