@@ -61,6 +61,11 @@ struct Reconciler::Pass {
   // An elastic job's Worker replicas outside spec.elastic, in the validation's words: the pass
   // runs the job at the nearest bound (api::ClampElasticReplicas).
   std::optional<api::FieldError> out_of_bounds;
+  // An edit of spec.elastic refused (elastic_bounds.h): why, in the validation's words; the
+  // pass runs the job with its last valid bounds.
+  std::string refused_edit;
+  // The spec validated as it stands: its elastic bounds are remembered (elastic_bounds.h).
+  bool remember_bounds = false;
 
   std::string JobRef() const { return ns + "/" + name; }
   // spec.elastic: the Worker count changes without restarts (docs/architecture.md §10). A

@@ -19,6 +19,7 @@
 #include "operator/api/tfjob.h"
 #include "operator/api/validation.h"
 #include "operator/controller/conditions.h"
+#include "operator/controller/elastic_bounds.h"
 #include "operator/controller/managed_by.h"
 #include "operator/controller/pod_view.h"
 #include "operator/controller/progress.h"
@@ -119,10 +120,12 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
   // A TFJob is reconciled as the TrainingJob it converts to (docs/decisions/0007).
   p.job = tfjob ? api::DecodeTfJob(*object, &errors)
                 : api::DecodeAndValidate(*object, &errors, &out_of_bounds);
+  if (!tfjob) KeepValidBounds(p, &errors, &out_of_bounds);
   if (!out_of_bounds.empty()) p.out_of_bounds = out_of_bounds.front();
   p.status = p.job.status;
   ReadLedgerAnnotations(p.object, p.tfjob, &p.status, &p.backoff);
   p.original_status = api::ToJson(p.status);
+  if (errors.empty()) ReportRefusedEdit(p);
   if (!errors.empty()) {
     std::string message = std::string(api::ToStatus(errors, "TrainingJob " + p.JobRef()).message());
     if (SetCondition(&p.status, kFailed, true, "InvalidSpec", message, p.now)) {
@@ -681,8 +684,9 @@ void Reconciler::CountActive(Pass& p, bool after_cleanup) {
 absl::Status Reconciler::WriteStatus(Pass& p) {
   NameCreatedObjects(p);
   json status = api::ToJson(p.status);
-  std::optional<json> ledger =
-      LedgerPatch(p.object, LedgerAnnotations(p.status, p.backoff, p.tfjob));
+  std::map<std::string, std::string> annotations = LedgerAnnotations(p.status, p.backoff, p.tfjob);
+  if (p.remember_bounds) annotations[kElasticBoundsAnnotation] = ElasticBoundsAnnotation(p.job);
+  std::optional<json> ledger = LedgerPatch(p.object, annotations);
   if (status == p.original_status && !ledger) return absl::OkStatus();
   std::set<std::string> older = {p.cached_version,
                                  p.object["metadata"].value("resourceVersion", "")};

@@ -117,3 +117,41 @@ TEST_F(ReconcilerTest, AJobFailedAsInvalidSpecKeepsNoPodRunning) {
 
 }  // namespace
 }  // namespace kubetrain::controller::testing
+
+namespace kubetrain::controller::testing {
+namespace {
+
+// An elastic job whose bounds are edited to be invalid runs on within its last valid bounds; the
+// edit is refused with a condition and a Warning saying why, and a valid edit clears them.
+TEST_F(ReconcilerTest, AnInvalidEditOfElasticBoundsIsRefusedAndTheJobRunsOn) {
+  json job = Job("el", {{"PS", Replica(1)}, {"Worker", Replica(2)}});
+  job["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 3}};
+  Create(job);
+  Settle("el");
+  RunAll("el");
+  ASSERT_THAT(api_.Patch(Resource::TrainingJobs(), "default", "el", kube::PatchType::kMerge,
+                         R"({"spec":{"elastic":{"minReplicas":5}}})"),
+              IsOk());
+  Settle("el");
+  EXPECT_NE(State("el"), "Failed") << Status("el");
+  EXPECT_FALSE(Deleting("el-worker-0"));
+  EXPECT_FALSE(Deleting("el-worker-1"));
+  EXPECT_EQ(Status("el")["replicaStatuses"]["Worker"]["active"], 2);
+  EXPECT_TRUE(HasEvent("InvalidElasticBounds", "keeps minReplicas 1, maxReplicas 3"));
+  EXPECT_TRUE(HasEvent("InvalidElasticBounds", "spec.elastic.maxReplicas"));
+  ASSERT_EQ(State("el"), "EditRefused");
+  // Scaling still works within the kept bounds.
+  ScaleWorkers("el", 3);
+  Settle("el");
+  EXPECT_TRUE(Pod("el-worker-2").has_value());
+  // A valid edit is taken, and the refusal cleared.
+  ASSERT_THAT(api_.Patch(Resource::TrainingJobs(), "default", "el", kube::PatchType::kMerge,
+                         R"({"spec":{"elastic":{"minReplicas":2}}})"),
+              IsOk());
+  Settle("el");
+  EXPECT_NE(State("el"), "EditRefused");
+  EXPECT_NE(State("el"), "Failed");
+}
+
+}  // namespace
+}  // namespace kubetrain::controller::testing
