@@ -154,7 +154,7 @@ RunPolicy DecodeRunPolicy(Decoder& d, const json& v) {
   if (!d.Object(v, path)) return p;
   d.Known(v, path,
           {"cleanPodPolicy", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit",
-           "restartScope", "suspend", "schedulingPolicy"});
+           "restartScope", "suspend", "schedulingPolicy", "managedBy"});
   if (v.contains("cleanPodPolicy")) {
     p.clean_pod_policy = d.OneOf<CleanPodPolicy>(v["cleanPodPolicy"], path + ".cleanPodPolicy",
                                                  CleanPodPolicyNames());
@@ -175,6 +175,8 @@ RunPolicy DecodeRunPolicy(Decoder& d, const json& v) {
         d.OneOf<RestartScope>(v["restartScope"], path + ".restartScope", RestartScopeNames());
   }
   if (v.contains("suspend")) p.suspend = d.Bool(v["suspend"], path + ".suspend");
+  if (v.contains("managedBy"))
+    p.managed_by = d.String(v["managedBy"], path + ".managedBy").value_or("");
   if (v.contains("schedulingPolicy")) {
     p.scheduling_policy = DecodeScheduling(d, v["schedulingPolicy"], path + ".schedulingPolicy");
   }
@@ -380,6 +382,7 @@ json RunPolicyJson(const RunPolicy& rp) {
   if (rp.backoff_limit) out["backoffLimit"] = *rp.backoff_limit;
   if (rp.restart_scope) out["restartScope"] = Name(*rp.restart_scope);
   if (rp.suspend) out["suspend"] = *rp.suspend;
+  if (!rp.managed_by.empty()) out["managedBy"] = rp.managed_by;
   if (rp.scheduling_policy) {
     json sp = json::object();
     const SchedulingPolicy& p = *rp.scheduling_policy;

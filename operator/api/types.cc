@@ -95,4 +95,9 @@ std::set<int> ParseIndexSet(absl::string_view text) {
   return out;
 }
 
+bool ManagedByThisOperator(std::string_view managed_by, bool tfjob) {
+  return managed_by.empty() || managed_by == kManagedByKubetrain ||
+         (tfjob && managed_by == kManagedByKubeflow);
+}
+
 }  // namespace kubetrain::api

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -98,7 +99,19 @@ struct RunPolicy {
   std::optional<RestartScope> restart_scope;
   std::optional<bool> suspend;
   std::optional<SchedulingPolicy> scheduling_policy;
+  // The controller that reconciles the job (ManagedByThisOperator); empty: this operator.
+  std::string managed_by;
 };
+
+// spec.runPolicy.managedBy values that leave a job to the kubetrain operator: unset or empty,
+// kubetrain's own, and, for a Kubeflow TFJob, the Kubeflow training operator's (the operator
+// stands in for it). Any other value (Kueue's MultiKueue, kueue.x-k8s.io/multikueue) names
+// another controller: the operator creates nothing for the job and writes no status.
+inline constexpr char kManagedByKubetrain[] = "kubetrain.dev/operator";
+inline constexpr char kManagedByKubeflow[] = "kubeflow.org/training-operator";
+// The longest managedBy accepted (batch/v1 Job's limit).
+inline constexpr size_t kMaxManagedByLength = 63;
+bool ManagedByThisOperator(std::string_view managed_by, bool tfjob);
 
 // spec.elastic: the Worker count may change while the job runs, between these bounds, without a
 // pod restarted (docs/architecture.md §3, §5.10, §10). The parameter servers hold the membership,

@@ -341,8 +341,23 @@ class Validator {
             absl::StrCat("must be >= 1, got ", *rp.active_deadline_seconds));
     }
     if (rp.backoff_limit) NonNegative(int64_t{*rp.backoff_limit}, "spec.runPolicy.backoffLimit");
+    ManagedBy(rp.managed_by);
     if (rp.scheduling_policy && rp.scheduling_policy->min_available) {
       MinAvailable(*rp.scheduling_policy->min_available);
+    }
+  }
+
+  // A domain-prefixed path such as kubetrain.dev/operator or kueue.x-k8s.io/multikueue, as
+  // batch/v1 Job's managedBy; the CRD makes it immutable.
+  void ManagedBy(const std::string& v) {
+    if (v.empty()) return;
+    const size_t slash = v.find('/');
+    if (v.size() > kMaxManagedByLength || slash == std::string::npos || slash == 0 ||
+        slash + 1 == v.size() || v.find('/', slash + 1) != std::string::npos) {
+      Error("spec.runPolicy.managedBy",
+            absl::StrCat("must be a domain-prefixed path of at most ", kMaxManagedByLength,
+                         " characters, such as ", kManagedByKubetrain,
+                         " (this operator) or kueue.x-k8s.io/multikueue, got \"", v, "\""));
     }
   }
 

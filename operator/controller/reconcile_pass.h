@@ -61,6 +61,11 @@ struct Reconciler::Pass {
   // An elastic job's Worker replicas outside spec.elastic, in the validation's words: the pass
   // runs the job at the nearest bound (api::ClampElasticReplicas).
   std::optional<api::FieldError> out_of_bounds;
+  // An edit of spec.elastic refused (elastic_bounds.h): why, in the validation's words; the
+  // pass runs the job with its last valid bounds.
+  std::string refused_edit;
+  // The spec validated as it stands: its elastic bounds are remembered (elastic_bounds.h).
+  bool remember_bounds = false;
 
   std::string JobRef() const { return ns + "/" + name; }
   // spec.elastic: the Worker count changes without restarts (docs/architecture.md §10). A
@@ -87,6 +92,18 @@ struct Reconciler::Pass {
     std::optional<PodView> v = ViewPod(pod);
     if (v && going.count(v->uid)) v->deleting = true;
     return v;
+  }
+  // Pods per type that hold their node's resources: Pending or Running, being deleted or not.
+  // status.replicaStatuses[*].active counts them until they are gone, as Kubeflow counts a
+  // Running pod whatever its deletionTimestamp: Kueue frees a suspended job's quota only once
+  // every active is 0 (docs/architecture.md §10).
+  std::map<api::ReplicaType, int32_t> Occupying() const {
+    std::map<api::ReplicaType, int32_t> n;
+    for (const auto& [name, pod] : pods) {
+      std::optional<PodView> v = ViewPod(pod);
+      if (v && (v->phase == "Pending" || v->phase == "Running")) ++n[v->type];
+    }
+    return n;
   }
   void Requeue(absl::Duration d) {
     if (!requeue || d < *requeue) requeue = std::max(d, absl::Milliseconds(10));

@@ -19,6 +19,8 @@
 #include "operator/api/tfjob.h"
 #include "operator/api/validation.h"
 #include "operator/controller/conditions.h"
+#include "operator/controller/elastic_bounds.h"
+#include "operator/controller/managed_by.h"
 #include "operator/controller/pod_view.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/reconcile_pass.h"
@@ -103,6 +105,9 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
   std::string cached_version = (*object)["metadata"].value("resourceVersion", "");
   object = expectations_.NewestJob(key, std::move(*object));
   if ((*object)["metadata"].contains("deletionTimestamp")) return ReconcileResult{};
+  // Another controller's job (MultiKueue's copy on a manager cluster): no object and no status
+  // from this operator, or the job would run twice (docs/architecture.md §10).
+  if (ManagedElsewhere(*object, tfjob)) return ReconcileResult{};
   p.key = key;
   p.tfjob = tfjob;
   p.cached_version = cached_version;
@@ -115,10 +120,12 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
   // A TFJob is reconciled as the TrainingJob it converts to (docs/decisions/0007).
   p.job = tfjob ? api::DecodeTfJob(*object, &errors)
                 : api::DecodeAndValidate(*object, &errors, &out_of_bounds);
+  if (!tfjob) KeepValidBounds(p, &errors, &out_of_bounds);
   if (!out_of_bounds.empty()) p.out_of_bounds = out_of_bounds.front();
   p.status = p.job.status;
   ReadLedgerAnnotations(p.object, p.tfjob, &p.status, &p.backoff);
   p.original_status = api::ToJson(p.status);
+  if (errors.empty()) ReportRefusedEdit(p);
   if (!errors.empty()) {
     std::string message = std::string(api::ToStatus(errors, "TrainingJob " + p.JobRef()).message());
     if (SetCondition(&p.status, kFailed, true, "InvalidSpec", message, p.now)) {
@@ -126,7 +133,9 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
       if (metrics_) metrics_->JobFailed(p.ns);
     }
     RETURN_IF_ERROR(WriteStatus(p));
-    return ReconcileResult{};
+    // A job marked Failed keeps no pod running (Kubeflow's #1579): its spec cannot be read, so
+    // not its cleanPodPolicy either; its running and pending pods go, finished ones stay.
+    return StopPodsOfInvalidJob(p);
   }
   if (FindCondition(p.status, kCreated) == nullptr) {
     SetCondition(&p.status, kCreated, true, "TrainingJobCreated",
@@ -275,9 +284,10 @@ absl::Status Reconciler::SyncTasks(Pass& p) {
   // Act: status first, so a count is saved before any pod it covers goes.
   p.completed = d.ledger.completed;
   p.backoff = d.ledger.backoff;
+  std::map<api::ReplicaType, int32_t> occupying = p.Occupying();
   for (const auto& [type, spec] : p.job.spec.replica_specs) {
     api::ReplicaStatus& out = p.status.replica_statuses[type];
-    out.active = d.active[type];
+    out.active = occupying[type];  // a pod going still counts: d.active counts live tasks
     out.failed = d.failed[type];
     out.succeeded = static_cast<int32_t>(p.completed[type].size());
     out.completed_indexes = api::FormatIndexSet(p.completed[type]);
@@ -674,8 +684,9 @@ void Reconciler::CountActive(Pass& p, bool after_cleanup) {
 absl::Status Reconciler::WriteStatus(Pass& p) {
   NameCreatedObjects(p);
   json status = api::ToJson(p.status);
-  std::optional<json> ledger =
-      LedgerPatch(p.object, LedgerAnnotations(p.status, p.backoff, p.tfjob));
+  std::map<std::string, std::string> annotations = LedgerAnnotations(p.status, p.backoff, p.tfjob);
+  if (p.remember_bounds) annotations[kElasticBoundsAnnotation] = ElasticBoundsAnnotation(p.job);
+  std::optional<json> ledger = LedgerPatch(p.object, annotations);
   if (status == p.original_status && !ledger) return absl::OkStatus();
   std::set<std::string> older = {p.cached_version,
                                  p.object["metadata"].value("resourceVersion", "")};

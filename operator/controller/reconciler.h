@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "operator/api/field_errors.h"
 #include "operator/api/outcome.h"
 #include "operator/api/render.h"
 #include "operator/api/types.h"
@@ -120,6 +121,13 @@ class Reconciler {
   // "; cleanPodPolicy Running: deleting 3 pods and the Service", for the finishing event.
   std::string CleanupWords(const Pass& p) const;
   absl::Status Cleanup(Pass& p);
+  // A job failed as InvalidSpec: its running and pending pods deleted (invalid_spec.cc).
+  absl::StatusOr<ReconcileResult> StopPodsOfInvalidJob(Pass& p);
+  // An edit that made spec.elastic invalid: p.job decoded again with the bounds last remembered
+  // (elastic_bounds.h), `errors` cleared and p.refused_edit saying why; else p.job as decoded.
+  void KeepValidBounds(Pass& p, api::FieldErrors* errors, api::FieldErrors* out_of_bounds);
+  // The EditRefused condition and its Warning event while p.refused_edit is set.
+  void ReportRefusedEdit(Pass& p);
   absl::Status Suspend(Pass& p);
   // The job's tasks as its pods show them, for the job-outcome policy (operator/api/outcome.h);
   // `views` receives each readable pod's view by task name.

@@ -484,7 +484,9 @@ absl::Status Reconciler::Suspend(Pass& p) {
                    absl::StrCat("TrainingJob ", p.JobRef(), " is suspended."), p.now)) {
     events_.Normal(p.object, "JobSuspended", p.Words("Suspended TrainingJob job=" + p.JobRef()));
   }
-  for (auto& [type, rs] : p.status.replica_statuses) rs.active = 0;
+  // Its pods still count while they terminate: Kueue releases the quota at 0 (Occupying).
+  std::map<api::ReplicaType, int32_t> occupying = p.Occupying();
+  for (auto& [type, rs] : p.status.replica_statuses) rs.active = occupying[type];
   if (p.status.elastic) p.status.elastic->live_workers = 0;
   return absl::OkStatus();
 }

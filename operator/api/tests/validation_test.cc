@@ -47,6 +47,19 @@ TEST(Validate, MinimalJobsOfEveryShapeAreValid) {
   EXPECT_TRUE(Messages(testing::MinimalJob(2, 8, true, true)).empty());
 }
 
+TEST(Validate, ManagedByIsADomainPrefixedPath) {
+  json job = testing::MinimalJob(1, 1);
+  job["spec"]["runPolicy"]["managedBy"] = "kueue.x-k8s.io/multikueue";
+  EXPECT_TRUE(Messages(job).empty());
+  job["spec"]["runPolicy"]["managedBy"] = "kubetrain.dev/operator";
+  EXPECT_TRUE(Messages(job).empty());
+  job["spec"]["runPolicy"]["managedBy"] = "multikueue";
+  ASSERT_EQ(Messages(job).size(), 1u);
+  EXPECT_NE(Messages(job)[0].find("spec.runPolicy.managedBy"), std::string::npos);
+  job["spec"]["runPolicy"]["managedBy"] = "example.com/" + std::string(60, 'x');
+  EXPECT_EQ(Messages(job).size(), 1u);
+}
+
 TEST(Validate, LongestNameThatFitsIsAccepted) {
   // "-evaluator-0" is 12 characters: 51 + 12 = 63.
   std::string name(51, 'a');
