@@ -15,8 +15,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source e2e/lib.sh
 
 start_localkube_for_operator "$BIN"
-# The hosts file lib.sh gave localkube goes with it.
-LK_CLEANUP=("$(tr '\0' '\n' <"/proc/$LK_PID/cmdline" | grep -A1 -x -- --hosts-file | tail -1)")
 k() { "$KUBECTL" "$@"; }
 
 # A container that ends 2 s after SIGTERM, as a training process saving a checkpoint does: its
