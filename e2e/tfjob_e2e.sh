@@ -38,8 +38,12 @@ for f in operator/api/testdata/tfjob/*.yaml e2e/testdata/tfjob-*.yaml; do
   python3 - "$f" "$kept" <<'PY' || fail "$f: the CRD changed it"
 import json, sys, yaml
 sent = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-kept = json.loads(sys.argv[2])
-kept = kept["items"] if kept.get("kind") == "List" else [kept]
+# kubectl prints one JSON object per document.
+decoder, text, kept = json.JSONDecoder(), sys.argv[2].strip(), []
+while text:
+    obj, end = decoder.raw_decode(text)
+    kept += obj["items"] if obj.get("kind") == "List" else [obj]
+    text = text[end:].strip()
 assert len(kept) == len(sent), (len(sent), len(kept))
 for s, k in zip(sent, kept):
     assert k["spec"] == s["spec"], (s["spec"], k["spec"])

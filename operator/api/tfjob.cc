@@ -284,8 +284,15 @@ void ConvertRunPolicy(const json& rp, json* out, std::vector<std::string>* notes
                             "suspend", "cleanPodPolicy"}) {
     if (rp.contains(field)) (*out)[field] = rp[field];
   }
+  // Kubeflow's own value means "this operator"; another controller's (Kueue's MultiKueue)
+  // carries over, so the converted job is left to that controller too.
   if (rp.contains("managedBy")) {
-    notes->push_back(path + ".managedBy: dropped; the kubetrain operator manages the job");
+    if (rp["managedBy"].is_string() && rp["managedBy"] != kManagedByKubeflow &&
+        !rp["managedBy"].get<std::string>().empty()) {
+      (*out)["managedBy"] = rp["managedBy"];
+    } else {
+      notes->push_back(path + ".managedBy: dropped; the kubetrain operator manages the job");
+    }
   }
   if (!rp.contains("schedulingPolicy")) return;
   const json& sp = rp["schedulingPolicy"];

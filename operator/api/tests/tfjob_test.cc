@@ -178,6 +178,27 @@ TEST(ConvertTfJob, WhatDoesNotCarryOverIsSaid) {
                           HasSubstr("spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds")));
 }
 
+// A TFJob left to another controller (MultiKueue) stays so once converted; Kubeflow's own value
+// means this operator and is dropped with a note.
+TEST(ConvertTfJob, ManagedByAnotherControllerCarriesOver) {
+  json tfjob = TfJob({{"Worker", Replica(2)}});
+  tfjob["spec"]["runPolicy"] = {{"managedBy", "kueue.x-k8s.io/multikueue"}};
+  FieldErrors errors;
+  TfJobConversion c = ConvertTfJob(tfjob, &errors);
+  EXPECT_THAT(errors, IsEmpty());
+  EXPECT_EQ(c.training_job["spec"]["runPolicy"]["managedBy"], "kueue.x-k8s.io/multikueue");
+  EXPECT_THAT(c.notes, IsEmpty());
+  FieldErrors valid;
+  TrainingJob job = DecodeAndValidate(c.training_job, &valid);
+  EXPECT_THAT(valid, IsEmpty());
+  EXPECT_FALSE(ManagedByThisOperator(job.spec.run_policy.managed_by, /*tfjob=*/false));
+
+  tfjob["spec"]["runPolicy"]["managedBy"] = "kubeflow.org/training-operator";
+  c = ConvertTfJob(tfjob, &errors);
+  EXPECT_FALSE(c.training_job["spec"]["runPolicy"].contains("managedBy"));
+  EXPECT_THAT(c.notes, ElementsAre(HasSubstr("spec.runPolicy.managedBy: dropped")));
+}
+
 // Dynamic workers get Kubeflow's sparse TF_CONFIG, which kubetrain-worker cannot train with: the
 // job is refused before any pod, naming the field and what to use instead.
 TEST(ConvertTfJob, DynamicWorkersAreRefusedNamingTheFieldAndTheAlternative) {

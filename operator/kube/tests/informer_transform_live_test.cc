@@ -359,7 +359,7 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
   auto owner = client_->Create(kConfigMaps, "default", ConfigMap("owner", "x"));
   ASSERT_TRUE(owner.ok()) << owner.status();
   json a = ConfigMap("a", "1");
-  a["metadata"]["labels"] = {{"team", "ml"}};
+  a["metadata"]["labels"]["team"] = "ml";
   a["metadata"]["annotations"]["team.example.com/contact"] = "ml@example.com";
   a["metadata"]["ownerReferences"] = json::array({{{"apiVersion", "v1"},
                                                    {"kind", "ConfigMap"},
@@ -393,7 +393,7 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
   const json& meta = (*cached)["metadata"];
   EXPECT_FALSE(meta.contains("managedFields")) << cached->dump();
   EXPECT_EQ(meta["annotations"], json({{"team.example.com/contact", "ml@example.com"}}));
-  EXPECT_EQ(meta["labels"], json({{"team", "ml"}}));
+  EXPECT_EQ(meta["labels"], json({{"made-by", "this-test"}, {"team", "ml"}}));
   EXPECT_EQ(meta["ownerReferences"], a["metadata"]["ownerReferences"]);
   EXPECT_EQ((*cached)["data"], json({{"v", "1"}}));
   EXPECT_FALSE(meta.value("uid", "").empty());
