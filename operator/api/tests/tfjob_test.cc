@@ -182,7 +182,7 @@ TEST(ConvertTfJob, WhatDoesNotCarryOverIsSaid) {
 // means this operator and is dropped with a note.
 TEST(ConvertTfJob, ManagedByAnotherControllerCarriesOver) {
   json tfjob = TfJob({{"Worker", Replica(2)}});
-  tfjob["spec"]["runPolicy"] = {{"managedBy", "kueue.x-k8s.io/multikueue"}};
+  tfjob["spec"]["runPolicy"] = {{"managedBy", "kueue.x-k8s.io/multikueue"}, {"backoffLimit", 3}};
   FieldErrors errors;
   TfJobConversion c = ConvertTfJob(tfjob, &errors);
   EXPECT_THAT(errors, IsEmpty());
