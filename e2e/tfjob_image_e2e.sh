@@ -66,7 +66,7 @@ assert s["test_accuracy"] >= 0.7, s
 print(sys.argv[1], "test_accuracy", s["test_accuracy"], "steps", s.get("global_step", s.get("steps")))
 PY
   # KUBETRAIN_JOB_NAME: the chief checkpoints under its own job's name, not a shared "job".
-  k logs "$chief" | has "kubetrain/${chief%-worker-0}/checkpoints" ||
+  k logs "$chief" | has -E "kubetrain-[0-9]+/${chief%-worker-0}/checkpoints" ||
     fail "$chief did not checkpoint under its job's name: $(k logs "$chief" | grep -i checkpoint | head -3)"
 done
 k delete tfjob one-image solo --wait --timeout=60s >/dev/null
