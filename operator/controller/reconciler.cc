@@ -337,23 +337,7 @@ absl::Status Reconciler::SyncTasks(Pass& p) {
   if (!d.restarted.empty()) {
     std::vector<std::string> names;
     for (const api::TaskState& t : d.restarted) names.push_back(t.name);
-    // "restarting worker-1 in 40s (back-off after 3 failures)", as long as the back-off is.
-    std::vector<std::string> pauses;
-    std::vector<const api::TaskState*> paced;
-    for (const api::TaskState& t : d.restarted) {
-      if (d.whole_job && !paced.empty()) break;
-      paced.push_back(&t);
-    }
-    for (const api::TaskState* t : paced) {
-      const std::string key = d.whole_job ? api::kJobBackoffKey : api::BackoffKey(*t);
-      auto b = p.backoff.find(key);
-      if (b == p.backoff.end()) continue;
-      const int failures = b->second.failures;
-      pauses.push_back(
-          absl::StrCat("restarting ", d.whole_job ? "the job" : key, " in ",
-                       absl::FormatDuration(api::BackoffDelay(options_.restart_backoff, failures)),
-                       " (back-off after ", failures, failures == 1 ? " failure)" : " failures)"));
-    }
+    const std::vector<std::string> pauses = DescribePauses(d, p.backoff, options_.restart_backoff);
     SetCondition(&p.status, kRestarting, true, "TrainingJobRestarting",
                  absl::StrCat("TrainingJob ", p.JobRef(), " is restarting because ", names.size(),
                               " pod(s) failed: ", absl::StrJoin(names, ", "),

@@ -1,5 +1,7 @@
 #include "operator/controller/restart_ledger.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/logging.h"
 #include "operator/kube/client.h"
 
@@ -103,6 +105,25 @@ std::optional<json> LedgerPatch(const json& job, const std::map<std::string, std
   if (patch.empty()) return std::nullopt;
   return json{{"metadata",
                {{"annotations", patch}, {"resourceVersion", meta.value("resourceVersion", "")}}}};
+}
+
+std::vector<std::string> DescribePauses(const api::JobDecision& decision,
+                                        const std::map<std::string, api::TaskBackoff>& backoff,
+                                        const api::RestartBackoff& policy) {
+  std::vector<std::string> pauses;
+  for (const api::TaskState& t : decision.restarted) {
+    const std::string key = decision.whole_job ? api::kJobBackoffKey : api::BackoffKey(t);
+    auto b = backoff.find(key);
+    if (b != backoff.end()) {
+      const int failures = b->second.failures;
+      pauses.push_back(absl::StrCat("restarting ", decision.whole_job ? "the job" : key, " in ",
+                                    absl::FormatDuration(api::BackoffDelay(policy, failures)),
+                                    " (back-off after ", failures,
+                                    failures == 1 ? " failure)" : " failures)"));
+    }
+    if (decision.whole_job) break;  // one pause for the whole job
+  }
+  return pauses;
 }
 
 }  // namespace kubetrain::controller

@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -46,5 +47,12 @@ void ReadLedgerAnnotations(const nlohmann::json& job, bool whole_ledger,
 // resourceVersion, so the write is conditional, as a status PUT is); nullopt when it has them.
 std::optional<nlohmann::json> LedgerPatch(const nlohmann::json& job,
                                           const std::map<std::string, std::string>& want);
+
+// What each restart of `decision` waits, as the Restarting condition and the BackOff event say
+// it: "restarting worker-1 in 40s (back-off after 3 failures)" ("the job" under restartScope
+// Job), one for each restarted task with a back-off in `backoff`.
+std::vector<std::string> DescribePauses(const api::JobDecision& decision,
+                                        const std::map<std::string, api::TaskBackoff>& backoff,
+                                        const api::RestartBackoff& policy);
 
 }  // namespace kubetrain::controller
