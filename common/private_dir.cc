@@ -17,16 +17,6 @@
 namespace kubetrain {
 namespace {
 
-std::string UserName(uid_t uid) {
-  struct passwd pw;
-  struct passwd* found = nullptr;
-  std::vector<char> buffer(16384);
-  if (getpwuid_r(uid, &pw, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
-    return absl::StrCat(found->pw_name, " (uid ", uid, ")");
-  }
-  return absl::StrCat("uid ", uid);
-}
-
 absl::Status Refuse(const std::string& path, absl::string_view why) {
   return absl::FailedPreconditionError(absl::StrCat(
       path, " ", why,
@@ -81,6 +71,16 @@ absl::Status EnsureOne(const std::string& path) {
 }
 
 }  // namespace
+
+std::string UserName(uid_t uid) {
+  struct passwd pw;
+  struct passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (getpwuid_r(uid, &pw, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
+    return absl::StrCat("uid ", uid, " (", found->pw_name, ")");
+  }
+  return absl::StrCat("uid ", uid);
+}
 
 absl::Status EnsurePrivateDirectory(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("an empty directory name");

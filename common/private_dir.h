@@ -5,11 +5,17 @@
 // directory owned by this process's user that no one else may write.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "absl/status/statusor.h"
 
 namespace kubetrain {
+
+// "uid 1000 (alice)", or "uid 1000" for a uid the user database does not name: how errors about
+// a file's owner name the user.
+std::string UserName(uid_t uid);
 
 // Makes `path` (mode 0700; its missing parents too, 0700) or checks the one there: a directory,
 // not a symlink, owned by the effective user, not writable by group or others. An existing

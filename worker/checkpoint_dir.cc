@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -29,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/private_dir.h"
 #include "common/status.h"
 
 namespace kubetrain::worker {
@@ -66,16 +66,6 @@ class UniqueFd {
  private:
   int fd_ = -1;
 };
-
-std::string UserName(uid_t uid) {
-  struct passwd pw;
-  struct passwd* found = nullptr;
-  char buf[1024];
-  if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found != nullptr) {
-    return absl::StrCat("uid ", uid, " (", found->pw_name, ")");
-  }
-  return absl::StrCat("uid ", uid);
-}
 
 std::string ModeBits(mode_t mode) { return absl::StrFormat("%04o", mode & 07777); }
 
