@@ -160,15 +160,24 @@ absl::Status ShmCommunicator::Intact() {
                                                 ": another process truncated it")));
 }
 
-void ShmCommunicator::Record(uint32_t culprit, uint64_t element, float value) {
+absl::Status ShmCommunicator::Record(uint32_t culprit, uint64_t element, float value) {
   Segment::Failure& f = segment_->failure;
   uint32_t none = 0;
-  if (!f.state.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) return;
-  f.culprit = culprit;
-  f.element = element;
-  std::memcpy(&f.value_bits, &value, sizeof(value));
-  f.found_by = static_cast<uint32_t>(options_.rank);
-  f.state.store(2, std::memory_order_release);
+  if (f.state.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) {
+    f.culprit = culprit;
+    f.element = element;
+    std::memcpy(&f.value_bits, &value, sizeof(value));
+    f.found_by = static_cast<uint32_t>(options_.rank);
+    f.state.store(2, std::memory_order_release);
+    return Recorded();
+  }
+  // Another rank is writing its record (state 1), a few stores long: wait for it, so that this
+  // rank reports what every rank reports, never "OK" from a record still being written. A
+  // writer that died between its stores leaves this rank its own finding.
+  const absl::Time give_up = absl::Now() + absl::Milliseconds(100);
+  while (f.state.load(std::memory_order_acquire) != 2 && absl::Now() < give_up) CpuRelax();
+  if (absl::Status recorded = Recorded(); !recorded.ok()) return recorded;
+  return NonFiniteError(culprit, element, value, static_cast<uint32_t>(options_.rank));
 }
 
 absl::Status ShmCommunicator::Recorded() const {
@@ -279,8 +288,7 @@ absl::Status ShmCommunicator::AllReduce(float* data, size_t count, ReduceOp op) 
       if (non_finite(mine, len)) {
         // Recorded too: a rank that read the slot before another process wrote the value there
         // reports it, rather than this rank's leaving, at its next collective.
-        Record(culprit, off + at, value);
-        return Break(Recorded());
+        return Break(Record(culprit, off + at, value));
       }
       continue;
     }
@@ -308,7 +316,7 @@ absl::Status ShmCommunicator::AllReduce(float* data, size_t count, ReduceOp op) 
       for (int r = 0; r < n; ++r) slots[r] = r == self ? mine + b : Slot(r, step) + b;
       ReduceSlots(slots, Result() + b, m, op);
       if (non_finite(Result() + b, m)) {
-        Record(culprit, off + b + at, value);
+        Record(culprit, off + b + at, value).IgnoreError();  // reported past the next barrier
         break;
       }
       std::memcpy(mine + b, Result() + b, m * sizeof(float));

@@ -107,8 +107,9 @@ class ShmCommunicator final : public Communicator {
   // Breaks the communicator with `failure` and leaves; returns it.
   absl::Status Break(absl::Status failure);
   // Records `value`, not finite, found in `culprit`'s data at `element`, for every rank to
-  // report alike (the first record stays).
-  void Record(uint32_t culprit, uint64_t element, float value);
+  // report alike (the first record stays); returns the record, as Recorded() will, once it is
+  // complete, also when another rank is writing its own at the same moment.
+  absl::Status Record(uint32_t culprit, uint64_t element, float value);
   // The failure a rank recorded, as an error; OK when none.
   absl::Status Recorded() const;
   // Says this rank has gone, so peers waiting for it fail at once.

@@ -286,6 +286,32 @@ TEST(ShmSegment, ANonFiniteValueInARanksGradientIsNamedOnEveryRank) {
   std::filesystem::remove_all(dir);
 }
 
+// A record of a non-finite value that another rank is still writing (or died writing) when this
+// rank finds one too: the rank reports the value, never OK as if its data were clean.
+TEST(ShmSegment, ANonFiniteValueIsReportedWhileAnotherRanksRecordIsHalfWritten) {
+  const std::string dir = SegmentDir("half-record");
+  int fd = -1;
+  auto open_and_begin_a_record = [&](const std::string& said) {
+    RETURN_IF_ERROR(OpenTheSegment(dir, &fd)(said));
+    const uint32_t being_written = 1;
+    EXPECT_EQ(::pwrite(fd, &being_written, sizeof(being_written), offsetof(ShmSegment, failure)),
+              static_cast<ssize_t>(sizeof(being_written)));
+    return absl::OkStatus();
+  };
+  TwoRanks(dir, open_and_begin_a_record, [&](int rank, auto comm) {
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    std::vector<float> data(100, 0.5f);
+    if (rank == 1) data[17] = std::numeric_limits<float>::quiet_NaN();
+    absl::Status s = (*comm)->AllReduce(data.data(), data.size(), ReduceOp::kSum);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "rank " << rank << ": " << s;
+    EXPECT_THAT(s.message(),
+                HasSubstr("rank 1's gradient holds a non-finite value at element 17 ("));
+  });
+  ::close(fd);
+  EXPECT_THAT(Segments(dir), ::testing::IsEmpty());
+  std::filesystem::remove_all(dir);
+}
+
 // Runs shm_rank_helper with `args`, its stdout and stderr into `out` (-1: not read).
 pid_t SpawnHelper(std::vector<std::string> args, int* out) {
   int pipe_fds[2];
