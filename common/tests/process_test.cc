@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 
 #include "absl/time/clock.h"
@@ -40,11 +41,19 @@ TEST(Process, KilledBySignalReports128PlusSignal) {
 }
 
 TEST(Process, SignalReachesTheWholeGroup) {
-  auto p = Process::Start(Shell("sleep 30 & sleep 30; echo never"));
+  auto p = Process::Start(Shell("sleep 30 & echo started; sleep 30; echo never"));
   ASSERT_THAT(p, IsOk());
-  absl::SleepFor(absl::Milliseconds(100));
+  std::string out;
+  // Until the background child is there (the shell says so), within a bound.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (out.find("started\n") == std::string::npos && absl::Now() < give_up) {
+    struct pollfd readable = {.fd = (*p)->output_fd(), .events = POLLIN, .revents = 0};
+    ::poll(&readable, 1, 100);
+    if (!(*p)->ReadOutput(&out)) break;
+  }
+  ASSERT_EQ(out, "started\n");
   (*p)->Signal(SIGTERM);
-  std::string out = DrainAndWait(**p);  // EOF only once every holder of the pipe is gone
+  out = DrainAndWait(**p);  // EOF only once every holder of the pipe is gone
   EXPECT_EQ(out, "");
   EXPECT_EQ((*p)->exit_code(), 128 + SIGTERM);
 }
