@@ -172,7 +172,6 @@ class PsClient {
   std::vector<int> AllPs() const;
   bool Stopped() const { return options_.stop != nullptr && options_.stop->load(); }
   absl::Status CheckBuffers(size_t count, const std::vector<size_t>& sizes) const;
-  absl::StatusOr<v1::InitRequest> MakeInit(int ps, const ModelState& state) const;
   absl::Status InitAll(const std::vector<int>& targets, const ModelState& state);
   // Index of the plan partition `key` names, or FAILED_PRECONDITION.
   absl::StatusOr<size_t> Find(const PartitionKey& key) const;
