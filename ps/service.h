@@ -117,7 +117,14 @@ class ParameterServerService final : public grpc::Service {
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response);
 
-  struct PullTarget;
+  // What a Pull, or the pull half of a PushAndPull, answers.
+  struct PullTarget {
+    const char* method;              // "Pull" or "PushAndPull", for metrics and logs
+    std::vector<PartitionKey> keys;  // empty: every partition
+    int64_t min_step = 0;
+    std::shared_ptr<const ShmRegion> region;  // null: values travel in the answer
+    bool push_stale = false;                  // PushAndPull: its push was dropped as stale
+  };
   // Pulls now (never waits); DEADLINE_EXCEEDED while the step is not there yet. With a region,
   // the values go into its slots and the answer carries none.
   absl::Status PullNow(const PullTarget& target, grpc::ByteBuffer& response,
@@ -135,6 +142,10 @@ class ParameterServerService final : public grpc::Service {
   void Park(ParkedPull* pull);
   // Takes `pull` out of the wait lists; false when someone else already took it.
   bool Unpark(ParkedPull* pull);
+  // Listens to the store and starts the wake and deadline threads (construction).
+  void StartPullThreads();
+  // Stops those threads and answers any pull still parked (destruction).
+  void StopPullThreads();
   // Moves parked pulls whose step arrived (or whose store closed) to the wake queue.
   void OnStoreChange();
   void WakeLoop();
