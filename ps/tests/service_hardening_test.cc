@@ -34,7 +34,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "prometheus/registry.h"
-#include "ps/service.h"
+#include "ps/server.h"
 #include "ps/tests/ps_cluster.h"
 
 extern char** environ;
