@@ -34,6 +34,38 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   return CreateJobChannel(address, args, options.secret);
 }
 
+// The element counts of the caller's buffers, for PsClient::CheckBuffers.
+template <typename T>
+std::vector<size_t> SizesOf(std::span<const std::span<T>> buffers) {
+  std::vector<size_t> sizes;
+  sizes.reserve(buffers.size());
+  for (const auto& b : buffers) sizes.push_back(b.size());
+  return sizes;
+}
+
+// INVALID_ARGUMENT unless `at` (a push's version) has one entry per ps task.
+absl::Status CheckVersion(const Version& at, size_t num_ps) {
+  if (at.steps.size() != num_ps || (!at.run_ids.empty() && at.run_ids.size() != num_ps)) {
+    return absl::InvalidArgumentError("version has the wrong number of ps entries");
+  }
+  return absl::OkStatus();
+}
+
+// INVALID_ARGUMENT unless `min_version` (what a pull waits for), if any, has a step per ps task.
+absl::Status CheckMinVersion(const Version* min_version, size_t num_ps) {
+  if (min_version != nullptr && min_version->steps.size() != num_ps) {
+    return absl::InvalidArgumentError("min_version has the wrong number of ps steps");
+  }
+  return absl::OkStatus();
+}
+
+// Every ps task's shared-memory buffer for one call (a lease of region 0 where there is none).
+std::vector<ShmLinks::Lease> AcquireAll(ShmLinks& shm, const std::vector<int>& targets) {
+  std::vector<ShmLinks::Lease> leases;
+  for (int ps : targets) leases.push_back(shm.Acquire(ps));
+  return leases;
+}
+
 }  // namespace
 
 int64_t Version::step() const {
@@ -95,6 +127,19 @@ std::vector<int> PsClient::AllPs() const {
   std::vector<int> all(plan_.num_ps());
   for (int i = 0; i < plan_.num_ps(); ++i) all[i] = i;
   return all;
+}
+
+calls::PullCall PsClient::MakePullCall(std::span<const std::span<float>> values,
+                                       const Version* min_version,
+                                       const std::vector<ShmLinks::Lease>& leases) const {
+  const int n = plan_.num_ps();
+  return {plan_,
+          values,
+          min_version,
+          [this](const PartitionKey& key) { return Find(key); },
+          leases,
+          {std::vector<int64_t>(n), std::vector<std::string>(n), std::vector<int64_t>(n)},
+          calls::Coverage(plan_.partitions().size())};
 }
 
 absl::StatusOr<size_t> PsClient::Find(const PartitionKey& key) const {
@@ -192,27 +237,14 @@ absl::Status PsClient::FanOut(absl::string_view method, const std::vector<int>& 
 
 absl::StatusOr<Version> PsClient::Pull(std::span<const std::span<float>> values,
                                        const Version* min_version) {
-  std::vector<size_t> sizes;
-  for (const auto& v : values) sizes.push_back(v.size());
-  RETURN_IF_ERROR(CheckBuffers(values.size(), sizes));
-  if (min_version != nullptr && static_cast<int>(min_version->steps.size()) != plan_.num_ps()) {
-    return absl::InvalidArgumentError("min_version has the wrong number of ps steps");
-  }
-  const int n = plan_.num_ps();
+  RETURN_IF_ERROR(CheckBuffers(values.size(), SizesOf(values)));
+  RETURN_IF_ERROR(CheckMinVersion(min_version, plan_.num_ps()));
   const std::vector<int> all = AllPs();
   const absl::Duration timeout =
       min_version != nullptr ? options_.pull_timeout : options_.rpc_timeout;
   for (int attempt = 1;; ++attempt) {
-    std::vector<ShmLinks::Lease> leases;
-    for (int ps : all) leases.push_back(shm_->Acquire(ps));
-    calls::PullCall call{
-        plan_,
-        values,
-        min_version,
-        [this](const PartitionKey& key) { return Find(key); },
-        leases,
-        {std::vector<int64_t>(n), std::vector<std::string>(n), std::vector<int64_t>(n)},
-        calls::Coverage(plan_.partitions().size())};
+    std::vector<ShmLinks::Lease> leases = AcquireAll(*shm_, all);
+    calls::PullCall call = MakePullCall(values, min_version, leases);
     absl::Status status = FanOut("Pull", all, timeout, call);
     if (status.ok()) status = call.coverage.Complete(plan_, all);
     if (status.ok()) return std::move(call.version);
@@ -230,16 +262,10 @@ absl::StatusOr<Version> PsClient::Pull(std::span<const std::span<float>> values,
 
 absl::StatusOr<PushResult> PsClient::Push(std::span<const std::span<const float>> gradients,
                                           const Version& at) {
-  std::vector<size_t> sizes;
-  for (const auto& g : gradients) sizes.push_back(g.size());
-  RETURN_IF_ERROR(CheckBuffers(gradients.size(), sizes));
-  const size_t n = plan_.num_ps();
-  if (at.steps.size() != n || (!at.run_ids.empty() && at.run_ids.size() != n)) {
-    return absl::InvalidArgumentError("version has the wrong number of ps entries");
-  }
+  RETURN_IF_ERROR(CheckBuffers(gradients.size(), SizesOf(gradients)));
+  RETURN_IF_ERROR(CheckVersion(at, plan_.num_ps()));
   SlicePins pins;  // declared first: waits, when destroyed, for gRPC to let go of `gradients`
-  std::vector<ShmLinks::Lease> leases;
-  for (int ps : AllPs()) leases.push_back(shm_->Acquire(ps));
+  std::vector<ShmLinks::Lease> leases = AcquireAll(*shm_, AllPs());
   calls::PushCall call{plan_, gradients, at, options_.worker, pins, leases, {at, 0}};
   absl::Status status = FanOut("Push", AllPs(), options_.rpc_timeout, call);
   pins.WaitUntilReleased();
@@ -255,34 +281,16 @@ absl::StatusOr<PushResult> PsClient::PushAndPull(std::span<const std::span<const
                                                  const Version& at,
                                                  std::span<const std::span<float>> values,
                                                  const Version* min_version) {
-  std::vector<size_t> sizes;
-  for (const auto& g : gradients) sizes.push_back(g.size());
-  RETURN_IF_ERROR(CheckBuffers(gradients.size(), sizes));
-  sizes.clear();
-  for (const auto& v : values) sizes.push_back(v.size());
-  RETURN_IF_ERROR(CheckBuffers(values.size(), sizes));
-  const int n = plan_.num_ps();
-  if (static_cast<int>(at.steps.size()) != n ||
-      (!at.run_ids.empty() && static_cast<int>(at.run_ids.size()) != n)) {
-    return absl::InvalidArgumentError("version has the wrong number of ps entries");
-  }
-  if (min_version != nullptr && static_cast<int>(min_version->steps.size()) != n) {
-    return absl::InvalidArgumentError("min_version has the wrong number of ps steps");
-  }
+  RETURN_IF_ERROR(CheckBuffers(gradients.size(), SizesOf(gradients)));
+  RETURN_IF_ERROR(CheckBuffers(values.size(), SizesOf(values)));
+  RETURN_IF_ERROR(CheckVersion(at, plan_.num_ps()));
+  RETURN_IF_ERROR(CheckMinVersion(min_version, plan_.num_ps()));
   const std::vector<int> all = AllPs();
   SlicePins pins;  // declared first: waits, when destroyed, for gRPC to let go of `gradients`
-  std::vector<ShmLinks::Lease> leases;
-  for (int ps : all) leases.push_back(shm_->Acquire(ps));
+  std::vector<ShmLinks::Lease> leases = AcquireAll(*shm_, all);
   calls::PushAndPullCall call{
       calls::PushCall{plan_, gradients, at, options_.worker, pins, leases, {}, min_version},
-      calls::PullCall{
-          plan_,
-          values,
-          min_version,
-          [this](const PartitionKey& key) { return Find(key); },
-          leases,
-          {std::vector<int64_t>(n), std::vector<std::string>(n), std::vector<int64_t>(n)},
-          calls::Coverage(plan_.partitions().size())}};
+      MakePullCall(values, min_version, leases)};
   const absl::Duration timeout =
       min_version != nullptr ? options_.pull_timeout : options_.rpc_timeout;
   absl::Status status = FanOut("PushAndPull", all, timeout, call);
