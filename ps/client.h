@@ -34,6 +34,9 @@
 #include "ps/store.h"
 
 namespace kubetrain::ps {
+namespace calls {
+struct PullCall;  // ps/client_calls.h
+}
 
 struct ClientOptions {
   absl::Duration rpc_timeout = absl::Seconds(30);  // every call except a Pull that waits
@@ -172,8 +175,10 @@ class PsClient {
   std::vector<int> AllPs() const;
   bool Stopped() const { return options_.stop != nullptr && options_.stop->load(); }
   absl::Status CheckBuffers(size_t count, const std::vector<size_t>& sizes) const;
-  absl::StatusOr<v1::InitRequest> MakeInit(int ps, const ModelState& state) const;
   absl::Status InitAll(const std::vector<int>& targets, const ModelState& state);
+  // The pull half of Pull and PushAndPull: decodes every ps task's answer into `values`.
+  calls::PullCall MakePullCall(std::span<const std::span<float>> values, const Version* min_version,
+                               const std::vector<ShmLinks::Lease>& leases) const;
   // Index of the plan partition `key` names, or FAILED_PRECONDITION.
   absl::StatusOr<size_t> Find(const PartitionKey& key) const;
 

@@ -16,7 +16,7 @@
 #include "common/status.h"
 #include "operator/api/tf_config.h"
 #include "ps/metrics.h"
-#include "ps/service.h"
+#include "ps/server.h"
 
 namespace kubetrain::ps {
 namespace {

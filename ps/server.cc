@@ -1,6 +1,6 @@
-// PsServer (see service.h): one ps task's gRPC server around its store and service: listening
+// PsServer (see server.h): one ps task's gRPC server around its store and service: listening
 // address, message limits, keepalive and idle-connection settings, and the graceful stop.
-#include "ps/service.h"
+#include "ps/server.h"
 
 #include <algorithm>
 #include <memory>

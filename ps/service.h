@@ -1,4 +1,5 @@
-// The kubetrain.v1.ParameterServer gRPC service over one ShardStore, and PsServer, which runs it.
+// The kubetrain.v1.ParameterServer gRPC service over one ShardStore. PsServer, which runs it in a
+// gRPC server, is in ps/server.h.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,6 @@
 #include "absl/time/time.h"
 #include "common/job_secret.h"
 #include "grpcpp/impl/service_type.h"
-#include "grpcpp/server.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "kubetrain/v1/ps.grpc.pb.h"
@@ -117,7 +117,14 @@ class ParameterServerService final : public grpc::Service {
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response);
 
-  struct PullTarget;
+  // What a Pull, or the pull half of a PushAndPull, answers.
+  struct PullTarget {
+    const char* method;              // "Pull" or "PushAndPull", for metrics and logs
+    std::vector<PartitionKey> keys;  // empty: every partition
+    int64_t min_step = 0;
+    std::shared_ptr<const ShmRegion> region;  // null: values travel in the answer
+    bool push_stale = false;                  // PushAndPull: its push was dropped as stale
+  };
   // Pulls now (never waits); DEADLINE_EXCEEDED while the step is not there yet. With a region,
   // the values go into its slots and the answer carries none.
   absl::Status PullNow(const PullTarget& target, grpc::ByteBuffer& response,
@@ -135,6 +142,10 @@ class ParameterServerService final : public grpc::Service {
   void Park(ParkedPull* pull);
   // Takes `pull` out of the wait lists; false when someone else already took it.
   bool Unpark(ParkedPull* pull);
+  // Listens to the store and starts the wake and deadline threads (construction).
+  void StartPullThreads();
+  // Stops those threads and answers any pull still parked (destruction).
+  void StopPullThreads();
   // Moves parked pulls whose step arrived (or whose store closed) to the wake queue.
   void OnStoreChange();
   void WakeLoop();
@@ -174,44 +185,8 @@ class ParameterServerService final : public grpc::Service {
   int64_t suppressed_ ABSL_GUARDED_BY(log_mu_) = 0;
 };
 
-struct ServerOptions {
-  std::string address = "0.0.0.0:2222";  // port 0 picks a free port (tests)
-  // gRPC refuses messages over 4 MiB by default; a pull of a whole shard is far larger.
-  int max_message_bytes = 256 << 20;
-  // Connections with no call for this long are closed, so clients that vanished without closing
-  // their sockets do not accumulate.
-  absl::Duration max_connection_idle = absl::Minutes(5);
-  ServiceOptions service;
-};
-
-// One ps task: owns its store, service and gRPC server. Thread-safe.
-class PsServer {
- public:
-  // `metrics` may be null; otherwise it must outlive the server. UNAVAILABLE if the address
-  // cannot be bound.
-  static absl::StatusOr<std::unique_ptr<PsServer>> Start(const ServerOptions& options,
-                                                         PsMetrics* metrics);
-  ~PsServer();
-
-  int port() const { return port_; }
-  std::string address() const;  // "127.0.0.1:<port>" when bound to a wildcard or loopback
-  ShardStore& store() { return *store_; }
-  ParameterServerService& service() { return *service_; }
-
-  // Stops taking calls, answers parked pulls, and waits up to `grace` for calls in flight
-  // (cancelling those still running then).
-  void Stop(absl::Duration grace = absl::Seconds(1));
-
- private:
-  PsServer() = default;
-
-  std::string host_;
-  int port_ = 0;
-  std::unique_ptr<ShardStore> store_;
-  std::unique_ptr<ParameterServerService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  absl::Mutex stop_mu_;
-  bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
-};
-
 }  // namespace kubetrain::ps
+
+// Code that starts a PsServer includes ps/server.h; this keeps includers that name it through
+// this header building.
+#include "ps/server.h"  // IWYU pragma: export

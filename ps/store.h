@@ -20,6 +20,7 @@
 // grows or shrinks keeps the schedule of its examples.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -182,7 +183,19 @@ class ShardStore {
   void Close();
 
  private:
-  struct Partition;
+  // One partition's values, slots and (sync mode) this round's gradient sum.
+  struct Partition {
+    PartitionKey key;
+    uint64_t offset = 0;
+    std::vector<float> values;  // guarded by ShardStore::mu_
+    // Guarded by ShardStore::mu_; in Optimizer::SlotNames order.
+    std::vector<std::vector<float>> slots;
+    absl::Mutex accum_mu;
+    std::vector<float> accum ABSL_GUARDED_BY(accum_mu);  // sync mode: this round's gradient sum
+    // Gradients summed into `accum` this round. The first is copied rather than added (BytePS's
+    // COPY_FIRST), so `accum` needs no zeroing between rounds.
+    int accum_count ABSL_GUARDED_BY(accum_mu) = 0;
+  };
 
   absl::Status CheckServing() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A push's gradients by partition.
@@ -208,6 +221,9 @@ class ShardStore {
   // Updates `p` from `grad` (+ `last`, elementwise, where given) / `grad_divisor`.
   void ApplyOne(Partition& p, std::span<const float> grad, float grad_divisor = 1.0f,
                 std::span<const float> last = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Metrics of an optimizer update that began at `start` and the step it left.
+  void RecordUpdate(std::chrono::steady_clock::time_point start) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CountStale();
   void NotifyChange() const;
   bool ReadyForPull(int64_t min_step) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -1,3 +1,5 @@
+// The hand-written PushRequest and PullResponse coding (see tensor_coding.h), on the wire-format
+// primitives of wire_format.h.
 #include "ps/tensor_coding.h"
 
 #include <bit>
@@ -7,16 +9,29 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "ps/wire_format.h"
 
 namespace kubetrain::ps {
 namespace {
 
+using wire_format::Expect;
+using wire_format::ForEachField;
+using wire_format::kLengthDelimited;
+using wire_format::kVarint;
+using wire_format::Malformed;
+using wire_format::PutBytesField;
+using wire_format::PutTag;
+using wire_format::PutVarint;
+using wire_format::PutVarintField;
+using wire_format::ReadString;
+using wire_format::ReadTag;
+using wire_format::SliceReader;
+using wire_format::Tag;
+
 static_assert(std::endian::native == std::endian::little,
               "the wire format is little-endian float32; a big-endian build needs byte swaps");
 
-// Protobuf wire types and the field numbers of ps.proto this file encodes.
-constexpr uint32_t kVarint = 0;
-constexpr uint32_t kLengthDelimited = 2;
+// The field numbers of ps.proto this file encodes.
 namespace key_field {
 constexpr uint32_t kVariable = 1, kIndex = 2;
 }
@@ -32,32 +47,6 @@ constexpr uint32_t kGlobalStep = 1, kValues = 2, kRunId = 3, kGradientsApplied =
 }
 
 // ---- Encoding ----
-
-void PutVarint(uint64_t v, std::string& out) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-void PutTag(uint32_t field, uint32_t wire_type, std::string& out) {
-  PutVarint((uint64_t{field} << 3) | wire_type, out);
-}
-
-// Like protobuf, proto3 scalars equal to their default are left out.
-void PutVarintField(uint32_t field, uint64_t v, std::string& out) {
-  if (v == 0) return;
-  PutTag(field, kVarint, out);
-  PutVarint(v, out);
-}
-
-void PutBytesField(uint32_t field, absl::string_view bytes, std::string& out) {
-  if (bytes.empty()) return;
-  PutTag(field, kLengthDelimited, out);
-  PutVarint(bytes.size(), out);
-  out.append(bytes.data(), bytes.size());
-}
 
 // Everything of a Partition field but the values: its tag and length (as field `field` of the
 // enclosing message), key, offset, length, and the values' tag and length. The values' bytes
@@ -87,136 +76,6 @@ absl::string_view AsBytes(std::span<const float> values) {
 }
 
 // ---- Decoding ----
-
-absl::Status Malformed(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("malformed ps message: ", what));
-}
-
-// Reads protobuf wire format from the slices of a received message without joining them.
-// Not thread-safe; the slices must outlive it.
-class SliceReader {
- public:
-  explicit SliceReader(const std::vector<grpc::Slice>& slices) : slices_(slices) {
-    for (const grpc::Slice& s : slices_) size_ += s.size();
-    SkipEmpty();
-  }
-
-  size_t position() const { return position_; }
-  size_t size() const { return size_; }
-
-  absl::StatusOr<uint64_t> Varint() {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (position_ >= size_) return Malformed("truncated varint");
-      const uint8_t byte = slices_[slice_].begin()[offset_];
-      Advance(1);
-      v |= uint64_t{byte & 0x7fu} << shift;
-      if ((byte & 0x80) == 0) return v;
-    }
-    return Malformed("varint longer than 10 bytes");
-  }
-
-  // The length of a length-delimited field, checked against what is left before `end`.
-  absl::StatusOr<size_t> Length(size_t end) {
-    ASSIGN_OR_RETURN(uint64_t n, Varint());
-    if (position_ > end || n > end - position_) return Malformed("field runs past its message");
-    return static_cast<size_t>(n);
-  }
-
-  // The next `n` bytes: in place when they lie in one slice, else copied into `scratch`.
-  absl::string_view View(size_t n, std::string& scratch) {
-    if (n == 0) return {};
-    const grpc::Slice& s = slices_[slice_];
-    if (s.size() - offset_ >= n) {
-      absl::string_view in_place(reinterpret_cast<const char*>(s.begin()) + offset_, n);
-      Advance(n);
-      return in_place;
-    }
-    scratch.resize(n);
-    CopyTo(scratch.data(), n);
-    return scratch;
-  }
-
-  void CopyTo(char* out, size_t n) {
-    while (n > 0) {
-      const grpc::Slice& s = slices_[slice_];
-      const size_t take = std::min(n, s.size() - offset_);
-      std::memcpy(out, s.begin() + offset_, take);
-      out += take;
-      n -= take;
-      Advance(take);
-    }
-  }
-
-  void Skip(size_t n) { Advance(n); }
-
-  // Skips a field of any wire type this reader may meet (unknown fields from a newer peer).
-  absl::Status SkipField(uint32_t wire_type, size_t end) {
-    switch (wire_type) {
-      case kVarint: {
-        return Varint().status();
-      }
-      case kLengthDelimited: {
-        ASSIGN_OR_RETURN(size_t n, Length(end));
-        Skip(n);
-        return absl::OkStatus();
-      }
-      case 1:    // fixed64
-      case 5: {  // fixed32
-        const size_t n = wire_type == 1 ? 8 : 4;
-        if (position_ > end || n > end - position_) return Malformed("truncated fixed field");
-        Skip(n);
-        return absl::OkStatus();
-      }
-      default: {
-        return Malformed(absl::StrCat("unsupported wire type ", wire_type));
-      }
-    }
-  }
-
- private:
-  // Callers have checked that `n` bytes are left.
-  void Advance(size_t n) {
-    position_ += n;
-    while (n > 0) {
-      const size_t take = std::min(n, slices_[slice_].size() - offset_);
-      offset_ += take;
-      n -= take;
-      SkipEmpty();
-    }
-  }
-  void SkipEmpty() {
-    while (slice_ < slices_.size() && offset_ == slices_[slice_].size()) {
-      ++slice_;
-      offset_ = 0;
-    }
-  }
-
-  const std::vector<grpc::Slice>& slices_;
-  size_t slice_ = 0, offset_ = 0, position_ = 0, size_ = 0;
-};
-
-struct Tag {
-  uint32_t field;
-  uint32_t wire_type;
-};
-
-absl::StatusOr<Tag> ReadTag(SliceReader& r) {
-  ASSIGN_OR_RETURN(uint64_t tag, r.Varint());
-  return Tag{static_cast<uint32_t>(tag >> 3), static_cast<uint32_t>(tag & 7)};
-}
-
-absl::Status Expect(const Tag& tag, uint32_t wire_type) {
-  if (tag.wire_type == wire_type) return absl::OkStatus();
-  return Malformed(absl::StrCat("field ", tag.field, " has wire type ", tag.wire_type));
-}
-
-absl::StatusOr<std::string> ReadString(SliceReader& r, size_t end) {
-  ASSIGN_OR_RETURN(size_t n, r.Length(end));
-  std::string s(n, '\0');
-  r.CopyTo(s.data(), n);
-  return s;
-}
 
 absl::StatusOr<PartitionKey> ReadKey(SliceReader& r, size_t end) {
   ASSIGN_OR_RETURN(size_t n, r.Length(end));
@@ -296,16 +155,6 @@ absl::StatusOr<PartitionFields> ReadPartition(SliceReader& r, size_t end,
   if (values_elsewhere && p.values_bytes == 0) return p;
   RETURN_IF_ERROR(CheckValueBytes(p.key, p.values_bytes, p.length));
   return p;
-}
-
-// Calls `field_fn(tag)` for each top-level field left in `r`; it reads the field's value from `r`.
-template <typename FieldFn>
-absl::Status ForEachField(SliceReader& r, FieldFn field_fn) {
-  while (r.position() < r.size()) {
-    ASSIGN_OR_RETURN(Tag tag, ReadTag(r));
-    RETURN_IF_ERROR(field_fn(tag));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace

@@ -41,7 +41,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "ps/client.h"
-#include "ps/service.h"
+#include "ps/server.h"
 
 namespace kubetrain {
 namespace {

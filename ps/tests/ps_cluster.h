@@ -14,7 +14,7 @@
 #include "prometheus/registry.h"
 #include "ps/client.h"
 #include "ps/metrics.h"
-#include "ps/service.h"
+#include "ps/server.h"
 
 namespace kubetrain::ps::testing {
 

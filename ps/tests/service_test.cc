@@ -16,7 +16,7 @@
 #include "grpcpp/support/channel_arguments.h"
 #include "prometheus/registry.h"
 #include "ps/client.h"
-#include "ps/service.h"
+#include "ps/server.h"
 #include "ps/tests/ps_cluster.h"
 
 namespace kubetrain::ps {
