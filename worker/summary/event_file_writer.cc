@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
@@ -36,6 +37,32 @@ absl::Status WriteError(const std::string& path, int err) {
         absl::StrCat(message, "; free space in (or give more to) --summary-dir's file system"));
   }
   return absl::InternalError(message);
+}
+
+// Protobuf strings must be UTF-8 (a reader refuses an Event whose tag is not).
+bool IsUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    int extra = c < 0x80           ? 0
+                : (c >> 5) == 0x6  ? 1
+                : (c >> 4) == 0xE  ? 2
+                : (c >> 3) == 0x1E ? 3
+                                   : -1;
+    if (extra < 0 || (extra == 1 && c < 0xC2) || i + extra >= s.size()) return false;
+    uint32_t cp = extra == 0 ? c : c & (0x3F >> extra);
+    for (int k = 1; k <= extra; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 0x2) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((extra == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF))) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
 }
 
 double WallTime(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
@@ -107,6 +134,10 @@ absl::Status EventFileWriter::AddScalars(int64_t step, double wall_time,
   tensorflow::Summary* summary = event.mutable_summary();
   for (const Scalar& scalar : values) {
     if (scalar.tag.empty()) return absl::InvalidArgumentError("AddScalars: a value has no tag");
+    if (!IsUtf8(scalar.tag)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AddScalars: tag \"", absl::CHexEscape(scalar.tag), "\" is not UTF-8"));
+    }
     tensorflow::Summary::Value* value = summary->add_value();
     value->set_tag(scalar.tag);
     value->set_simple_value(scalar.value);

@@ -21,6 +21,7 @@ namespace kubetrain::summary {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 
@@ -149,11 +150,27 @@ TEST_F(EventFileWriterTest, AddWritesOnceTheFlushIntervalHasPassed) {
   EXPECT_EQ(events[2].step(), 2);
 }
 
-TEST_F(EventFileWriterTest, RefusesAValueWithoutATag) {
+TEST_F(EventFileWriterTest, RefusesATagThatIsEmptyOrNotUtf8) {
   auto writer = MustCreate(Options());
   ASSERT_NE(writer, nullptr);
   EXPECT_EQ(writer->AddScalars(1, 1.0, {{"", 1.0f}}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(writer->AddScalars(1, 1.0, {}).code(), absl::StatusCode::kInvalidArgument);
+  absl::Status latin1 = writer->AddScalars(1, 1.0,
+                                           {{"d\xE9"
+                                             "bit",
+                                             1.0f}});
+  EXPECT_EQ(latin1.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(latin1.message(), AllOf(HasSubstr("tag \"d\\xe9"), HasSubstr("is not UTF-8")));
+  EXPECT_TRUE(writer
+                  ->AddScalars(1, 1.0,
+                               {{"d\xC3\xA9"
+                                 "bit \xE2\x82\xAC \xF0\x9F\x98\x80",
+                                 1.0f}})
+                  .ok());
+  EXPECT_EQ(writer->AddScalars(1, 1.0, {{"\xC0\xAF", 1.0f}}).code(),  // overlong '/'
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(writer->AddScalars(1, 1.0, {{"\xE2\x82", 1.0f}}).code(),  // cut short
+            absl::StatusCode::kInvalidArgument);
 }
 
 // A file size limit (RLIMIT_FSIZE: the kernel refuses writes past it with EFBIG, as a full disk
