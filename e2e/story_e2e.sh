@@ -131,6 +131,10 @@ timeout 20 bash -c "until [[ -n \"\$(curl -sfG http://127.0.0.1:$PROM_PORT/api/v
   || fail "kubetrain_operator_jobs_succeeded_total never reached Prometheus"
 echo "Prometheus: kubetrain_operator_jobs_succeeded_total = $(promql 'kubetrain_operator_jobs_succeeded_total')"
 
+step "every query of the chart's Grafana dashboard returns data"
+source e2e/dashboard_queries.sh
+dashboard_queries_check "http://127.0.0.1:$PROM_PORT" 900 || fail "a dashboard query returned no data"
+
 step "kubectl describe shows what was created and the outcome's event"
 k describe tj fashion-mnist | tee "$LK_DIR/describe.txt" | tail -8
 has -E "is created: .*pods=fashion-mnist-ps-0" <"$LK_DIR/describe.txt" ||
