@@ -14,6 +14,13 @@
 # CMake's unity sources (#include "/abs/path/x.cc") differ between clones, so ccache's direct
 # mode misses on them there and its preprocessor mode, which hashes the preprocessed text with
 # the line markers made relative to the base folder, finds the unit.
+# Paths the compiler writes into its output (__FILE__, which GoogleTest's assertions expand, and
+# the debug info's file names) are made relative to the source root, so they are the same in
+# every clone: a test unit is then found in the cache from another clone, and a sanitizer report
+# or backtrace names common/flags.cc rather than one clone's folder (gdb finds the sources from
+# the source root, or with `directory`).
+add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-ffile-prefix-map=${PROJECT_SOURCE_DIR}/=>)
+
 option(KUBETRAIN_CCACHE "Compile through ccache when it is installed" ON)
 if(KUBETRAIN_CCACHE)
   find_program(KUBETRAIN_CCACHE_PROGRAM ccache)
