@@ -23,8 +23,17 @@ build: configure
 # The images are built first so that the image checks and the in-cluster e2e (ctest -L images)
 # run; IMAGES=0 leaves them out (those tests then skip, saying why).
 IMAGES ?= 1
+# CTest starts the longest tests first when it knows their times (Testing/Temporary/
+# CTestCostData.txt), so that a 2-minute e2e test does not start last and run alone; a fresh
+# clone's build folder takes them from the last run on this machine (COST_CACHE), and gives
+# its own back. Only the order changes: every test runs.
+COST_CACHE ?= $(HOME)/.cache/kubetrain/CTestCostData.txt
+COST_DATA = $(BUILD_DIR)/Testing/Temporary/CTestCostData.txt
 test: build format-check $(if $(filter 0,$(IMAGES)),,images)
-	ctest --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
+	@if [ ! -f $(COST_DATA) ] && [ -f $(COST_CACHE) ]; then \
+	  mkdir -p $(dir $(COST_DATA)) && cp $(COST_CACHE) $(COST_DATA); fi
+	ctest --test-dir $(BUILD_DIR) $(CTEST_FLAGS); rc=$$?; \
+	  mkdir -p $(dir $(COST_CACHE)) && cp $(COST_DATA) $(COST_CACHE) 2>/dev/null; exit $$rc
 
 # kubetrain/operator:0.1.0 and kubetrain/worker:0.1.0-cpu from docker/*.Dockerfile with docker,
 # podman or buildah; base images no registry serves are made from the Debian archive.

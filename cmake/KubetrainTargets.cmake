@@ -47,7 +47,15 @@ function(kubetrain_test name)
   add_executable(${name} ${ARG_SOURCES})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gmock GTest::gtest_main)
-  target_compile_definitions(${name} PRIVATE KUBETRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  # KUBETRAIN_SOURCE_DIR (the source root) is defined in one small generated unit, so the other
+  # units compile the same in every clone (cmake/test_source_dir.h).
+  set(source_dir_unit ${CMAKE_CURRENT_BINARY_DIR}/${name}_source_dir.cc)
+  file(CONFIGURE OUTPUT ${source_dir_unit}
+       CONTENT "extern const char kubetrain_source_dir[] = \"@PROJECT_SOURCE_DIR@\";\n" @ONLY)
+  target_sources(${name} PRIVATE ${source_dir_unit})
+  set_source_files_properties(${source_dir_unit} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+  target_compile_options(${name} PRIVATE
+                         "SHELL:-include ${PROJECT_SOURCE_DIR}/cmake/test_source_dir.h")
   gtest_discover_tests(${name}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
     PROPERTIES LABELS "${ARG_LABELS}"

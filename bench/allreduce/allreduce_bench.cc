@@ -42,9 +42,9 @@
 #include "absl/time/clock.h"
 #include "bench/allreduce/pattern.h"
 #include "bench/allreduce/processes.h"
+#include "bench/main.h"
 #include "bench/stats.h"
 #include "common/flags.h"
-#include "common/logging.h"
 #include "common/status.h"
 #include "worker/collective/coordinator.h"
 #include "worker/collective/gloo_communicator.h"
@@ -471,15 +471,9 @@ int main(int argc, char** argv) {
             "(kubetrain's binding, mpirun's default); false: the kernel places both");
   flags.Add("rank", &opt.rank, "internal: run as this rank (set by the driver)");
   flags.Add("coordinator", &opt.coordinator, "internal: the driver's coordinator (host:port)");
-  auto args = flags.Parse(argc, argv);
-  if (!args.ok()) return UsageExit("allreduce_bench", args.status());
-  // The ranks' and coordinator's info lines would split the table.
-  log::SetLevel(log::Level::kWarn);
-  if (absl::Status s = Run(opt); !s.ok()) {
-    std::fprintf(stderr, "allreduce_bench%s: %s\n",
-                 opt.rank >= 0 ? absl::StrCat(" rank ", opt.rank).c_str() : "",
-                 s.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return bench::RunMain("allreduce_bench", flags, argc, argv, [&]() -> absl::Status {
+    absl::Status s = Run(opt);
+    if (s.ok() || opt.rank < 0) return s;
+    return absl::Status(s.code(), absl::StrCat("rank ", opt.rank, ": ", s.message()));
+  });
 }

@@ -20,9 +20,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "bench/elastic/in_process_job.h"
+#include "bench/main.h"
 #include "bench/stats.h"
 #include "common/flags.h"
-#include "common/logging.h"
 #include "common/status.h"
 #include "prometheus/registry.h"
 #include "worker/data/fashion_mnist.h"
@@ -148,12 +148,5 @@ int main(int argc, char** argv) {
   flags.Add("rounds", &o.rounds, "interleaved rounds (each runs the three configurations)");
   flags.Add("epochs", &o.epochs, "epochs per run");
   flags.Add("data-dir", &o.data_dir, "Fashion-MNIST IDX files (.gz)", "KUBETRAIN_DATA_DIR");
-  auto args = flags.Parse(argc, argv);
-  if (!args.ok()) return UsageExit("backup_workers", args.status());
-  log::SetLevel(log::Level::kWarn);
-  if (absl::Status s = bench::Run(o); !s.ok()) {
-    std::fprintf(stderr, "backup_workers: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return bench::RunMain("backup_workers", flags, argc, argv, [&] { return bench::Run(o); });
 }

@@ -23,8 +23,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "bench/elastic/in_process_job.h"
+#include "bench/main.h"
 #include "common/flags.h"
-#include "common/logging.h"
 #include "common/status.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/trainer.h"
@@ -194,12 +194,5 @@ int main(int argc, char** argv) {
             "sleep per step, standing in for a worker's own device time");
   flags.Add("change-at", &o.change_at, "share of the run's gradients after which it grows");
   flags.Add("data-dir", &o.data_dir, "Fashion-MNIST IDX files (.gz)", "KUBETRAIN_DATA_DIR");
-  auto args = flags.Parse(argc, argv);
-  if (!args.ok()) return UsageExit("scaling", args.status());
-  log::SetLevel(log::Level::kWarn);
-  if (absl::Status s = bench::Run(o); !s.ok()) {
-    std::fprintf(stderr, "scaling: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return bench::RunMain("scaling", flags, argc, argv, [&] { return bench::Run(o); });
 }

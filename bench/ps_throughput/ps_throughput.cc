@@ -35,10 +35,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/main.h"
 #include "bench/stats.h"
 #include "common/flags.h"
 #include "common/host_port.h"
-#include "common/logging.h"
 #include "common/status.h"
 #include "ps/client.h"
 #include "ps/server.h"
@@ -394,12 +394,5 @@ int main(int argc, char** argv) {
   flags.Add("json", &opt.json, "print one JSON object instead of the table");
   flags.Add("ps-binary", &opt.ps_binary,
             "run each ps as this program (kubetrain-ps) in its own process; empty: threads here");
-  auto args = flags.Parse(argc, argv);
-  if (!args.ok()) return UsageExit("ps_throughput", args.status());
-  log::SetLevel(log::Level::kWarn);  // the servers' per-Init info lines would split the table
-  if (absl::Status s = Run(opt); !s.ok()) {
-    std::fprintf(stderr, "ps_throughput: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return bench::RunMain("ps_throughput", flags, argc, argv, [&] { return Run(opt); });
 }
