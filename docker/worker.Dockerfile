@@ -48,10 +48,11 @@ COPY e2e/ e2e/
 COPY docker/runtime-packages.sh docker/
 ARG VARIANT
 # The build tree lives in a cache mount, so a rebuild after a source change recompiles only
-# what changed (a VARIANT switch reconfigures it); the stripped binaries go to /src/dist. COPY
-# keeps the context's modification times, so a source that changed but is older than its object
-# in the cache (another checkout, an edit made before the last build) would not be recompiled:
-# the files whose content differs from the last build's (build/.sources.sha256) are touched. The
+# what changed (a VARIANT switch reconfigures it); the stripped binaries go to /src/dist. What
+# changed is decided by content, not by the context's modification times, which COPY keeps: a
+# fresh clone's are all new (make would recompile everything), and a source edited before the
+# last build is older than its object (make would miss it). So every source is dated to 2000,
+# then those whose content differs from the last build's (build/.sources.sha256) to now. The
 # host code is compiled at make's -O2 without the debug info the strip would drop (a third of
 # the compile time).
 RUN --mount=type=cache,id=kubetrain-worker-build,target=/src/build \
@@ -63,6 +64,8 @@ RUN --mount=type=cache,id=kubetrain-worker-build,target=/src/build \
     sums=$(find CMakeLists.txt cmake proto common operator ps worker bench e2e -type f -print0 | \
       xargs -0 sha256sum | LC_ALL=C sort) && \
     { [[ -f build/.sources.sha256 ]] || : > build/.sources.sha256; } && \
+    find CMakeLists.txt cmake proto common operator ps worker bench e2e -type f -print0 | \
+      xargs -0 touch -d @946684800 && \
     LC_ALL=C comm -13 build/.sources.sha256 <(echo "$sums") | cut -c67- | xargs -r -d '\n' touch && \
     echo "$sums" > build/.sources.sha256 && \
     cmake -S . -B build -DKUBETRAIN_TESTS=OFF $flags \
