@@ -26,6 +26,7 @@ COPY ps/ ps/
 COPY worker/ worker/
 COPY bench/ bench/
 COPY e2e/ e2e/
+COPY localkube/ localkube/
 # The build tree lives in a cache mount, so a rebuild after a source change recompiles only
 # what changed; the stripped binary is copied out of it to /src/dist. It is compiled at make's
 # -O2 without the debug info the strip would drop (a third of the compile time).
