@@ -40,9 +40,6 @@ absl::Status ExpiredContinueError(const std::string& continue_token);
 // ResourceVersionTooLarge, retry after 1 s), as the watch cache answers after waiting 3 s.
 absl::Status TooLargeResourceVersionError(int64_t requested, int64_t current);
 
-// Go's %q of a string, as the API server's messages quote names and values ("x", "a\"b").
-std::string GoQuote(absl::string_view s);
-
 // The Status object for an error (synthesised from the absl code when there is no payload).
 nlohmann::json StatusBody(const absl::Status& status);
 int HttpCode(const absl::Status& status);

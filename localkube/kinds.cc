@@ -10,10 +10,12 @@
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "localkube/errors.h"
+#include "localkube/namespace_companions.h"
 #include "localkube/object_meta.h"
 #include "localkube/pod_security.h"
 #include "localkube/rbac_escalation.h"
 #include "localkube/schema.h"
+#include "localkube/service_account_admission.h"
 #include "localkube/service_accounts.h"
 
 namespace kubetrain::localkube {

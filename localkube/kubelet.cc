@@ -1,30 +1,21 @@
-// Over 500 lines on purpose: one pod's life (admit, mount, start, restart, stop, status, events)
-// in one loop; the container environment and the runtimes are in files of their own.
 // localkube's kubelet (see kubelet.h): the pod loop that admits pods, mounts their volumes,
-// starts, restarts and stops their containers and publishes their status, the pod IP block and
-// the hosts file. What a container is started with (its environment, $(VAR) expansion, its
-// volume mounts) is in kubelet_env.cc; how it runs, in the runtime (container_process.h,
-// oci_runtime.h).
+// starts, restarts and stops their containers. What it reports (pod status, Events, logs) is in
+// kubelet_status.cc; the pod IP block and the hosts file in kubelet_network.cc; what a container
+// is started with (its environment, $(VAR) expansion, its volume mounts) in kubelet_env.cc; how it
+// runs, in the runtime (container_process.h, oci_runtime.h).
 #include "localkube/kubelet.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-#include <random>
-#include <set>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/kube_time.h"
 #include "common/logging.h"
-#include "localkube/errors.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -69,46 +60,6 @@ void Kubelet::SetApiServer(const std::string& host, int port) {
 Kubelet::~Kubelet() {
   Stop();
   if (block_lock_fd_ >= 0) close(block_lock_fd_);
-}
-
-// Several localkubes share one machine's loopback: each takes a random 127.X.Y.0/24 (X >= 1,
-// clear of 127.0.0.x) and holds an flock on a file naming it, so no two running instances
-// ever hand out the same pod IP and pods of different instances never collide on ports.
-void Kubelet::ReserveIpBlock() {
-  std::mt19937 rng(std::random_device{}());
-  std::uniform_int_distribution<int> x(1, 254), y(0, 255);
-  std::error_code ec;
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / "localkube-ip-blocks";
-  std::filesystem::create_directories(dir, ec);
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    block_x_ = x(rng), block_y_ = y(rng);
-    std::string path = (dir / absl::StrCat("127.", block_x_, ".", block_y_)).string();
-    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) break;  // no lock directory: the random pick alone keeps collisions unlikely
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      block_lock_fd_ = fd;
-      return;
-    }
-    close(fd);
-  }
-  log::Warn("Using an unreserved pod IP block", {{"block", ip_block()}});
-}
-
-std::string Kubelet::ip_block() const {
-  return absl::StrCat("127.", block_x_, ".", block_y_, ".0/24");
-}
-
-std::string Kubelet::AllocateIp() {
-  std::set<std::string> used;
-  for (const auto& [key, pod] : pods_) used.insert(pod->ip);
-  // Round robin over the block so a just-freed address is the last to be handed out again.
-  for (int i = 0; i < 254; ++i) {
-    std::string ip = absl::StrCat("127.", block_x_, ".", block_y_, ".", 1 + next_ip_++ % 254);
-    if (!used.count(ip)) return ip;
-  }
-  // 254 live pods: spill into the following blocks, unreserved.
-  int n = next_ip_++;
-  return absl::StrCat("127.", block_x_, ".", (block_y_ + 1 + n / 254) % 256, ".", 1 + n % 254);
 }
 
 void Kubelet::Start() {
@@ -284,49 +235,6 @@ void Kubelet::Wait(Pod& pod, Container& c, const std::string& reason, const std:
   RecordEvent(pod, "Warning", "Failed", absl::StrCat("Error: ", reason, ": ", message));
 }
 
-// An Event about the pod, as the kubelet posts them; a repeat of the same reason and message
-// raises the count of the first.
-void Kubelet::RecordEvent(Pod& pod, const std::string& type, const std::string& reason,
-                          const std::string& message) {
-  std::string now = Now();
-  std::string key = reason + "\n" + message;
-  auto it = pod.events.find(key);
-  if (it != pod.events.end()) {
-    (void)api_->Mutate("/events", pod.ns, it->second, [&](json& e) {
-      e["count"] = e.value("count", 1) + 1;
-      e["lastTimestamp"] = now;
-      return true;
-    });
-    return;
-  }
-  ResourceTypePtr type_ptr = api_->registry()->Find("", "v1", "events");
-  if (!type_ptr) return;
-  std::string name = absl::StrCat(pod.name, ".", absl::ToUnixNanos(absl::Now()));
-  json event = {{"apiVersion", "v1"},
-                {"kind", "Event"},
-                {"metadata", {{"name", name}, {"namespace", pod.ns}}},
-                {"involvedObject",
-                 {{"apiVersion", "v1"},
-                  {"kind", "Pod"},
-                  {"namespace", pod.ns},
-                  {"name", pod.name},
-                  {"uid", pod.uid}}},
-                {"reason", reason},
-                {"message", message},
-                {"type", type},
-                {"source", {{"component", "kubelet"}, {"host", "localkube"}}},
-                {"reportingComponent", "kubelet"},
-                {"reportingInstance", "localkube"},
-                {"firstTimestamp", now},
-                {"lastTimestamp", now},
-                {"count", 1}};
-  if (api_->Create(Target{type_ptr, pod.ns, "", ""}, event, WriteOptions{}).ok()) {
-    pod.events[key] = name;
-  }
-  log::Warn("Pod event",
-            {{"pod", Key(pod.ns, pod.name)}, {"reason", reason}, {"message", message}});
-}
-
 void Kubelet::StartContainer(Pod& pod, Container& c) {
   std::map<std::string, std::string> vars;
   std::string config_error;
@@ -442,218 +350,6 @@ void Kubelet::Tick(Pod& pod) {
     pod.kill_at = absl::InfiniteFuture();
   }
   if (changed && !pod.terminating) PublishStatus(pod);
-}
-
-void Kubelet::PublishStatus(Pod& pod) {
-  json statuses = json::array();
-  int running = 0, succeeded = 0, failed = 0, pending = 0;
-  for (const Container& c : pod.containers) {
-    json state;
-    if (!c.waiting_reason.empty()) {
-      state = {{"waiting", {{"reason", c.waiting_reason}}}};
-      if (!c.waiting_message.empty()) state["waiting"]["message"] = c.waiting_message;
-      if (c.run == 0) ++pending;
-    } else if (!c.terminated) {
-      state = {{"running", {{"startedAt", c.started_at}}}};
-      ++running;
-    } else if (c.restart_at != absl::InfiniteFuture()) {
-      state = {{"waiting",
-                {{"reason", "CrashLoopBackOff"},
-                 {"message", absl::StrCat("back-off restarting failed container ", c.name)}}}};
-    } else {
-      state = {{"terminated",
-                {{"exitCode", c.exit_code},
-                 {"reason", c.exec_failed      ? "StartError"
-                            : c.exit_code == 0 ? "Completed"
-                                               : "Error"},
-                 {"startedAt", c.started_at},
-                 {"finishedAt", c.finished_at}}}};
-      if (c.exec_failed && !c.failure_message.empty()) {
-        state["terminated"]["message"] = c.failure_message;
-      }
-      (c.exit_code == 0 ? succeeded : failed)++;
-    }
-    json last = c.terminated && c.restart_at != absl::InfiniteFuture()
-                    ? json{{"terminated",
-                            {{"exitCode", c.exit_code},
-                             {"reason", c.exit_code == 0 ? "Completed" : "Error"},
-                             {"startedAt", c.started_at},
-                             {"finishedAt", c.finished_at}}}}
-                    : c.last_state;
-    const bool is_running = c.waiting_reason.empty() && !c.terminated;
-    json status = {{"name", c.name},        {"image", c.spec.value("image", "")},
-                   {"imageID", ""},         {"ready", is_running},
-                   {"started", is_running}, {"restartCount", std::max(0, c.run - 1)},
-                   {"state", state},        {"lastState", last}};
-    if (!c.container_id.empty()) status["containerID"] = c.container_id;
-    statuses.push_back(status);
-  }
-  size_t n = pod.containers.size();
-  std::string phase = "Running";
-  if (pending > 0) phase = "Pending";  // a container that never started yet
-  if (running == 0 && succeeded == static_cast<int>(n)) phase = "Succeeded";
-  if (running == 0 && failed > 0 && succeeded + failed == static_cast<int>(n)) {
-    std::string policy = pod.object["spec"].value("restartPolicy", "Always");
-    bool will_restart =
-        std::any_of(pod.containers.begin(), pod.containers.end(),
-                    [](const Container& c) { return c.restart_at != absl::InfiniteFuture(); });
-    if (!will_restart) phase = "Failed";
-  }
-  std::string ready = running == static_cast<int>(n) && n > 0 ? "True" : "False";
-  std::string now = Now();
-  json conditions = json::array();
-  for (const char* type : {"PodScheduled", "Initialized", "ContainersReady", "Ready"}) {
-    bool always = std::string(type) == "PodScheduled" || std::string(type) == "Initialized";
-    conditions.push_back({{"type", type},
-                          {"status", always ? "True" : ready},
-                          {"lastProbeTime", nullptr},
-                          {"lastTransitionTime", now}});
-  }
-  std::string ip = pod.ip;
-  std::string start = pod.start_time;
-  (void)api_->Mutate("/pods", pod.ns, pod.name, [&](json& live) {
-    if (live["metadata"].value("uid", "") != pod.uid) return false;
-    live["spec"]["nodeName"] = "localkube";
-    json& status = live["status"];
-    // Keep transition times stable when a condition's status did not change.
-    for (auto& c : conditions) {
-      for (const auto& old : status.value("conditions", json::array())) {
-        if (old.value("type", "") == c["type"] && old.value("status", "") == c["status"]) {
-          c["lastTransitionTime"] = old.value("lastTransitionTime", now);
-        }
-      }
-    }
-    status["phase"] = phase;
-    status["podIP"] = ip;
-    status["podIPs"] = {{{"ip", ip}}};
-    status["hostIP"] = ip;
-    status["hostIPs"] = {{{"ip", ip}}};
-    status["startTime"] = start;
-    status["conditions"] = conditions;
-    status["containerStatuses"] = statuses;
-    return true;
-  });
-}
-
-void Kubelet::WriteHosts() {
-  // Cluster DNS for headless Services with a selector: <svc>.<ns>.svc[.cluster.local] names the
-  // IPs of the pods it selects, as CoreDNS answers for a headless Service's endpoints.
-  struct Headless {
-    std::string name, ns;
-    std::vector<std::pair<std::string, std::string>> selector;
-  };
-  std::vector<Headless> services;
-  int64_t revision = 0;
-  for (const json& svc : api_->store()->List("/services", "", &revision)) {
-    const json& spec = svc.value("spec", json::object());
-    const json& selector = spec.value("selector", json::object());
-    if (spec.value("clusterIP", "") != "None" || !selector.is_object() || selector.empty())
-      continue;
-    Headless h{svc["metadata"].value("name", ""), svc["metadata"].value("namespace", ""), {}};
-    for (const auto& [k, v] : selector.items()) {
-      if (v.is_string()) h.selector.emplace_back(k, v.get<std::string>());
-    }
-    if (!h.selector.empty()) services.push_back(std::move(h));
-  }
-  std::string text = "127.0.0.1 localhost\n";
-  std::vector<std::string> copies;  // each pod's own copy (a real kubelet's etc-hosts)
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // Pods by "namespace\nkey=value" of each label: a Service's candidates are the pods with its
-    // first selector label, then checked against the rest.
-    std::map<std::string, std::vector<const Pod*>> by_label;
-    for (const auto& [key, pod] : pods_) {
-      const json& labels = pod->object["metadata"].value("labels", json::object());
-      if (!labels.is_object()) continue;
-      for (const auto& [k, v] : labels.items()) {
-        if (v.is_string())
-          by_label[absl::StrCat(pod->ns, "\n", k, "=", v.get<std::string>())].push_back(pod.get());
-      }
-    }
-    std::map<const Pod*, std::vector<std::string>> service_names;
-    for (const Headless& h : services) {
-      auto it =
-          by_label.find(absl::StrCat(h.ns, "\n", h.selector[0].first, "=", h.selector[0].second));
-      if (it == by_label.end()) continue;
-      for (const Pod* pod : it->second) {
-        const json& labels = pod->object["metadata"]["labels"];
-        bool selected = true;
-        for (const auto& [k, v] : h.selector) selected = selected && labels.value(k, json()) == v;
-        if (!selected) continue;
-        std::string fq = absl::StrCat(h.name, ".", h.ns, ".svc");
-        service_names[pod].push_back(fq);
-        service_names[pod].push_back(fq + ".cluster.local");
-      }
-    }
-    for (const auto& [key, pod] : pods_) {
-      const json& spec = pod->object["spec"];
-      std::string host = spec.value("hostname", pod->name);
-      std::vector<std::string> names = {host};
-      std::string sub = spec.value("subdomain", "");
-      if (!sub.empty()) {
-        std::string fq = absl::StrCat(host, ".", sub, ".", pod->ns, ".svc");
-        names.push_back(host + "." + sub);
-        names.push_back(fq);
-        names.push_back(fq + ".cluster.local");
-      }
-      auto extra = service_names.find(pod.get());
-      if (extra != service_names.end()) {
-        names.insert(names.end(), extra->second.begin(), extra->second.end());
-      }
-      text += absl::StrCat(pod->ip, " ", absl::StrJoin(names, " "), "\n");
-    }
-    // Rewritten in place so that the mount sees the change; unchanged text goes only to the
-    // copies of pods that have none yet.
-    const bool changed = text != hosts_text_;
-    std::set<std::string> dirs;
-    for (const auto& [key, pod] : pods_) {
-      dirs.insert(pod->dir);
-      if (changed || !hosts_dirs_.count(pod->dir)) copies.push_back(pod->dir + "/etc-hosts");
-    }
-    hosts_dirs_ = std::move(dirs);
-    if (!changed && copies.empty()) return;
-    hosts_text_ = text;
-  }
-  for (const std::string& copy : copies) std::ofstream(copy, std::ios::trunc) << text;
-  if (options_.hosts_file.empty()) return;
-  std::string tmp = options_.hosts_file + ".tmp";
-  std::ofstream(tmp) << text;
-  std::rename(tmp.c_str(), options_.hosts_file.c_str());
-}
-
-absl::StatusOr<std::string> Kubelet::LogPath(const std::string& ns, const std::string& pod,
-                                             const std::string& container, bool previous) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = pods_.find(Key(ns, pod));
-  if (it == pods_.end()) {
-    return BadRequestError(absl::StrCat("container \"", container, "\" in pod \"", pod,
-                                        "\" is waiting to start: ContainerCreating"));
-  }
-  for (const Container& c : it->second->containers) {
-    if (c.name != container) continue;
-    if (!previous && c.run < 1) {
-      return BadRequestError(
-          absl::StrCat("container \"", container, "\" in pod \"", pod, "\" is waiting to start: ",
-                       c.waiting_reason.empty() ? "ContainerCreating" : c.waiting_reason));
-    }
-    int run = previous ? c.run - 1 : c.run;
-    if (run < 1) {
-      return BadRequestError(absl::StrCat("previous terminated container \"", container,
-                                          "\" in pod \"", pod, "\" not found"));
-    }
-    return absl::StrCat(it->second->dir, "/", c.name, ".", run, ".log");
-  }
-  return BadRequestError(absl::StrCat("container ", container, " is not valid for pod ", pod));
-}
-
-bool Kubelet::Running(const std::string& ns, const std::string& pod, const std::string& container) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = pods_.find(Key(ns, pod));
-  if (it == pods_.end()) return false;
-  for (const Container& c : it->second->containers) {
-    if (c.name == container) return c.process && c.process->Alive();
-  }
-  return false;
 }
 
 }  // namespace kubetrain::localkube

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/quote.h"
 #include "common/status.h"
 #include "localkube/json_fields.h"
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/quote.h"
 #include "localkube/errors.h"
 #include "localkube/json_fields.h"
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/quote.h"
 #include "localkube/errors.h"
 #include "localkube/json_fields.h"
 #include "localkube/object_meta.h"

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/quote.h"
 #include "localkube/errors.h"
 
 namespace kubetrain::localkube {

@@ -6,8 +6,8 @@
 #include "common/logging.h"
 #include "localkube/errors.h"
 #include "localkube/kinds.h"
+#include "localkube/namespace_companions.h"
 #include "localkube/object_meta.h"
-#include "localkube/service_accounts.h"
 
 namespace kubetrain::localkube {
 namespace {

@@ -3,7 +3,7 @@
 // kubernetes.io/description annotation. The publisher puts it everywhere at start (PublishRootCa),
 // and from then on reacts to the store's changes as the controller reacts to its informers: the
 // ConfigMap deleted is created again, its data or annotation changed is restored, a namespace
-// added gets it (namespaces also get it in the same write, service_accounts.h). A namespace
+// added gets it (namespaces also get it in the same write, namespace_companions.h). A namespace
 // being terminated or gone is left alone. Writes go through Api with manager
 // `kube-controller-manager`.
 //

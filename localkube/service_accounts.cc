@@ -1,7 +1,5 @@
-// Over 500 lines on purpose: a token's signing and checks, its issuance (TokenRequest, the kubelet)
-// and the admission that mounts it belong together.
-// ServiceAccount tokens, the ServiceAccount admission plugin and the per-namespace default
-// ServiceAccount and root CA ConfigMap (see service_accounts.h).
+// ServiceAccount tokens (see service_accounts.h): signing, the TokenRequest API, authentication,
+// and the protobuf TokenRequest body.
 #include "localkube/service_accounts.h"
 
 #include <openssl/crypto.h>
@@ -20,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/kube_time.h"
+#include "common/quote.h"
 #include "common/status.h"
 #include "localkube/errors.h"
 #include "localkube/json_fields.h"
@@ -31,14 +30,10 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr char kConfigMapsKey[] = "/configmaps";
 // The TokenRequest validation bounds (pkg/apis/authentication/validation).
 constexpr int64_t kMinTokenSeconds = 10 * 60;
 constexpr int64_t kMaxTokenSeconds = int64_t{1} << 32;
 constexpr int64_t kDefaultTokenSeconds = 3600;
-// The projected token the admission plugin asks for: an hour plus 7 s, which the apiserver
-// recognises as the legacy-compatible kubelet token.
-constexpr int64_t kProjectedTokenSeconds = 3607;
 // A token longer than this is not one of ours: refused before any decoding.
 constexpr size_t kMaxTokenBytes = 16 << 10;
 
@@ -325,177 +320,6 @@ bool LooksLikeJwt(absl::string_view token) {
   if (token.size() > kMaxTokenBytes) return false;
   std::vector<absl::string_view> parts = absl::StrSplit(token, '.');
   return parts.size() == 3 && !parts[0].empty() && !parts[1].empty();
-}
-
-absl::Status AdmitPodServiceAccount(const Store& store, json* pod) {
-  json& meta = (*pod)["metadata"];
-  if (meta.contains("annotations") && meta["annotations"].is_object() &&
-      meta["annotations"].contains("kubernetes.io/config.mirror")) {
-    return absl::OkStatus();
-  }
-  if (!(*pod)["spec"].is_object()) return absl::OkStatus();  // validation reports it
-  json& spec = (*pod)["spec"];
-  std::string sa_name;
-  if (spec.contains("serviceAccountName") && spec["serviceAccountName"].is_string()) {
-    sa_name = spec["serviceAccountName"];
-  }
-  // Defaulting: the deprecated serviceAccount field stands in for an empty serviceAccountName.
-  if (sa_name.empty() && spec.contains("serviceAccount") && spec["serviceAccount"].is_string()) {
-    sa_name = spec["serviceAccount"];
-  }
-  if (sa_name.empty()) sa_name = kDefaultServiceAccount;
-  spec["serviceAccountName"] = sa_name;
-  spec["serviceAccount"] = sa_name;  // written back as the alias of serviceAccountName
-  std::string ns = NamespaceOf(*pod);
-  auto sa = store.Get(kServiceAccountsKey, ns, sa_name);
-  if (!sa) {
-    // plugin/pkg/admission/serviceaccount/admission.go: admission.NewForbidden(a,
-    // fmt.Errorf("error looking up service account %s/%s: %w", ...)), which names the pod by its
-    // generateName when it has no name yet.
-    std::string name = meta.value("name", "");
-    std::string prefix = meta.value("generateName", "");
-    if (!prefix.empty()) {
-      // localkube generates the name before admission (the apiserver after): a name that is the
-      // prefix plus 5 generated characters was not the client's.
-      prefix = prefix.substr(0, 58);
-      if (name.empty() || (name.size() == prefix.size() + 5 && absl::StartsWith(name, prefix))) {
-        name = meta.value("generateName", "");
-      }
-    }
-    return ApiError(
-        403, "Forbidden",
-        absl::StrCat("pods \"", name, "\" is forbidden: error looking up service account ", ns, "/",
-                     sa_name, ": serviceaccount \"", sa_name, "\" not found"),
-        {{"name", name}, {"kind", "pods"}});
-  }
-  // shouldAutomount: the pod's setting wins over the ServiceAccount's; the default is true.
-  bool automount = true;
-  if (spec.contains("automountServiceAccountToken") &&
-      spec["automountServiceAccountToken"].is_boolean()) {
-    automount = spec["automountServiceAccountToken"];
-  } else if (sa->contains("automountServiceAccountToken") &&
-             (*sa)["automountServiceAccountToken"].is_boolean()) {
-    automount = (*sa)["automountServiceAccountToken"];
-  }
-  if (!automount) return absl::OkStatus();
-  // mountServiceAccountToken: reuse an existing kube-api-access-* volume, else a new name.
-  std::string volume_name;
-  bool has_volume = false;
-  if (spec.contains("volumes") && spec["volumes"].is_array()) {
-    for (const json& v : spec["volumes"]) {
-      if (v.is_object() && v.contains("name") && v["name"].is_string() &&
-          absl::StartsWith(v["name"].get<std::string>(), "kube-api-access-")) {
-        volume_name = v["name"];
-        has_volume = true;
-        break;
-      }
-    }
-  }
-  if (volume_name.empty()) volume_name = "kube-api-access-" + RandomSuffix();
-  json mount = {{"name", volume_name}, {"readOnly", true}, {"mountPath", kServiceAccountMountPath}};
-  bool needs_volume = false;
-  for (const char* list : {"initContainers", "containers"}) {
-    if (!spec.contains(list) || !spec[list].is_array()) continue;
-    for (json& c : spec[list]) {
-      if (!c.is_object()) continue;
-      bool mounted = false;
-      if (c.contains("volumeMounts") && c["volumeMounts"].is_array()) {
-        for (const json& m : c["volumeMounts"]) {
-          if (m.is_object() && m.value("mountPath", json()) == kServiceAccountMountPath) {
-            mounted = true;
-            break;
-          }
-        }
-      } else {
-        c.erase("volumeMounts");
-      }
-      if (mounted) continue;
-      c["volumeMounts"].push_back(mount);
-      needs_volume = true;
-    }
-  }
-  if (has_volume || !needs_volume) return absl::OkStatus();
-  if (!spec.contains("volumes") || !spec["volumes"].is_array()) spec["volumes"] = json::array();
-  spec["volumes"].push_back(json::parse(absl::StrFormat(
-      R"({"name":"%s","projected":{"sources":[
-          {"serviceAccountToken":{"expirationSeconds":%d,"path":"token"}},
-          {"configMap":{"name":"kube-root-ca.crt","items":[{"key":"ca.crt","path":"ca.crt"}]}},
-          {"downwardAPI":{"items":[{"path":"namespace",
-            "fieldRef":{"apiVersion":"v1","fieldPath":"metadata.namespace"}}]}}],
-        "defaultMode":420}})",
-      volume_name, kProjectedTokenSeconds)));
-  return absl::OkStatus();
-}
-
-namespace {
-
-json DefaultServiceAccount(const std::string& ns) {
-  return {{"apiVersion", "v1"},
-          {"kind", "ServiceAccount"},
-          {"metadata", {{"name", kDefaultServiceAccount}, {"namespace", ns}}}};
-}
-
-}  // namespace
-
-json RootCaConfigMap(const std::string& ns, const std::string& ca_pem) {
-  return {{"apiVersion", "v1"},
-          {"kind", "ConfigMap"},
-          {"metadata",
-           {{"name", kRootCaConfigMap},
-            {"namespace", ns},
-            {"annotations",
-             {{"kubernetes.io/description",
-               "Contains a CA bundle that can be used to verify the kube-apiserver when using "
-               "internal endpoints such as the internal service IP or "
-               "kubernetes.default.svc. No other usage is guaranteed across distributions of "
-               "Kubernetes clusters."}}}}},
-          {"data", {{"ca.crt", ca_pem}}}};
-}
-
-std::vector<json> NamespaceCompanions(const Store& store, const json& ns_object) {
-  std::string ns = NameOf(ns_object);
-  std::vector<json> out = {DefaultServiceAccount(ns)};
-  // The certificate lives in every namespace's ConfigMap; kube-system's is the one published.
-  if (auto published = store.Get(kConfigMapsKey, "kube-system", kRootCaConfigMap)) {
-    json data = Field(*published, "data");
-    if (data.is_object() && data.contains("ca.crt") && data["ca.crt"].is_string()) {
-      out.push_back(RootCaConfigMap(ns, data["ca.crt"]));
-    }
-  }
-  return out;
-}
-
-absl::Status PublishRootCa(Api* api, const std::string& ca_pem) {
-  ResourceTypePtr namespaces = api->registry()->Find("", "v1", "namespaces");
-  ResourceTypePtr configmaps = api->registry()->Find("", "v1", "configmaps");
-  ResourceTypePtr serviceaccounts = api->registry()->Find("", "v1", "serviceaccounts");
-  if (!namespaces || !configmaps || !serviceaccounts) {
-    return absl::InternalError("core types missing from the registry");
-  }
-  // kube-system first: namespaces created meanwhile copy its certificate.
-  std::vector<std::string> names = {"kube-system"};
-  int64_t revision = 0;
-  for (const json& n : api->store()->List(kNamespacesKey, "", &revision)) {
-    if (NameOf(n) != "kube-system" && !IsDeleting(n)) names.push_back(NameOf(n));
-  }
-  for (const std::string& ns : names) {
-    bool ignored = false;
-    absl::StatusOr<json> cm = api->Update(Target{configmaps, ns, kRootCaConfigMap, ""},
-                                          RootCaConfigMap(ns, ca_pem), WriteOptions{}, &ignored);
-    if (!cm.ok() && HttpCode(cm.status()) == 404) {
-      cm = api->Create(Target{configmaps, ns, "", ""}, RootCaConfigMap(ns, ca_pem), WriteOptions{});
-    }
-    // A namespace being terminated (403) or gone meanwhile (404) needs none.
-    if (!cm.ok() && HttpCode(cm.status()) != 403 && HttpCode(cm.status()) != 404 &&
-        HttpCode(cm.status()) != 409) {
-      return cm.status();
-    }
-    if (!api->store()->Get(kServiceAccountsKey, ns, kDefaultServiceAccount)) {
-      (void)api->Create(Target{serviceaccounts, ns, "", ""}, DefaultServiceAccount(ns),
-                        WriteOptions{});
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace kubetrain::localkube

@@ -1,15 +1,13 @@
-// ServiceAccounts as kube-apiserver and kube-controller-manager handle them:
-//  - tokens: signed JWTs (HS256 under a key made at start-up) with the claims the apiserver's
-//    issuer writes (iss, sub system:serviceaccount:<ns>:<name>, aud, exp, iat, nbf, jti and the
-//    kubernetes.io namespace/serviceaccount claims), issued through the TokenRequest API
-//    (`POST .../serviceaccounts/<name>/token`) and to the kubelet, and accepted as bearer tokens
-//    while they verify, are unexpired, name the API audience and their ServiceAccount (same uid)
-//    still exists;
-//  - the ServiceAccount admission plugin for pods (default ServiceAccount, the refusal of a pod
-//    naming a missing one, the projected kube-api-access-xxxxx token volume and its mounts);
-//  - the serviceaccounts controller and root-ca-cert-publisher: every namespace's `default`
-//    ServiceAccount and `kube-root-ca.crt` ConfigMap, made together with the namespace (the
-//    ConfigMap is then kept by RootCaPublisher, root_ca_publisher.h).
+// ServiceAccount tokens as kube-apiserver issues and checks them: signed JWTs (HS256 under a key
+// made at start-up) with the claims the apiserver's issuer writes (iss, sub
+// system:serviceaccount:<ns>:<name>, aud, exp, iat, nbf, jti and the kubernetes.io
+// namespace/serviceaccount claims), issued through the TokenRequest API
+// (`POST .../serviceaccounts/<name>/token`) and to the kubelet, and accepted as bearer tokens while
+// they verify, are unexpired, name the API audience and their ServiceAccount (same uid) still
+// exists.
+//
+// The ServiceAccount admission plugin for pods is service_account_admission.h; every namespace's
+// `default` ServiceAccount and `kube-root-ca.crt` ConfigMap, namespace_companions.h.
 //
 // ServiceAccountTokens is thread-safe (its key is immutable; it only reads the Store).
 #pragma once
@@ -25,7 +23,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "localkube/api.h"
 #include "localkube/rbac.h"
 #include "localkube/store.h"
 
@@ -33,7 +30,6 @@ namespace kubetrain::localkube {
 
 inline constexpr char kServiceAccountsKey[] = "/serviceaccounts";
 inline constexpr char kDefaultServiceAccount[] = "default";
-inline constexpr char kRootCaConfigMap[] = "kube-root-ca.crt";
 // The issuer, and the API audience tokens must name to authenticate (kube-apiserver's default
 // --service-account-issuer / --api-audiences on kubeadm and kind clusters).
 inline constexpr char kServiceAccountIssuer[] = "https://kubernetes.default.svc.cluster.local";
@@ -80,26 +76,5 @@ absl::StatusOr<nlohmann::json> DecodeTokenRequestProtobuf(absl::string_view body
 // Whether `token` has a JWT's shape (three base64url segments): the authenticator's
 // ServiceAccount token check applies to it.
 bool LooksLikeJwt(absl::string_view token);
-
-// The ServiceAccount admission plugin on a pod create: defaults spec.serviceAccountName to
-// `default`, refuses a pod whose ServiceAccount does not exist (403), and unless
-// automountServiceAccountToken is false (on the pod, else on the ServiceAccount) adds the
-// projected kube-api-access-<5 random> volume and mounts it read-only at kServiceAccountMountPath
-// in every container and init container not already mounting that path. Mirror pods are left
-// alone.
-absl::Status AdmitPodServiceAccount(const Store& store, nlohmann::json* pod);
-
-// What the controllers make for a new namespace `ns_object`: its `default` ServiceAccount, and its
-// kube-root-ca.crt ConfigMap carrying the certificate PublishRootCa published (none before).
-std::vector<nlohmann::json> NamespaceCompanions(const Store& store,
-                                                const nlohmann::json& ns_object);
-
-// The root-ca-cert-publisher's ConfigMap for namespace `ns`: data {"ca.crt": ca_pem} and the
-// kubernetes.io/description annotation it also sets.
-nlohmann::json RootCaConfigMap(const std::string& ns, const std::string& ca_pem);
-
-// Publishes `ca_pem` as key ca.crt of the kube-root-ca.crt ConfigMap in every namespace and makes
-// sure each has its `default` ServiceAccount; namespaces created later get both at once.
-absl::Status PublishRootCa(Api* api, const std::string& ca_pem);
 
 }  // namespace kubetrain::localkube

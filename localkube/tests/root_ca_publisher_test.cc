@@ -14,6 +14,7 @@
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
+#include "localkube/namespace_companions.h"
 #include "localkube/service_accounts.h"
 
 namespace kubetrain::localkube {

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
+#include "localkube/namespace_companions.h"
 #include "localkube/rbac.h"
 #include "localkube/server.h"
 #include "localkube/service_accounts.h"
