@@ -16,6 +16,7 @@
 #include "localkube/pod_security.h"
 #include "localkube/pod_validation.h"
 #include "localkube/server.h"
+#include "localkube/tests/http_client.h"
 #include "localkube/tests/test_objects.h"
 #include "operator/api/render.h"
 #include "operator/api/validation.h"
@@ -28,6 +29,7 @@ using ::kubetrain::testing::IsOk;
 using json = nlohmann::json;
 
 using testing::kAdminToken;
+using testing::Reply;
 constexpr char kPods[] = "/api/v1/namespaces/default/pods";
 
 json WorkerPod(const std::string& name, json container_extra = json::object()) {
@@ -54,31 +56,14 @@ class PodAdmission : public ::testing::Test {
     api_ = std::make_unique<Api>(&registry_, &store_);
     server_ = std::make_unique<Server>(options, api_.get(), nullptr);
     ASSERT_THAT(server_->Start(), IsOk());
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    client_->set_read_timeout(10, 0);
+    client_ = testing::LoopbackClient(server_->port());
     client_->set_default_headers({{"Authorization", std::string("Bearer ") + kAdminToken}});
   }
   void TearDown() override { server_->Stop(); }
 
-  struct Reply {
-    int code = 0;
-    json body;
-    std::vector<std::string> warnings;
-  };
   Reply Call(const std::string& method, const std::string& path, const json& body = nullptr,
              const std::string& content_type = "application/json") {
-    std::string text = body.is_null() ? "" : body.dump();
-    httplib::Result r = method == "POST"    ? client_->Post(path, text, content_type)
-                        : method == "PUT"   ? client_->Put(path, text, content_type)
-                        : method == "PATCH" ? client_->Patch(path, text, content_type)
-                                            : client_->Get(path);
-    EXPECT_TRUE(r) << method << " " << path;
-    if (!r) return {};
-    Reply reply{r->status, json::parse(r->body, nullptr, false), {}};
-    for (const auto& [k, v] : r->headers) {
-      if (k == "Warning") reply.warnings.push_back(v);
-    }
-    return reply;
+    return testing::Call(*client_, method, path, body, content_type);
   }
   void Namespace(const std::string& name, const json& labels) {
     json ns = {{"metadata", {{"name", name}, {"labels", labels}}}};

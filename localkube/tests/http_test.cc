@@ -3,8 +3,9 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
+#include <future>
 #include <memory>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
@@ -12,6 +13,7 @@
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/server.h"
+#include "localkube/tests/http_client.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -21,6 +23,7 @@ using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
 using testing::kAdminToken;
+using testing::Reply;
 
 json Crd() {
   return json::parse(R"({
@@ -56,31 +59,14 @@ class LocalkubeHttp : public ::testing::Test {
     api_ = std::make_unique<Api>(&registry_, &store_);
     server_ = std::make_unique<Server>(options, api_.get(), nullptr);
     ASSERT_THAT(server_->Start(), IsOk());
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    client_->set_read_timeout(10, 0);
+    client_ = testing::LoopbackClient(server_->port());
     client_->set_default_headers({{"Authorization", std::string("bearer ") + kAdminToken}});
   }
   void TearDown() override { server_->Stop(); }
 
-  struct Reply {
-    int code = 0;
-    json body;
-  };
   Reply Call(const std::string& method, const std::string& path, const json& body = nullptr,
              const std::string& content_type = "application/json") {
-    std::string text = body.is_null() ? "" : body.dump();
-    auto send = [&]() -> httplib::Result {
-      if (method == "POST") return client_->Post(path.c_str(), text, content_type.c_str());
-      if (method == "PUT") return client_->Put(path.c_str(), text, content_type.c_str());
-      if (method == "PATCH") return client_->Patch(path.c_str(), text, content_type.c_str());
-      if (method == "DELETE") return client_->Delete(path.c_str(), text, content_type.c_str());
-      return client_->Get(path.c_str());
-    };
-    httplib::Result r = send();
-    EXPECT_TRUE(r) << method << " " << path;
-    if (!r) return {};
-    Reply reply{r->status, json::parse(r->body, nullptr, false)};
-    return reply;
+    return testing::Call(*client_, method, path, body, content_type);
   }
   // Reads a watch until the server closes it (timeoutSeconds) and returns its events.
   std::vector<json> Watch(const std::string& path) {
@@ -496,6 +482,7 @@ TEST_F(LocalkubeHttp, FutureResourceVersionTimesOutAfterTheWatchCacheWait) {
             "Timeout: Too large resource version: " + future + ", current: " + std::to_string(rv));
   EXPECT_EQ(list.body["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
   EXPECT_EQ(list.body["details"]["retryAfterSeconds"], 1);
+  // The apiserver's watch cache wait: 3 s, then the 504 (README).
   EXPECT_GE(waited, absl::Milliseconds(2900));
   EXPECT_LT(waited, absl::Seconds(6));
 
@@ -506,18 +493,18 @@ TEST_F(LocalkubeHttp, FutureResourceVersionTimesOutAfterTheWatchCacheWait) {
   EXPECT_EQ(events[0]["object"]["code"], 504);
   EXPECT_EQ(events[0]["object"]["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
 
-  // A version reached while waiting is served.
-  std::thread writer([&] {
-    absl::SleepFor(absl::Milliseconds(300));
-    httplib::Client c("127.0.0.1", server_->port());
-    c.set_default_headers({{"Authorization", std::string("bearer ") + kAdminToken}});
-    c.Post(kConfigMaps, R"({"metadata":{"name":"b"}})", "application/json");
+  // A read at the next version is held while the store is behind (nothing comes back for
+  // 300 ms), and served once a write reaches that version.
+  std::future<Reply> caught_up = std::async(std::launch::async, [&] {
+    return Call("GET", std::string(kConfigMaps) + "?resourceVersion=" + std::to_string(rv + 1));
   });
-  Reply caught_up =
-      Call("GET", std::string(kConfigMaps) + "?resourceVersion=" + std::to_string(rv + 1));
-  writer.join();
-  EXPECT_EQ(caught_up.code, 200);
-  EXPECT_EQ(caught_up.body["items"].size(), 2u);
+  ASSERT_EQ(caught_up.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  auto writer = testing::LoopbackClient(server_->port());
+  writer->set_default_headers({{"Authorization", std::string("bearer ") + kAdminToken}});
+  EXPECT_EQ(testing::Call(*writer, "POST", kConfigMaps, {{"metadata", {{"name", "b"}}}}).code, 201);
+  Reply served = caught_up.get();
+  EXPECT_EQ(served.code, 200);
+  EXPECT_EQ(served.body["items"].size(), 2u);
 }
 
 TEST_F(LocalkubeHttp, DryRunWritesNothing) {

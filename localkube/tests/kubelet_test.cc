@@ -13,12 +13,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 
 namespace kubetrain::localkube {
 namespace {
 
+using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
@@ -48,12 +50,15 @@ struct Instance {
   std::string PodIp(const std::string& name) {
     Target t = Pods();
     t.name = name;
-    for (absl::Time deadline = absl::Now() + absl::Seconds(10); absl::Now() < deadline;
-         absl::SleepFor(absl::Milliseconds(50))) {
-      auto pod = api.Get(t);
-      if (pod.ok() && (*pod)["status"].contains("podIP")) return (*pod)["status"]["podIP"];
-    }
-    return "";
+    std::string ip;
+    Eventually(
+        [&] {
+          auto pod = api.Get(t);
+          if (pod.ok() && (*pod)["status"].contains("podIP")) ip = (*pod)["status"]["podIP"];
+          return !ip.empty();
+        },
+        absl::Seconds(10));
+    return ip;
   }
   Target Pods() { return Target{registry.Find("", "v1", "pods"), "default", "", ""}; }
 
@@ -128,19 +133,23 @@ TEST_F(KubeletIps, HeadlessServicesResolveToTheirPods) {
       IsOk());
   ASSERT_THAT(a.api.Create(services, service("tf", {{"job", "tf"}}, "None"), WriteOptions{}),
               IsOk());
+  // The hosts file's line for `ip` once it names the headless Service ("" after 10 s).
   auto hosts_line = [&](const std::string& ip) {
-    std::string text;
-    for (absl::Time deadline = absl::Now() + absl::Seconds(10); absl::Now() < deadline;
-         absl::SleepFor(absl::Milliseconds(50))) {
-      std::ifstream in(dir_ + "/hosts");
-      std::string line;
-      while (std::getline(in, line)) {
-        if (absl::StartsWith(line, ip + " ") && absl::StrContains(line, "tf.default.svc")) {
-          return line;
-        }
-      }
-    }
-    return std::string();
+    std::string found;
+    Eventually(
+        [&] {
+          std::ifstream in(dir_ + "/hosts");
+          std::string line;
+          while (std::getline(in, line)) {
+            if (absl::StartsWith(line, ip + " ") && absl::StrContains(line, "tf.default.svc")) {
+              found = line;
+              return true;
+            }
+          }
+          return false;
+        },
+        absl::Seconds(10));
+    return found;
   };
   std::string line1 = hosts_line(ip1);
   EXPECT_THAT(line1, ::testing::HasSubstr(" tf-worker-1.default.svc tf-worker-1.default.svc."

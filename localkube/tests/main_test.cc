@@ -22,11 +22,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/testing/eventually.h"
 
 extern char** environ;
 
 namespace {
 
+using ::kubetrain::testing::Eventually;
 using nlohmann::json;
 
 class LocalkubeProcess : public ::testing::Test {
@@ -62,31 +64,27 @@ class LocalkubeProcess : public ::testing::Test {
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
     ASSERT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
     posix_spawn_file_actions_destroy(&actions);
-    for (absl::Time deadline = absl::Now() + absl::Seconds(20); absl::Now() < deadline;
-         absl::SleepFor(absl::Milliseconds(20))) {
-      std::ifstream in(dir_ + "/address");
-      std::string line;
-      if (std::getline(in, line) && !line.empty()) {
-        address_ = line;
-        port_ = std::stoi(line.substr(line.rfind(':') + 1));
-        return;
-      }
-    }
-    FAIL() << "localkube did not start";
+    ASSERT_TRUE(Eventually(
+        [&] {
+          std::ifstream in(dir_ + "/address");
+          return std::getline(in, address_) && !address_.empty();
+        },
+        absl::Seconds(20)))
+        << "localkube did not start";
+    port_ = std::stoi(address_.substr(address_.rfind(':') + 1));
   }
 
-  // Sends SIGTERM and returns how long the process took to exit (its status in `status`).
+  // Sends SIGTERM and returns how long the process took to exit (its status in `status`;
+  // infinite when it had not exited after 15 s).
   absl::Duration Terminate(int* status) {
     absl::Time start = absl::Now();
     kill(pid_, SIGTERM);
-    for (absl::Time deadline = start + absl::Seconds(15); absl::Now() < deadline;
-         absl::SleepFor(absl::Milliseconds(10))) {
-      if (waitpid(pid_, status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return absl::Now() - start;
-      }
+    if (!Eventually([&] { return waitpid(pid_, status, WNOHANG) == pid_; }, absl::Seconds(15),
+                    absl::Milliseconds(10))) {
+      return absl::InfiniteDuration();
     }
-    return absl::InfiniteDuration();
+    pid_ = -1;
+    return absl::Now() - start;
   }
 
   std::string dir_;
@@ -115,7 +113,7 @@ TEST_F(LocalkubeProcess, FilesWithCredentialsAreOwnerOnly) {
   EXPECT_EQ(Mode(tls + "/key.pem"), 0600);
   EXPECT_EQ(Mode(tls), 0700);
   int status = 0;
-  EXPECT_LT(Terminate(&status), absl::Seconds(2));
+  EXPECT_LT(Terminate(&status), absl::Seconds(2));  // the README's stop bound
 }
 
 // With nothing but --run-pods, pods find each other by name (each gets a hosts file of its own,
@@ -133,14 +131,16 @@ TEST_F(LocalkubeProcess, RunPodsAloneResolvesPodNamesAndRunsKubetrainImages) {
     ASSERT_TRUE(created);
     ASSERT_EQ(created->status, 201) << created->body;
   };
+  // The pod's phase once it has ended (the last one seen after 20 s).
   auto phase = [&](const std::string& name) {
     std::string p;
-    for (absl::Time deadline = absl::Now() + absl::Seconds(20); absl::Now() < deadline;
-         absl::SleepFor(absl::Milliseconds(50))) {
-      auto got = client.Get("/api/v1/namespaces/default/pods/" + name);
-      p = got ? json::parse(got->body)["status"].value("phase", "") : "";
-      if (p == "Succeeded" || p == "Failed") break;
-    }
+    Eventually(
+        [&] {
+          auto got = client.Get("/api/v1/namespaces/default/pods/" + name);
+          p = got ? json::parse(got->body)["status"].value("phase", "") : "";
+          return p == "Succeeded" || p == "Failed";
+        },
+        absl::Seconds(20), absl::Milliseconds(50));
     return p;
   };
   auto log = [&](const std::string& name) {
@@ -184,13 +184,12 @@ TEST_F(LocalkubeProcess, ExitsWithinTwoSecondsOfSigtermWithWatchesAndPods) {
   auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
   ASSERT_TRUE(created);
   ASSERT_EQ(created->status, 201);
-  bool running = false;
-  for (absl::Time deadline = absl::Now() + absl::Seconds(10); !running && absl::Now() < deadline;
-       absl::SleepFor(absl::Milliseconds(50))) {
-    auto got = client.Get("/api/v1/namespaces/default/pods/stubborn");
-    running = got && json::parse(got->body)["status"].value("phase", "") == "Running";
-  }
-  ASSERT_TRUE(running);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto got = client.Get("/api/v1/namespaces/default/pods/stubborn");
+        return got && json::parse(got->body)["status"].value("phase", "") == "Running";
+      },
+      absl::Seconds(10), absl::Milliseconds(50)));
   // An open watch, a `logs -f` and an idle keep-alive connection.
   std::atomic<bool> watching{false};
   std::thread watch([&] {
@@ -212,14 +211,12 @@ TEST_F(LocalkubeProcess, ExitsWithinTwoSecondsOfSigtermWithWatchesAndPods) {
   ASSERT_TRUE(idle.Get("/version"));
   client.Post("/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"x"}})",
               "application/json");
-  for (absl::Time deadline = absl::Now() + absl::Seconds(5); !watching && absl::Now() < deadline;)
-    absl::SleepFor(absl::Milliseconds(20));
-  ASSERT_TRUE(watching);
+  ASSERT_TRUE(Eventually([&] { return watching.load(); }, absl::Seconds(5)));
   int status = 0;
   absl::Duration took = Terminate(&status);
   watch.join();
   follow.join();
-  EXPECT_LT(took, absl::Seconds(2));
+  EXPECT_LT(took, absl::Seconds(2));  // the README's stop bound
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 

@@ -11,12 +11,14 @@
 #include "localkube/api.h"
 #include "localkube/managed_fields.h"
 #include "localkube/server.h"
+#include "localkube/tests/http_client.h"
 
 namespace kubetrain::localkube {
 namespace {
 
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
+using testing::Reply;
 
 json Fields(const json& object, size_t i) {
   return object["metadata"]["managedFields"][i]["fieldsV1"];
@@ -154,32 +156,15 @@ class LocalkubeLists : public ::testing::Test {
     api_ = std::make_unique<Api>(&registry_, &store_);
     server_ = std::make_unique<Server>(ServerOptions{}, api_.get(), nullptr);
     ASSERT_THAT(server_->Start(), IsOk());
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    client_->set_read_timeout(10, 0);
+    client_ = testing::LoopbackClient(server_->port());
   }
   void TearDown() override { server_->Stop(); }
 
-  struct Reply {
-    int code = 0;
-    json body;
-  };
-  Reply Get(const std::string& path) {
-    httplib::Result r = client_->Get(path.c_str());
-    EXPECT_TRUE(r) << path;
-    if (!r) return {};
-    return {r->status, json::parse(r->body, nullptr, false)};
-  }
+  Reply Get(const std::string& path) { return testing::Call(*client_, "GET", path); }
   Reply Send(const std::string& method, const std::string& path, const json& body,
              const std::string& content_type = "application/json",
              const httplib::Headers& headers = {}) {
-    httplib::Result r = method == "POST"  ? client_->Post(path, headers, body.dump(), content_type)
-                        : method == "PUT" ? client_->Put(path, headers, body.dump(), content_type)
-                        : method == "PATCH"
-                            ? client_->Patch(path, headers, body.dump(), content_type)
-                            : client_->Delete(path, headers);
-    EXPECT_TRUE(r) << method << " " << path;
-    if (!r) return {};
-    return {r->status, json::parse(r->body, nullptr, false)};
+    return testing::Call(*client_, method, path, body, content_type, headers);
   }
   void CreateConfigMap(const std::string& name) {
     ASSERT_EQ(Send("POST", kConfigMaps, {{"metadata", {{"name", name}}}}).code, 201);

@@ -15,13 +15,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
+#include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
 namespace {
 
+using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using ::testing::HasSubstr;
@@ -171,12 +174,7 @@ class OciPods : public ::testing::Test {
   }
   json WaitPod(const std::string& name, const std::function<bool(const json&)>& done,
                absl::Duration timeout = absl::Seconds(30)) {
-    for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;
-         absl::SleepFor(absl::Milliseconds(20))) {
-      auto pod = api_->Get(Of("pods", name));
-      if (pod.ok() && done(*pod)) return *pod;
-    }
-    return nullptr;
+    return testing::WaitForPod(*api_, Of("pods", name), done, timeout);
   }
   static bool Finished(const json& p) {
     std::string phase = p["status"].value("phase", "");
@@ -293,8 +291,7 @@ TEST_F(OciPods, CommandEnvWorkingDirRunAsUserVolumesAndExitCode) {
   EXPECT_THAT(log, HasSubstr(" secret-read-only\n"));
   EXPECT_THAT(log, HasSubstr(" scratch-writable\n"));
   // The run ended: its working container is gone.
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!Leftovers().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(100));
+  Eventually([&] { return Leftovers().empty(); }, absl::Seconds(10), absl::Milliseconds(100));
   EXPECT_THAT(Leftovers(), ::testing::IsEmpty());
 }
 
@@ -312,13 +309,9 @@ TEST_F(OciPods, SigtermReachesTheProgramWithinTheGracePeriod) {
   DeleteOptions grace;
   grace.grace_seconds = 20;
   ASSERT_THAT(api_->Delete(Of("pods", "term"), grace).status(), IsOk());
-  bool gone = false;
-  while (!gone && absl::Now() < start + absl::Seconds(15)) {
-    gone = !api_->Get(Of("pods", "term")).ok();
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_TRUE(gone);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // the handler ran; no SIGKILL was needed
+  ASSERT_TRUE(Eventually([&] { return !api_->Get(Of("pods", "term")).ok(); }, absl::Seconds(15)));
+  // The handler ran: no SIGKILL after the 20 s grace period was needed.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_THAT(Read(log_path), HasSubstr(" got-TERM\n"));
 }
 
@@ -334,12 +327,9 @@ TEST_F(OciPods, SigkillAfterTheGracePeriod) {
   DeleteOptions grace;
   grace.grace_seconds = 1;
   ASSERT_THAT(api_->Delete(Of("pods", "stubborn"), grace).status(), IsOk());
-  bool gone = false;
-  while (!gone && absl::Now() < start + absl::Seconds(15)) {
-    gone = !api_->Get(Of("pods", "stubborn")).ok();
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_TRUE(gone);
+  ASSERT_TRUE(
+      Eventually([&] { return !api_->Get(Of("pods", "stubborn")).ok(); }, absl::Seconds(15)));
+  // Killed once the 1 s grace period was over, not before and not much after.
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
@@ -356,16 +346,13 @@ TEST_F(OciPods, RuntimeForwardsSignalsAndTheProgramsExitCode) {
   StartFailure failure;
   std::unique_ptr<RunningContainer> c = runtime.Start(config, &failure);
   ASSERT_NE(c, nullptr) << failure.reason << ": " << failure.message;
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (Read(config.log_path).find("up") == std::string::npos && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(Eventually([&] { return Read(config.log_path).find("up") != std::string::npos; },
+                         absl::Seconds(10)));
   c->Signal(SIGTERM);
   int code = -1;
-  deadline = absl::Now() + absl::Seconds(5);
-  while (!c->Poll(&code) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(Eventually([&] { return c->Poll(&code); }, absl::Seconds(5)));
   EXPECT_EQ(code, 42);
-  while (c->Alive() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(Eventually([&] { return !c->Alive(); }, absl::Seconds(5)));
   EXPECT_THAT(Read(config.log_path), HasSubstr(" bye\n"));
 }
 
@@ -397,7 +384,7 @@ TEST_F(OciPods, NothingLeftBehindAfterStop) {
   EXPECT_EQ(Leftovers().size(), 2u);
   absl::Time start = absl::Now();
   kubelet_->Stop();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));  // localkube's stop bound (README)
   EXPECT_THAT(Leftovers(), ::testing::IsEmpty());
 }
 

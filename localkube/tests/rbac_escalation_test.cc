@@ -13,6 +13,7 @@
 #include "localkube/rbac.h"
 #include "localkube/rbac_rules.h"
 #include "localkube/server.h"
+#include "localkube/tests/http_client.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -24,6 +25,7 @@ using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using testing::Binding;
 using testing::kAdminToken;
+using testing::Reply;
 using testing::Role;
 
 constexpr char kSa[] = "sa-token";  // system:serviceaccount:ns1:sa
@@ -61,8 +63,7 @@ class RbacEscalation : public ::testing::Test {
     api_ = std::make_unique<Api>(&registry_, &store_);
     server_ = std::make_unique<Server>(options, api_.get(), nullptr);
     ASSERT_THAT(server_->Start(), IsOk());
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    client_->set_read_timeout(10, 0);
+    client_ = testing::LoopbackClient(server_->port());
     for (const char* ns : {"ns1", "ns2"}) {
       ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces",
                      {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}})
@@ -81,23 +82,9 @@ class RbacEscalation : public ::testing::Test {
   }
   void TearDown() override { server_->Stop(); }
 
-  struct Reply {
-    int code = 0;
-    json body;
-  };
   Reply Call(const std::string& token, const std::string& method, const std::string& path,
              const json& body = nullptr, const std::string& content_type = "application/json") {
-    std::string text = body.is_string() ? body.get<std::string>()
-                       : body.is_null() ? ""
-                                        : body.dump();
-    httplib::Headers headers = {{"Authorization", "Bearer " + token}};
-    httplib::Result r = method == "POST"    ? client_->Post(path, headers, text, content_type)
-                        : method == "PUT"   ? client_->Put(path, headers, text, content_type)
-                        : method == "PATCH" ? client_->Patch(path, headers, text, content_type)
-                                            : client_->Get(path, headers);
-    EXPECT_TRUE(r) << method << " " << path;
-    if (!r) return {};
-    return {r->status, json::parse(r->body, nullptr, false)};
+    return testing::CallAs(*client_, token, method, path, body, content_type);
   }
   json Admin(const std::string& collection, const json& object) {
     Reply r = Call(kAdminToken, "POST", collection, object);

@@ -21,6 +21,7 @@
 #include "localkube/api.h"
 #include "localkube/rbac.h"
 #include "localkube/server.h"
+#include "localkube/tests/http_client.h"
 #include "localkube/tests/test_objects.h"
 #include "operator/api/yaml.h"
 
@@ -33,6 +34,7 @@ using nlohmann::json;
 using testing::Binding;
 using testing::kAdminToken;
 using testing::Pod;
+using testing::Reply;
 using testing::Role;
 constexpr char kSa[] = "sa-token";  // system:serviceaccount:ns1:sa
 constexpr char kSaUser[] = "system:serviceaccount:ns1:sa";
@@ -95,8 +97,7 @@ class LocalkubeRbac : public ::testing::Test {
     api_ = std::make_unique<Api>(&registry_, &store_);
     server_ = std::make_unique<Server>(options, api_.get(), nullptr);
     ASSERT_THAT(server_->Start(), IsOk());
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    client_->set_read_timeout(10, 0);
+    client_ = testing::LoopbackClient(server_->port());
     for (const char* ns : {"ns1", "ns2"}) {
       ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces",
                      {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}})
@@ -106,25 +107,9 @@ class LocalkubeRbac : public ::testing::Test {
   }
   void TearDown() override { server_->Stop(); }
 
-  struct Reply {
-    int code = 0;
-    json body;
-  };
   Reply Call(const std::string& token, const std::string& method, const std::string& path,
              const json& body = nullptr, const std::string& content_type = "application/json") {
-    std::string text = body.is_null() ? "" : body.dump();
-    httplib::Headers headers = {{"Authorization", "Bearer " + token}};
-    auto send = [&]() -> httplib::Result {
-      if (method == "POST") return client_->Post(path, headers, text, content_type);
-      if (method == "PUT") return client_->Put(path, headers, text, content_type);
-      if (method == "PATCH") return client_->Patch(path, headers, text, content_type);
-      if (method == "DELETE") return client_->Delete(path, headers, text, content_type);
-      return client_->Get(path, headers);
-    };
-    httplib::Result r = send();
-    EXPECT_TRUE(r) << method << " " << path;
-    if (!r) return {};
-    return {r->status, json::parse(r->body, nullptr, false)};
+    return testing::CallAs(*client_, token, method, path, body, content_type);
   }
   // Creates `object` as the admin at `collection`; returns the stored object.
   json Admin(const std::string& collection, const json& object) {

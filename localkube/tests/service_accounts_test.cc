@@ -20,6 +20,7 @@
 #include "localkube/rbac.h"
 #include "localkube/server.h"
 #include "localkube/service_accounts.h"
+#include "localkube/tests/http_client.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -30,6 +31,7 @@ using nlohmann::json;
 
 using testing::kAdminToken;
 using testing::Pod;
+using testing::Reply;
 constexpr char kPem[] = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
 // The apiserver's answer to any request whose credentials do not authenticate.
@@ -57,8 +59,7 @@ class ServiceAccounts : public ::testing::Test {
     ASSERT_THAT(PublishRootCa(api_.get(), kPem), IsOk());
     server_ = std::make_unique<Server>(options, api_.get(), nullptr);
     ASSERT_THAT(server_->Start(), IsOk());
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    client_->set_read_timeout(10, 0);
+    client_ = testing::LoopbackClient(server_->port());
     ASSERT_EQ(
         Call(kAdminToken, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "ns1"}}}}).code,
         201);
@@ -69,21 +70,9 @@ class ServiceAccounts : public ::testing::Test {
   }
   void TearDown() override { server_->Stop(); }
 
-  struct Reply {
-    int code = 0;
-    json body;
-  };
   Reply Call(const std::string& token, const std::string& method, const std::string& path,
-             const json& body = nullptr) {
-    std::string text = body.is_null() ? "" : body.dump();
-    httplib::Headers headers = {{"Authorization", "Bearer " + token}};
-    httplib::Result r = method == "POST"  ? client_->Post(path, headers, text, "application/json")
-                        : method == "PUT" ? client_->Put(path, headers, text, "application/json")
-                        : method == "DELETE" ? client_->Delete(path, headers)
-                                             : client_->Get(path, headers);
-    EXPECT_TRUE(r) << method << " " << path;
-    if (!r) return {};
-    return {r->status, json::parse(r->body, nullptr, false)};
+             const json& body = nullptr, const std::string& content_type = "application/json") {
+    return testing::CallAs(*client_, token, method, path, body, content_type);
   }
   std::string Token(const std::string& ns, const std::string& sa, const json& spec = nullptr) {
     json body = {{"apiVersion", "authentication.k8s.io/v1"}, {"kind", "TokenRequest"}};

@@ -1,10 +1,16 @@
 // Test support shared by localkube's API tests: the bearer token the server under test is started
-// with (an admin's), the smallest valid Pod, and RBAC roles and bindings.
+// with (an admin's), the smallest valid Pod, RBAC roles and bindings, and the wait for a pod the
+// kubelet runs to reach a state.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "absl/time/time.h"
+#include "common/testing/eventually.h"
+#include "localkube/api.h"
 
 namespace kubetrain::localkube::testing {
 
@@ -43,6 +49,21 @@ inline nlohmann::json Binding(const std::string& ns, const std::string& name,
       {"subjects", subjects}};
   if (!ns.empty()) b["metadata"]["namespace"] = ns;
   return b;
+}
+
+// The pod `target` names once `done` holds for it (null when it did not within `timeout`).
+inline nlohmann::json WaitForPod(const Api& api, const Target& target,
+                                 const std::function<bool(const nlohmann::json&)>& done,
+                                 absl::Duration timeout) {
+  nlohmann::json found;
+  ::kubetrain::testing::Eventually(
+      [&] {
+        auto pod = api.Get(target);
+        if (pod.ok() && done(*pod)) found = *pod;
+        return !found.is_null();
+      },
+      timeout);
+  return found;
 }
 
 }  // namespace kubetrain::localkube::testing

@@ -16,14 +16,17 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
 #include "localkube/oci_runtime.h"
+#include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
 namespace {
 
+using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using ::testing::HasSubstr;
@@ -319,12 +322,7 @@ class KubeletVolumes : public ::testing::Test {
   }
   // The pod once `done` holds for it (null after 15 s).
   json WaitPod(const std::string& name, const std::function<bool(const json&)>& done) {
-    for (absl::Time deadline = absl::Now() + absl::Seconds(15); absl::Now() < deadline;
-         absl::SleepFor(absl::Milliseconds(50))) {
-      auto pod = api_->Get(Of("pods", name));
-      if (pod.ok() && done(*pod)) return *pod;
-    }
-    return nullptr;
+    return testing::WaitForPod(*api_, Of("pods", name), done, absl::Seconds(15));
   }
   static std::string Waiting(const json& pod) {
     const json statuses = pod["status"].value("containerStatuses", json::array());
@@ -388,12 +386,8 @@ TEST_F(KubeletVolumes, VolumeMountOfNoVolumeIsCreateContainerConfigError) {
               HasSubstr("cannot find volume \"ghost\" to mount into container \"c\""));
   // Deleting it is not held up by the container that never started.
   ASSERT_THAT(api_->Delete(Of("pods", "badmount"), DeleteOptions{}).status(), IsOk());
-  bool gone = false;
-  for (absl::Time deadline = absl::Now() + absl::Seconds(10); !gone && absl::Now() < deadline;
-       absl::SleepFor(absl::Milliseconds(50))) {
-    gone = !api_->Get(Of("pods", "badmount")).ok();
-  }
-  EXPECT_TRUE(gone);
+  EXPECT_TRUE(
+      Eventually([&] { return !api_->Get(Of("pods", "badmount")).ok(); }, absl::Seconds(10)));
 }
 
 TEST_F(KubeletVolumes, MissingSecretKeyRefIsCreateContainerConfigError) {

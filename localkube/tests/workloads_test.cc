@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/workloads.h"
@@ -20,6 +21,7 @@
 namespace kubetrain::localkube {
 namespace {
 
+using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
@@ -296,9 +298,9 @@ TEST_F(Workloads, AMissingServiceAccountIsReportedAsReplicaFailure) {
 TEST_F(Workloads, TheThreadReactsToChangesAndStopsPromptly) {
   controllers_.Start();
   Create(Deployment("web", 2));
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (Pods().size() < 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_TRUE(Eventually([&] { return Pods().size() >= 2; }, absl::Seconds(10)));
   EXPECT_EQ(Pods().size(), 2u);
+  // workloads.h promises Stop returns within about 250 ms plus the pass in progress.
   auto start = std::chrono::steady_clock::now();
   controllers_.Stop();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
