@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 
 namespace kubetrain::log {
 namespace {
@@ -39,7 +40,8 @@ absl::string_view LevelName(Level level) {
 bool NeedsQuotes(absl::string_view value) {
   if (value.empty()) return true;
   for (char c : value) {
-    if (c == ' ' || c == '=' || c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) {
+    if (c == ' ' || c == '=' || c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20 ||
+        c == 0x7f) {
       return true;
     }
   }
@@ -58,35 +60,7 @@ Field::Field(absl::string_view key, absl::Duration d)
     : key_(key), value_(absl::FormatDuration(d)) {}
 
 std::string QuoteValue(absl::string_view value) {
-  if (!NeedsQuotes(value)) return std::string(value);
-  std::string out = "\"";
-  for (char c : value) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\x%02x", c);
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-  return out;
+  return NeedsQuotes(value) ? GoQuote(value) : std::string(value);
 }
 
 std::string FormatLine(absl::Time time, Level level, absl::string_view msg, Fields fields) {

@@ -1,5 +1,5 @@
 // A child process in its own process group, with stdout and stderr merged into one pipe: what
-// `kubetrain run` (operator/local/launcher.h) and localkube's kubelet (e2e/localkube/kubelet.h)
+// `kubetrain run` (operator/local/launcher.h) and localkube's kubelet (localkube/kubelet.h)
 // start their tasks and containers as.
 //
 // Owns the pid and the read end of the pipe. Destroying a Process that still runs kills its

@@ -26,6 +26,7 @@ COPY ps/ ps/
 COPY worker/ worker/
 COPY bench/ bench/
 COPY e2e/ e2e/
+COPY localkube/ localkube/
 # The build tree lives in a cache mount, so a rebuild after a source change recompiles only
 # what changed, decided by content as in worker.Dockerfile (sources dated to 2000, those whose
 # content differs from the last build's to now); the stripped binary is copied out of it to

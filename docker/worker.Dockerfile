@@ -45,6 +45,7 @@ COPY ps/ ps/
 COPY worker/ worker/
 COPY bench/ bench/
 COPY e2e/ e2e/
+COPY localkube/ localkube/
 COPY docker/runtime-packages.sh docker/
 ARG VARIANT
 # The build tree lives in a cache mount, so a rebuild after a source change recompiles only
@@ -61,7 +62,8 @@ RUN --mount=type=cache,id=kubetrain-worker-build,target=/src/build \
     else \
       flags="-DKUBETRAIN_CUDA=OFF"; \
     fi && \
-    sums=$(find CMakeLists.txt cmake proto common operator ps worker bench e2e -type f -print0 | \
+    sums=$(find CMakeLists.txt cmake proto common operator ps worker bench e2e localkube \
+        -type f -print0 | \
       xargs -0 sha256sum | LC_ALL=C sort) && \
     { [[ -f build/.sources.sha256 ]] || : > build/.sources.sha256; } && \
     find CMakeLists.txt cmake proto common operator ps worker bench e2e -type f -print0 | \

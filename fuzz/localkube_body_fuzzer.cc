@@ -16,11 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "e2e/localkube/api.h"
-#include "e2e/localkube/protobuf.h"
-#include "e2e/localkube/resources.h"
-#include "e2e/localkube/store.h"
 #include "fuzz/fuzz_util.h"
+#include "localkube/api.h"
+#include "localkube/protobuf.h"
+#include "localkube/resources.h"
+#include "localkube/store.h"
 #include "operator/api/yaml.h"
 
 namespace {

@@ -27,13 +27,13 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "e2e/localkube/errors.h"
-#include "e2e/localkube/rbac.h"
-#include "e2e/localkube/rbac_escalation.h"
-#include "e2e/localkube/rbac_rules.h"
-#include "e2e/localkube/resources.h"
-#include "e2e/localkube/store.h"
 #include "fuzz/fuzz_util.h"
+#include "localkube/errors.h"
+#include "localkube/rbac.h"
+#include "localkube/rbac_escalation.h"
+#include "localkube/rbac_rules.h"
+#include "localkube/resources.h"
+#include "localkube/store.h"
 
 namespace {
 

@@ -30,6 +30,7 @@ TEST(Logfmt, QuotesValuesThatWouldBreakParsing) {
   EXPECT_EQ(QuoteValue("k=v"), "\"k=v\"");
   EXPECT_EQ(QuoteValue("say \"hi\""), "\"say \\\"hi\\\"\"");
   EXPECT_EQ(QuoteValue("line\nbreak"), "\"line\\nbreak\"");
+  EXPECT_EQ(QuoteValue("bell\a del\x7f"), "\"bell\\x07 del\\x7f\"");
   EXPECT_EQ(QuoteValue("plain-value_1.0"), "plain-value_1.0");
 }
 

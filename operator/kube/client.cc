@@ -46,7 +46,7 @@ std::string Query(const std::vector<std::pair<std::string, std::string>>& params
 
 // The client's reading of an API server's answer: HTTP code and Status reason → what the caller
 // should do (docs/architecture.md §2, "Reaching the API server"). Kept apart from localkube's
-// table (e2e/localkube/errors.cc) on purpose: that one is the server's wire contract, the code
+// table (localkube/errors.cc) on purpose: that one is the server's wire contract, the code
 // and reason kube-apiserver sends (§6, decision 0004), this one a client's interpretation of it;
 // one shared table would let the test server bend to the client it tests.
 // - 429 TooManyRequests is UNAVAILABLE, as 5xx: the server is busy, try again (Client::Do

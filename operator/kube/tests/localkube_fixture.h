@@ -1,4 +1,4 @@
-// Test support: a real localkube API server (e2e/localkube) started as a child process on a free
+// Test support: a real localkube API server (localkube) started as a child process on a free
 // loopback port, and clients for it. Tests run against it, never against a fake client.
 #pragma once
 

@@ -1,0 +1,154 @@
+// A kubelet that runs pods on this host: gives each pod a loopback IP (from this instance's own
+// 127.X.Y.0/24 block), keeps a hosts file naming them, materializes the pod's volumes
+// (volumes.h), starts each container through a runtime (container_process.h: `process` runs the
+// command as a local process, oci_runtime.h runs it from its image) with Kubernetes' env and
+// $(VAR) rules, captures logs, reports phase and container states (Waiting with the kubelet's
+// reasons when a container cannot start), applies restartPolicy with backoff, and stops
+// containers on deletion (SIGTERM, then SIGKILL after the grace period).
+//
+// Owns every pod process. One internal thread drives all state; the LogSource methods are
+// thread-safe (guarded by a mutex). Stop (or destruction) kills every child.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "localkube/api.h"
+#include "localkube/container_process.h"
+#include "localkube/logs.h"
+#include "localkube/oci_runtime.h"
+#include "localkube/volumes.h"
+
+namespace kubetrain::localkube {
+
+struct KubeletOptions {
+  std::string hosts_file;  // written on every pod change; exported as KUBETRAIN_HOSTS_FILE
+  std::string log_dir;     // container logs: <log_dir>/<ns>_<pod>_<uid>/<container>.<run>.log
+  // (image prefix, directory): command[0] is looked up in the directory first, and with no
+  // command the image's last path element (without tag) is the binary.
+  std::vector<std::pair<std::string, std::string>> image_map;
+  absl::Duration max_backoff = absl::Seconds(10);
+  // "process" (run each container's command on this host) or "oci" (run it from its image with
+  // buildah; see oci_runtime.h).
+  std::string runtime = "process";
+  OciRuntimeOptions oci;  // for runtime "oci"
+  // Issues the tokens of serviceAccountToken projections (projected volumes); an error is a
+  // FailedMount (the pod stays ContainerCreating, retried). Unset: token files are left out.
+  ServiceAccountTokenFunc service_account_token;
+};
+
+class Kubelet : public LogSource {
+ public:
+  Kubelet(KubeletOptions options, Api* api);
+  ~Kubelet() override;
+
+  // InvalidArgument for a runtime other than process or oci; FailedPrecondition when the oci
+  // runtime cannot work here (not root, no buildah).
+  static absl::Status CheckOptions(const KubeletOptions& options);
+
+  // The API server's address, for KUBERNETES_SERVICE_HOST/PORT and KUBERNETES_PORT*: the
+  // `kubernetes` Service of a real cluster. Call before Start; without it only
+  // KUBERNETES_SERVICE_HOST (127.0.0.1) is set.
+  void SetApiServer(const std::string& host, int port);
+
+  void Start();
+  void Stop();
+
+  // The loopback /24 this kubelet's pod IPs come from, e.g. "127.83.4.0/24".
+  std::string ip_block() const;
+
+  absl::StatusOr<std::string> LogPath(const std::string& ns, const std::string& pod,
+                                      const std::string& container, bool previous) override;
+  bool Running(const std::string& ns, const std::string& pod,
+               const std::string& container) override;
+
+  // Kubernetes' $(VAR) expansion: known names substituted, $$ escapes, others left as written.
+  static std::string Expand(const std::string& text,
+                            const std::map<std::string, std::string>& vars);
+
+ private:
+  struct Container {
+    std::string name;
+    nlohmann::json spec;
+    std::unique_ptr<RunningContainer> process;
+    std::string container_id;  // of the latest run
+    int run = 0;               // log file index; restartCount = run - 1
+    std::string started_at, finished_at;
+    int exit_code = 0;
+    bool terminated = false;
+    bool exec_failed = false;
+    std::string failure_message;  // a StartError's
+    // Set while the container waits to be (re)started: ContainerCreating (volumes),
+    // ErrImageNeverPull, CreateContainerConfigError, ...; retried at restart_at.
+    std::string waiting_reason, waiting_message;
+    nlohmann::json last_state = nlohmann::json::object();
+    absl::Time restart_at = absl::InfiniteFuture();
+    absl::Duration backoff = absl::Seconds(1);
+  };
+  struct Pod {
+    std::string ns, name, uid, ip;
+    nlohmann::json object;
+    std::vector<Container> containers;
+    std::string dir;
+    bool terminating = false;
+    absl::Time kill_at = absl::InfiniteFuture();
+    std::string start_time;
+    bool volumes_ready = false;
+    absl::Time mount_retry_at = absl::InfinitePast();
+    absl::Duration mount_backoff = absl::Seconds(1);
+    std::map<std::string, PodVolume> volumes;
+    std::map<std::string, std::string> events;  // "reason\nmessage" -> Event name
+  };
+
+  void Loop();
+  void Sync();
+  void Admit(const nlohmann::json& pod);
+  void StartContainer(Pod& pod, Container& c);
+  bool MountVolumes(Pod& pod);
+  void Wait(Pod& pod, Container& c, const std::string& reason, const std::string& message);
+  void RecordEvent(Pod& pod, const std::string& type, const std::string& reason,
+                   const std::string& message);
+  // The container's volumeMounts as host paths, or the CreateContainerConfigError message.
+  std::string Mounts(const Pod& pod, const Container& c, std::vector<ContainerMount>* out) const;
+  void BeginTermination(Pod& pod, int64_t grace_seconds);
+  void Tick(Pod& pod);
+  void PublishStatus(Pod& pod);
+  void WriteHosts();
+  // What the kubelet sets (the runtime adds its base environment); `error` gets a
+  // CreateContainerConfigError message (a missing ConfigMap/Secret or key that is not optional).
+  std::map<std::string, std::string> Environment(const Pod& pod, const Container& c,
+                                                 std::map<std::string, std::string>* vars,
+                                                 std::string* error) const;
+  void ReserveIpBlock();
+  std::string AllocateIp();  // with mu_ held
+  static std::string Key(const std::string& ns, const std::string& name) { return ns + "/" + name; }
+
+  KubeletOptions options_;
+  Api* api_;
+  std::unique_ptr<ContainerRuntime> runtime_;
+  std::string api_host_ = "127.0.0.1";
+  int api_port_ = 0;
+  std::thread thread_;
+  bool stop_ = false;
+  mutable std::mutex mu_;  // guards pods_ and stop_
+  std::map<std::string, std::unique_ptr<Pod>> pods_;
+  int64_t cursor_ = 0;
+  // What WriteHosts last wrote, and the pod folders whose copy holds it.
+  std::string hosts_text_;
+  std::set<std::string> hosts_dirs_;
+  int next_ip_ = 0;
+  int block_x_ = 0, block_y_ = 0;  // pods get 127.<x>.<y>.1-254
+  int block_lock_fd_ = -1;         // flock held on the block's file while we live
+};
+
+}  // namespace kubetrain::localkube

@@ -1,0 +1,223 @@
+// Runs the localkube binary itself: what its files look like on disk and how it stops.
+#include <fcntl.h>
+#include <httplib.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/testing/eventually.h"
+
+extern char** environ;
+
+namespace {
+
+using ::kubetrain::testing::Eventually;
+using nlohmann::json;
+
+class LocalkubeProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (std::filesystem::temp_directory_path() /
+            absl::StrCat("localkube_main_test-", getpid(), "-",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Starts localkube with `flags` and waits (up to 20 s) for its address file.
+  void Start(std::vector<std::string> flags) {
+    std::vector<std::string> args = {LOCALKUBE_BINARY, "--port", "0", "--address-file",
+                                     dir_ + "/address"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, (dir_ + "/out").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    ASSERT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    ASSERT_TRUE(Eventually(
+        [&] {
+          std::ifstream in(dir_ + "/address");
+          return std::getline(in, address_) && !address_.empty();
+        },
+        absl::Seconds(20)))
+        << "localkube did not start";
+    port_ = std::stoi(address_.substr(address_.rfind(':') + 1));
+  }
+
+  // Sends SIGTERM and returns how long the process took to exit (its status in `status`;
+  // infinite when it had not exited after 15 s).
+  absl::Duration Terminate(int* status) {
+    absl::Time start = absl::Now();
+    kill(pid_, SIGTERM);
+    if (!Eventually([&] { return waitpid(pid_, status, WNOHANG) == pid_; }, absl::Seconds(15),
+                    absl::Milliseconds(10))) {
+      return absl::InfiniteDuration();
+    }
+    pid_ = -1;
+    return absl::Now() - start;
+  }
+
+  std::string dir_;
+  pid_t pid_ = -1;
+  std::string address_;
+  int port_ = 0;
+};
+
+int Mode(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return -1;
+  return st.st_mode & 0777;
+}
+
+TEST_F(LocalkubeProcess, FilesWithCredentialsAreOwnerOnly) {
+  std::string kubeconfig = dir_ + "/kubeconfig";
+  std::ofstream(kubeconfig) << "stale\n";
+  chmod(kubeconfig.c_str(), 0644);
+  ASSERT_NO_FATAL_FAILURE(Start({"--token", "secret-token", "--kubeconfig-out", kubeconfig}));
+  EXPECT_EQ(Mode(kubeconfig), 0600);
+  std::ifstream in(kubeconfig);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("token: secret-token"), std::string::npos);
+  std::string tls =
+      (std::filesystem::temp_directory_path() / absl::StrCat("localkube-tls-", pid_)).string();
+  EXPECT_EQ(Mode(tls + "/key.pem"), 0600);
+  EXPECT_EQ(Mode(tls), 0700);
+  int status = 0;
+  EXPECT_LT(Terminate(&status), absl::Seconds(2));  // the README's stop bound
+}
+
+// With nothing but --run-pods, pods find each other by name (each gets a hosts file of its own,
+// kept current) and kubetrain/ images run the programs built beside localkube: no --hosts-file or
+// --image-map to know about.
+TEST_F(LocalkubeProcess, RunPodsAloneResolvesPodNamesAndRunsKubetrainImages) {
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--insecure-http", "--run-pods", "--pod-log-dir", dir_ + "/logs"}));
+  httplib::Client client("127.0.0.1", port_);
+  client.set_read_timeout(10, 0);
+  auto make = [&](const std::string& name, const json& container) {
+    json pod = {{"metadata", {{"name", name}}},
+                {"spec", {{"restartPolicy", "Never"}, {"containers", {container}}}}};
+    auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
+    ASSERT_TRUE(created);
+    ASSERT_EQ(created->status, 201) << created->body;
+  };
+  // The pod's phase once it has ended (the last one seen after 20 s).
+  auto phase = [&](const std::string& name) {
+    std::string p;
+    Eventually(
+        [&] {
+          auto got = client.Get("/api/v1/namespaces/default/pods/" + name);
+          p = got ? json::parse(got->body)["status"].value("phase", "") : "";
+          return p == "Succeeded" || p == "Failed";
+        },
+        absl::Seconds(20), absl::Milliseconds(50));
+    return p;
+  };
+  auto log = [&](const std::string& name) {
+    auto got = client.Get("/api/v1/namespaces/default/pods/" + name + "/log");
+    return got ? got->body : std::string();
+  };
+  ASSERT_NO_FATAL_FAILURE(
+      make("server", {{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "30"}}}));
+  ASSERT_NO_FATAL_FAILURE(
+      make("client", {{"name", "c"},
+                      {"image", "busybox"},
+                      {"command", {"sh", "-c", "grep -w server \"$KUBETRAIN_HOSTS_FILE\""}}}));
+  EXPECT_EQ(phase("client"), "Succeeded") << log("client");
+  EXPECT_THAT(log("client"), ::testing::HasSubstr(" server"));
+  // kubetrain/localkube:1 with no command runs build/bin/localkube, which answers --help.
+  ASSERT_NO_FATAL_FAILURE(
+      make("tool", {{"name", "c"}, {"image", "kubetrain/localkube:1"}, {"args", {"--help"}}}));
+  EXPECT_EQ(phase("tool"), "Succeeded") << log("tool");
+  EXPECT_THAT(log("tool"), ::testing::HasSubstr("--run-pods"));
+  // kubetrain/operator's entrypoint is kubetrain-operator: the chart's Deployment sets no command.
+  ASSERT_NO_FATAL_FAILURE(make(
+      "operator", {{"name", "c"}, {"image", "kubetrain/operator:0.1.0"}, {"args", {"--help"}}}));
+  EXPECT_EQ(phase("operator"), "Succeeded") << log("operator");
+  EXPECT_THAT(log("operator"), ::testing::HasSubstr("--leader-elect"));
+}
+
+TEST_F(LocalkubeProcess, ExitsWithinTwoSecondsOfSigtermWithWatchesAndPods) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--insecure-http", "--run-pods", "--hosts-file", dir_ + "/hosts",
+                                 "--pod-log-dir", dir_ + "/logs"}));
+  httplib::Client client("127.0.0.1", port_);
+  client.set_read_timeout(10, 0);
+  // A pod that ignores SIGTERM, with a grandchild in its own session holding the log pipe.
+  json pod = {
+      {"metadata", {{"name", "stubborn"}}},
+      {"spec",
+       {{"terminationGracePeriodSeconds", 30},
+        {"containers",
+         {{{"name", "c"},
+           {"image", "busybox"},
+           {"command", {"sh", "-c", "trap '' TERM; setsid sleep 6 & echo started; sleep 60"}}}}}}}};
+  auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 201);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto got = client.Get("/api/v1/namespaces/default/pods/stubborn");
+        return got && json::parse(got->body)["status"].value("phase", "") == "Running";
+      },
+      absl::Seconds(10), absl::Milliseconds(50)));
+  // An open watch, a `logs -f` and an idle keep-alive connection.
+  std::atomic<bool> watching{false};
+  std::thread watch([&] {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(20, 0);
+    c.Get("/api/v1/namespaces/default/configmaps?watch=true", [&](const char*, size_t) {
+      watching = true;
+      return true;
+    });
+  });
+  std::thread follow([&] {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(20, 0);
+    c.Get("/api/v1/namespaces/default/pods/stubborn/log?follow=true",
+          [&](const char*, size_t) { return true; });
+  });
+  httplib::Client idle("127.0.0.1", port_);
+  idle.set_keep_alive(true);
+  ASSERT_TRUE(idle.Get("/version"));
+  client.Post("/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"x"}})",
+              "application/json");
+  ASSERT_TRUE(Eventually([&] { return watching.load(); }, absl::Seconds(5)));
+  int status = 0;
+  absl::Duration took = Terminate(&status);
+  watch.join();
+  follow.join();
+  EXPECT_LT(took, absl::Seconds(2));  // the README's stop bound
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+}  // namespace
