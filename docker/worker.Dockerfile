@@ -62,12 +62,11 @@ RUN --mount=type=cache,id=kubetrain-worker-build,target=/src/build \
     else \
       flags="-DKUBETRAIN_CUDA=OFF"; \
     fi && \
-    sums=$(find CMakeLists.txt cmake proto common operator ps worker bench e2e localkube \
-        -type f -print0 | \
-      xargs -0 sha256sum | LC_ALL=C sort) && \
+    sums=$(find CMakeLists.txt cmake proto common operator ps worker bench e2e localkube -type f \
+        -print0 | xargs -0 sha256sum | LC_ALL=C sort) && \
     { [[ -f build/.sources.sha256 ]] || : > build/.sources.sha256; } && \
-    find CMakeLists.txt cmake proto common operator ps worker bench e2e -type f -print0 | \
-      xargs -0 touch -d @946684800 && \
+    find CMakeLists.txt cmake proto common operator ps worker bench e2e localkube -type f \
+        -print0 | xargs -0 touch -d @946684800 && \
     LC_ALL=C comm -13 build/.sources.sha256 <(echo "$sums") | cut -c67- | xargs -r -d '\n' touch && \
     echo "$sums" > build/.sources.sha256 && \
     cmake -S . -B build -DKUBETRAIN_TESTS=OFF $flags \
