@@ -1,7 +1,7 @@
 // The checkpoint directory as another local user or a second run would meet it: private files and
 // folders, refused directories (another user's, too open, a symlink, below a folder someone else
 // could change), the lock against a second run, partial files and the start-up probe.
-#include "worker/checkpoint_dir.h"
+#include "worker/runtime/checkpoint_dir.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -22,8 +22,8 @@
 #include "absl/time/clock.h"
 #include "common/testing/status_matchers.h"
 #include "common/testing/temp_dir.h"
-#include "worker/checkpoint.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/core/data/fashion_mnist.h"
+#include "worker/runtime/checkpoint.h"
 #include "worker/tests/file_size_limit.h"
 #include "worker/tests/loopback.h"
 

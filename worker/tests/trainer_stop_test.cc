@@ -15,10 +15,10 @@
 
 #include "common/testing/temp_dir.h"
 #include "ps/service.h"
-#include "worker/cpu/cpu_device.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/runtime/trainer.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 #include "worker/tests/loopback.h"
-#include "worker/trainer.h"
 
 namespace kubetrain::worker {
 namespace {

@@ -1,6 +1,6 @@
 // Parameter-server training end to end in one process: real ps servers on 127.0.0.1 port 0, one
 // thread per worker, the real Fashion-MNIST data.
-#include "worker/trainer.h"
+#include "worker/runtime/trainer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -20,10 +20,10 @@
 #include "kubetrain/v1/ps.grpc.pb.h"
 #include "prometheus/registry.h"
 #include "ps/service.h"
-#include "worker/checkpoint.h"
-#include "worker/cpu/cpu_device.h"
-#include "worker/data/fashion_mnist.h"
-#include "worker/models.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/data/fashion_mnist.h"
+#include "worker/core/models.h"
+#include "worker/runtime/checkpoint.h"
 #include "worker/tests/counting_device.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 

@@ -18,7 +18,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/core/data/fashion_mnist.h"
 #include "worker/tests/loopback.h"
 
 namespace kubetrain::worker {
