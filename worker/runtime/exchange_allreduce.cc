@@ -1,6 +1,6 @@
 // The all-reduce gradient exchange: fused gradient buffers, the local optimizer update, the
-// broadcast of rank 0's starting state, the ranks' checksum comparison and their evaluations
-// together; see worker/runtime/exchange_allreduce.h.
+// broadcast of rank 0's starting state, when the ranks compare checksums and evaluate together
+// (how: worker/runtime/allreduce_agreement.h); see worker/runtime/exchange_allreduce.h.
 #include "worker/runtime/exchange_allreduce.h"
 
 #include <algorithm>
@@ -14,26 +14,14 @@
 #include "common/status.h"
 #include "ps/optimizer.h"
 #include "worker/core/random.h"
+#include "worker/runtime/allreduce_agreement.h"
 #include "worker/runtime/chief_duties.h"
 
 namespace kubetrain::worker {
 namespace {
 
-// Collectives move floats only; a 64-bit value travels as four 16-bit chunks, each exact in a
-// float.
-constexpr int kChunks = 4;
 // The largest test set the ranks evaluate together: its counts must be exact as float sums.
 constexpr int64_t kMaxExamplesEvaluatedTogether = int64_t{1} << 24;
-
-void EncodeU64(uint64_t v, float* out) {
-  for (int i = 0; i < kChunks; ++i) out[i] = static_cast<float>((v >> (16 * i)) & 0xffff);
-}
-
-uint64_t DecodeU64(const float* in) {
-  uint64_t v = 0;
-  for (int i = 0; i < kChunks; ++i) v |= static_cast<uint64_t>(in[i]) << (16 * i);
-  return v;
-}
 
 class AllReduceExchange final : public GradientExchange {
  public:
@@ -65,7 +53,7 @@ class AllReduceExchange final : public GradientExchange {
       }
     }
     BuildBuckets();
-    scratch_ = Tensor(device_, {3 * kChunks});
+    scratch_ = Tensor(device_, {3 * kU64Chunks});
     flat_.resize(model_.num_parameters());
     return device_.Synchronize();
   }
@@ -137,17 +125,17 @@ class AllReduceExchange final : public GradientExchange {
   // Every rank takes rank 0's step, gradients applied, the size the learning rate is scaled for
   // (a worker that joins later was started for another size), values and optimizer slots.
   absl::Status ShareState() {
-    float encoded[3 * kChunks];
+    float encoded[3 * kU64Chunks];
     EncodeU64(static_cast<uint64_t>(step_), encoded);
-    EncodeU64(static_cast<uint64_t>(applied_), encoded + kChunks);
-    EncodeU64(static_cast<uint64_t>(nominal_), encoded + 2 * kChunks);
-    device_.Upload(encoded, scratch_, 3 * kChunks);
-    RETURN_IF_ERROR(comm_->Broadcast(scratch_.data(), 3 * kChunks, 0), "broadcasting the step");
-    device_.Download(scratch_, encoded, 3 * kChunks);
+    EncodeU64(static_cast<uint64_t>(applied_), encoded + kU64Chunks);
+    EncodeU64(static_cast<uint64_t>(nominal_), encoded + 2 * kU64Chunks);
+    device_.Upload(encoded, scratch_, 3 * kU64Chunks);
+    RETURN_IF_ERROR(comm_->Broadcast(scratch_.data(), 3 * kU64Chunks, 0), "broadcasting the step");
+    device_.Download(scratch_, encoded, 3 * kU64Chunks);
     RETURN_IF_ERROR(device_.Synchronize());
     step_ = static_cast<int64_t>(DecodeU64(encoded));
-    applied_ = static_cast<int64_t>(DecodeU64(encoded + kChunks));
-    RETURN_IF_ERROR(ScaleFor(static_cast<int>(DecodeU64(encoded + 2 * kChunks))));
+    applied_ = static_cast<int64_t>(DecodeU64(encoded + kU64Chunks));
+    RETURN_IF_ERROR(ScaleFor(static_cast<int>(DecodeU64(encoded + 2 * kU64Chunks))));
     if (elastic_) {
       shard_ = {
           .epoch = Position() / c_.steps_per_epoch, .index = comm_->rank(), .count = comm_->size()};
@@ -437,23 +425,7 @@ class AllReduceExchange final : public GradientExchange {
   absl::Status VerifyIdentical(int64_t pos) {
     RETURN_IF_ERROR(model_.ReadValues(absl::MakeSpan(flat_)));
     const uint64_t mine = ParameterChecksum(flat_.data(), flat_.size());
-    float chunks[2 * kChunks];
-    EncodeU64(mine, chunks);
-    for (int i = 0; i < kChunks; ++i) chunks[kChunks + i] = -chunks[i];
-    device_.Upload(chunks, scratch_, 2 * kChunks);
-    RETURN_IF_ERROR(comm_->AllReduce(scratch_.data(), 2 * kChunks, ReduceOp::kMax),
-                    "comparing parameter checksums");
-    float reduced[2 * kChunks];
-    device_.Download(scratch_, reduced, 2 * kChunks);
-    RETURN_IF_ERROR(device_.Synchronize());
-    for (int i = 0; i < kChunks; ++i) {
-      if (reduced[i] != chunks[i] || -reduced[kChunks + i] != chunks[i]) {
-        return absl::InternalError(absl::StrFormat(
-            "parameters differ across ranks at step %d (this rank's checksum %016x): the ranks "
-            "did not apply the same updates",
-            pos, mine));
-      }
-    }
+    RETURN_IF_ERROR(CompareChecksums(device_, *comm_, scratch_, mine, pos));
     log::Debug("Parameters identical on every rank",
                {{"step", pos}, {"checksum", absl::StrFormat("%016x", mine)}});
     checksum_ = mine;
@@ -477,17 +449,7 @@ class AllReduceExchange final : public GradientExchange {
                      model_.Evaluate(*c_.test, c_.options.eval_batch, &c_.stop,
                                      {.index = comm_->rank(), .count = comm_->size()}),
                      "evaluating this rank's share of the test set");
-    float sums[3] = {static_cast<float>(mine.loss * static_cast<double>(mine.examples)),
-                     static_cast<float>(std::llround(mine.accuracy * mine.examples)),
-                     static_cast<float>(mine.examples)};
-    device_.Upload(sums, scratch_, 3);
-    RETURN_IF_ERROR(comm_->AllReduce(scratch_.data(), 3, ReduceOp::kSum),
-                    "summing the ranks' evaluations");
-    device_.Download(scratch_, sums, 3);
-    RETURN_IF_ERROR(device_.Synchronize());
-    const auto examples = static_cast<int64_t>(sums[2]);
-    return EvalResult{sums[0] / static_cast<double>(examples),
-                      sums[1] / static_cast<double>(examples), examples};
+    return SumEvaluations(device_, *comm_, scratch_, mine);
   }
 
   const ExchangeContext c_;
