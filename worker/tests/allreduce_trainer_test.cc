@@ -227,13 +227,19 @@ TEST_F(AllReduceTrainerTest, ARankThatStopsFailsItsPeersInsteadOfHangingThem) {
   for (Transport transport : {Transport::kGloo, Transport::kSharedMemory}) {
     SCOPED_TRACE(transport == Transport::kGloo ? "gloo" : "shared memory");
     std::vector<std::atomic<bool>> stops(2);
+    prometheus::Registry registry;
+    WorkerMetrics metrics(registry, {"t", "chief", "0"});
     std::thread stopper([&] {
-      absl::SleepFor(absl::Milliseconds(500));
+      // Rank 1 stops once the ranks train (the chief has made a step).
+      for (absl::Time end = absl::Now() + absl::Seconds(60);
+           metrics.steps.Value() < 1 && absl::Now() < end;) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
       stops[1] = true;
     });
     absl::Time t0 = absl::Now();
     auto results = TrainRanks({Options(5, ""), Options(5, "")}, data_->train, data_->test, &stops,
-                              nullptr, absl::Seconds(3), transport);
+                              &metrics, absl::Seconds(3), transport);
     stopper.join();
     EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled) << results[1].status();
     ASSERT_FALSE(results[0].ok());

@@ -766,6 +766,7 @@ TEST(NcclCommunicator, StopAbortsAWaitLongBeforeTheTimeout) {
   MemoryStore store;
   std::atomic<bool> stop{false};
   std::thread signal([&] {
+    // A stop that arrives while the set-up waits for its peer (the behaviour under test).
     absl::SleepFor(absl::Milliseconds(300));
     stop.store(true);
   });

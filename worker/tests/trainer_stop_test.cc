@@ -72,7 +72,7 @@ class TrainerStopTest : public FashionMnistTest {
     });
     const absl::Time give_up = absl::Now() + absl::Seconds(30);
     while (ready && !ready() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(20));
-    absl::SleepFor(settle);
+    absl::SleepFor(settle);  // "still running after `settle`" is part of what is tested
     EXPECT_NE(run.wait_for(std::chrono::seconds(0)), std::future_status::ready)
         << "Run returned before it was stopped: " << run.get().status();
     stop_ = true;

@@ -386,6 +386,7 @@ TEST_F(TrainerTest, WorkersWaitForAChiefThatStartsLate) {
               nullptr);
     worker_result = t.Run(stop_);
   });
+  // A chief that comes late (the behaviour under test): the worker waits for the ps it fills.
   absl::SleepFor(absl::Milliseconds(700));
   CpuDevice device;
   Trainer chief(options, {Role::kChief, 0, 2, {ps->address()}}, device, &data_->train, &data_->test,
@@ -407,7 +408,10 @@ TEST_F(TrainerTest, PsThatRestartsEmptyIsRefilledAndTrainingFinishes) {
   WorkerMetrics metrics(registry, {"t", "chief", "0"});
   std::thread killer([&] {
     // Let training get going, then replace the ps with an empty one on the same port.
-    while (ps->store().Status().global_step < 200) absl::SleepFor(absl::Milliseconds(20));
+    const absl::Time give_up = absl::Now() + absl::Seconds(120);
+    while (ps->store().Status().global_step < 200 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
     ps->Stop(absl::Seconds(1));
     ps.reset();
     ps = StartPs(port);
