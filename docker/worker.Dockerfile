@@ -14,7 +14,7 @@
 # libraries, found in the build stage with ldd + dpkg -S (docker/runtime-packages.sh) on the
 # same distribution as the runtime base. Runs as the non-root UID 65532.
 # One image for every task, as a TensorFlow program's: the ENTRYPOINT, kubetrain-entrypoint
-# (worker/entrypoint.h), reads TF_CONFIG and execs kubetrain-ps for a ps task and
+# (worker/entrypoint/entrypoint.h), reads TF_CONFIG and execs kubetrain-ps for a ps task and
 # kubetrain-worker for chief, master, worker and evaluator tasks, with the container's `args`;
 # without TF_CONFIG (a one-replica TFJob) kubetrain-worker trains alone. A pod may still name the
 # program (command: [kubetrain-worker] or [kubetrain-ps]); all three are on PATH.

@@ -14,7 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "fuzz/fuzz_util.h"
 #include "google/protobuf/stubs/logging.h"
-#include "worker/checkpoint.h"
+#include "worker/runtime/checkpoint.h"
 
 namespace {
 
@@ -22,7 +22,7 @@ void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
 
-// The file layout of worker/checkpoint.h: magic, CRC-32, payload length, payload.
+// The file layout of worker/runtime/checkpoint.h: magic, CRC-32, payload length, payload.
 std::string Frame(absl::string_view payload) {
   std::string out = "KTCKPT1\n";
   uLong crc = crc32(0L, Z_NULL, 0);

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "fuzz/fuzz_util.h"
-#include "worker/data/idx_reader.h"
+#include "worker/core/data/idx_reader.h"
 
 namespace {
 

@@ -186,7 +186,3 @@ class ParameterServerService final : public grpc::Service {
 };
 
 }  // namespace kubetrain::ps
-
-// Code that starts a PsServer includes ps/server.h; this keeps includers that name it through
-// this header building.
-#include "ps/server.h"  // IWYU pragma: export

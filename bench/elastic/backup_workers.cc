@@ -25,9 +25,9 @@
 #include "common/flags.h"
 #include "common/status.h"
 #include "prometheus/registry.h"
-#include "worker/data/fashion_mnist.h"
-#include "worker/metrics.h"
-#include "worker/trainer.h"
+#include "worker/core/data/fashion_mnist.h"
+#include "worker/runtime/metrics.h"
+#include "worker/runtime/trainer.h"
 
 namespace kubetrain::bench {
 namespace {

@@ -12,10 +12,10 @@
 #include "absl/time/time.h"
 #include "common/status.h"
 #include "ps/server.h"
-#include "worker/cpu/cpu_device.h"
-#include "worker/data/fashion_mnist.h"
-#include "worker/metrics.h"
-#include "worker/trainer.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/data/fashion_mnist.h"
+#include "worker/runtime/metrics.h"
+#include "worker/runtime/trainer.h"
 
 namespace kubetrain::bench {
 

@@ -26,8 +26,8 @@
 #include "bench/main.h"
 #include "common/flags.h"
 #include "common/status.h"
-#include "worker/data/fashion_mnist.h"
-#include "worker/trainer.h"
+#include "worker/core/data/fashion_mnist.h"
+#include "worker/runtime/trainer.h"
 
 namespace kubetrain::bench {
 namespace {

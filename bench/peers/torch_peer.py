@@ -62,7 +62,7 @@ def load_split(data_dir, prefix):
 
 def load_fashion_mnist(data_dir):
     """(train_x, train_y, test_x, test_y): pixels as (v/255 - mean)/stddev with the training
-    set's mean and population stddev, as worker/data/fashion_mnist.cc does."""
+    set's mean and population stddev, as worker/core/data/fashion_mnist.cc does."""
     train_raw, train_y = load_split(data_dir, "train")
     test_raw, test_y = load_split(data_dir, "t10k")
     hist = torch.bincount(train_raw.reshape(-1).long(), minlength=256).double()
@@ -77,7 +77,7 @@ def load_fashion_mnist(data_dir):
     return train_x, train_y, test_x, test_y
 
 
-# ---- models: worker/models.cc's shapes and initialisation ----------------------------------
+# ---- models: worker/core/models.cc's shapes and initialisation ----------------------------------
 
 
 def he_normal_(weight, fan_in):
@@ -118,7 +118,7 @@ def make_cnn():
 
 
 def evaluate(model, x, y, batch=500):
-    # worker/trainer.h's eval_batch is 500 too.
+    # worker/runtime/trainer.h's eval_batch is 500 too.
     model.eval()
     correct, loss = 0, 0.0
     with torch.no_grad():
@@ -165,7 +165,7 @@ def train(a):
     loss = torch.zeros(())
     for epoch in range(a.epochs):
         # One permutation per epoch shared by every rank; rank r takes the strided slice
-        # perm[r], perm[r + world], ... of the first shard * world entries (worker/data/shard.h).
+        # perm[r], perm[r + world], ... of the first shard * world entries (worker/core/data/shard.h).
         gen.manual_seed(a.seed * 1000003 + epoch)
         perm = torch.randperm(n, generator=gen)[: shard * a.world][a.rank :: a.world]
         for s in range(steps_per_epoch):

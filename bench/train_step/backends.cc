@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
-#include "worker/cpu/cpu_device.h"
-#include "worker/random.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/random.h"
 
 #if KUBETRAIN_HAVE_CUDA
 #include "worker/cuda/cuda_check.h"

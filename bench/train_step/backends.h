@@ -13,7 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "bench/train_step/profiling_device.h"
-#include "worker/device.h"
+#include "worker/core/device.h"
 
 namespace kubetrain::bench {
 

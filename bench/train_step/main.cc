@@ -26,9 +26,9 @@
 #include "common/flags.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
-#include "worker/model.h"
-#include "worker/models.h"
-#include "worker/random.h"
+#include "worker/core/model.h"
+#include "worker/core/models.h"
+#include "worker/core/random.h"
 
 namespace kubetrain::bench {
 namespace {

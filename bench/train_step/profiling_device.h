@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "worker/device.h"
+#include "worker/core/device.h"
 
 namespace kubetrain::bench {
 

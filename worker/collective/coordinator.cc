@@ -14,7 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "kubetrain/v1/coordinator.grpc.pb.h"
 #include "ps/wire.h"
-#include "worker/random.h"
+#include "worker/core/random.h"
 
 namespace kubetrain::worker {
 namespace {

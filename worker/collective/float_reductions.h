@@ -9,7 +9,7 @@
 
 namespace kubetrain::worker {
 
-// Defined in float_reductions.cc, which worker_core builds at -O3: GCC's -O2 cost model leaves
+// Defined in float_reductions.cc, built alone at -O3 (worker/CMakeLists.txt): GCC's -O2 leaves
 // these loops scalar (they need a trip-count epilogue and `out` may be `a` or `b`), about 4x
 // slower than memory on a 1 MiB all-reduce.
 void SumFloats(void* c, const void* a, const void* b, size_t n);

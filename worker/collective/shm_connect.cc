@@ -14,7 +14,7 @@
 #include "common/status.h"
 #include "worker/collective/shm_communicator.h"
 #include "worker/collective/shm_file.h"
-#include "worker/random.h"
+#include "worker/core/random.h"
 
 namespace kubetrain::worker {
 namespace {

@@ -20,7 +20,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "worker/collective/float_reductions.h"
-#include "worker/random.h"
+#include "worker/core/random.h"
 
 namespace kubetrain::worker {
 namespace {

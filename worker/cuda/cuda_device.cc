@@ -8,10 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "worker/core/device_choice.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/kernels.h"
 #include "worker/cuda/row_major_gemm.h"
-#include "worker/device_choice.h"
 
 namespace kubetrain::worker {
 

@@ -1,5 +1,5 @@
 // The CUDA backend: device memory, GEMM through cuBLAS, every other kernel in kernels.cu over the
-// shared element math of worker/kernels_math.h, so that it computes what CpuDevice computes.
+// shared element math of worker/core/kernels_math.h, so that it computes what CpuDevice computes.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,16 +13,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "worker/core/device.h"
+#include "worker/core/device_choice.h"
 #include "worker/cuda/cuda_resources.h"
-#include "worker/device.h"
-#include "worker/device_choice.h"
 
 namespace kubetrain::worker {
 
 // What this process can see of CUDA. Never crashes and never aborts, also on machines without a
 // driver: there device_count is 0 and status says why, with the driver's and the runtime's
 // CUDA versions (FAILED_PRECONDITION "no CUDA device/driver: ...", "CUDA driver too old: ...";
-// worker::ExplainCudaProbe, worker/device_choice.h, words it). status is OK exactly when
+// worker::ExplainCudaProbe, worker/core/device_choice.h, words it). status is OK exactly when
 // device_count > 0.
 struct CudaProbe {
   int device_count = 0;

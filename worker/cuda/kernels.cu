@@ -1,5 +1,5 @@
 // The CUDA backend's kernels: thin grid-stride loops over the element math shared with the CPU
-// backend (worker/kernels_math.h, ps/update_rule.h). Kept free of heavy headers so that nvcc,
+// backend (worker/core/kernels_math.h, ps/update_rule.h). Kept free of heavy headers so that nvcc,
 // which compiles this file once per architecture, stays quick.
 #include <cuda_runtime.h>
 

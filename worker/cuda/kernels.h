@@ -4,7 +4,7 @@
 // cudaError_t (from cudaGetLastError), so the caller records it; a fault while the kernel runs
 // surfaces at the next stream synchronisation instead. Empty sizes enqueue nothing. Pointers are
 // device pointers; every kernel computes its elements with the shared math of
-// worker/kernels_math.h and ps/update_rule.h, as CpuDevice does.
+// worker/core/kernels_math.h and ps/update_rule.h, as CpuDevice does.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "ps/update_rule.h"
-#include "worker/kernels_math.h"
+#include "worker/core/kernels_math.h"
 
 namespace kubetrain::worker::cuda {
 

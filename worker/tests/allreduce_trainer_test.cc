@@ -12,22 +12,22 @@
 #include "common/testing/temp_dir.h"
 #include "prometheus/registry.h"
 #include "ps/optimizer.h"
-#include "ps/service.h"
-#include "worker/checkpoint.h"
+#include "ps/server.h"
 #include "worker/collective/coordinator.h"
 #include "worker/collective/elastic_group.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/shm_communicator.h"
-#include "worker/cpu/cpu_device.h"
-#include "worker/data/fashion_mnist.h"
-#include "worker/data/shard.h"
-#include "worker/exchange_allreduce.h"
-#include "worker/gradient_exchange.h"
-#include "worker/models.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/data/fashion_mnist.h"
+#include "worker/core/data/shard.h"
+#include "worker/core/models.h"
+#include "worker/runtime/checkpoint.h"
+#include "worker/runtime/exchange_allreduce.h"
+#include "worker/runtime/gradient_exchange.h"
+#include "worker/runtime/trainer.h"
 #include "worker/tests/counting_device.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 #include "worker/tests/random_images.h"
-#include "worker/trainer.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -227,13 +227,19 @@ TEST_F(AllReduceTrainerTest, ARankThatStopsFailsItsPeersInsteadOfHangingThem) {
   for (Transport transport : {Transport::kGloo, Transport::kSharedMemory}) {
     SCOPED_TRACE(transport == Transport::kGloo ? "gloo" : "shared memory");
     std::vector<std::atomic<bool>> stops(2);
+    prometheus::Registry registry;
+    WorkerMetrics metrics(registry, {"t", "chief", "0"});
     std::thread stopper([&] {
-      absl::SleepFor(absl::Milliseconds(500));
+      // Rank 1 stops once the ranks train (the chief has made a step).
+      for (absl::Time end = absl::Now() + absl::Seconds(60);
+           metrics.steps.Value() < 1 && absl::Now() < end;) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
       stops[1] = true;
     });
     absl::Time t0 = absl::Now();
     auto results = TrainRanks({Options(5, ""), Options(5, "")}, data_->train, data_->test, &stops,
-                              nullptr, absl::Seconds(3), transport);
+                              &metrics, absl::Seconds(3), transport);
     stopper.join();
     EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled) << results[1].status();
     ASSERT_FALSE(results[0].ok());

@@ -1,4 +1,4 @@
-#include "worker/data/batch_iterator.h"
+#include "worker/core/data/batch_iterator.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The checkpoint directory as another local user or a second run would meet it: private files and
 // folders, refused directories (another user's, too open, a symlink, below a folder someone else
 // could change), the lock against a second run, partial files and the start-up probe.
-#include "worker/checkpoint_dir.h"
+#include "worker/runtime/checkpoint_dir.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -22,10 +22,11 @@
 #include "absl/time/clock.h"
 #include "common/testing/status_matchers.h"
 #include "common/testing/temp_dir.h"
-#include "worker/checkpoint.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/core/data/fashion_mnist.h"
+#include "worker/runtime/checkpoint.h"
 #include "worker/tests/file_size_limit.h"
 #include "worker/tests/loopback.h"
+#include "worker/tests/spawn_logged.h"
 
 namespace kubetrain::worker::checkpoint_dir_test {
 namespace {
@@ -34,6 +35,7 @@ using ::kubetrain::testing::FreshTempDir;
 using ::kubetrain::testing::IsOk;
 using ::kubetrain::testing::StatusIs;
 using ::kubetrain::worker::testing::FileSizeLimit;
+using ::kubetrain::worker::testing::SpawnLogged;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
@@ -257,17 +259,7 @@ TEST(CheckpointDir, ASecondRunIsRefusedNamingTheFirstUntilTheFirstEnds) {
                                    "--device=cpu",         "--bind-address=127.0.0.1",
                                    "--metrics-port=0",     "--ready-timeout=60s",
                                    "--job-name=first-run", "--checkpoint-dir=" + dir};
-  const pid_t first = fork();
-  if (first == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  const pid_t first = SpawnLogged(args, log);
   ASSERT_GT(first, 0);
   // Until its lock file names it.
   const std::string holder = absl::StrCat("\"pid\":", first);

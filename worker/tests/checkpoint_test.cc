@@ -1,4 +1,4 @@
-#include "worker/checkpoint.h"
+#include "worker/runtime/checkpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // ChiefDuties over a scripted GradientExchange (no ps, no peers): when the chief evaluates,
 // checkpoints and shuts down, and what its summary says; and, end to end against a real ps, that
 // a chief resuming from a checkpoint writes no checkpoint at its first step.
-#include "worker/chief_duties.h"
+#include "worker/runtime/chief_duties.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,13 +18,13 @@
 #include "common/status.h"
 #include "common/testing/status_matchers.h"
 #include "common/testing/temp_dir.h"
-#include "ps/service.h"
-#include "worker/cpu/cpu_device.h"
-#include "worker/models.h"
+#include "ps/server.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/models.h"
+#include "worker/runtime/trainer.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 #include "worker/tests/file_size_limit.h"
 #include "worker/tests/random_images.h"
-#include "worker/trainer.h"
 
 namespace kubetrain::worker {
 namespace {

@@ -72,6 +72,7 @@ TEST(Coordinator, GetWaitsForAValueAnotherRankSetsLater) {
   auto b = Join(server->port(), 1, 2);
   ASSERT_EQ(a->session(), b->session());
   std::thread setter([&] {
+    // A value set while the other rank already waits for it (the behaviour under test).
     absl::SleepFor(absl::Milliseconds(300));
     EXPECT_THAT(a->Set("nccl/unique_id", std::string("\0\1\2", 3)), IsOk());
   });
@@ -255,6 +256,7 @@ TEST(Coordinator, ConnectWaitsForAChiefThatStartsLate) {
   }
   std::unique_ptr<CoordinatorServer> server;
   std::thread chief([&] {
+    // A coordinator that starts after its ranks dial it (the behaviour under test).
     absl::SleepFor(absl::Milliseconds(700));
     server = StartCoordinator(2, port);
   });
@@ -272,6 +274,7 @@ TEST(Coordinator, ConnectStopsWaitingOnASignal) {
   }
   std::atomic<bool> stop{false};
   std::thread signal([&] {
+    // A stop that arrives while the dial is retrying (the behaviour under test).
     absl::SleepFor(absl::Milliseconds(300));
     stop = true;
   });
@@ -380,6 +383,7 @@ TEST(ElasticGroup, ReformsWithANewcomerAndWithoutALeaver) {
   const int port = (*server)->port();
   std::atomic<bool> member_1_leaves{false};
   std::atomic<int> sums_of_three{0}, sums_of_two_without_1{0};
+  std::atomic<int> rounds{0};  // rounds the members have run, all together
   auto run = [&](int member) {
     auto client = Member(port, member);
     ASSERT_NE(client, nullptr);
@@ -415,11 +419,15 @@ TEST(ElasticGroup, ReformsWithANewcomerAndWithoutALeaver) {
         comm = group.Reform();
         ASSERT_TRUE(comm.ok()) << comm.status();
       }
-      absl::SleepFor(absl::Milliseconds(10));
+      ++rounds;
+      absl::SleepFor(absl::Milliseconds(10));  // paces the rounds, so a joiner finds the group busy
     }
   };
   std::thread m0(run, 0), m1(run, 1);
-  absl::SleepFor(absl::Milliseconds(500));
+  // Member 7 joins a group that is already summing.
+  for (absl::Time end = absl::Now() + absl::Seconds(30); rounds < 4 && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
   std::thread m7(run, 7);
   m0.join();
   m1.join();
@@ -448,8 +456,9 @@ TEST(Gloo, CloseLetsEveryRankFinishItsLastCollective) {
       ASSERT_TRUE(comm.ok()) << comm.status();
       std::vector<float> data(16, static_cast<float>(rank));
       // Rank 0 comes last, so rank 1 is already waiting when the final message arrives.
-      if (rank == 0) absl::SleepFor(absl::Milliseconds(5));
+      if (rank == 0) absl::SleepFor(absl::Milliseconds(5));  // the order under test, see above
       last[rank] = (*comm)->AllReduce(data.data(), data.size(), ReduceOp::kMax);
+      // A peer still busy when the other closes (the behaviour under test).
       if (rank == 1 && round == 0) absl::SleepFor(absl::Milliseconds(300));
       const absl::Time t0 = absl::Now();
       (void)(*comm)->Close();
@@ -508,6 +517,7 @@ void ExpectTheWaitEnds(bool by_stop, std::atomic<bool>& stop,
                        const std::function<absl::Status()>& wait) {
   std::thread stopper([&] {
     if (!by_stop) return;
+    // A stop that arrives while the call waits (the behaviour under test).
     absl::SleepFor(absl::Milliseconds(200));
     stop = true;
   });
@@ -635,7 +645,7 @@ TEST(TcpRing, APeerThatLeavesOrStallsAndAStopRequestEndTheWait) {
         2,
         [&](int rank, TcpRing& ring) {
           if (rank == 1) {
-            absl::SleepFor(absl::Seconds(2));
+            absl::SleepFor(absl::Seconds(2));  // a peer that never takes part (under test)
             return;
           }
           float x = 1;
@@ -914,7 +924,7 @@ TEST(Shm, APeerThatLeavesOrStallsAndAStopRequestEndTheWait) {
         [&](int rank, ShmCommunicator* comm) {
           ASSERT_NE(comm, nullptr);
           if (rank == 1) {
-            absl::SleepFor(absl::Seconds(2));
+            absl::SleepFor(absl::Seconds(2));  // a peer that never takes part (under test)
             return;
           }
           ExpectTheWaitEnds(by_stop, stop, [&] { return comm->Barrier(); });

@@ -30,6 +30,7 @@ TEST(Coordinator, AnEndlessTimeoutIsBoundedNotTakenAsAlreadyOver) {
   request.set_key("nccl/unique_id");
   request.set_timeout_ms(int64_t{1} << 62);
   std::thread set_later([&] {
+    // Set while the Get already waits (the behaviour under test).
     absl::SleepFor(absl::Milliseconds(300));
     EXPECT_THAT((*setter)->Set("nccl/unique_id", "id"), IsOk());
   });

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "worker/device.h"
+#include "worker/core/device.h"
 
 namespace kubetrain::worker::testing {
 

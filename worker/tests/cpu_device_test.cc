@@ -1,5 +1,5 @@
 // Every CPU kernel against a naive double-precision reference written independently here.
-#include "worker/cpu/cpu_device.h"
+#include "worker/core/cpu/cpu_device.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "worker/random.h"
+#include "worker/core/random.h"
 
 namespace kubetrain::worker {
 namespace {

@@ -26,12 +26,12 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/testing/status_matchers.h"
-#include "worker/cpu/cpu_device.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/model.h"
+#include "worker/core/models.h"
+#include "worker/core/random.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/nccl_communicator.h"
-#include "worker/model.h"
-#include "worker/models.h"
-#include "worker/random.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -766,6 +766,7 @@ TEST(NcclCommunicator, StopAbortsAWaitLongBeforeTheTimeout) {
   MemoryStore store;
   std::atomic<bool> stop{false};
   std::thread signal([&] {
+    // A stop that arrives while the set-up waits for its peer (the behaviour under test).
     absl::SleepFor(absl::Milliseconds(300));
     stop.store(true);
   });

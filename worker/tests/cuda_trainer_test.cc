@@ -18,8 +18,8 @@
 #include "worker/collective/coordinator.h"
 #include "worker/cuda/cuda_device.h"
 #include "worker/cuda/nccl_communicator.h"
+#include "worker/runtime/trainer.h"
 #include "worker/tests/fashion_mnist_fixture.h"
-#include "worker/trainer.h"
 
 namespace kubetrain::worker {
 namespace {

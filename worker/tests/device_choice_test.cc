@@ -1,7 +1,7 @@
-// The device rules of worker/device_choice.h, table by table: which GPU a task uses, what a
+// The device rules of worker/core/device_choice.h, table by table: which GPU a task uses, what a
 // CUDA probe means, what --device decides, and how NCCL's duplicate-GPU error reads. Pure
 // functions: these run the same with and without a GPU.
-#include "worker/device_choice.h"
+#include "worker/core/device_choice.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

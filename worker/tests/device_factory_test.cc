@@ -1,4 +1,4 @@
-#include "worker/device_factory.h"
+#include "worker/device/device_factory.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

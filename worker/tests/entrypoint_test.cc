@@ -1,6 +1,6 @@
 // The worker image's entrypoint: which program each task of a job runs, and that it runs it in
 // its own place (exec), with the real kubetrain-ps and kubetrain-worker.
-#include "worker/entrypoint.h"
+#include "worker/entrypoint/entrypoint.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>

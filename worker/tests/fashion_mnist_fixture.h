@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "worker/data/dataset.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/core/data/dataset.h"
+#include "worker/core/data/fashion_mnist.h"
 
 namespace kubetrain::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/data/fashion_mnist.h"
+#include "worker/core/data/fashion_mnist.h"
 
 #include <gtest/gtest.h>
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "common/testing/status_matchers.h"
-#include "worker/cpu/cpu_device.h"
-#include "worker/models.h"
-#include "worker/random.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/models.h"
+#include "worker/core/random.h"
 
 namespace kubetrain::worker {
 namespace {

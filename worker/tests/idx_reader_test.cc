@@ -1,4 +1,4 @@
-#include "worker/data/idx_reader.h"
+#include "worker/core/data/idx_reader.h"
 
 #include <gtest/gtest.h>
 #include <zlib.h>

@@ -1,7 +1,7 @@
-// The per-element (gather) forms of worker/kernels_math.h, compiled for the host, against
+// The per-element (gather) forms of worker/core/kernels_math.h, compiled for the host, against
 // CpuDevice's loops: the CUDA kernels run exactly these functions, one thread per element, so
 // agreeing here means the GPU's index math agrees with the CPU reference.
-#include "worker/kernels_math.h"
+#include "worker/core/kernels_math.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "worker/cpu/cpu_device.h"
-#include "worker/random.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/random.h"
 
 namespace kubetrain::worker {
 namespace {

@@ -1,5 +1,5 @@
 // kubetrain_worker_device_info as Prometheus shows it: which device and why.
-#include "worker/metrics.h"
+#include "worker/runtime/metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

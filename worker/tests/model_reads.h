@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "worker/model.h"
+#include "worker/core/model.h"
 
 namespace kubetrain::worker::testing {
 

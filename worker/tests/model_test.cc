@@ -1,4 +1,4 @@
-#include "worker/model.h"
+#include "worker/core/model.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "common/testing/status_matchers.h"
-#include "worker/cpu/cpu_device.h"
-#include "worker/models.h"
-#include "worker/random.h"
-#include "worker/sgd.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/models.h"
+#include "worker/core/random.h"
+#include "worker/core/sgd.h"
 #include "worker/tests/model_reads.h"
 
 namespace kubetrain::worker {

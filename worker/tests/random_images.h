@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "worker/data/dataset.h"
-#include "worker/random.h"
+#include "worker/core/data/dataset.h"
+#include "worker/core/random.h"
 
 namespace kubetrain::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/data/shard.h"
+#include "worker/core/data/shard.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <vector>
 
-#include "worker/cpu/cpu_device.h"
-#include "worker/models.h"
-#include "worker/random.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/models.h"
+#include "worker/core/random.h"
 #include "worker/tests/counting_device.h"
 #include "worker/tests/model_reads.h"
 

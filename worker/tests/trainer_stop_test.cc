@@ -14,11 +14,11 @@
 #include <string>
 
 #include "common/testing/temp_dir.h"
-#include "ps/service.h"
-#include "worker/cpu/cpu_device.h"
+#include "ps/server.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/runtime/trainer.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 #include "worker/tests/loopback.h"
-#include "worker/trainer.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -72,7 +72,7 @@ class TrainerStopTest : public FashionMnistTest {
     });
     const absl::Time give_up = absl::Now() + absl::Seconds(30);
     while (ready && !ready() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(20));
-    absl::SleepFor(settle);
+    absl::SleepFor(settle);  // "still running after `settle`" is part of what is tested
     EXPECT_NE(run.wait_for(std::chrono::seconds(0)), std::future_status::ready)
         << "Run returned before it was stopped: " << run.get().status();
     stop_ = true;

@@ -1,6 +1,6 @@
 // Parameter-server training end to end in one process: real ps servers on 127.0.0.1 port 0, one
 // thread per worker, the real Fashion-MNIST data.
-#include "worker/trainer.h"
+#include "worker/runtime/trainer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,11 +19,11 @@
 #include "grpcpp/server_builder.h"
 #include "kubetrain/v1/ps.grpc.pb.h"
 #include "prometheus/registry.h"
-#include "ps/service.h"
-#include "worker/checkpoint.h"
-#include "worker/cpu/cpu_device.h"
-#include "worker/data/fashion_mnist.h"
-#include "worker/models.h"
+#include "ps/server.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/data/fashion_mnist.h"
+#include "worker/core/models.h"
+#include "worker/runtime/checkpoint.h"
 #include "worker/tests/counting_device.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 
@@ -386,6 +386,7 @@ TEST_F(TrainerTest, WorkersWaitForAChiefThatStartsLate) {
               nullptr);
     worker_result = t.Run(stop_);
   });
+  // A chief that comes late (the behaviour under test): the worker waits for the ps it fills.
   absl::SleepFor(absl::Milliseconds(700));
   CpuDevice device;
   Trainer chief(options, {Role::kChief, 0, 2, {ps->address()}}, device, &data_->train, &data_->test,
@@ -407,7 +408,10 @@ TEST_F(TrainerTest, PsThatRestartsEmptyIsRefilledAndTrainingFinishes) {
   WorkerMetrics metrics(registry, {"t", "chief", "0"});
   std::thread killer([&] {
     // Let training get going, then replace the ps with an empty one on the same port.
-    while (ps->store().Status().global_step < 200) absl::SleepFor(absl::Milliseconds(20));
+    const absl::Time give_up = absl::Now() + absl::Seconds(120);
+    while (ps->store().Status().global_step < 200 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
     ps->Stop(absl::Seconds(1));
     ps.reset();
     ps = StartPs(port);

@@ -7,12 +7,12 @@
 #include <string>
 
 #include "common/testing/status_matchers.h"
-#include "worker/cpu/cpu_device.h"
-#include "worker/data/batch_iterator.h"
-#include "worker/data/fashion_mnist.h"
-#include "worker/data/shard.h"
-#include "worker/models.h"
-#include "worker/sgd.h"
+#include "worker/core/cpu/cpu_device.h"
+#include "worker/core/data/batch_iterator.h"
+#include "worker/core/data/fashion_mnist.h"
+#include "worker/core/data/shard.h"
+#include "worker/core/models.h"
+#include "worker/core/sgd.h"
 
 namespace kubetrain::worker {
 namespace {

@@ -18,8 +18,9 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "worker/data/fashion_mnist.h"
+#include "worker/core/data/fashion_mnist.h"
 #include "worker/tests/loopback.h"
+#include "worker/tests/spawn_logged.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -39,18 +40,7 @@ class WorkerSigtermTest : public ::testing::Test {
     args.insert(args.begin(), KUBETRAIN_WORKER_BIN);
     log_ = ::testing::TempDir() + "/worker_sigterm_" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".log";
-    pid_t pid = fork();
-    if (pid == 0) {
-      int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    return pid;
+    return testing::SpawnLogged(std::move(args), log_);
   }
 
   // Sends SIGTERM after `delay`; the exit status and the seconds from signal to exit (or -1
@@ -90,12 +80,20 @@ class WorkerSigtermTest : public ::testing::Test {
     }
     return false;
   }
+  // Until the worker's log has `text`; kills it (and reaps it) when it never comes.
+  bool WaitForLogOrKill(pid_t pid, const std::string& text) {
+    if (WaitForLog(log_, text, absl::Seconds(60))) return true;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return false;
+  }
 
   std::string log_;
 };
 
 TEST_F(WorkerSigtermTest, StopsWhileLoadingTheData) {
   pid_t pid = Start(WorkerArgs(ClosedAddress()));
+  // Early, before the data has loaded: the phase under test, which logs nothing to wait for.
   auto [code, seconds] = TerminateAfter(pid, absl::Milliseconds(300));
   EXPECT_EQ(code, 143) << "see " << log_;
   EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << log_;
@@ -104,7 +102,8 @@ TEST_F(WorkerSigtermTest, StopsWhileLoadingTheData) {
 
 TEST_F(WorkerSigtermTest, StopsWhileWaitingForTheParameterServers) {
   pid_t pid = Start(WorkerArgs(ClosedAddress()));
-  auto [code, seconds] = TerminateAfter(pid, absl::Seconds(4));
+  ASSERT_TRUE(WaitForLogOrKill(pid, "Waiting for the parameter servers")) << "see " << log_;
+  auto [code, seconds] = TerminateAfter(pid, absl::ZeroDuration());
   EXPECT_EQ(code, 143) << "see " << log_;
   EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << log_;
   EXPECT_LT(seconds, 2.0) << "see " << log_;
@@ -115,7 +114,8 @@ TEST_F(WorkerSigtermTest, ChiefStopsWhileWaitingForTheParameterServers) {
   args[1] = "--worker-index=0";
   args.push_back("--checkpoint-dir=" + ::testing::TempDir() + "/worker_sigterm_ckpt");
   pid_t pid = Start(args);
-  auto [code, seconds] = TerminateAfter(pid, absl::Seconds(4));
+  ASSERT_TRUE(WaitForLogOrKill(pid, "Waiting for parameter servers")) << "see " << log_;
+  auto [code, seconds] = TerminateAfter(pid, absl::ZeroDuration());
   EXPECT_EQ(code, 143) << "see " << log_;
   EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << log_;
   EXPECT_LT(seconds, 2.0) << "see " << log_;

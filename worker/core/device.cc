@@ -1,0 +1,22 @@
+#include "worker/core/device.h"
+
+namespace kubetrain::worker {
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+void Device::AddBiasRelu(int rows, int cols, const float* bias, float* x) {
+  AddBias(rows, cols, bias, x);
+  Relu(static_cast<int64_t>(rows) * cols, x, x);
+}
+
+void Device::ReluBiasGrad(int rows, int cols, const float* y, const float* dy, float* dx,
+                          float* db) {
+  ReluGrad(static_cast<int64_t>(rows) * cols, y, dy, dx);
+  BiasGrad(rows, cols, dx, db);
+}
+
+}  // namespace kubetrain::worker

@@ -1,0 +1,190 @@
+// The compute backend interface of the worker: memory plus the kernels the models need.
+//
+// Kernels take raw device pointers and explicit sizes (cuBLAS/cuDNN style) so callers can address
+// slices of a buffer; memory itself is owned by RAII `Buffer`s that a Device allocates. One
+// implementation per backend: `worker/core/cpu/cpu_device.h` (OpenBLAS) today, CUDA later. Kernels
+// may run asynchronously in issue order; `Synchronize` waits for them and reports backend errors.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "ps/update_rule.h"
+#include "worker/core/kernels_math.h"
+
+namespace kubetrain::worker {
+
+using Shape = std::vector<int64_t>;
+using math::ConvGeometry;
+using math::PoolGeometry;
+
+// Number of elements of `shape` (1 for a scalar, 0 if any dimension is 0).
+int64_t NumElements(const Shape& shape);
+
+class Device;
+
+// A typed, shaped block of device memory. Owns its allocation and frees it through the Device
+// that made it, so the Device must outlive every Buffer. Move-only; not thread-safe.
+template <typename T>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Device& device, Shape shape);
+  ~Buffer() { Release(); }
+  // A buffer over `data`, memory that something else owns and frees (a slice of a larger
+  // buffer, such as the all-reduce fusion buffer a variable's gradient lives in).
+  static Buffer View(T* data, Shape shape) {
+    Buffer view;
+    view.shape_ = std::move(shape);
+    view.size_ = NumElements(view.shape_);
+    view.data_ = data;
+    return view;
+  }
+
+  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  const Shape& shape() const { return shape_; }
+  int64_t size() const { return size_; }
+  size_t bytes() const { return static_cast<size_t>(size_) * sizeof(T); }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  void Release();
+
+  Device* device_ = nullptr;  // null for a view: nothing to free
+  T* data_ = nullptr;
+  Shape shape_;
+  int64_t size_ = 0;
+};
+
+using Tensor = Buffer<float>;
+using IntTensor = Buffer<int32_t>;
+
+// Matrices are row-major and dense; pointers are device pointers. Implementations are
+// thread-compatible: one thread issues work to a Device at a time.
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual absl::string_view name() const = 0;
+
+  // Memory. Allocation failure is fatal (as with `new`): a training step cannot proceed without it.
+  virtual void* AllocateBytes(size_t bytes) = 0;
+  virtual void FreeBytes(void* ptr) = 0;
+  virtual void CopyHostToDevice(const void* host, void* device, size_t bytes) = 0;
+  virtual void CopyDeviceToHost(const void* device, void* host, size_t bytes) = 0;
+  virtual void CopyDeviceToDevice(const void* src, void* dst, size_t bytes) = 0;
+  virtual void Fill(int64_t n, float value, float* x) = 0;
+  // Waits for queued work; returns the first backend error since the last call.
+  virtual absl::Status Synchronize() = 0;
+
+  // Bytes of im2col columns a convolution builds at once (worker/core/layers/conv2d.h). The default
+  // suits a CPU core: one chunk's columns stay in its L2 cache (1 MiB) between im2col and GEMM.
+  // A GPU overrides it: what a small chunk costs there is launches, not cache misses.
+  virtual int64_t ColumnBudgetBytes() const { return int64_t{1} << 20; }
+
+  // Whether this device's buffers are host memory that host code may read and write in place
+  // (the CPU backend), so a caller can use them where it would copy through Upload/Download:
+  // the ps exchange pushes gradients from them and pulls values into them
+  // (worker/runtime/exchange_ps.cc).
+  virtual bool HostAddressable() const { return false; }
+
+  // C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C. A is stored [k,m] when trans_a, B [n,k]
+  // when trans_b; all leading dimensions are the stored row lengths.
+  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) = 0;
+  // y = alpha * x + y.
+  virtual void Axpy(int64_t n, float alpha, const float* x, float* y) = 0;
+  // x = alpha * x.
+  virtual void Scale(int64_t n, float alpha, float* x) = 0;
+
+  // x[r, c] += bias[c].
+  virtual void AddBias(int rows, int cols, const float* bias, float* x) = 0;
+  // db[c] = sum_r dy[r, c] (overwrites db).
+  virtual void BiasGrad(int rows, int cols, const float* dy, float* db) = 0;
+
+  // x[r, c] = max(x[r, c] + bias[c], 0): AddBias then Relu in one pass over x. The default
+  // composes the two kernels; backends override it to save a pass over memory.
+  virtual void AddBiasRelu(int rows, int cols, const float* bias, float* x);
+  // dx = ReluGrad(y, dy) and db[c] = sum_r dx[r, c] (overwrites db) in one pass; dy and dx may
+  // alias. The default composes ReluGrad and BiasGrad.
+  virtual void ReluBiasGrad(int rows, int cols, const float* y, const float* dy, float* dx,
+                            float* db);
+
+  // y = max(x, 0); x and y may alias.
+  virtual void Relu(int64_t n, const float* x, float* y) = 0;
+  // dx = dy where y > 0 else 0, with y the forward output; dy and dx may alias.
+  virtual void ReluGrad(int64_t n, const float* y, const float* dy, float* dx) = 0;
+
+  // Per-row loss[r] = -log softmax(logits[r])[labels[r]]; when dlogits is non-null also
+  // dlogits = (softmax - onehot) * grad_scale.
+  virtual void SoftmaxCrossEntropy(int rows, int cols, const float* logits, const int32_t* labels,
+                                   float grad_scale, float* loss, float* dlogits) = 0;
+  // out[r] = index of the largest logit of row r.
+  virtual void ArgMax(int rows, int cols, const float* x, int32_t* out) = 0;
+
+  // NHWC image -> column matrix [g.col_rows(), g.col_cols()] (see ConvGeometry).
+  virtual void Im2Col(const ConvGeometry& g, const float* input, float* col) = 0;
+  // Adjoint of Im2Col: overwrites `input_grad` with the sum of every column entry it fed.
+  virtual void Col2Im(const ConvGeometry& g, const float* col, float* input_grad) = 0;
+
+  // 2x2 stride-2 max pool; `argmax` receives the flat input index of each output's winner.
+  virtual void MaxPool2x2(const PoolGeometry& g, const float* input, float* output,
+                          int32_t* argmax) = 0;
+  // Overwrites `input_grad` with dout routed to each window's winner (zero elsewhere).
+  virtual void MaxPool2x2Grad(const PoolGeometry& g, const float* output_grad,
+                              const int32_t* argmax, float* input_grad) = 0;
+
+  // One optimizer update of n elements: value -= rule(grad × rule.grad_scale), keeping the rule's
+  // slots (ps/update_rule.h: momentum 1, Adam 2, Adagrad 1); unused slot pointers may be null.
+  // All-reduce training applies its updates on the device with this.
+  virtual void ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad, float* value,
+                           float* slot0, float* slot1) = 0;
+
+  // Typed conveniences over the byte copies.
+  template <typename T>
+  void Upload(const T* host, Buffer<T>& dst, int64_t count) {
+    CopyHostToDevice(host, dst.data(), static_cast<size_t>(count) * sizeof(T));
+  }
+  template <typename T>
+  void Download(const Buffer<T>& src, T* host, int64_t count) {
+    CopyDeviceToHost(src.data(), host, static_cast<size_t>(count) * sizeof(T));
+  }
+};
+
+template <typename T>
+Buffer<T>::Buffer(Device& device, Shape shape)
+    : device_(&device), shape_(std::move(shape)), size_(NumElements(shape_)) {
+  if (size_ > 0) data_ = static_cast<T*>(device.AllocateBytes(bytes()));
+}
+
+template <typename T>
+Buffer<T>& Buffer<T>::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    device_ = std::exchange(other.device_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    shape_ = std::move(other.shape_);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+template <typename T>
+void Buffer<T>::Release() {
+  if (data_ != nullptr && device_ != nullptr) device_->FreeBytes(data_);
+  data_ = nullptr;
+  size_ = 0;
+  shape_.clear();
+}
+
+}  // namespace kubetrain::worker

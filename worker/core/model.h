@@ -1,0 +1,110 @@
+// A feed-forward classifier trained with softmax cross-entropy, computed through a Device.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "worker/core/data/dataset.h"
+#include "worker/core/device.h"
+#include "worker/core/layers/layer.h"
+#include "worker/core/variable.h"
+
+namespace kubetrain::worker {
+
+struct EvalResult {
+  double loss = 0.0;      // mean cross-entropy
+  double accuracy = 0.0;  // fraction of argmax predictions equal to the label
+  int64_t examples = 0;
+};
+
+// The `index`-th of `count` contiguous parts of a dataset: examples [n·index/count,
+// n·(index+1)/count). The ranks of an all-reduce job evaluate the test set in such parts
+// (worker/runtime/exchange_allreduce.h).
+struct EvalShare {
+  int index = 0;
+  int count = 1;
+};
+
+// Owns its layers (and through them every variable and activation buffer) and per-batch loss
+// buffers; borrows the Device, which must outlive it. Buffers grow to the largest batch seen
+// and are reused, so steady-state steps do not allocate. Not thread-safe: one training thread.
+//
+// Variables come in a fixed order with stable names; "flat" host views concatenate them in that
+// order, so a parameter server can shard by (name, offset) and gradients share the layout.
+class Model {
+ public:
+  Model(Device& device, std::string name, int num_classes,
+        std::vector<std::unique_ptr<Layer>> layers);
+
+  const std::string& name() const { return name_; }
+  Device& device() { return device_; }
+  int64_t input_size() const { return layers_.front()->input_size(); }
+  int num_classes() const { return num_classes_; }
+
+  const std::vector<Variable*>& variables() const { return variables_; }
+  int64_t num_parameters() const;
+
+  // Draws every variable afresh from `seed`; the same seed gives bit-identical values.
+  absl::Status Initialize(uint64_t seed);
+
+  // Forward and backward over one batch (`labels.size()` examples of input_size() floats):
+  // overwrites every variable's grad with d(mean loss)/d(variable) and returns the mean loss.
+  absl::StatusOr<float> ComputeGradients(absl::Span<const float> images,
+                                         absl::Span<const int32_t> labels);
+  // The same, but leaves the mean loss in `loss` (one float of device memory) and does not wait
+  // for the device: the caller's next wait covers the step (backend errors surface there).
+  absl::Status ComputeGradients(absl::Span<const float> images, absl::Span<const int32_t> labels,
+                                float* loss);
+
+  // Forward only over one batch.
+  absl::StatusOr<EvalResult> EvaluateBatch(absl::Span<const float> images,
+                                           absl::Span<const int32_t> labels);
+
+  // Mean loss and accuracy over every example of `data`'s `share` (all of it by default), in
+  // order. CANCELLED, between two batches, once `cancel` (if given) is set. An empty dataset is
+  // INVALID_ARGUMENT; an empty part of a larger one gives `examples` 0.
+  absl::StatusOr<EvalResult> Evaluate(const Dataset& data, int batch_size = 256,
+                                      const std::atomic<bool>* cancel = nullptr,
+                                      EvalShare share = {});
+
+  // Host copies in variables() order; `out`/`values` must hold num_parameters() floats.
+  absl::Status ReadValues(absl::Span<float> out);
+  absl::Status ReadGradients(absl::Span<float> out);
+  absl::Status WriteValues(absl::Span<const float> values);
+
+ private:
+  absl::Status Load(absl::Span<const float> images, absl::Span<const int32_t> labels);
+  void Reserve(int batch);
+  const float* Forward(int batch);
+  void Backward(int batch);
+  // Load, Forward, the loss (per row, in losses_) and Backward; returns the batch size.
+  absl::StatusOr<int> ForwardBackward(absl::Span<const float> images,
+                                      absl::Span<const int32_t> labels);
+  double SumLoss(int batch);
+  absl::Status CheckFlatSize(size_t size) const;
+
+  Device& device_;
+  std::string name_;
+  int num_classes_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Variable*> variables_;
+  int capacity_ = 0;
+  Tensor input_;
+  IntTensor labels_;
+  Tensor losses_;
+  Tensor ones_;  // `capacity_` ones: the mean loss on the device is a dot product with them
+  Tensor logits_grad_;
+  IntTensor predictions_;
+  std::vector<const float*> layer_inputs_;  // per layer, the input of the last Forward
+  std::vector<float> host_losses_;
+  std::vector<int32_t> host_predictions_;
+};
+
+}  // namespace kubetrain::worker

@@ -1,0 +1,82 @@
+#include "worker/core/models.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "worker/core/layers/conv2d.h"
+#include "worker/core/layers/dense.h"
+#include "worker/core/layers/max_pool.h"
+
+namespace kubetrain::worker {
+namespace {
+
+using Layers = std::vector<std::unique_ptr<Layer>>;
+
+absl::StatusOr<std::unique_ptr<Model>> Finish(Device& device, std::string name, int classes,
+                                              Layers layers, uint64_t seed) {
+  auto model = std::make_unique<Model>(device, std::move(name), classes, std::move(layers));
+  RETURN_IF_ERROR(model->Initialize(seed));
+  return model;
+}
+
+// Appends a conv → ReLU → pool block (the ReLU fused into the conv) and returns the pooled
+// (height, width).
+std::pair<int, int> AddConvBlock(Device& device, Layers& layers, int index,
+                                 const Conv2DShape& shape) {
+  const std::string suffix = std::to_string(index);
+  layers.push_back(std::make_unique<Conv2D>(device, "conv" + suffix, shape, Activation::kRelu));
+  layers.push_back(std::make_unique<MaxPool2x2>(device, "pool" + suffix, shape.height, shape.width,
+                                                shape.filters));
+  return {shape.height / 2, shape.width / 2};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> MakeMlp(Device& device, const MlpOptions& options) {
+  if (options.inputs < 1 || options.classes < 2) {
+    return absl::InvalidArgumentError("mlp needs at least 1 input and 2 classes");
+  }
+  Layers layers;
+  int width = options.inputs;
+  for (size_t i = 0; i < options.hidden.size(); ++i) {
+    if (options.hidden[i] < 1) return absl::InvalidArgumentError("mlp hidden width must be > 0");
+    const std::string suffix = std::to_string(i + 1);
+    layers.push_back(std::make_unique<Dense>(device, "dense" + suffix, width, options.hidden[i],
+                                             WeightInit::kHeNormal, Activation::kRelu));
+    width = options.hidden[i];
+  }
+  layers.push_back(std::make_unique<Dense>(device, "logits", width, options.classes,
+                                           WeightInit::kGlorotUniform));
+  return Finish(device, "mlp", options.classes, std::move(layers), options.seed);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> MakeCnn(Device& device, const CnnOptions& o) {
+  if (o.height < 4 || o.width < 4 || o.kernel % 2 == 0 || o.classes < 2 || o.channels < 1 ||
+      o.conv1_filters < 1 || o.conv2_filters < 1 || o.hidden < 1) {
+    return absl::InvalidArgumentError(
+        "cnn needs images of at least 4x4, an odd kernel, 2+ classes and positive widths");
+  }
+  Layers layers;
+  auto [h1, w1] =
+      AddConvBlock(device, layers, 1, {o.height, o.width, o.channels, o.conv1_filters, o.kernel});
+  auto [h2, w2] =
+      AddConvBlock(device, layers, 2, {h1, w1, o.conv1_filters, o.conv2_filters, o.kernel});
+  const int flat = h2 * w2 * o.conv2_filters;  // NHWC flattening needs no reshape kernel
+  layers.push_back(std::make_unique<Dense>(device, "dense1", flat, o.hidden, WeightInit::kHeNormal,
+                                           Activation::kRelu));
+  layers.push_back(
+      std::make_unique<Dense>(device, "logits", o.hidden, o.classes, WeightInit::kGlorotUniform));
+  return Finish(device, "cnn", o.classes, std::move(layers), o.seed);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(absl::string_view name, Device& device,
+                                                 uint64_t seed) {
+  if (name == "mlp") return MakeMlp(device, {.seed = seed});
+  if (name == "cnn") return MakeCnn(device, {.seed = seed});
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model '", name, "'; expected 'mlp' or 'cnn'"));
+}
+
+}  // namespace kubetrain::worker

@@ -1,0 +1,42 @@
+// kubetrain-worker's command line: the flags (with their environment variables) and their checks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/core/data/fashion_mnist.h"
+#include "worker/runtime/trainer.h"
+
+namespace kubetrain::worker {
+
+struct Options {
+  TrainerOptions trainer;
+  std::string mode = "ps-sync";
+  std::string device = "auto";
+  int cuda_device = -1;  // -1: chosen from LOCAL_RANK or TF_CONFIG (worker/core/device_choice.h)
+  bool tf32 = false;
+  std::string data_dir = std::string(kDefaultFashionMnistDir);
+  std::string tf_config;
+  std::vector<std::string> ps;
+  int worker_index = 0;
+  int num_workers = 1;
+  std::string job_name = "job";
+  std::string bind_address = "0.0.0.0";
+  int metrics_port = 8080;
+  int threads = 1;
+  std::string log_level = "info";
+  // All-reduce mode.
+  std::string communicator = "auto";
+  bool bind_cpus = true;
+  absl::Duration collective_timeout = absl::Minutes(5);
+  int fusion_threshold_mb = 64;
+  std::string coordinator;  // without TF_CONFIG: the chief's coordinator host:port
+};
+
+// Flags first, then their environment variables (TF_CONFIG, KUBETRAIN_*). Errors name the flag;
+// --help is kubetrain::HelpRequested. Sets the log level.
+absl::StatusOr<Options> ParseFlags(int argc, char** argv);
+
+}  // namespace kubetrain::worker

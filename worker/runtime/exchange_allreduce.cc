@@ -1,0 +1,495 @@
+// The all-reduce gradient exchange: fused gradient buffers, the local optimizer update, the
+// broadcast of rank 0's starting state, when the ranks compare checksums and evaluate together
+// (how: worker/runtime/allreduce_agreement.h); see worker/runtime/exchange_allreduce.h.
+#include "worker/runtime/exchange_allreduce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "ps/optimizer.h"
+#include "worker/core/random.h"
+#include "worker/runtime/allreduce_agreement.h"
+#include "worker/runtime/chief_duties.h"
+
+namespace kubetrain::worker {
+namespace {
+
+// The largest test set the ranks evaluate together: its counts must be exact as float sums.
+constexpr int64_t kMaxExamplesEvaluatedTogether = int64_t{1} << 24;
+
+class AllReduceExchange final : public GradientExchange {
+ public:
+  explicit AllReduceExchange(const ExchangeContext& context)
+      : c_(context), device_(context.device), model_(context.model) {}
+
+  // ---- set-up ---------------------------------------------------------------------------------
+
+  absl::Status Setup() override {
+    if (c_.id.role == Role::kEvaluator) {
+      return absl::FailedPreconditionError(
+          "--mode allreduce: an evaluator reads parameters from the ps, and an all-reduce job "
+          "has none; remove the Evaluator replica (the chief evaluates every epoch) or use "
+          "--mode ps-sync");
+    }
+    elastic_ = c_.options.elastic;
+    if (c_.options.fusion_bytes < 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fusion-threshold-mb: must be > 0, got ", c_.options.fusion_bytes, " B"));
+    }
+    RETURN_IF_ERROR(ScaleFor(c_.id.num_workers));
+    const int num_slots = ps::UpdateSlots(static_cast<ps::UpdateKind>(optimizer_->options().kind));
+    slots_.resize(model_.variables().size());
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Variable* v = model_.variables()[i];
+      for (int s = 0; s < num_slots; ++s) {
+        slots_[i].emplace_back(device_, v->shape());
+        device_.Fill(v->size(), optimizer_->SlotInitialValue(), slots_[i].back().data());
+      }
+    }
+    BuildBuckets();
+    scratch_ = Tensor(device_, {3 * kU64Chunks});
+    flat_.resize(model_.num_parameters());
+    return device_.Synchronize();
+  }
+
+  // The chief restores the latest checkpoint (if any); then every rank takes rank 0's step,
+  // values and optimizer slots, so all start from one state however they were initialised.
+  // The rank's communicator (or group) is connected by now; Setup needed none.
+  absl::StatusOr<int64_t> Start(ChiefDuties* chief) override {
+    comm_ = c_.id.communicator;
+    if (elastic_ && c_.id.group == nullptr) {
+      return absl::FailedPreconditionError("--elastic --mode allreduce: no group was connected");
+    }
+    if (!elastic_ && comm_ == nullptr) {
+      return absl::FailedPreconditionError("--mode allreduce: no communicator was connected");
+    }
+    if (!elastic_ && (comm_->size() != size() || comm_->rank() != c_.id.rank)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("communicator is rank ", comm_->rank(), " of ", comm_->size(),
+                       " but this task is rank ", c_.id.rank, " of ", size()));
+    }
+    log::Info("All-reduce training",
+              {{"rank", c_.id.rank},
+               {"workers", size()},
+               {"communicator", comm_ != nullptr ? comm_->name() : "elastic"},
+               {"fused_buffers", buckets_.size()},
+               {"parameters", model_.num_parameters()}});
+    step_ = 0;
+    run_id_ = RandomHexId();
+    if (chief != nullptr) {
+      ASSIGN_OR_RETURN(std::optional<ps::ModelState> state, chief->LatestCheckpoint());
+      if (state) RETURN_IF_ERROR(Restore(*state));
+    }
+    if (elastic_) {
+      absl::StatusOr<Communicator*> first = c_.id.group->Reform();
+      // A worker that joins as the run ends has nothing left to train.
+      if (ElasticGroup::TrainingIsOver(first.status())) return TrainingOverStatus();
+      RETURN_IF_ERROR(first.status());
+      comm_ = *first;
+      c_.id.group->StartHeartbeat(c_.options.heartbeat_every);
+    }
+    RETURN_IF_ERROR(ShareState());
+    if (elastic_ && Position() > 0) {
+      log::Info("Joined a running job", {{"global_step", step_},
+                                         {"gradients_applied", applied_},
+                                         {"epoch", Position() / c_.steps_per_epoch}});
+    } else if (step_ > 0) {
+      log::Info("Continuing from the checkpoint's step",
+                {{"global_step", step_}, {"epoch", Position() / c_.steps_per_epoch}});
+    }
+    return Position();
+  }
+
+  // The optimizer for a job whose learning rate is scaled for `nominal` workers: its starting
+  // size. An elastic job keeps it as it grows and shrinks (linear scaling, as the ps do), and its
+  // schedule runs over its gradients in steps of that size.
+  absl::Status ScaleFor(int nominal) {
+    if (nominal < 1) {
+      return absl::InternalError(absl::StrCat("the job's starting size is ", nominal));
+    }
+    if (optimizer_ != nullptr && nominal == nominal_) return absl::OkStatus();
+    nominal_ = nominal;
+    ASSIGN_OR_RETURN(optimizer_, ps::MakeOptimizer(OptimizerFor(
+                                     c_.options, c_.options.batch_size * nominal_,
+                                     elastic_ ? std::max<int64_t>(1, c_.total_steps() / nominal_)
+                                              : c_.total_steps())));
+    return absl::OkStatus();
+  }
+
+  // Every rank takes rank 0's step, gradients applied, the size the learning rate is scaled for
+  // (a worker that joins later was started for another size), values and optimizer slots.
+  absl::Status ShareState() {
+    float encoded[3 * kU64Chunks];
+    EncodeU64(static_cast<uint64_t>(step_), encoded);
+    EncodeU64(static_cast<uint64_t>(applied_), encoded + kU64Chunks);
+    EncodeU64(static_cast<uint64_t>(nominal_), encoded + 2 * kU64Chunks);
+    device_.Upload(encoded, scratch_, 3 * kU64Chunks);
+    RETURN_IF_ERROR(comm_->Broadcast(scratch_.data(), 3 * kU64Chunks, 0), "broadcasting the step");
+    device_.Download(scratch_, encoded, 3 * kU64Chunks);
+    RETURN_IF_ERROR(device_.Synchronize());
+    step_ = static_cast<int64_t>(DecodeU64(encoded));
+    applied_ = static_cast<int64_t>(DecodeU64(encoded + kU64Chunks));
+    RETURN_IF_ERROR(ScaleFor(static_cast<int>(DecodeU64(encoded + 2 * kU64Chunks))));
+    if (elastic_) {
+      shard_ = {
+          .epoch = Position() / c_.steps_per_epoch, .index = comm_->rank(), .count = comm_->size()};
+      if (c_.metrics) c_.metrics->workers.Set(comm_->size());
+    }
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Variable* v = model_.variables()[i];
+      RETURN_IF_ERROR(comm_->Broadcast(v->value.data(), v->size(), 0), "broadcasting ", v->name);
+      for (Tensor& slot : slots_[i]) {
+        RETURN_IF_ERROR(comm_->Broadcast(slot.data(), slot.size(), 0), "broadcasting ", v->name);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The elastic group changed (a member joined, left or was lost): every rank forms the next
+  // generation and takes rank 0's state, since a rank that failed mid-step may not have
+  // applied it.
+  absl::Status Reform() {
+    comm_ = nullptr;  // the group drops it: a reform that fails leaves none
+    ASSIGN_OR_RETURN(comm_, c_.id.group->Reform());
+    return ShareState();
+  }
+
+  // Every rank of the group ends it here, after the same collective: the goodbye keeps a rank
+  // that is done from closing its connections under a peer still finishing that collective.
+  void CloseTogether() {
+    absl::Status closed = comm_->Close();
+    if (!closed.ok()) log::Debug("The group's goodbye was cut short", {{"cause", closed}});
+  }
+
+  // ---- training -------------------------------------------------------------------------------
+
+  // The parameters live in the model's variables on the device.
+  absl::Status LoadParameters() override { return absl::OkStatus(); }
+
+  // The model left its loss in loss_slot_ (DeviceLossSlot): `loss` is not read.
+  absl::StatusOr<ExchangedStep> Exchange(int64_t, float) override {
+    ASSIGN_OR_RETURN(float mean_loss,
+                     ReduceAndApply(step_, elastic_ ? applied_ / nominal_ : step_));
+    ++step_;
+    applied_ += size();
+    if (c_.metrics) c_.metrics->global_step.Set(static_cast<double>(step_));
+#ifndef NDEBUG
+    if (!elastic_ && step_ % c_.steps_per_epoch == 0) RETURN_IF_ERROR(VerifyIdentical(step_));
+#endif
+    // An epoch before the last ended: its evaluation, which the chief reports (ChiefDuties).
+    shared_eval_.reset();
+    if (EvaluatesTogether() && step_ % c_.steps_per_epoch == 0 && !Done(step_)) {
+      ASSIGN_OR_RETURN(shared_eval_, EvaluateTogether(), "evaluating the epoch ending at step ",
+                       step_);
+    }
+    if (elastic_ && (reform_wanted_ ||
+                     (!Done(Position()) && Position() / c_.steps_per_epoch != shard_.epoch))) {
+      // A member joined or left (some rank's heartbeat said so, and the flag was summed into
+      // this step), or a new epoch starts: reform, or re-cut the data for the epoch.
+      if (reform_wanted_ && !Done(Position())) {
+        CloseTogether();
+        RETURN_IF_ERROR(Reform(), "reforming the group after step ", step_);
+      } else {
+        shard_.epoch = Position() / c_.steps_per_epoch;
+      }
+    }
+    return ExchangedStep{.next = Position(), .loss = mean_loss};
+  }
+
+  // A failed collective has failed every rank. A fixed-size job restarts and resumes from the
+  // chief's checkpoint; an elastic one forms its group again without the peer that is gone.
+  absl::StatusOr<Recovery> Recover(const absl::Status& failure, int64_t) override {
+    if (!elastic_ || c_.stop.load() || failure.code() == absl::StatusCode::kCancelled) {
+      return failure;
+    }
+    log::Warn("A collective failed; forming the group again", {{"cause", failure}});
+    if (c_.metrics) c_.metrics->recoveries.Increment();
+    absl::Status reformed = Reform();
+    if (ElasticGroup::TrainingIsOver(reformed)) return Recovery{.training_over = true};
+    RETURN_IF_ERROR(reformed);
+    return Recovery{.training_over = false, .pos = Position()};
+  }
+
+  float* DeviceLossSlot() override { return loss_slot_; }
+  bool Done(int64_t pos) const override { return pos >= c_.total_steps(); }
+  bool RunIsOver(const ps::ModelState& checkpoint) const override {
+    return Done(elastic_ ? checkpoint.gradients_applied : checkpoint.global_step);
+  }
+  absl::Status EndTraining() override {
+    shared_eval_.reset();  // set again below only by the ranks' final evaluation
+    // An elastic rank told at a reform that training is over has no group left to compare with.
+    if (comm_ != nullptr) {
+      RETURN_IF_ERROR(VerifyIdentical(step_));
+      if (EvaluatesTogether()) {
+        ASSIGN_OR_RETURN(shared_eval_, EvaluateTogether(), "evaluating the final parameters");
+      }
+      CloseTogether();
+    }
+    if (elastic_) {
+      if (c_.id.role == Role::kChief) {
+        absl::Status finished = c_.id.group->Finish();
+        if (!finished.ok()) log::Warn("Could not end the group's reforms", {{"error", finished}});
+      }
+      c_.id.group->Leave();
+    }
+    return absl::OkStatus();
+  }
+  std::optional<ElasticShard> DataShard() const override {
+    if (!elastic_) return std::nullopt;
+    return shard_;
+  }
+  void ShutDown() override {}
+
+  // ---- what the chief reads -------------------------------------------------------------------
+
+  // The checkpoint format the ps modes write (values, slots by name, step), so either mode can
+  // resume the other's run.
+  absl::StatusOr<ps::ModelState> Export() override {
+    ps::ModelState state;
+    state.config.mode = ps::UpdateMode::kSync;
+    state.config.replicas_to_aggregate = elastic_ ? nominal_ : size();
+    state.config.elastic = elastic_;
+    state.config.optimizer = optimizer_->options();
+    state.global_step = step_;
+    state.gradients_applied = applied_;
+    state.run_id = run_id_;
+    const std::vector<std::string> slot_names = optimizer_->SlotNames();
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Variable* v = model_.variables()[i];
+      ps::VariableState& saved = state.variables.emplace_back();
+      saved.name = v->name;
+      saved.values.resize(v->size());
+      device_.Download(v->value, saved.values.data(), v->size());
+      for (size_t s = 0; s < slot_names.size(); ++s) {
+        std::vector<float>& slot = saved.slots[slot_names[s]];
+        slot.resize(v->size());
+        device_.Download(slots_[i][s], slot.data(), v->size());
+      }
+    }
+    RETURN_IF_ERROR(device_.Synchronize());
+    return state;
+  }
+
+  int64_t global_step() const override { return step_; }
+  int examples_per_step() const override { return c_.options.batch_size * size(); }
+  int64_t last_global_step() const override {
+    return elastic_ ? c_.total_steps() + 1 : c_.total_steps();
+  }
+  std::optional<uint64_t> parameter_checksum() const override { return checksum_; }
+  std::optional<EvalResult> shared_evaluation() const override { return shared_eval_; }
+
+  absl::Status AwaitParameters(bool) override {
+    return absl::FailedPreconditionError("--mode allreduce: there are no ps to read from");
+  }
+
+ private:
+  // A variable's place in a fused gradient buffer.
+  struct Member {
+    Variable* variable;
+    std::vector<Tensor>* slots;
+    int64_t offset;
+  };
+  struct Bucket {
+    std::vector<Member> members;
+    int64_t elements = 0;
+    Tensor buffer;
+  };
+
+  int size() const {
+    if (elastic_) return comm_ != nullptr ? comm_->size() : c_.id.num_workers;
+    return c_.id.num_workers;
+  }
+  // Where this rank is: the global step, or (elastic) the gradients applied.
+  int64_t Position() const { return elastic_ ? applied_ : step_; }
+
+  // Packs variables in order into buffers of at most fusion_bytes (a larger variable gets one of
+  // its own); one more float at the end of the last carries the step's loss.
+  void BuildBuckets() {
+    const int64_t limit = std::max<int64_t>(1, c_.options.fusion_bytes / sizeof(float));
+    for (size_t i = 0; i < model_.variables().size(); ++i) {
+      Variable* v = model_.variables()[i];
+      if (buckets_.empty() ||
+          (buckets_.back().elements > 0 && buckets_.back().elements + v->size() > limit)) {
+        buckets_.emplace_back();
+      }
+      Bucket& b = buckets_.back();
+      b.members.push_back({v, &slots_[i], b.elements});
+      b.elements += v->size();
+    }
+    buckets_.back().elements += elastic_ ? 2 : 1;  // the loss (and the members-changed flag)
+    // Each gradient lives in its fused buffer: backward writes it there, so nothing is copied
+    // before the all-reduce (the variable's own gradient buffer is given back).
+    for (Bucket& b : buckets_) {
+      b.buffer = Tensor(device_, {b.elements});
+      for (const Member& m : b.members) {
+        m.variable->grad = Tensor::View(b.buffer.data() + m.offset, m.variable->shape());
+      }
+      fused_.push_back(absl::MakeSpan(b.buffer.data(), static_cast<size_t>(b.elements)));
+      fused_bytes_ += b.buffer.bytes();
+    }
+    Bucket& last = buckets_.back();
+    loss_slot_ = last.buffer.data() + last.elements - (elastic_ ? 2 : 1);
+  }
+
+  absl::Status Restore(const ps::ModelState& state) {
+    const std::vector<std::string> slot_names = optimizer_->SlotNames();
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Variable* v = model_.variables()[i];
+      const ps::VariableState* saved = nullptr;
+      for (const ps::VariableState& s : state.variables) {
+        if (s.name == v->name) saved = &s;
+      }
+      if (saved == nullptr || static_cast<int64_t>(saved->values.size()) != v->size()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("checkpoint in ", c_.options.checkpoint_dir, " has no variable ", v->name,
+                         " of ", v->size(), " values; it was written for another model"));
+      }
+      device_.Upload(saved->values.data(), v->value, v->size());
+      for (size_t s = 0; s < slot_names.size(); ++s) {
+        auto it = saved->slots.find(slot_names[s]);
+        // Another optimizer's slots (the flags changed between runs) start afresh.
+        if (it != saved->slots.end() && static_cast<int64_t>(it->second.size()) == v->size()) {
+          device_.Upload(it->second.data(), slots_[i][s], v->size());
+        }
+      }
+    }
+    step_ = state.global_step;
+    applied_ = state.gradients_applied;
+    if (elastic_ && state.config.elastic && state.config.replicas_to_aggregate >= 1) {
+      RETURN_IF_ERROR(ScaleFor(state.config.replicas_to_aggregate));
+    }
+    if (!state.run_id.empty()) run_id_ = state.run_id;
+    RETURN_IF_ERROR(device_.Synchronize());
+    log::Info("Restored the latest checkpoint",
+              {{"global_step", step_}, {"dir", c_.options.checkpoint_dir}});
+    return absl::OkStatus();
+  }
+
+  // Sums the fused buffers (every gradient, the loss beside them, and an elastic job's flag)
+  // over the ranks and applies the update, with one wait for the device: the gradients are
+  // already in the buffers, the loss is on the device (DeviceLossSlot), and the reduction, the
+  // update and the download of the summed loss are queued in order on the device's stream. An
+  // elastic job waits for the sums before applying them: it goes on from the parameters in
+  // memory after a failed collective, which must not have taken a partial sum. Returns the mean
+  // loss over every rank's batch.
+  absl::StatusOr<float> ReduceAndApply(int64_t pos, int64_t update_step) {
+    if (elastic_) {
+      const float change = c_.id.group->change_pending() ? 1.0f : 0.0f;
+      device_.CopyHostToDevice(&change, loss_slot_ + 1, sizeof(float));
+    }
+    absl::Time t0 = absl::Now();
+    RETURN_IF_ERROR(comm_->AllReduceMany(fused_, ReduceOp::kSum),
+                    "all-reducing the gradients of step ", pos);
+    if (elastic_) {
+      RETURN_IF_ERROR(comm_->WaitForQueued(), "all-reducing the gradients of step ", pos);
+    }
+    ApplyUpdates(update_step);
+    RETURN_IF_ERROR(comm_->WaitForQueued(), "all-reducing the gradients of step ", pos);
+    float summed[2] = {0, 0};
+    device_.CopyDeviceToHost(loss_slot_, summed, (elastic_ ? 2 : 1) * sizeof(float));
+    RETURN_IF_ERROR(device_.Synchronize(), "applying the update of step ", pos);
+    reform_wanted_ = summed[1] > 0;
+    if (c_.metrics) {
+      c_.metrics->allreduce_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+      // What a ring all-reduce sends per rank: 2(n-1)/n of the buffers.
+      c_.metrics->sent_bytes.Increment(2.0 * (size() - 1) / size() *
+                                       static_cast<double>(fused_bytes_));
+    }
+    return summed[0] / static_cast<float>(size());
+  }
+
+  // The optimizer's update for step `pos` from the summed gradients, scaled to their mean.
+  void ApplyUpdates(int64_t pos) {
+    ps::UpdateRule rule = optimizer_->Rule(pos);
+    // The mean; an elastic job's sum over the size the learning rate was scaled for (linear
+    // scaling, as the ps do: ps/store.h).
+    rule.grad_scale = 1.0f / static_cast<float>(elastic_ ? nominal_ : size());
+    for (Bucket& b : buckets_) {
+      for (const Member& m : b.members) {
+        std::vector<Tensor>& slots = *m.slots;
+        device_.ApplyUpdate(rule, m.variable->size(), b.buffer.data() + m.offset,
+                            m.variable->value.data(), slots.size() > 0 ? slots[0].data() : nullptr,
+                            slots.size() > 1 ? slots[1].data() : nullptr);
+      }
+    }
+  }
+
+  // Every rank must hold bit-identical parameters: compares a checksum of them over the ranks
+  // (one max all-reduce of the checksum's chunks and their negations gives max and min).
+  absl::Status VerifyIdentical(int64_t pos) {
+    RETURN_IF_ERROR(model_.ReadValues(absl::MakeSpan(flat_)));
+    const uint64_t mine = ParameterChecksum(flat_.data(), flat_.size());
+    RETURN_IF_ERROR(CompareChecksums(device_, *comm_, scratch_, mine, pos));
+    log::Debug("Parameters identical on every rank",
+               {{"step", pos}, {"checksum", absl::StrFormat("%016x", mine)}});
+    checksum_ = mine;
+    return absl::OkStatus();
+  }
+
+  // Whether the ranks evaluate together: those of a fixed-size job with more than one rank and a
+  // test set. An elastic job's ranks may end apart (EndTraining), so its chief evaluates alone.
+  bool EvaluatesTogether() const {
+    return !elastic_ && comm_ != nullptr && size() > 1 && c_.test != nullptr &&
+           c_.test->size() <= kMaxExamplesEvaluatedTogether;
+  }
+
+  // Every rank evaluates its share of the test set (EvalShare{rank, size}) and one sum
+  // all-reduce of [loss sum, correct, examples] gives every rank the whole set's result, in
+  // 1/size of the time the chief alone would take while the other ranks' devices idle. The
+  // counts are exact (floats hold integers up to 2^24); the loss is the float sum of the ranks'
+  // sums.
+  absl::StatusOr<EvalResult> EvaluateTogether() {
+    ASSIGN_OR_RETURN(const EvalResult mine,
+                     model_.Evaluate(*c_.test, c_.options.eval_batch, &c_.stop,
+                                     {.index = comm_->rank(), .count = comm_->size()}),
+                     "evaluating this rank's share of the test set");
+    return SumEvaluations(device_, *comm_, scratch_, mine);
+  }
+
+  const ExchangeContext c_;
+  Device& device_;
+  Model& model_;
+  Communicator* comm_ = nullptr;
+  std::unique_ptr<ps::Optimizer> optimizer_;
+  std::vector<std::vector<Tensor>> slots_;  // per variable, the optimizer's slots
+  std::vector<Bucket> buckets_;
+  Tensor scratch_;           // small collectives (step, checksum)
+  std::vector<float> flat_;  // host copy of the parameters for the checksum
+  int64_t step_ = 0;
+  std::string run_id_;
+  std::optional<uint64_t> checksum_;       // once the ranks compared the final parameters
+  std::optional<EvalResult> shared_eval_;  // the ranks' evaluation at an epoch's end or the end
+  std::vector<absl::Span<float>> fused_;   // the buckets' buffers, as the communicator takes them
+  size_t fused_bytes_ = 0;                 // theirs together
+  float* loss_slot_ = nullptr;             // in the last buffer: the step's mean loss
+  // Elastic jobs (docs/architecture.md §5.10).
+  bool elastic_ = false;
+  int nominal_ = 1;             // the size the learning rate was scaled for
+  int64_t applied_ = 0;         // gradients applied over the run: the position
+  bool reform_wanted_ = false;  // the last step's summed flag
+  ElasticShard shard_;
+};
+
+}  // namespace
+
+uint64_t ParameterChecksum(const float* values, size_t count) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values);
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < count * sizeof(float); ++i) {
+    h ^= bytes[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::unique_ptr<GradientExchange> MakeAllReduceExchange(const ExchangeContext& context) {
+  return std::make_unique<AllReduceExchange>(context);
+}
+
+}  // namespace kubetrain::worker
