@@ -544,10 +544,7 @@ TEST_F(ControllerTest, PassAfterOwnStatusWriteDoesNotUndoItFromAStaleCache) {
   kube::Informer services(*client_, Resource::Services(), {.namespace_ = "default"});
   EventRecorder events(*client_, "kubetrain-operator");
   Reconciler reconciler(*client_, jobs, pods, services, events, nullptr, nullptr, {});
-  for (kube::Informer* inf : {&jobs, &pods, &services}) {
-    inf->Start();
-    ASSERT_TRUE(inf->WaitForSync(absl::Seconds(10)));
-  }
+  ASSERT_THAT(kube::testing::StartAndSync({&jobs, &pods, &services}), IsOk());
   Create(Job("st", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
   ASSERT_TRUE(Eventually([&] { return jobs.Get("default/st").has_value(); }));
   ASSERT_THAT(reconciler.Reconcile("default/st"), IsOk());  // Service, pods, Created

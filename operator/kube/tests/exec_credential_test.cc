@@ -40,7 +40,7 @@
 #include "operator/api/yaml.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
-#include "operator/kube/tests/localkube_fixture.h"
+#include "operator/kube/testing/localkube.h"
 
 namespace kubetrain::kube {
 namespace {

@@ -22,6 +22,7 @@ using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using testing::Localkube;
+using testing::StartAndSync;
 
 const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
 
@@ -195,8 +196,7 @@ TEST_F(LiveTest, InformerIndexFindsObjectsByLabelAsTheyChange) {
   InformerOptions options{.namespace_ = "default"};
   options.index_labels = {"job"};
   Informer informer(*client_, kConfigMaps, options);
-  informer.Start();
-  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_THAT(StartAndSync({&informer}), IsOk());
   auto names = [&](const std::string& key, const std::string& value) {
     std::set<std::string> out;
     for (const json& o : informer.ListByLabel("default", key, value)) {
@@ -251,8 +251,7 @@ TEST_F(LiveTest, InformerGivesBackExactlyWhatTheServerHolds) {
                           std::lock_guard<std::mutex> lock(mu);
                           updates.emplace_back(old_obj, new_obj);
                         }});
-  informer.Start();
-  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_THAT(StartAndSync({&informer}), IsOk());
   auto before = client_->Get(pods, "default", "exact");
   ASSERT_THAT(before, IsOk());
   EXPECT_EQ(informer.Get("default/exact"), *before);
@@ -292,8 +291,7 @@ TEST_F(LiveTest, InformerResumesAfterDroppedWatchesWithoutLosingEvents) {
                           added.insert(o["metadata"]["name"]);
                         },
                         nullptr, nullptr});
-  informer.Start();
-  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_THAT(StartAndSync({&informer}), IsOk());
   for (int i = 0; i < 30; ++i) {
     ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("w" + std::to_string(i), "x")),
                 IsOk());
@@ -335,8 +333,7 @@ TEST_F(LiveTest, InformerRelistsAfter410Expired) {
                     {.namespace_ = "default",
                      .initial_backoff = absl::Milliseconds(50),
                      .allow_bookmarks = false});
-  informer.Start();
-  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_THAT(StartAndSync({&informer}), IsOk());
   for (int i = 0; i < 5; ++i) {
     ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("e" + std::to_string(i), "x")),
                 IsOk());

@@ -1,37 +1,5 @@
-// Test support: a real localkube API server (e2e/localkube) started as a child process on a free
-// loopback port, and clients for it. Tests run against it, never against a fake client.
+// The live-server test support of kubetrain_kube_testing, under the name the live tests include;
+// it lives in operator/kube/testing/localkube.h.
 #pragma once
 
-#include <memory>
-#include <string>
-#include <vector>
-
-#include <nlohmann/json.hpp>
-
-#include "absl/status/statusor.h"
-#include "common/process.h"
-#include "operator/kube/client.h"
-
-namespace kubetrain::kube::testing {
-
-class Localkube {
- public:
-  // `extra_args` are localkube flags (fault injection, --run-pods, ...).
-  static absl::StatusOr<std::unique_ptr<Localkube>> Start(std::vector<std::string> extra_args = {});
-  ~Localkube();
-
-  const std::string& kubeconfig() const { return kubeconfig_; }
-  absl::StatusOr<std::unique_ptr<Client>> NewClient(ClientOptions options = {}) const;
-  // Creates the TrainingJob CRD from deploy/crd and waits until it is served.
-  absl::Status InstallTrainingJobCrd(Client& client) const;
-
- private:
-  std::unique_ptr<kubetrain::Process> process_;
-  std::string dir_;
-  std::string kubeconfig_;
-};
-
-// Reads a YAML or JSON file of the source tree (one document).
-nlohmann::json LoadSourceYaml(const std::string& relative_path);
-
-}  // namespace kubetrain::kube::testing
+#include "operator/kube/testing/localkube.h"  // IWYU pragma: export

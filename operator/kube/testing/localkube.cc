@@ -1,4 +1,4 @@
-#include "operator/kube/tests/localkube_fixture.h"
+#include "operator/kube/testing/localkube.h"
 
 #include <unistd.h>
 
@@ -70,6 +70,18 @@ absl::Status Localkube::InstallTrainingJobCrd(Client& client) const {
   while (!client.List(Resource::TrainingJobs(), "default", {}).ok()) {
     if (absl::Now() > deadline) return absl::DeadlineExceededError("CRD not served");
     absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StartAndSync(std::initializer_list<Informer*> informers, absl::Duration timeout) {
+  for (Informer* informer : informers) informer->Start();
+  for (Informer* informer : informers) {
+    if (!informer->WaitForSync(timeout)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the ", informer->resource().plural, " informer did not sync within ",
+                       absl::FormatDuration(timeout), ": ", informer->last_error().ToString()));
+    }
   }
   return absl::OkStatus();
 }
