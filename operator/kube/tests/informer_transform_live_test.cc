@@ -471,7 +471,7 @@ TEST_F(InformerTransformTest, PagedRelistKeepsTheCacheAndReportsOnlyWhatChanged)
   (*cm5)["data"]["v"] = "changed";
   ASSERT_THAT(client_->Update(kConfigMaps, "default", *cm5), IsOk());
   ASSERT_THAT(client_->Delete(kConfigMaps, "default", "cm-12"), IsOk());
-  absl::SleepFor(absl::Milliseconds(200));
+  absl::SleepFor(absl::Milliseconds(200));  // the held events do not reach the cache meanwhile
   EXPECT_EQ(CacheState(informer), before);
   // The next watch is refused before events flow again, so only the relist can tell.
   proxy_->ExpireWatches();
