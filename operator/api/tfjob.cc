@@ -1,25 +1,27 @@
+// TFJob → TrainingJob (docs/decisions/0007-kubeflow-tfjob.md): ConvertTfJob, the operator's
+// DecodeTfJob, and a status written back in Kubeflow's terms (TfJobStatus) and read again. The
+// objects the operator makes for a TFJob (TF_CONFIG, pods, Services) are in tfjob_objects.cc.
 #include "operator/api/tfjob.h"
 
 #include <map>
 #include <set>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "common/job_secret_env.h"
 #include "operator/api/decode.h"
 #include "operator/api/render.h"
+#include "operator/api/tfjob_internal.h"
 #include "operator/api/types.h"
 #include "operator/api/validation.h"
 
 namespace kubetrain::api {
-namespace {
 
 using nlohmann::json;
 
-constexpr char kReplicaSpecsPath[] = "spec.tfReplicaSpecs";
+namespace tfjob_internal {
+namespace {
 
 // Kubeflow's replica types; a key is matched without regard to case, as its defaulting does
 // ("worker" is Worker).
@@ -28,12 +30,59 @@ const std::vector<std::string>& TfJobReplicaTypes() {
   return kTypes;
 }
 
+}  // namespace
+
 std::string CanonicalType(const std::string& key) {
   for (const std::string& t : TfJobReplicaTypes()) {
     if (absl::EqualsIgnoreCase(key, t)) return t;
   }
   return "";
 }
+
+ReplicaSpecMap ReplicaSpecs(const json& tfjob) {
+  ReplicaSpecMap out;
+  if (!tfjob.is_object()) return out;
+  auto spec = tfjob.find("spec");
+  if (spec == tfjob.end() || !spec->is_object()) return out;
+  auto specs = spec->find("tfReplicaSpecs");
+  if (specs == spec->end() || !specs->is_object()) return out;
+  for (const auto& [key, rs] : specs->items()) {
+    std::string type = CanonicalType(key);
+    if (!type.empty() && !out.count(type)) out[type] = {key, &rs};
+  }
+  return out;
+}
+
+const json* Containers(const json& pod_template) {
+  if (!pod_template.is_object()) return nullptr;
+  auto spec = pod_template.find("spec");
+  if (spec == pod_template.end() || !spec->is_object()) return nullptr;
+  auto containers = spec->find("containers");
+  if (containers == spec->end() || !containers->is_array()) return nullptr;
+  return &*containers;
+}
+
+json* Containers(json* pod_template) {
+  return const_cast<json*>(Containers(std::as_const(*pod_template)));
+}
+
+std::string CanonicalKey(const ReplicaSpecMap& specs, ReplicaType type) {
+  if (type == ReplicaType::kChief && specs.count("Master") && !specs.count("Chief")) {
+    return "Master";
+  }
+  return Name(type);
+}
+
+}  // namespace tfjob_internal
+
+namespace {
+
+using tfjob_internal::CanonicalKey;
+using tfjob_internal::CanonicalType;
+using tfjob_internal::Containers;
+using tfjob_internal::ReplicaSpecs;
+
+constexpr char kReplicaSpecsPath[] = "spec.tfReplicaSpecs";
 
 void Error(FieldErrors* errors, std::string path, std::string message) {
   errors->push_back({std::move(path), std::move(message)});
@@ -50,141 +99,6 @@ void OnlyKnown(const json& obj, const std::string& path, const std::set<std::str
             absl::StrCat("unknown field (a TFJob has ", allowed, " here)"));
     }
   }
-}
-
-// The TFJob's replica specs by canonical type, each with the key it was written under.
-std::map<std::string, std::pair<std::string, const json*>> ReplicaSpecs(const json& tfjob) {
-  std::map<std::string, std::pair<std::string, const json*>> out;
-  if (!tfjob.is_object()) return out;
-  auto spec = tfjob.find("spec");
-  if (spec == tfjob.end() || !spec->is_object()) return out;
-  auto specs = spec->find("tfReplicaSpecs");
-  if (specs == spec->end() || !specs->is_object()) return out;
-  for (const auto& [key, rs] : specs->items()) {
-    std::string type = CanonicalType(key);
-    if (!type.empty() && !out.count(type)) out[type] = {key, &rs};
-  }
-  return out;
-}
-
-int Replicas(const json& rs) {
-  if (rs.is_object() && rs.contains("replicas") && rs["replicas"].is_number_integer()) {
-    return rs["replicas"].get<int>();
-  }
-  return 1;  // Kubeflow's default
-}
-
-const json* Containers(const json& pod_template) {
-  if (!pod_template.is_object()) return nullptr;
-  auto spec = pod_template.find("spec");
-  if (spec == pod_template.end() || !spec->is_object()) return nullptr;
-  auto containers = spec->find("containers");
-  if (containers == spec->end() || !containers->is_array()) return nullptr;
-  return &*containers;
-}
-
-json* Containers(json* pod_template) {
-  return const_cast<json*>(Containers(std::as_const(*pod_template)));
-}
-
-// The containerPort of the tensorflow container's tfjob-port, else 2222 (GetPortFromTFJob).
-int TfJobPort(const json& rs) {
-  if (!rs.is_object() || !rs.contains("template")) return kDefaultPort;
-  const json* containers = Containers(rs["template"]);
-  if (containers == nullptr) return kDefaultPort;
-  for (const json& c : *containers) {
-    if (!c.is_object() || StringField(c, "name") != kTfJobContainerName) continue;
-    if (!c.contains("ports") || !c["ports"].is_array()) continue;
-    for (const json& p : c["ports"]) {
-      if (p.is_object() && StringField(p, "name") == kTfJobPortName &&
-          p.contains("containerPort") && p["containerPort"].is_number_integer()) {
-        return p["containerPort"].get<int>();
-      }
-    }
-  }
-  return kDefaultPort;
-}
-
-// Kubeflow's GenGeneralName: <job>-<type>-<index>, any "/" made "-".
-std::string GeneralName(const std::string& job, const std::string& rt, int index) {
-  return absl::StrReplaceAll(absl::StrCat(job, "-", rt, "-", index), {{"/", "-"}});
-}
-
-// The template's container Kubeflow's defaulting gives tfjob-port: "tensorflow", else the first.
-json* DefaultContainer(json* pod_template) {
-  json* containers = Containers(pod_template);
-  if (containers == nullptr || containers->empty()) return nullptr;
-  for (json& c : *containers) {
-    if (c.is_object() && StringField(c, "name") == kTfJobContainerName) return &c;
-  }
-  return &(*containers)[0];
-}
-
-// Kubeflow's cluster spec of a TFJob, built once for all its tasks' TF_CONFIGs.
-struct KubeflowCluster {
-  std::map<std::string, std::vector<std::string>> addresses;  // by lower-case type, sorted
-  bool distributed = false;                                   // more than one replica in all
-  bool dynamic = false;  // enableDynamicWorker: the sparse form
-};
-
-KubeflowCluster ClusterOf(const json& tfjob, const std::string& cluster_domain) {
-  KubeflowCluster c;
-  auto specs = ReplicaSpecs(tfjob);
-  int total = 0;
-  for (const auto& [_, entry] : specs) total += Replicas(*entry.second);
-  c.distributed = total != 1;
-  c.dynamic = tfjob.contains("spec") && tfjob["spec"].is_object() &&
-              tfjob["spec"].value("enableDynamicWorker", false) == true;
-  const json meta = tfjob.value("metadata", json::object());
-  const std::string name = StringField(meta, "name");
-  const std::string ns = StringField(meta, "namespace", "default");
-  for (const auto& [canonical, entry] : specs) {
-    const std::string rt = absl::AsciiStrToLower(canonical);
-    const int port = TfJobPort(*entry.second);
-    std::vector<std::string>& addresses = c.addresses[rt];
-    for (int i = 0; i < Replicas(*entry.second); ++i) {
-      std::string host = absl::StrCat(GeneralName(name, rt, i), ".", ns, ".svc");
-      if (!cluster_domain.empty()) absl::StrAppend(&host, ".", cluster_domain);
-      addresses.push_back(absl::StrCat(host, ":", port));
-    }
-  }
-  return c;
-}
-
-// One task's TF_CONFIG in `cluster` (KubeflowTfConfig).
-std::string TfConfigIn(const KubeflowCluster& cluster, const std::string& type, int index) {
-  if (!cluster.distributed) return "";  // Kubeflow sets no TF_CONFIG
-  const std::string task_type = absl::AsciiStrToLower(type);
-  nlohmann::ordered_json doc;
-  nlohmann::ordered_json task = {{"type", task_type}, {"index", index}};
-  if (!cluster.dynamic) {
-    doc["cluster"] = nlohmann::ordered_json::object();
-    for (const auto& [rt, addresses] : cluster.addresses) doc["cluster"][rt] = addresses;
-    doc["task"] = std::move(task);
-    doc["environment"] = "cloud";
-    return doc.dump();
-  }
-  // The sparse form: a worker knows every ps and itself, a ps itself, any other task nothing.
-  static const std::vector<std::string> kNone;
-  auto list = [&](const std::string& rt) -> const std::vector<std::string>& {
-    auto it = cluster.addresses.find(rt);
-    return it == cluster.addresses.end() ? kNone : it->second;
-  };
-  auto own = [&](const std::string& rt) {
-    const std::vector<std::string>& l = list(rt);
-    return index >= 0 && static_cast<size_t>(index) < l.size() ? l[index] : std::string();
-  };
-  nlohmann::ordered_json workers = nlohmann::ordered_json::object();
-  nlohmann::ordered_json ps = nlohmann::ordered_json::array();
-  if (task_type == "ps") {
-    ps.push_back(own("ps"));
-  } else if (task_type == "worker") {
-    for (const std::string& a : list("ps")) ps.push_back(a);
-    workers[std::to_string(index)] = own("worker");
-  }
-  doc["cluster"] = {{"worker", std::move(workers)}, {"ps", std::move(ps)}};
-  doc["task"] = std::move(task);
-  return doc.dump();
 }
 
 // The tensorflow container becomes the training container ("kubetrain"), its tfjob-port the
@@ -317,69 +231,6 @@ void ConvertRunPolicy(const json& rp, json* out, std::vector<std::string>* notes
   }
 }
 
-// The tfReplicaSpecs type (canonical) a TrainingJob replica type came from: its own name
-// (api::Name), but Master for a Chief written as Master.
-std::string CanonicalKey(const std::map<std::string, std::pair<std::string, const json*>>& specs,
-                         ReplicaType type) {
-  if (type == ReplicaType::kChief && specs.count("Master") && !specs.count("Chief")) {
-    return "Master";
-  }
-  return Name(type);
-}
-
-// The TrainingJob replica type of a canonical tfReplicaSpecs type: a Master is the Chief.
-ReplicaType ModelType(const std::string& canonical) {
-  ReplicaType type = ReplicaType::kChief;
-  if (canonical != "Master") Parse(canonical, &type);
-  return type;
-}
-
-json KubeflowLabels(const std::string& job, const std::string& rt, int index) {
-  return {{kKubeflowLabelOperatorName, kKubeflowOperatorName},
-          {kKubeflowLabelJobName, absl::StrReplaceAll(job, {{"/", "-"}})},
-          {kKubeflowLabelReplicaType, rt},
-          {kKubeflowLabelReplicaIndex, std::to_string(index)}};
-}
-
-// A replica's pod template as Kubeflow's defaulting leaves it: tfjob-port 2222 on the default
-// container when it has none.
-json Prepared(const json& rs) {
-  json pod_template = rs.is_object() ? rs.value("template", json::object()) : json::object();
-  if (!pod_template.is_object()) pod_template = json::object();
-  if (json* c = DefaultContainer(&pod_template)) {
-    bool has_port = false;
-    if (c->contains("ports") && (*c)["ports"].is_array()) {
-      for (const json& p : (*c)["ports"]) has_port |= StringField(p, "name") == kTfJobPortName;
-    } else {
-      (*c)["ports"] = json::array();
-    }
-    if (!has_port) (*c)["ports"].push_back({{"name", kTfJobPortName}, {"containerPort", 2222}});
-  }
-  return pod_template;
-}
-
-// The TFJob (its metadata `job_meta`) as the controller owner of an object made for it, once the
-// API server has given it a uid: the garbage collector deletes the object with the job.
-void SetOwner(const json& job_meta, json* object_meta) {
-  const std::string uid = StringField(job_meta, "uid");
-  if (uid.empty()) return;
-  (*object_meta)["ownerReferences"] = json::array({{{"apiVersion", kTfJobApiVersion},
-                                                    {"kind", kTfJobKind},
-                                                    {"name", StringField(job_meta, "name")},
-                                                    {"uid", uid},
-                                                    {"controller", true},
-                                                    {"blockOwnerDeletion", true}}});
-}
-
-// The tensorflow container of a pod spec; null when it has none.
-json* TensorflowContainer(json* pod_spec) {
-  if (!pod_spec->contains("containers") || !(*pod_spec)["containers"].is_array()) return nullptr;
-  for (json& c : (*pod_spec)["containers"]) {
-    if (c.is_object() && StringField(c, "name") == kTfJobContainerName) return &c;
-  }
-  return nullptr;
-}
-
 // A condition's reason or message with one kind's name for the other's.
 json Reworded(const json& text, const std::string& from, const std::string& to) {
   if (!text.is_string()) return text;
@@ -509,20 +360,6 @@ std::string TfJobPath(const json& tfjob, const std::string& path) {
   return absl::StrCat(kReplicaSpecsPath, ".", key, tail);
 }
 
-std::string KubeflowTfConfig(const json& tfjob, const std::string& type, int index,
-                             const std::string& cluster_domain) {
-  return TfConfigIn(ClusterOf(tfjob, cluster_domain), type, index);
-}
-
-std::string TfJobReplicaName(const json& tfjob, ReplicaType type) {
-  return absl::AsciiStrToLower(CanonicalKey(ReplicaSpecs(tfjob), type));
-}
-
-std::string TfJobTaskName(const json& tfjob, ReplicaType type, int index) {
-  return GeneralName(StringField(tfjob.value("metadata", json::object()), "name"),
-                     TfJobReplicaName(tfjob, type), index);
-}
-
 TrainingJob DecodeTfJob(const json& tfjob, FieldErrors* errors) {
   const size_t before = errors->size();
   TfJobConversion c = ConvertTfJob(tfjob, errors);
@@ -568,98 +405,6 @@ json TfJobStatus(const TrainingJobStatus& status, const json& tfjob) {
     }
   }
   return out;
-}
-
-json TfJobPod(const json& tfjob, ReplicaType type, int index, const std::string& cluster_domain) {
-  const json meta_in = tfjob.value("metadata", json::object());
-  const std::string name = StringField(meta_in, "name");
-  const auto specs = ReplicaSpecs(tfjob);
-  const std::string canonical = CanonicalKey(specs, type);
-  const std::string rt = absl::AsciiStrToLower(canonical);
-  const json pod_template = Prepared(*specs.at(canonical).second);
-  json meta = pod_template.value("metadata", json::object());
-  if (!meta.is_object()) meta = json::object();
-  meta["name"] = GeneralName(name, rt, index);
-  meta["namespace"] = StringField(meta_in, "namespace", "default");
-  json labels = meta.value("labels", json::object());
-  if (!labels.is_object()) labels = json::object();
-  const json kubeflow_labels = KubeflowLabels(name, rt, index);
-  for (const auto& [k, v] : kubeflow_labels.items()) labels[k] = v;
-  const bool has_chief = specs.count("Chief") || specs.count("Master");
-  const bool master_role =
-      has_chief ? type == ReplicaType::kChief : (type == ReplicaType::kWorker && index == 0);
-  if (master_role) labels[kKubeflowLabelJobRole] = "master";
-  labels[kLabelManagedBy] = kManagedByValue;
-  meta["labels"] = std::move(labels);
-  SetOwner(meta_in, &meta);
-  json spec = pod_template.value("spec", json::object());
-  // The operator decides every restart (docs/decisions/0007): the kubelet restarts nothing in
-  // place, so each one is counted against backoffLimit.
-  spec["restartPolicy"] = "Never";
-  const std::string tf_config = TfConfigIn(ClusterOf(tfjob, cluster_domain), rt, index);
-  if (json* c = TensorflowContainer(&spec)) {
-    if (!tf_config.empty()) SetContainerEnv(c, {{"name", "TF_CONFIG"}, {"value", tf_config}});
-    json secret_ref = {{"name", JobSecretName(name)}, {"key", kJobSecretKey}};
-    SetContainerEnv(c, {{"name", kJobSecretEnv}, {"valueFrom", {{"secretKeyRef", secret_ref}}}});
-    // As on a TrainingJob's pods (render.cc): checkpoints and metrics are the job's own.
-    SetContainerEnv(c, {{"name", "KUBETRAIN_JOB_NAME"}, {"value", name}});
-  }
-  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
-}
-
-std::vector<json> TfJobServices(const json& tfjob) {
-  const json meta = tfjob.value("metadata", json::object());
-  const std::string name = StringField(meta, "name");
-  const std::string ns = StringField(meta, "namespace", "default");
-  std::vector<json> services;
-  for (const auto& [canonical, entry] : ReplicaSpecs(tfjob)) {
-    const std::string rt = absl::AsciiStrToLower(canonical);
-    json pod_spec = Prepared(*entry.second).value("spec", json::object());
-    std::map<std::string, json> by_name;  // sorted: Go ranges over a map of them
-    if (const json* c = TensorflowContainer(&pod_spec)) {
-      if (c->contains("ports") && (*c)["ports"].is_array()) {
-        for (const json& p : (*c)["ports"]) {
-          if (p.is_object() && p.contains("containerPort")) {
-            by_name[StringField(p, "name")] = p["containerPort"];
-          }
-        }
-      }
-    }
-    json ports = json::array();
-    for (const auto& [port_name, port] : by_name) {
-      ports.push_back({{"name", port_name}, {"port", port}});
-    }
-    for (int i = 0; i < Replicas(*entry.second); ++i) {
-      json labels = KubeflowLabels(name, rt, i);
-      json svc_labels = labels;
-      svc_labels[kLabelManagedBy] = kManagedByValue;
-      json svc_meta = {
-          {"name", GeneralName(name, rt, i)}, {"namespace", ns}, {"labels", svc_labels}};
-      SetOwner(meta, &svc_meta);
-      services.push_back(
-          {{"apiVersion", "v1"},
-           {"kind", "Service"},
-           {"metadata", std::move(svc_meta)},
-           {"spec", {{"clusterIP", "None"}, {"selector", labels}, {"ports", ports}}}});
-    }
-  }
-  return services;
-}
-
-std::vector<json> RenderTfJob(const json& tfjob, const std::string& ns,
-                              const std::string& cluster_domain) {
-  json job = tfjob;
-  if (!job.contains("metadata") || !job["metadata"].is_object()) job["metadata"] = json::object();
-  if (StringField(job["metadata"], "namespace").empty()) {
-    job["metadata"]["namespace"] = ns.empty() ? "default" : ns;
-  }
-  std::vector<json> objects = TfJobServices(job);
-  for (const auto& [canonical, entry] : ReplicaSpecs(job)) {
-    for (int i = 0; i < Replicas(*entry.second); ++i) {
-      objects.push_back(TfJobPod(job, ModelType(canonical), i, cluster_domain));
-    }
-  }
-  return objects;
 }
 
 }  // namespace kubetrain::api

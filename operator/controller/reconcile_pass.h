@@ -1,5 +1,8 @@
 // Internal to the controller: one reconcile pass of one job, shared by the files that make up
-// Reconciler (reconciler.cc decides, reconciler_objects.cc writes the objects).
+// Reconciler: reconciler.cc decides (the pass, the job-outcome policy, status writes),
+// reconciler_objects.cc writes the objects, cluster_change.cc restarts a job whose cluster spec
+// changed, elastic_scaling.cc scales elastic jobs, chief_progress.cc puts the chief's progress in
+// status; invalid_spec.cc and refused_edit.cc handle a spec that fails validation.
 #pragma once
 
 #include <algorithm>

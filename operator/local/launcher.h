@@ -67,6 +67,8 @@ class LocalJob {
 
   // Returns early, leaving the job unprepared, once `stop` is set.
   absl::Status Prepare(const std::atomic<bool>& stop);
+  // Task `t` at its training and metrics ports, recorded in ports_.
+  std::unique_ptr<Task> NewTask(const api::Task& t, int port, int metrics_port);
   // Renders `task`'s pod (TF_CONFIG from the job as it is now) into its process options.
   absl::Status Configure(Task& task, const std::string& gpu);
   // LaunchOptions::bind_cpus: sets the training tasks' process CPUs.

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -211,18 +213,18 @@ std::string WriteJob(const std::string& name, const std::string& worker_script) 
 // exit code and how long the command took to return after the flag was set.
 std::pair<int, absl::Duration> StopAfter(std::vector<std::string> args, absl::Duration delay) {
   std::atomic<bool> stop{false};
-  std::atomic<bool> done{false};
+  std::promise<void> done;
   int code = -1;
   std::ostringstream out, err;
   std::thread command([&] {
     code = Main(args, out, err, stop);
-    done = true;
+    done.set_value();
   });
-  absl::SleepFor(delay);
+  absl::SleepFor(delay);  // the signal comes while the command is at work, as a user's Ctrl-C does
   stop = true;
   absl::Time stopped = absl::Now();
   // Bounded: a command that ignores the flag fails the test instead of hanging it.
-  while (!done && absl::Now() - stopped < absl::Seconds(30)) absl::SleepFor(absl::Milliseconds(5));
+  done.get_future().wait_for(std::chrono::seconds(30));
   absl::Duration took = absl::Now() - stopped;
   command.join();
   EXPECT_EQ(code, 130) << err.str().substr(0, 2000);

@@ -16,7 +16,7 @@
 #include "common/testing/status_matchers.h"
 #include "operator/controller/controller.h"
 #include "operator/controller/tests/job_builders.h"
-#include "operator/kube/tests/localkube_fixture.h"
+#include "operator/kube/testing/localkube.h"
 #include "prometheus/registry.h"
 
 namespace kubetrain::controller::testing {

@@ -19,7 +19,7 @@
 #include "common/testing/status_matchers.h"
 #include "operator/controller/controller.h"
 #include "operator/kube/config.h"
-#include "operator/kube/tests/localkube_fixture.h"
+#include "operator/kube/testing/localkube.h"
 #include "prometheus/registry.h"
 
 namespace kubetrain::controller {
@@ -66,6 +66,16 @@ class OperatorProcessTest : public ::testing::Test {
     op_.reset();
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
+  }
+
+  // What Controller::Start returns for a controller built as kubetrain-operator builds one, with
+  // metrics of its own; the controller is stopped before this returns.
+  static absl::Status StartController(kube::Client& client, ControllerOptions options,
+                                      const std::atomic<bool>* stop = nullptr) {
+    prometheus::Registry registry;
+    OperatorMetrics metrics(registry);
+    Controller controller(client, std::move(options), &metrics);
+    return controller.Start(stop);
   }
 
   // Writes `text` as a kubeconfig in the test's folder and returns its path.
@@ -296,12 +306,8 @@ TEST_F(OperatorProcessTest, SigtermWhileReconcilingStopsWithinTwoSeconds) {
 TEST_F(OperatorProcessTest, StartWithoutTheCrdNamesTheCrd) {
   auto client = server_->NewClient({.qps = 0});
   ASSERT_TRUE(client.ok()) << client.status();
-  prometheus::Registry registry;
-  OperatorMetrics metrics(registry);
-  Controller controller(**client,
-                        {.namespace_ = "default", .workers = 1, .sync_timeout = absl::Seconds(2)},
-                        &metrics);
-  absl::Status s = controller.Start();
+  absl::Status s = StartController(
+      **client, {.namespace_ = "default", .workers = 1, .sync_timeout = absl::Seconds(2)});
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "CRD is not installed")) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "trainingjobs")) << s;
@@ -314,13 +320,9 @@ TEST_F(OperatorProcessTest, StartWithTfJobsButNoTfJobCrdNamesIt) {
   auto client = (*fresh)->NewClient({.qps = 0});
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_THAT((*fresh)->InstallTrainingJobCrd(**client), IsOk());
-  prometheus::Registry registry;
-  OperatorMetrics metrics(registry);
-  Controller controller(
+  absl::Status s = StartController(
       **client,
-      {.namespace_ = "default", .workers = 1, .tfjob = true, .sync_timeout = absl::Seconds(2)},
-      &metrics);
-  absl::Status s = controller.Start();
+      {.namespace_ = "default", .workers = 1, .tfjob = true, .sync_timeout = absl::Seconds(2)});
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "the TFJob CRD is not installed")) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "deploy/crd/kubeflow.org_tfjobs.yaml")) << s;
@@ -335,12 +337,8 @@ TEST_F(OperatorProcessTest, StartWithRejectedCredentialsSaysSoNotCrd) {
   config->token = "wrong-token";
   auto client = kube::Client::Create(*config, {.qps = 0});
   ASSERT_TRUE(client.ok()) << client.status();
-  prometheus::Registry registry;
-  OperatorMetrics metrics(registry);
-  Controller controller(**client,
-                        {.namespace_ = "default", .workers = 1, .sync_timeout = absl::Seconds(2)},
-                        &metrics);
-  absl::Status s = controller.Start();
+  absl::Status s = StartController(
+      **client, {.namespace_ = "default", .workers = 1, .sync_timeout = absl::Seconds(2)});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "rejected the operator's credentials")) << s;
   EXPECT_FALSE(absl::StrContains(s.message(), "CRD")) << s;
@@ -349,18 +347,18 @@ TEST_F(OperatorProcessTest, StartWithRejectedCredentialsSaysSoNotCrd) {
 TEST_F(OperatorProcessTest, StartReturnsCancelledAsSoonAsStopIsSet) {
   auto client = server_->NewClient({.qps = 0});
   ASSERT_TRUE(client.ok()) << client.status();
-  prometheus::Registry registry;
-  OperatorMetrics metrics(registry);
-  Controller controller(**client, {.namespace_ = "default", .workers = 1}, &metrics);
   std::atomic<bool> stop{false};
   std::thread stopper([&] {
+    // The stop comes while Start is waiting for its caches, not before it begins to.
     absl::SleepFor(absl::Milliseconds(300));
     stop = true;
   });
   absl::Time start = absl::Now();
-  absl::Status s = controller.Start(&stop);  // no CRD: would wait out the 2 min sync timeout
+  // No CRD: Start would wait out the 2 min sync timeout.
+  absl::Status s = StartController(**client, {.namespace_ = "default", .workers = 1}, &stop);
   stopper.join();
   EXPECT_TRUE(absl::IsCancelled(s)) << s;
+  // The promise: the operator stops within 2 s of a stop, whatever it is waiting for.
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 

@@ -257,7 +257,7 @@ TEST_F(ControllerTest, CompletedReplicaIsNeverRerunAfterItsPodIsGone) {
   ASSERT_TRUE(Eventually(
       [&] { return ReplicaField<std::string>("aw", "Worker", "completedIndexes", "") == "1"; }));
   ASSERT_THAT(client_->Delete(Resource::Pods(), "default", "aw-worker-1"), IsOk());  // pod GC
-  absl::SleepFor(absl::Seconds(1));
+  absl::SleepFor(absl::Seconds(1));  // passes that would rerun index 1 have had their chance
   EXPECT_FALSE(Get(Resource::Pods(), "aw-worker-1").has_value());
   EXPECT_NE(State("aw"), "Succeeded");  // worker 0 still runs
   SetPod("aw-worker-0", "Succeeded", 0);
@@ -269,7 +269,7 @@ TEST_F(ControllerTest, CleanPodPolicyNoneKeepsEverything) {
   ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "keep-worker-0").has_value(); }));
   SetPod("keep-worker-0", "Succeeded", 0);
   ASSERT_TRUE(Eventually([&] { return State("keep") == "Succeeded"; }));
-  absl::SleepFor(absl::Milliseconds(500));
+  absl::SleepFor(absl::Milliseconds(500));  // the cleanup pass, were there one, has run
   EXPECT_TRUE(Get(Resource::Pods(), "keep-ps-0").has_value());
 }
 
@@ -279,7 +279,7 @@ TEST_F(ControllerTest, RestartedOperatorCreatesNoDuplicates) {
   std::string uid = Uid("dup-worker-1");
   controller_.reset();
   StartController();
-  absl::SleepFor(absl::Seconds(1));
+  absl::SleepFor(absl::Seconds(1));  // the new controller's passes, were they to create again
   EXPECT_EQ(Uid("dup-worker-1"), uid);
   auto pods = client_->ListAll(Resource::Pods(), "default",
                                {.label_selector = "kubetrain.dev/job-name=dup"});
@@ -348,7 +348,7 @@ TEST_F(ControllerTest, ProgressIsWrittenAtMostEveryIntervalAndANewEpochAtOnce) {
   absl::Time changed = absl::Now();
   ASSERT_TRUE(Eventually(
       [&] { return Status("rate").value("progress", json::object()).value("epoch", 0) == 2; }));
-  EXPECT_LT(absl::Now() - changed, absl::Milliseconds(900));
+  EXPECT_LT(absl::Now() - changed, absl::Milliseconds(900));  // before the 1 s write interval
   metrics.stop();
   serve.join();
 }
@@ -544,10 +544,7 @@ TEST_F(ControllerTest, PassAfterOwnStatusWriteDoesNotUndoItFromAStaleCache) {
   kube::Informer services(*client_, Resource::Services(), {.namespace_ = "default"});
   EventRecorder events(*client_, "kubetrain-operator");
   Reconciler reconciler(*client_, jobs, pods, services, events, nullptr, nullptr, {});
-  for (kube::Informer* inf : {&jobs, &pods, &services}) {
-    inf->Start();
-    ASSERT_TRUE(inf->WaitForSync(absl::Seconds(10)));
-  }
+  ASSERT_THAT(kube::testing::StartAndSync({&jobs, &pods, &services}), IsOk());
   Create(Job("st", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
   ASSERT_TRUE(Eventually([&] { return jobs.Get("default/st").has_value(); }));
   ASSERT_THAT(reconciler.Reconcile("default/st"), IsOk());  // Service, pods, Created

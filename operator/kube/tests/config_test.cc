@@ -132,7 +132,7 @@ TEST(TokenSource, RereadsTheFileAfterRefresh) {
   EXPECT_EQ(tokens.Token().value_or(""), "one");
   Write("token", "two\n");
   EXPECT_EQ(tokens.Token().value_or(""), "one");  // not yet
-  absl::SleepFor(absl::Milliseconds(60));
+  absl::SleepFor(absl::Milliseconds(60));         // past the 50 ms refresh period
   EXPECT_EQ(tokens.Token().value_or(""), "two");
 }
 

@@ -36,11 +36,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
 #include "operator/api/yaml.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
-#include "operator/kube/tests/localkube_fixture.h"
+#include "operator/kube/testing/localkube.h"
 
 namespace kubetrain::kube {
 namespace {
@@ -494,7 +495,7 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
   ASSERT_TRUE(client.ok()) << client.status();
   for (int i = 0; i < 10; ++i) ASSERT_THAT((*client)->List(kConfigMaps, "default", {}), IsOk());
   EXPECT_EQ(Runs(), 1);
-  absl::SleepFor(absl::Seconds(3.2));
+  absl::SleepFor(absl::Seconds(3.2));  // past the token's expirationTimestamp, 3 s on
   EXPECT_THAT((*client)->List(kConfigMaps, "default", {}), IsOk());
   EXPECT_EQ(Runs(), 2);
 }
@@ -600,10 +601,9 @@ sleep 1000
     threads.emplace_back(
         [&, t] { results[t] = (*client)->List(kConfigMaps, "default", {}).status(); });
   }
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!fs::exists(dir_ + "/pid") && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(10));
-  ASSERT_TRUE(fs::exists(dir_ + "/pid"));
+  // The plugin is running once it has written its pid.
+  ASSERT_TRUE(
+      kubetrain::testing::Eventually([&] { return fs::exists(dir_ + "/pid"); }, absl::Seconds(10)));
   absl::Time start = absl::Now();
   (*client)->Shutdown();
   for (auto& t : threads) t.join();

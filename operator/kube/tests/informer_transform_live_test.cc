@@ -27,7 +27,7 @@
 #include "common/testing/status_matchers.h"
 #include "operator/kube/config.h"
 #include "operator/kube/informer.h"
-#include "operator/kube/tests/localkube_fixture.h"
+#include "operator/kube/testing/localkube.h"
 
 namespace kubetrain::kube {
 namespace {
@@ -36,6 +36,7 @@ using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using testing::Localkube;
+using testing::StartAndSync;
 
 const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
 constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
@@ -310,6 +311,17 @@ class InformerTransformTest : public ::testing::Test {
     return out;
   }
 
+  // This test's ConfigMaps, stripped (StripForCache), read `page_size` a page; a watch ends
+  // after a second at the most, and a failed one is retried at once.
+  static InformerOptions Options(int page_size) {
+    return {.namespace_ = "default",
+            .label_selector = kMine,
+            .min_watch_timeout = absl::Seconds(1),
+            .initial_backoff = absl::Milliseconds(50),
+            .transform = StripForCache,
+            .page_size = page_size};
+  }
+
   static std::map<std::string, json> CacheState(const Informer& informer) {
     std::map<std::string, json> out;
     for (const json& o : informer.List()) out[o["metadata"]["name"]] = o;
@@ -371,8 +383,7 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
   // Without a transform the informer caches what the server sends: localkube's managedFields
   // and kubectl's annotation are really there to strip.
   Informer raw(*proxied_, kConfigMaps, {.namespace_ = "default", .label_selector = kMine});
-  raw.Start();
-  ASSERT_TRUE(raw.WaitForSync(absl::Seconds(10)));
+  ASSERT_THAT(StartAndSync({&raw}), IsOk());
   auto raw_a = raw.Get("default/a");
   ASSERT_TRUE(raw_a.has_value());
   EXPECT_TRUE((*raw_a)["metadata"].contains("managedFields"));
@@ -380,14 +391,13 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
   raw.Stop();
 
   Recorder seen;
-  Informer informer(*proxied_, kConfigMaps,
-                    {.namespace_ = "default",
-                     .label_selector = kMine,
-                     .transform = StripForCache,
-                     .page_size = 2});
+  InformerOptions options = Options(/*page_size=*/2);
+  // The default watch length and retry: every event here comes on the first watch.
+  options.min_watch_timeout = InformerOptions().min_watch_timeout;
+  options.initial_backoff = InformerOptions().initial_backoff;
+  Informer informer(*proxied_, kConfigMaps, options);
   informer.AddHandlers(seen.Handlers());
-  informer.Start();
-  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_THAT(StartAndSync({&informer}), IsOk());
   auto cached = informer.Get("default/a");
   ASSERT_TRUE(cached.has_value());
   const json& meta = (*cached)["metadata"];
@@ -428,16 +438,9 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
 TEST_F(InformerTransformTest, PagedRelistKeepsTheCacheAndReportsOnlyWhatChanged) {
   CreateConfigMaps(20);
   Recorder seen;
-  Informer informer(*proxied_, kConfigMaps,
-                    {.namespace_ = "default",
-                     .label_selector = kMine,
-                     .min_watch_timeout = absl::Seconds(1),
-                     .initial_backoff = absl::Milliseconds(50),
-                     .transform = StripForCache,
-                     .page_size = 3});
+  Informer informer(*proxied_, kConfigMaps, Options(/*page_size=*/3));
   informer.AddHandlers(seen.Handlers());
-  informer.Start();
-  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_THAT(StartAndSync({&informer}), IsOk());
   std::vector<FaultProxy::ListCall> lists = proxy_->lists();
   ASSERT_EQ(lists.size(), 7u);  // 20 objects, 3 a page
   for (size_t i = 0; i < lists.size(); ++i) {
@@ -468,7 +471,7 @@ TEST_F(InformerTransformTest, PagedRelistKeepsTheCacheAndReportsOnlyWhatChanged)
   (*cm5)["data"]["v"] = "changed";
   ASSERT_THAT(client_->Update(kConfigMaps, "default", *cm5), IsOk());
   ASSERT_THAT(client_->Delete(kConfigMaps, "default", "cm-12"), IsOk());
-  absl::SleepFor(absl::Milliseconds(200));
+  absl::SleepFor(absl::Milliseconds(200));  // the held events do not reach the cache meanwhile
   EXPECT_EQ(CacheState(informer), before);
   // The next watch is refused before events flow again, so only the relist can tell.
   proxy_->ExpireWatches();
@@ -524,16 +527,9 @@ TEST_F(InformerContinueExpiryTest, ExpiredContinueTokenRestartsTheListInFull) {
   CreateConfigMaps(9);
   proxy_->PauseBeforeNextContinue([this] { ChangeAndWaitForCompaction([] {}); });
   Recorder seen;
-  Informer informer(*proxied_, kConfigMaps,
-                    {.namespace_ = "default",
-                     .label_selector = kMine,
-                     .min_watch_timeout = absl::Seconds(1),
-                     .initial_backoff = absl::Milliseconds(50),
-                     .transform = StripForCache,
-                     .page_size = 2});
+  Informer informer(*proxied_, kConfigMaps, Options(/*page_size=*/2));
   informer.AddHandlers(seen.Handlers());
-  informer.Start();
-  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(20)));
+  ASSERT_THAT(StartAndSync({&informer}, absl::Seconds(20)), IsOk());
   EXPECT_EQ(informer.relists(), 1);
   EXPECT_FALSE(proxy_->pause_pending());
   std::vector<FaultProxy::ListCall> lists = proxy_->lists();

@@ -19,7 +19,7 @@
 #include "common/testing/status_matchers.h"
 #include "operator/kube/config.h"
 #include "operator/kube/leader_election.h"
-#include "operator/kube/tests/localkube_fixture.h"
+#include "operator/kube/testing/localkube.h"
 
 namespace kubetrain::kube {
 namespace {
@@ -81,7 +81,7 @@ class StallableProxy {
     char buf[16384];
     while (!done_) {
       if (stalled_) {
-        absl::SleepFor(absl::Milliseconds(20));
+        absl::SleepFor(absl::Milliseconds(20));  // stalled: nothing passes until Stall(false)
         continue;
       }
       pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
@@ -183,7 +183,7 @@ TEST(LeaderElectionLive, AStalledLeaderStopsBeforeAnotherTakesOver) {
   std::thread ta([&] { a_result = a.Run(stop_a); });
   ASSERT_TRUE(Eventually([&] { return a.IsLeader(); }, absl::Seconds(5)));
   std::thread tb([&] { EXPECT_THAT(b.Run(stop_b), IsOk()); });
-  absl::SleepFor(absl::Seconds(1));
+  absl::SleepFor(absl::Seconds(1));  // b tries while a renews
   ASSERT_FALSE(b.IsLeader());
   absl::Time stalled_at = absl::Now();
   proxy.Stall(true);  // a's renewals now hang: its requests must time out, not wait

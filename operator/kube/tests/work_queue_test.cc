@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "common/testing/eventually.h"
 
 namespace kubetrain::kube {
 namespace {
@@ -70,8 +71,8 @@ TEST(WorkQueue, AddAfterFollowsAnInjectedClock) {
   q.AddAfter("ns/ttl", absl::Hours(1));
   clock.Advance(absl::Minutes(59));
   q.Wake();
-  absl::SleepFor(absl::Milliseconds(20));
-  EXPECT_EQ(q.Len(), 0u);  // not due yet
+  absl::SleepFor(absl::Milliseconds(20));  // time for the woken timer to move it in, were it due
+  EXPECT_EQ(q.Len(), 0u);                  // not due yet
   EXPECT_EQ(q.Delayed(), 1u);
   clock.Advance(absl::Minutes(1));
   q.Wake();
@@ -93,6 +94,8 @@ TEST(WorkQueue, ShutDownWakesBlockedWorkers) {
   WorkQueue q;
   std::optional<std::string> got = "unset";
   std::thread worker([&] { got = q.Get(); });
+  // Time for the worker to block in Get (nothing outside the queue shows it waiting); were it not
+  // blocked yet, Get after ShutDown returns nothing all the same.
   absl::SleepFor(absl::Milliseconds(50));
   q.ShutDown();
   worker.join();
@@ -113,7 +116,7 @@ TEST(WorkQueue, ManyWorkersNeverShareAKey) {
           std::lock_guard<std::mutex> lock(mu);
           overlap |= !active.insert(*key).second;
         }
-        absl::SleepFor(absl::Microseconds(200));
+        absl::SleepFor(absl::Microseconds(200));  // holds the key while others take theirs
         {
           std::lock_guard<std::mutex> lock(mu);
           active.erase(*key);
@@ -124,7 +127,8 @@ TEST(WorkQueue, ManyWorkersNeverShareAKey) {
     });
   }
   for (int i = 0; i < 400; ++i) q.Add("ns/job-" + std::to_string(i % 5));
-  absl::SleepFor(absl::Milliseconds(200));
+  // Every key handled once at least (adds of a key already queued merge) and the queue empty.
+  EXPECT_TRUE(kubetrain::testing::Eventually([&] { return handled.load() >= 5 && q.Len() == 0; }));
   q.ShutDown();
   for (auto& t : workers) t.join();
   EXPECT_FALSE(overlap);

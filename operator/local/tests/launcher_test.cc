@@ -7,12 +7,14 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/process.h"
+#include "common/testing/eventually.h"
 #include "operator/api/validation.h"
 
 namespace kubetrain::local {
@@ -63,6 +65,12 @@ Outcome RunJob(const json& doc, const std::atomic<bool>* stop = nullptr,
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
+}
+
+// Waits (at most 30 s) until a task's script has created `path`: it has come that far.
+bool WaitForFile(const std::string& path) {
+  return kubetrain::testing::Eventually([&] { return std::filesystem::exists(path); },
+                                        absl::Seconds(30));
 }
 
 TEST(LocalJob, ChiefExitZeroSucceedsAndStopsTheRest) {
@@ -303,16 +311,24 @@ TEST(LocalJob, AllWorkersPolicyWaitsForEveryWorker) {
 }
 
 TEST(LocalJob, StopFlagInterruptsAndLeavesNoChildren) {
+  const std::string ps_up = ::testing::TempDir() + "/kt_stop_ps_up";
+  const std::string worker_up = ::testing::TempDir() + "/kt_stop_worker_up";
+  std::remove(ps_up.c_str());
+  std::remove(worker_up.c_str());
   std::atomic<bool> stop{false};
+  // The stop comes once the ps has said its pid and the worker has set its trap.
   std::thread stopper([&] {
-    absl::SleepFor(absl::Milliseconds(500));
+    WaitForFile(ps_up);
+    WaitForFile(worker_up);
     stop = true;
   });
-  Outcome o =
-      RunJob(Job({{"PS", Replica(1, "echo pid=$$$$; sleep 30")},
-                  {"Worker", Replica(1, "trap 'echo got-term; exit 143' TERM; sleep 30 & wait")}}),
-             &stop);
+  Outcome o = RunJob(Job({{"PS", Replica(1, "echo pid=$$$$; touch " + ps_up + "; sleep 30")},
+                          {"Worker", Replica(1, "trap 'echo got-term; exit 143' TERM; touch " +
+                                                    worker_up + "; sleep 30 & wait")}}),
+                     &stop);
   stopper.join();
+  std::remove(ps_up.c_str());
+  std::remove(worker_up.c_str());
   EXPECT_FALSE(o.result.succeeded);
   EXPECT_EQ(o.result.reason, "Interrupted");
   EXPECT_TRUE(Contains(o.output, "got-term")) << o.output;
@@ -326,24 +342,38 @@ TEST(LocalJob, StopFlagInterruptsAndLeavesNoChildren) {
 // of the job's new size, the last ones are stopped like deleted pods, nothing else restarts,
 // and the count stays within spec.elastic.
 TEST(LocalJob, ElasticJobGrowsAndShrinksOnScaleRequestsWithinItsBounds) {
+  // Each worker touches up-<index> once its trap is set; the chief succeeds once `done` exists
+  // (at most 30 s).
+  const std::string dir = ::testing::TempDir() + "/kt_elastic_scale";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
   json doc =
       Job({{"PS", Replica(1, "sleep 30")},
-           {"Chief", Replica(1, "sleep 2.5")},
+           {"Chief", Replica(1, "for i in $(seq 600); do [ -e " + dir +
+                                    "/done ] && break; sleep 0.05; done")},
            {"Worker", Replica(1,
                               "echo \"$TF_CONFIG\"; trap 'echo left-$KUBETRAIN_REPLICA_INDEX; "
-                              "exit 143' TERM; sleep 30 & wait")}});
+                              "exit 143' TERM; touch " +
+                                  dir + "/up-$KUBETRAIN_REPLICA_INDEX; sleep 30 & wait")}});
   doc["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 3}};
   std::atomic<int> scale{0};
+  // The run loop takes a request (and sets the count back to 0) before it applies it.
+  auto taken = [&] {
+    return kubetrain::testing::Eventually([&] { return scale.load() == 0; }, absl::Seconds(30));
+  };
   std::thread scaler([&] {
-    absl::SleepFor(absl::Milliseconds(400));
+    WaitForFile(dir + "/up-0");
     scale += 2;  // 1 -> 3
-    absl::SleepFor(absl::Milliseconds(600));
+    WaitForFile(dir + "/up-2");
     scale -= 1;  // 3 -> 2
-    absl::SleepFor(absl::Milliseconds(400));
+    taken();
     scale += 5;  // clamped to 3
+    taken();
+    std::ofstream(dir + "/done").put('\n');
   });
   Outcome o = RunJob(doc, nullptr, {}, &scale);
   scaler.join();
+  std::filesystem::remove_all(dir);
   EXPECT_TRUE(o.result.succeeded) << o.output;
   EXPECT_EQ(o.result.restarts, 0) << o.output;
   EXPECT_TRUE(Contains(o.output, "Elastic job: kill -USR1 ")) << o.output;

@@ -1,7 +1,9 @@
-// Test support: a real localkube API server (localkube) started as a child process on a free
-// loopback port, and clients for it. Tests run against it, never against a fake client.
+// Test support: a real localkube API server (localkube/) started as a child process on a free
+// loopback port, clients for it, and informers synced with it. Tests run against it, never
+// against a fake client (docs/decisions/0004).
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,8 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/process.h"
 #include "operator/kube/client.h"
+#include "operator/kube/informer.h"
 
 namespace kubetrain::kube::testing {
 
@@ -30,6 +34,11 @@ class Localkube {
   std::string dir_;
   std::string kubeconfig_;
 };
+
+// Starts each informer and waits until each holds its first LIST; an error naming the resource
+// that did not sync within `timeout`, and why its last request failed.
+absl::Status StartAndSync(std::initializer_list<Informer*> informers,
+                          absl::Duration timeout = absl::Seconds(10));
 
 // Reads a YAML or JSON file of the source tree (one document).
 nlohmann::json LoadSourceYaml(const std::string& relative_path);

@@ -1,4 +1,4 @@
-#include "operator/kube/tests/localkube_fixture.h"
+#include "operator/kube/testing/localkube.h"
 
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "common/testing/eventually.h"
 #include "operator/api/yaml.h"
 #include "operator/kube/config.h"
 
@@ -66,10 +67,22 @@ absl::Status Localkube::InstallTrainingJobCrd(Client& client) const {
   Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions",
                 "CustomResourceDefinition", false};
   RETURN_IF_ERROR(client.Create(crds, "", crd).status(), "creating the CRD");
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!client.List(Resource::TrainingJobs(), "default", {}).ok()) {
-    if (absl::Now() > deadline) return absl::DeadlineExceededError("CRD not served");
-    absl::SleepFor(absl::Milliseconds(20));
+  if (!kubetrain::testing::Eventually(
+          [&] { return client.List(Resource::TrainingJobs(), "default", {}).ok(); },
+          absl::Seconds(10))) {
+    return absl::DeadlineExceededError("CRD not served");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StartAndSync(std::initializer_list<Informer*> informers, absl::Duration timeout) {
+  for (Informer* informer : informers) informer->Start();
+  for (Informer* informer : informers) {
+    if (!informer->WaitForSync(timeout)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the ", informer->resource().plural, " informer did not sync within ",
+                       absl::FormatDuration(timeout), ": ", informer->last_error().ToString()));
+    }
   }
   return absl::OkStatus();
 }
