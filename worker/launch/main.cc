@@ -175,6 +175,7 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
     o.trainer.checkpoint_dir =
         absl::StrCat(tmp ? tmp : "/tmp", "/kubetrain-", geteuid(), "/", o.job_name, "/checkpoints");
   }
+  o.trainer.summary_dir = SummaryDirFor(o.trainer, id.role);
   log::Info("Starting kubetrain-worker", {{"role", RoleName(id.role)},
                                           {"rank", id.rank},
                                           {"workers", id.num_workers},

@@ -36,6 +36,11 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         "chief: where checkpoints go, a folder of this user's (default "
         "$TMPDIR/kubetrain-<uid>/<job>/checkpoints)",
         "KUBETRAIN_CHECKPOINT_DIR");
+  f.Add(
+      "summary-dir", &t.summary_dir,
+      "chief and evaluator: where TensorBoard event files go (default <checkpoint-dir>/summaries; "
+      "the evaluator's in its eval/ folder)",
+      "KUBETRAIN_SUMMARY_DIR");
   f.Add("checkpoint-every", &t.checkpoint_every, "chief: time between checkpoints");
   f.Add("keep-checkpoints", &t.keep_checkpoints, "chief: checkpoints kept");
   f.Add("log-every", &t.log_every, "chief: time between progress lines");

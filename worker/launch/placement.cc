@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/host_port.h"
 #include "common/hosts.h"
 #include "common/status.h"
@@ -99,6 +100,16 @@ absl::StatusOr<TaskPlace> Identify(const Options& o) {
   id.ps_addresses = ps;
   id.resolve = [](const std::string& address) { return ResolveTaskAddress(address); };
   return place;
+}
+
+std::string SummaryDirFor(const TrainerOptions& options, Role role) {
+  if (role == Role::kWorker) return "";
+  std::string dir = options.summary_dir;
+  if (dir.empty() && !options.checkpoint_dir.empty()) {
+    dir = absl::StrCat(absl::StripSuffix(options.checkpoint_dir, "/"), "/summaries");
+  }
+  if (dir.empty() || role == Role::kChief) return dir;
+  return absl::StrCat(absl::StripSuffix(dir, "/"), "/eval");
 }
 
 std::string RoleName(Role role) {

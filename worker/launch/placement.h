@@ -40,6 +40,12 @@ absl::StatusOr<TaskPlace> Identify(const Options& o);
 // coordinator on loopback, and Gloo advertises another host.
 bool IsWildcardHost(absl::string_view host);
 
+// Where a task writes its TensorBoard event files (worker/summary): --summary-dir, else the
+// checkpoint directory's summaries/ folder, so a job's volume keeps them; the evaluator's in
+// their eval/ folder, a run of its own in TensorBoard. Empty (none) for a training worker, and
+// where neither flag gives a folder.
+std::string SummaryDirFor(const TrainerOptions& options, Role role);
+
 // "chief", "worker" or "evaluator", as logs and metric labels name them.
 std::string RoleName(Role role);
 

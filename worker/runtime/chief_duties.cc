@@ -117,6 +117,10 @@ ChiefDuties::ChiefDuties(const TrainerOptions& options, Model& model, GradientEx
       checkpointer_({options.checkpoint_dir, options.keep_checkpoints}),
       progress_(options.log_every, metrics),
       retry_(CheckpointRetry::For(options.checkpoint_every)) {
+  if (!options_.summary_dir.empty()) {
+    summaries_ = SummaryLog::Open(options_.summary_dir, metrics_,
+                                  [this] { return exchange_.learning_rate(); });
+  }
   // The training chief's evaluations each epoch, in the ps modes, where the workers' waits for
   // the ps leave CPU time idle; all-reduce ranks keep their CPUs busy, and an evaluation beside
   // the chief's training slows the step every rank waits for. Only where the device's memory is
@@ -252,7 +256,10 @@ void ChiefDuties::StartTraining() {
 
 absl::Status ChiefDuties::AfterStep(int64_t pos, int64_t epoch_before, float loss) {
   const int64_t epoch = pos / steps_per_epoch_;
-  progress_.MaybeLog(exchange_.global_step(), epoch, loss, exchange_.examples_per_step());
+  const int64_t step = exchange_.global_step();
+  const std::optional<double> rate =
+      progress_.MaybeLog(step, epoch, loss, exchange_.examples_per_step());
+  if (rate && summaries_ != nullptr) summaries_->Progress(step, loss, *rate);
   if (epoch > epoch_before && !exchange_.Done(pos)) RETURN_IF_ERROR(EvaluateEpoch(epoch));
   if (options_.checkpoint_dir.empty()) return absl::OkStatus();
   return MaybeCheckpoint();
@@ -298,6 +305,7 @@ void ChiefDuties::Record(const EvalResult& eval, int64_t step, std::optional<int
     last_eval_ = eval;
   }
   LogEvaluation(eval, step, epoch, metrics_);
+  if (summaries_ != nullptr) summaries_->Evaluation(step, eval);
 }
 
 EvalResult ChiefDuties::last_eval() const {

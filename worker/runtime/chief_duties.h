@@ -34,6 +34,7 @@
 #include "worker/runtime/gradient_exchange.h"
 #include "worker/runtime/metrics.h"
 #include "worker/runtime/progress_log.h"
+#include "worker/runtime/summary_log.h"
 #include "worker/runtime/trainer.h"
 
 namespace kubetrain::worker {
@@ -132,6 +133,7 @@ class ChiefDuties {
   const absl::Time start_;
   Checkpointer checkpointer_;
   ProgressLog progress_;
+  std::unique_ptr<SummaryLog> summaries_;  // null without --summary-dir
 
   // What a checkpoint must fit to be restored into this job.
   CheckpointExpectation Expected() const;

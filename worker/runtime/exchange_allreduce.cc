@@ -115,10 +115,10 @@ class AllReduceExchange final : public GradientExchange {
     }
     if (optimizer_ != nullptr && nominal == nominal_) return absl::OkStatus();
     nominal_ = nominal;
-    ASSIGN_OR_RETURN(optimizer_, ps::MakeOptimizer(OptimizerFor(
-                                     c_.options, c_.options.batch_size * nominal_,
-                                     elastic_ ? std::max<int64_t>(1, c_.total_steps() / nominal_)
-                                              : c_.total_steps())));
+    optimizer_options_ = OptimizerFor(
+        c_.options, c_.options.batch_size * nominal_,
+        elastic_ ? std::max<int64_t>(1, c_.total_steps() / nominal_) : c_.total_steps());
+    ASSIGN_OR_RETURN(optimizer_, ps::MakeOptimizer(optimizer_options_));
     return absl::OkStatus();
   }
 
@@ -277,6 +277,10 @@ class AllReduceExchange final : public GradientExchange {
   }
 
   int64_t global_step() const override { return step_; }
+  std::optional<double> learning_rate() const override {
+    if (optimizer_ == nullptr) return std::nullopt;
+    return ps::LearningRateAt(optimizer_options_, step_);
+  }
   int examples_per_step() const override { return c_.options.batch_size * size(); }
   int64_t last_global_step() const override {
     return elastic_ ? c_.total_steps() + 1 : c_.total_steps();
@@ -457,6 +461,7 @@ class AllReduceExchange final : public GradientExchange {
   Model& model_;
   Communicator* comm_ = nullptr;
   std::unique_ptr<ps::Optimizer> optimizer_;
+  ps::OptimizerOptions optimizer_options_;  // optimizer_'s
   std::vector<std::vector<Tensor>> slots_;  // per variable, the optimizer's slots
   std::vector<Bucket> buckets_;
   Tensor scratch_;           // small collectives (step, checksum)

@@ -104,6 +104,9 @@ class GradientExchange {
   // the last) or EndTraining made together with the other ranks, each on its share (all-reduce,
   // fixed size: docs/architecture.md §5.3). nullopt: the chief evaluates on its own.
   virtual std::optional<EvalResult> shared_evaluation() const { return std::nullopt; }
+  // The learning rate the optimizer applies at the current global step, where the exchange
+  // knows its schedule (TensorBoard's learning_rate series).
+  virtual std::optional<double> learning_rate() const { return std::nullopt; }
   // The chief, after its final evaluation and checkpoint: releases what training used (ps:
   // stops its watch and shuts the ps down).
   virtual void ShutDown() = 0;

@@ -10,9 +10,10 @@ void ProgressLog::Start(int64_t step) {
   step_ = step;
 }
 
-void ProgressLog::MaybeLog(int64_t step, int64_t epoch, float loss, int examples_per_step) {
+std::optional<double> ProgressLog::MaybeLog(int64_t step, int64_t epoch, float loss,
+                                            int examples_per_step) {
   const absl::Time now = absl::Now();
-  if (now - time_ < every_) return;
+  if (now - time_ < every_) return std::nullopt;
   if (step < step_) step_ = step;  // restored from an older checkpoint: measure afresh
   const double rate =
       static_cast<double>(step - step_) * examples_per_step / absl::ToDoubleSeconds(now - time_);
@@ -23,6 +24,7 @@ void ProgressLog::MaybeLog(int64_t step, int64_t epoch, float loss, int examples
                          {"epoch", epoch},
                          {"loss", loss},
                          {"examples_per_sec", absl::StrFormat("%.0f", rate)}});
+  return rate;
 }
 
 void LogEvaluation(const EvalResult& eval, int64_t step, std::optional<int64_t> epoch,

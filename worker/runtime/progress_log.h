@@ -20,8 +20,9 @@ class ProgressLog {
   // Starts measuring throughput from global step `step`, now.
   void Start(int64_t step);
   // Logs `progress step= epoch= loss= examples_per_sec=` once `every` has passed since the last
-  // line; the rate counts `examples_per_step` examples for each global step since then.
-  void MaybeLog(int64_t step, int64_t epoch, float loss, int examples_per_step);
+  // line; the rate counts `examples_per_step` examples for each global step since then. Returns
+  // the rate when it logged a line.
+  std::optional<double> MaybeLog(int64_t step, int64_t epoch, float loss, int examples_per_step);
 
  private:
   absl::Duration every_;

@@ -18,6 +18,7 @@
 #include "common/backoff.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "ps/optimizer.h"
 #include "ps/partition.h"
 #include "worker/core/random.h"
 #include "worker/runtime/chief_duties.h"
@@ -160,6 +161,9 @@ class PsExchange : public GradientExchange {
   }
 
   int64_t global_step() const override { return version_.step(); }
+  std::optional<double> learning_rate() const override {
+    return ps::LearningRateAt(Config().optimizer, version_.step());
+  }
 
   absl::Status AwaitParameters(bool evaluated) override { return WaitForPs(evaluated); }
 

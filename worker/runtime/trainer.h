@@ -51,6 +51,8 @@ struct TrainerOptions {
   double momentum = 0.9;
   uint64_t seed = 1;
   std::string checkpoint_dir;  // the chief's checkpoints; empty: none (no ps refill possible)
+  // The chief's and the evaluator's TensorBoard event files (worker/summary); empty: none.
+  std::string summary_dir;
   absl::Duration checkpoint_every = absl::Seconds(30);
   int keep_checkpoints = 3;
   absl::Duration log_every = absl::Seconds(5);

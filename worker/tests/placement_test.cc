@@ -289,6 +289,19 @@ TEST(ParseFlags, ABadValueNamesItsFlagAndTheAllowedOnes) {
   EXPECT_THAT(fusion.status().message(), HasSubstr("--fusion-threshold-mb: must be >= 1"));
 }
 
+TEST(SummaryDirFor, TheChiefWritesBesideItsCheckpointsTheEvaluatorInEval) {
+  TrainerOptions o;
+  o.checkpoint_dir = "/ckpt/job/";
+  EXPECT_EQ(SummaryDirFor(o, Role::kChief), "/ckpt/job/summaries");
+  EXPECT_EQ(SummaryDirFor(o, Role::kEvaluator), "/ckpt/job/summaries/eval");
+  EXPECT_EQ(SummaryDirFor(o, Role::kWorker), "") << "training workers write no summaries";
+  o.summary_dir = "/tb";
+  EXPECT_EQ(SummaryDirFor(o, Role::kChief), "/tb");
+  EXPECT_EQ(SummaryDirFor(o, Role::kEvaluator), "/tb/eval");
+  EXPECT_EQ(SummaryDirFor(TrainerOptions{}, Role::kEvaluator), "")
+      << "an evaluator without either folder writes none";
+}
+
 TEST(RoleName, NamesEachRole) {
   EXPECT_EQ(RoleName(Role::kChief), "chief");
   EXPECT_EQ(RoleName(Role::kWorker), "worker");
