@@ -385,7 +385,11 @@ absl::StatusOr<JobResult> LocalJob::Run(const std::atomic<bool>& stop) {
   StopAll(/*graceful=*/result_->succeeded);
   if (progress_dirty_) MaybePrintProgress(/*force=*/true);
   for (auto& t : tasks_) {
-    if (t->task.chief && t->progress.completion()) result_->summary = t->progress.completion();
+    if (!t->task.chief) continue;
+    if (t->progress.completion()) result_->summary = t->progress.completion();
+    if (!t->progress.summary_dir().empty()) {
+      Say(absl::StrCat("TensorBoard: tensorboard --logdir ", t->progress.summary_dir()));
+    }
   }
   result_->wall = absl::Now() - start_;
   return *result_;

@@ -50,6 +50,10 @@ bool ProgressTracker::Observe(absl::string_view line) {
     return false;
   }
   std::map<std::string, std::string> fields = ParseLogfmt(line);
+  if (fields["msg"] == "Writing TensorBoard summaries" && !fields["dir"].empty()) {
+    summary_dir_ = fields["dir"];
+    return false;
+  }
   if (!fields.count("step")) return false;
   bool changed = false;
   for (const char* key : kProgressKeys) {

@@ -25,10 +25,14 @@ class ProgressTracker {
   // "step=1200 epoch=2 loss=0.41 accuracy=0.861 examples_per_sec=21000" from the latest values.
   std::string Summary() const;
   const std::optional<nlohmann::json>& completion() const { return completion_; }
+  // The folder of the chief's TensorBoard event files, from its `Writing TensorBoard summaries
+  // dir=...` line; empty until it says one.
+  const std::string& summary_dir() const { return summary_dir_; }
 
  private:
   std::map<std::string, std::string> latest_;
   std::optional<nlohmann::json> completion_;
+  std::string summary_dir_;
 };
 
 }  // namespace kubetrain::local

@@ -34,5 +34,14 @@ TEST(ProgressTracker, KeepsLatestValuesAndCompletion) {
   EXPECT_EQ((*t.completion())["test_accuracy"], 0.89);
 }
 
+TEST(ProgressTracker, RemembersWhereTheChiefWritesItsTensorBoardSummaries) {
+  ProgressTracker t;
+  EXPECT_EQ(t.summary_dir(), "");
+  EXPECT_FALSE(t.Observe(
+      R"(ts=2026-11-29T07:00:00Z level=info msg="Writing TensorBoard summaries" dir="/tmp/kubetrain-0/run 1/checkpoints/summaries" file=/x)"));
+  EXPECT_EQ(t.summary_dir(), "/tmp/kubetrain-0/run 1/checkpoints/summaries");
+  EXPECT_FALSE(t.has_progress()) << "not a progress line";
+}
+
 }  // namespace
 }  // namespace kubetrain::local
