@@ -6,11 +6,8 @@
 # checkpoint folder is on a 16 MiB tmpfs that the driver fills mid-run and frees again.
 # Usage: chaos_e2e.sh LOCALKUBE KUBECTL BIN_DIR
 set -euo pipefail
-LOCALKUBE=$1
-KUBECTL=$2
-BIN=$(cd "$3" && pwd)
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_args "$@"
 
 start_localkube --run-pods --hosts-file "$(mktemp -u "${TMPDIR:-/tmp}/lk-hosts.XXXXXX")" \
   --image-map "kubetrain/=$BIN" --error-rate 0.1 --drop-watches-every 5s --compact-every 10s

@@ -13,6 +13,16 @@ fail() {
 
 step() { echo "=== $(date +%T) $*"; }
 
+# The arguments of the scripts that drive the operator: LOCALKUBE KUBECTL BIN_DIR (BIN: absolute);
+# then on from the repository root.
+e2e_args() {
+  [[ $# -ge 3 ]] || fail "usage: $(basename "$0") LOCALKUBE KUBECTL BIN_DIR"
+  LOCALKUBE=$1
+  KUBECTL=$2
+  BIN=$(cd "$3" && pwd)
+  cd "$(dirname "${BASH_SOURCE[0]}")/.."
+}
+
 # `grep -q` for pipelines: reads all its input, so the writer never dies of SIGPIPE (which
 # pipefail would report as a failure).
 has() { grep "$@" >/dev/null; }

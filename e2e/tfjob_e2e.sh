@@ -8,11 +8,8 @@
 # kubectl delete removes what was made for the job.
 # Usage: tfjob_e2e.sh LOCALKUBE KUBECTL BIN_DIR
 set -euo pipefail
-LOCALKUBE=$1
-KUBECTL=$2
-BIN=$(cd "$3" && pwd)
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_args "$@"
 
 start_localkube_for_operator "$BIN"
 k() { "$KUBECTL" "$@"; }

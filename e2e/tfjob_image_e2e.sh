@@ -7,12 +7,8 @@
 # Skips (77) without root, buildah or the worker image (make images).
 # Usage: tfjob_image_e2e.sh LOCALKUBE KUBECTL BIN_DIR
 set -euo pipefail
-# shellcheck disable=SC2034  # LOCALKUBE is used by start_localkube (lib.sh)
-LOCALKUBE=$1
-KUBECTL=$2
-BIN=$(cd "$3" && pwd)
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_args "$@"
 
 WORKER_IMAGE=kubetrain/worker:0.1.0-cpu
 [[ $(id -u) == 0 ]] || { echo "SKIP: the oci runtime needs root"; exit 77; }
