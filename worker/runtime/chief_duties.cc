@@ -106,7 +106,7 @@ TrainingSummary RunSummary(const TrainerOptions& options, int64_t steps, int exa
 
 ChiefDuties::ChiefDuties(const TrainerOptions& options, Model& model, GradientExchange& exchange,
                          int64_t steps_per_epoch, const Dataset* test, WorkerMetrics* metrics,
-                         absl::Time start)
+                         absl::Time start, SummaryLog* summaries)
     : options_(options),
       model_(model),
       exchange_(exchange),
@@ -116,11 +116,8 @@ ChiefDuties::ChiefDuties(const TrainerOptions& options, Model& model, GradientEx
       start_(start),
       checkpointer_({options.checkpoint_dir, options.keep_checkpoints}),
       progress_(options.log_every, metrics),
+      summaries_(summaries),
       retry_(CheckpointRetry::For(options.checkpoint_every)) {
-  if (!options_.summary_dir.empty()) {
-    summaries_ = SummaryLog::Open(options_.summary_dir, metrics_,
-                                  [this] { return exchange_.learning_rate(); });
-  }
   // The training chief's evaluations each epoch, in the ps modes, where the workers' waits for
   // the ps leave CPU time idle; all-reduce ranks keep their CPUs busy, and an evaluation beside
   // the chief's training slows the step every rank waits for. Only where the device's memory is

@@ -66,10 +66,10 @@ class ChiefDuties {
  public:
   // `steps_per_epoch`: the training worker's (0 for an evaluator, which calls only Evaluate and
   // Summary). `test` may be null (Evaluate then fails), `metrics` too. `start`: when the task
-  // started.
+  // started. `summaries` (may be null): where progress and evaluations go for TensorBoard.
   ChiefDuties(const TrainerOptions& options, Model& model, GradientExchange& exchange,
               int64_t steps_per_epoch, const Dataset* test, WorkerMetrics* metrics,
-              absl::Time start);
+              absl::Time start, SummaryLog* summaries = nullptr);
   // Cancels an epoch's evaluation still running (within one test batch) and waits for it.
   ~ChiefDuties();
   ChiefDuties(const ChiefDuties&) = delete;
@@ -133,7 +133,7 @@ class ChiefDuties {
   const absl::Time start_;
   Checkpointer checkpointer_;
   ProgressLog progress_;
-  std::unique_ptr<SummaryLog> summaries_;  // null without --summary-dir
+  SummaryLog* summaries_;  // the trainer's; null without --summary-dir
 
   // What a checkpoint must fit to be restored into this job.
   CheckpointExpectation Expected() const;

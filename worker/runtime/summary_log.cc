@@ -17,23 +17,11 @@ std::pair<double, double> SumAndCount(prometheus::Histogram& h) {
 
 }  // namespace
 
-std::unique_ptr<SummaryLog> SummaryLog::Open(const std::string& directory, WorkerMetrics* metrics,
-                                             std::function<std::optional<double>()> learning_rate) {
-  absl::StatusOr<std::unique_ptr<summary::EventFileWriter>> writer =
-      summary::EventFileWriter::Create({.directory = directory});
-  if (!writer.ok()) {
-    log::Warn("No TensorBoard summaries: set --summary-dir to a folder this task may write",
-              {{"error", writer.status().ToString()}});
-    return nullptr;
-  }
-  log::Info("Writing TensorBoard summaries", {{"dir", directory}, {"file", (*writer)->path()}});
-  return std::unique_ptr<SummaryLog>(
-      new SummaryLog(std::move(*writer), metrics, std::move(learning_rate)));
-}
-
-SummaryLog::SummaryLog(std::unique_ptr<summary::EventFileWriter> writer, WorkerMetrics* metrics,
+SummaryLog::SummaryLog(std::string directory, WorkerMetrics* metrics,
                        std::function<std::optional<double>()> learning_rate)
-    : writer_(std::move(writer)), metrics_(metrics), learning_rate_(std::move(learning_rate)) {
+    : directory_(std::move(directory)),
+      metrics_(metrics),
+      learning_rate_(std::move(learning_rate)) {
   if (metrics_ != nullptr) {
     // Exchanges before training (a restarted chief's) are not this run's steps.
     for (prometheus::Histogram* h :
@@ -77,15 +65,23 @@ void SummaryLog::Evaluation(int64_t step, const EvalResult& eval) {
              {"test_loss", static_cast<float>(eval.loss)}});
 }
 
-void SummaryLog::Flush() {
-  if (failed_) return;
-  if (absl::Status s = writer_->Flush(); !s.ok() && !failed_.exchange(true)) {
-    log::Warn("TensorBoard summaries stopped", {{"error", s.ToString()}});
-  }
-}
-
 void SummaryLog::Add(int64_t step, const std::vector<summary::Scalar>& values) {
   if (failed_) return;
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    if (writer_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<summary::EventFileWriter>> writer =
+          summary::EventFileWriter::Create({.directory = directory_});
+      if (!writer.ok()) {
+        failed_ = true;
+        log::Warn("No TensorBoard summaries: set --summary-dir to a folder this task may write",
+                  {{"error", writer.status().ToString()}});
+        return;
+      }
+      writer_ = std::move(*writer);
+      log::Info("Writing TensorBoard summaries", {{"dir", directory_}, {"file", writer_->path()}});
+    }
+  }
   const double wall_time = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   if (absl::Status s = writer_->AddScalars(step, wall_time, values);
       !s.ok() && !failed_.exchange(true)) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,28 +19,27 @@
 
 namespace kubetrain::worker {
 
+// One per process start (the Trainer's), so one new event file: made at the first value, and
+// named then in an info line (where TensorBoard should look); when it cannot be made, a warning
+// names the error and the flag, and nothing more is written.
 class SummaryLog {
  public:
-  // A new event file in `directory`, named in an info line (where TensorBoard should look);
-  // null, with a warning naming the error and the flag, when it cannot be made. `metrics` (may
-  // be null) gives the exchange's time per step; `learning_rate` (may be empty) the rate at the
-  // current step.
-  static std::unique_ptr<SummaryLog> Open(const std::string& directory, WorkerMetrics* metrics,
-                                          std::function<std::optional<double>()> learning_rate);
+  // `metrics` (may be null) gives the exchange's time per step; `learning_rate` (may be empty)
+  // the rate at the current step.
+  SummaryLog(std::string directory, WorkerMetrics* metrics,
+             std::function<std::optional<double>()> learning_rate);
 
   // Loss, examples/s, learning rate and exchange seconds per step since the last call.
   void Progress(int64_t step, float loss, double examples_per_second);
-  // Accuracy and test loss of an evaluation at `step`.
+  // Accuracy and test loss of an evaluation at `step` (from any thread).
   void Evaluation(int64_t step, const EvalResult& eval);
-  // Writes what is buffered (also done by the destructor).
-  void Flush();
 
  private:
-  SummaryLog(std::unique_ptr<summary::EventFileWriter> writer, WorkerMetrics* metrics,
-             std::function<std::optional<double>()> learning_rate);
   void Add(int64_t step, const std::vector<summary::Scalar>& values);
 
-  std::unique_ptr<summary::EventFileWriter> writer_;
+  const std::string directory_;
+  std::mutex open_mu_;
+  std::unique_ptr<summary::EventFileWriter> writer_;  // made by the first Add
   WorkerMetrics* metrics_;
   std::function<std::optional<double>()> learning_rate_;
   double exchange_seconds_ = 0;       // the exchange histograms' sum at the last Progress

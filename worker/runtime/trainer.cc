@@ -173,8 +173,12 @@ class Trainer::Impl {
       set_up_ = true;
     }
     if (id_.role != Role::kWorker) {
+      if (summaries_ == nullptr && !options_.summary_dir.empty()) {
+        summaries_ = std::make_unique<SummaryLog>(options_.summary_dir, metrics_,
+                                                  [this] { return exchange_->learning_rate(); });
+      }
       duties_ = std::make_unique<ChiefDuties>(options_, *model_, *exchange_, steps_per_epoch_,
-                                              test_, metrics_, start_);
+                                              test_, metrics_, start_, summaries_.get());
     }
     return absl::OkStatus();
   }
@@ -323,7 +327,8 @@ class Trainer::Impl {
   int64_t elastic_cursor_ = 0;                 // steps made in that shard
   int64_t steps_per_epoch_ = 0;                // 0 for an evaluator
   std::unique_ptr<GradientExchange> exchange_;
-  std::unique_ptr<ChiefDuties> duties_;  // the chief's and the evaluator's
+  std::unique_ptr<SummaryLog> summaries_;  // one event file per process start, for every duties_
+  std::unique_ptr<ChiefDuties> duties_;    // the chief's and the evaluator's
   float last_loss_ = 0;
   int64_t local_steps_ = 0;                  // steps this task made
   const std::atomic<bool>* stop_ = nullptr;  // Run's, from Setup on
