@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -20,10 +21,12 @@
 #include "kubetrain/v1/ps.grpc.pb.h"
 #include "prometheus/registry.h"
 #include "ps/server.h"
+#include "tensorflow/core/util/event.pb.h"
 #include "worker/core/cpu/cpu_device.h"
 #include "worker/core/data/fashion_mnist.h"
 #include "worker/core/models.h"
 #include "worker/runtime/checkpoint.h"
+#include "worker/summary/tfrecord.h"
 #include "worker/tests/counting_device.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 
@@ -189,6 +192,52 @@ TEST_F(TrainerTest, SyncTrainingOfTwoWorkersLearnsAndStepsOncePerRound) {
   // Each step's exchange is one round trip: a PushAndPull, no Push or Pull of its own.
   EXPECT_EQ(Count(metrics.push_pull_duration), 468);
   EXPECT_EQ(Count(metrics.push_duration), 0);
+}
+
+// The chief writes one TensorBoard event file per start (FinishedRun's look at the checkpoints
+// and the run share it): the version record, then loss, examples/s, learning rate and exchange
+// time with each progress line, accuracy and test loss at each epoch's evaluation.
+TEST_F(TrainerTest, TheChiefWritesTensorBoardScalarsIntoOneEventFile) {
+  auto ps = StartPs();
+  prometheus::Registry registry;
+  WorkerMetrics metrics(registry, {"t", "chief", "0"});
+  TrainerOptions options = Options(Mode::kPsSync, 2);
+  options.log_every = absl::Milliseconds(1);  // progress lines (and their scalars) often
+  options.summary_dir = options.checkpoint_dir + "/summaries";
+  auto summary = Train(options, {ps->address()}, 2, &metrics);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(options.summary_dir)) {
+    files.push_back(e.path().string());
+  }
+  ASSERT_EQ(files.size(), 1u) << "one file per start";
+  EXPECT_THAT(files[0], ::testing::HasSubstr("/events.out.tfevents."));
+  absl::StatusOr<std::vector<std::string>> records =
+      summary::ReadTfRecords(ReadAll(files[0]), files[0]);
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_GT(records->size(), 2u);
+  tensorflow::Event first;
+  ASSERT_TRUE(first.ParseFromString(records->front()));
+  EXPECT_EQ(first.file_version(), "brain.Event:2");
+  std::map<std::string, std::vector<std::pair<int64_t, float>>> series;
+  for (size_t i = 1; i < records->size(); ++i) {
+    tensorflow::Event event;
+    ASSERT_TRUE(event.ParseFromString((*records)[i]));
+    for (const tensorflow::Summary::Value& v : event.summary().value()) {
+      series[v.tag()].push_back({event.step(), v.simple_value()});
+    }
+  }
+  for (const char* tag : {"loss", "examples_per_second", "learning_rate",
+                          "exchange_seconds_per_step", "accuracy", "test_loss"}) {
+    EXPECT_FALSE(series[tag].empty()) << tag;
+  }
+  // Both epochs' evaluations (the second at the run's end), the last at the final step with the
+  // run's own test accuracy.
+  ASSERT_EQ(series["accuracy"].size(), 2u);
+  EXPECT_EQ(series["accuracy"].back().first, summary->steps);
+  EXPECT_NEAR(series["accuracy"].back().second, summary->test_accuracy, 1e-6);
+  EXPECT_GT(series["learning_rate"].front().second, 0);
+  EXPECT_GT(series["exchange_seconds_per_step"].front().second, 0);
 }
 
 // Against a ps that predates PushAndPull the workers push and pull separately, and train the
