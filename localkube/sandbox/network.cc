@@ -1,6 +1,8 @@
 #include "localkube/sandbox/network.h"
 
+#include <linux/capability.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,6 +30,13 @@ constexpr int64_t kMaxRate = 100'000'000'000;
 constexpr int kRuleToBlock = 32100;
 constexpr int kRuleUnreachable = 32101;
 
+bool HasNetAdmin() {
+  __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &header, data) != 0) return true;  // let the first command say
+  return data[CAP_NET_ADMIN / 32].effective & (1u << (CAP_NET_ADMIN % 32));
+}
+
 // One sentence, for callers that fall back to running without sandboxes.
 absl::Status CheckPreconditions() {
   if (::geteuid() != 0) {
@@ -35,6 +44,10 @@ absl::Status CheckPreconditions() {
         "Sandbox networks need root (network namespaces, veths, bridges, tc); this process runs "
         "as uid ",
         ::geteuid()));
+  }
+  if (!HasNetAdmin()) {
+    return absl::FailedPreconditionError(
+        "Sandbox networks need CAP_NET_ADMIN, which this process lacks");
   }
   int error = 0;
   // On a thread of its own: unshare moves only that thread, which then ends.

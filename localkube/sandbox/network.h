@@ -102,7 +102,8 @@ class Network {
 
   // A new sandbox `name` (unique in this network; names.h says which) on `node`.
   absl::StatusOr<const Sandbox*> AddSandbox(int node, absl::string_view name);
-  // Removes the sandbox's namespace (ending what still runs there with it) and veth.
+  // Removes the sandbox's veth and namespace. Processes still running there are not stopped
+  // (stop them first): they keep an empty namespace without eth0 until they end.
   absl::Status RemoveSandbox(absl::string_view name);
   const Sandbox* sandbox(absl::string_view name) const;
 

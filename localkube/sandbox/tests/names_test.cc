@@ -5,7 +5,7 @@
 namespace kubetrain::sandbox {
 namespace {
 
-TEST(Names, InterfaceNamesFitLinuxsFifteenCharacters) {
+TEST(SandboxNames, InterfaceNamesFitLinuxsFifteenCharacters) {
   const std::string prefix =
       "abc"
       "ffff";  // the longest family
@@ -14,7 +14,7 @@ TEST(Names, InterfaceNamesFitLinuxsFifteenCharacters) {
   EXPECT_LE(VethName(prefix, kMaxNodes - 1, kMaxSerial).size(), 15u);
 }
 
-TEST(Names, ObjectsAreTracedBackToTheirInstance) {
+TEST(SandboxNames, ObjectsAreTracedBackToTheirInstance) {
   EXPECT_EQ(InstanceOfLink("kt", "kt3fa2b0"), "kt3fa2");
   EXPECT_EQ(InstanceOfLink("kt", "kt3fa2v12s340"), "kt3fa2");
   EXPECT_EQ(InstanceOfNetns("kt", "kt3fa2-1-rank-0"), "kt3fa2");
@@ -25,7 +25,7 @@ TEST(Names, ObjectsAreTracedBackToTheirInstance) {
   EXPECT_EQ(InstanceOfNetns("kt", "kt3fa2b0"), std::nullopt);
 }
 
-TEST(Names, PrefixesAndSandboxNamesAreChecked) {
+TEST(SandboxNames, PrefixesAndSandboxNamesAreChecked) {
   EXPECT_TRUE(ValidatePrefix("kt", "kt00a1").ok());
   EXPECT_FALSE(ValidatePrefix("kt", "kt00A1").ok());
   EXPECT_FALSE(ValidatePrefix("kt", "kx00a1").ok());
@@ -37,7 +37,7 @@ TEST(Names, PrefixesAndSandboxNamesAreChecked) {
   EXPECT_FALSE(ValidateSandboxName("a/b").ok());
 }
 
-TEST(Names, BlocksTileTheBenchmarkingRangeWithoutOverlap) {
+TEST(SandboxNames, BlocksTileTheBenchmarkingRangeWithoutOverlap) {
   EXPECT_EQ(BlockCidr(0), "198.18.0.0/20");
   EXPECT_EQ(BlockCidr(1), "198.18.16.0/20");
   EXPECT_EQ(BlockCidr(kBlocks - 1), "198.19.240.0/20");

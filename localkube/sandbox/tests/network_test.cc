@@ -44,7 +44,7 @@ std::string EchoBetween(const Sandbox& from, const Sandbox& to, const std::strin
   return reply.ok() ? *reply : "error: " + reply.status().ToString();
 }
 
-TEST(Network, RejectsBadOptionsNamingTheField) {
+TEST(SandboxNetwork, RejectsBadOptionsNamingTheField) {
   EXPECT_THAT(Network::Create({.nodes = 0}).status().message(), ::testing::HasSubstr("nodes"));
   EXPECT_THAT(Network::Create({.nodes = 17}).status().message(), ::testing::HasSubstr("nodes"));
   EXPECT_THAT(Network::Create({.prefix = "kt12345"}).status().message(),
@@ -55,7 +55,7 @@ TEST(Network, RejectsBadOptionsNamingTheField) {
   EXPECT_TRUE(absl::IsInvalidArgument(Network::Create({.block = 32}).status()));
 }
 
-TEST(Network, ProcessesInTwoSandboxesOfOneNodeTalk) {
+TEST(SandboxNetwork, ProcessesInTwoSandboxesOfOneNodeTalk) {
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 1});
   auto a = net->AddSandbox(0, "server");
   auto b = net->AddSandbox(0, "client");
@@ -74,7 +74,7 @@ TEST(Network, ProcessesInTwoSandboxesOfOneNodeTalk) {
   EXPECT_EQ(testing::WaitExit(**server, &said, absl::Seconds(10)), 0) << said;
 }
 
-TEST(Network, SandboxesOnDifferentNodesTalkThroughTheHost) {
+TEST(SandboxNetwork, SandboxesOnDifferentNodesTalkThroughTheHost) {
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 3});
   auto a = net->AddSandbox(0, "a");
   auto c = net->AddSandbox(2, "c");
@@ -84,7 +84,7 @@ TEST(Network, SandboxesOnDifferentNodesTalkThroughTheHost) {
   EXPECT_EQ(EchoBetween(**c, **a, "and back"), "and back");
 }
 
-TEST(Network, CutNodeIsUnreachableUntilHealed) {
+TEST(SandboxNetwork, CutNodeIsUnreachableUntilHealed) {
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 2});
   auto a = net->AddSandbox(0, "a");
   auto b = net->AddSandbox(1, "b");
@@ -152,7 +152,7 @@ double MeasureBitsPerSecond(const Sandbox& from, const Sandbox& to, size_t bytes
   return rate;
 }
 
-TEST(Network, ShapedUplinkCarriesBulkTransferAtAboutItsRateBothWays) {
+TEST(SandboxNetwork, ShapedUplinkCarriesBulkTransferAtAboutItsRateBothWays) {
   constexpr double kRate = 50'000'000;
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 2, .uplink_bits_per_second = kRate});
   ASSERT_TRUE(net->SetUplinkRate(1, std::nullopt).ok());  // only node 0's uplink on the path
@@ -172,7 +172,7 @@ TEST(Network, ShapedUplinkCarriesBulkTransferAtAboutItsRateBothWays) {
   EXPECT_LT(in, 1.05 * kRate);
 }
 
-TEST(Network, TwoNetworksGetDifferentNamesAndSubnetsAndStayApart) {
+TEST(SandboxNetwork, TwoNetworksGetDifferentNamesAndSubnetsAndStayApart) {
   CREATE_NETWORK_OR_SKIP(one, NetworkOptions{.nodes = 1});
   CREATE_NETWORK_OR_SKIP(two, NetworkOptions{.nodes = 1});
   EXPECT_NE(one->prefix(), two->prefix());
@@ -195,7 +195,7 @@ TEST(Network, TwoNetworksGetDifferentNamesAndSubnetsAndStayApart) {
   EXPECT_EQ(EchoBetween(**a1, **b1, "still here"), "still here");
 }
 
-TEST(Network, DestructionRemovesEverythingItCreated) {
+TEST(SandboxNetwork, DestructionRemovesEverythingItCreated) {
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 2, .uplink_bits_per_second = 10'000'000});
   const std::string prefix = net->prefix();
   ASSERT_TRUE(net->AddSandbox(0, "a").ok());
@@ -211,7 +211,7 @@ TEST(Network, DestructionRemovesEverythingItCreated) {
   EXPECT_THAT(ObjectsOf(prefix), IsEmpty());
 }
 
-TEST(Network, RemovedSandboxLeavesNothingAndItsNameCanBeUsedAgain) {
+TEST(SandboxNetwork, RemovedSandboxLeavesNothingAndItsNameCanBeUsedAgain) {
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 1});
   auto a = net->AddSandbox(0, "a");
   ASSERT_TRUE(a.ok());

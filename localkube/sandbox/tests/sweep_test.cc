@@ -46,7 +46,7 @@ void Kill(Holder& holder) {
   ASSERT_TRUE(testing::WaitExit(*holder.process, &ignored, absl::Seconds(10)));
 }
 
-TEST(Sweep, NextCreateSweepsWhatAKilledInstanceLeft) {
+TEST(SandboxSweep, NextCreateSweepsWhatAKilledInstanceLeft) {
   CREATE_NETWORK_OR_SKIP(probe, NetworkOptions{});  // skips where the machine cannot
   probe.reset();
   auto holder = StartHolder();
@@ -72,7 +72,7 @@ TEST(Sweep, NextCreateSweepsWhatAKilledInstanceLeft) {
   }
 }
 
-TEST(Sweep, LiveInstanceIsNeverSwept) {
+TEST(SandboxSweep, LiveInstanceIsNeverSwept) {
   CREATE_NETWORK_OR_SKIP(probe, NetworkOptions{});
   probe.reset();
   auto holder = StartHolder();
