@@ -71,10 +71,7 @@ absl::Status RemoveInstanceObjects(absl::string_view family, absl::string_view p
       }
     }
     if (kind != "v") continue;
-    absl::StatusOr<json> namespaces = RunToolJson("ip", {"netns", "list"});
-    Keep(&first, namespaces.status());
-    if (!namespaces.ok()) continue;
-    for (const std::string& ns : Field(*namespaces, "name")) {
+    for (const std::string& ns : ListNetns()) {
       if (InstanceOfNetns(family, ns) == std::string(prefix)) {
         Keep(&first, RunTool("ip", {"netns", "del", ns}).status());
       }
@@ -99,8 +96,7 @@ absl::StatusOr<std::vector<std::string>> SweepStale(absl::string_view family,
   for (const std::string& name : Field(links, "ifname")) {
     if (auto prefix = InstanceOfLink(family, name)) prefixes.insert(*prefix);
   }
-  ASSIGN_OR_RETURN(json namespaces, RunToolJson("ip", {"netns", "list"}));
-  for (const std::string& name : Field(namespaces, "name")) {
+  for (const std::string& name : ListNetns()) {
     if (auto prefix = InstanceOfNetns(family, name)) prefixes.insert(*prefix);
   }
   ASSIGN_OR_RETURN(json rules, RunToolJson("ip", {"rule", "show"}));

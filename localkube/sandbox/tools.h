@@ -22,8 +22,13 @@ absl::StatusOr<std::string> FindTool(absl::string_view tool);
 // command and what it said (NOT_FOUND when it said the object does not exist).
 absl::StatusOr<std::string> RunTool(absl::string_view tool, const std::vector<std::string>& args);
 
-// RunTool with `-j` before `args`, parsed: a JSON array (empty output reads as []).
+// RunTool with `-j` before `args`, parsed: a JSON array (empty output reads as []). The tool's
+// stderr is dropped: `ip` warns there about objects that vanish while it lists them.
 absl::StatusOr<nlohmann::json> RunToolJson(absl::string_view tool,
                                            const std::vector<std::string>& args);
+
+// The named network namespaces (the files `ip netns add` makes under /run/netns), read directly
+// rather than through `ip netns list`, which stumbles over namespaces being deleted meanwhile.
+std::vector<std::string> ListNetns();
 
 }  // namespace kubetrain::sandbox

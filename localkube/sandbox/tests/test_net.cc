@@ -122,7 +122,9 @@ std::set<std::string> ObjectsOf(const std::string& prefix, const std::string& lo
       }
     }
   };
-  if (auto rows = RunToolJson("ip", {"netns", "list"}); rows.ok()) add("netns", *rows, "name");
+  for (const std::string& name : ListNetns()) {
+    if (absl::StartsWith(name, prefix)) objects.insert("netns:" + name);
+  }
   if (auto rows = RunToolJson("ip", {"link", "show"}); rows.ok()) add("link", *rows, "ifname");
   if (auto rows = RunToolJson("ip", {"rule", "show"}); rows.ok()) add("rule", *rows, "iif");
   std::error_code ec;
