@@ -1,0 +1,242 @@
+#include "localkube/sandbox/network.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/testing/eventually.h"
+#include "localkube/sandbox/tests/test_net.h"
+
+namespace kubetrain::sandbox {
+namespace {
+
+using ::kubetrain::sandbox::testing::Connect;
+using ::kubetrain::sandbox::testing::EchoOnce;
+using ::kubetrain::sandbox::testing::Exchange;
+using ::kubetrain::sandbox::testing::Listen;
+using ::kubetrain::sandbox::testing::Listener;
+using ::kubetrain::sandbox::testing::ListenOnHost;
+using ::kubetrain::sandbox::testing::ObjectsOf;
+using ::kubetrain::testing::Eventually;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+const std::map<std::string, std::string> kEnv = {{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}};
+
+// What `from` gets back for `message` from an echo server in `to` (on a thread here), or
+// "error: ..." saying why nothing came back.
+std::string EchoBetween(const Sandbox& from, const Sandbox& to, const std::string& message) {
+  absl::StatusOr<Listener> listener = Listen(to);
+  if (!listener.ok()) return "error: " + listener.status().ToString();
+  auto echo = std::async(std::launch::async, EchoOnce, listener->fd, absl::Seconds(10));
+  absl::StatusOr<int> fd = Connect(from, to.ip(), listener->port, absl::Seconds(5));
+  absl::StatusOr<std::string> reply = fd.ok() ? Exchange(*fd, message) : fd.status();
+  if (fd.ok()) ::close(*fd);
+  if (!fd.ok()) ::shutdown(listener->fd, SHUT_RDWR);  // the echo thread stops waiting
+  echo.wait();
+  ::close(listener->fd);
+  return reply.ok() ? *reply : "error: " + reply.status().ToString();
+}
+
+// Namespaces, links and rules are gone at once. The lock file is too, but a start of another
+// test running in parallel may briefly make (and remove) one while it looks at the instance.
+void ExpectAllGone(const std::string& prefix) {
+  std::set<std::string> left = ObjectsOf(prefix);
+  std::erase_if(left, [](const std::string& object) { return object.starts_with("lock:"); });
+  EXPECT_THAT(left, IsEmpty());
+  EXPECT_TRUE(Eventually([&] { return ObjectsOf(prefix).empty(); }));
+}
+
+TEST(SandboxNetwork, RejectsBadOptionsNamingTheField) {
+  EXPECT_THAT(Network::Create({.nodes = 0}).status().message(), ::testing::HasSubstr("nodes"));
+  EXPECT_THAT(Network::Create({.nodes = 17}).status().message(), ::testing::HasSubstr("nodes"));
+  EXPECT_THAT(Network::Create({.prefix = "kt12345"}).status().message(),
+              ::testing::HasSubstr("prefix"));
+  EXPECT_THAT(Network::Create({.family = "KT"}).status().message(), ::testing::HasSubstr("family"));
+  EXPECT_THAT(Network::Create({.uplink_bits_per_second = 10}).status().message(),
+              ::testing::HasSubstr("uplink_bits_per_second"));
+  EXPECT_TRUE(absl::IsInvalidArgument(Network::Create({.block = 32}).status()));
+}
+
+TEST(SandboxNetwork, ProcessesInTwoSandboxesOfOneNodeTalk) {
+  CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 1});
+  auto a = net->AddSandbox(0, "server");
+  auto b = net->AddSandbox(0, "client");
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  EXPECT_NE((*a)->ip(), (*b)->ip());
+  auto server = Process::Start((*a)->Wrap({{SANDBOX_PEER_BINARY, "echo-server", "7070"}, kEnv}));
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::string said;
+  ASSERT_TRUE(testing::ReadUntil(**server, "listening", &said, absl::Seconds(10))) << said;
+  auto client = Process::Start(
+      (*b)->Wrap({{SANDBOX_PEER_BINARY, "echo-client", (*a)->ip(), "7070", "hello-node"}, kEnv}));
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::string reply;
+  EXPECT_EQ(testing::WaitExit(**client, &reply, absl::Seconds(10)), 0) << reply;
+  EXPECT_EQ(reply, "hello-node\n");
+  EXPECT_EQ(testing::WaitExit(**server, &said, absl::Seconds(10)), 0) << said;
+}
+
+TEST(SandboxNetwork, SandboxesOnDifferentNodesTalkThroughTheHost) {
+  CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 3});
+  auto a = net->AddSandbox(0, "a");
+  auto c = net->AddSandbox(2, "c");
+  ASSERT_TRUE(a.ok() && c.ok()) << a.status() << c.status();
+  EXPECT_NE(net->node_cidr(0), net->node_cidr(2));
+  EXPECT_EQ(EchoBetween(**a, **c, "across"), "across");
+  EXPECT_EQ(EchoBetween(**c, **a, "and back"), "and back");
+}
+
+TEST(SandboxNetwork, CutNodeIsUnreachableUntilHealed) {
+  CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 2});
+  auto a = net->AddSandbox(0, "a");
+  auto b = net->AddSandbox(1, "b");
+  auto b2 = net->AddSandbox(1, "b2");
+  ASSERT_TRUE(a.ok() && b.ok() && b2.ok());
+  // Listeners that answer when the network lets them: in a, in b, and on the host at b's node
+  // gateway.
+  absl::StatusOr<Listener> in_a = Listen(**a), in_b = Listen(**b);
+  absl::StatusOr<Listener> on_host = ListenOnHost(net->node_gateway(1));
+  ASSERT_TRUE(in_a.ok() && in_b.ok() && on_host.ok());
+  auto reaches = [](const Sandbox& from, const std::string& ip, int port) {
+    absl::StatusOr<int> fd = Connect(from, ip, port, absl::Seconds(1));
+    if (fd.ok()) ::close(*fd);
+    return fd.ok();
+  };
+  ASSERT_TRUE(reaches(**a, (*b)->ip(), in_b->port));
+  ASSERT_TRUE(reaches(**b, (*a)->ip(), in_a->port));
+  ASSERT_TRUE(reaches(**b, net->node_gateway(1), on_host->port));
+
+  ASSERT_TRUE(net->CutNode(1).ok());
+  EXPECT_TRUE(net->is_cut(1));
+  EXPECT_FALSE(reaches(**a, (*b)->ip(), in_b->port));
+  EXPECT_FALSE(reaches(**b, (*a)->ip(), in_a->port));
+  EXPECT_FALSE(reaches(**b, net->node_gateway(1), on_host->port));
+  // Behind the cut, the node's own sandboxes still talk.
+  EXPECT_EQ(EchoBetween(**b2, **b, "inside"), "inside");
+
+  ASSERT_TRUE(net->HealNode(1).ok());
+  EXPECT_TRUE(Eventually([&] { return EchoBetween(**a, **b, "after") == "after"; }));
+  EXPECT_TRUE(reaches(**b, net->node_gateway(1), on_host->port));
+  for (int fd : {in_a->fd, in_b->fd, on_host->fd}) ::close(fd);
+}
+
+// A bulk TCP transfer from `from` to `to`; the rate the receiver saw, bit/s.
+double MeasureBitsPerSecond(const Sandbox& from, const Sandbox& to, size_t bytes) {
+  absl::StatusOr<Listener> listener = Listen(to);
+  if (!listener.ok()) return 0;
+  auto receive = std::async(std::launch::async, [&]() -> double {
+    int peer = ::accept(listener->fd, nullptr, nullptr);
+    if (peer < 0) return 0;
+    const absl::Time start = absl::Now();
+    size_t got = 0;
+    std::vector<char> buffer(1 << 16);
+    for (ssize_t n; (n = ::read(peer, buffer.data(), buffer.size())) > 0;) got += n;
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    ::close(peer);
+    return got == bytes ? got * 8 / seconds : 0;
+  });
+  absl::StatusOr<int> fd = Connect(from, to.ip(), listener->port, absl::Seconds(5));
+  if (fd.ok()) {
+    timeval limit = {.tv_sec = 20, .tv_usec = 0};
+    ::setsockopt(*fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+    std::vector<char> data(bytes, 'x');
+    for (size_t sent = 0; sent < bytes;) {
+      ssize_t n = ::write(*fd, data.data() + sent, bytes - sent);
+      if (n <= 0) break;
+      sent += n;
+    }
+    ::close(*fd);
+  } else {
+    ::shutdown(listener->fd, SHUT_RDWR);
+  }
+  double rate = receive.get();
+  ::close(listener->fd);
+  return rate;
+}
+
+TEST(SandboxNetwork, ShapedUplinkCarriesBulkTransferAtAboutItsRateBothWays) {
+  constexpr double kRate = 50'000'000;
+  CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 2, .uplink_bits_per_second = kRate});
+  ASSERT_TRUE(net->SetUplinkRate(1, std::nullopt).ok());  // only node 0's uplink on the path
+  auto a = net->AddSandbox(0, "a");
+  auto b = net->AddSandbox(1, "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  constexpr size_t kBytes = 6 << 20;  // about 1 s at the rate
+  const double out = MeasureBitsPerSecond(**a, **b, kBytes);
+  const double in = MeasureBitsPerSecond(**b, **a, kBytes);
+  RecordProperty("out_mbit_s", absl::StrCat(out / 1e6));
+  RecordProperty("in_mbit_s", absl::StrCat(in / 1e6));
+  std::cout << "node 0 uplink at 50 Mbit/s: out " << out / 1e6 << " Mbit/s, in " << in / 1e6
+            << " Mbit/s\n";
+  EXPECT_GT(out, 0.70 * kRate);
+  EXPECT_LT(out, 1.05 * kRate);
+  EXPECT_GT(in, 0.70 * kRate);
+  EXPECT_LT(in, 1.05 * kRate);
+}
+
+TEST(SandboxNetwork, TwoNetworksGetDifferentNamesAndSubnetsAndStayApart) {
+  CREATE_NETWORK_OR_SKIP(one, NetworkOptions{.nodes = 1});
+  CREATE_NETWORK_OR_SKIP(two, NetworkOptions{.nodes = 1});
+  EXPECT_NE(one->prefix(), two->prefix());
+  EXPECT_NE(one->block_cidr(), two->block_cidr());
+  auto a1 = one->AddSandbox(0, "a");
+  auto b1 = one->AddSandbox(0, "b");
+  auto a2 = two->AddSandbox(0, "a");  // the same sandbox name in another network
+  ASSERT_TRUE(a1.ok() && b1.ok() && a2.ok()) << a1.status() << b1.status() << a2.status();
+  EXPECT_NE((*a1)->netns(), (*a2)->netns());
+  // Neither reaches the other's sandboxes, through the host or otherwise.
+  absl::StatusOr<Listener> in_a1 = Listen(**a1), in_a2 = Listen(**a2);
+  ASSERT_TRUE(in_a1.ok() && in_a2.ok());
+  EXPECT_FALSE(Connect(**a1, (*a2)->ip(), in_a2->port, absl::Seconds(1)).ok());
+  EXPECT_FALSE(Connect(**a2, (*a1)->ip(), in_a1->port, absl::Seconds(1)).ok());
+  ::close(in_a1->fd);
+  ::close(in_a2->fd);
+  const std::string gone = two->prefix();
+  two.reset();
+  ExpectAllGone(gone);
+  EXPECT_EQ(EchoBetween(**a1, **b1, "still here"), "still here");
+}
+
+TEST(SandboxNetwork, DestructionRemovesEverythingItCreated) {
+  CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 2, .uplink_bits_per_second = 10'000'000});
+  const std::string prefix = net->prefix();
+  ASSERT_TRUE(net->AddSandbox(0, "a").ok());
+  ASSERT_TRUE(net->AddSandbox(1, "b").ok());
+  ASSERT_TRUE(net->CutNode(1).ok());
+  const std::set<std::string> made = ObjectsOf(prefix);
+  EXPECT_EQ(made.count("netns:" + prefix + "-0-a"), 1u);
+  EXPECT_EQ(made.count("link:" + net->bridge(1)), 1u);
+  EXPECT_EQ(made.count("rule:" + net->bridge(1)), 1u);
+  EXPECT_EQ(made.count("lock:" + prefix + ".lock"), 1u);
+  EXPECT_EQ(made.size(), 2u /*netns*/ + 6u /*links*/ + 2u /*rules*/ + 1u /*lock*/);
+  net.reset();
+  ExpectAllGone(prefix);
+}
+
+TEST(SandboxNetwork, RemovedSandboxLeavesNothingAndItsNameCanBeUsedAgain) {
+  CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 1});
+  auto a = net->AddSandbox(0, "a");
+  ASSERT_TRUE(a.ok());
+  const std::string netns = (*a)->netns();
+  EXPECT_TRUE(absl::IsAlreadyExists(net->AddSandbox(0, "a").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(net->AddSandbox(1, "b").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(net->AddSandbox(0, "Not_A_Name").status()));
+  ASSERT_TRUE(net->RemoveSandbox("a").ok());
+  EXPECT_EQ(net->sandbox("a"), nullptr);
+  EXPECT_EQ(ObjectsOf(netns).size(), 0u);
+  std::set<std::string> links = ObjectsOf(net->prefix());
+  EXPECT_EQ(links,
+            (std::set<std::string>{"link:" + net->bridge(0), "link:" + net->prefix() + "i0",
+                                   "rule:" + net->bridge(0), "lock:" + net->prefix() + ".lock"}));
+  EXPECT_TRUE(net->AddSandbox(0, "a").ok());
+}
+
+}  // namespace
+}  // namespace kubetrain::sandbox
