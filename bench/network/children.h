@@ -1,0 +1,59 @@
+// What network_bench's driver runs besides the table: the stop flag that SIGINT and SIGTERM set,
+// the group of child processes of one case (started inside sandboxes, watched together against
+// the stop flag and the deadline, killed with their process groups when the group goes), and
+// the raw TCP reference between two sandboxes.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/process.h"
+#include "localkube/sandbox/network.h"
+
+namespace kubetrain::network_bench {
+
+// Blocks SIGINT and SIGTERM in the calling thread (call it in main before any thread starts, so
+// every thread inherits the mask) and sets the returned flag from a thread of its own when one
+// arrives; its number is in StopSignal().
+const std::atomic<bool>& WatchStopSignals();
+int StopSignal();
+
+// Child processes of one case. Destroying it kills every child's process group (Process).
+// Not thread-safe: the driver's main thread owns it.
+class Children {
+ public:
+  Children(const std::atomic<bool>& stop, absl::Time deadline) : stop_(stop), deadline_(deadline) {}
+
+  // Starts `argv` inside `sandbox`; returns its index.
+  absl::StatusOr<int> Start(const sandbox::Sandbox& sandbox, std::vector<std::string> argv);
+  // Waits until child `index` has written `needle`.
+  absl::Status WaitOutput(int index, absl::string_view needle);
+  // Waits until every child in `which` has exited 0.
+  absl::Status WaitExit(const std::vector<int>& which);
+  const std::string& output(int index) const { return outputs_[index]; }
+
+ private:
+  // Reads what the children wrote (waiting up to 50 ms); an error once the stop flag is set,
+  // the deadline passed or a child has exited otherwise than with 0.
+  absl::Status Pump();
+
+  const std::atomic<bool>& stop_;
+  absl::Time deadline_;
+  std::vector<std::unique_ptr<Process>> processes_;
+  std::vector<std::string> names_, outputs_;
+};
+
+// One-way TCP from `from` to `to` (through both nodes' uplinks when they differ): `reps` timed
+// transfers of `bytes` after one untimed, each timed from its first byte sent to the receiver's
+// one-byte acknowledgement of its last. Seconds per transfer.
+absl::StatusOr<std::vector<double>> MeasureRawTcp(const sandbox::Sandbox& from,
+                                                  const sandbox::Sandbox& to, size_t bytes,
+                                                  int reps, const std::atomic<bool>& stop,
+                                                  absl::Time deadline);
+
+}  // namespace kubetrain::network_bench

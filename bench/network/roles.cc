@@ -1,0 +1,201 @@
+// The roles network_bench's children run inside their sandboxes (roles.h).
+#include "bench/network/roles.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <span>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "bench/allreduce/pattern.h"
+#include "common/status.h"
+#include "ps/client.h"
+#include "ps/server.h"
+#include "worker/collective/coordinator.h"
+#include "worker/collective/gloo_communicator.h"
+
+namespace kubetrain::network_bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// One rank: join the coordinator, connect the ring, time `warmup + iters` in-place float-sum
+// all-reduces per size, check every sum, and (rank 0) print the slowest rank's times.
+absl::Status RunRingRank(const Options& opt, const std::vector<size_t>& sizes) {
+  using worker::ReduceOp;
+  ASSIGN_OR_RETURN(auto store,
+                   worker::CoordinatorClient::Connect({.address = opt.coordinator,
+                                                       .rank = opt.rank,
+                                                       .world_size = opt.nodes,
+                                                       .connect_timeout = absl::Seconds(30)}));
+  ASSIGN_OR_RETURN(auto comm, worker::GlooCommunicator::Create(*store, {.rank = opt.rank,
+                                                                        .size = opt.nodes,
+                                                                        .hostname = opt.host,
+                                                                        .timeout = opt.timeout,
+                                                                        .bind_cpus = false}));
+  for (size_t bytes : sizes) {
+    const size_t count = bytes / sizeof(float);
+    std::vector<float> data(count);
+    std::vector<float> seconds;
+    size_t wrong = 0;
+    for (int it = 0; it < opt.warmup + opt.iters; ++it) {
+      bench::FillPattern(data.data(), count, opt.rank, it);
+      RETURN_IF_ERROR(comm->Barrier());
+      const auto start = Clock::now();
+      RETURN_IF_ERROR(comm->AllReduce(data.data(), count, ReduceOp::kSum));
+      const double s = Since(start);
+      wrong += bench::CountWrong(data.data(), count, opt.nodes, it);
+      if (it >= opt.warmup) seconds.push_back(static_cast<float>(s));
+    }
+    RETURN_IF_ERROR(comm->AllReduce(seconds.data(), seconds.size(), ReduceOp::kMax));
+    float wrong_total = static_cast<float>(wrong);
+    RETURN_IF_ERROR(comm->AllReduce(&wrong_total, 1, ReduceOp::kSum));
+    if (opt.rank == 0) {
+      bench::PrintResult(bytes, static_cast<size_t>(wrong_total),
+                         std::vector<double>(seconds.begin(), seconds.end()));
+    }
+  }
+  (void)comm->Close();
+  return absl::OkStatus();
+}
+
+// 16 equal variables (one for small models), as bench/ps_throughput measures.
+std::vector<ps::VariableSpec> Model(size_t bytes) {
+  const uint64_t elements = bytes / sizeof(float);
+  const int count = elements >= 16 * 1024 && elements % 16 == 0 ? 16 : 1;
+  std::vector<ps::VariableSpec> vars;
+  for (int i = 0; i < count; ++i) {
+    vars.push_back({absl::StrCat("layer", i, "/kernel"), elements / count});
+  }
+  return vars;
+}
+
+absl::StatusOr<size_t> OneSize(const Options& opt) {
+  ASSIGN_OR_RETURN(std::vector<size_t> sizes, ParseSizes(opt.sizes));
+  if (sizes.size() != 1) return absl::InvalidArgumentError("--role=ps*: give one size");
+  return sizes[0];
+}
+
+absl::Status RunPs(const Options& opt) {
+  ASSIGN_OR_RETURN(size_t bytes, OneSize(opt));
+  ASSIGN_OR_RETURN(auto server, ps::PsServer::Start({.address = opt.host + ":0"}, nullptr));
+  ASSIGN_OR_RETURN(ps::PlacementPlan plan, ps::PlacementPlan::Build(Model(bytes), 1));
+  ASSIGN_OR_RETURN(auto client,
+                   ps::PsClient::Create({server->address()}, plan, {.shared_memory = false}));
+  RETURN_IF_ERROR(client->WaitReady(absl::Seconds(30), /*require_initialized=*/false));
+  ps::ModelState state;
+  state.config.mode = ps::UpdateMode::kSync;
+  state.config.replicas_to_aggregate = opt.nodes;
+  state.config.optimizer.kind = ps::OptimizerKind::kSgd;
+  state.config.optimizer.learning_rate = 0.01;
+  state.run_id = "network-bench";
+  for (const ps::VariableSpec& v : plan.variables()) {
+    state.variables.push_back({v.name, std::vector<float>(v.elements, 0.5f), {}});
+  }
+  RETURN_IF_ERROR(client->Init(state));
+  state = {};
+  client.reset();
+  std::printf("ready %s\n", server->address().c_str());
+  std::fflush(stdout);
+  for (;;) ::pause();  // the driver kills this process once the workers are done
+}
+
+// Sync-mode steps as a worker takes them: push the gradients computed at v, pull step v+1.
+absl::Status RunPsWorker(const Options& opt) {
+  ASSIGN_OR_RETURN(size_t bytes, OneSize(opt));
+  ASSIGN_OR_RETURN(ps::PlacementPlan plan, ps::PlacementPlan::Build(Model(bytes), 1));
+  ASSIGN_OR_RETURN(auto client, ps::PsClient::Create({opt.ps}, plan,
+                                                     {.rpc_timeout = opt.timeout,
+                                                      .pull_timeout = opt.timeout,
+                                                      .worker = static_cast<uint32_t>(opt.rank),
+                                                      .shared_memory = false}));
+  RETURN_IF_ERROR(client->WaitReady(absl::Seconds(30), /*require_initialized=*/true));
+  std::vector<std::vector<float>> grads, values;
+  std::vector<std::span<const float>> grad_spans;
+  std::vector<std::span<float>> value_spans;
+  for (const ps::VariableSpec& v : plan.variables()) {
+    grads.emplace_back(v.elements, 1e-3f);
+    values.emplace_back(v.elements, 0.0f);
+  }
+  for (auto& g : grads) grad_spans.emplace_back(g);
+  for (auto& v : values) value_spans.emplace_back(v);
+  ASSIGN_OR_RETURN(ps::Version version, client->Pull(value_spans));
+  std::vector<double> seconds;
+  for (int it = 0; it < opt.warmup + opt.iters; ++it) {
+    const ps::Version next = version.Next();
+    const auto start = Clock::now();
+    ASSIGN_OR_RETURN(ps::PushResult step,
+                     client->PushAndPull(grad_spans, version, value_spans, &next));
+    const double s = Since(start);
+    if (step.stale != 0) return absl::InternalError("a push was dropped as stale");
+    version = step.version;
+    if (it >= opt.warmup) seconds.push_back(s);
+  }
+  bench::PrintResult(bytes, 0, seconds);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<size_t>> ParseSizes(absl::string_view text) {
+  std::vector<size_t> sizes;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
+    int shift = 0;
+    if (!item.empty()) {
+      const char unit = absl::ascii_toupper(item.back());
+      shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 0;
+    }
+    if (shift != 0) item.remove_suffix(1);
+    uint64_t value = 0;
+    if (!absl::SimpleAtoi(item, &value) || value == 0 || value > (uint64_t{1} << 32) >> shift ||
+        ((value << shift) % sizeof(float)) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sizes: \"", item,
+                       "\" is not a size such as 8M, 64M or 4096 (a multiple of 4 bytes, "
+                       "at most 4G)"));
+    }
+    sizes.push_back(static_cast<size_t>(value << shift));
+  }
+  if (sizes.empty()) return absl::InvalidArgumentError("--sizes is empty");
+  return sizes;
+}
+
+std::string SizeName(size_t bytes) {
+  if (bytes % (size_t{1} << 20) == 0) return absl::StrCat(bytes >> 20, " MiB");
+  if (bytes % (size_t{1} << 10) == 0) return absl::StrCat(bytes >> 10, " KiB");
+  return absl::StrCat(bytes, " B");
+}
+
+absl::Status RunRole(const Options& opt) {
+  if (opt.role == "ring-rank") {
+    if (opt.rank < 0 || opt.rank >= opt.nodes || opt.coordinator.empty() || opt.host.empty()) {
+      return absl::InvalidArgumentError("--role=ring-rank needs --rank, --coordinator, --host");
+    }
+    ASSIGN_OR_RETURN(std::vector<size_t> sizes, ParseSizes(opt.sizes));
+    return RunRingRank(opt, sizes);
+  }
+  if (opt.role == "ps") {
+    if (opt.host.empty()) return absl::InvalidArgumentError("--role=ps needs --host");
+    return RunPs(opt);
+  }
+  if (opt.role == "ps-worker") {
+    if (opt.rank < 0 || opt.ps.empty()) {
+      return absl::InvalidArgumentError("--role=ps-worker needs --rank and --ps");
+    }
+    return RunPsWorker(opt);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--role: unknown \"", opt.role, "\"; one of ring-rank, ps, ps-worker"));
+}
+
+}  // namespace kubetrain::network_bench

@@ -1,0 +1,50 @@
+// network_bench's options and the programs its children run: network_bench re-executed inside a
+// sandbox (a network namespace on an emulated node) with --role set. The driver, which builds the
+// network and prints the table, is network_bench.cc.
+//
+//   --role=ring-rank  one rank of the ring all-reduce: joins the driver's CoordinatorServer and
+//                     makes a GlooCommunicator listening on --host, as a training worker does;
+//                     rank 0 prints one "result" line per size (bench/allreduce/pattern.h)
+//   --role=ps         a PsServer on --host, initialised (over its own address, so the bytes
+//                     never cross the uplink) with a sync-mode model of --sizes bytes for
+//                     --ranks workers; prints "ready <address>" and serves until killed
+//   --role=ps-worker  one worker: PsClient push+pull (PushAndPull, sync mode) of that model
+//                     against --ps; prints its own "result" line
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace kubetrain::network_bench {
+
+struct Options {
+  std::string sizes;  // empty: 16M,64M (--quick: 64M)
+  int nodes = 2;      // ranks (workers); the ps gets a node of its own
+  double link_gbit = 1;
+  std::string modes = "ring,ps";
+  int iters = 5;
+  int warmup = 1;
+  bool quick = false;
+  bool json = false;
+  absl::Duration timeout = absl::Minutes(5);
+  // Set by the driver on the processes it starts.
+  std::string role;
+  int rank = -1;
+  std::string coordinator;  // ring-rank: the driver's CoordinatorServer, host:port
+  std::string host;         // the sandbox's IP, to listen on
+  std::string ps;           // ps-worker: the ps's address
+};
+
+// "64K", "8M", "1G" or a byte count, comma-separated; each a positive multiple of 4 up to 4 GiB.
+absl::StatusOr<std::vector<size_t>> ParseSizes(absl::string_view text);
+std::string SizeName(size_t bytes);  // "64 MiB"
+
+// Runs the child role named by opt.role.
+absl::Status RunRole(const Options& opt);
+
+}  // namespace kubetrain::network_bench
