@@ -37,7 +37,9 @@ std::string Tail(const std::string& text, size_t n = 2000) {
 // Why the wait must end now, or OK.
 absl::Status Interrupted(const std::atomic<bool>& stop, absl::Time deadline) {
   if (stop.load()) return absl::CancelledError("stopped by a signal");
-  if (absl::Now() > deadline) return absl::DeadlineExceededError("--timeout passed");
+  if (absl::Now() > deadline)
+    return absl::DeadlineExceededError(
+        "the run passed its --timeout (raise it for larger sizes or slower links)");
   return absl::OkStatus();
 }
 
@@ -94,13 +96,13 @@ const std::atomic<bool>& WatchStopSignals() {
 
 int StopSignal() { return stop_signal.load(); }
 
-absl::StatusOr<int> Children::Start(const sandbox::Sandbox& sandbox,
-                                    std::vector<std::string> argv) {
+absl::StatusOr<int> Children::Start(const sandbox::Sandbox& sandbox, std::vector<std::string> argv,
+                                    const std::map<std::string, std::string>& env) {
   RETURN_IF_ERROR(Interrupted(stop_, deadline_));
   const std::string name =
       absl::StrCat(argv.size() > 1 ? argv[1] : argv[0], " in ", sandbox.name());
-  ProcessOptions options{.argv = std::move(argv),
-                         .env = {{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}}};
+  ProcessOptions options{.argv = std::move(argv), .env = env};
+  options.env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin";
   ASSIGN_OR_RETURN(auto process, Process::Start(sandbox.Wrap(std::move(options))));
   processes_.push_back(std::move(process));
   names_.push_back(name);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,8 +30,9 @@ class Children {
  public:
   Children(const std::atomic<bool>& stop, absl::Time deadline) : stop_(stop), deadline_(deadline) {}
 
-  // Starts `argv` inside `sandbox`; returns its index.
-  absl::StatusOr<int> Start(const sandbox::Sandbox& sandbox, std::vector<std::string> argv);
+  // Starts `argv` inside `sandbox` with PATH and `env`; returns its index.
+  absl::StatusOr<int> Start(const sandbox::Sandbox& sandbox, std::vector<std::string> argv,
+                            const std::map<std::string, std::string>& env = {});
   // Waits until child `index` has written `needle`.
   absl::Status WaitOutput(int index, absl::string_view needle);
   // Waits until every child in `which` has exited 0.

@@ -26,7 +26,9 @@
 // network namespaces (Network::Create's FAILED_PRECONDITION) it says why and exits 77. SIGINT or
 // SIGTERM stops it within about a second, killing the children and removing the network.
 #include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -120,7 +122,11 @@ void Progress(const Result& r) {
 absl::StatusOr<std::vector<Result>> RunRing(Setup& s) {
   const int n = s.opt.nodes;
   // On the host, reached by each rank through its own node's gateway.
-  ASSIGN_OR_RETURN(auto coordinator, worker::CoordinatorServer::Start({"0.0.0.0:0", n}));
+  // Only this run's ranks may join: the host's coordinator is reachable from every node.
+  std::random_device random;
+  const std::string secret =
+      absl::StrFormat("%08x%08x%08x%08x", random(), random(), random(), random());
+  ASSIGN_OR_RETURN(auto coordinator, worker::CoordinatorServer::Start({"0.0.0.0:0", n, secret}));
   Children children(s.stop, s.deadline);
   std::vector<int> ids;
   for (int rank = 0; rank < n; ++rank) {
@@ -128,7 +134,8 @@ absl::StatusOr<std::vector<Result>> RunRing(Setup& s) {
         ChildArgs(s.opt, "ring-rank", rank, s.ranks[rank]->ip(), absl::StrJoin(s.sizes, ","));
     argv.push_back(
         absl::StrCat("--coordinator=", s.net->node_gateway(rank), ":", coordinator->port()));
-    ASSIGN_OR_RETURN(int id, children.Start(*s.ranks[rank], std::move(argv)));
+    ASSIGN_OR_RETURN(int id,
+                     children.Start(*s.ranks[rank], std::move(argv), {{kSecretEnv, secret}}));
     ids.push_back(id);
   }
   RETURN_IF_ERROR(children.WaitExit(ids));
@@ -301,6 +308,7 @@ int main(int argc, char** argv) {
   }
   if (opt.sizes.empty()) opt.sizes = "16M,64M";
   if (!opt.role.empty()) {
+    if (const char* secret = std::getenv(network_bench::kSecretEnv)) opt.secret = secret;
     absl::Status s = network_bench::RunRole(opt);
     if (s.ok()) return 0;
     std::fprintf(stderr, "network_bench %s %d: %s\n", opt.role.c_str(), opt.rank,

@@ -36,7 +36,8 @@ absl::Status RunRingRank(const Options& opt, const std::vector<size_t>& sizes) {
                    worker::CoordinatorClient::Connect({.address = opt.coordinator,
                                                        .rank = opt.rank,
                                                        .world_size = opt.nodes,
-                                                       .connect_timeout = absl::Seconds(30)}));
+                                                       .connect_timeout = absl::Seconds(30),
+                                                       .secret = opt.secret}));
   ASSIGN_OR_RETURN(auto comm, worker::GlooCommunicator::Create(*store, {.rank = opt.rank,
                                                                         .size = opt.nodes,
                                                                         .hostname = opt.host,

@@ -38,7 +38,11 @@ struct Options {
   std::string coordinator;  // ring-rank: the driver's CoordinatorServer, host:port
   std::string host;         // the sandbox's IP, to listen on
   std::string ps;           // ps-worker: the ps's address
+  std::string secret;       // ring-rank: the coordinator's secret, from kSecretEnv
 };
+
+// The environment variable that hands the ring ranks the coordinator's secret.
+inline constexpr char kSecretEnv[] = "NETWORK_BENCH_SECRET";
 
 // "64K", "8M", "1G" or a byte count, comma-separated; each a positive multiple of 4 up to 4 GiB.
 absl::StatusOr<std::vector<size_t>> ParseSizes(absl::string_view text);
