@@ -67,9 +67,10 @@ sed 's/restartScope: Pod/restartScope: Pod\n    bogusField: 1/' "$ROOT/deploy/ex
   has 'unknown field "spec.runPolicy.bogusField"' || fail "unknown field not rejected"
 
 step "status subresource and kubectl wait"
+# kubectl wait sees the condition on its watch, or on its first read if it starts after the patch:
+# either way it must return.
 k -n e2e wait --for=condition=Succeeded --timeout=30s tj/fashion-mnist > "$LK_DIR/wait.out" 2>&1 &
 WAIT_PID=$!
-sleep 1
 lk_curl -X PATCH -H "Content-Type: application/merge-patch+json" \
   "$LK_URL/apis/kubetrain.dev/v1/namespaces/e2e/trainingjobs/fashion-mnist/status" \
   -d '{"status":{"conditions":[{"type":"Running","status":"False"},{"type":"Succeeded","status":"True","reason":"ChiefSucceeded"}],"progress":{"step":1200,"accuracy":0.86}}}' \
