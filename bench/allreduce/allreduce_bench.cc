@@ -42,6 +42,7 @@
 #include "absl/time/clock.h"
 #include "bench/allreduce/pattern.h"
 #include "bench/allreduce/processes.h"
+#include "bench/allreduce/timed_allreduce.h"
 #include "bench/main.h"
 #include "bench/stats.h"
 #include "common/flags.h"
@@ -87,8 +88,6 @@ struct Options {
 
 constexpr double kGoalRatio = 0.9;
 constexpr size_t kGoalBytes = size_t{64} << 20;
-
-using Clock = std::chrono::steady_clock;
 
 // ---- Sizes ----
 
@@ -195,7 +194,6 @@ double BusBandwidth(size_t bytes, double seconds, int ranks) {
 
 // One Gloo rank: join the coordinator, connect, run every size, and (rank 0) print the results.
 absl::Status RunRank(const Options& opt, const std::vector<size_t>& sizes) {
-  using worker::ReduceOp;
   ASSIGN_OR_RETURN(auto store,
                    worker::CoordinatorClient::Connect({.address = opt.coordinator,
                                                        .rank = opt.rank,
@@ -216,30 +214,7 @@ absl::Status RunRank(const Options& opt, const std::vector<size_t>& sizes) {
                                                                      .timeout = opt.timeout,
                                                                      .bind_cpus = opt.bind_cpus}));
   }
-  for (size_t bytes : sizes) {
-    const size_t count = bytes / sizeof(float);
-    std::vector<float> data(count);
-    std::vector<float> seconds;  // float: what the communicator reduces; µs resolution is plenty
-    size_t wrong = 0;
-    for (int it = 0; it < opt.warmup + opt.iters; ++it) {
-      bench::FillPattern(data.data(), count, opt.rank, it);
-      RETURN_IF_ERROR(comm->Barrier());
-      const auto start = Clock::now();
-      RETURN_IF_ERROR(comm->AllReduce(data.data(), count, ReduceOp::kSum));
-      const double s = std::chrono::duration<double>(Clock::now() - start).count();
-      wrong += bench::CountWrong(data.data(), count, opt.ranks, it);
-      if (it >= opt.warmup) seconds.push_back(static_cast<float>(s));
-    }
-    // Slowest rank per iteration, and the wrong count over all ranks (exact as a float sum while
-    // it is below 2^24, and never 0 when any rank saw an error).
-    RETURN_IF_ERROR(comm->AllReduce(seconds.data(), seconds.size(), ReduceOp::kMax));
-    float wrong_total = static_cast<float>(wrong);
-    RETURN_IF_ERROR(comm->AllReduce(&wrong_total, 1, ReduceOp::kSum));
-    if (opt.rank == 0) {
-      bench::PrintResult(bytes, static_cast<size_t>(wrong_total),
-                         std::vector<double>(seconds.begin(), seconds.end()));
-    }
-  }
+  RETURN_IF_ERROR(bench::TimeAllReduces(*comm, opt.rank, opt.ranks, sizes, opt.warmup, opt.iters));
   (void)comm->Close();  // every rank ends here: no rank closes under another's last call
   return absl::OkStatus();
 }

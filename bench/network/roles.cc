@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/allreduce/pattern.h"
+#include "bench/allreduce/timed_allreduce.h"
 #include "common/status.h"
 #include "ps/client.h"
 #include "ps/server.h"
@@ -28,10 +29,9 @@ double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// One rank: join the coordinator, connect the ring, time `warmup + iters` in-place float-sum
-// all-reduces per size, check every sum, and (rank 0) print the slowest rank's times.
+// One rank: join the coordinator, connect the ring, and run the timed all-reduces
+// (bench/allreduce/timed_allreduce.h).
 absl::Status RunRingRank(const Options& opt, const std::vector<size_t>& sizes) {
-  using worker::ReduceOp;
   ASSIGN_OR_RETURN(auto store,
                    worker::CoordinatorClient::Connect({.address = opt.coordinator,
                                                        .rank = opt.rank,
@@ -43,28 +43,7 @@ absl::Status RunRingRank(const Options& opt, const std::vector<size_t>& sizes) {
                                                                         .hostname = opt.host,
                                                                         .timeout = opt.timeout,
                                                                         .bind_cpus = false}));
-  for (size_t bytes : sizes) {
-    const size_t count = bytes / sizeof(float);
-    std::vector<float> data(count);
-    std::vector<float> seconds;
-    size_t wrong = 0;
-    for (int it = 0; it < opt.warmup + opt.iters; ++it) {
-      bench::FillPattern(data.data(), count, opt.rank, it);
-      RETURN_IF_ERROR(comm->Barrier());
-      const auto start = Clock::now();
-      RETURN_IF_ERROR(comm->AllReduce(data.data(), count, ReduceOp::kSum));
-      const double s = Since(start);
-      wrong += bench::CountWrong(data.data(), count, opt.nodes, it);
-      if (it >= opt.warmup) seconds.push_back(static_cast<float>(s));
-    }
-    RETURN_IF_ERROR(comm->AllReduce(seconds.data(), seconds.size(), ReduceOp::kMax));
-    float wrong_total = static_cast<float>(wrong);
-    RETURN_IF_ERROR(comm->AllReduce(&wrong_total, 1, ReduceOp::kSum));
-    if (opt.rank == 0) {
-      bench::PrintResult(bytes, static_cast<size_t>(wrong_total),
-                         std::vector<double>(seconds.begin(), seconds.end()));
-    }
-  }
+  RETURN_IF_ERROR(bench::TimeAllReduces(*comm, opt.rank, opt.nodes, sizes, opt.warmup, opt.iters));
   (void)comm->Close();
   return absl::OkStatus();
 }
