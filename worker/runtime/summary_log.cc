@@ -15,6 +15,17 @@ std::pair<double, double> SumAndCount(prometheus::Histogram& h) {
   return {m.histogram.sample_sum, static_cast<double>(m.histogram.sample_count)};
 }
 
+// Seconds spent exchanging so far. One step exchanges once: a push and a pull, a push-and-pull,
+// or an all-reduce.
+double ExchangeSeconds(WorkerMetrics& m) {
+  double seconds = 0;
+  for (prometheus::Histogram* h :
+       {&m.push_duration, &m.pull_duration, &m.push_pull_duration, &m.allreduce_duration}) {
+    seconds += SumAndCount(*h).first;
+  }
+  return seconds;
+}
+
 }  // namespace
 
 SummaryLog::SummaryLog(std::string directory, WorkerMetrics* metrics,
@@ -24,11 +35,7 @@ SummaryLog::SummaryLog(std::string directory, WorkerMetrics* metrics,
       learning_rate_(std::move(learning_rate)) {
   if (metrics_ != nullptr) {
     // Exchanges before training (a restarted chief's) are not this run's steps.
-    for (prometheus::Histogram* h :
-         {&metrics_->push_duration, &metrics_->pull_duration, &metrics_->push_pull_duration,
-          &metrics_->allreduce_duration}) {
-      exchange_seconds_ += SumAndCount(*h).first;
-    }
+    exchange_seconds_ = ExchangeSeconds(*metrics_);
     steps_ = SumAndCount(metrics_->step_duration).second;
   }
 }
@@ -42,13 +49,7 @@ void SummaryLog::Progress(int64_t step, float loss, double examples_per_second) 
     }
   }
   if (metrics_ != nullptr) {
-    // One step exchanges once: a push and a pull, a push-and-pull, or an all-reduce.
-    double seconds = 0;
-    for (prometheus::Histogram* h :
-         {&metrics_->push_duration, &metrics_->pull_duration, &metrics_->push_pull_duration,
-          &metrics_->allreduce_duration}) {
-      seconds += SumAndCount(*h).first;
-    }
+    const double seconds = ExchangeSeconds(*metrics_);
     const double steps = SumAndCount(metrics_->step_duration).second;
     if (steps > steps_) {
       values.push_back({"exchange_seconds_per_step",
