@@ -1,11 +1,9 @@
-// network_bench's stop flag, child processes and raw TCP reference (children.h).
+// network_bench's child processes and raw TCP reference (children.h).
 #include "bench/network/children.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,9 +19,6 @@
 
 namespace kubetrain::network_bench {
 namespace {
-
-std::atomic<bool> stop_flag{false};
-std::atomic<int> stop_signal{0};
 
 absl::Status Errno(absl::string_view what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
@@ -77,24 +72,6 @@ void SetTimeouts(int fd) {
 }
 
 }  // namespace
-
-const std::atomic<bool>& WatchStopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([set] {
-    int sig = 0;
-    if (sigwait(&set, &sig) == 0) {
-      stop_signal = sig;
-      stop_flag = true;
-    }
-  }).detach();
-  return stop_flag;
-}
-
-int StopSignal() { return stop_signal.load(); }
 
 absl::StatusOr<int> Children::Start(const sandbox::Sandbox& sandbox, std::vector<std::string> argv,
                                     const std::map<std::string, std::string>& env) {

@@ -1,7 +1,6 @@
-// What network_bench's driver runs besides the table: the stop flag that SIGINT and SIGTERM set,
-// the group of child processes of one case (started inside sandboxes, watched together against
-// the stop flag and the deadline, killed with their process groups when the group goes), and
-// the raw TCP reference between two sandboxes.
+// What network_bench's driver runs besides the table: the group of child processes of one case
+// (started inside sandboxes, watched together against the stop flag and the deadline, killed with
+// their process groups when the group goes), and the raw TCP reference between two sandboxes.
 #pragma once
 
 #include <atomic>
@@ -17,12 +16,6 @@
 #include "localkube/sandbox/network.h"
 
 namespace kubetrain::network_bench {
-
-// Blocks SIGINT and SIGTERM in the calling thread (call it in main before any thread starts, so
-// every thread inherits the mask) and sets the returned flag from a thread of its own when one
-// arrives; its number is in StopSignal().
-const std::atomic<bool>& WatchStopSignals();
-int StopSignal();
 
 // Child processes of one case. Destroying it kills every child's process group (Process).
 // Not thread-safe: the driver's main thread owns it.

@@ -51,6 +51,7 @@
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/stop_signal.h"
 #include "worker/collective/coordinator.h"
 
 namespace kubetrain::network_bench {
@@ -321,11 +322,14 @@ int main(int argc, char** argv) {
                  s.ToString().c_str());
     return 1;
   }
-  const std::atomic<bool>& stop = network_bench::WatchStopSignals();
+  // The sandboxes are removed on the way out of Drive; what a stop past the grace leaves, the
+  // next run sweeps (localkube/sandbox/sweep.h).
+  static std::atomic<bool> stop{false};
+  InstallStopSignals(&stop, absl::Milliseconds(1500));
   bool skipped = false;
   absl::Status s = network_bench::Drive(opt, stop, &skipped);
   if (skipped) return network_bench::kExitSkip;
   if (s.ok()) return 0;
   std::fprintf(stderr, "network_bench: %s\n", s.ToString().c_str());
-  return stop.load() ? 128 + network_bench::StopSignal() : 1;
+  return stop.load() ? 128 + StopSignal() : 1;
 }
