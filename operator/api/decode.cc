@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "operator/api/checkpoint_storage.h"
 #include "operator/api/yaml.h"
 
 namespace kubetrain::api {
@@ -76,6 +77,10 @@ class Decoder {
     if (Parse(*s, &e)) return e;
     Error(path, "unsupported value " + Describe(v) + "; allowed: " + absl::StrJoin(names, ", "));
     return std::nullopt;
+  }
+
+  std::optional<CheckpointStorage> Checkpoint(const json& v) {
+    return DecodeCheckpoint(v, errors_);
   }
 
   static std::string Join(const std::string& path, const std::string& key) {
@@ -213,7 +218,8 @@ std::string SuggestReplicaType(const std::string& key) {
 TrainingJobSpec DecodeSpec(Decoder& d, const json& v) {
   TrainingJobSpec spec;
   if (!d.Object(v, "spec")) return spec;
-  d.Known(v, "spec", {"replicaSpecs", "runPolicy", "successPolicy", "backupWorkers", "elastic"});
+  d.Known(v, "spec",
+          {"replicaSpecs", "runPolicy", "successPolicy", "backupWorkers", "elastic", "checkpoint"});
   if (v.contains("replicaSpecs") && d.Object(v["replicaSpecs"], "spec.replicaSpecs")) {
     for (const auto& [key, value] : v["replicaSpecs"].items()) {
       const std::string path = "spec.replicaSpecs." + key;
@@ -235,6 +241,7 @@ TrainingJobSpec DecodeSpec(Decoder& d, const json& v) {
     spec.backup_workers = d.Integer<int32_t>(v["backupWorkers"], "spec.backupWorkers");
   }
   if (v.contains("elastic")) spec.elastic = DecodeElastic(d, v["elastic"]);
+  if (v.contains("checkpoint")) spec.checkpoint = d.Checkpoint(v["checkpoint"]);
   return spec;
 }
 
@@ -420,6 +427,7 @@ json ToJson(const TrainingJobSpec& spec) {
     if (spec.elastic->max_replicas) elastic["maxReplicas"] = *spec.elastic->max_replicas;
     out["elastic"] = elastic;
   }
+  if (spec.checkpoint) out["checkpoint"] = ToJson(*spec.checkpoint);
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "operator/api/defaults.h"
 
+#include "operator/api/checkpoint_storage.h"
 #include "operator/api/decode.h"
 
 namespace kubetrain::api {
@@ -80,6 +81,7 @@ void SetDefaults(TrainingJob* job) {
   if (!rp.restart_scope) rp.restart_scope = RestartScope::kPod;
   if (!rp.suspend) rp.suspend = false;
   if (!job->spec.success_policy) job->spec.success_policy = SuccessPolicy::kChiefOnly;
+  if (job->spec.checkpoint) SetCheckpointDefaults(&*job->spec.checkpoint);
 }
 
 }  // namespace kubetrain::api

@@ -5,6 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_secret_env.h"
+#include "operator/api/checkpoint_storage.h"
 #include "operator/api/decode.h"
 #include "operator/api/defaults.h"
 
@@ -24,9 +25,7 @@ void SetContainerEnv(json* container, json entry) {
   env.push_back(std::move(entry));
 }
 
-namespace {
-
-json OwnerReferences(const TrainingJob& job) {
+json JobOwnerReferences(const TrainingJob& job) {
   // The job's own apiVersion and kind: a TFJob (api/tfjob.h) owns what is made for it.
   return json::array({{{"apiVersion", job.api_version},
                        {"kind", job.kind},
@@ -36,11 +35,13 @@ json OwnerReferences(const TrainingJob& job) {
                        {"blockOwnerDeletion", true}}});
 }
 
+namespace {
+
 json ObjectMetadata(const TrainingJob& job, const std::string& name,
                     std::map<std::string, std::string> labels) {
   json meta = {{"name", name}, {"namespace", Namespace(job)}, {"labels", labels}};
   // Owner references need the job's uid, which the API server assigns on create.
-  if (!job.metadata.uid.empty()) meta["ownerReferences"] = OwnerReferences(job);
+  if (!job.metadata.uid.empty()) meta["ownerReferences"] = JobOwnerReferences(job);
   return meta;
 }
 
@@ -225,7 +226,19 @@ json BuildPod(const TrainingJob& job, ReplicaType type, int index, const Address
       SetEnvFieldRef(&c, "KUBETRAIN_BIND_ADDRESS", "status.podIP");
     }
   }
-  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+  if (IsChief(job, type, index)) {
+    // Only the chief reads and writes checkpoints (operator/api/checkpoint_storage.h).
+    if (const auto& storage = job.spec.checkpoint) {
+      MountCheckpointClaim(&spec, kDefaultContainerName, CheckpointClaimName(job),
+                           storage->mount_path,
+                           CheckpointDirOnClaim(storage->mount_path, job.metadata.name));
+    }
+  }
+  json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+  if (IsChief(job, type, index)) {
+    MarkCheckpointDurability(&pod, kDefaultContainerName, /*unset_is_in_pod=*/true);
+  }
+  return pod;
 }
 
 std::vector<json> RenderObjects(const TrainingJob& job, const AddressScheme& addresses,

@@ -76,6 +76,10 @@ TfConfig TfConfigFor(const TrainingJob& job, const AddressScheme& addresses, Rep
 // the same name (the operator's value wins over the template's).
 void SetContainerEnv(nlohmann::json* container, nlohmann::json entry);
 
+// ownerReferences naming the job (its own apiVersion and kind) as controller, for the objects
+// made for it; the job must have a uid.
+nlohmann::json JobOwnerReferences(const TrainingJob& job);
+
 // Labels on the pods and the Service of a job (selector labels plus managed-by).
 std::map<std::string, std::string> JobLabels(const TrainingJob& job);
 

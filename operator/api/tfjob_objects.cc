@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/job_secret_env.h"
+#include "operator/api/checkpoint_storage.h"
 #include "operator/api/decode.h"
 #include "operator/api/render.h"
 #include "operator/api/tfjob.h"
@@ -233,7 +234,17 @@ json TfJobPod(const json& tfjob, ReplicaType type, int index, const std::string&
     // As on a TrainingJob's pods (render.cc): checkpoints and metrics are the job's own.
     SetContainerEnv(c, {{"name", "KUBETRAIN_JOB_NAME"}, {"value", name}});
   }
-  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+  // Kubeflow's CRD would prune spec.checkpoint: the chief mounts the claim the annotation names
+  // (operator/api/checkpoint_storage.h), else the volumes its template mounts are all it has.
+  const std::string claim =
+      StringField(meta_in.value("annotations", json::object()), kCheckpointClaimAnnotation);
+  if (master_role && !claim.empty()) {
+    MountCheckpointClaim(&spec, kTfJobContainerName, claim, kDefaultCheckpointMountPath,
+                         CheckpointDirOnClaim(kDefaultCheckpointMountPath, name));
+  }
+  json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+  if (master_role) MarkCheckpointDurability(&pod, kTfJobContainerName, /*unset_is_in_pod=*/false);
+  return pod;
 }
 
 std::vector<json> TfJobServices(const json& tfjob) {

@@ -41,11 +41,17 @@ const std::vector<std::string>& RestartScopeNames() {
   return kNames;
 }
 
+const std::vector<std::string>& ReclaimPolicyNames() {
+  static const std::vector<std::string> kNames = {"Delete", "Retain"};
+  return kNames;
+}
+
 std::string Name(ReplicaType t) { return ReplicaTypeNames()[static_cast<int>(t)]; }
 std::string Name(RestartPolicy p) { return RestartPolicyNames()[static_cast<int>(p)]; }
 std::string Name(CleanPodPolicy p) { return CleanPodPolicyNames()[static_cast<int>(p)]; }
 std::string Name(SuccessPolicy p) { return SuccessPolicyNames()[static_cast<int>(p)]; }
 std::string Name(RestartScope s) { return RestartScopeNames()[static_cast<int>(s)]; }
+std::string Name(ReclaimPolicy p) { return ReclaimPolicyNames()[static_cast<int>(p)]; }
 
 std::string TaskType(ReplicaType t) {
   static const std::vector<std::string> kTypes = {"chief", "ps", "worker", "evaluator"};
@@ -66,6 +72,9 @@ bool Parse(absl::string_view text, SuccessPolicy* out) {
 }
 bool Parse(absl::string_view text, RestartScope* out) {
   return ParseByName(text, RestartScopeNames(), out);
+}
+bool Parse(absl::string_view text, ReclaimPolicy* out) {
+  return ParseByName(text, ReclaimPolicyNames(), out);
 }
 
 std::string FormatIndexSet(const std::set<int>& indexes) {

@@ -121,6 +121,24 @@ struct ElasticPolicy {
   std::optional<int32_t> max_replicas;
 };
 
+// spec.checkpoint: storage for the chief's checkpoints that outlives its pod (operator/api/
+// checkpoint_storage.h, docs/architecture.md §10). Exactly one of claim_name (an existing
+// PersistentVolumeClaim) and volume_claim_template (one the operator creates, <job>-checkpoint).
+enum class ReclaimPolicy { kDelete, kRetain };
+const std::vector<std::string>& ReclaimPolicyNames();
+std::string Name(ReclaimPolicy p);
+bool Parse(absl::string_view text, ReclaimPolicy* out);
+
+struct CheckpointStorage {
+  std::string claim_name;
+  // A PersistentVolumeClaim's {metadata: {labels, annotations}, spec}, kept as written: the API
+  // server validates the claim when the operator creates it.
+  std::optional<nlohmann::json> volume_claim_template;
+  std::string mount_path;  // where the chief's container mounts the claim
+  // What becomes of a created claim when the job is deleted; unset with claim_name.
+  std::optional<ReclaimPolicy> reclaim_policy;
+};
+
 struct TrainingJobSpec {
   // Ordered by ReplicaType: Chief, PS, Worker, Evaluator.
   std::map<ReplicaType, ReplicaSpec> replica_specs;
@@ -130,6 +148,7 @@ struct TrainingJobSpec {
   // the late ones (worker --backup-workers, set on every container as KUBETRAIN_BACKUP_WORKERS).
   std::optional<int32_t> backup_workers;
   std::optional<ElasticPolicy> elastic;
+  std::optional<CheckpointStorage> checkpoint;
 };
 
 struct Condition {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "operator/api/checkpoint_storage.h"
 #include "operator/api/decode.h"
 #include "operator/api/defaults.h"
 #include "operator/api/pod_template_validation.h"
@@ -64,6 +65,7 @@ class Validator {
     Success();
     Elastic();
     BackupWorkers();
+    ValidateCheckpoint(job_, &errors_);
     return std::move(errors_);
   }
 

@@ -50,10 +50,12 @@ std::vector<Constraint> Constraints() {
   return out;
 }
 
-// A job with every replica type and spec.elastic, so every schema path exists.
+// A job with every replica type, spec.elastic and spec.checkpoint, so every schema path exists.
 json FullJob() {
   json job = testing::MinimalJob(2, 2, /*chief=*/true, /*evaluator=*/true);
   job["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 2}};
+  job["spec"]["checkpoint"] = {
+      {"volumeClaimTemplate", {{"spec", {{"resources", {{"requests", {{"storage", "1Gi"}}}}}}}}}};
   return job;
 }
 
@@ -103,6 +105,7 @@ TEST(CrdAgreement, EnumsMatchTheCppNames) {
   EXPECT_EQ(Enum("spec.runPolicy.cleanPodPolicy"), CleanPodPolicyNames());
   EXPECT_EQ(Enum("spec.runPolicy.restartScope"), RestartScopeNames());
   EXPECT_EQ(Enum("spec.successPolicy"), SuccessPolicyNames());
+  EXPECT_EQ(Enum("spec.checkpoint.reclaimPolicy"), ReclaimPolicyNames());
 }
 
 TEST(CrdAgreement, ReplicaTypesMatch) {
@@ -129,7 +132,8 @@ TEST(CrdAgreement, EveryEnumValueIsAcceptedAndOthersRejected) {
     EXPECT_TRUE(RejectsAt(doc, c.path)) << c.path;
     ++checked;
   }
-  EXPECT_EQ(checked, 7);  // 4 restartPolicy, cleanPodPolicy, restartScope, successPolicy
+  // 4 restartPolicy, cleanPodPolicy, restartScope, successPolicy, checkpoint.reclaimPolicy
+  EXPECT_EQ(checked, 8);
 }
 
 TEST(CrdAgreement, MinimumsAndMaximumsMatch) {
@@ -189,8 +193,9 @@ TEST(CrdAgreement, SchemaDefaultsEqualCppDefaults) {
     EXPECT_EQ(*value, c.node["default"]) << c.path;
     ++checked;
   }
-  EXPECT_EQ(checked,
-            9);  // 4 replicas, cleanPodPolicy, backoffLimit, restartScope, suspend, success
+  // 4 replicas, cleanPodPolicy, backoffLimit, restartScope, suspend, success,
+  // checkpoint.mountPath
+  EXPECT_EQ(checked, 10);
 }
 
 TEST(CrdAgreement, RequiredFieldsAreRequired) {
@@ -206,9 +211,9 @@ TEST(CrdAgreement, RequiredFieldsAreRequired) {
   }
 }
 
-// Unknown fields are pruned everywhere but in pod templates (core/v1, validated by the API server
-// when the pod is created) and in replicaSpecs, where a misspelt replica type must reach the
-// operator's validation rather than vanish.
+// Unknown fields are pruned everywhere but in pod templates and the checkpoint claim's template
+// (core/v1, validated by the API server when the pod or claim is created) and in replicaSpecs,
+// where a misspelt replica type must reach the operator's validation rather than vanish.
 TEST(CrdAgreement, PreserveUnknownFieldsOnlyOnPodTemplatesAndReplicaSpecs) {
   std::vector<std::string> preserved;
   std::function<void(const json&, const std::string&)> walk = [&](const json& n,
@@ -221,10 +226,10 @@ TEST(CrdAgreement, PreserveUnknownFieldsOnlyOnPodTemplatesAndReplicaSpecs) {
   };
   walk(Crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], "");
   EXPECT_EQ(preserved,
-            (std::vector<std::string>{".spec.replicaSpecs", ".spec.replicaSpecs.Chief.template",
-                                      ".spec.replicaSpecs.Evaluator.template",
-                                      ".spec.replicaSpecs.PS.template",
-                                      ".spec.replicaSpecs.Worker.template"}));
+            (std::vector<std::string>{
+                ".spec.checkpoint.volumeClaimTemplate", ".spec.replicaSpecs",
+                ".spec.replicaSpecs.Chief.template", ".spec.replicaSpecs.Evaluator.template",
+                ".spec.replicaSpecs.PS.template", ".spec.replicaSpecs.Worker.template"}));
 }
 
 TEST(CrdAgreement, NamesSubresourcesAndColumns) {

@@ -307,11 +307,13 @@ TEST(RenderTfJob, WorkerZeroIsTheMasterRoleWithoutAChiefAndOneReplicaGetsNoTfCon
   ASSERT_EQ(objects.size(), 2u);
   const json& pod = objects[1];
   EXPECT_EQ(pod["metadata"]["labels"]["training.kubeflow.org/job-role"], "master");
-  // The secret and the job's name only: no TF_CONFIG, as Kubeflow gives none.
+  // The secret, the job's name and, on the chief, whether its checkpoints outlive the pod: no
+  // TF_CONFIG, as Kubeflow gives none.
   const json& env = pod["spec"]["containers"][0]["env"];
-  ASSERT_EQ(env.size(), 2u);
+  ASSERT_EQ(env.size(), 3u);
   EXPECT_EQ(env[0]["name"], "KUBETRAIN_JOB_SECRET");
   EXPECT_EQ(env[1], json({{"name", "KUBETRAIN_JOB_NAME"}, {"value", "solo"}}));
+  EXPECT_EQ(env[2], json({{"name", "KUBETRAIN_CHECKPOINT_DURABLE"}, {"value", "false"}}));
   EXPECT_EQ(pod["metadata"]["namespace"], "ns");
 }
 
