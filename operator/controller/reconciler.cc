@@ -108,6 +108,7 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
     SetCondition(&p.status, kCreated, true, "TrainingJobCreated",
                  absl::StrCat("TrainingJob ", p.JobRef(), " is created."), p.now);
     p.creating = true;
+    WarnIfCheckpointsNotDurable(p);
     if (metrics_) metrics_->JobCreated(p.ns);
   }
   p.status.observed_generation = p.job.metadata.generation;
@@ -144,6 +145,7 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
   if (p.status.start_time.empty()) p.status.start_time = kube::FormatTime(p.now);
   RETURN_IF_ERROR(EnsureService(p));
   RETURN_IF_ERROR(EnsureJobSecret(p));
+  RETURN_IF_ERROR(EnsureCheckpointClaim(p));
   if (options_.gang_scheduler == "volcano") RETURN_IF_ERROR(EnsurePodGroup(p));
   if (p.Elastic()) {
     RETURN_IF_ERROR(ScaleWorkers(p));

@@ -94,6 +94,12 @@ class Reconciler {
   // out.
   std::optional<std::string> LiveNamesake(const Pass& p, const nlohmann::json& object) const;
   absl::Status EnsurePodGroup(Pass& p);
+  // spec.checkpoint.volumeClaimTemplate: the job's PersistentVolumeClaim <job>-checkpoint,
+  // before its pods (checkpoint_claim.cc). One that exists is mounted as it is (a Retain claim of
+  // an earlier job of this name resumes its checkpoints); one owned by another job is waited on.
+  absl::Status EnsureCheckpointClaim(Pass& p);
+  // A Warning event CheckpointsNotDurable when the chief's checkpoints live in its own pod.
+  void WarnIfCheckpointsNotDurable(Pass& p);
   nlohmann::json PodFor(const Pass& p, api::ReplicaType type, int index) const;
   // Once per job generation, before its first pod is created: a server-side dry-run create of
   // each replica type's pod, so admission and core/v1 validation see the templates. A template
@@ -192,6 +198,8 @@ class Reconciler {
   std::mutex writes_mu_;       // guards the memos below and deferred_events_
   // job key → uid of the job whose Secret is known to exist (no API call on later passes).
   std::map<std::string, std::string> secret_ensured_;
+  // job key → uid of the job whose checkpoint claim is known to exist.
+  std::map<std::string, std::string> claim_ensured_;
   // job key → "uid/generation" whose pod templates passed a dry-run create (CheckTemplates).
   std::map<std::string, std::string> templates_checked_;
   // job key → uid of the finished job whose PodGroup was deleted (Cleanup).

@@ -13,6 +13,7 @@
 #include "common/job_secret_env.h"
 #include "common/private_dir.h"
 #include "common/status.h"
+#include "operator/api/checkpoint_storage.h"
 #include "operator/api/decode.h"
 #include "operator/api/render.h"
 #include "operator/local/gpus.h"
@@ -134,6 +135,13 @@ absl::Status LocalJob::Configure(Task& task, const std::string& gpu) {
   // second `kubetrain run` trains afresh instead of resuming the last run's final checkpoint.
   if (!opts->env.count("KUBETRAIN_CHECKPOINT_DIR"))
     opts->env["KUBETRAIN_CHECKPOINT_DIR"] = run_dir_ + "/checkpoints";
+  // spec.checkpoint's claim is a folder of the run (operator/api/checkpoint_storage.h), which
+  // this machine keeps: the same manifest runs here, and nothing here is lost with a pod.
+  if (task.task.chief && job_.spec.checkpoint) {
+    opts->env["KUBETRAIN_CHECKPOINT_DIR"] =
+        absl::StrCat(run_dir_, "/", api::CheckpointClaimName(job_), "/", job_.metadata.name);
+  }
+  opts->env.erase(api::kCheckpointDurableEnv);
   opts->env["KUBETRAIN_BIND_ADDRESS"] = options_.command.pod_ip;
   if (!gpu.empty() && !ContainerSetsEnv(pod, "CUDA_VISIBLE_DEVICES")) {
     // The task sees its one GPU as device 0, whatever its rank.

@@ -187,6 +187,14 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
   std::shared_ptr<CheckpointDir> checkpoint_dir;
   if (id.role == Role::kChief) {
     ASSIGN_OR_RETURN(checkpoint_dir, CheckpointDir::Open(o.trainer.checkpoint_dir, o.job_name));
+    if (!o.checkpoint_durable) {
+      // A pod recreated (suspend and resume, a replica change, eviction, a lost node) starts
+      // with an empty directory, so training restarts from step 0 (docs/architecture.md §10).
+      log::Warn(
+          "Checkpoints are inside the pod and are lost when it is recreated; give the job "
+          "spec.checkpoint (a PersistentVolumeClaim) to resume from them",
+          {{"dir", o.trainer.checkpoint_dir}});
+    }
   }
   absl::StatusOr<FashionMnist> data = LoadFashionMnist(o.data_dir, &g_stop);
   if (g_stop.load()) {

@@ -36,6 +36,10 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         "chief: where checkpoints go, a folder of this user's (default "
         "$TMPDIR/kubetrain-<uid>/<job>/checkpoints)",
         "KUBETRAIN_CHECKPOINT_DIR");
+  f.Add("checkpoint-durable", &o.checkpoint_durable,
+        "chief: whether --checkpoint-dir outlives the pod (set by the operator: false when it is "
+        "in the pod's own filesystem, and the chief warns at start)",
+        "KUBETRAIN_CHECKPOINT_DURABLE");
   f.Add(
       "summary-dir", &t.summary_dir,
       "chief and evaluator: where TensorBoard event files go (default <checkpoint-dir>/summaries; "

@@ -33,6 +33,9 @@ struct Options {
   absl::Duration collective_timeout = absl::Minutes(5);
   int fusion_threshold_mb = 64;
   std::string coordinator;  // without TF_CONFIG: the chief's coordinator host:port
+  // The chief's checkpoints outlive its pod (the operator says so: operator/api/
+  // checkpoint_storage.h); false: the chief warns at start that a recreated pod starts over.
+  bool checkpoint_durable = true;
 };
 
 // Flags first, then their environment variables (TF_CONFIG, KUBETRAIN_*). Errors name the flag;

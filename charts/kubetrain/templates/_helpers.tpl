@@ -107,6 +107,12 @@ verbs operator/controller and operator/kube use; see deploy/rbac/cluster-role.ya
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create"]
+# spec.checkpoint.volumeClaimTemplate: the claim <job>-checkpoint, made before the job's pods
+# (get when it already exists: a Retained claim a later job of the name mounts). The garbage
+# collector deletes it with its job (reclaimPolicy Delete); the operator deletes none.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "create"]
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]

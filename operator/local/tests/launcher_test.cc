@@ -132,6 +132,23 @@ TEST(LocalJob, CheckpointsGoToAPrivateFolderOfTheUsersOwn) {
   std::filesystem::remove_all(tmp, ec);
 }
 
+// spec.checkpoint's claim is a folder of the run: the manifest made for a cluster runs here, and
+// the chief is not told its checkpoints are lost with a pod.
+TEST(LocalJob, TheCheckpointClaimIsAFolderOfTheRun) {
+  json doc = Job({{"Worker", Replica(2,
+                                     "echo ckpt-$KUBETRAIN_REPLICA_INDEX=$KUBETRAIN_CHECKPOINT_DIR "
+                                     "durable=${KUBETRAIN_CHECKPOINT_DURABLE--}")}});
+  doc["spec"]["checkpoint"] = {
+      {"volumeClaimTemplate", {{"spec", {{"resources", {{"requests", {{"storage", "1Gi"}}}}}}}}}};
+  Outcome o = RunJob(doc);
+  EXPECT_TRUE(o.result.succeeded) << o.output;
+  EXPECT_TRUE(Contains(o.output, "/t-checkpoint/t durable=-")) << o.output;
+  EXPECT_FALSE(Contains(o.output, "/var/lib/kubetrain")) << o.output;
+  Outcome plain =
+      RunJob(Job({{"Worker", Replica(1, "echo durable=${KUBETRAIN_CHECKPOINT_DURABLE--}")}}));
+  EXPECT_TRUE(Contains(plain.output, "durable=-")) << plain.output;
+}
+
 // What a worker prints of its GPU: the variables kubetrain run sets, or "-" when unset.
 const char kPrintGpu[] =
     "echo \"gpu $KUBETRAIN_REPLICA_TYPE-$KUBETRAIN_REPLICA_INDEX "
