@@ -244,6 +244,9 @@ json BuildPod(const TrainingJob& job, ReplicaType type, int index, const Address
 std::vector<json> RenderObjects(const TrainingJob& job, const AddressScheme& addresses,
                                 const std::string& secret) {
   std::vector<json> objects = {BuildJobSecret(job, secret), BuildService(job)};
+  if (job.spec.checkpoint && job.spec.checkpoint->volume_claim_template) {
+    objects.push_back(BuildCheckpointClaim(job));
+  }
   for (const Task& t : Tasks(job, addresses)) {
     objects.push_back(BuildPod(job, t.type, t.index, addresses));
   }

@@ -94,7 +94,8 @@ nlohmann::json BuildJobSecret(const TrainingJob& job, const std::string& secret)
 // The pod of one task: the template plus names, labels, env (TF_CONFIG, ...), annotations.
 nlohmann::json BuildPod(const TrainingJob& job, ReplicaType type, int index,
                         const AddressScheme& addresses);
-// The Secret (with `secret`), the Service, then every pod: what the operator creates for a job.
+// The Secret (with `secret`), the Service, spec.checkpoint's claim when the operator creates one,
+// then every pod: what the operator creates for a job.
 std::vector<nlohmann::json> RenderObjects(const TrainingJob& job, const AddressScheme& addresses,
                                           const std::string& secret);
 

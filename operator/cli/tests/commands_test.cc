@@ -255,7 +255,8 @@ TEST(RenderCommand, JsonIsExactlyTheDumpOfOneList) {
   ASSERT_EQ(r.code, 0) << r.err;
   nlohmann::json list = nlohmann::json::parse(r.out);
   EXPECT_EQ(r.out, list.dump(2) + "\n");
-  EXPECT_EQ(list["items"].size(), 7u);  // the job's Secret, the Service and 5 pods
+  // The job's Secret, the Service, its checkpoint claim and 5 pods.
+  EXPECT_EQ(list["items"].size(), 8u);
 }
 
 TEST(RunCommand, StopsSoonAfterTheSignalWhileStartingALargeJob) {
