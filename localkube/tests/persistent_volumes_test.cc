@@ -78,7 +78,7 @@ class PersistentVolumes : public ::testing::Test {
         &api_, PersistentVolumeOptions{dir_ + "/data", "node-1"});
   }
   void TearDown() override {
-    controller_->Stop();
+    if (controller_) controller_->Stop();
     fs::remove_all(dir_);
   }
 
