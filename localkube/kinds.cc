@@ -17,6 +17,7 @@
 #include "localkube/schema.h"
 #include "localkube/service_account_admission.h"
 #include "localkube/service_accounts.h"
+#include "localkube/storage_objects.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -85,6 +86,11 @@ absl::Status AdmitCrd(const Admission& a) {
   return absl::OkStatus();
 }
 
+absl::Status AdmitClaim(const Admission& a) {
+  if (!a.subresource.empty()) return absl::OkStatus();
+  return AdmitPersistentVolumeClaim(a.store, a.object, a.old);
+}
+
 absl::Status CrdStored(Registry& registry, const json& stored) {
   return registry.RegisterCrd(stored);
 }
@@ -138,6 +144,9 @@ const std::map<std::string, KindHooks, std::less<>>& BuiltinHooks() {
                       .delete_returns_object = true,
                       .subresources = {"log"}};
     (*t)["/services"] = {.defaults = ServiceDefaults};
+    (*t)[kPvcKey] = {.defaults = PersistentVolumeClaimDefaults, .admit = AdmitClaim};
+    (*t)[kPvKey] = {.defaults = PersistentVolumeDefaults};
+    (*t)[kStorageClassKey] = {.defaults = StorageClassDefaults};
     (*t)[kServiceAccountsKey] = {.delete_returns_object = true, .subresources = {"token"}};
     (*t)[kCrdsKey] = {.admit = AdmitCrd, .stored = CrdStored, .removed = CrdRemoved};
     for (const char* plural : {"roles", "clusterroles", "rolebindings", "clusterrolebindings"}) {

@@ -135,8 +135,13 @@ void Kubelet::Sync() {
     auto it = pods_.find(key);
     if (e.type == "DELETED") {
       if (it != pods_.end() && it->second->uid == meta.value("uid", "")) {
+        std::string volumes = it->second->dir + "/volumes";
         pods_.erase(it);  // kills whatever still runs
         lock.unlock();
+        // The pod's own volumes (emptyDir, configMap, secret, ...) go with it, as the kubelet
+        // removes /var/lib/kubelet/pods/<uid>; its logs stay. Claims' volumes live elsewhere.
+        std::error_code ignored;
+        std::filesystem::remove_all(volumes, ignored);
         WriteHosts();
       }
       continue;

@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
+#include "localkube/persistent_volumes.h"
 #include "localkube/root_ca_publisher.h"
 #include "localkube/server.h"
 #include "localkube/service_accounts.h"
@@ -42,6 +43,7 @@ struct Options {
   bool run_pods = false;
   std::string hosts_file;
   std::string pod_log_dir;
+  std::string data_dir;
   std::vector<std::string> image_map;
   std::string runtime = "process";
   absl::Duration drop_watches_every = absl::ZeroDuration();
@@ -69,6 +71,9 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
             "hosts(5) file naming pods, exported to pods as KUBETRAIN_HOSTS_FILE (default: each "
             "pod gets its own copy)");
   flags.Add("pod-log-dir", &o.pod_log_dir, "where container logs go (default: a temp dir)");
+  flags.Add("data-dir", &o.data_dir,
+            "where local-path PersistentVolumes live, <dir>/<node>/pvc-<uid> (default: a temp dir "
+            "removed at exit)");
   flags.Add("runtime", &o.runtime,
             "process (run each container's command on this host) or oci (run it from its image "
             "with buildah; needs root)");
@@ -200,6 +205,19 @@ int Run(int argc, char** argv) {
     std::cerr << "localkube: " << st.message() << "\n";
     return 1;
   }
+  // The default `local-path` StorageClass, its provisioner and the PV/PVC controllers.
+  PersistentVolumeOptions pv_options{options->data_dir};
+  if (pv_options.data_dir.empty()) {
+    pv_options.data_dir =
+        (std::filesystem::temp_directory_path() / absl::StrCat("localkube-data-", getpid()))
+            .string();
+    scratch.push_back(pv_options.data_dir);
+  }
+  PersistentVolumeController volumes(&api, pv_options);
+  if (absl::Status st = volumes.Start(); !st.ok()) {
+    std::cerr << "localkube: " << st.message() << "\n";
+    return 1;
+  }
   Server server(s, &api, kubelet.get());
   if (absl::Status st = server.Start(); !st.ok()) {
     std::cerr << "localkube: " << st.message() << "\n";
@@ -229,6 +247,7 @@ int Run(int argc, char** argv) {
   log::Info("Stopping localkube", {{"signal", sig}});
   if (workloads) workloads->Stop();
   root_ca.Stop();
+  volumes.Stop();
   if (kubelet) kubelet->Stop();  // kills every pod process group
   server.Stop();
   std::error_code ignored;

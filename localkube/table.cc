@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "localkube/storage_objects.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -74,6 +75,13 @@ json ServiceCells(const json& s) {
 
 std::vector<Column> BuiltinColumns(const ResourceType& type) {
   const std::string name_desc = "Name must be unique within a namespace.";
+  if (auto storage = StorageTableColumns(type)) {
+    std::vector<Column> columns;
+    for (const PrinterColumn& c : *storage) {
+      columns.push_back({c.name, c.type, c.format, c.description, c.priority});
+    }
+    return columns;
+  }
   if (type.kind == "Pod") {
     return {{"Name", "string", "name", name_desc},
             {"Ready", "string", "", ""},
@@ -104,6 +112,7 @@ std::vector<Column> BuiltinColumns(const ResourceType& type) {
 }
 
 json BuiltinCells(const ResourceType& type, const json& o) {
+  if (json cells = StorageTableCells(type, o, Age(o)); !cells.is_null()) return cells;
   if (type.kind == "Pod") return PodCells(o);
   if (type.kind == "Deployment") return DeploymentCells(o);
   if (type.kind == "Service") return ServiceCells(o);

@@ -16,6 +16,8 @@
 #include "absl/strings/str_split.h"
 #include "common/quote.h"
 #include "localkube/errors.h"
+#include "localkube/storage_objects.h"
+#include "localkube/volume_binding.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -257,6 +259,64 @@ absl::Status ProjectedFiles(const json& source, const json& pod, const VolumeCon
   return absl::OkStatus();
 }
 
+// The directory of the PersistentVolume a persistentVolumeClaim volume's claim is bound to, as
+// the kubelet's volume manager finds it; FailedPrecondition worded as its FailedMount events.
+absl::StatusOr<std::string> ClaimPath(const json& pod, const std::string& volume,
+                                      const std::string& claim_name, const VolumeContext& ctx) {
+  const std::string ns = pod["metadata"].value("namespace", "");
+  auto failed = [&](const std::string& why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Unable to attach or mount volumes: unmounted volumes=[", volume,
+                     "]: error processing PVC ", ns, "/", claim_name, ": ", why));
+  };
+  std::optional<json> claim = ctx.store ? ctx.store->Get(kPvcKey, ns, claim_name) : std::nullopt;
+  if (!claim) {
+    return failed(absl::StrCat("failed to fetch PVC from API server: persistentvolumeclaims \"",
+                               claim_name, "\" not found"));
+  }
+  if ((*claim)["metadata"].contains("deletionTimestamp")) {
+    return failed(
+        absl::StrCat("can't start pod because PVC ", ns, "/", claim_name, " is being deleted"));
+  }
+  const json status = claim->value("status", json::object());
+  const json spec = claim->value("spec", json::object());
+  std::string phase = status.is_object() ? status.value("phase", "") : "";
+  std::string pv_name =
+      spec.is_object() && spec.contains("volumeName") && spec["volumeName"].is_string()
+          ? spec["volumeName"].get<std::string>()
+          : "";
+  if (phase != "Bound" || pv_name.empty()) {
+    return failed(absl::StrCat("PVC ", ns, "/", claim_name, " has non-bound phase (\"", phase,
+                               "\") or empty pvc.Spec.VolumeName (\"", pv_name, "\")"));
+  }
+  std::optional<json> pv = ctx.store->Get(kPvKey, "", pv_name);
+  if (!pv) {
+    return failed(absl::StrCat("failed to fetch PV ", pv_name,
+                               " from API server: persistentvolumes \"", pv_name, "\" not found"));
+  }
+  // A volume with node affinity (every local-path volume) is only there on its node.
+  const json pod_spec = pod.value("spec", json::object());
+  std::string node = pod_spec.is_object() ? pod_spec.value("nodeName", "") : "";
+  if (!node.empty() && !VolumeNodeAffinityMatches(*pv, NodeOrConvention(*ctx.store, node))) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("MountVolume.NodeAffinity check failed for volume \"", pv_name,
+                     "\" : no matching NodeSelectorTerms"));
+  }
+  const json pv_spec = pv->value("spec", json::object());
+  for (const char* source : {"hostPath", "local"}) {
+    if (pv_spec.is_object() && pv_spec.contains(source) && pv_spec[source].is_object()) {
+      std::string path = pv_spec[source].value("path", "");
+      if (path.empty() || path[0] != '/') break;
+      std::error_code ec;
+      fs::create_directories(path, ec);  // DirectoryOrCreate, as provisioned
+      return path;
+    }
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("MountVolume.SetUp failed for volume \"", pv_name,
+                   "\" : localkube mounts only hostPath and local persistent volumes"));
+}
+
 }  // namespace
 
 absl::Status CheckRelativePath(const std::string& path, const std::string& field) {
@@ -348,6 +408,14 @@ absl::StatusOr<std::map<std::string, PodVolume>> SetUpVolumes(const json& pod,
             Failed(name, absl::StrCat("hostPath type check failed: ", path, " does not exist")));
       }
       out[name] = {path, false};
+      continue;
+    } else if (v.contains("persistentVolumeClaim")) {
+      const json& source = v["persistentVolumeClaim"];
+      std::string claim = source.is_object() ? source.value("claimName", "") : "";
+      absl::StatusOr<std::string> path = ClaimPath(pod, name, claim, ctx);
+      if (!path.ok()) return path.status();
+      out[name] = {*path, source.is_object() && source.contains("readOnly") &&
+                              source["readOnly"].is_boolean() && source["readOnly"].get<bool>()};
       continue;
     } else {
       // emptyDir, and what localkube has no storage for: a directory that lives with the pod.
