@@ -343,7 +343,7 @@ absl::Status ReadEnvelope(absl::string_view body, ProtobufType* type, absl::stri
   const auto fault = [](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("envelope (runtime.Unknown): ", what));
   };
-  return ForEachField(
+  RETURN_IF_ERROR(ForEachField(
       body,
       [&](const WireField& w) -> absl::Status {
         if (w.number == 2 && w.wire == 2) *raw = w.bytes;
@@ -359,7 +359,11 @@ absl::Status ReadEnvelope(absl::string_view body, ProtobufType* type, absl::stri
             },
             fault);
       },
-      fault);
+      fault));
+  if (type->api_version.empty() || type->kind.empty()) {
+    return fault("no apiVersion and kind (typeMeta, field 1)");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
