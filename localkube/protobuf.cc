@@ -119,8 +119,9 @@ bool IsZero(const json& v) {
 class Decoder {
  public:
   absl::Status Object(const Message& m, absl::string_view data, int depth, json* out) {
-    if (depth > kMaxProtobufDepth)
+    if (depth > kMaxProtobufDepth) {
       return Fault(absl::StrCat("nested deeper than ", kMaxProtobufDepth));
+    }
     return Fields(data, [&](const WireField& w) -> absl::Status {
       for (const Field& f : m.fields) {
         if (f.number == w.number) return OneField(f, w, depth, out);
@@ -128,8 +129,6 @@ class Decoder {
       return absl::OkStatus();  // unknown: skipped
     });
   }
-
-  const std::string& path() const { return path_; }
 
  private:
   absl::Status Fault(absl::string_view what) const {
@@ -252,7 +251,7 @@ class Decoder {
       return absl::OkStatus();
     }));
     RETURN_IF_ERROR(Utf8(key));
-    Step step(&path_, absl::StrCat("[", key, "]"));
+    Step step(&path_, absl::StrCat("[", key.substr(0, 64), "]"));
     RETURN_IF_ERROR(Count());
     json& slot = (*map)[std::string(key)];
     if (f.type == pb::kStringMap) {

@@ -58,8 +58,17 @@ struct Message {
   Special special = Special::kNone;
 };
 
+struct KindRow {
+  const char* api_version;
+  const char* kind;
+  const Message* message;
+};
+
 // The message of `kind` in `api_version` ("rbac.authorization.k8s.io/v1", "Role"), or null.
 const Message* KindSchema(absl::string_view api_version, absl::string_view kind);
+
+// Every kind with a schema.
+std::span<const KindRow> Kinds();
 
 // Every message, for the schema's own checks (fields unique, names set).
 std::span<const Message* const> AllMessages();

@@ -209,12 +209,6 @@ const Message kDeleteOptions{"DeleteOptions", kDeleteOptionsFields};
 
 namespace {
 
-struct KindRow {
-  const char* api_version;
-  const char* kind;
-  const Message* message;
-};
-
 constexpr KindRow kKinds[] = {
     {"v1", "Namespace", &kNamespace},
     {"v1", "ConfigMap", &kConfigMap},
@@ -433,5 +427,7 @@ const Message* KindSchema(absl::string_view api_version, absl::string_view kind)
 }
 
 std::span<const Message* const> AllMessages() { return kAll; }
+
+std::span<const KindRow> Kinds() { return kKinds; }
 
 }  // namespace kubetrain::localkube::pb
