@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Drives real kubectl 1.33 against a fresh localkube: discovery, OpenAPI validation, CRDs and
-# printer columns, apply (client- and server-side), patches, labels, watch, wait, delete, and
+# printer columns, apply (client- and server-side), patches, labels, watch, wait, delete, the
+# `kubectl create` generators (protobuf bodies), and
 # with the kubelet a pod's logs, phase and termination.
 # Usage: kubectl_e2e.sh LOCALKUBE KUBECTL [KUBETRAIN_CLI]
 set -euo pipefail
@@ -164,6 +165,64 @@ kill -0 "$PID" 2>/dev/null || fail "pod process $PID not running"
 k -n e2e delete pod hello --wait --timeout=20s >/dev/null || fail "delete pod"
 for _ in $(seq 50); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$PID" 2>/dev/null && fail "pod process $PID survived deletion"
+
+step "kubectl create generators (protobuf bodies)"
+# kubectl's typed generators write protobuf, not JSON; each object keeps what kubectl set.
+expect() {  # OBJECT JSONPATH WANT
+  local got
+  got=$(k -n e2e get "$1" -o jsonpath="$2") || fail "get $1"
+  [[ $got == "$3" ]] || fail "$1 $2: got '$got', want '$3'"
+}
+k -n e2e create serviceaccount gen-sa >/dev/null || fail "create serviceaccount"
+k -n e2e create role gen-r --verb=get,list --resource=pods,deployments.apps >/dev/null ||
+  fail "create role"
+expect role/gen-r '{.rules[0].verbs}' '["get","list"]'
+expect role/gen-r '{.rules[0].apiGroups}{.rules[0].resources}' '[""]["pods"]'
+expect role/gen-r '{.rules[1].apiGroups}{.rules[1].resources}' '["apps"]["deployments"]'
+k -n e2e create rolebinding gen-rb --role=gen-r --user=u --serviceaccount=e2e:gen-sa >/dev/null ||
+  fail "create rolebinding"
+expect rolebinding/gen-rb '{.roleRef.kind}/{.roleRef.name}' Role/gen-r
+expect rolebinding/gen-rb '{.subjects[0].kind}/{.subjects[0].name}' User/u
+expect rolebinding/gen-rb '{.subjects[1].kind}/{.subjects[1].namespace}/{.subjects[1].name}' \
+  ServiceAccount/e2e/gen-sa
+k create clusterrole gen-cr --verb=get --non-resource-url=/logs >/dev/null || fail "create clusterrole"
+expect clusterrole/gen-cr '{.rules[0].verbs}{.rules[0].nonResourceURLs}' '["get"]["/logs"]'
+k create clusterrolebinding gen-crb --clusterrole=gen-cr --group=g >/dev/null ||
+  fail "create clusterrolebinding"
+expect clusterrolebinding/gen-crb '{.roleRef.kind}/{.roleRef.name} {.subjects[0].kind}/{.subjects[0].name}' \
+  "ClusterRole/gen-cr Group/g"
+# replicas 0 is sent (a pointer field) and kept.
+k -n e2e create deployment gen-d --image=busybox:1.36 --replicas=0 --port=8080 -- sleep 30 >/dev/null ||
+  fail "create deployment"
+expect deployment/gen-d '{.spec.replicas} {.spec.selector.matchLabels.app}' "0 gen-d"
+expect deployment/gen-d '{.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].command}' \
+  'busybox:1.36 ["sleep","30"]'
+expect deployment/gen-d '{.spec.template.spec.containers[0].ports[0].containerPort}' 8080
+k -n e2e create job gen-j --image=busybox:1.36 -- true >/dev/null || fail "create job"
+expect job/gen-j '{.spec.template.spec.restartPolicy} {.spec.template.spec.containers[0].command}' \
+  'Never ["true"]'
+k -n e2e create service clusterip gen-svc --tcp=80:8080 >/dev/null || fail "create service clusterip"
+expect service/gen-svc '{.spec.ports[0].port}:{.spec.ports[0].targetPort} {.spec.selector.app}' \
+  "80:8080 gen-svc"
+k -n e2e create service nodeport gen-np --tcp=81:http --node-port=30081 >/dev/null ||
+  fail "create service nodeport"
+expect service/gen-np '{.spec.type} {.spec.ports[0].targetPort} {.spec.ports[0].nodePort}' \
+  "NodePort http 30081"
+k -n e2e create service externalname gen-en --external-name=db.example.com >/dev/null ||
+  fail "create service externalname"
+expect service/gen-en '{.spec.type} {.spec.externalName}' "ExternalName db.example.com"
+k -n e2e create poddisruptionbudget gen-pdb --selector=app=gen-d --min-available=1 >/dev/null ||
+  fail "create poddisruptionbudget"
+expect pdb/gen-pdb '{.spec.minAvailable} {.spec.selector.matchLabels.app}' "1 gen-d"
+k -n e2e create poddisruptionbudget gen-pdb2 --selector=app=gen-d --max-unavailable=50% >/dev/null ||
+  fail "create poddisruptionbudget --max-unavailable"
+expect pdb/gen-pdb2 '{.spec.maxUnavailable}' "50%"
+k -n e2e expose deployment gen-d --port=80 --target-port=8080 --name=gen-exp >/dev/null ||
+  fail "expose deployment"
+expect service/gen-exp '{.spec.ports[0].targetPort} {.spec.selector.app}' "8080 gen-d"
+k -n e2e create token gen-sa --duration=20m | has -E '^[^.]+\.[^.]+\.[^.]+$' || fail "create token"
+k delete clusterrolebinding gen-crb >/dev/null && k delete clusterrole gen-cr >/dev/null ||
+  fail "delete the cluster-scoped generator objects"
 
 step "namespace deletion"
 k delete namespace e2e --wait --timeout=30s >/dev/null || fail "delete namespace"

@@ -242,7 +242,9 @@ absl::StatusOr<json> DecodeObject(const ResourceType& type, const Registry& regi
   if (body.empty()) {
     // An empty body decodes as an empty object; admission names what is missing.
   } else if (absl::StrContains(ct, "protobuf")) {
-    ASSIGN_OR_RETURN(object, DecodeK8sProtobuf(body));
+    absl::StatusOr<json> decoded = DecodeK8sProtobuf(body);
+    if (!decoded.ok()) return unrecognized(decoded.status().message());
+    object = std::move(*decoded);
   } else if (absl::StrContains(ct, "yaml")) {
     if (absl::Status st = CheckUtf8(body); !st.ok()) {
       return unrecognized(absl::StrCat("error converting YAML to JSON: yaml: ", st.message()));

@@ -107,7 +107,7 @@ absl::StatusOr<ListOptions> ListOptionsOf(const httplib::Request& req) {
 absl::StatusOr<DeleteOptions> DeleteOptionsOf(const httplib::Request& req) {
   DeleteOptions o;
   json body = json::object();
-  if (absl::StrContains(req.get_header_value("Content-Type"), "protobuf")) {
+  if (!req.body.empty() && absl::StrContains(req.get_header_value("Content-Type"), "protobuf")) {
     ASSIGN_OR_RETURN(body, DecodeK8sProtobuf(req.body));
   } else if (!req.body.empty()) {
     ASSIGN_OR_RETURN(body, DecodeJson(req.body));

@@ -190,9 +190,9 @@ void Server::Handle(const httplib::Request& req, httplib::Response& res) {
   std::string ct = absl::AsciiStrToLower(req.get_header_value("Content-Type"));
   if ((req.method == "POST" || req.method == "PUT") && !req.body.empty() &&
       !absl::StrContains(ct, "json") && !absl::StrContains(ct, "yaml") &&
-      !(absl::StrContains(ct, "protobuf") &&
-        (DecodeK8sProtobuf(req.body).ok() || DecodeTokenRequestProtobuf(req.body).ok()))) {
-    // Protobuf/CBOR bodies: 415 makes client-go fall back to JSON.
+      !(absl::StrContains(ct, "protobuf") && K8sProtobufDecodable(req.body))) {
+    // CBOR bodies, and protobuf ones of kinds without a schema here (custom resources): 415
+    // makes client-go fall back to JSON.
     ReplyError(res, ApiError(415, "UnsupportedMediaType",
                              absl::StrCat("the body of the request was in an unknown format - "
                                           "accepted media types include: application/json, "

@@ -24,6 +24,7 @@
 #include "localkube/json_fields.h"
 #include "localkube/kinds.h"
 #include "localkube/object_meta.h"
+#include "localkube/protobuf.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -230,89 +231,14 @@ absl::StatusOr<UserInfo> ServiceAccountTokens::Authenticate(absl::string_view to
   return MakeUser(user, {});
 }
 
-namespace {
-
-// Walks one protobuf message: `on_field(number, varint, bytes)` for varint and length-delimited
-// fields; false on a malformed message.
-bool WalkProto(absl::string_view data,
-               const std::function<void(int, uint64_t, absl::string_view)>& on_field) {
-  size_t pos = 0;
-  auto varint = [&](uint64_t* out) {
-    *out = 0;
-    for (int shift = 0; shift < 64 && pos < data.size(); shift += 7) {
-      uint8_t b = static_cast<uint8_t>(data[pos++]);
-      *out |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if (!(b & 0x80)) return true;
-    }
-    return false;
-  };
-  while (pos < data.size()) {
-    uint64_t tag = 0, value = 0;
-    if (!varint(&tag)) return false;
-    int field = static_cast<int>(tag >> 3);
-    switch (tag & 7) {
-      case 0:
-        if (!varint(&value)) return false;
-        on_field(field, value, {});
-        break;
-      case 1:
-        if (data.size() - pos < 8) return false;
-        pos += 8;
-        break;
-      case 2:
-        if (!varint(&value) || value > data.size() - pos) return false;
-        on_field(field, 0, data.substr(pos, value));
-        pos += value;
-        break;
-      case 5:
-        if (data.size() - pos < 4) return false;
-        pos += 4;
-        break;
-      default:
-        return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
 absl::StatusOr<json> DecodeTokenRequestProtobuf(absl::string_view body) {
-  if (!absl::ConsumePrefix(&body, absl::string_view("k8s\0", 4))) {
-    return absl::InvalidArgumentError("not a Kubernetes protobuf body");
+  absl::StatusOr<ProtobufType> type = PeekK8sProtobuf(body);
+  if (!type.ok() || type->api_version != "authentication.k8s.io/v1" ||
+      type->kind != "TokenRequest") {
+    return absl::InvalidArgumentError("not an authentication.k8s.io/v1 TokenRequest");
   }
-  std::string api_version, kind;
-  absl::string_view raw;
-  bool ok = WalkProto(body, [&](int f, uint64_t, absl::string_view b) {
-    if (f == 1) {
-      WalkProto(b, [&](int tf, uint64_t, absl::string_view tb) {
-        if (tf == 1) api_version = std::string(tb);
-        if (tf == 2) kind = std::string(tb);
-      });
-    }
-    if (f == 2) raw = b;
-  });
-  if (!ok || api_version != "authentication.k8s.io/v1" || kind != "TokenRequest") {
-    return absl::InvalidArgumentError("not a TokenRequest");
-  }
-  json object = {{"apiVersion", api_version}, {"kind", kind}, {"spec", json::object()}};
-  ok = WalkProto(raw, [&](int f, uint64_t, absl::string_view b) {
-    if (f != 2) return;  // metadata and status are not read
-    WalkProto(b, [&](int sf, uint64_t v, absl::string_view sb) {
-      json& spec = object["spec"];
-      if (sf == 1) spec["audiences"].push_back(std::string(sb));
-      if (sf == 4) spec["expirationSeconds"] = static_cast<int64_t>(v);
-      if (sf == 3) {
-        json ref = json::object();
-        WalkProto(sb, [&](int rf, uint64_t, absl::string_view rb) {
-          static constexpr const char* kFields[] = {"", "kind", "apiVersion", "name", "uid"};
-          if (rf >= 1 && rf <= 4) ref[kFields[rf]] = std::string(rb);
-        });
-        spec["boundObjectRef"] = ref;
-      }
-    });
-  });
-  if (!ok) return absl::InvalidArgumentError("malformed TokenRequest");
+  ASSIGN_OR_RETURN(json object, DecodeK8sProtobuf(body));
+  if (!object["spec"].is_object()) object["spec"] = json::object();
   return object;
 }
 
