@@ -113,8 +113,9 @@ class Drain : public ::testing::Test {
     ASSERT_EQ(created.code, 201) << created.body.dump();
     created.body["status"]["phase"] = "Running";
     created.body["status"]["conditions"] = {{{"type", "Ready"}, {"status", "True"}}};
-    ASSERT_EQ(Call(*client_, "PUT", std::string(kDrainPods) + "/" + name + "/status", created.body).code,
-              200);
+    ASSERT_EQ(
+        Call(*client_, "PUT", std::string(kDrainPods) + "/" + name + "/status", created.body).code,
+        200);
   }
   json ReplicaSet(const std::string& name, int replicas) {
     json rs = {{"apiVersion", "apps/v1"},
