@@ -145,6 +145,14 @@ json ResourceList(const Registry& registry, const std::string& group, const std:
                            {"namespaced", true},
                            {"kind", "Pod"},
                            {"verbs", {"get"}}});
+      // kubectl drain evicts through the version named here (policy/v1).
+      resources.push_back({{"name", "pods/eviction"},
+                           {"singularName", ""},
+                           {"namespaced", true},
+                           {"group", "policy"},
+                           {"version", "v1"},
+                           {"kind", "Eviction"},
+                           {"verbs", {"create"}}});
     }
   }
   if (!found) return nullptr;

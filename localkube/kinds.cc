@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "localkube/default_tolerations.h"
 #include "localkube/errors.h"
 #include "localkube/namespace_companions.h"
 #include "localkube/object_meta.h"
@@ -49,10 +50,14 @@ void ServiceDefaults(json& object) {
 }
 
 // Validation and Pod Security on create and on spec updates (not through /status).
-// The ServiceAccount admission plugin (mutating, so before validation) on creates.
+// The ServiceAccount and DefaultTolerationSeconds admission plugins (mutating, so before
+// validation) on creates.
 absl::Status AdmitPodWrite(const Admission& a) {
   if (!a.subresource.empty()) return absl::OkStatus();
-  if (a.old == nullptr) RETURN_IF_ERROR(AdmitPodServiceAccount(a.store, a.object));
+  if (a.old == nullptr) {
+    RETURN_IF_ERROR(AdmitPodServiceAccount(a.store, a.object));
+    AdmitPodDefaultTolerations(a.object);
+  }
   return AdmitPod(a.store, *a.object, a.old, a.options.warnings);
 }
 
@@ -142,7 +147,7 @@ const std::map<std::string, KindHooks, std::less<>>& BuiltinHooks() {
                       .admit = AdmitPodWrite,
                       .graceful_deletion = true,
                       .delete_returns_object = true,
-                      .subresources = {"log"}};
+                      .subresources = {"log", "eviction"}};
     (*t)["/services"] = {.defaults = ServiceDefaults};
     (*t)[kPvcKey] = {.defaults = PersistentVolumeClaimDefaults, .admit = AdmitClaim};
     (*t)[kPvKey] = {.defaults = PersistentVolumeDefaults};

@@ -14,7 +14,9 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "localkube/api.h"
+#include "localkube/default_tolerations.h"
 #include "localkube/kubelet.h"
+#include "localkube/node_lifecycle.h"
 #include "localkube/persistent_volumes.h"
 #include "localkube/root_ca_publisher.h"
 #include "localkube/server.h"
@@ -55,6 +57,8 @@ struct Options {
   bool rbac = false;
   std::string authz_log;
   std::vector<std::string> user_tokens;
+  absl::Duration node_monitor_grace_period = absl::Seconds(40);
+  int64_t default_toleration_seconds = 300;
 };
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
@@ -95,6 +99,16 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
             "with --rbac: append every authorization decision here, one JSON line each");
   flags.Add("user-token", &o.user_tokens,
             "TOKEN=USERNAME[,GROUP...]: another bearer token and its user (repeatable)");
+  flags
+      .Add("node-monitor-grace-period", &o.node_monitor_grace_period,
+           "a node whose heartbeat (Lease) is older than this is marked Unknown and tainted "
+           "unreachable")
+      .AtLeast(absl::Milliseconds(1));
+  flags
+      .Add("default-toleration-seconds", &o.default_toleration_seconds,
+           "tolerationSeconds of the not-ready and unreachable NoExecute tolerations added to "
+           "every pod that has none")
+      .AtLeast(0);
   ASSIGN_OR_RETURN(std::vector<std::string> rest, flags.Parse(argc, argv));
   if (!rest.empty()) return absl::InvalidArgumentError("localkube takes no positional arguments");
   RETURN_IF_ERROR(log::SetLevelFlag(o.log_level));
@@ -116,6 +130,11 @@ int Run(int argc, char** argv) {
   Registry registry;
   Store store;
   Api api(&registry, &store);
+  SetDefaultTolerationSeconds(options->default_toleration_seconds,
+                              options->default_toleration_seconds);
+  // Node health, taint-based eviction and pod GC (node_lifecycle.h).
+  NodeLifecycleController node_lifecycle(
+      &api, {.monitor_grace_period = options->node_monitor_grace_period});
   // Issues and authenticates ServiceAccount tokens (TokenRequest, the kubelet's projected tokens).
   auto sa_tokens = std::make_shared<ServiceAccountTokens>(&store);
   std::unique_ptr<WorkloadControllers> workloads;  // the Deployment and ReplicaSet controllers
@@ -226,6 +245,7 @@ int Run(int argc, char** argv) {
   if (kubelet) kubelet->SetApiServer("127.0.0.1", server.port());
   if (kubelet) kubelet->Start();
   if (workloads) workloads->Start();
+  node_lifecycle.Start();
   if (!options->kubeconfig_out.empty()) {
     if (absl::Status st =
             WriteKubeconfig(options->kubeconfig_out, server.address(), s.token, ca_pem);
@@ -246,6 +266,7 @@ int Run(int argc, char** argv) {
   sigwait(&stop, &sig);
   log::Info("Stopping localkube", {{"signal", sig}});
   if (workloads) workloads->Stop();
+  node_lifecycle.Stop();
   root_ca.Stop();
   volumes.Stop();
   if (kubelet) kubelet->Stop();  // kills every pod process group

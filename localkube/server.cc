@@ -22,6 +22,7 @@
 #include "localkube/connections.h"
 #include "localkube/decode.h"
 #include "localkube/discovery.h"
+#include "localkube/disruption.h"
 #include "localkube/errors.h"
 #include "localkube/kinds.h"
 #include "localkube/pod_security.h"
@@ -294,7 +295,7 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
   };
   absl::StatusOr<json> result;
   int ok_code = 200;
-  if (sub == "token" && m != "POST") {  // TokenRequest is create-only
+  if ((sub == "token" || sub == "eviction") && m != "POST") {  // create-only subresources
     return ReplyError(res,
                       ApiError(405, "MethodNotAllowed",
                                "the server does not allow this method on the requested resource"));
@@ -334,6 +335,11 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
       body = std::move(*decoded);
     }
     result = options_.service_account_tokens->CreateTokenRequest(target.ns, target.name, body);
+    ok_code = 201;
+  } else if (m == "POST" && sub == "eviction") {
+    auto body = DecodeJson(req.body);
+    if (!body.ok()) return ReplyError(res, body.status());
+    result = EvictPod(api_, target.ns, target.name, *body, req.has_param("dryRun"));
     ok_code = 201;
   } else if (m == "POST" && collection) {
     auto body = DecodeObject(*target.type, *api_->registry(), req.get_header_value("Content-Type"),
