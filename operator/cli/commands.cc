@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
 #include "common/job_secret_env.h"
+#include "operator/api/checkpoint_storage.h"
 #include "operator/api/decode.h"
 #include "operator/api/render.h"
 #include "operator/api/tfjob.h"
@@ -153,7 +154,8 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
   std::string cluster_domain;
   std::string output = "yaml";
   FlagSet flags("kubetrain render",
-                "Prints the Secret, the headless Service and the Pods the operator creates for "
+                "Prints the Secret, the headless Service, the checkpoint claim and the Pods the "
+                "operator creates for "
                 "each TrainingJob in FILE,\nlike 'helm template' (the Secret with a new random "
                 "token each time). Owner references are added by the "
                 "operator once the API server has\nassigned the job a uid. For a Kubeflow TFJob: "
@@ -208,6 +210,9 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
     // A fresh secret, so that the output applied as it is runs a job its tasks can talk in.
     write(api::BuildJobSecret(j.job, GenerateJobSecret()));
     write(api::BuildService(j.job));
+    if (j.job.spec.checkpoint && j.job.spec.checkpoint->volume_claim_template) {
+      write(api::BuildCheckpointClaim(j.job));
+    }
     for (const api::Task& t : api::Tasks(j.job, addresses)) {
       if (stop.load()) break;
       write(api::BuildPod(j.job, t.type, t.index, addresses));
