@@ -80,10 +80,11 @@ void Kubelet::PublishStatus(Pod& pod) {
                           {"lastTransitionTime", now}});
   }
   std::string ip = pod.ip;
+  std::string host_ip = pod.host_ip.empty() ? pod.ip : pod.host_ip;
   std::string start = pod.start_time;
   (void)api_->Mutate("/pods", pod.ns, pod.name, [&](json& live) {
     if (live["metadata"].value("uid", "") != pod.uid) return false;
-    live["spec"]["nodeName"] = "localkube";
+    if (live["spec"].value("nodeName", "").empty()) live["spec"]["nodeName"] = "localkube";
     json& status = live["status"];
     // Keep transition times stable when a condition's status did not change.
     for (auto& c : conditions) {
@@ -96,8 +97,8 @@ void Kubelet::PublishStatus(Pod& pod) {
     status["phase"] = phase;
     status["podIP"] = ip;
     status["podIPs"] = {{{"ip", ip}}};
-    status["hostIP"] = ip;
-    status["hostIPs"] = {{{"ip", ip}}};
+    status["hostIP"] = host_ip;
+    status["hostIPs"] = {{{"ip", host_ip}}};
     status["startTime"] = start;
     status["conditions"] = conditions;
     status["containerStatuses"] = statuses;
