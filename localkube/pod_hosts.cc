@@ -76,18 +76,18 @@ std::string PodHostsFile(const HostsPod& self, const std::vector<HostsPod>& pods
     }
     for (const std::string& sub : domains) {
       std::string fq = absl::StrCat(pod.hostname, ".", sub, ".", pod.ns, ".svc");
-      Add(&names, &seen, fq + ".cluster.local");
       Add(&names, &seen, fq);
+      Add(&names, &seen, fq + ".cluster.local");
       if (local) Add(&names, &seen, absl::StrCat(pod.hostname, ".", sub));
     }
     for (const HeadlessService& svc : services) {
       if (!Selects(svc, pod)) continue;
       std::string fq = absl::StrCat(svc.name, ".", svc.ns, ".svc");
-      Add(&names, &seen, fq + ".cluster.local");
       Add(&names, &seen, fq);
+      Add(&names, &seen, fq + ".cluster.local");
       if (local) Add(&names, &seen, svc.name);
     }
-    if (!names.empty()) text += absl::StrCat(pod.ip, "\t", absl::StrJoin(names, " "), "\n");
+    if (!names.empty()) text += absl::StrCat(pod.ip, " ", absl::StrJoin(names, " "), "\n");
   }
   return text;
 }
