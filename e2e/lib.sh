@@ -61,11 +61,9 @@ stop_localkube() {
 # so that the operator has only what deploy/rbac grants. Stops both on exit (stop_all).
 OP_PID=""
 start_localkube_for_operator() {  # BIN [extra localkube flags...]
-  local bin=$1 token="operator-$RANDOM$RANDOM" hosts
+  local bin=$1 token="operator-$RANDOM$RANDOM"
   shift
-  hosts=$(mktemp -u "${TMPDIR:-/tmp}/lk-hosts.XXXXXX")
-  LK_CLEANUP+=("$hosts")
-  start_localkube --run-pods --hosts-file "$hosts" \
+  start_localkube --run-pods \
     --image-map "kubetrain/=$bin" --rbac \
     --user-token "$token=system:serviceaccount:kubetrain-system:kubetrain-operator" "$@"
   OP_KUBECONFIG="$LK_DIR/operator.kubeconfig"

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "localkube/pod_sandbox.h"
 
 extern char** environ;
 
@@ -113,24 +114,30 @@ std::string ProcessRuntime::ResolveBinary(
 std::unique_ptr<RunningContainer> ProcessRuntime::Start(const ContainerConfig& config,
                                                         StartFailure* failure) {
   ProcessOptions spec;
-  // localkube's own environment, the mapped image directories first on PATH, a TMPDIR of the
-  // pod's own, then what the kubelet sets.
-  for (char** e = environ; *e; ++e) {
-    std::string kv(*e);
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) spec.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  if (config.sandbox) {
+    // A container's base environment, not localkube's: what an image without ENV gets.
+    spec.env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+                {"HOME", "/root"}};
+  } else {
+    // localkube's own environment and a TMPDIR of the pod's own: without a sandbox pods share
+    // this host's /tmp, and one pod would see files another (or an earlier pod of the same
+    // name) left behind.
+    for (char** e = environ; *e; ++e) {
+      std::string kv(*e);
+      size_t eq = kv.find('=');
+      if (eq != std::string::npos) spec.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    if (!config.pod_dir.empty()) {
+      std::string tmp = config.pod_dir + "/tmp";
+      std::error_code ec;
+      std::filesystem::create_directories(tmp, ec);
+      spec.env["TMPDIR"] = tmp;
+    }
   }
+  // The mapped image directories first on PATH.
   std::string path = spec.env["PATH"];
   for (const auto& [prefix, dir] : image_map_) path = dir + ":" + path;
   spec.env["PATH"] = path;
-  // Each pod has its own /tmp on a real node; sharing this host's would let one pod see files
-  // another (or an earlier pod of the same name) left behind.
-  if (!config.pod_dir.empty()) {
-    std::string tmp = config.pod_dir + "/tmp";
-    std::error_code ec;
-    std::filesystem::create_directories(tmp, ec);
-    spec.env["TMPDIR"] = tmp;
-  }
   for (const auto& [k, v] : config.env) spec.env[k] = v;
   std::string first =
       ResolveBinary(image_map_, config.image, config.command.empty() ? "" : config.command[0]);
@@ -150,6 +157,7 @@ std::unique_ptr<RunningContainer> ProcessRuntime::Start(const ContainerConfig& c
                     config.image + "\""};
     return nullptr;
   }
+  if (config.sandbox) spec = config.sandbox->Wrap(std::move(spec), config.mounts);
   auto process = ContainerProcess::Start(spec, config.log_path);
   if (!process.ok()) {
     *failure = {"StartError", std::string(process.status().message())};

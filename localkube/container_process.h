@@ -29,6 +29,8 @@
 
 namespace kubetrain::localkube {
 
+class PodSandbox;  // pod_sandbox.h
+
 // A volume (or a file or directory of one, with subPath) to mount into a container.
 struct ContainerMount {
   std::string host_path;
@@ -55,6 +57,9 @@ struct ContainerConfig {
   std::string etc_hosts;  // the pod's hosts file (oci: mounted at /etc/hosts)
   std::string pod_dir;    // the pod's own directory on the host (process: TMPDIR below it)
   std::string log_path;   // appended to, one stamped line per line of output
+  // The pod's sandbox (process runtime): the command runs in the pod's namespaces with `mounts`
+  // and a clean base environment. Null: on this host as it is (host pod network).
+  const PodSandbox* sandbox = nullptr;
 };
 
 // A started container run. Driven by one thread (the kubelet's).
@@ -92,8 +97,9 @@ class ContainerRuntime {
   virtual void Shutdown(absl::Time deadline) { (void)deadline; }
 };
 
-// Runs each container's command as a process group on this host (see README: "Runtimes").
-// Volume mounts, runAsUser and the image's ENTRYPOINT/CMD cannot apply.
+// Runs each container's command as a process group on this host (see README: "Runtimes"), inside
+// the pod's sandbox when it has one (volume mounts then apply). runAsUser and the image's
+// ENTRYPOINT/CMD cannot apply.
 class ProcessRuntime : public ContainerRuntime {
  public:
   // (image prefix, directory) pairs of --image-map.

@@ -42,7 +42,19 @@ Kubelet::Kubelet(KubeletOptions options, Api* api) : options_(std::move(options)
   } else {
     runtime_ = std::make_unique<ProcessRuntime>(options_.image_map);
   }
-  ReserveIpBlock();
+  PodNetworkOptions network = options_.pod_network;
+  network.nodes = std::max<int>(1, static_cast<int>(options_.node_names.size()));
+  if (options_.runtime == "oci" && network.mode != "host") {
+    log::Info("Running pods in the host's network: the oci runtime has no pod sandboxes", {});
+    network.mode = "host";
+  }
+  absl::StatusOr<std::unique_ptr<PodNetwork>> made = PodNetwork::Create(network);
+  if (made.ok()) {
+    network_ = std::move(*made);
+  } else {
+    pod_network_status_ = made.status();
+  }
+  if (!network_) ReserveIpBlock();
 }
 
 absl::Status Kubelet::CheckOptions(const KubeletOptions& options) {
@@ -68,7 +80,9 @@ void Kubelet::Start() {
   if (std::filesystem::create_directories(options_.log_dir, ec)) {
     chmod(options_.log_dir.c_str(), 0700);
   }
-  log::Info("Reserved pod IP block", {{"block", ip_block()}, {"runtime", runtime_->name()}});
+  if (!network_) {
+    log::Info("Reserved pod IP block", {{"block", ip_block()}, {"runtime", runtime_->name()}});
+  }
   if (auto* oci = dynamic_cast<OciRuntime*>(runtime_.get())) oci->Prepare();
   WriteHosts();
   thread_ = std::thread([this] { Loop(); });
@@ -91,8 +105,9 @@ void Kubelet::Stop() {
     }
   }
   runtime_->Shutdown(deadline);  // from here on, containers leave their removal to Shutdown
-  pods_.clear();                 // destructors reap every group
+  pods_.clear();                 // destructors reap every group, then remove the sandboxes
   runtime_->Shutdown(deadline);
+  network_.reset();  // the nodes' bridges
 }
 
 void Kubelet::Loop() {
@@ -181,7 +196,8 @@ void Kubelet::Admit(const json& object) {
   pod->name = object["metadata"].value("name", "");
   pod->uid = object["metadata"].value("uid", "");
   pod->object = object;
-  {
+  pod->node = NodeIndex(object);
+  if (!network_) {
     std::lock_guard<std::mutex> lock(mu_);
     pod->ip = AllocateIp();
   }
@@ -201,13 +217,48 @@ void Kubelet::Admit(const json& object) {
     std::lock_guard<std::mutex> lock(mu_);
     pods_[Key(raw->ns, raw->name)] = std::move(pod);
   }
-  WriteHosts();
   std::lock_guard<std::mutex> lock(mu_);
-  if (MountVolumes(*raw)) {
+  WriteHostsLocked();
+  if ((!network_ || SetUpSandbox(*raw)) && MountVolumes(*raw)) {
     for (Container& c : raw->containers) StartContainer(*raw, c);
   }
   log::Info("Started Pod", {{"pod", Key(raw->ns, raw->name)}, {"ip", raw->ip}});
   PublishStatus(*raw);
+}
+
+int Kubelet::NodeIndex(const json& pod) const {
+  const std::string node = pod["spec"].value("nodeName", "");
+  for (size_t i = 0; i < options_.node_names.size(); ++i) {
+    if (options_.node_names[i] == node) return static_cast<int>(i);
+  }
+  return 0;
+}
+
+bool Kubelet::SetUpSandbox(Pod& pod) {
+  absl::Status st;
+  if (!pod.sandbox) {
+    absl::StatusOr<std::unique_ptr<PodSandbox>> sandbox = network_->AddPod(pod.node, pod.uid);
+    if (sandbox.ok()) {
+      pod.sandbox = std::move(*sandbox);
+      pod.ip = pod.sandbox->ip();
+      pod.host_ip = pod.api_host = network_->node_gateway(pod.node);
+      WriteHostsLocked();  // the pod's /etc/hosts, before the holder mounts it
+    }
+    st = sandbox.status();
+  }
+  if (st.ok() && !pod.sandbox->holding()) {
+    st = pod.sandbox->Hold(pod.object["spec"].value("hostname", pod.name), pod.dir + "/etc-hosts");
+  }
+  if (st.ok()) return true;
+  for (Container& c : pod.containers) {
+    c.waiting_reason = "ContainerCreating";
+    c.waiting_message.clear();
+  }
+  pod.mount_retry_at = absl::Now() + pod.mount_backoff;
+  pod.mount_backoff = std::min(pod.mount_backoff * 2, options_.max_backoff);
+  RecordEvent(pod, "Warning", "FailedCreatePodSandBox",
+              absl::StrCat("Failed to create pod sandbox: ", st.message()));
+  return false;
 }
 
 bool Kubelet::MountVolumes(Pod& pod) {
@@ -269,6 +320,7 @@ void Kubelet::StartContainer(Pod& pod, Container& c) {
   }
   config.id = absl::StrCat(pod.uid, "-", c.name, "-", c.run + 1);
   config.etc_hosts = pod.dir + "/etc-hosts";
+  config.sandbox = pod.sandbox.get();
   config.pod_dir = pod.dir;
   config.log_path = absl::StrCat(pod.dir, "/", c.name, ".", c.run + 1, ".log");
   std::ofstream(config.log_path, std::ios::app).flush();
@@ -311,7 +363,7 @@ void Kubelet::Tick(Pod& pod) {
   bool changed = false;
   std::string policy = pod.object["spec"].value("restartPolicy", "Always");
   if (!pod.volumes_ready && !pod.terminating && absl::Now() >= pod.mount_retry_at) {
-    if (MountVolumes(pod)) {
+    if ((!network_ || SetUpSandbox(pod)) && MountVolumes(pod)) {
       for (Container& c : pod.containers) StartContainer(pod, c);
       changed = true;
     }

@@ -1,7 +1,10 @@
-// A kubelet that runs pods on this host: gives each pod a loopback IP (from this instance's own
-// 127.X.Y.0/24 block), keeps a hosts file naming them, materializes the pod's volumes
-// (volumes.h), starts each container through a runtime (container_process.h: `process` runs the
-// command as a local process, oci_runtime.h runs it from its image) with Kubernetes' env and
+// A kubelet that runs pods on this host: runs each pod in a sandbox (pod_sandbox.h: its own
+// network namespace on its node's bridge, mount, IPC and UTS namespaces) or, in host network
+// mode, gives it a loopback IP (from this instance's own 127.X.Y.0/24 block); writes each pod's
+// /etc/hosts (pod_hosts.h: its names and the cluster DNS names localkube emulates), materializes
+// the pod's volumes (volumes.h), starts each container through a runtime (container_process.h:
+// `process` runs the command as a local process, oci_runtime.h runs it from its image) with
+// Kubernetes' env and
 // $(VAR) rules, captures logs, reports phase and container states (Waiting with the kubelet's
 // reasons when a container cannot start), applies restartPolicy with backoff, and stops
 // containers on deletion (SIGTERM, then SIGKILL after the grace period).
@@ -27,13 +30,17 @@
 #include "localkube/container_process.h"
 #include "localkube/logs.h"
 #include "localkube/oci_runtime.h"
+#include "localkube/pod_sandbox.h"
 #include "localkube/volumes.h"
 
 namespace kubetrain::localkube {
 
 struct KubeletOptions {
-  std::string hosts_file;  // written on every pod change; exported as KUBETRAIN_HOSTS_FILE
-  std::string log_dir;     // container logs: <log_dir>/<ns>_<pod>_<uid>/<container>.<run>.log
+  std::vector<std::string> node_names;
+  // Every pod's names (pod_hosts.h, as a pod outside every namespace sees them), rewritten on
+  // every change, for the host's own tools; empty: none. Pods read their own /etc/hosts.
+  std::string hosts_file;
+  std::string log_dir;  // container logs: <log_dir>/<ns>_<pod>_<uid>/<container>.<run>.log
   // (image prefix, directory): command[0] is looked up in the directory first, and with no
   // command the image's last path element (without tag) is the binary.
   std::vector<std::pair<std::string, std::string>> image_map;
@@ -45,6 +52,10 @@ struct KubeletOptions {
   // Issues the tokens of serviceAccountToken projections (projected volumes); an error is a
   // FailedMount (the pod stays ContainerCreating, retried). Unset: token files are left out.
   ServiceAccountTokenFunc service_account_token;
+  // Pod sandboxes (pod_sandbox.h): mode host, sandbox or auto; one node per node_names entry
+  // (node i is sandbox node i; pods without spec.nodeName run on node 0), each uplink shaped to
+  // the rate when given. The oci runtime always runs pods in the host's network.
+  PodNetworkOptions pod_network;
 };
 
 class Kubelet : public LogSource {
@@ -63,6 +74,11 @@ class Kubelet : public LogSource {
 
   void Start();
   void Stop();
+
+  // Why the pod network asked for cannot work (pod_network.mode "sandbox"); OK otherwise.
+  const absl::Status& pod_network_status() const { return pod_network_status_; }
+  // The pod network, or null when pods share the host's network.
+  PodNetwork* pod_network() { return network_.get(); }
 
   // The loopback /24 this kubelet's pod IPs come from, e.g. "127.83.4.0/24".
   std::string ip_block() const;
@@ -96,6 +112,11 @@ class Kubelet : public LogSource {
     absl::Duration backoff = absl::Seconds(1);
   };
   struct Pod {
+    // First, so destroyed last: the namespaces outlive the containers in them.
+    std::unique_ptr<PodSandbox> sandbox;
+    int node = 0;
+    std::string host_ip, api_host;
+    std::string hosts_text;  // what its /etc/hosts holds
     std::string ns, name, uid, ip;
     nlohmann::json object;
     std::vector<Container> containers;
@@ -115,6 +136,10 @@ class Kubelet : public LogSource {
   void Admit(const nlohmann::json& pod);
   void StartContainer(Pod& pod, Container& c);
   bool MountVolumes(Pod& pod);
+  // The pod's sandbox (network namespace and holder), with mu_ held; false (FailedCreatePodSandBox
+  // event, retried with the volumes' backoff) when it cannot be made.
+  bool SetUpSandbox(Pod& pod);
+  int NodeIndex(const nlohmann::json& pod) const;
   void Wait(Pod& pod, Container& c, const std::string& reason, const std::string& message);
   void RecordEvent(Pod& pod, const std::string& type, const std::string& reason,
                    const std::string& message);
@@ -124,6 +149,7 @@ class Kubelet : public LogSource {
   void Tick(Pod& pod);
   void PublishStatus(Pod& pod);
   void WriteHosts();
+  void WriteHostsLocked();  // with mu_ held
   // What the kubelet sets (the runtime adds its base environment); `error` gets a
   // CreateContainerConfigError message (a missing ConfigMap/Secret or key that is not optional).
   std::map<std::string, std::string> Environment(const Pod& pod, const Container& c,
@@ -143,9 +169,9 @@ class Kubelet : public LogSource {
   mutable std::mutex mu_;  // guards pods_ and stop_
   std::map<std::string, std::unique_ptr<Pod>> pods_;
   int64_t cursor_ = 0;
-  // What WriteHosts last wrote, and the pod folders whose copy holds it.
-  std::string hosts_text_;
-  std::set<std::string> hosts_dirs_;
+  std::string hosts_text_;               // what WriteHosts last wrote to options_.hosts_file
+  std::unique_ptr<PodNetwork> network_;  // outlives pods_ (Stop clears them first)
+  absl::Status pod_network_status_;
   int next_ip_ = 0;
   int block_x_ = 0, block_y_ = 0;  // pods get 127.<x>.<y>.1-254
   int block_lock_fd_ = -1;         // flock held on the block's file while we live

@@ -36,6 +36,16 @@ std::optional<std::map<std::string, std::string>> ReadKeys(const Store* store, b
   return keys;
 }
 
+// A sandboxed pod's mountPath: under the pod's own tmpfs mounts (localkube-pod-init makes the
+// mount point there) or a path that exists on the host (whose root filesystem the pod shares).
+bool MountPointCanExist(const std::string& path) {
+  for (const char* root : {"/tmp/", "/run/", "/var/run/", "/dev/shm/"}) {
+    if (absl::StartsWith(path + "/", root)) return true;
+  }
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
 }  // namespace
 
 std::string Kubelet::Expand(const std::string& text,
@@ -71,19 +81,17 @@ std::map<std::string, std::string> Kubelet::Environment(const Pod& pod, const Co
   const json& spec = pod.object["spec"];
   env["HOSTNAME"] = spec.value("hostname", pod.name);
   env["KUBETRAIN_POD_IP"] = pod.ip;
-  // The pods' names resolve through a hosts file: --hosts-file when given, else the pod's own
-  // copy, which the kubelet keeps current as pods come and go.
-  env["KUBETRAIN_HOSTS_FILE"] =
-      options_.hosts_file.empty() ? pod.dir + "/etc-hosts" : options_.hosts_file;
   // The `kubernetes` Service's variables, as a kubelet's service env gives every container: the
   // master service's are set whatever enableServiceLinks says (that only governs the other
   // Services of the pod's namespace, which localkube gives no variables). The container's env
   // may refer to them with $(VAR).
   std::map<std::string, std::string> defined;
-  defined["KUBERNETES_SERVICE_HOST"] = api_host_;
+  // A sandboxed pod reaches the API server at its node's bridge address.
+  const std::string& api_host = pod.api_host.empty() ? api_host_ : pod.api_host;
+  defined["KUBERNETES_SERVICE_HOST"] = api_host;
   if (api_port_ > 0) {
     std::string port = std::to_string(api_port_);
-    std::string url = absl::StrCat("tcp://", api_host_, ":", port);
+    std::string url = absl::StrCat("tcp://", api_host, ":", port);
     std::string prefix = absl::StrCat("KUBERNETES_PORT_", port, "_TCP");
     defined["KUBERNETES_SERVICE_PORT"] = port;
     defined["KUBERNETES_SERVICE_PORT_HTTPS"] = port;
@@ -91,7 +99,7 @@ std::map<std::string, std::string> Kubelet::Environment(const Pod& pod, const Co
     defined[prefix] = url;
     defined[prefix + "_PROTO"] = "tcp";
     defined[prefix + "_PORT"] = port;
-    defined[prefix + "_ADDR"] = api_host_;
+    defined[prefix + "_ADDR"] = api_host;
   }
   // envFrom, then env: later entries override earlier ones and may refer to them with $(NAME).
   for (const auto& from : c.spec.value("envFrom", json::array())) {
@@ -157,6 +165,13 @@ std::string Kubelet::Mounts(const Pod& pod, const Container& c,
     if (path.empty() || path[0] != '/') {
       return absl::StrCat("volumeMounts[].mountPath \"", path, "\" of volume \"", name,
                           "\" in container \"", c.name, "\": must be an absolute path");
+    }
+    if (pod.sandbox && !MountPointCanExist(path)) {
+      return absl::StrCat("volumeMounts[].mountPath \"", path, "\" of volume \"", name,
+                          "\" in container \"", c.name,
+                          "\": localkube runs pods on this host's root filesystem and creates "
+                          "mount points only under /tmp, /run (/var/run) and /dev/shm; mount "
+                          "the volume there or at a directory that exists on the host");
     }
     ContainerMount mount{it->second.host_path, path,
                          it->second.read_only || m.value("readOnly", false)};

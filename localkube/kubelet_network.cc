@@ -1,6 +1,6 @@
-// The kubelet's pod network, such as it is (see kubelet.h): the loopback IP block this instance
-// holds, the pod IPs handed out from it, and the hosts file that stands in for cluster DNS
-// (pod hostnames and subdomains, headless Services' names).
+// The kubelet's host pod network (see kubelet.h): the loopback IP block this instance holds and
+// the pod IPs handed out from it; and every pod's /etc/hosts (pod_hosts.h), which stands in for
+// cluster DNS.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "localkube/kubelet.h"
+#include "localkube/pod_hosts.h"
 
 namespace kubetrain::localkube {
 
@@ -61,86 +62,36 @@ std::string Kubelet::AllocateIp() {
 }
 
 void Kubelet::WriteHosts() {
-  // Cluster DNS for headless Services with a selector: <svc>.<ns>.svc[.cluster.local] names the
-  // IPs of the pods it selects, as CoreDNS answers for a headless Service's endpoints.
-  struct Headless {
-    std::string name, ns;
-    std::vector<std::pair<std::string, std::string>> selector;
-  };
-  std::vector<Headless> services;
+  std::lock_guard<std::mutex> lock(mu_);
+  WriteHostsLocked();
+}
+
+void Kubelet::WriteHostsLocked() {
   int64_t revision = 0;
-  for (const json& svc : api_->store()->List("/services", "", &revision)) {
-    const json& spec = svc.value("spec", json::object());
-    const json& selector = spec.value("selector", json::object());
-    if (spec.value("clusterIP", "") != "None" || !selector.is_object() || selector.empty())
-      continue;
-    Headless h{svc["metadata"].value("name", ""), svc["metadata"].value("namespace", ""), {}};
-    for (const auto& [k, v] : selector.items()) {
-      if (v.is_string()) h.selector.emplace_back(k, v.get<std::string>());
-    }
-    if (!h.selector.empty()) services.push_back(std::move(h));
+  std::vector<HeadlessService> services =
+      HeadlessServices(api_->store()->List("/services", "", &revision));
+  std::vector<HostsPod> pods;
+  for (const auto& [key, pod] : pods_) {  // sorted by namespace and name
+    const json& spec = pod->object["spec"];
+    pods.push_back({pod->ns, pod->name, spec.value("hostname", pod->name),
+                    spec.value("subdomain", ""), pod->ip,
+                    pod->object["metadata"].value("labels", json::object())});
   }
-  std::string text = "127.0.0.1 localhost\n";
-  std::vector<std::string> copies;  // each pod's own copy (a real kubelet's etc-hosts)
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // Pods by "namespace\nkey=value" of each label: a Service's candidates are the pods with its
-    // first selector label, then checked against the rest.
-    std::map<std::string, std::vector<const Pod*>> by_label;
-    for (const auto& [key, pod] : pods_) {
-      const json& labels = pod->object["metadata"].value("labels", json::object());
-      if (!labels.is_object()) continue;
-      for (const auto& [k, v] : labels.items()) {
-        if (v.is_string())
-          by_label[absl::StrCat(pod->ns, "\n", k, "=", v.get<std::string>())].push_back(pod.get());
-      }
-    }
-    std::map<const Pod*, std::vector<std::string>> service_names;
-    for (const Headless& h : services) {
-      auto it =
-          by_label.find(absl::StrCat(h.ns, "\n", h.selector[0].first, "=", h.selector[0].second));
-      if (it == by_label.end()) continue;
-      for (const Pod* pod : it->second) {
-        const json& labels = pod->object["metadata"]["labels"];
-        bool selected = true;
-        for (const auto& [k, v] : h.selector) selected = selected && labels.value(k, json()) == v;
-        if (!selected) continue;
-        std::string fq = absl::StrCat(h.name, ".", h.ns, ".svc");
-        service_names[pod].push_back(fq);
-        service_names[pod].push_back(fq + ".cluster.local");
-      }
-    }
-    for (const auto& [key, pod] : pods_) {
-      const json& spec = pod->object["spec"];
-      std::string host = spec.value("hostname", pod->name);
-      std::vector<std::string> names = {host};
-      std::string sub = spec.value("subdomain", "");
-      if (!sub.empty()) {
-        std::string fq = absl::StrCat(host, ".", sub, ".", pod->ns, ".svc");
-        names.push_back(host + "." + sub);
-        names.push_back(fq);
-        names.push_back(fq + ".cluster.local");
-      }
-      auto extra = service_names.find(pod.get());
-      if (extra != service_names.end()) {
-        names.insert(names.end(), extra->second.begin(), extra->second.end());
-      }
-      text += absl::StrCat(pod->ip, " ", absl::StrJoin(names, " "), "\n");
-    }
-    // Rewritten in place so that the mount sees the change; unchanged text goes only to the
-    // copies of pods that have none yet.
-    const bool changed = text != hosts_text_;
-    std::set<std::string> dirs;
-    for (const auto& [key, pod] : pods_) {
-      dirs.insert(pod->dir);
-      if (changed || !hosts_dirs_.count(pod->dir)) copies.push_back(pod->dir + "/etc-hosts");
-    }
-    hosts_dirs_ = std::move(dirs);
-    if (!changed && copies.empty()) return;
-    hosts_text_ = text;
+  size_t i = 0;
+  for (auto& [key, pod] : pods_) {
+    const HostsPod& self = pods[i++];
+    if (self.ip.empty()) continue;
+    std::string text = PodHostsFile(self, pods, services);
+    if (text == pod->hosts_text) continue;
+    // Rewritten in place (truncate and write), never replaced: the pod's /etc/hosts is a bind
+    // mount of this very file, which a rename would leave pointing at the old one.
+    std::ofstream(pod->dir + "/etc-hosts", std::ios::trunc) << text;
+    pod->hosts_text = std::move(text);
   }
-  for (const std::string& copy : copies) std::ofstream(copy, std::ios::trunc) << text;
   if (options_.hosts_file.empty()) return;
+  std::string text = PodHostsFile(HostsPod{}, pods, services);
+  if (text == hosts_text_) return;
+  hosts_text_ = text;
   std::string tmp = options_.hosts_file + ".tmp";
   std::ofstream(tmp) << text;
   std::rename(tmp.c_str(), options_.hosts_file.c_str());

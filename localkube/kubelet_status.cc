@@ -80,6 +80,7 @@ void Kubelet::PublishStatus(Pod& pod) {
                           {"lastTransitionTime", now}});
   }
   std::string ip = pod.ip;
+  std::string host_ip = pod.host_ip.empty() ? pod.ip : pod.host_ip;
   std::string start = pod.start_time;
   (void)api_->Mutate("/pods", pod.ns, pod.name, [&](json& live) {
     if (live["metadata"].value("uid", "") != pod.uid) return false;
@@ -97,8 +98,8 @@ void Kubelet::PublishStatus(Pod& pod) {
     status["phase"] = phase;
     status["podIP"] = ip;
     status["podIPs"] = {{{"ip", ip}}};
-    status["hostIP"] = ip;
-    status["hostIPs"] = {{{"ip", ip}}};
+    status["hostIP"] = host_ip;
+    status["hostIPs"] = {{{"ip", host_ip}}};
     status["startTime"] = start;
     status["conditions"] = conditions;
     status["containerStatuses"] = statuses;

@@ -43,6 +43,8 @@ struct Options {
   std::string kubeconfig_out;
   std::string address_file;
   bool run_pods = false;
+  std::string pod_network = "auto";
+  std::string node_bandwidth;
   std::string hosts_file;
   std::string pod_log_dir;
   std::string data_dir;
@@ -72,8 +74,13 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   flags.Add("address-file", &o.address_file, "write the server URL here once listening");
   flags.Add("run-pods", &o.run_pods, "run pods as local processes (the kubelet)");
   flags.Add("hosts-file", &o.hosts_file,
-            "hosts(5) file naming pods, exported to pods as KUBETRAIN_HOSTS_FILE (default: each "
-            "pod gets its own copy)");
+            "also write every pod's cluster names here, hosts(5) style (pods read their own "
+            "/etc/hosts)");
+  flags.Add("pod-network", &o.pod_network,
+            "sandbox (each pod in its own namespaces on its node's bridge; needs root) or host "
+            "(pods share this host's network); default: sandbox where it can work, else host");
+  flags.Add("node-bandwidth", &o.node_bandwidth,
+            "with sandboxes: shape each node's uplink to this rate, e.g. 100Mbit or 1Gbit");
   flags.Add("pod-log-dir", &o.pod_log_dir, "where container logs go (default: a temp dir)");
   flags.Add("data-dir", &o.data_dir,
             "where local-path PersistentVolumes live, <dir>/<node>/pvc-<uid> (default: a temp dir "
@@ -169,6 +176,12 @@ int Run(int argc, char** argv) {
                 {{"dir", exe.parent_path().string()}});
     }
     k.runtime = options->runtime;
+    k.pod_network.mode = options->pod_network;
+    if (!options->node_bandwidth.empty()) {
+      auto rate = ParseBitRate(options->node_bandwidth, "--node-bandwidth");
+      if (!rate.ok()) return UsageExit("localkube", rate.status());
+      k.pod_network.uplink_bits_per_second = *rate;
+    }
     // Projected serviceAccountToken volumes get tokens the API server itself accepts.
     k.service_account_token = [sa_tokens](const std::string& ns, const std::string& sa,
                                           const std::string& audience, int64_t seconds) {
@@ -179,10 +192,18 @@ int Run(int argc, char** argv) {
       return 2;
     }
     kubelet = std::make_unique<Kubelet>(k, &api);
+    if (!kubelet->pod_network_status().ok()) {
+      std::cerr << "localkube: " << kubelet->pod_network_status().message() << "\n";
+      return 1;
+    }
     api.EnableGracefulPodDeletion();
     workloads = std::make_unique<WorkloadControllers>(&api);
   }
   ServerOptions s;
+  // Sandboxed pods reach the API server at their node's bridge address.
+  if (PodNetwork* net = kubelet ? kubelet->pod_network() : nullptr) {
+    for (int i = 0; i < net->nodes(); ++i) s.also_listen_on.push_back(net->node_gateway(i));
+  }
   std::string ca_pem;
   if (!options->insecure_http) {
     std::string dir =
@@ -191,7 +212,7 @@ int Run(int argc, char** argv) {
     std::filesystem::create_directories(dir);
     std::filesystem::permissions(dir, std::filesystem::perms::owner_all);  // holds the key
     scratch.push_back(dir);
-    auto tls = MakeSelfSignedCert(dir);
+    auto tls = MakeSelfSignedCert(dir, s.also_listen_on);
     if (!tls.ok()) {
       std::cerr << "localkube: " << tls.status().message() << "\n";
       return 1;

@@ -418,9 +418,6 @@ std::unique_ptr<RunningContainer> OciRuntime::Start(const ContainerConfig& confi
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : config.env) env[k] = v;
-  if (!config.etc_hosts.empty() && env.count("KUBETRAIN_HOSTS_FILE")) {
-    env["KUBETRAIN_HOSTS_FILE"] = "/etc/hosts";
-  }
   if (!env.count("PATH")) env["PATH"] = kDefaultPath;
   if (!env.count("HOME")) env["HOME"] = account.home;
 

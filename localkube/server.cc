@@ -54,27 +54,36 @@ absl::Status Server::Start() {
     authz_log_.open(options_.authz_log, std::ios::app);
     if (!authz_log_) return absl::InvalidArgumentError("cannot open " + options_.authz_log);
   }
-  if (options_.cert_path.empty()) {
-    http_ = std::make_unique<httplib::Server>();
-  } else {
-    auto https =
-        std::make_unique<httplib::SSLServer>(options_.cert_path.c_str(), options_.key_path.c_str());
-    if (!https->is_valid()) return absl::InternalError("cannot load the TLS certificate");
-    http_ = std::move(https);
-  }
-  http_->new_task_queue = [this] { return new ThreadPerConnection(sockets_); };
-  http_->set_payload_max_length(64 << 20);
-  http_->set_keep_alive_max_count(10000);
-  http_->set_keep_alive_timeout(30);
-  // httplib writes a response's headers and body separately; with Nagle on, the body waits for
-  // the client's delayed ACK (40 ms), capping each keep-alive connection near 25 requests/s.
-  http_->set_tcp_nodelay(true);
-  auto handler = [this](const httplib::Request& req, httplib::Response& res) { Handle(req, res); };
-  http_->Get(R"(/.*)", handler);
-  http_->Post(R"(/.*)", handler);
-  http_->Put(R"(/.*)", handler);
-  http_->Patch(R"(/.*)", handler);
-  http_->Delete(R"(/.*)", handler);
+  auto make = [this]() -> std::unique_ptr<httplib::Server> {
+    std::unique_ptr<httplib::Server> http;
+    if (options_.cert_path.empty()) {
+      http = std::make_unique<httplib::Server>();
+    } else {
+      auto https = std::make_unique<httplib::SSLServer>(options_.cert_path.c_str(),
+                                                        options_.key_path.c_str());
+      if (!https->is_valid()) return nullptr;
+      http = std::move(https);
+    }
+    http->new_task_queue = [this] { return new ThreadPerConnection(sockets_); };
+    http->set_payload_max_length(64 << 20);
+    http->set_keep_alive_max_count(10000);
+    http->set_keep_alive_timeout(30);
+    // httplib writes a response's headers and body separately; with Nagle on, the body waits
+    // for the client's delayed ACK (40 ms), capping each keep-alive connection near 25
+    // requests/s.
+    http->set_tcp_nodelay(true);
+    auto handler = [this](const httplib::Request& req, httplib::Response& res) {
+      Handle(req, res);
+    };
+    http->Get(R"(/.*)", handler);
+    http->Post(R"(/.*)", handler);
+    http->Put(R"(/.*)", handler);
+    http->Patch(R"(/.*)", handler);
+    http->Delete(R"(/.*)", handler);
+    return http;
+  };
+  http_ = make();
+  if (!http_) return absl::InternalError("cannot load the TLS certificate");
   if (options_.port == 0) {
     port_ = http_->bind_to_any_port(options_.host);
   } else {
@@ -85,6 +94,16 @@ absl::Status Server::Start() {
         absl::StrCat("cannot listen on ", options_.host, ":", options_.port));
   }
   sockets_ = std::make_shared<AcceptedSockets>(port_);
+  // The same port on each further address (the nodes' bridges, for pods), one listener each.
+  for (const std::string& host : options_.also_listen_on) {
+    std::unique_ptr<httplib::Server> http = make();
+    if (!http || !http->bind_to_port(host, port_)) {
+      Stop();
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port_));
+    }
+    more_listeners_.push_back(ServeInBackground(*http));
+    more_http_.push_back(std::move(http));
+  }
   listener_ = ServeInBackground(*http_);  // so that a Stop right after this stops it
   if (options_.compact_every > absl::ZeroDuration()) {
     compactor_ = std::thread([this] {
@@ -104,8 +123,10 @@ void Server::Stop() {
   if (stopping_.exchange(true)) return;
   api_->store()->Shutdown();
   if (http_) http_->stop();
+  for (auto& http : more_http_) http->stop();
   if (sockets_) sockets_->ShutdownAll();
   if (listener_.joinable()) listener_.join();
+  for (std::thread& t : more_listeners_) t.join();
   if (compactor_.joinable()) compactor_.join();
 }
 

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -34,6 +35,9 @@ class AcceptedSockets;  // connections.h
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
+  // Further addresses served on the same port (the pod network's node bridges; the TLS
+  // certificate must name them); never a wildcard.
+  std::vector<std::string> also_listen_on;
   int port = 0;       // 0 picks a free port
   std::string token;  // empty accepts every request
   // More bearer tokens and the users they authenticate as; `token` authenticates AdminUser().
@@ -99,6 +103,8 @@ class Server {
   // The accepted connections, which Stop shuts down; shared with httplib's task queue.
   std::shared_ptr<AcceptedSockets> sockets_;
   std::thread listener_;
+  std::vector<std::unique_ptr<httplib::Server>> more_http_;  // also_listen_on's
+  std::vector<std::thread> more_listeners_;
   std::thread compactor_;
   std::atomic<bool> stopping_{false};
   int port_ = 0;

@@ -41,7 +41,8 @@ std::string ToPem(const std::function<int(BIO*)>& write) {
 
 }  // namespace
 
-absl::StatusOr<TlsFiles> MakeSelfSignedCert(const std::string& dir) {
+absl::StatusOr<TlsFiles> MakeSelfSignedCert(const std::string& dir,
+                                            const std::vector<std::string>& more_ips) {
   EvpPkeyPtr key(EVP_EC_gen("P-256"));
   if (!key) return absl::InternalError("cannot generate a TLS key");
   X509Ptr cert(X509_new());
@@ -56,7 +57,9 @@ absl::StatusOr<TlsFiles> MakeSelfSignedCert(const std::string& dir) {
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
                              reinterpret_cast<const unsigned char*>("localkube"), -1, -1, 0);
   X509_set_issuer_name(cert.get(), name);
-  if (!AddExtension(cert.get(), NID_subject_alt_name, "IP:127.0.0.1,DNS:localhost") ||
+  std::string names = "IP:127.0.0.1,DNS:localhost";
+  for (const std::string& ip : more_ips) names += ",IP:" + ip;
+  if (!AddExtension(cert.get(), NID_subject_alt_name, names.c_str()) ||
       !AddExtension(cert.get(), NID_basic_constraints, "critical,CA:TRUE") ||
       !AddExtension(cert.get(), NID_key_usage, "critical,digitalSignature,keyCertSign")) {
     return absl::InternalError("cannot add certificate extensions");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -16,8 +17,10 @@ struct TlsFiles {
   std::string cert_pem;
 };
 
-// Writes cert.pem and key.pem (mode 0600) into `dir`.
-absl::StatusOr<TlsFiles> MakeSelfSignedCert(const std::string& dir);
+// Writes cert.pem and key.pem (mode 0600) into `dir`; the certificate names 127.0.0.1,
+// localhost and `more_ips` (the pod network's node bridges).
+absl::StatusOr<TlsFiles> MakeSelfSignedCert(const std::string& dir,
+                                            const std::vector<std::string>& more_ips = {});
 
 // Writes `content` to `path` through a temporary file renamed into place, created mode 0600:
 // keys and tokens are never readable by others, not even for the moment before a chmod.

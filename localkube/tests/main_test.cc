@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -42,7 +43,9 @@ class LocalkubeProcess : public ::testing::Test {
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override {
-    if (pid_ > 0) {
+    int status = 0;
+    // Stopped, not killed: a localkube removes its pod sandboxes as it stops.
+    if (pid_ > 0 && Terminate(&status) == absl::InfiniteDuration()) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
@@ -116,16 +119,16 @@ TEST_F(LocalkubeProcess, FilesWithCredentialsAreOwnerOnly) {
   EXPECT_LT(Terminate(&status), absl::Seconds(2));  // the README's stop bound
 }
 
-// With nothing but --run-pods, pods find each other by name (each gets a hosts file of its own,
-// kept current) and kubetrain/ images run the programs built beside localkube: no --hosts-file or
-// --image-map to know about.
+// With nothing but --run-pods, pods find each other by cluster DNS name (as root: each pod's own
+// /etc/hosts, kept current, read by glibc's resolver) and kubetrain/ images run the programs built
+// beside localkube: no --hosts-file or --image-map to know about.
 TEST_F(LocalkubeProcess, RunPodsAloneResolvesPodNamesAndRunsKubetrainImages) {
   ASSERT_NO_FATAL_FAILURE(
       Start({"--insecure-http", "--run-pods", "--pod-log-dir", dir_ + "/logs"}));
   httplib::Client client("127.0.0.1", port_);
   client.set_read_timeout(10, 0);
-  auto make = [&](const std::string& name, const json& container) {
-    json pod = {{"metadata", {{"name", name}}},
+  auto make = [&](const std::string& name, const json& container, json labels = json::object()) {
+    json pod = {{"metadata", {{"name", name}, {"labels", labels}}},
                 {"spec", {{"restartPolicy", "Never"}, {"containers", {container}}}}};
     auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
     ASSERT_TRUE(created);
@@ -147,14 +150,22 @@ TEST_F(LocalkubeProcess, RunPodsAloneResolvesPodNamesAndRunsKubetrainImages) {
     auto got = client.Get("/api/v1/namespaces/default/pods/" + name + "/log");
     return got ? got->body : std::string();
   };
-  ASSERT_NO_FATAL_FAILURE(
-      make("server", {{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "30"}}}));
-  ASSERT_NO_FATAL_FAILURE(
-      make("client", {{"name", "c"},
-                      {"image", "busybox"},
-                      {"command", {"sh", "-c", "grep -w server \"$KUBETRAIN_HOSTS_FILE\""}}}));
-  EXPECT_EQ(phase("client"), "Succeeded") << log("client");
-  EXPECT_THAT(log("client"), ::testing::HasSubstr(" server"));
+  if (geteuid() == 0) {
+    json svc = {{"metadata", {{"name", "svc"}}},
+                {"spec", {{"clusterIP", "None"}, {"selector", {{"app", "server"}}}}}};
+    auto created =
+        client.Post("/api/v1/namespaces/default/services", svc.dump(), "application/json");
+    ASSERT_TRUE(created && created->status == 201);
+    ASSERT_NO_FATAL_FAILURE(
+        make("server", {{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "30"}}},
+             {{"app", "server"}}));
+    ASSERT_NO_FATAL_FAILURE(
+        make("client", {{"name", "c"},
+                        {"image", "busybox"},
+                        {"command", {"getent", "hosts", "server.svc.default.svc.cluster.local"}}}));
+    EXPECT_EQ(phase("client"), "Succeeded") << log("client");
+    EXPECT_THAT(log("client"), ::testing::HasSubstr(" server.svc.default.svc.cluster.local"));
+  }
   // kubetrain/localkube:1 with no command runs build/bin/localkube, which answers --help.
   ASSERT_NO_FATAL_FAILURE(
       make("tool", {{"name", "c"}, {"image", "kubetrain/localkube:1"}, {"args", {"--help"}}}));
@@ -218,6 +229,88 @@ TEST_F(LocalkubeProcess, ExitsWithinTwoSecondsOfSigtermWithWatchesAndPods) {
   follow.join();
   EXPECT_LT(took, absl::Seconds(2));  // the README's stop bound
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// A pod reaches the API server from inside its sandbox at its node's bridge address with the
+// ServiceAccount token mounted where in-cluster clients look, and RBAC decides as for anyone.
+TEST_F(LocalkubeProcess, PodsReachTheApiWithTheirServiceAccountToken) {
+  if (geteuid() != 0) GTEST_SKIP() << "pod sandboxes need root";
+  ASSERT_NO_FATAL_FAILURE(Start({"--insecure-http", "--run-pods", "--rbac", "--token", "admin",
+                                 "--pod-log-dir", dir_ + "/logs"}));
+  httplib::Client client("127.0.0.1", port_);
+  client.set_read_timeout(10, 0);
+  client.set_bearer_token_auth("admin");
+  auto post = [&](const std::string& path, const json& body) {
+    auto created = client.Post(path, body.dump(), "application/json");
+    ASSERT_TRUE(created);
+    ASSERT_EQ(created->status, 201) << created->body;
+  };
+  const std::string rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/";
+  ASSERT_NO_FATAL_FAILURE(
+      post(rbac + "roles",
+           {{"metadata", {{"name", "list-pods"}}},
+            {"rules", {{{"apiGroups", {""}}, {"resources", {"pods"}}, {"verbs", {"list"}}}}}}));
+  ASSERT_NO_FATAL_FAILURE(
+      post(rbac + "rolebindings",
+           {{"metadata", {{"name", "list-pods"}}},
+            {"roleRef",
+             {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", "list-pods"}}},
+            {"subjects",
+             {{{"kind", "ServiceAccount"}, {"name", "default"}, {"namespace", "default"}}}}}));
+  const std::string script =
+      "S=/var/run/secrets/kubernetes.io/serviceaccount; for r in pods secrets; do "
+      "curl -s -H \"Authorization: Bearer $(cat $S/token)\" -o /dev/null -w \"$r=%{http_code} \" "
+      "http://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$(cat "
+      "$S/namespace)/$r; done; echo";
+  ASSERT_NO_FATAL_FAILURE(
+      post("/api/v1/namespaces/default/pods",
+           {{"metadata", {{"name", "inside"}}},
+            {"spec",
+             {{"restartPolicy", "Never"},
+              {"containers",
+               {{{"name", "c"}, {"image", "curl"}, {"command", {"sh", "-c", script}}}}}}}}));
+  std::string log;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto got = client.Get("/api/v1/namespaces/default/pods/inside/log");
+        log = got && got->status == 200 ? got->body : "";
+        return absl::StrContains(log, "secrets=");
+      },
+      absl::Seconds(20)))
+      << log;
+  EXPECT_THAT(log, ::testing::HasSubstr("pods=200 secrets=403"));
+}
+
+// What a localkube killed with SIGKILL left (its pods' network namespaces, its nodes' bridges) is
+// gone once the next one has started.
+TEST_F(LocalkubeProcess, NextStartSweepsWhatAKilledOneLeft) {
+  if (geteuid() != 0) GTEST_SKIP() << "pod sandboxes need root";
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--insecure-http", "--run-pods", "--pod-log-dir", dir_ + "/logs"}));
+  httplib::Client client("127.0.0.1", port_);
+  json pod = {
+      {"metadata", {{"name", "p"}}},
+      {"spec",
+       {{"containers", {{{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "60"}}}}}}}};
+  auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
+  ASSERT_TRUE(created && created->status == 201);
+  const std::string uid = json::parse(created->body)["metadata"].value("uid", "");
+  auto left = [&] {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/run/netns", ec)) {
+      if (absl::StrContains(e.path().filename().string(), uid)) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(Eventually(left, absl::Seconds(10)));
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  EXPECT_TRUE(left());  // nothing removed it
+  std::filesystem::remove(dir_ + "/address");
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--insecure-http", "--run-pods", "--pod-log-dir", dir_ + "/logs2"}));
+  EXPECT_FALSE(left());  // swept before the new one listened
 }
 
 }  // namespace

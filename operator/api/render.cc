@@ -56,11 +56,6 @@ void SetEnvSecretRef(json* container, const std::string& name, const std::string
                               {"valueFrom", {{"secretKeyRef", {{"name", secret}, {"key", key}}}}}});
 }
 
-void SetEnvFieldRef(json* container, const std::string& name, const std::string& field) {
-  SetContainerEnv(container,
-                  {{"name", name}, {"valueFrom", {{"fieldRef", {{"fieldPath", field}}}}}});
-}
-
 template <typename Map>
 void MergeInto(json* target, const Map& entries) {
   if (!target->is_object()) *target = json::object();
@@ -221,9 +216,8 @@ json BuildPod(const TrainingJob& job, ReplicaType type, int index, const Address
                std::to_string(job.spec.elastic->min_replicas.value_or(1) + chiefs));
       }
       SetEnvSecretRef(&c, kJobSecretEnv, JobSecretName(job), kJobSecretKey);
-      // Servers bind the pod's own address: the training port is for peers, and on hosts that
-      // run several pods in one network namespace (localkube) 0.0.0.0 would collide.
-      SetEnvFieldRef(&c, "KUBETRAIN_BIND_ADDRESS", "status.podIP");
+      // No bind address: every pod has a network namespace of its own (localkube's too), so
+      // servers bind the wildcard, as any cluster workload does.
     }
   }
   if (IsChief(job, type, index)) {

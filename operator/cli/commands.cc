@@ -277,8 +277,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   for (const std::string& note : jobs[0].notes) err << jobs[0].where << ": note: " << note << "\n";
   // CUDA_VISIBLE_DEVICES passes through (a value hiding every GPU stays in force); tasks that
   // get a GPU of their own below override it.
-  for (const char* name :
-       {"PATH", "HOME", "USER", "LANG", "TMPDIR", "KUBETRAIN_HOSTS_FILE", "CUDA_VISIBLE_DEVICES"}) {
+  for (const char* name : {"PATH", "HOME", "USER", "LANG", "TMPDIR", "CUDA_VISIBLE_DEVICES"}) {
     if (const char* v = std::getenv(name)) options.command.base_env[name] = v;
   }
   options.gpus = local::DetectGpus();

@@ -16,7 +16,6 @@
 #include "absl/strings/str_join.h"
 #include "common/flags.h"
 #include "common/host_port.h"
-#include "common/hosts.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -60,9 +59,6 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
   int chief_port = 0;
   RETURN_IF_ERROR(SplitHostPort(r.chief, &chief_host, &chief_port), "the chief's address");
   std::string dial = r.chief;
-  std::function<std::string(const std::string&)> resolve = [](const std::string& address) {
-    return ResolveTaskAddress(address);
-  };
   if (id.role == Role::kChief) {
     ASSIGN_OR_RETURN(c.coordinator,
                      CoordinatorServer::Start({.address = JoinHostPort(o.bind_address, chief_port),
@@ -71,10 +67,8 @@ absl::StatusOr<Collective> ConnectCollective(const Options& o, const TaskIdentit
                                                .min_members = o.trainer.min_workers,
                                                .member_timeout = o.trainer.member_timeout}));
     dial = JoinHostPort(IsWildcardHost(o.bind_address) ? "127.0.0.1" : o.bind_address, chief_port);
-    resolve = nullptr;
   }
   ASSIGN_OR_RETURN(c.store, CoordinatorClient::Connect({.address = dial,
-                                                        .resolve = resolve,
                                                         .rank = id.rank,
                                                         .world_size = id.num_workers,
                                                         .elastic = o.trainer.elastic,

@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/host_port.h"
-#include "common/hosts.h"
 #include "common/status.h"
 #include "operator/api/tf_config.h"
 
@@ -89,7 +88,6 @@ absl::StatusOr<TaskPlace> Identify(const Options& o) {
           "--mode allreduce: no chief address to rendezvous at: set TF_CONFIG (or --coordinator "
           "host:port)");
     }
-    id.resolve = [](const std::string& address) { return ResolveTaskAddress(address); };
     return place;
   }
   if (ps.empty()) {
@@ -98,7 +96,6 @@ absl::StatusOr<TaskPlace> Identify(const Options& o) {
         "--mode ps-sync and ps-async need at least one ps task");
   }
   id.ps_addresses = ps;
-  id.resolve = [](const std::string& address) { return ResolveTaskAddress(address); };
   return place;
 }
 
@@ -137,7 +134,7 @@ std::string GlooHost(const Options& o, const Rendezvous& r, absl::string_view ho
   if (!IsWildcardHost(o.bind_address)) return o.bind_address;
   std::string host;
   int port;
-  if (!r.self.empty() && SplitHostPort(ResolveTaskAddress(r.self), &host, &port).ok()) return host;
+  if (!r.self.empty() && SplitHostPort(r.self, &host, &port).ok()) return host;
   return std::string(hostname);
 }
 

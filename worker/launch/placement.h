@@ -26,7 +26,7 @@ struct Rendezvous {
 };
 
 struct TaskPlace {
-  TaskIdentity id;  // role, rank, training workers, ps addresses and their resolver
+  TaskIdentity id;  // role, rank, training workers and ps addresses
   Rendezvous rendezvous;
 };
 
@@ -56,7 +56,7 @@ std::string RoleName(Role role);
 absl::StatusOr<std::string> CommunicatorFor(absl::string_view flag, absl::string_view device_name);
 
 // The address Gloo listens on and advertises: --bind-address when it names one (the pod IP in a
-// cluster), else this task's own cluster-spec host as resolved, else `hostname`.
+// cluster), else this task's own cluster-spec host (cluster DNS names it), else `hostname`.
 std::string GlooHost(const Options& o, const Rendezvous& r, absl::string_view hostname);
 
 // The environment variables that choose a GPU.

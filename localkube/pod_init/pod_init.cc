@@ -1,0 +1,223 @@
+// localkube-pod-init: puts a pod's processes into the pod's namespaces, as a container runtime's
+// pause container and `runc exec` do (localkube/pod_sandbox.h drives it; README "Pod sandboxes").
+//
+//   localkube-pod-init hold --netns PATH --hostname NAME --hosts FILE [--tmp-size S] [--shm-size S]
+//     Joins the network namespace at PATH, makes new mount, IPC and UTS namespaces, sets the
+//     hostname, bind-mounts FILE (read-only) on /etc/hosts and mounts fresh tmpfs on /tmp,
+//     /dev/shm and /run; says "ready" on stdout and holds the namespaces until SIGTERM (or its
+//     parent dies). All of its mounts are private: nothing propagates to the host, and they go
+//     when the namespace's last process does.
+//   localkube-pod-init exec --pod PID [--ro SRC DST | --rw SRC DST]... [--workdir DIR] -- ARGV...
+//     Joins PID's (a holder's) namespaces, makes its own copy of the mount namespace, mounts each
+//     host path SRC at DST (a mount point that does not exist is created only under the pod's own
+//     /tmp, /run or /dev/shm) and execs ARGV with the environment it was given. A command that
+//     is not found exits 127, as a shell's child does.
+//
+// Single-threaded by necessity: setns(CLONE_NEWNS) refuses a multi-threaded caller.
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void Die(const std::string& what, int err = errno) {
+  std::fprintf(stderr, "localkube-pod-init: %s: %s\n", what.c_str(), std::strerror(err));
+  std::exit(1);
+}
+
+[[noreturn]] void Usage(const std::string& why) {
+  std::fprintf(stderr, "localkube-pod-init: %s\n", why.c_str());
+  std::exit(2);
+}
+
+void Mount(const char* source, const std::string& target, const char* type, unsigned long flags,
+           const std::string& data = "") {
+  if (mount(source, target.c_str(), type, flags, data.empty() ? nullptr : data.c_str()) != 0) {
+    Die("mount " + std::string(type ? type : "bind") + " on " + target);
+  }
+}
+
+// Mounts made from here on stay in this namespace, and the host's do not come in later.
+void MakePrivate() { Mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE); }
+
+int Hold(const std::vector<std::string>& args) {
+  std::string netns, hostname, hosts, tmp_size = "1g", shm_size = "64m";
+  for (size_t i = 0; i + 1 < args.size(); i += 2) {
+    const std::string& flag = args[i];
+    const std::string& value = args[i + 1];
+    if (flag == "--netns")
+      netns = value;
+    else if (flag == "--hostname")
+      hostname = value;
+    else if (flag == "--hosts")
+      hosts = value;
+    else if (flag == "--tmp-size")
+      tmp_size = value;
+    else if (flag == "--shm-size")
+      shm_size = value;
+    else
+      Usage("hold: unknown flag " + flag);
+  }
+  if (netns.empty() || hostname.empty() || hosts.empty()) {
+    Usage("hold needs --netns, --hostname and --hosts");
+  }
+  int fd = open(netns.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) Die("open " + netns);
+  if (setns(fd, CLONE_NEWNET) != 0) Die("setns " + netns);
+  close(fd);
+  if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0) Die("unshare");
+  MakePrivate();
+  if (sethostname(hostname.data(), hostname.size()) != 0) Die("sethostname " + hostname);
+  // /etc/hosts first: the file may live under the host's /tmp, which is covered next.
+  Mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND);
+  Mount(nullptr, "/etc/hosts", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY);
+  Mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=" + tmp_size);
+  Mount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777,size=" + shm_size);
+  // A container's own /run: where the ServiceAccount token goes (/var/run/secrets/...), and the
+  // host's runtime state stays out of sight.
+  Mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m");
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGHUP);
+  sigprocmask(SIG_BLOCK, &stop, nullptr);
+  std::fputs("ready\n", stdout);
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop, &sig);
+  return 0;
+}
+
+bool UnderPodTmpfs(const std::string& path) {
+  for (const char* root : {"/tmp", "/run", "/dev/shm"}) {
+    std::string r(root);
+    if (path == r || path.rfind(r + "/", 0) == 0) return true;
+  }
+  return false;
+}
+
+// Makes `target` exist (a directory, or an empty file when `directory` is false) inside the pod's
+// mount namespace, creating it only below the pod's own tmpfs mounts.
+void EnsureMountPoint(const std::string& target, bool directory) {
+  std::error_code ec;
+  if (fs::exists(target, ec)) return;
+  fs::path existing = fs::path(target).parent_path();
+  while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
+  fs::path real = fs::canonical(existing.empty() ? fs::path("/") : existing, ec);
+  if (ec || !UnderPodTmpfs(real.string())) {
+    Usage("mountPath " + target +
+          " does not exist on this host, and localkube creates mount points only under the "
+          "pod's own /tmp, /run and /dev/shm");
+  }
+  fs::create_directories(directory ? fs::path(target) : fs::path(target).parent_path(), ec);
+  if (ec) Die("mkdir " + target, ec.value());
+  if (!directory) {
+    int fd = open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) Die("create " + target);
+    close(fd);
+  }
+}
+
+struct BindMount {
+  std::string source, target;
+  bool read_only = false;
+  int tree = -1;  // a detached copy of the source, made in the host's mount namespace
+  bool directory = true;
+};
+
+int Exec(const std::vector<std::string>& args) {
+  std::string pod, workdir;
+  std::vector<BindMount> mounts;
+  size_t i = 0;
+  for (; i < args.size() && args[i] != "--"; ++i) {
+    const std::string& flag = args[i];
+    if ((flag == "--ro" || flag == "--rw") && i + 2 < args.size()) {
+      mounts.push_back({args[i + 1], args[i + 2], flag == "--ro"});
+      i += 2;
+    } else if (flag == "--pod" && i + 1 < args.size()) {
+      pod = args[++i];
+    } else if (flag == "--workdir" && i + 1 < args.size()) {
+      workdir = args[++i];
+    } else {
+      Usage("exec: unknown or incomplete flag " + flag);
+    }
+  }
+  if (pod.empty() || i + 1 >= args.size()) Usage("exec needs --pod PID -- ARGV...");
+  std::vector<std::string> argv(args.begin() + static_cast<long>(i) + 1, args.end());
+  char cwd_buf[4096];
+  std::string cwd = getcwd(cwd_buf, sizeof(cwd_buf)) ? cwd_buf : "/";
+  // The sources are the host's paths (the pod's volumes may live under the host's /tmp, which the
+  // pod's namespace covers): detached copies of them are taken before moving in.
+  for (BindMount& m : mounts) {
+    struct stat st;
+    if (stat(m.source.c_str(), &st) != 0) Die("stat " + m.source);
+    m.directory = S_ISDIR(st.st_mode);
+    m.tree =
+        open_tree(AT_FDCWD, m.source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (m.tree < 0) Die("open_tree " + m.source);
+  }
+  const std::pair<const char*, int> kinds[] = {
+      {"net", CLONE_NEWNET}, {"ipc", CLONE_NEWIPC}, {"uts", CLONE_NEWUTS}, {"mnt", CLONE_NEWNS}};
+  std::vector<int> fds;
+  for (const auto& [name, type] : kinds) {
+    std::string path = "/proc/" + pod + "/ns/" + name;
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) Die("open " + path);
+    fds.push_back(fd);
+  }
+  for (size_t k = 0; k < fds.size(); ++k) {
+    if (setns(fds[k], kinds[k].second) != 0) Die(std::string("setns ") + kinds[k].first);
+    close(fds[k]);
+  }
+  // Each container's mounts are its own, as each container has its own mount namespace.
+  if (unshare(CLONE_NEWNS) != 0) Die("unshare");
+  MakePrivate();
+  for (const BindMount& m : mounts) {
+    EnsureMountPoint(m.target, m.directory);
+    if (move_mount(m.tree, "", AT_FDCWD, m.target.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+      Die("mount " + m.source + " on " + m.target);
+    }
+    close(m.tree);
+    if (m.read_only) Mount(nullptr, m.target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY);
+  }
+  std::error_code ec;
+  if (!workdir.empty()) {
+    if (chdir(workdir.c_str()) != 0) Die("chdir " + workdir);
+  } else if (chdir(cwd.c_str()) != 0 && chdir("/") != 0) {
+    Die("chdir /");
+  }
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  execvp(cargv[0], cargv.data());
+  int err = errno;
+  std::fprintf(stderr, "exec: \"%s\": %s\n", argv[0].c_str(),
+               err == ENOENT ? "executable file not found in $PATH" : std::strerror(err));
+  return err == ENOENT ? 127 : 126;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) Usage("usage: localkube-pod-init hold|exec ...");
+  std::vector<std::string> args(argv + 2, argv + argc);
+  std::string mode = argv[1];
+  if (mode == "hold") return Hold(args);
+  if (mode == "exec") return Exec(args);
+  Usage("unknown mode " + mode + "; use hold or exec");
+}
