@@ -45,6 +45,10 @@ struct KubeletOptions {
   // Issues the tokens of serviceAccountToken projections (projected volumes); an error is a
   // FailedMount (the pod stays ContainerCreating, retried). Unset: token files are left out.
   ServiceAccountTokenFunc service_account_token;
+  // The nodes this kubelet runs pods for, in index order (node-1 .. node-N): a pod is admitted
+  // once its spec.nodeName names one of them. Empty: every pod, bound or not (a kubelet
+  // without nodes, as tests that drive it alone use).
+  std::vector<std::string> node_names;
 };
 
 class Kubelet : public LogSource {

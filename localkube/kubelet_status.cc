@@ -83,7 +83,7 @@ void Kubelet::PublishStatus(Pod& pod) {
   std::string start = pod.start_time;
   (void)api_->Mutate("/pods", pod.ns, pod.name, [&](json& live) {
     if (live["metadata"].value("uid", "") != pod.uid) return false;
-    live["spec"]["nodeName"] = "localkube";
+    if (live["spec"].value("nodeName", "").empty()) live["spec"]["nodeName"] = "localkube";
     json& status = live["status"];
     // Keep transition times stable when a condition's status did not change.
     for (auto& c : conditions) {

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/http_serve.h"
 #include "common/logging.h"
+#include "localkube/binding.h"
 #include "localkube/connections.h"
 #include "localkube/decode.h"
 #include "localkube/discovery.h"
@@ -294,7 +295,7 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
   };
   absl::StatusOr<json> result;
   int ok_code = 200;
-  if (sub == "token" && m != "POST") {  // TokenRequest is create-only
+  if ((sub == "token" || sub == "binding") && m != "POST") {  // TokenRequest, Binding: create-only
     return ReplyError(res,
                       ApiError(405, "MethodNotAllowed",
                                "the server does not allow this method on the requested resource"));
@@ -334,6 +335,11 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
       body = std::move(*decoded);
     }
     result = options_.service_account_tokens->CreateTokenRequest(target.ns, target.name, body);
+    ok_code = 201;
+  } else if (m == "POST" && sub == "binding" && target.type->StorageKey() == kPodsKey) {
+    auto body = DecodeJson(req.body);
+    if (!body.ok()) return ReplyError(res, body.status());
+    result = BindPod(*api_, target.ns, target.name, *body, write_options().dry_run);
     ok_code = 201;
   } else if (m == "POST" && collection) {
     auto body = DecodeObject(*target.type, *api_->registry(), req.get_header_value("Content-Type"),
