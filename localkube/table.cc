@@ -87,9 +87,10 @@ json NodeCells(const json& n) {
     ready += ",SchedulingDisabled";
   }
   std::vector<std::string> roles;
-  for (const auto& [k, v] : n["metadata"].value("labels", json::object()).items()) {
-    if (absl::StartsWith(k, "node-role.kubernetes.io/")) {
-      roles.push_back(k.substr(strlen("node-role.kubernetes.io/")));
+  const json labels = n["metadata"].value("labels", json::object());
+  for (auto it = labels.begin(); it != labels.end(); ++it) {
+    if (absl::StartsWith(it.key(), "node-role.kubernetes.io/")) {
+      roles.push_back(it.key().substr(strlen("node-role.kubernetes.io/")));
     }
   }
   std::string internal = "<none>", external = "<none>";
