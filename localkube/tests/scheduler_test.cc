@@ -1,14 +1,18 @@
 // Nodes, heartbeats, the scheduler and pods/binding: what a user of `localkube --nodes N` sees.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
+#include "localkube/binding.h"
+#include "localkube/kubelet.h"
 #include "localkube/node_agents.h"
 #include "localkube/scheduler.h"
 #include "localkube/server.h"
@@ -494,6 +498,57 @@ TEST(PodBinding, SetsNodeNameOnceAndAnswersAsTheApiServer) {
   EXPECT_EQ(r.code, 409);
   EXPECT_THAT(r.body.value("message", ""), HasSubstr("pod g has non-empty .spec.schedulingGates"));
   server.Stop();
+}
+
+// The kubelet runs what is bound to its nodes, and only that.
+TEST(KubeletOnNodes, RunsOnlyPodsBoundToItsNodes) {
+  std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("kubelet_nodes_test-", getpid()))
+          .string();
+  std::filesystem::create_directories(dir);
+  Registry registry;
+  Store store;
+  Api api(&registry, &store);
+  KubeletOptions options;
+  options.log_dir = dir + "/logs";
+  options.hosts_file = dir + "/hosts";
+  options.node_names = {"node-1", "node-2"};
+  auto kubelet = std::make_unique<Kubelet>(options, &api);
+  kubelet->Start();
+  Target pods{registry.Find("", "v1", "pods"), "default", "", ""};
+  auto make = [&](const std::string& name, const std::string& node) {
+    json pod = testing::Pod(name);
+    pod["spec"]["containers"][0]["command"] = {"sleep", "30"};
+    if (!node.empty()) pod["spec"]["nodeName"] = node;
+    ASSERT_THAT(api.Create(pods, pod, WriteOptions{}).status(), IsOk());
+  };
+  auto started = [&](const std::string& name) {
+    Target t = pods;
+    t.name = name;
+    return !testing::WaitForPod(
+                api, t, [](const json& p) { return p["status"].contains("podIP"); },
+                absl::Seconds(10))
+                .is_null();
+  };
+  auto has_ip = [&](const std::string& name) {
+    Target t = pods;
+    t.name = name;
+    return (*api.Get(t))["status"].contains("podIP");
+  };
+  ASSERT_NO_FATAL_FAILURE(make("unbound", ""));
+  ASSERT_NO_FATAL_FAILURE(make("elsewhere", "node-9"));
+  ASSERT_NO_FATAL_FAILURE(make("here", "node-2"));
+  EXPECT_TRUE(started("here"));  // the kubelet has seen the two before it by then
+  EXPECT_FALSE(has_ip("unbound"));
+  EXPECT_FALSE(has_ip("elsewhere"));
+  json binding = {{"metadata", {{"name", "unbound"}}}, {"target", {{"name", "node-1"}}}};
+  ASSERT_THAT(BindPod(api, "default", "unbound", binding, false).status(), IsOk());
+  EXPECT_TRUE(started("unbound"));
+  Target here = pods;
+  here.name = "here";
+  EXPECT_EQ((*api.Get(here))["spec"].value("nodeName", ""), "node-2");
+  kubelet->Stop();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
