@@ -100,9 +100,10 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
            "with --run-pods: how many nodes (node-1 .. node-N) pods are "
            "scheduled onto")
       .Range(1, 16);
-  flags.Add("node-capacity", &o.node_capacity,
-            "[NODE:]RESOURCE=QUANTITY,...: every node's capacity, or with NODE: that node's "
-            "(repeatable; default cpu=2,memory=8Gi,pods=110; e.g. node-2:cpu=4,nvidia.com/gpu=1)");
+  flags.Add(
+      "node-capacity", &o.node_capacity,
+      "[NODE:]RESOURCE=QUANTITY,...: every node's capacity, or with NODE: that node's "
+      "(repeatable; default cpu=64,memory=256Gi,pods=110; e.g. node-2:cpu=4,nvidia.com/gpu=1)");
   flags.Add("node-labels", &o.node_labels,
             "[NODE:]KEY=VALUE,...: labels of every node, or with NODE: of that node (repeatable)");
   ASSIGN_OR_RETURN(std::vector<std::string> rest, flags.Parse(argc, argv));

@@ -111,7 +111,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Pairs(const std
 }  // namespace
 
 std::map<std::string, std::string> DefaultNodeCapacity() {
-  return {{"cpu", "2"}, {"memory", "8Gi"}, {"pods", "110"}};
+  return {{"cpu", "64"}, {"memory", "256Gi"}, {"pods", "110"}};
 }
 
 absl::StatusOr<std::vector<NodeSpec>> ParseNodeSpecs(int count,

@@ -32,7 +32,8 @@ struct NodeSpec {
   std::map<std::string, std::string> labels;    // besides the kubelet's own labels
 };
 
-// Default capacity of a node (cpu=2, memory=8Gi, pods=110).
+// Default capacity of a node (cpu=64, memory=256Gi, pods=110): room for what a single-node
+// localkube ran before it had nodes; --node-capacity makes scheduling bite.
 std::map<std::string, std::string> DefaultNodeCapacity();
 
 // The nodes `--nodes count` makes, with `capacity` (each `[NODE:]RES=QTY,...`: without NODE

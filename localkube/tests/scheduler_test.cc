@@ -47,6 +47,7 @@ class Cluster : public ::testing::Test {
   // `nodes` nodes of cpu=2 (capacity flags as localkube takes them) with the scheduler running.
   void Up(int nodes, std::vector<std::string> capacity = {}, std::vector<std::string> labels = {},
           absl::Duration period = absl::Hours(1)) {
+    capacity.insert(capacity.begin(), "cpu=2,memory=8Gi");
     auto specs = ParseNodeSpecs(nodes, capacity, labels);
     ASSERT_THAT(specs.status(), IsOk());
     NodeAgentsOptions options;
@@ -120,7 +121,7 @@ TEST(NodeSpecs, CapacityAndLabelsApplyToEveryNodeThenPerNode) {
   ASSERT_EQ(specs->size(), 3u);
   EXPECT_EQ((*specs)[0].name, "node-1");
   EXPECT_EQ((*specs)[0].capacity.at("cpu"), "3");
-  EXPECT_EQ((*specs)[0].capacity.at("memory"), "8Gi");
+  EXPECT_EQ((*specs)[0].capacity.at("memory"), "256Gi");
   EXPECT_EQ((*specs)[0].capacity.at("pods"), "110");
   EXPECT_EQ((*specs)[0].capacity.at("nvidia.com/gpu"), "1");
   EXPECT_EQ((*specs)[1].capacity.at("cpu"), "4");  // per node wins, whatever the order
