@@ -40,6 +40,18 @@ void PodDefaults(json& object) {
   if (!spec.contains("terminationGracePeriodSeconds")) spec["terminationGracePeriodSeconds"] = 30;
   if (!spec.contains("dnsPolicy")) spec["dnsPolicy"] = "ClusterFirst";
   object["status"] = {{"phase", "Pending"}, {"qosClass", "BestEffort"}};
+  // A gated pod is not scheduled until its gates are gone: the API server says so at once.
+  if (spec.contains("schedulingGates") && spec["schedulingGates"].is_array() &&
+      !spec["schedulingGates"].empty()) {
+    object["status"]["conditions"] = {{{"type", "PodScheduled"},
+                                       {"status", "False"},
+                                       {"lastProbeTime", nullptr},
+                                       {"lastTransitionTime", NowTimestamp()},
+                                       {"reason", "SchedulingGated"},
+                                       {"message",
+                                        "Scheduling is blocked due to non-empty "
+                                        "scheduling gates"}}};
+  }
 }
 
 void ServiceDefaults(json& object) {
@@ -147,7 +159,7 @@ const std::map<std::string, KindHooks, std::less<>>& BuiltinHooks() {
                       .admit = AdmitPodWrite,
                       .graceful_deletion = true,
                       .delete_returns_object = true,
-                      .subresources = {"log", "eviction"}};
+                      .subresources = {"log", "eviction", "binding"}};
     (*t)["/services"] = {.defaults = ServiceDefaults};
     (*t)[kPvcKey] = {.defaults = PersistentVolumeClaimDefaults, .admit = AdmitClaim};
     (*t)[kPvKey] = {.defaults = PersistentVolumeDefaults};

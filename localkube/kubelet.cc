@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -168,6 +169,13 @@ void Kubelet::Sync() {
         continue;
       }
       lock.unlock();
+      // Not (yet) bound to one of our nodes: the scheduler's Binding brings it back. A pod
+      // bound to a node that does not exist stays Pending (a cluster's PodGC deletes it).
+      if (!options_.node_names.empty() &&
+          std::find(options_.node_names.begin(), options_.node_names.end(),
+                    e.object["spec"].value("nodeName", "")) == options_.node_names.end()) {
+        continue;
+      }
       Admit(e.object);
       continue;
     }

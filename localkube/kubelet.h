@@ -36,6 +36,9 @@
 namespace kubetrain::localkube {
 
 struct KubeletOptions {
+  // The nodes this kubelet runs pods for, in index order (node-1 .. node-N): a pod is admitted
+  // once its spec.nodeName names one of them. Empty: every pod, bound or not (a kubelet
+  // without nodes, as tests that drive it alone use).
   std::vector<std::string> node_names;
   // Every pod's names (pod_hosts.h, as a pod outside every namespace sees them), rewritten on
   // every change, for the host's own tools; empty: none. Pods read their own /etc/hosts.

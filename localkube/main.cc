@@ -16,12 +16,15 @@
 #include "localkube/api.h"
 #include "localkube/default_tolerations.h"
 #include "localkube/kubelet.h"
+#include "localkube/node_agents.h"
 #include "localkube/node_lifecycle.h"
 #include "localkube/persistent_volumes.h"
 #include "localkube/root_ca_publisher.h"
+#include "localkube/scheduler.h"
 #include "localkube/server.h"
 #include "localkube/service_accounts.h"
 #include "localkube/tls.h"
+#include "localkube/volume_binding.h"
 #include "localkube/workloads.h"
 
 // LeakSanitizer (clang's AddressSanitizer build) checks for leaks as the program exits.
@@ -61,6 +64,9 @@ struct Options {
   std::vector<std::string> user_tokens;
   absl::Duration node_monitor_grace_period = absl::Seconds(40);
   int64_t default_toleration_seconds = 300;
+  int nodes = 1;
+  std::vector<std::string> node_capacity;
+  std::vector<std::string> node_labels;
 };
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
@@ -116,9 +122,25 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
            "tolerationSeconds of the not-ready and unreachable NoExecute tolerations added to "
            "every pod that has none")
       .AtLeast(0);
+  flags
+      .Add("nodes", &o.nodes,
+           "with --run-pods: how many nodes (node-1 .. node-N) pods are "
+           "scheduled onto")
+      .Range(1, 16);
+  flags.Add(
+      "node-capacity", &o.node_capacity,
+      "[NODE:]RESOURCE=QUANTITY,...: every node's capacity, or with NODE: that node's "
+      "(repeatable; default cpu=64,memory=256Gi,pods=110; e.g. node-2:cpu=4,nvidia.com/gpu=1)");
+  flags.Add("node-labels", &o.node_labels,
+            "[NODE:]KEY=VALUE,...: labels of every node, or with NODE: of that node (repeatable)");
   ASSIGN_OR_RETURN(std::vector<std::string> rest, flags.Parse(argc, argv));
   if (!rest.empty()) return absl::InvalidArgumentError("localkube takes no positional arguments");
   RETURN_IF_ERROR(log::SetLevelFlag(o.log_level));
+  if (!o.run_pods && (o.nodes != 1 || !o.node_capacity.empty() || !o.node_labels.empty())) {
+    return absl::InvalidArgumentError(
+        "--nodes, --node-capacity and --node-labels need --run-pods: without it localkube "
+        "serves the API alone, with no nodes; add --run-pods");
+  }
   return o;
 }
 
@@ -146,8 +168,17 @@ int Run(int argc, char** argv) {
   auto sa_tokens = std::make_shared<ServiceAccountTokens>(&store);
   std::unique_ptr<WorkloadControllers> workloads;  // the Deployment and ReplicaSet controllers
   std::unique_ptr<Kubelet> kubelet;
+  std::unique_ptr<NodeAgents> nodes;     // the nodes' registration and heartbeats
+  std::unique_ptr<Scheduler> scheduler;  // binds pods to them
   if (options->run_pods) {
+    auto specs = ParseNodeSpecs(options->nodes, options->node_capacity, options->node_labels);
+    if (!specs.ok()) return UsageExit("localkube", specs.status());
+    NodeAgentsOptions n;
+    n.nodes = std::move(*specs);
+    nodes = std::make_unique<NodeAgents>(std::move(n), &api);
+    scheduler = std::make_unique<Scheduler>(&api);
     KubeletOptions k;
+    k.node_names = nodes->names();
     k.hosts_file = options->hosts_file;
     k.log_dir = options->pod_log_dir;
     if (k.log_dir.empty()) {
@@ -264,6 +295,25 @@ int Run(int argc, char** argv) {
     return 1;
   }
   if (kubelet) kubelet->SetApiServer("127.0.0.1", server.port());
+  if (scheduler) {  // volume binding takes part in scheduling (scheduler_plugins.h)
+    scheduler->AddFilter(VolumeBindingFilter(&store));
+    scheduler->AddFilter(VolumeRestrictionsFilter(&store));
+    scheduler->AddPreBind(volumes.PreBind());
+  }
+  if (nodes) {
+    // A node's InternalIP is its bridge's address when pods run in sandboxes.
+    if (PodNetwork* net = kubelet ? kubelet->pod_network() : nullptr) {
+      std::vector<std::string> names = nodes->names();
+      for (int i = 0; i < net->nodes() && i < static_cast<int>(names.size()); ++i) {
+        (void)nodes->SetInternalIP(names[i], net->node_gateway(i));
+      }
+    }
+    if (absl::Status st = nodes->Start(); !st.ok()) {
+      std::cerr << "localkube: " << st.message() << "\n";
+      return 1;
+    }
+  }
+  if (scheduler) scheduler->Start();
   if (kubelet) kubelet->Start();
   if (workloads) workloads->Start();
   node_lifecycle.Start();
@@ -290,6 +340,8 @@ int Run(int argc, char** argv) {
   node_lifecycle.Stop();
   root_ca.Stop();
   volumes.Stop();
+  if (scheduler) scheduler->Stop();
+  if (nodes) nodes->Stop();
   if (kubelet) kubelet->Stop();  // kills every pod process group
   server.Stop();
   std::error_code ignored;

@@ -1,6 +1,6 @@
-// Plug-ins of localkube's scheduler (scheduler.h): a filter says whether a pod fits a node, a
-// pre-bind hook runs once a node is chosen, before the Binding. They let other parts (volume
-// binding) take part in scheduling without the scheduler depending on them.
+// The scheduler's plug-in points (scheduler.h), declared apart so that a plug-in's author needs
+// nothing else of the scheduler: a Filter says whether a pod fits a node, a PreBind prepares a
+// chosen node (provisions a volume) before the Binding is posted.
 #pragma once
 
 #include <functional>

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/http_serve.h"
 #include "common/logging.h"
+#include "localkube/binding.h"
 #include "localkube/connections.h"
 #include "localkube/decode.h"
 #include "localkube/discovery.h"
@@ -316,7 +317,8 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
   };
   absl::StatusOr<json> result;
   int ok_code = 200;
-  if ((sub == "token" || sub == "eviction") && m != "POST") {  // create-only subresources
+  if ((sub == "token" || sub == "eviction" || sub == "binding") &&
+      m != "POST") {  // create-only subresources
     return ReplyError(res,
                       ApiError(405, "MethodNotAllowed",
                                "the server does not allow this method on the requested resource"));
@@ -361,6 +363,10 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
     auto body = DecodeJson(req.body);
     if (!body.ok()) return ReplyError(res, body.status());
     result = EvictPod(api_, target.ns, target.name, *body, req.has_param("dryRun"));
+  } else if (m == "POST" && sub == "binding" && target.type->StorageKey() == kPodsKey) {
+    auto body = DecodeJson(req.body);
+    if (!body.ok()) return ReplyError(res, body.status());
+    result = BindPod(*api_, target.ns, target.name, *body, write_options().dry_run);
     ok_code = 201;
   } else if (m == "POST" && collection) {
     auto body = DecodeObject(*target.type, *api_->registry(), req.get_header_value("Content-Type"),

@@ -1,5 +1,8 @@
 #include "localkube/table.h"
 
+#include <cstring>
+
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -73,6 +76,44 @@ json ServiceCells(const json& s) {
           Age(s)};
 }
 
+// kubectl get nodes: Ready/NotReady/Unknown, with SchedulingDisabled when cordoned.
+json NodeCells(const json& n) {
+  const json status = n.value("status", json::object());
+  std::string ready = "Unknown";
+  for (const auto& c : status.value("conditions", json::array())) {
+    if (c.value("type", "") != "Ready") continue;
+    ready = c.value("status", "") == "True" ? "Ready" : "NotReady";
+  }
+  if (n.value("spec", json::object()).value("unschedulable", false)) {
+    ready += ",SchedulingDisabled";
+  }
+  std::vector<std::string> roles;
+  const json labels = n["metadata"].value("labels", json::object());
+  for (auto it = labels.begin(); it != labels.end(); ++it) {
+    if (absl::StartsWith(it.key(), "node-role.kubernetes.io/")) {
+      roles.push_back(it.key().substr(strlen("node-role.kubernetes.io/")));
+    }
+  }
+  std::string internal = "<none>", external = "<none>";
+  for (const auto& a : status.value("addresses", json::array())) {
+    if (a.value("type", "") == "InternalIP" && internal == "<none>")
+      internal = a.value("address", "");
+    if (a.value("type", "") == "ExternalIP" && external == "<none>")
+      external = a.value("address", "");
+  }
+  const json info = status.value("nodeInfo", json::object());
+  return {n["metadata"]["name"],
+          ready,
+          roles.empty() ? "<none>" : absl::StrJoin(roles, ","),
+          Age(n),
+          info.value("kubeletVersion", ""),
+          internal,
+          external,
+          info.value("osImage", "<unknown>"),
+          info.value("kernelVersion", "<unknown>"),
+          info.value("containerRuntimeVersion", "<unknown>")};
+}
+
 std::vector<Column> BuiltinColumns(const ResourceType& type) {
   const std::string name_desc = "Name must be unique within a namespace.";
   if (auto storage = StorageTableColumns(type)) {
@@ -108,6 +149,19 @@ std::vector<Column> BuiltinColumns(const ResourceType& type) {
             {"Status", "string", "", ""},
             {"Age", "string", "", ""}};
   }
+  if (type.kind == "Node") {
+    return {
+        {"Name", "string", "name", name_desc},
+        {"Status", "string", "", "The status of the node"},
+        {"Roles", "string", "", "The roles of the node"},
+        {"Age", "string", "", ""},
+        {"Version", "string", "", "Kubelet Version reported by the node."},
+        {"Internal-IP", "string", "", "List of internal IPs (if any).", 1},
+        {"External-IP", "string", "", "List of external IPs (if any).", 1},
+        {"OS-Image", "string", "", "OS Image reported by the node.", 1},
+        {"Kernel-Version", "string", "", "Kernel Version reported by the node.", 1},
+        {"Container-Runtime", "string", "", "Container Runtime Version reported by the node.", 1}};
+  }
   return {{"Name", "string", "name", name_desc}, {"Age", "string", "", ""}};
 }
 
@@ -116,6 +170,7 @@ json BuiltinCells(const ResourceType& type, const json& o) {
   if (type.kind == "Pod") return PodCells(o);
   if (type.kind == "Deployment") return DeploymentCells(o);
   if (type.kind == "Service") return ServiceCells(o);
+  if (type.kind == "Node") return NodeCells(o);
   if (type.kind == "Namespace") {
     return {o["metadata"]["name"], o.value("status", json::object()).value("phase", "Active"),
             Age(o)};

@@ -342,7 +342,9 @@ std::string DownwardApiField(const json& pod, const std::string& path, const std
   if (path == "metadata.labels") return FormatMap(meta.value("labels", json::object()));
   if (path == "metadata.annotations") return FormatMap(meta.value("annotations", json::object()));
   if (path == "status.podIP" || path == "status.hostIP") return ip;
-  if (path == "spec.nodeName") return "localkube";
+  if (path == "spec.nodeName") {
+    return pod.value("spec", json::object()).value("nodeName", "localkube");
+  }
   if (path == "spec.serviceAccountName") return ServiceAccountOf(pod);
   for (const char* field : {"labels", "annotations"}) {
     std::string prefix = absl::StrCat("metadata.", field, "['");

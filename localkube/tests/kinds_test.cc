@@ -34,7 +34,7 @@ TEST(KindHooks, TableHoldsTheBuiltinSpecialCases) {
   EXPECT_TRUE(pods.graceful_deletion);
   EXPECT_TRUE(pods.delete_returns_object);
   EXPECT_FALSE(pods.namespace_lifecycle);
-  EXPECT_THAT(pods.subresources, ElementsAre("log", "eviction"));
+  EXPECT_THAT(pods.subresources, ElementsAre("log", "eviction", "binding"));
 
   const KindHooks& namespaces = Core(registry, "namespaces");
   EXPECT_TRUE(namespaces.defaults);
