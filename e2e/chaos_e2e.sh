@@ -9,7 +9,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_args "$@"
 
-start_localkube --run-pods --hosts-file "$(mktemp -u "${TMPDIR:-/tmp}/lk-hosts.XXXXXX")" \
+start_localkube --run-pods \
   --image-map "kubetrain/=$BIN" --error-rate 0.1 --drop-watches-every 5s --compact-every 10s
 
 # A small file system for the full-disk case (root only; skipped otherwise), unmounted on exit

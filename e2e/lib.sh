@@ -27,7 +27,14 @@ e2e_args() {
 # pipefail would report as a failure).
 has() { grep "$@" >/dev/null; }
 
+# With --run-pods, a cluster of $LK_NODES nodes (3 unless the script asks otherwise): pods are
+# scheduled over them and, as root, each runs in its own sandbox on its node (localkube/README.md
+# "Pod sandboxes").
+LK_NODES=${LK_NODES:-3}
 start_localkube() {
+  if [[ " $* " == *" --run-pods "* && " $* " != *" --nodes "* ]]; then
+    set -- --nodes "$LK_NODES" "$@"
+  fi
   LK_DIR=$(mktemp -d "${TMPDIR:-/tmp}/localkube-e2e.XXXXXX")
   LK_TOKEN="e2e-$RANDOM$RANDOM"
   export KUBECONFIG="$LK_DIR/kubeconfig"

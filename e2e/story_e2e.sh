@@ -17,7 +17,7 @@ BIN=$(cd "$4" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source e2e/lib.sh
 
-start_localkube --run-pods --hosts-file "$(mktemp -u "${TMPDIR:-/tmp}/lk-hosts.XXXXXX")" \
+start_localkube --run-pods \
   --image-map "kubetrain/=$BIN"
 k() { "$KUBECTL" "$@"; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

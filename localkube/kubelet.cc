@@ -38,6 +38,7 @@ std::optional<int64_t> SecurityField(const json& pod, const json& container, con
 }  // namespace
 
 Kubelet::Kubelet(KubeletOptions options, Api* api) : options_(std::move(options)), api_(api) {
+  node_state_.assign(options_.node_names.size(), NodeState::kUp);
   if (options_.runtime == "oci") {
     runtime_ = std::make_unique<OciRuntime>(options_.oci);
   } else {
@@ -126,6 +127,11 @@ void Kubelet::Sync() {
   std::vector<StoreEvent> events;
   int64_t scanned = cursor_;
   std::vector<json> current;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (resync_) cursor_ = 0;  // a node is back: what its kubelet missed is in no event it saw
+    resync_ = false;
+  }
   if (cursor_ == 0 || !api_->store()->EventsAfter("/pods", cursor_, &events, &scanned).ok()) {
     // First pass, or history was compacted under us: resync from a full list.
     current = api_->store()->List("/pods", "", &scanned);
@@ -137,8 +143,10 @@ void Kubelet::Sync() {
       // clang accepts only from version 16.
       const auto& key = entry.first;
       auto& pod = entry.second;
+      // Gone, or a new pod of the same name (another uid) in its place.
       bool present = std::any_of(current.begin(), current.end(), [&](const json& p) {
-        return Key(p["metadata"].value("namespace", ""), p["metadata"].value("name", "")) == key;
+        return Key(p["metadata"].value("namespace", ""), p["metadata"].value("name", "")) == key &&
+               p["metadata"].value("uid", "") == pod->uid;
       });
       if (!present) events.push_back({scanned, "DELETED", "/pods", pod->object, pod->object});
     }
@@ -149,6 +157,12 @@ void Kubelet::Sync() {
     std::string key = Key(meta.value("namespace", ""), meta.value("name", ""));
     std::unique_lock<std::mutex> lock(mu_);
     auto it = pods_.find(key);
+    // A pod of a node whose kubelet is cut off or down: it learns of the change once back.
+    bool bound = !e.object["spec"].value("nodeName", "").empty();
+    if ((it != pods_.end() || bound) &&
+        !Connected(it != pods_.end() ? it->second->node : NodeIndex(e.object))) {
+      continue;
+    }
     if (e.type == "DELETED") {
       if (it != pods_.end() && it->second->uid == meta.value("uid", "")) {
         std::string volumes = it->second->dir + "/volumes";
@@ -188,10 +202,13 @@ void Kubelet::Sync() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [key, pod] : pods_) {
+      if (!node_state_.empty() && node_state_[pod->node] == NodeState::kDown) continue;
       Tick(*pod);
       bool alive = std::any_of(pod->containers.begin(), pod->containers.end(),
                                [](const Container& c) { return c.process && c.process->Alive(); });
-      if (pod->terminating && !alive) finished.emplace_back(pod->ns, pod->name);
+      if (pod->terminating && !alive && Connected(pod->node)) {
+        finished.emplace_back(pod->ns, pod->name);
+      }
     }
   }
   for (auto& [ns, name] : finished) api_->FinishPodDeletion(ns, name);

@@ -83,6 +83,16 @@ class Kubelet : public LogSource {
   // The pod network, or null when pods share the host's network.
   PodNetwork* pod_network() { return network_.get(); }
 
+  // A node as its machine, kubelet and link are (node_faults.h): kUp; kPartitioned, its link cut:
+  // its containers run on and restart by policy, but the kubelet reaches no API server (it
+  // reports nothing and learns nothing new); kDown, the machine off: every container of its pods
+  // is killed and nothing runs or is reported. Back to kUp, the kubelet resyncs from a full list,
+  // as a kubelet that reconnects or restarts does: pods deleted meanwhile are stopped, the others
+  // report (and a down node's containers start again by their restartPolicy).
+  enum class NodeState { kUp, kPartitioned, kDown };
+  // NotFound for a node that is not one of node_names.
+  absl::Status SetNodeState(const std::string& node, NodeState state);
+
   // The loopback /24 this kubelet's pod IPs come from, e.g. "127.83.4.0/24".
   std::string ip_block() const;
 
@@ -136,6 +146,10 @@ class Kubelet : public LogSource {
 
   void Loop();
   void Sync();
+  // With mu_ held: whether the kubelet of node index `node` reaches the API server.
+  bool Connected(int node) const {
+    return node_state_.empty() || node_state_[static_cast<size_t>(node)] == NodeState::kUp;
+  }
   void Admit(const nlohmann::json& pod);
   void StartContainer(Pod& pod, Container& c);
   bool MountVolumes(Pod& pod);
@@ -172,6 +186,8 @@ class Kubelet : public LogSource {
   mutable std::mutex mu_;  // guards pods_ and stop_
   std::map<std::string, std::unique_ptr<Pod>> pods_;
   int64_t cursor_ = 0;
+  std::vector<NodeState> node_state_;    // by node index (node_names); guarded by mu_
+  bool resync_ = false;                  // a node came back: list everything again (mu_)
   std::string hosts_text_;               // what WriteHosts last wrote to options_.hosts_file
   std::unique_ptr<PodNetwork> network_;  // outlives pods_ (Stop clears them first)
   absl::Status pod_network_status_;

@@ -15,6 +15,7 @@ namespace kubetrain::localkube {
 using json = nlohmann::json;
 
 void Kubelet::PublishStatus(Pod& pod) {
+  if (!Connected(pod.node)) return;  // its kubelet reaches no API server
   json statuses = json::array();
   int running = 0, succeeded = 0, failed = 0, pending = 0;
   for (const Container& c : pod.containers) {
@@ -111,6 +112,7 @@ void Kubelet::PublishStatus(Pod& pod) {
 // raises the count of the first.
 void Kubelet::RecordEvent(Pod& pod, const std::string& type, const std::string& reason,
                           const std::string& message) {
+  if (!Connected(pod.node)) return;
   std::string now = KubeTime(absl::Now());
   std::string key = reason + "\n" + message;
   auto it = pod.events.find(key);

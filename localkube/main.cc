@@ -17,6 +17,7 @@
 #include "localkube/default_tolerations.h"
 #include "localkube/kubelet.h"
 #include "localkube/node_agents.h"
+#include "localkube/node_faults.h"
 #include "localkube/node_lifecycle.h"
 #include "localkube/persistent_volumes.h"
 #include "localkube/root_ca_publisher.h"
@@ -63,6 +64,7 @@ struct Options {
   std::string authz_log;
   std::vector<std::string> user_tokens;
   absl::Duration node_monitor_grace_period = absl::Seconds(40);
+  absl::Duration node_status_update_frequency = absl::Seconds(10);
   int64_t default_toleration_seconds = 300;
   int nodes = 1;
   std::vector<std::string> node_capacity;
@@ -112,6 +114,11 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
             "with --rbac: append every authorization decision here, one JSON line each");
   flags.Add("user-token", &o.user_tokens,
             "TOKEN=USERNAME[,GROUP...]: another bearer token and its user (repeatable)");
+  flags
+      .Add("node-status-update-frequency", &o.node_status_update_frequency,
+           "how often each node renews its Lease and Ready condition (the kubelet's flag); keep "
+           "it well under --node-monitor-grace-period")
+      .AtLeast(absl::Milliseconds(10));
   flags
       .Add("node-monitor-grace-period", &o.node_monitor_grace_period,
            "a node whose heartbeat (Lease) is older than this is marked Unknown and tainted "
@@ -175,6 +182,7 @@ int Run(int argc, char** argv) {
     if (!specs.ok()) return UsageExit("localkube", specs.status());
     NodeAgentsOptions n;
     n.nodes = std::move(*specs);
+    n.period = options->node_status_update_frequency;
     nodes = std::make_unique<NodeAgents>(std::move(n), &api);
     scheduler = std::make_unique<Scheduler>(&api);
     KubeletOptions k;
@@ -264,6 +272,12 @@ int Run(int argc, char** argv) {
       return 2;
     }
     s.user_tokens[user->first] = user->second;
+  }
+  if (nodes && kubelet) {  // a node's machine or link failing on demand (node_faults.h)
+    s.node_fault = [nodes = nodes.get(), kubelet = kubelet.get()](const std::string& node,
+                                                                  const std::string& action) {
+      return ApplyNodeFault(nodes, kubelet, node, action);
+    };
   }
   s.drop_watches_every = options->drop_watches_every;
   s.error_rate = options->error_rate;

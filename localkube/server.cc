@@ -155,6 +155,28 @@ std::optional<UserInfo> Server::Authenticate(const httplib::Request& req) const 
   return std::nullopt;
 }
 
+void Server::ServeNodeFault(const httplib::Request& req, httplib::Response& res,
+                            const UserInfo& user) {
+  std::vector<std::string> parts =
+      absl::StrSplit(req.path.substr(strlen("/localkube/v1/nodes/")), '/');
+  if (!options_.node_fault || parts.size() != 2 || parts[0].empty()) {
+    return ReplyError(
+        res, ApiError(404, "NotFound", "the server could not find the requested resource"));
+  }
+  if (std::find(user.groups.begin(), user.groups.end(), "system:masters") == user.groups.end()) {
+    return ReplyError(res, ApiError(403, "Forbidden",
+                                    absl::StrCat("User \"", user.name,
+                                                 "\" cannot change nodes' faults: only "
+                                                 "system:masters can")));
+  }
+  if (req.method != "POST") {
+    return ReplyError(res, ApiError(405, "MethodNotAllowed", "node faults are POSTed"));
+  }
+  absl::StatusOr<std::string> state = options_.node_fault(parts[0], parts[1]);
+  if (!state.ok()) return ReplyError(res, state.status());
+  res.set_content(json{{"node", parts[0]}, {"state", *state}}.dump(), "application/json");
+}
+
 bool Server::InjectFault(const httplib::Request& req, httplib::Response& res) {
   if (ParseBool(Param(req, "watch")) || ParseBool(Param(req, "follow"))) return false;
   if (options_.latency > absl::ZeroDuration()) absl::SleepFor(options_.latency);
@@ -209,6 +231,7 @@ void Server::Handle(const httplib::Request& req, httplib::Response& res) {
     }
     if (!allowed.ok()) return ReplyError(res, allowed);
   }
+  if (absl::StartsWith(req.path, "/localkube/v1/nodes/")) return ServeNodeFault(req, res, *user);
   if (InjectFault(req, res)) return;
   std::string ct = absl::AsciiStrToLower(req.get_header_value("Content-Type"));
   if ((req.method == "POST" || req.method == "PUT") && !req.body.empty() &&

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,6 +55,9 @@ struct ServerOptions {
   // HTTPS with this certificate and key; both empty serves plain HTTP.
   std::string cert_path;
   std::string key_path;
+  // POST /localkube/v1/nodes/<node>/<action> (node_faults.h) for system:masters; unset: 404.
+  std::function<absl::StatusOr<std::string>(const std::string& node, const std::string& action)>
+      node_fault;
   absl::Duration drop_watches_every = absl::ZeroDuration();
   double error_rate = 0;
   absl::Duration latency = absl::ZeroDuration();
@@ -88,6 +92,7 @@ class Server {
   std::optional<UserInfo> Authenticate(const httplib::Request& req) const;
   // Waits (up to too_large_rv_wait, or until Stop) for the store to reach `revision`.
   bool WaitForRevision(int64_t revision);
+  void ServeNodeFault(const httplib::Request& req, httplib::Response& res, const UserInfo& user);
   bool InjectFault(const httplib::Request& req, httplib::Response& res);
   bool ServeDiscovery(const httplib::Request& req, httplib::Response& res);
   void ServeResource(const httplib::Request& req, httplib::Response& res, const UserInfo& user);

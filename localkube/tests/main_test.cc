@@ -419,4 +419,85 @@ TEST_F(LocalkubeProcess, NextStartSweepsWhatAKilledOneLeft) {
     EXPECT_THAT(out, ::testing::HasSubstr("need --run-pods"));
   }
 
+  // A node's machine fails: its containers die, nothing it runs reports, the node controller marks
+  // it Unknown; a pod deleted meanwhile stays Terminating (its kubelet cannot confirm). Recovered,
+  // the kubelet resyncs: the deleted pod goes, the other's container starts again.
+  TEST_F(LocalkubeProcess, AFailedNodeStopsItsPodsAndRecovers) {
+    ASSERT_NO_FATAL_FAILURE(
+        Start({"--insecure-http", "--run-pods", "--nodes", "2", "--node-status-update-frequency",
+               "200ms", "--node-monitor-grace-period", "1s", "--pod-log-dir", dir_ + "/logs"}));
+    httplib::Client client("127.0.0.1", port_);
+    client.set_read_timeout(10, 0);
+    auto pod_on_node2 = [](const std::string& name) {
+      return json{{"metadata", {{"name", name}}},
+                  {"spec",
+                   {{"nodeSelector", {{"kubernetes.io/hostname", "node-2"}}},
+                    {"terminationGracePeriodSeconds", 1},
+                    {"containers",
+                     {{{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "600"}}}}}}}};
+    };
+    for (const char* name : {"kept", "deleted"}) {
+      auto created = client.Post("/api/v1/namespaces/default/pods", pod_on_node2(name).dump(),
+                                 "application/json");
+      ASSERT_TRUE(created);
+      ASSERT_EQ(created->status, 201) << created->body;
+    }
+    auto get = [&](const std::string& path) {
+      auto got = client.Get(path);
+      return got && got->status == 200 ? json::parse(got->body) : json();
+    };
+    auto running = [&](const std::string& name) {
+      json pod = get("/api/v1/namespaces/default/pods/" + name);
+      return !pod.is_null() && pod["status"].value("phase", "") == "Running";
+    };
+    ASSERT_TRUE(Eventually([&] { return running("kept") && running("deleted"); }, absl::Seconds(20),
+                           absl::Milliseconds(50)));
+
+    auto fault = [&](const std::string& action) {
+      auto r = client.Post("/localkube/v1/nodes/node-2/" + action, "", "application/json");
+      return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string());
+    };
+    auto [code, body] = fault("sneeze");
+    EXPECT_EQ(code, 400) << body;
+    EXPECT_THAT(body, ::testing::HasSubstr("use fail, partition or recover"));
+    std::tie(code, body) = fault("fail");
+    ASSERT_EQ(code, 200) << body;
+    EXPECT_EQ(json::parse(body)["state"], "down");
+
+    auto ready = [&] {
+      for (const json& c :
+           get("/api/v1/nodes/node-2")["status"].value("conditions", json::array())) {
+        if (c.value("type", "") == "Ready") return c.value("status", "");
+      }
+      return std::string();
+    };
+    EXPECT_TRUE(Eventually([&] { return ready() == "Unknown"; }, absl::Seconds(20),
+                           absl::Milliseconds(50)));
+    auto deleted = client.Delete("/api/v1/namespaces/default/pods/deleted");
+    ASSERT_TRUE(deleted);
+    ASSERT_EQ(deleted->status, 200) << deleted->body;
+    // The deleted pod waits for node-2's kubelet, past its 1 s grace period.
+    absl::SleepFor(absl::Seconds(2));  // the behaviour under test: nothing happens for a while
+    EXPECT_FALSE(get("/api/v1/namespaces/default/pods/deleted").is_null())
+        << "a pod on a failed node was deleted without its kubelet";
+
+    std::tie(code, body) = fault("recover");
+    ASSERT_EQ(code, 200) << body;
+    EXPECT_TRUE(
+        Eventually([&] { return ready() == "True"; }, absl::Seconds(20), absl::Milliseconds(50)));
+    EXPECT_TRUE(Eventually([&] { return get("/api/v1/namespaces/default/pods/deleted").is_null(); },
+                           absl::Seconds(20), absl::Milliseconds(50)));
+    // Its container was killed with the machine and starts again (restartPolicy Always).
+    EXPECT_TRUE(Eventually(
+        [&] {
+          json pod = get("/api/v1/namespaces/default/pods/kept");
+          for (const json& c : pod["status"].value("containerStatuses", json::array())) {
+            if (c.value("restartCount", 0) >= 1 && c["state"].contains("running")) return true;
+          }
+          return false;
+        },
+        absl::Seconds(20), absl::Milliseconds(50)))
+        << get("/api/v1/namespaces/default/pods/kept").dump();
+  }
+
 }  // namespace

@@ -1,0 +1,47 @@
+// The kubelet's side of node faults (kubelet.h NodeState, node_faults.h): a node's link cut, or
+// its machine off. The Sync loop skips the pods of a node that is not up; this file changes the
+// states.
+#include <signal.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "localkube/kubelet.h"
+
+namespace kubetrain::localkube {
+
+absl::Status Kubelet::SetNodeState(const std::string& node, NodeState state) {
+  auto at = std::find(options_.node_names.begin(), options_.node_names.end(), node);
+  if (at == options_.node_names.end()) {
+    return absl::NotFoundError(absl::StrCat("node \"", node, "\" not found"));
+  }
+  const int index = static_cast<int>(at - options_.node_names.begin());
+  std::lock_guard<std::mutex> lock(mu_);  // also serialises the sandbox network's owner calls
+  if (network_) {
+    sandbox::Network* net = network_->network();
+    bool cut = state != NodeState::kUp;
+    if (cut != net->is_cut(index)) {
+      absl::Status st = cut ? net->CutNode(index) : net->HealNode(index);
+      if (!st.ok()) return st;
+    }
+  }
+  NodeState before = node_state_[index];
+  node_state_[index] = state;
+  if (state == NodeState::kDown) {  // the machine is off: nothing of its pods runs on
+    for (auto& [key, pod] : pods_) {
+      if (pod->node != index) continue;
+      for (Container& c : pod->containers) {
+        if (c.process && !c.terminated) c.process->Signal(SIGKILL);
+      }
+    }
+  }
+  if (state == NodeState::kUp && before != NodeState::kUp) resync_ = true;
+  static constexpr const char* kNames[] = {"up", "partitioned", "down"};
+  log::Info("Node state changed", {{"node", node},
+                                   {"from", kNames[static_cast<int>(before)]},
+                                   {"to", kNames[static_cast<int>(state)]}});
+  return absl::OkStatus();
+}
+
+}  // namespace kubetrain::localkube
