@@ -16,6 +16,10 @@ if(NOT KUBETRAIN_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 75-real 80-real 86-real 89-real 90-real 100-real 100-virtual)
     endif()
     enable_language(CUDA)
+    # System include folders as "-isystem PATH", not CMake's "-isystem=PATH" for nvcc: ccache
+    # rewrites the separate form relative to the source root, so that a clone in another folder
+    # finds the CUDA units in the cache too (cmake/Ccache.cmake); nvcc takes both.
+    set(CMAKE_INCLUDE_SYSTEM_FLAG_CUDA "-isystem ")
     # CMake 3.25 knows nvcc's -std flags only up to C++17; nvcc 12+ takes -std=c++20.
     if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
       set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")

@@ -80,7 +80,7 @@ struct World {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   kubetrain::fuzz::QuietLogs();
   absl::StatusOr<std::string> text = kubetrain::api::ReadFileOrStdin(
-      KUBETRAIN_SOURCE_DIR "/deploy/crd/kubetrain.dev_trainingjobs.yaml");
+      std::string(KUBETRAIN_SOURCE_DIR) + "/deploy/crd/kubetrain.dev_trainingjobs.yaml");
   if (!text.ok()) Fail(std::string(text.status().message()));
   absl::StatusOr<std::vector<json>> docs = kubetrain::api::ParseYamlDocuments(*text);
   if (!docs.ok() || docs->size() != 1) Fail("the TrainingJob CRD does not parse");

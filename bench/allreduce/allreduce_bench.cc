@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -283,7 +284,7 @@ std::vector<std::string> MpiArgv(const Options& opt, absl::string_view sizes) {
 
 // Why the MPI reference cannot run, or "" when it can.
 std::string MpiMissing(const Options& opt) {
-  if (sizeof(KUBETRAIN_MPI_ALLREDUCE) == 1 && opt.mpi_bench.empty()) {
+  if (std::string_view(KUBETRAIN_MPI_ALLREDUCE).empty() && opt.mpi_bench.empty()) {
     return "not built: CMake found no MPI (install openmpi-bin and libopenmpi-dev, e.g. with "
            "scripts/install-deps, then re-run cmake)";
   }

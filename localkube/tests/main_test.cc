@@ -327,7 +327,7 @@ TEST_F(LocalkubeProcess, NextStartSweepsWhatAKilledOneLeft) {
 
   // kubectl: the project's .tools/bin copy, else the one on PATH; empty when there is none.
   std::string Kubectl() {
-    std::string tools = KUBETRAIN_TOOLS_BIN "/kubectl";
+    std::string tools = std::string(KUBETRAIN_TOOLS_BIN) + "/kubectl";
     if (access(tools.c_str(), X_OK) == 0) return tools;
     int status = 0;
     std::string found = Shell("command -v kubectl", &status);
