@@ -311,193 +311,192 @@ TEST_F(LocalkubeProcess, NextStartSweepsWhatAKilledOneLeft) {
   ASSERT_NO_FATAL_FAILURE(
       Start({"--insecure-http", "--run-pods", "--pod-log-dir", dir_ + "/logs2"}));
   EXPECT_FALSE(left());  // swept before the new one listened
-  // Runs `command` through the shell and returns what it wrote (stdout and stderr) and its exit
-  // status.
-  std::string Shell(const std::string& command, int* status) {
-    std::string out;
-    FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-    if (pipe == nullptr) return out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-    int st = pclose(pipe);
-    if (status) *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return out;
-  }
+}
 
-  // kubectl: the project's .tools/bin copy, else the one on PATH; empty when there is none.
-  std::string Kubectl() {
-    std::string tools = std::string(KUBETRAIN_TOOLS_BIN) + "/kubectl";
-    if (access(tools.c_str(), X_OK) == 0) return tools;
-    int status = 0;
-    std::string found = Shell("command -v kubectl", &status);
-    return status == 0 ? std::string(absl::StripTrailingAsciiWhitespace(found)) : "";
-  }
+// Runs `command` through the shell and returns what it wrote (stdout and stderr) and its exit
+// status.
+std::string Shell(const std::string& command, int* status) {
+  std::string out;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  int st = pclose(pipe);
+  if (status) *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
 
-  TEST_F(LocalkubeProcess, NodesAreListedAndUnschedulablePodsSayWhy) {
-    std::string kubectl = Kubectl();
-    if (kubectl.empty()) GTEST_SKIP() << "no kubectl in .tools/bin or on PATH";
-    std::string kubeconfig = dir_ + "/kubeconfig";
-    ASSERT_NO_FATAL_FAILURE(
-        Start({"--insecure-http", "--run-pods", "--nodes", "3", "--node-capacity", "cpu=1",
-               "--kubeconfig-out", kubeconfig, "--pod-log-dir", dir_ + "/logs"}));
-    std::string k =
-        absl::StrCat(kubectl, " --kubeconfig ", kubeconfig, " --cache-dir ", dir_, "/kube-cache ");
-    int status = 0;
-    std::string nodes = Shell(k + "get nodes", &status);
-    EXPECT_EQ(status, 0) << nodes;
-    EXPECT_THAT(nodes, ::testing::ContainsRegex("NAME +STATUS +ROLES +AGE +VERSION"));
-    for (const char* name : {"node-1", "node-2", "node-3"}) {
-      EXPECT_THAT(nodes,
-                  ::testing::ContainsRegex(absl::StrCat(name, " +Ready +<none> +.* v1.33.1")));
-    }
-    httplib::Client client("127.0.0.1", port_);
-    client.set_read_timeout(10, 0);
-    // Bound to a node, the pod runs there.
-    json small = {{"metadata", {{"name", "small"}}},
-                  {"spec",
-                   {{"restartPolicy", "Never"},
-                    {"containers",
-                     {{{"name", "c"},
-                       {"image", "busybox"},
-                       {"command", {"true"}},
-                       {"resources", {{"requests", {{"cpu", "500m"}}}}}}}}}}};
-    auto created = client.Post("/api/v1/namespaces/default/pods", small.dump(), "application/json");
-    ASSERT_TRUE(created);
-    ASSERT_EQ(created->status, 201) << created->body;
-    json pod;
-    EXPECT_TRUE(Eventually(
-        [&] {
-          auto got = client.Get("/api/v1/namespaces/default/pods/small");
-          pod = got ? json::parse(got->body) : json();
-          return got && pod["status"].value("phase", "") == "Succeeded";
-        },
-        absl::Seconds(20), absl::Milliseconds(50)))
-        << pod.dump();
-    EXPECT_THAT(pod["spec"].value("nodeName", ""), ::testing::MatchesRegex("node-[123]"));
-    // Too big for any node: Pending, and describe says why.
-    json big = {{"metadata", {{"name", "big"}}},
+// kubectl: the project's .tools/bin copy, else the one on PATH; empty when there is none.
+std::string Kubectl() {
+  std::string tools = std::string(KUBETRAIN_TOOLS_BIN) + "/kubectl";
+  if (access(tools.c_str(), X_OK) == 0) return tools;
+  int status = 0;
+  std::string found = Shell("command -v kubectl", &status);
+  return status == 0 ? std::string(absl::StripTrailingAsciiWhitespace(found)) : "";
+}
+
+TEST_F(LocalkubeProcess, NodesAreListedAndUnschedulablePodsSayWhy) {
+  std::string kubectl = Kubectl();
+  if (kubectl.empty()) GTEST_SKIP() << "no kubectl in .tools/bin or on PATH";
+  std::string kubeconfig = dir_ + "/kubeconfig";
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--insecure-http", "--run-pods", "--nodes", "3", "--node-capacity", "cpu=1",
+             "--kubeconfig-out", kubeconfig, "--pod-log-dir", dir_ + "/logs"}));
+  std::string k =
+      absl::StrCat(kubectl, " --kubeconfig ", kubeconfig, " --cache-dir ", dir_, "/kube-cache ");
+  int status = 0;
+  std::string nodes = Shell(k + "get nodes", &status);
+  EXPECT_EQ(status, 0) << nodes;
+  EXPECT_THAT(nodes, ::testing::ContainsRegex("NAME +STATUS +ROLES +AGE +VERSION"));
+  for (const char* name : {"node-1", "node-2", "node-3"}) {
+    EXPECT_THAT(nodes, ::testing::ContainsRegex(absl::StrCat(name, " +Ready +<none> +.* v1.33.1")));
+  }
+  httplib::Client client("127.0.0.1", port_);
+  client.set_read_timeout(10, 0);
+  // Bound to a node, the pod runs there.
+  json small = {{"metadata", {{"name", "small"}}},
                 {"spec",
-                 {{"containers",
+                 {{"restartPolicy", "Never"},
+                  {"containers",
                    {{{"name", "c"},
                      {"image", "busybox"},
-                     {"command", {"sleep", "60"}},
-                     {"resources", {{"requests", {{"cpu", "2"}}}}}}}}}}};
-    created = client.Post("/api/v1/namespaces/default/pods", big.dump(), "application/json");
+                     {"command", {"true"}},
+                     {"resources", {{"requests", {{"cpu", "500m"}}}}}}}}}}};
+  auto created = client.Post("/api/v1/namespaces/default/pods", small.dump(), "application/json");
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 201) << created->body;
+  json pod;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto got = client.Get("/api/v1/namespaces/default/pods/small");
+        pod = got ? json::parse(got->body) : json();
+        return got && pod["status"].value("phase", "") == "Succeeded";
+      },
+      absl::Seconds(20), absl::Milliseconds(50)))
+      << pod.dump();
+  EXPECT_THAT(pod["spec"].value("nodeName", ""), ::testing::MatchesRegex("node-[123]"));
+  // Too big for any node: Pending, and describe says why.
+  json big = {{"metadata", {{"name", "big"}}},
+              {"spec",
+               {{"containers",
+                 {{{"name", "c"},
+                   {"image", "busybox"},
+                   {"command", {"sleep", "60"}},
+                   {"resources", {{"requests", {{"cpu", "2"}}}}}}}}}}};
+  created = client.Post("/api/v1/namespaces/default/pods", big.dump(), "application/json");
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 201) << created->body;
+  std::string described;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        described = Shell(k + "describe pod big", &status);
+        return described.find("FailedScheduling") != std::string::npos;
+      },
+      absl::Seconds(20), absl::Milliseconds(200)))
+      << described;
+  EXPECT_THAT(described, ::testing::HasSubstr("0/3 nodes are available: 3 Insufficient cpu."));
+  EXPECT_THAT(described,
+              ::testing::ContainsRegex("Warning +FailedScheduling +.* default-scheduler"));
+  EXPECT_THAT(described, ::testing::ContainsRegex("PodScheduled +False"));
+}
+
+TEST(LocalkubeFlags, BadNodeFlagsAreUsageErrors) {
+  int status = 0;
+  std::string out = Shell(std::string(LOCALKUBE_BINARY) + " --run-pods --nodes 0", &status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("--nodes"));
+  out = Shell(std::string(LOCALKUBE_BINARY) + " --run-pods --nodes 2 --node-capacity node-5:cpu=1",
+              &status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_THAT(out,
+              ::testing::HasSubstr("\"node-5\" is not a node: --nodes 2 makes node-1 .. node-2"));
+  out = Shell(std::string(LOCALKUBE_BINARY) + " --run-pods --node-capacity cpu=two", &status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("--node-capacity \"cpu=two\""));
+  out = Shell(std::string(LOCALKUBE_BINARY) + " --nodes 3", &status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("need --run-pods"));
+}
+
+// A node's machine fails: its containers die, nothing it runs reports, the node controller marks
+// it Unknown; a pod deleted meanwhile stays Terminating (its kubelet cannot confirm). Recovered,
+// the kubelet resyncs: the deleted pod goes, the other's container starts again.
+TEST_F(LocalkubeProcess, AFailedNodeStopsItsPodsAndRecovers) {
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--insecure-http", "--run-pods", "--nodes", "2", "--node-status-update-frequency",
+             "200ms", "--node-monitor-grace-period", "1s", "--pod-log-dir", dir_ + "/logs"}));
+  httplib::Client client("127.0.0.1", port_);
+  client.set_read_timeout(10, 0);
+  auto pod_on_node2 = [](const std::string& name) {
+    return json{
+        {"metadata", {{"name", name}}},
+        {"spec",
+         {{"nodeSelector", {{"kubernetes.io/hostname", "node-2"}}},
+          {"terminationGracePeriodSeconds", 1},
+          {"containers", {{{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "600"}}}}}}}};
+  };
+  for (const char* name : {"kept", "deleted"}) {
+    auto created = client.Post("/api/v1/namespaces/default/pods", pod_on_node2(name).dump(),
+                               "application/json");
     ASSERT_TRUE(created);
     ASSERT_EQ(created->status, 201) << created->body;
-    std::string described;
-    EXPECT_TRUE(Eventually(
-        [&] {
-          described = Shell(k + "describe pod big", &status);
-          return described.find("FailedScheduling") != std::string::npos;
-        },
-        absl::Seconds(20), absl::Milliseconds(200)))
-        << described;
-    EXPECT_THAT(described, ::testing::HasSubstr("0/3 nodes are available: 3 Insufficient cpu."));
-    EXPECT_THAT(described,
-                ::testing::ContainsRegex("Warning +FailedScheduling +.* default-scheduler"));
-    EXPECT_THAT(described, ::testing::ContainsRegex("PodScheduled +False"));
   }
+  auto get = [&](const std::string& path) {
+    auto got = client.Get(path);
+    return got && got->status == 200 ? json::parse(got->body) : json();
+  };
+  auto running = [&](const std::string& name) {
+    json pod = get("/api/v1/namespaces/default/pods/" + name);
+    return !pod.is_null() && pod["status"].value("phase", "") == "Running";
+  };
+  ASSERT_TRUE(Eventually([&] { return running("kept") && running("deleted"); }, absl::Seconds(20),
+                         absl::Milliseconds(50)));
 
-  TEST(LocalkubeFlags, BadNodeFlagsAreUsageErrors) {
-    int status = 0;
-    std::string out = Shell(std::string(LOCALKUBE_BINARY) + " --run-pods --nodes 0", &status);
-    EXPECT_EQ(status, 2) << out;
-    EXPECT_THAT(out, ::testing::HasSubstr("--nodes"));
-    out =
-        Shell(std::string(LOCALKUBE_BINARY) + " --run-pods --nodes 2 --node-capacity node-5:cpu=1",
-              &status);
-    EXPECT_EQ(status, 2) << out;
-    EXPECT_THAT(out,
-                ::testing::HasSubstr("\"node-5\" is not a node: --nodes 2 makes node-1 .. node-2"));
-    out = Shell(std::string(LOCALKUBE_BINARY) + " --run-pods --node-capacity cpu=two", &status);
-    EXPECT_EQ(status, 2) << out;
-    EXPECT_THAT(out, ::testing::HasSubstr("--node-capacity \"cpu=two\""));
-    out = Shell(std::string(LOCALKUBE_BINARY) + " --nodes 3", &status);
-    EXPECT_EQ(status, 2) << out;
-    EXPECT_THAT(out, ::testing::HasSubstr("need --run-pods"));
-  }
+  auto fault = [&](const std::string& action) {
+    auto r = client.Post("/localkube/v1/nodes/node-2/" + action, "", "application/json");
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string());
+  };
+  auto [code, body] = fault("sneeze");
+  EXPECT_EQ(code, 400) << body;
+  EXPECT_THAT(body, ::testing::HasSubstr("use fail, partition or recover"));
+  std::tie(code, body) = fault("fail");
+  ASSERT_EQ(code, 200) << body;
+  EXPECT_EQ(json::parse(body)["state"], "down");
 
-  // A node's machine fails: its containers die, nothing it runs reports, the node controller marks
-  // it Unknown; a pod deleted meanwhile stays Terminating (its kubelet cannot confirm). Recovered,
-  // the kubelet resyncs: the deleted pod goes, the other's container starts again.
-  TEST_F(LocalkubeProcess, AFailedNodeStopsItsPodsAndRecovers) {
-    ASSERT_NO_FATAL_FAILURE(
-        Start({"--insecure-http", "--run-pods", "--nodes", "2", "--node-status-update-frequency",
-               "200ms", "--node-monitor-grace-period", "1s", "--pod-log-dir", dir_ + "/logs"}));
-    httplib::Client client("127.0.0.1", port_);
-    client.set_read_timeout(10, 0);
-    auto pod_on_node2 = [](const std::string& name) {
-      return json{{"metadata", {{"name", name}}},
-                  {"spec",
-                   {{"nodeSelector", {{"kubernetes.io/hostname", "node-2"}}},
-                    {"terminationGracePeriodSeconds", 1},
-                    {"containers",
-                     {{{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "600"}}}}}}}};
-    };
-    for (const char* name : {"kept", "deleted"}) {
-      auto created = client.Post("/api/v1/namespaces/default/pods", pod_on_node2(name).dump(),
-                                 "application/json");
-      ASSERT_TRUE(created);
-      ASSERT_EQ(created->status, 201) << created->body;
+  auto ready = [&] {
+    for (const json& c : get("/api/v1/nodes/node-2")["status"].value("conditions", json::array())) {
+      if (c.value("type", "") == "Ready") return c.value("status", "");
     }
-    auto get = [&](const std::string& path) {
-      auto got = client.Get(path);
-      return got && got->status == 200 ? json::parse(got->body) : json();
-    };
-    auto running = [&](const std::string& name) {
-      json pod = get("/api/v1/namespaces/default/pods/" + name);
-      return !pod.is_null() && pod["status"].value("phase", "") == "Running";
-    };
-    ASSERT_TRUE(Eventually([&] { return running("kept") && running("deleted"); }, absl::Seconds(20),
-                           absl::Milliseconds(50)));
+    return std::string();
+  };
+  EXPECT_TRUE(
+      Eventually([&] { return ready() == "Unknown"; }, absl::Seconds(20), absl::Milliseconds(50)));
+  auto deleted = client.Delete("/api/v1/namespaces/default/pods/deleted");
+  ASSERT_TRUE(deleted);
+  ASSERT_EQ(deleted->status, 200) << deleted->body;
+  // The deleted pod waits for node-2's kubelet, past its 1 s grace period.
+  absl::SleepFor(absl::Seconds(2));  // the behaviour under test: nothing happens for a while
+  EXPECT_FALSE(get("/api/v1/namespaces/default/pods/deleted").is_null())
+      << "a pod on a failed node was deleted without its kubelet";
 
-    auto fault = [&](const std::string& action) {
-      auto r = client.Post("/localkube/v1/nodes/node-2/" + action, "", "application/json");
-      return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string());
-    };
-    auto [code, body] = fault("sneeze");
-    EXPECT_EQ(code, 400) << body;
-    EXPECT_THAT(body, ::testing::HasSubstr("use fail, partition or recover"));
-    std::tie(code, body) = fault("fail");
-    ASSERT_EQ(code, 200) << body;
-    EXPECT_EQ(json::parse(body)["state"], "down");
-
-    auto ready = [&] {
-      for (const json& c :
-           get("/api/v1/nodes/node-2")["status"].value("conditions", json::array())) {
-        if (c.value("type", "") == "Ready") return c.value("status", "");
-      }
-      return std::string();
-    };
-    EXPECT_TRUE(Eventually([&] { return ready() == "Unknown"; }, absl::Seconds(20),
-                           absl::Milliseconds(50)));
-    auto deleted = client.Delete("/api/v1/namespaces/default/pods/deleted");
-    ASSERT_TRUE(deleted);
-    ASSERT_EQ(deleted->status, 200) << deleted->body;
-    // The deleted pod waits for node-2's kubelet, past its 1 s grace period.
-    absl::SleepFor(absl::Seconds(2));  // the behaviour under test: nothing happens for a while
-    EXPECT_FALSE(get("/api/v1/namespaces/default/pods/deleted").is_null())
-        << "a pod on a failed node was deleted without its kubelet";
-
-    std::tie(code, body) = fault("recover");
-    ASSERT_EQ(code, 200) << body;
-    EXPECT_TRUE(
-        Eventually([&] { return ready() == "True"; }, absl::Seconds(20), absl::Milliseconds(50)));
-    EXPECT_TRUE(Eventually([&] { return get("/api/v1/namespaces/default/pods/deleted").is_null(); },
-                           absl::Seconds(20), absl::Milliseconds(50)));
-    // Its container was killed with the machine and starts again (restartPolicy Always).
-    EXPECT_TRUE(Eventually(
-        [&] {
-          json pod = get("/api/v1/namespaces/default/pods/kept");
-          for (const json& c : pod["status"].value("containerStatuses", json::array())) {
-            if (c.value("restartCount", 0) >= 1 && c["state"].contains("running")) return true;
-          }
-          return false;
-        },
-        absl::Seconds(20), absl::Milliseconds(50)))
-        << get("/api/v1/namespaces/default/pods/kept").dump();
-  }
+  std::tie(code, body) = fault("recover");
+  ASSERT_EQ(code, 200) << body;
+  EXPECT_TRUE(
+      Eventually([&] { return ready() == "True"; }, absl::Seconds(20), absl::Milliseconds(50)));
+  EXPECT_TRUE(Eventually([&] { return get("/api/v1/namespaces/default/pods/deleted").is_null(); },
+                         absl::Seconds(20), absl::Milliseconds(50)));
+  // Its container was killed with the machine and starts again (restartPolicy Always).
+  EXPECT_TRUE(Eventually(
+      [&] {
+        json pod = get("/api/v1/namespaces/default/pods/kept");
+        for (const json& c : pod["status"].value("containerStatuses", json::array())) {
+          if (c.value("restartCount", 0) >= 1 && c["state"].contains("running")) return true;
+        }
+        return false;
+      },
+      absl::Seconds(20), absl::Milliseconds(50)))
+      << get("/api/v1/namespaces/default/pods/kept").dump();
+}
 
 }  // namespace
