@@ -47,7 +47,7 @@ std::string MountPointProblem(const std::string& path) {
   std::error_code ec;
   std::filesystem::path p = std::filesystem::path(path).lexically_normal();
   if (std::filesystem::exists(p, ec)) return "";
-  for (p = p.parent_path(); p != p.root_path(); p = p.parent_path()) {
+  for (; p != p.root_path(); p = p.parent_path()) {
     auto st = std::filesystem::status(p, ec);
     if (!std::filesystem::exists(st)) {
       if (!std::filesystem::is_symlink(std::filesystem::symlink_status(p, ec))) continue;

@@ -152,6 +152,7 @@ void Assemble(const std::string& dir) {
       entry.tree =
           open_tree(AT_FDCWD, path.c_str(),
                     OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW);
+      if (entry.tree < 0 && errno == ENOENT) continue;  // gone since it was listed
       if (entry.tree < 0) Die("open_tree " + path);
     }
     entries.push_back(std::move(entry));
@@ -196,7 +197,7 @@ void Assemble(const std::string& dir) {
 void EnsureMountPoint(const std::string& target, bool directory) {
   std::error_code ec;
   if (fs::exists(target, ec)) return;
-  fs::path existing = fs::path(target).parent_path();
+  fs::path existing = target;
   while (existing != existing.root_path() && !fs::exists(existing, ec)) {
     if (fs::is_symlink(fs::symlink_status(existing, ec))) {
       Usage("mountPath " + target + ": " + existing.string() + " is a symlink to nothing");
