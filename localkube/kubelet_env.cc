@@ -36,14 +36,31 @@ std::optional<std::map<std::string, std::string>> ReadKeys(const Store* store, b
   return keys;
 }
 
-// A sandboxed pod's mountPath: under the pod's own tmpfs mounts (localkube-pod-init makes the
-// mount point there) or a path that exists on the host (whose root filesystem the pod shares).
-bool MountPointCanExist(const std::string& path) {
+// Why no mount point can be made at a sandboxed pod's mountPath, or "" when one can:
+// localkube-pod-init makes a missing one in the container's own mount namespace (README "Pod
+// sandboxes"), except below a host path that is a file (or a symlink to one). The pod's own
+// /tmp, /run (/var/run) and /dev/shm are not the host's, so paths there always can.
+std::string MountPointProblem(const std::string& path) {
   for (const char* root : {"/tmp/", "/run/", "/var/run/", "/dev/shm/"}) {
-    if (absl::StartsWith(path + "/", root)) return true;
+    if (absl::StartsWith(path + "/", root)) return "";
   }
   std::error_code ec;
-  return std::filesystem::exists(path, ec);
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (std::filesystem::exists(p, ec)) return "";
+  for (; p != p.root_path(); p = p.parent_path()) {
+    auto st = std::filesystem::status(p, ec);
+    if (!std::filesystem::exists(st)) {
+      if (!std::filesystem::is_symlink(std::filesystem::symlink_status(p, ec))) continue;
+      return absl::StrCat(p.string(),
+                          " is a symlink to nothing on this host (whose root "
+                          "filesystem the pod shares); pick another mountPath");
+    }
+    if (std::filesystem::is_directory(st)) return "";
+    return absl::StrCat(p.string(),
+                        " is a file on this host (whose root filesystem the pod "
+                        "shares), so no mount point can be made below it; pick another mountPath");
+  }
+  return "";
 }
 
 }  // namespace
@@ -166,12 +183,9 @@ std::string Kubelet::Mounts(const Pod& pod, const Container& c,
       return absl::StrCat("volumeMounts[].mountPath \"", path, "\" of volume \"", name,
                           "\" in container \"", c.name, "\": must be an absolute path");
     }
-    if (pod.sandbox && !MountPointCanExist(path)) {
+    if (std::string problem = pod.sandbox ? MountPointProblem(path) : ""; !problem.empty()) {
       return absl::StrCat("volumeMounts[].mountPath \"", path, "\" of volume \"", name,
-                          "\" in container \"", c.name,
-                          "\": localkube runs pods on this host's root filesystem and creates "
-                          "mount points only under /tmp, /run (/var/run) and /dev/shm; mount "
-                          "the volume there or at a directory that exists on the host");
+                          "\" in container \"", c.name, "\": ", problem);
     }
     ContainerMount mount{it->second.host_path, path,
                          it->second.read_only || m.value("readOnly", false)};

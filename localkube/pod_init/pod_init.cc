@@ -9,9 +9,9 @@
 //     when the namespace's last process does.
 //   localkube-pod-init exec --pod PID [--ro SRC DST | --rw SRC DST]... [--workdir DIR] -- ARGV...
 //     Joins PID's (a holder's) namespaces, makes its own copy of the mount namespace, mounts each
-//     host path SRC at DST (a mount point that does not exist is created only under the pod's own
-//     /tmp, /run or /dev/shm) and execs ARGV with the environment it was given. A command that
-//     is not found exits 127, as a shell's child does.
+//     host path SRC at DST and execs ARGV with the environment it was given. A mount point that
+//     does not exist is made in that copy only, never on the host (EnsureMountPoint). A command
+//     that is not found exits 127, as a shell's child does.
 //
 // Single-threaded by necessity: setns(CLONE_NEWNS) refuses a multi-threaded caller.
 #include <errno.h>
@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -103,34 +104,124 @@ int Hold(const std::vector<std::string>& args) {
   return 0;
 }
 
-bool UnderPodTmpfs(const std::string& path) {
-  for (const char* root : {"/tmp", "/run", "/dev/shm"}) {
-    std::string r(root);
-    if (path == r || path.rfind(r + "/", 0) == 0) return true;
+// Paths where a mount point can be made without touching the host: the pod's own tmpfs mounts,
+// the directories created below and the container's read-write volumes. Canonical paths.
+std::vector<std::string> private_trees = {"/tmp", "/run", "/dev/shm"};
+// Host directories this mount namespace rebuilt on a tmpfs of its own (Assemble): their own
+// entries are private, what lies below those entries is the host's.
+std::vector<std::string> assembled_dirs;
+
+bool Under(const std::string& path, const std::string& root) {
+  return path == root || path.rfind(root + "/", 0) == 0;
+}
+
+bool IsPrivate(const std::string& dir) {
+  for (const std::string& r : private_trees) {
+    if (Under(dir, r)) return true;
+  }
+  for (const std::string& a : assembled_dirs) {
+    if (dir == a) return true;
   }
   return false;
 }
 
-// Makes `target` exist (a directory, or an empty file when `directory` is false) inside the pod's
-// mount namespace, creating it only below the pod's own tmpfs mounts.
+// Rebuilds the host directory `dir` in this mount namespace so that entries can be added to it:
+// a tmpfs (with dir's mode and owner) takes its place, holding each of dir's entries as a
+// recursive bind mount of the host's (read-write as the host's, submounts included) or the same
+// symlink, so everything that was there stays, and new entries go to the tmpfs only. For "/" the
+// tmpfs is assembled on /tmp (whose copy is taken first) and becomes the root through
+// pivot_root. An overlayfs would not do: it hides the lower directory's submounts (over "/":
+// /proc, /sys, /dev, the pod's /tmp...) and sends every write below it to the upper layer.
+void Assemble(const std::string& dir) {
+  struct Entry {
+    std::string name, link;
+    int tree = -1;
+    bool directory = false;
+  };
+  std::vector<Entry> entries;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    Entry entry;
+    entry.name = e.path().filename().string();
+    std::string path = e.path().string();
+    if (e.is_symlink(ec)) {
+      entry.link = fs::read_symlink(e.path(), ec).string();
+      if (ec) Die("readlink " + path, ec.value());
+    } else {
+      entry.directory = e.is_directory(ec);
+      entry.tree =
+          open_tree(AT_FDCWD, path.c_str(),
+                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW);
+      if (entry.tree < 0 && errno == ENOENT) continue;  // gone since it was listed
+      if (entry.tree < 0) Die("open_tree " + path);
+    }
+    entries.push_back(std::move(entry));
+  }
+  if (ec) Die("list " + dir, ec.value());
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) Die("stat " + dir);
+  char options[128];
+  std::snprintf(options, sizeof(options), "mode=%o,uid=%u,gid=%u,size=64m", st.st_mode & 07777,
+                st.st_uid, st.st_gid);
+  const std::string base = dir == "/" ? "/tmp" : dir;
+  Mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, options);
+  for (Entry& e : entries) {
+    std::string path = (fs::path(base) / e.name).string();
+    if (e.tree < 0) {
+      if (symlink(e.link.c_str(), path.c_str()) != 0) Die("symlink " + path);
+      continue;
+    }
+    if (e.directory ? mkdir(path.c_str(), 0755) != 0
+                    : mknod(path.c_str(), S_IFREG | 0600, 0) != 0) {
+      Die("create " + path);
+    }
+    if (move_mount(e.tree, "", AT_FDCWD, path.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+      Die("mount " + (fs::path(dir) / e.name).string() + " on " + path);
+    }
+    close(e.tree);
+  }
+  if (dir == "/") {
+    // The assembled tmpfs becomes the root; the old root, stacked on it, is detached.
+    if (chdir(base.c_str()) != 0) Die("chdir " + base);
+    if (syscall(SYS_pivot_root, ".", ".") != 0) Die("pivot_root into a root of the pod's own");
+    if (umount2(".", MNT_DETACH) != 0) Die("detach the old root");
+    if (chdir("/") != 0) Die("chdir /");
+  }
+  assembled_dirs.push_back(dir);
+}
+
+// Makes `target` exist (a directory, or an empty file when `directory` is false) inside this
+// container's mount namespace. Missing directories are made in the nearest existing ancestor when
+// that is private to the pod, else after rebuilding that ancestor on a tmpfs of the container's
+// own (Assemble): nothing is ever created on the host, and all of it goes with the namespace.
 void EnsureMountPoint(const std::string& target, bool directory) {
   std::error_code ec;
   if (fs::exists(target, ec)) return;
-  fs::path existing = fs::path(target).parent_path();
-  while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
-  fs::path real = fs::canonical(existing.empty() ? fs::path("/") : existing, ec);
-  if (ec || !UnderPodTmpfs(real.string())) {
-    Usage("mountPath " + target +
-          " does not exist on this host, and localkube creates mount points only under the "
-          "pod's own /tmp, /run and /dev/shm");
+  fs::path existing = target;
+  while (existing != existing.root_path() && !fs::exists(existing, ec)) {
+    if (fs::is_symlink(fs::symlink_status(existing, ec))) {
+      Usage("mountPath " + target + ": " + existing.string() + " is a symlink to nothing");
+    }
+    existing = existing.parent_path();
   }
-  fs::create_directories(directory ? fs::path(target) : fs::path(target).parent_path(), ec);
-  if (ec) Die("mkdir " + target, ec.value());
+  fs::path real = fs::canonical(existing, ec);
+  if (ec) Die("resolve " + existing.string(), ec.value());
+  if (!fs::is_directory(real, ec)) {
+    Usage("mountPath " + target + ": " + existing.string() +
+          " is not a directory, so no mount point can be made below it");
+  }
+  fs::path rest = fs::path(target).lexically_relative(existing);
+  if (!IsPrivate(real.string())) Assemble(real.string());
+  fs::path made = real / *rest.begin();  // the topmost directory created
+  fs::path full = real / rest;
+  fs::create_directories(directory ? full : full.parent_path(), ec);
+  if (ec) Die("mkdir " + full.string(), ec.value());
   if (!directory) {
-    int fd = open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) Die("create " + target);
+    int fd = open(full.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) Die("create " + full.string());
     close(fd);
   }
+  if (directory || made != full) private_trees.push_back(made.string());
 }
 
 struct BindMount {
@@ -147,7 +238,10 @@ int Exec(const std::vector<std::string>& args) {
   for (; i < args.size() && args[i] != "--"; ++i) {
     const std::string& flag = args[i];
     if ((flag == "--ro" || flag == "--rw") && i + 2 < args.size()) {
-      mounts.push_back({args[i + 1], args[i + 2], flag == "--ro"});
+      std::string target = fs::path(args[i + 2]).lexically_normal().string();
+      if (target.size() > 1 && target.back() == '/') target.pop_back();
+      if (target.empty() || target[0] != '/') Usage("exec: " + args[i + 2] + " is not absolute");
+      mounts.push_back({args[i + 1], target, flag == "--ro"});
       i += 2;
     } else if (flag == "--pod" && i + 1 < args.size()) {
       pod = args[++i];
@@ -193,7 +287,14 @@ int Exec(const std::vector<std::string>& args) {
       Die("mount " + m.source + " on " + m.target);
     }
     close(m.tree);
-    if (m.read_only) Mount(nullptr, m.target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY);
+    if (m.read_only) {
+      Mount(nullptr, m.target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY);
+    } else if (m.directory) {
+      // The pod's own volume: a later mount point below it is made in it, as runtimes do.
+      std::error_code ec;
+      fs::path real = fs::canonical(m.target, ec);
+      if (!ec) private_trees.push_back(real.string());
+    }
   }
   std::error_code ec;
   if (!workdir.empty()) {
