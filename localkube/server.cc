@@ -386,6 +386,7 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
     auto body = DecodeJson(req.body);
     if (!body.ok()) return ReplyError(res, body.status());
     result = EvictPod(api_, target.ns, target.name, *body, req.has_param("dryRun"));
+    ok_code = 201;
   } else if (m == "POST" && sub == "binding" && target.type->StorageKey() == kPodsKey) {
     auto body = DecodeJson(req.body);
     if (!body.ok()) return ReplyError(res, body.status());
