@@ -232,6 +232,7 @@ void Scheduler::ScheduleOne(const std::string& key, Pending& pending) {
   std::vector<FitResult> results;
   std::string best;
   int64_t best_score = 0;
+  int best_pods = 0;
   for (const auto& [name, node] : nodes_) {
     const NodeUsage& usage = usage_[name];
     FitResult fit = Fits(pod, node, usage);
@@ -250,9 +251,12 @@ void Scheduler::ScheduleOne(const std::string& key, Pending& pending) {
       continue;
     }
     int64_t score = Score(pod, node, usage);
-    if (best.empty() || score > best_score) {  // nodes_ is by name: ties keep the first
+    // Ties (a big node's score moves little per pod) go to the node running fewest pods, as
+    // kube-scheduler's default topology spread would spread them; then by name (nodes_ is).
+    if (best.empty() || score > best_score || (score == best_score && usage.pods < best_pods)) {
       best = name;
       best_score = score;
+      best_pods = usage.pods;
     }
   }
   if (best.empty()) {
