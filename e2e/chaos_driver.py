@@ -57,17 +57,29 @@ def fail(msg):
 
 
 # ---------------------------------------------------------------- the jobs
+# Where a job with spec.checkpoint keeps its checkpoints inside the chief's pod (the default
+# spec.checkpoint.mountPath, operator/api/checkpoint_storage.h).
+CHECKPOINT_MOUNT = "/var/lib/kubetrain/checkpoints"
+
+
 def manifest(name, example, mode, ckpt_dir, epochs=EPOCHS):
+    """The job; its checkpoints in ckpt_dir, or with ckpt_dir None on a claim of its own
+    (spec.checkpoint), as on a cluster where a pod's own files go with it."""
     with open(example) as f:
         job = yaml.safe_load(f)
     job["metadata"]["name"] = name
+    if ckpt_dir is None:
+        job["spec"]["checkpoint"] = {
+            "volumeClaimTemplate": {"spec": {"resources": {"requests": {"storage": "1Gi"}}}}}
     for spec in job["spec"]["replicaSpecs"].values():
         c = spec["template"]["spec"]["containers"][0]
         if c["command"] != ["kubetrain-worker"]:
             continue
         args = [a for a in c["args"] if not a.startswith(("--epochs=", "--mode="))]
-        args += [f"--mode={mode}", f"--epochs={epochs}", f"--checkpoint-dir={ckpt_dir}",
-                 "--checkpoint-every=1s", "--log-every=2s"]
+        args += [f"--mode={mode}", f"--epochs={epochs}", "--checkpoint-every=1s",
+                 "--log-every=2s"]
+        if ckpt_dir is not None:
+            args.append(f"--checkpoint-dir={ckpt_dir}")
         c["args"] = args
     job["spec"]["runPolicy"]["backoffLimit"] = 5
     return job
@@ -83,11 +95,22 @@ JOBS = [  # name, example, mode
 ]
 
 
-def write_manifest(name, example, mode, phase):
+def write_manifest(name, example, mode, phase, claim=False):
     path = os.path.join(WORK, f"{phase}-{name}.yaml")
+    ckpt_dir = None if claim else os.path.join(WORK, f"ckpt-{phase}-{name}")
     with open(path, "w") as f:
-        yaml.safe_dump(manifest(name, example, mode, os.path.join(WORK, f"ckpt-{phase}-{name}")), f)
+        yaml.safe_dump(manifest(name, example, mode, ckpt_dir), f)
     return path
+
+
+def host_path(name, pod_path):
+    """Where a path in job `name`'s checkpoint claim, as its chief saw it, is on this machine:
+    in the directory of the PersistentVolume bound to the claim (localkube's local-path)."""
+    if not pod_path.startswith(CHECKPOINT_MOUNT + "/"):
+        return pod_path
+    claim = json.loads(kubectl("get", "pvc", f"{name}-checkpoint", "-o", "json"))
+    pv = json.loads(kubectl("get", "pv", claim["spec"]["volumeName"], "-o", "json"))
+    return os.path.join(pv["spec"]["hostPath"]["path"], pod_path[len(CHECKPOINT_MOUNT) + 1:])
 
 
 # ---------------------------------------------------------------- kubectl with retries
@@ -238,7 +261,7 @@ def chaos(clean_accuracy):
     auditor = Auditor()
     auditor.start()
     for name, example, mode in JOBS:
-        kubectl("apply", "-f", write_manifest(name, example, mode, "chaos"))
+        kubectl("apply", "-f", write_manifest(name, example, mode, "chaos", claim=True))
     total_steps = 60000 // 128 * EPOCHS  # global batch 2 x 64
     # One kill per job, at a random step of its first 60%, of a random process of the job.
     kill_at = {name: rng.randint(total_steps // 8, total_steps * 6 // 10) for name, _, _ in JOBS}
@@ -311,7 +334,7 @@ def chaos(clean_accuracy):
                  f"from the clean runs' {low:.4f}..{high:.4f}")
         # No checkpoint lost: the final one the chief reported is on disk.
         final = s.get("checkpoint", "")
-        if not final or not os.path.isfile(final):
+        if not final or not os.path.isfile(host_path(name, final)):
             fail(f"{name}: the chief's final checkpoint {final!r} is not on disk")
         clean = "..".join(f"{a:.4f}" for a in sorted(set(clean_accuracy[name])))
         rows.append((name, mode, kills[name], restarts, clean, s["test_accuracy"]))
