@@ -16,8 +16,10 @@
 // Single-threaded by necessity: setns(CLONE_NEWNS) refuses a multi-threaded caller.
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -55,6 +57,40 @@ void Mount(const char* source, const std::string& target, const char* type, unsi
 // Mounts made from here on stay in this namespace, and the host's do not come in later.
 void MakePrivate() { Mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE); }
 
+// The pod's resolv.conf, as the kubelet writes one pointing at cluster DNS. localkube has no DNS
+// server: the cluster's names are in the pod's /etc/hosts, and a query for anything else must
+// fail at once rather than wait on the host's name servers, which a pod's network cannot reach
+// (resolvers that ask DNS for what the hosts file lacks, such as c-ares for an AAAA record,
+// would otherwise stall for their whole timeout). Nothing listens on the pod's own port 53.
+void SetUpResolvConf(const std::string& target) {
+  const std::string dir = "/run/localkube-pod";
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) Die("mkdir " + dir);
+  const std::string source = dir + "/resolv.conf";
+  const std::string text =
+      "# Written by localkube for this pod: cluster names are in /etc/hosts; no DNS server.\n"
+      "nameserver 127.0.0.1\n";
+  int fd = open(source.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    Die("write " + source);
+  }
+  close(fd);
+  // A target under the (now private) /run is made there; elsewhere only an existing file is
+  // covered, never one made on the host.
+  if (access(target.c_str(), F_OK) != 0) {
+    if (target.rfind("/run/", 0) != 0) return;
+    std::string parent = target.substr(0, target.rfind('/'));
+    for (size_t at = 1; at != std::string::npos && at <= parent.size();) {
+      at = parent.find('/', at + 1);
+      mkdir(parent.substr(0, at).c_str(), 0755);
+    }
+    int made = open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (made < 0) Die("create " + target);
+    close(made);
+  }
+  Mount(source.c_str(), target.c_str(), nullptr, MS_BIND);
+  Mount(nullptr, target.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY);
+}
+
 int Hold(const std::vector<std::string>& args) {
   std::string netns, hostname, hosts, tmp_size = "1g", shm_size = "64m";
   for (size_t i = 0; i + 1 < args.size(); i += 2) {
@@ -83,6 +119,10 @@ int Hold(const std::vector<std::string>& args) {
   if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0) Die("unshare");
   MakePrivate();
   if (sethostname(hostname.data(), hostname.size()) != 0) Die("sethostname " + hostname);
+  // Where /etc/resolv.conf leads (a symlink into /run on some hosts), before /run is covered.
+  char resolved[PATH_MAX];
+  const std::string resolv_target =
+      realpath("/etc/resolv.conf", resolved) != nullptr ? resolved : "/etc/resolv.conf";
   // /etc/hosts first: the file may live under the host's /tmp, which is covered next.
   Mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND);
   Mount(nullptr, "/etc/hosts", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY);
@@ -91,6 +131,7 @@ int Hold(const std::vector<std::string>& args) {
   // A container's own /run: where the ServiceAccount token goes (/var/run/secrets/...), and the
   // host's runtime state stays out of sight.
   Mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m");
+  SetUpResolvConf(resolv_target);
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGTERM);
