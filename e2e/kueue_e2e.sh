@@ -11,7 +11,10 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_args "$@"
 
-start_localkube_for_operator "$BIN"
+# Kueue's ResourceFlavors name node labels: node-1 is pool-a, node-2 and node-3 pool-b, so an
+# admission's nodeSelector decides where the pods can be scheduled.
+start_localkube_for_operator "$BIN" --node-labels node-1:pool=pool-a \
+  --node-labels node-2:pool=pool-b --node-labels node-3:pool=pool-b
 k() { "$KUBECTL" "$@"; }
 
 # A container that ends 2 s after SIGTERM, as a training process saving a checkpoint does: its
