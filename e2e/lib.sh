@@ -97,6 +97,7 @@ start_operator() {  # BIN [extra operator flags...]
 
 stop_all() {
   local rc=$?
+  set +e  # under errexit the `(exit "$rc")` below would end a failed script before the cleanup
   [[ -n "$OP_PID" ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
   (exit "$rc")  # stop_localkube exits with $?: the script's status, not the kill's
   stop_localkube
