@@ -105,6 +105,7 @@ void Kubelet::Stop() {
     for (Container& c : pod->containers) {
       if (c.process) c.process->Signal(SIGKILL);
     }
+    if (pod->sandbox) pod->sandbox->LeaveToNetworkTeardown();
   }
   runtime_->Shutdown(deadline);  // from here on, containers leave their removal to Shutdown
   pods_.clear();                 // destructors reap every group, then remove the sandboxes

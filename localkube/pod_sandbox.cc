@@ -101,7 +101,8 @@ absl::StatusOr<std::unique_ptr<PodSandbox>> PodNetwork::AddPod(int node, const s
 }
 
 PodSandbox::~PodSandbox() {
-  holder_.reset();  // SIGKILL and reap: the mount, IPC and UTS namespaces go with it
+  holder_.reset();                // SIGKILL and reap: the mount, IPC and UTS namespaces go with it
+  if (network_teardown_) return;  // the whole network is removed at once right after
   if (absl::Status st = network_->RemoveSandbox(sandbox_->name()); !st.ok()) {
     log::Warn("Cannot remove a pod sandbox", {{"error", std::string(st.message())}});
   }

@@ -55,6 +55,10 @@ class PodSandbox {
   // `options` (argv, env) run inside the pod with `mounts`; `working_dir` empty: this program's.
   ProcessOptions Wrap(ProcessOptions options, const std::vector<ContainerMount>& mounts) const;
 
+  // Leaves the namespace and veth to the network's own removal (~PodNetwork), which removes
+  // every sandbox in one go: for a kubelet that stops.
+  void LeaveToNetworkTeardown() { network_teardown_ = true; }
+
  private:
   friend class PodNetwork;
   PodSandbox() = default;
@@ -63,6 +67,7 @@ class PodSandbox {
   const sandbox::Sandbox* sandbox_ = nullptr;
   std::string pod_init_;
   std::unique_ptr<Process> holder_;
+  bool network_teardown_ = false;
 };
 
 class PodNetwork {

@@ -179,10 +179,20 @@ TEST_F(LocalkubeProcess, RunPodsAloneResolvesPodNamesAndRunsKubetrainImages) {
 }
 
 TEST_F(LocalkubeProcess, ExitsWithinTwoSecondsOfSigtermWithWatchesAndPods) {
-  ASSERT_NO_FATAL_FAILURE(Start({"--insecure-http", "--run-pods", "--hosts-file", dir_ + "/hosts",
-                                 "--pod-log-dir", dir_ + "/logs"}));
+  // Three nodes, as the e2e scripts run: as root every pod has a sandbox to remove on the way out.
+  ASSERT_NO_FATAL_FAILURE(Start({"--insecure-http", "--run-pods", "--nodes", "3", "--hosts-file",
+                                 dir_ + "/hosts", "--pod-log-dir", dir_ + "/logs"}));
   httplib::Client client("127.0.0.1", port_);
   client.set_read_timeout(10, 0);
+  for (int i = 0; i < 8; ++i) {  // a job's worth of pods besides the stubborn one
+    json sleeper = {
+        {"metadata", {{"name", "sleeper-" + std::to_string(i)}}},
+        {"spec",
+         {{"containers", {{{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "60"}}}}}}}};
+    auto made = client.Post("/api/v1/namespaces/default/pods", sleeper.dump(), "application/json");
+    ASSERT_TRUE(made);
+    ASSERT_EQ(made->status, 201) << made->body;
+  }
   // A pod that ignores SIGTERM, with a grandchild in its own session holding the log pipe.
   json pod = {
       {"metadata", {{"name", "stubborn"}}},
