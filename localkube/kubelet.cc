@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/kube_time.h"
@@ -326,6 +327,19 @@ void Kubelet::StartContainer(Pod& pod, Container& c) {
   if (!config_error.empty()) {
     Wait(pod, c, "CreateContainerConfigError", config_error);
     return;
+  }
+  if (pod.sandbox) {
+    // The programs images map to (--image-map) stay visible where the pod's own /tmp, /run and
+    // /dev/shm cover the host's, as an image's files are in its container: read-only, at the
+    // same path.
+    for (const auto& [prefix, dir] : options_.image_map) {
+      for (const char* covered : {"/tmp/", "/run/", "/dev/shm/"}) {
+        std::error_code ec;
+        if (absl::StartsWith(dir, covered) && std::filesystem::is_directory(dir, ec)) {
+          config.mounts.push_back({.host_path = dir, .container_path = dir, .read_only = true});
+        }
+      }
+    }
   }
   for (const auto& s : c.spec.value("command", json::array())) {
     if (s.is_string()) config.command.push_back(Expand(s, vars));

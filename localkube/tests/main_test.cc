@@ -509,4 +509,39 @@ TEST_F(LocalkubeProcess, AFailedNodeStopsItsPodsAndRecovers) {
       << get("/api/v1/namespaces/default/pods/kept").dump();
 }
 
+// Programs an image maps to in a folder under /tmp (a checkout there, say) still run in a pod
+// whose own /tmp covers the host's.
+TEST_F(LocalkubeProcess, ImagesMappedUnderTmpRunInPodSandboxes) {
+  if (geteuid() != 0) GTEST_SKIP() << "pod sandboxes need root";
+  ASSERT_TRUE(absl::StartsWith(dir_, "/tmp/")) << dir_;
+  std::filesystem::create_directories(dir_ + "/bin");
+  std::filesystem::copy_file("/bin/echo", dir_ + "/bin/mapped-echo");
+  ASSERT_NO_FATAL_FAILURE(Start({"--insecure-http", "--run-pods", "--nodes", "2", "--image-map",
+                                 "mapped/=" + dir_ + "/bin", "--pod-log-dir", dir_ + "/logs"}));
+  httplib::Client client("127.0.0.1", port_);
+  client.set_read_timeout(10, 0);
+  json pod = {{"metadata", {{"name", "mapped"}}},
+              {"spec",
+               {{"restartPolicy", "Never"},
+                {"containers",
+                 {{{"name", "c"},
+                   {"image", "mapped/echo:1"},
+                   {"command", {"mapped-echo", "ran from the mapped folder"}}}}}}}};
+  auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 201) << created->body;
+  std::string phase;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto got = client.Get("/api/v1/namespaces/default/pods/mapped");
+        phase = got ? json::parse(got->body)["status"].value("phase", "") : "";
+        return phase == "Succeeded" || phase == "Failed";
+      },
+      absl::Seconds(20), absl::Milliseconds(50)));
+  EXPECT_EQ(phase, "Succeeded");
+  auto log = client.Get("/api/v1/namespaces/default/pods/mapped/log");
+  ASSERT_TRUE(log);
+  EXPECT_THAT(log->body, ::testing::HasSubstr("ran from the mapped folder"));
+}
+
 }  // namespace
