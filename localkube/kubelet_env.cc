@@ -98,6 +98,10 @@ std::map<std::string, std::string> Kubelet::Environment(const Pod& pod, const Co
   const json& spec = pod.object["spec"];
   env["HOSTNAME"] = spec.value("hostname", pod.name);
   env["KUBETRAIN_POD_IP"] = pod.ip;
+  // Without a sandbox (host mode, the oci runtime) every pod shares this host's network, where
+  // two servers on one port would clash: kubetrain's programs bind the pod's own address there.
+  // A container's env, laid over this, may say otherwise; in a sandbox nothing is needed.
+  if (!pod.sandbox) env["KUBETRAIN_BIND_ADDRESS"] = pod.ip;
   // The `kubernetes` Service's variables, as a kubelet's service env gives every container: the
   // master service's are set whatever enableServiceLinks says (that only governs the other
   // Services of the pod's namespace, which localkube gives no variables). The container's env
