@@ -205,16 +205,18 @@ json DisruptionBudgetStatus(const Store& store, const json& pdb, absl::Time now)
     status["disruptionsAllowed"] = 0;
     status["desiredHealthy"] = old.value("desiredHealthy", 0);
     status["expectedPods"] = old.value("expectedPods", 0);
-    status["conditions"] = {AllowedCondition(false, "SyncFailed", error, old, generation)};
+    // json::array: a braced list of one json is a copy of it under clang, an array under GCC.
+    status["conditions"] =
+        json::array({AllowedCondition(false, "SyncFailed", error, old, generation)});
     return status;
   }
   int64_t allowed = *expected > 0 ? std::max<int64_t>(0, healthy - *desired) : 0;
   status["desiredHealthy"] = *desired;
   status["expectedPods"] = *expected;
   status["disruptionsAllowed"] = allowed;
-  status["conditions"] = {allowed > 0
-                              ? AllowedCondition(true, "SufficientPods", "", old, generation)
-                              : AllowedCondition(false, "InsufficientPods", "", old, generation)};
+  status["conditions"] =
+      json::array({allowed > 0 ? AllowedCondition(true, "SufficientPods", "", old, generation)
+                               : AllowedCondition(false, "InsufficientPods", "", old, generation)});
   return status;
 }
 

@@ -200,7 +200,8 @@ TEST_F(Cluster, HeartbeatsRenewLeasesAndStopWhileANodeIsDown) {
   ASSERT_TRUE(renewed("node-1"));  // any heartbeat of node-2 under way has ended
   std::string frozen = renew("node-2");
   auto ready_beat = [&](const std::string& node) {
-    for (const json& c : (*store_.Get("/nodes", "", node))["status"]["conditions"]) {
+    const json object = *store_.Get("/nodes", "", node);  // a temporary would die before the loop
+    for (const json& c : object["status"]["conditions"]) {
       if (c["type"] == "Ready") return c.value("lastHeartbeatTime", "");
     }
     return std::string();
