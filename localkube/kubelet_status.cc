@@ -8,6 +8,7 @@
 #include "common/kube_time.h"
 #include "common/logging.h"
 #include "localkube/errors.h"
+#include "localkube/events.h"
 #include "localkube/kubelet.h"
 
 namespace kubetrain::localkube {
@@ -113,41 +114,17 @@ void Kubelet::PublishStatus(Pod& pod) {
 void Kubelet::RecordEvent(Pod& pod, const std::string& type, const std::string& reason,
                           const std::string& message) {
   if (!Connected(pod.node)) return;
-  std::string now = KubeTime(absl::Now());
   std::string key = reason + "\n" + message;
   auto it = pod.events.find(key);
   if (it != pod.events.end()) {
-    (void)api_->Mutate("/events", pod.ns, it->second, [&](json& e) {
-      e["count"] = e.value("count", 1) + 1;
-      e["lastTimestamp"] = now;
-      return true;
-    });
+    (void)RepeatEvent(*api_, pod.ns, it->second);
     return;
   }
-  ResourceTypePtr type_ptr = api_->registry()->Find("", "v1", "events");
-  if (!type_ptr) return;
-  std::string name = absl::StrCat(pod.name, ".", absl::ToUnixNanos(absl::Now()));
-  json event = {{"apiVersion", "v1"},
-                {"kind", "Event"},
-                {"metadata", {{"name", name}, {"namespace", pod.ns}}},
-                {"involvedObject",
-                 {{"apiVersion", "v1"},
-                  {"kind", "Pod"},
-                  {"namespace", pod.ns},
-                  {"name", pod.name},
-                  {"uid", pod.uid}}},
-                {"reason", reason},
-                {"message", message},
-                {"type", type},
-                {"source", {{"component", "kubelet"}, {"host", "localkube"}}},
-                {"reportingComponent", "kubelet"},
-                {"reportingInstance", "localkube"},
-                {"firstTimestamp", now},
-                {"lastTimestamp", now},
-                {"count", 1}};
-  if (api_->Create(Target{type_ptr, pod.ns, "", ""}, event, WriteOptions{}).ok()) {
-    pod.events[key] = name;
-  }
+  InvolvedObject about{.kind = "Pod", .ns = pod.ns, .name = pod.name, .uid = pod.uid};
+  absl::StatusOr<std::string> name =
+      PostEvent(*api_, about, type, reason, message,
+                {.component = "kubelet", .host = "localkube", .reporting_instance = "localkube"});
+  if (name.ok()) pod.events[key] = *name;
   log::Warn("Pod event",
             {{"pod", Key(pod.ns, pod.name)}, {"reason", reason}, {"message", message}});
 }

@@ -11,6 +11,7 @@
 #include "common/kube_time.h"
 #include "common/logging.h"
 #include "localkube/errors.h"
+#include "localkube/events.h"
 #include "localkube/json_fields.h"
 #include "localkube/object_meta.h"
 #include "localkube/storage_objects.h"
@@ -368,36 +369,11 @@ void PersistentVolumeController::RecordEvent(const json& object, const std::stri
                                              const std::string& reason,
                                              const std::string& message) {
   if (!events_[UidOf(object)].insert(reason + "\n" + message).second) return;
-  ResourceTypePtr events = api_->registry()->Find("", "v1", "events");
-  if (!events) return;
-  const std::string kind = object.value("kind", "");
-  // Events about cluster-scoped objects (PersistentVolumes) live in `default`.
-  const std::string ns = NamespaceOf(object).empty() ? "default" : NamespaceOf(object);
   const std::string component = reason == "ProvisioningSucceeded" || reason == "ProvisioningFailed"
                                     ? kLocalPathProvisioner
                                     : kPvControllerManager;
-  std::string now = KubeTime(absl::Now());
-  json involved = {{"apiVersion", "v1"},
-                   {"kind", kind},
-                   {"name", NameOf(object)},
-                   {"uid", UidOf(object)},
-                   {"resourceVersion", Meta(object).value("resourceVersion", "")}};
-  if (!NamespaceOf(object).empty()) involved["namespace"] = NamespaceOf(object);
-  json event = {{"apiVersion", "v1"},
-                {"kind", "Event"},
-                {"metadata",
-                 {{"name", absl::StrCat(NameOf(object), ".", absl::ToUnixNanos(absl::Now()))},
-                  {"namespace", ns}}},
-                {"involvedObject", involved},
-                {"reason", reason},
-                {"message", message},
-                {"type", type},
-                {"source", {{"component", component}}},
-                {"reportingComponent", component},
-                {"firstTimestamp", now},
-                {"lastTimestamp", now},
-                {"count", 1}};
-  (void)api_->Create(Target{events, ns, "", ""}, event, WriteOptions{});
+  (void)PostEvent(*api_, InvolvedObjectOf(object, ""), type, reason, message,
+                  {.component = component});
 }
 
 SchedulerPreBind PersistentVolumeController::PreBind() {

@@ -8,6 +8,7 @@
 #include "common/kube_time.h"
 #include "common/logging.h"
 #include "localkube/default_tolerations.h"
+#include "localkube/events.h"
 #include "localkube/kinds.h"
 #include "localkube/node_lifecycle.h"
 #include "localkube/object_meta.h"
@@ -157,35 +158,13 @@ void NodeLifecycleController::DeletePod(const json& pod, const std::string& reas
 void NodeLifecycleController::RecordEvent(const json& object, const std::string& type,
                                           const std::string& reason, const std::string& message,
                                           const std::string& component) {
-  ResourceTypePtr events = api_->registry()->Find("", "v1", "events");
-  if (!events) return;
-  // Node events live in the default namespace, as the node controller posts them.
-  std::string ns = NamespaceOf(object).empty() ? "default" : NamespaceOf(object);
-  std::string now = NowTimestamp();
-  json event = {{"apiVersion", "v1"},
-                {"kind", "Event"},
-                {"metadata",
-                 {{"name", absl::StrCat(NameOf(object), ".", absl::ToUnixNanos(absl::Now()))},
-                  {"namespace", ns}}},
-                {"involvedObject",
-                 {{"apiVersion", "v1"},
-                  {"kind", object.value("kind", NamespaceOf(object).empty() ? "Node" : "Pod")},
-                  {"name", NameOf(object)},
-                  {"uid", UidOf(object)}}},
-                {"reason", reason},
-                {"message", message},
-                {"type", type},
-                {"source", {{"component", component}}},
-                {"reportingComponent", component},
-                {"firstTimestamp", now},
-                {"lastTimestamp", now},
-                {"count", 1}};
-  if (!NamespaceOf(object).empty()) event["involvedObject"]["namespace"] = NamespaceOf(object);
-  absl::StatusOr<json> created =
-      api_->Create(Target{events, ns, "", ""}, std::move(event), WriteOptions{});
-  if (!created.ok()) {
+  InvolvedObject about = InvolvedObjectOf(object, NamespaceOf(object).empty() ? "Node" : "Pod");
+  about.resource_version.clear();
+  absl::StatusOr<std::string> posted =
+      PostEvent(*api_, about, type, reason, message, {.component = component});
+  if (!posted.ok()) {
     log::Warn("Could not record an event",
-              {{"reason", reason}, {"error", std::string(created.status().message())}});
+              {{"reason", reason}, {"error", std::string(posted.status().message())}});
   }
 }
 

@@ -9,6 +9,7 @@
 #include "common/kube_time.h"
 #include "common/logging.h"
 #include "localkube/binding.h"
+#include "localkube/events.h"
 #include "localkube/kinds.h"
 #include "localkube/object_meta.h"
 
@@ -332,45 +333,16 @@ void Scheduler::Unschedulable(Pending& pending, const std::string& reason,
 // the count of the first.
 void Scheduler::RecordEvent(const json& pod, const std::string& type, const std::string& reason,
                             const std::string& message) {
-  std::string ns = NamespaceOf(pod), name = NameOf(pod);
-  std::string uid = pod["metadata"].value("uid", "");
-  std::string now = KubeTime(absl::Now());
-  std::map<std::string, std::string>& seen = events_[uid];
+  InvolvedObject about = InvolvedObjectOf(pod, "Pod");
+  std::map<std::string, std::string>& seen = events_[about.uid];
   auto it = seen.find(reason + "\n" + message);
-  if (it != seen.end()) {
-    absl::Status st = api_->Mutate("/events", ns, it->second, [&](json& e) {
-      e["count"] = e.value("count", 1) + 1;
-      e["lastTimestamp"] = now;
-      return true;
-    });
-    if (st.ok()) return;
-  }
-  ResourceTypePtr event_type = api_->registry()->Find("", "v1", "events");
-  if (!event_type) return;
-  std::string event_name = absl::StrCat(name, ".", absl::ToUnixNanos(absl::Now()));
-  json event = {{"apiVersion", "v1"},
-                {"kind", "Event"},
-                {"metadata", {{"name", event_name}, {"namespace", ns}}},
-                {"involvedObject",
-                 {{"apiVersion", "v1"},
-                  {"kind", "Pod"},
-                  {"namespace", ns},
-                  {"name", name},
-                  {"uid", uid},
-                  {"resourceVersion", pod["metadata"].value("resourceVersion", "")}}},
-                {"reason", reason},
-                {"message", message},
-                {"type", type},
-                {"action", "Scheduling"},
-                {"source", {{"component", kName}}},
-                {"reportingComponent", kName},
-                {"reportingInstance", absl::StrCat(kName, "-localkube")},
-                {"firstTimestamp", now},
-                {"lastTimestamp", now},
-                {"count", 1}};
-  if (api_->Create(Target{event_type, ns, "", ""}, event, WriteOptions{}).ok()) {
-    seen[reason + "\n" + message] = event_name;
-  }
+  if (it != seen.end() && RepeatEvent(*api_, about.ns, it->second).ok()) return;
+  absl::StatusOr<std::string> name =
+      PostEvent(*api_, about, type, reason, message,
+                {.component = kName,
+                 .reporting_instance = absl::StrCat(kName, "-localkube"),
+                 .action = "Scheduling"});
+  if (name.ok()) seen[reason + "\n" + message] = *name;
 }
 
 }  // namespace kubetrain::localkube
