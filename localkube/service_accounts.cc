@@ -68,27 +68,29 @@ absl::StatusOr<std::string> ServiceAccountTokens::IssueToken(const std::string& 
                                                              const std::string& audience,
                                                              int64_t expiration_seconds) const {
   std::vector<std::string> audiences = {audience.empty() ? kServiceAccountIssuer : audience};
-  return IssueTokenAt(ns, name, audiences, expiration_seconds, absl::Now());
+  return IssueTokenAt(ns, name, audiences, expiration_seconds, absl::Now(), /*for_pod=*/true);
 }
 
 absl::StatusOr<std::string> ServiceAccountTokens::IssueTokenAt(
     const std::string& ns, const std::string& name, const std::vector<std::string>& audiences,
-    int64_t expiration_seconds, absl::Time issued_at) const {
+    int64_t expiration_seconds, absl::Time issued_at, bool for_pod) const {
   if (expiration_seconds <= 0) {
     return absl::InvalidArgumentError("expiration_seconds must be positive");
   }
   auto sa = store_->Get(kServiceAccountsKey, ns, name);
   if (!sa || IsDeleting(*sa)) return NotFoundError("serviceaccounts", name);
   int64_t iat = absl::ToUnixSeconds(issued_at);
-  json claims = {{"aud", audiences},
-                 {"exp", iat + expiration_seconds},
-                 {"iat", iat},
-                 {"iss", kServiceAccountIssuer},
-                 {"jti", NewUid()},
-                 {"kubernetes.io",
-                  {{"namespace", ns}, {"serviceaccount", {{"name", name}, {"uid", UidOf(*sa)}}}}},
-                 {"nbf", iat},
-                 {"sub", absl::StrCat(kServiceAccountPrefix, ns, ":", name)}};
+  json identity = {{"namespace", ns}, {"serviceaccount", {{"name", name}, {"uid", UidOf(*sa)}}}};
+  // pkg/registry/core/serviceaccount/storage/token.go: the extension of admission-made tokens.
+  if (for_pod && expiration_seconds == kWarnOnlyTokenSeconds &&
+      audiences == std::vector<std::string>{kServiceAccountIssuer}) {
+    identity["warnafter"] = iat + expiration_seconds;
+    expiration_seconds = kExtendedTokenSeconds;
+  }
+  json claims = {{"aud", audiences}, {"exp", iat + expiration_seconds},
+                 {"iat", iat},       {"iss", kServiceAccountIssuer},
+                 {"jti", NewUid()},  {"kubernetes.io", identity},
+                 {"nbf", iat},       {"sub", absl::StrCat(kServiceAccountPrefix, ns, ":", name)}};
   std::string input = absl::StrCat(B64(R"({"alg":"HS256","typ":"JWT"})"), ".", B64(claims.dump()));
   return absl::StrCat(input, ".", B64(Sign(input)));
 }

@@ -35,6 +35,13 @@ inline constexpr char kDefaultServiceAccount[] = "default";
 inline constexpr char kServiceAccountIssuer[] = "https://kubernetes.default.svc.cluster.local";
 // Where the admission plugin mounts the token volume.
 inline constexpr char kServiceAccountMountPath[] = "/var/run/secrets/kubernetes.io/serviceaccount";
+// The expirationSeconds of the admission plugin's kube-api-access token. kube-apiserver's
+// --service-account-extend-token-expiration (on by default) makes a pod's token asked for exactly
+// this long, for the API audience, valid for kExtendedTokenSeconds (a year) instead, with the
+// claim `kubernetes.io.warnafter` at the hour: a client that never rereads its token file keeps
+// working, as it does on a real cluster.
+inline constexpr int64_t kWarnOnlyTokenSeconds = 3607;
+inline constexpr int64_t kExtendedTokenSeconds = 365 * 24 * 60 * 60;
 
 class ServiceAccountTokens {
  public:
@@ -43,14 +50,18 @@ class ServiceAccountTokens {
 
   // A token for ServiceAccount `ns`/`name` for `audience` ("" = the API audience) valid for
   // `expiration_seconds` (> 0). NotFound (the apiserver's 404 Status) when the ServiceAccount
-  // does not exist. What the kubelet calls for projected serviceAccountToken volumes.
+  // does not exist. What the kubelet calls for projected serviceAccountToken volumes: the token
+  // is bound to a pod, so the admission plugin's 3607 s for the API audience is extended (see
+  // kExtendedTokenSeconds).
   absl::StatusOr<std::string> IssueToken(const std::string& ns, const std::string& name,
                                          const std::string& audience,
                                          int64_t expiration_seconds) const;
   // The same with every audience and the issue time given (tests make expired tokens with it).
+  // `for_pod`: a pod's token (the kubelet's request), which the extension applies to.
   absl::StatusOr<std::string> IssueTokenAt(const std::string& ns, const std::string& name,
                                            const std::vector<std::string>& audiences,
-                                           int64_t expiration_seconds, absl::Time issued_at) const;
+                                           int64_t expiration_seconds, absl::Time issued_at,
+                                           bool for_pod = false) const;
 
   // The TokenRequest subresource: `body` is the request's authentication.k8s.io/v1
   // TokenRequest (may be empty); answers the TokenRequest with status.token and

@@ -242,6 +242,47 @@ TEST_F(ServiceAccounts, BadExpiredForeignAndOrphanedTokensAre401) {
   EXPECT_EQ(Call(Token("ns1", "sa"), "GET", path).code, 200);
 }
 
+// A pod's token of the admission plugin's 3607 s for the API is valid for a year, as with
+// kube-apiserver's default --service-account-extend-token-expiration: a long-running operator pod
+// keeps its access past the hour although the file it reads is never rotated here. Other lengths,
+// audiences and TokenRequests expire when asked.
+TEST_F(ServiceAccounts, APodsAdmissionTokenOutlivesTheHour) {
+  GrantPodList("ns1");
+  const std::string path = "/api/v1/namespaces/ns1/pods";
+  const ServiceAccountTokens& tokens = *server_->service_account_tokens();
+  const absl::Time two_hours_ago = absl::Now() - absl::Hours(2);
+  auto pods = tokens.IssueTokenAt("ns1", "sa", {kServiceAccountIssuer}, kWarnOnlyTokenSeconds,
+                                  two_hours_ago, /*for_pod=*/true);
+  ASSERT_THAT(pods, IsOk());
+  EXPECT_EQ(Call(*pods, "GET", path).code, 200);
+  json claims = JwtClaims(*pods);
+  const int64_t iat = absl::ToUnixSeconds(two_hours_ago);
+  EXPECT_EQ(claims["exp"], iat + kExtendedTokenSeconds) << claims.dump();
+  EXPECT_EQ(claims["kubernetes.io"]["warnafter"], iat + kWarnOnlyTokenSeconds) << claims.dump();
+  // The kubelet's way in is a pod's.
+  auto kubelets = tokens.IssueToken("ns1", "sa", "", kWarnOnlyTokenSeconds);
+  ASSERT_THAT(kubelets, IsOk());
+  EXPECT_EQ(JwtClaims(*kubelets)["exp"].get<int64_t>() - JwtClaims(*kubelets)["iat"].get<int64_t>(),
+            kExtendedTokenSeconds);
+  for (auto [seconds, for_pod] :
+       {std::pair{kWarnOnlyTokenSeconds, false}, std::pair{int64_t{3600}, true}}) {
+    auto expired =
+        tokens.IssueTokenAt("ns1", "sa", {kServiceAccountIssuer}, seconds, two_hours_ago, for_pod);
+    ASSERT_THAT(expired, IsOk());
+    EXPECT_EQ(Call(*expired, "GET", path).code, 401) << seconds << " for_pod=" << for_pod;
+    EXPECT_FALSE(JwtClaims(*expired)["kubernetes.io"].contains("warnafter"));
+  }
+  auto other_audience = tokens.IssueToken("ns1", "sa", "vault", kWarnOnlyTokenSeconds);
+  ASSERT_THAT(other_audience, IsOk());
+  EXPECT_EQ(JwtClaims(*other_audience)["exp"].get<int64_t>() -
+                JwtClaims(*other_audience)["iat"].get<int64_t>(),
+            kWarnOnlyTokenSeconds);
+  // A TokenRequest of 3607 s (kubectl create token --duration 3607s) gets what it asked.
+  json requested = JwtClaims(Token("ns1", "sa", {{"expirationSeconds", kWarnOnlyTokenSeconds}}));
+  EXPECT_EQ(requested["exp"].get<int64_t>() - requested["iat"].get<int64_t>(),
+            kWarnOnlyTokenSeconds);
+}
+
 TEST_F(ServiceAccounts, EveryNamespaceHasADefaultServiceAccountAndTheRootCa) {
   for (const char* ns : {"default", "kube-system", "kube-public", "kube-node-lease", "ns1"}) {
     EXPECT_EQ(Call(kAdminToken, "GET",
