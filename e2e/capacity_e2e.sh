@@ -48,10 +48,11 @@ dump() {
   tail -40 "$LK_DIR/operator.log" || true
 }
 wait_for() {  # SECONDS DESCRIPTION COMMAND...
-  local deadline=$((SECONDS + $1)) what=$2
+  local limit=$1 what=$2
+  local deadline=$((SECONDS + limit))
   shift 2
   until "$@"; do
-    ((SECONDS < deadline)) || { dump; fail "timed out after $1 s: $what"; }
+    ((SECONDS < deadline)) || { dump; fail "timed out after $limit s: $what"; }
     sleep 0.2
   done
 }
@@ -109,6 +110,9 @@ for p in b-ps-0 b-worker-0 b-worker-1; do
     fail "$p: no FailedScheduling event from default-scheduler '$WANT'; events: $events"
 done
 k describe pod b-worker-0 | has -F "FailedScheduling" || fail "kubectl describe pod shows no FailedScheduling"
+table=$(k get events --field-selector involvedObject.name=b-worker-0)
+has -E "Warning +FailedScheduling +pod/b-worker-0 +0/3 nodes are available: 3 Insufficient cpu\." <<<"$table" ||
+  fail "kubectl get events shows no FailedScheduling row for b-worker-0: $table"
 # The job waits as Kubeflow's do: Created, not Running; its pods exist, so they count as active.
 [[ $(conditions_of b) == Created ]] || fail "B's conditions: '$(conditions_of b)', want only Created while its pods are Pending"
 k get tj b | has -E "^b +Created" || { k get tj b; fail "kubectl get tj b shows no STATE Created"; }
