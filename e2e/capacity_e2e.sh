@@ -131,11 +131,12 @@ k wait --for=condition=Running --timeout=120s tj/b >/dev/null || { dump; fail "B
 k get pods -o wide
 
 step "kubectl drain of the node running B's worker-1, mid-training"
-# Drained once training is under way (the chief has logged its first step); the chief's node is
-# kept: its checkpoint claim (local-path) pins the chief there, as on a cluster. In ps-sync the
-# chief's steps wait for worker-1's gradients, so B cannot end before worker-1 is back.
-training() { k logs b-worker-0 2>/dev/null | has 'msg=progress step='; }
-wait_for 120 "B's chief at its first step" training
+# Drained once training is under way and the chief has saved a checkpoint (at its first step) to
+# refill a ps from, should the ps share worker-1's node. The chief's node is kept: its checkpoint
+# claim (local-path) pins the chief there, as on a cluster. In ps-sync the chief's steps wait
+# for worker-1's gradients, so B cannot end before worker-1 is back.
+training() { k logs b-worker-0 2>/dev/null | has 'Saved checkpoint'; }
+wait_for 120 "B's chief saved its first checkpoint" training
 node=$(pod_field b-worker-1 '{.spec.nodeName}')
 chief_node=$(pod_field b-worker-0 '{.spec.nodeName}')
 old_uid=$(pod_field b-worker-1 '{.metadata.uid}')
