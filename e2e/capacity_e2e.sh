@@ -7,8 +7,12 @@
 #    Succeeds its finished pods free the nodes: B's pods are bound, one a node, and B trains.
 # 2. kubectl drain of the node running B's worker-1 while B trains: the node is cordoned
 #    (SchedulingDisabled), the pod is evicted through the Eviction API, the operator recreates it
-#    on another node, and B still Succeeds without spending a restart of its backoffLimit (a
-#    drain is a voluntary disruption, not a failure). kubectl uncordon makes it schedulable again.
+#    on another node; kubectl uncordon makes the node schedulable again.
+# 3. kubectl drain of the chief's node: the recreated chief stays Pending ("... node(s) had
+#    volume node affinity conflict, ... node(s) were unschedulable"), since its checkpoint claim
+#    (local-path) lives on that node; after uncordon it runs there again and resumes from its
+#    checkpoint. B Succeeds without spending any of its backoffLimit on the evictions (voluntary
+#    disruptions, not failures).
 # Needs root and namespaces (pod sandboxes): skips (77) otherwise.
 # Usage: capacity_e2e.sh LOCALKUBE KUBECTL BIN_DIR
 set -euo pipefail
@@ -89,7 +93,7 @@ wait_for 60 "A's 3 pods bound" a_bound
 
 step "job B (a 500m ps, two 1500m workers) does not fit: Pending, FailedScheduling, job Created"
 # Two workers never share a node, so a node runs a worker and not the chief (drained below).
-job b 2 500m 1500m -e "$CHECKPOINT" -e "$EVERY_2S" | k apply -f - >/dev/null
+job b 3 500m 1500m -e "$CHECKPOINT" -e "$EVERY_2S" | k apply -f - >/dev/null
 WANT="0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
 # Each pod: phase|node|PodScheduled status|reason|message, in one read (A is training meanwhile).
 b_view() {
@@ -152,7 +156,7 @@ k get node "$node" | has -E "^$node +Ready,SchedulingDisabled " || { k get node 
 k get node "$node" -o jsonpath='{.spec.taints[*].key}' | has -F node.kubernetes.io/unschedulable ||
   fail "$node has no unschedulable taint"
 
-step "the operator recreates worker-1 on another node; B still succeeds"
+step "the operator recreates worker-1 on another node"
 new_bound() {
   local uid n
   uid=$(pod_field b-worker-1 '{.metadata.uid}')
@@ -163,16 +167,58 @@ wait_for 60 "a new b-worker-1 bound" new_bound
 new_node=$(pod_field b-worker-1 '{.spec.nodeName}')
 [[ $new_node != "$node" ]] || fail "b-worker-1 was recreated on the drained node $node"
 echo "b-worker-1: $node -> $new_node"
-k wait --for=condition=Succeeded --timeout=300s tj/b >/dev/null || { dump; fail "B did not succeed after the drain"; }
-k logs b-worker-0 | has '"event":"training_complete"' || fail "no summary in B's chief log"
-restarts=$(k get tj b -o jsonpath='{.status.replicaStatuses.Worker.restarts}')
-[[ ${restarts:-0} == 0 ]] || fail "the drain counted as a restart: Worker restarts=$restarts"
-k get tj a b
+k wait --for=condition=Ready --timeout=60s pod/b-worker-1 >/dev/null || { dump; fail "the new b-worker-1 is not Ready"; }
 
-step "kubectl uncordon"
+step "kubectl uncordon $node"
 k uncordon "$node" >/dev/null
 [[ -z $(k get node "$node" -o jsonpath='{.spec.unschedulable}') ]] || fail "$node still cordoned"
 k get node "$node" | has -E "^$node +Ready " || fail "$node not Ready after uncordon"
-untainted() { ! k get node "$node" -o jsonpath='{.spec.taints[*].key}' | has unschedulable; }
-wait_for 20 "$node's unschedulable taint gone" untainted
+untainted() { ! k get node "$1" -o jsonpath='{.spec.taints[*].key}' | has unschedulable; }
+wait_for 20 "$node's unschedulable taint gone" untainted "$node"
+
+step "kubectl drain of the chief's node: its claim's node affinity keeps it Pending until uncordon"
+# A local-path volume lives on one node: the recreated chief can run nowhere else, as on a
+# cluster with node-local storage, and resumes from the checkpoints on it.
+# Once training has moved on with the new worker-1 (steps wait for it): a checkpoint past step 1.
+saved_step() {
+  k logs b-worker-0 2>/dev/null | sed -n 's/.*msg="Saved checkpoint".*global_step=\([0-9]*\).*/\1/p' | tail -1
+}
+moved_on() { [[ $(saved_step) -gt 1 ]]; }
+wait_for 60 "a checkpoint past step 1" moved_on
+saved=$(saved_step)
+old_chief=$(pod_field b-worker-0 '{.metadata.uid}')
+drained=$(k drain "$chief_node" --ignore-daemonsets --delete-emptydir-data --timeout=120s 2>&1) ||
+  { echo "$drained"; dump; fail "kubectl drain $chief_node failed"; }
+echo "$drained"
+has -F "pod/b-worker-0 evicted" <<<"$drained" || fail "drain did not evict the chief"
+chief_pending() {
+  [[ $(pod_field b-worker-0 '{.metadata.uid} {.status.conditions[?(@.type=="PodScheduled")].reason}') == *" Unschedulable" &&
+     $(pod_field b-worker-0 '{.metadata.uid}') != "$old_chief" ]]
+}
+wait_for 60 "a new b-worker-0 unschedulable" chief_pending
+why=$(pod_field b-worker-0 '{.status.conditions[?(@.type=="PodScheduled")].message}')
+echo "b-worker-0: $why"
+[[ $why == "0/3 nodes are available: "*"1 node(s) had volume node affinity conflict"*"1 node(s) were unschedulable. preemption: "* ]] ||
+  fail "the recreated chief's PodScheduled message: '$why'"
+k uncordon "$chief_node" >/dev/null
+k wait --for=condition=PodScheduled --timeout=60s pod/b-worker-0 >/dev/null || { dump; fail "the chief was not bound after uncordon"; }
+[[ $(pod_field b-worker-0 '{.spec.nodeName}') == "$chief_node" ]] || fail "the chief left its claim's node $chief_node"
+resumed_step() {
+  k logs b-worker-0 2>/dev/null |
+    grep -E 'Restored the parameter servers from the latest checkpoint|Resuming the run the parameter servers hold' |
+    sed -n 's/.*global_step=\([0-9]*\).*/\1/p' | head -1
+}
+resumed() { [[ -n $(resumed_step) ]]; }
+wait_for 90 "the recreated chief resumed" resumed
+echo "the chief resumed at step $(resumed_step) (checkpoint of step $saved saved before the drain)"
+[[ $(resumed_step) -ge $saved ]] || fail "the chief resumed at step $(resumed_step), before its checkpoint of step $saved"
+
+step "B succeeds; the evictions spent none of its backoffLimit"
+k wait --for=condition=Succeeded --timeout=300s tj/b >/dev/null || { dump; fail "B did not succeed after the drains"; }
+k logs b-worker-0 | has '"event":"training_complete"' || fail "no summary in B's chief log"
+restarts=$(k get tj b -o jsonpath='{.status.replicaStatuses.Worker.restarts}/{.status.replicaStatuses.PS.restarts}')
+[[ $restarts == / || $restarts == 0/0 || $restarts == 0/ || $restarts == /0 ]] ||
+  fail "the drains counted as restarts: Worker/PS restarts=$restarts"
+k get tj a b
+wait_for 20 "$chief_node's unschedulable taint gone" untainted "$chief_node"
 echo "PASS capacity e2e (${SECONDS}s)"
