@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Cluster capacity as a user meets it, on a 3-node localkube with pod sandboxes (2 cpu a node)
 # and the operator:
-# 1. A job that does not fit waits: job A's three 2-cpu pods fill the nodes, so job B's 1-cpu
-#    pods stay Pending with PodScheduled=False and kube-scheduler's FailedScheduling event
-#    ("0/3 nodes are available: 3 Insufficient cpu. ..."), and B is Created, not Running. Once A
-#    Succeeds its finished pods free the nodes: B's pods are bound, one a node, and B trains.
+# 1. A job that does not fit waits: job A's three 2-cpu pods fill the nodes, so job B's pods (a
+#    500m ps, two 1500m workers) stay Pending with PodScheduled=False and kube-scheduler's
+#    FailedScheduling event ("0/3 nodes are available: 3 Insufficient cpu. ..."), as kubectl get
+#    events and describe show it, and B is Created, not Running. As A's pods finish they free
+#    their nodes: B's pods are bound and B trains.
 # 2. kubectl drain of the node running B's worker-1 while B trains: the node is cordoned
 #    (SchedulingDisabled), the pod is evicted through the Eviction API, the operator recreates it
 #    on another node; kubectl uncordon makes the node schedulable again.
