@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -114,6 +115,67 @@ json NodeCells(const json& n) {
           info.value("containerRuntimeVersion", "<unknown>")};
 }
 
+// Since an RFC 3339 time, as kubectl prints it; "<unknown>" when there is none.
+std::string Since(const json& object, const char* field) {
+  auto it = object.find(field);
+  absl::Time t;
+  std::string err;
+  if (it == object.end() || !it->is_string() ||
+      !absl::ParseTime(absl::RFC3339_full, it->get<std::string>(), &t, &err)) {
+    return "<unknown>";
+  }
+  return HumanDuration(absl::Now() - t);
+}
+
+// A string field of `o`; empty when `o` is no object or the field no string.
+std::string Str(const json& o, const char* field) {
+  if (!o.is_object()) return "";
+  auto it = o.find(field);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// kubectl get events (the API server's event printer): every column, the wide ones with
+// priority 1; read from a core/v1 Event or its events.k8s.io/v1 form.
+json EventCells(const json& e) {
+  const bool v1 = e.contains("regarding") || e.contains("note");
+  std::string first = Since(e, v1 ? "deprecatedFirstTimestamp" : "firstTimestamp");
+  if (first == "<unknown>") first = Since(e, "eventTime");
+  std::string last = Since(e, v1 ? "deprecatedLastTimestamp" : "lastTimestamp");
+  if (last == "<unknown>") last = first;
+  auto integer = [](const json& o, const char* field) -> int64_t {
+    auto it = o.find(field);
+    return it != o.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+  };
+  int64_t count = integer(e, v1 ? "deprecatedCount" : "count");
+  if (auto series = e.find("series"); series != e.end() && series->is_object()) {
+    last = Since(*series, "lastObservedTime");
+    count = integer(*series, "count");
+  } else if (count == 0) {
+    count = 1;  // a singleton event of the new API carries no count
+  }
+  auto field = e.find(v1 ? "regarding" : "involvedObject");
+  const json object = field != e.end() ? *field : json::object();
+  std::string target = absl::AsciiStrToLower(Str(object, "kind"));
+  if (!Str(object, "name").empty()) absl::StrAppend(&target, "/", Str(object, "name"));
+  field = e.find(v1 ? "deprecatedSource" : "source");
+  const json source = field != e.end() ? *field : json::object();
+  std::string component = Str(source, "component");
+  if (component.empty()) component = Str(e, "reportingController");
+  if (component.empty()) component = Str(e, "reportingComponent");
+  std::string instance = Str(source, "host");
+  if (instance.empty()) instance = Str(e, "reportingInstance");
+  return {last,
+          Str(e, "type"),
+          Str(e, "reason"),
+          target,
+          Str(object, "fieldPath"),
+          instance.empty() ? component : absl::StrCat(component, ", ", instance),
+          std::string(absl::StripAsciiWhitespace(Str(e, v1 ? "note" : "message"))),
+          first,
+          count,
+          Str(e["metadata"], "name")};
+}
+
 std::vector<Column> BuiltinColumns(const ResourceType& type) {
   const std::string name_desc = "Name must be unique within a namespace.";
   if (auto storage = StorageTableColumns(type)) {
@@ -149,6 +211,22 @@ std::vector<Column> BuiltinColumns(const ResourceType& type) {
             {"Status", "string", "", ""},
             {"Age", "string", "", ""}};
   }
+  if (type.kind == "Event") {
+    return {
+        {"Last Seen", "string", "",
+         "The time at which the most recent occurrence of this event was recorded."},
+        {"Type", "string", "", "Type of this event (Normal, Warning)."},
+        {"Reason", "string", "",
+         "A short, machine understandable string that gives the reason for the transition "
+         "into the object's current status."},
+        {"Object", "string", "", "The object that this event is about."},
+        {"Subobject", "string", "", "The piece of the object the event is about, if any.", 1},
+        {"Source", "string", "", "The component reporting this event.", 1},
+        {"Message", "string", "", "A human-readable description of the status of this operation."},
+        {"First Seen", "string", "", "The time at which the event was first recorded.", 1},
+        {"Count", "string", "", "The number of times this event has occurred.", 1},
+        {"Name", "string", "name", name_desc, 1}};
+  }
   if (type.kind == "Node") {
     return {
         {"Name", "string", "name", name_desc},
@@ -171,6 +249,7 @@ json BuiltinCells(const ResourceType& type, const json& o) {
   if (type.kind == "Deployment") return DeploymentCells(o);
   if (type.kind == "Service") return ServiceCells(o);
   if (type.kind == "Node") return NodeCells(o);
+  if (type.kind == "Event") return EventCells(o);
   if (type.kind == "Namespace") {
     return {o["metadata"]["name"], o.value("status", json::object()).value("phase", "Active"),
             Age(o)};

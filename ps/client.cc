@@ -31,6 +31,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, backoff_ms);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, backoff_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, backoff_ms);
+  // A recreated ps pod keeps its name and gets a new IP (docs/decisions/0001): the name is
+  // looked up again after a failed connection at most this often, not gRPC's default of every
+  // 30 s, which stalled every worker that long after a ps was evicted or restarted.
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, backoff_ms);
   return CreateJobChannel(address, args, options.secret);
 }
 

@@ -346,6 +346,9 @@ class CoordinatorClient::Stub {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    // A recreated chief keeps its name and gets a new IP: look it up again within a second, not
+    // after gRPC's default 30 s between lookups.
+    args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1000);
     return args;
   }
 
