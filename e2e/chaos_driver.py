@@ -69,8 +69,11 @@ def manifest(name, example, mode, ckpt_dir, epochs=EPOCHS):
         job = yaml.safe_load(f)
     job["metadata"]["name"] = name
     if ckpt_dir is None:
-        job["spec"]["checkpoint"] = {
-            "volumeClaimTemplate": {"spec": {"resources": {"requests": {"storage": "1Gi"}}}}}
+        job["spec"].setdefault("checkpoint", {
+            "volumeClaimTemplate": {"spec": {"resources": {"requests": {"storage": "1Gi"}}}}})
+    else:
+        # --checkpoint-dir and spec.checkpoint both set the directory: the job is refused.
+        job["spec"].pop("checkpoint", None)
     for spec in job["spec"]["replicaSpecs"].values():
         c = spec["template"]["spec"]["containers"][0]
         if c["command"] != ["kubetrain-worker"]:

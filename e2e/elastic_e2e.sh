@@ -52,7 +52,7 @@ start_operator "$BIN"
 
 step "the elastic example, slowed to ~25 ms a step so that it trains while it is scaled"
 sed -e "s/name: fashion-mnist-elastic/name: el/" -e "s/--epochs=10/--epochs=8/" \
-  -e "s|- --seed=1|- --seed=1\n                - --inject-delay=20ms\n                - --checkpoint-dir=$LK_DIR/ckpt-el|" \
+  -e "s|- --seed=1|- --seed=1\n                - --inject-delay=20ms|" \
   deploy/examples/fashion-mnist-elastic.yaml | k apply -f - >/dev/null
 wait_for 120 "both workers never joined the ps" members_are 2
 chief=$(uid el-worker-0)
@@ -89,7 +89,7 @@ ps_log=$(k logs el-ps-0)
 step "all-reduce, beside el: the elastic all-reduce example scaled 2 -> 3 -> 2 while it trains"
 sed -e "s/name: fashion-mnist-allreduce/name: ar/" -e "s/--epochs=20/--epochs=6/" \
   -e "s|^spec:|spec:\n  elastic: {minReplicas: 1, maxReplicas: 3}|" \
-  -e "s|- --seed=1|- --seed=1\n                - --inject-delay=20ms\n                - --checkpoint-dir=$LK_DIR/ckpt-ar|" \
+  -e "s|- --seed=1|- --seed=1\n                - --inject-delay=20ms|" \
   deploy/examples/fashion-mnist-allreduce.yaml | k apply -f - >/dev/null
 group_size() {  # the last all-reduce group worker-0 formed
   k logs ar-worker-0 2>/dev/null | sed -n 's/.*msg="Formed the all-reduce group".* workers=\([0-9]*\).*/\1/p' | tail -1

@@ -14,13 +14,13 @@ e2e_args "$@"
 start_localkube_for_operator "$BIN"
 k() { "$KUBECTL" "$@"; }
 
-# Checkpoints on a claim of the job's own (spec.checkpoint), provisioned by localkube's
-# local-path class on the node the chief lands on, as on a cluster: a pod's own /tmp goes with it.
-CHECKPOINT_CLAIM='s|^spec:|spec:\n  checkpoint:\n    volumeClaimTemplate:\n      spec:\n        resources: {requests: {storage: 1Gi}}|'
+# The examples keep their checkpoints on a claim of the job's own (spec.checkpoint), provisioned
+# by localkube's local-path class on the node the chief lands on, as on a cluster: a pod's own
+# /tmp goes with it.
 # A short job: 1 ps, 2 workers, fast enough for CI.
 job() {  # job NAME EPOCHS
   sed -e "s/name: fashion-mnist/name: $1/" -e "s/--epochs=20/--epochs=$2/" \
-      -e "s|- --seed=1|- --seed=1\n                - --checkpoint-every=2s|" -e "$CHECKPOINT_CLAIM" \
+      -e "s|- --seed=1|- --seed=1\n                - --checkpoint-every=2s|" \
       deploy/examples/fashion-mnist.yaml
 }
 # The pid of job $1's process matching pattern $2: other programs on the machine (tests run in
@@ -109,7 +109,6 @@ step "an all-reduce job (workers only): a worker killed mid-run restarts the job
 ar_job() {  # ar_job NAME EPOCHS
   sed -e "s/name: fashion-mnist-allreduce/name: $1/" -e "s/--epochs=20/--epochs=$2/" \
       -e "s|- --seed=1|- --seed=1\n                - --communicator=gloo\n                - --checkpoint-every=500ms|" \
-      -e "$CHECKPOINT_CLAIM" \
       deploy/examples/fashion-mnist-allreduce.yaml
 }
 # The worker is killed as soon as the chief has saved a checkpoint to resume from, not after a

@@ -131,7 +131,7 @@ TEST(ValidateCommand, HostileManifestsGetClearErrorsNotCrashes) {
                    11),
        "not YAML text: contains a NUL byte at offset 4 (line 1, column 5)"},
       {"utf8.yaml", Replace(Example(), "--seed=1", "--seed=\xff"),
-       "line 52: spec.replicaSpecs.Worker.template.spec.containers[0].args[6]: invalid UTF-8"},
+       "line 53: spec.replicaSpecs.Worker.template.spec.containers[0].args[6]: invalid UTF-8"},
       {"label.yaml",
        Replace(Example(), "  name: fashion-mnist\n",
                "  name: fashion-mnist\n  labels: {team: \"caf\xe9\"}\n"),
@@ -163,20 +163,24 @@ TEST(ValidateCommand, NoFilesIsAUsageError) {
   EXPECT_NE(r.err.find("no files given"), std::string::npos);
 }
 
-TEST(RenderCommand, PrintsSecretServiceThenPodsAsYaml) {
+TEST(RenderCommand, PrintsSecretServiceClaimThenPodsAsYaml) {
   Result r = RunCli({"render", "--namespace=team-a", Src("deploy/examples/fashion-mnist.yaml")});
   ASSERT_EQ(r.code, 0) << r.err;
   auto docs = api::ParseYamlDocuments(r.out);
   ASSERT_TRUE(docs.ok()) << docs.status();
-  ASSERT_EQ(docs->size(), 5u);  // Secret, Service, ps-0, worker-0, worker-1
+  // Secret, Service, the checkpoint claim (spec.checkpoint), ps-0, worker-0, worker-1
+  ASSERT_EQ(docs->size(), 6u);
   EXPECT_EQ((*docs)[0]["kind"], "Secret");
   EXPECT_EQ((*docs)[0]["metadata"]["name"], "fashion-mnist-job-secret");
   EXPECT_EQ((*docs)[1]["kind"], "Service");
   EXPECT_EQ((*docs)[1]["metadata"]["namespace"], "team-a");
-  EXPECT_EQ((*docs)[2]["metadata"]["name"], "fashion-mnist-ps-0");
-  EXPECT_EQ((*docs)[4]["metadata"]["name"], "fashion-mnist-worker-1");
+  EXPECT_EQ((*docs)[2]["kind"], "PersistentVolumeClaim");
+  EXPECT_EQ((*docs)[2]["metadata"]["name"], "fashion-mnist-checkpoint");
+  EXPECT_EQ((*docs)[2]["metadata"]["namespace"], "team-a");
+  EXPECT_EQ((*docs)[3]["metadata"]["name"], "fashion-mnist-ps-0");
+  EXPECT_EQ((*docs)[5]["metadata"]["name"], "fashion-mnist-worker-1");
   // Label values that look like numbers stay strings.
-  EXPECT_EQ((*docs)[4]["metadata"]["labels"]["kubetrain.dev/replica-index"], "1");
+  EXPECT_EQ((*docs)[5]["metadata"]["labels"]["kubetrain.dev/replica-index"], "1");
   // Each render makes its own secret.
   Result again =
       RunCli({"render", "--namespace=team-a", Src("deploy/examples/fashion-mnist.yaml")});
@@ -190,7 +194,7 @@ TEST(RenderCommand, JsonOutputIsAList) {
   ASSERT_EQ(r.code, 0) << r.err;
   auto list = nlohmann::json::parse(r.out);
   EXPECT_EQ(list["kind"], "List");
-  EXPECT_EQ(list["items"].size(), 5u);  // the job's Secret, the Service and 3 pods
+  EXPECT_EQ(list["items"].size(), 6u);  // the job's Secret, the Service, its claim and 3 pods
 }
 
 TEST(RenderCommand, InvalidJobIsNotRendered) {
