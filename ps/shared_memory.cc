@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -42,7 +43,23 @@ std::string RandomBytes(size_t n) {
   return out;
 }
 
+// "<kind>:<device>:<inode>" of /proc/self/ns/<kind>; empty when unreadable.
+std::string NamespaceId(const char* kind) {
+  struct stat st;
+  if (stat(absl::StrCat("/proc/self/ns/", kind).c_str(), &st) != 0) return "";
+  return absl::StrCat(kind, ":", st.st_dev, ":", st.st_ino);
+}
+
 }  // namespace
+
+std::string ProcessSpace() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  std::getline(in, boot);
+  const std::string pid = NamespaceId("pid"), ipc = NamespaceId("ipc");
+  if (boot.empty() || pid.empty() || ipc.empty()) return "";
+  return absl::StrCat(boot, "/", pid, "/", ipc);
+}
 
 // ---- ShmMapping ----
 
@@ -106,6 +123,7 @@ v1::AttachRequest ShmBuffer::Offer(uint32_t worker) const {
   v1::AttachRequest offer;
   offer.set_worker(worker);
   offer.set_pid(static_cast<int32_t>(getpid()));
+  offer.set_process_space(ProcessSpace());
   offer.set_fd(mapping_.fd());
   offer.set_bytes(mapping_.bytes());
   offer.set_nonce(std::string(mapping_.data(), kShmNonceBytes));
@@ -167,6 +185,16 @@ absl::StatusOr<std::shared_ptr<const ShmRegion>> ShmRegion::Attach(const v1::Att
       return absl::InvalidArgumentError(
           absl::StrCat("Attach: partition ", slot.key.name(), " has two slots"));
     }
+  }
+
+  // A worker in another pod or on another host: its memory is not this ps's to map, even where
+  // /proc would reach it (pods on one machine without PID namespaces of their own).
+  const std::string own_space = ProcessSpace();
+  if (!offer.process_space().empty() && !own_space.empty() && offer.process_space() != own_space) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Attach: worker ", offer.worker(),
+        " runs in another pod or on another host (another machine, PID or IPC namespace than "
+        "this ps's), so it pushes and pulls over gRPC bytes"));
   }
 
   // Where the worker is not on this host (or not in this pid namespace) the path names nothing,

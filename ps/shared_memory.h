@@ -6,8 +6,10 @@
 // /proc/<pid>/fd/<fd> and keeps it in its ShmRegistry. A push then copies the gradients into
 // their slots and sends only the partition headers; the ps applies them from the region. A pull
 // asks the ps to copy the values into their slots under its lock; the client copies them out.
-// Where the ps cannot open the worker's fd (another host, another pid namespace, another user),
-// Attach fails and the client keeps using gRPC bytes.
+// Only a worker in the ps's own process space (ProcessSpace: the same machine, PID and IPC
+// namespaces) is mapped: in another pod, whose processes and shared memory are its own, or on
+// another host, Attach fails at once and the client keeps using gRPC bytes, as it does where the
+// ps cannot open the worker's fd (another user).
 //
 // Trust: the ps maps memory a worker controls. The seals (checked before mapping) keep the
 // mapping's size fixed, so a worker cannot make the ps fault on a truncated file; the bytes
@@ -39,6 +41,13 @@ struct ShmLink;  // ShmLinks' per-ps state (shared_memory.cc)
 // The memfd name every ShmBuffer carries; the ps opens nothing else.
 inline constexpr char kShmName[] = "kubetrain-ps";
 inline constexpr size_t kShmNonceBytes = 16;
+
+// This process's machine and process space: its boot id and the ids of its PID and IPC
+// namespaces. Two processes may share a memfd through /proc/<pid>/fd exactly when theirs are
+// equal: the same machine, the same processes in /proc (a pod's own PID namespace, or the host's),
+// and the same IPC namespace (where a pod's shared memory ends, as on a cluster). Empty when it
+// cannot be read.
+std::string ProcessSpace();
 
 // One partition's place in a region.
 struct ShmSlot {
@@ -100,8 +109,9 @@ class ShmBuffer {
 class ShmRegion {
  public:
   // Opens, checks and maps what `offer` names. FAILED_PRECONDITION when the ps cannot reach it
-  // (no such process or fd, not a kubetrain memfd, unsealed, another size, another nonce: the
-  // worker is elsewhere); INVALID_ARGUMENT for slots outside the region or misaligned.
+  // (another process space, no such process or fd, not a kubetrain memfd, unsealed, another
+  // size, another nonce: the worker is elsewhere); INVALID_ARGUMENT for slots outside the region
+  // or misaligned.
   static absl::StatusOr<std::shared_ptr<const ShmRegion>> Attach(const v1::AttachRequest& offer);
 
   // The slot of `key`, checked to hold `length` floats; INVALID_ARGUMENT otherwise.

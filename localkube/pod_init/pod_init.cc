@@ -2,27 +2,37 @@
 // pause container and `runc exec` do (localkube/pod_sandbox.h drives it; README "Pod sandboxes").
 //
 //   localkube-pod-init hold --netns PATH --hostname NAME --hosts FILE [--tmp-size S] [--shm-size S]
-//     Joins the network namespace at PATH, makes new mount, IPC and UTS namespaces, sets the
+//     Joins the network namespace at PATH, makes new mount, IPC, UTS and PID namespaces, sets the
 //     hostname, bind-mounts FILE (read-only) on /etc/hosts and mounts fresh tmpfs on /tmp,
-//     /dev/shm and /run; says "ready" on stdout and holds the namespaces until SIGTERM (or its
-//     parent dies). All of its mounts are private: nothing propagates to the host, and they go
-//     when the namespace's last process does.
+//     /dev/shm and /run. Its child is PID 1 of the pod (PodInit: mounts the pod's own /proc,
+//     reaps orphans). Says "ready" on stdout and holds the namespaces until SIGTERM (or its
+//     parent dies); killing it kills PID 1 and with it every process of the pod. All of its
+//     mounts are private: nothing propagates to the host, and they go when the namespace's last
+//     process does.
 //   localkube-pod-init exec --pod PID [--ro SRC DST | --rw SRC DST]... [--workdir DIR] -- ARGV...
 //     Joins PID's (a holder's) namespaces, makes its own copy of the mount namespace, mounts each
-//     host path SRC at DST and execs ARGV with the environment it was given. A mount point that
-//     does not exist is made in that copy only, never on the host (EnsureMountPoint). A command
-//     that is not found exits 127, as a shell's child does.
+//     host path SRC at DST and runs ARGV with the environment it was given in a child, in the
+//     pod's PID namespace (setns(CLONE_NEWPID) moves only children there). It stays outside as
+//     the container's face to the kubelet: it ignores the termination signals the kubelet sends
+//     the process group (the child, in the same group, gets them) and ends as the child ends,
+//     with its exit code or by its signal. A mount point that does not exist is made in that
+//     copy only, never on the host (EnsureMountPoint). A command that is not found exits 127, as
+//     a shell's child does.
 //
 // Single-threaded by necessity: setns(CLONE_NEWNS) refuses a multi-threaded caller.
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -30,6 +40,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -91,6 +102,60 @@ void SetUpResolvConf(const std::string& target) {
   Mount(nullptr, target.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY);
 }
 
+// In a child right after fork: it gets SIGKILL when the process that forked it dies. `alive` is
+// the read end of a pipe whose write end only that process holds, so a hang-up on it means the
+// parent died before prctl took effect (getppid() says nothing across PID namespaces).
+void DieWithParent(int alive) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  pollfd p = {alive, POLLIN, 0};
+  if (poll(&p, 1, 0) != 0) _exit(137);
+  close(alive);
+}
+
+// PID 1 of the pod, as the pause container is: mounts the pod's own /proc (a proc shows the PID
+// namespace of the process that mounts it), says so on `ready`, then reaps what the pod
+// orphans. A namespace's PID 1 gets no signal it has no handler for, from inside the pod or (but
+// SIGKILL) from outside; it dies with the holder, and the kernel then kills the whole pod.
+[[noreturn]] void PodInit(int alive, int ready) {
+  DieWithParent(alive);
+  Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  if (write(ready, "1", 1) != 1) _exit(1);
+  close(ready);
+  sigset_t child;
+  sigemptyset(&child);
+  sigaddset(&child, SIGCHLD);
+  sigprocmask(SIG_SETMASK, &child, nullptr);
+  for (;;) {
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    int sig = 0;
+    sigwait(&child, &sig);
+  }
+}
+
+// Forks the pod's PID 1 (the caller has unshared the PID namespace) and waits until its /proc is
+// mounted; its pid in the caller's namespace.
+pid_t StartPodInit() {
+  int alive[2], ready[2];
+  if (pipe2(alive, O_CLOEXEC) != 0 || pipe2(ready, O_CLOEXEC) != 0) Die("pipe");
+  pid_t pid = fork();
+  if (pid < 0) Die("fork the pod's PID 1");
+  if (pid == 0) {
+    close(alive[1]);
+    close(ready[0]);
+    PodInit(alive[0], ready[1]);
+  }
+  close(alive[0]);  // alive[1] stays open for as long as this process lives
+  close(ready[1]);
+  char byte = 0;
+  if (read(ready[0], &byte, 1) != 1) {
+    std::fputs("localkube-pod-init: the pod's PID 1 did not start\n", stderr);
+    std::exit(1);
+  }
+  close(ready[0]);
+  return pid;
+}
+
 int Hold(const std::vector<std::string>& args) {
   std::string netns, hostname, hosts, tmp_size = "1g", shm_size = "64m";
   for (size_t i = 0; i + 1 < args.size(); i += 2) {
@@ -116,7 +181,7 @@ int Hold(const std::vector<std::string>& args) {
   if (fd < 0) Die("open " + netns);
   if (setns(fd, CLONE_NEWNET) != 0) Die("setns " + netns);
   close(fd);
-  if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0) Die("unshare");
+  if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID) != 0) Die("unshare");
   MakePrivate();
   if (sethostname(hostname.data(), hostname.size()) != 0) Die("sethostname " + hostname);
   // Where /etc/resolv.conf leads (a symlink into /run on some hosts), before /run is covered.
@@ -137,12 +202,20 @@ int Hold(const std::vector<std::string>& args) {
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGHUP);
+  sigaddset(&stop, SIGCHLD);
   sigprocmask(SIG_BLOCK, &stop, nullptr);
+  const pid_t init = StartPodInit();
   std::fputs("ready\n", stdout);
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&stop, &sig);
-  return 0;
+  for (;;) {
+    int sig = 0;
+    sigwait(&stop, &sig);
+    if (sig != SIGCHLD) return 0;
+    if (waitpid(init, nullptr, WNOHANG) == init) {
+      std::fputs("localkube-pod-init: the pod's PID 1 ended\n", stderr);
+      return 1;
+    }
+  }
 }
 
 // Paths where a mount point can be made without touching the host: the pod's own tmpfs mounts,
@@ -272,6 +345,56 @@ struct BindMount {
   bool directory = true;
 };
 
+// What the kubelet ends a container with, sent to its process group (common/process.h): the
+// child is in that group and gets them itself.
+constexpr int kGroupSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+// Runs `argv` in a child (in the PID namespace joined last) and ends as it ends: its exit code,
+// or killed by the same signal, so the kubelet sees what it would see of the program itself.
+int RunInPod(std::vector<std::string>& argv) {
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  struct sigaction ignore = {}, saved[std::size(kGroupSignals)];
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  for (size_t k = 0; k < std::size(kGroupSignals); ++k) {
+    sigaction(kGroupSignals[k], &ignore, &saved[k]);
+  }
+  int alive[2];
+  if (pipe2(alive, O_CLOEXEC) != 0) Die("pipe");
+  const pid_t child = fork();
+  if (child < 0) Die("fork into the pod's PID namespace");
+  if (child == 0) {
+    close(alive[1]);
+    DieWithParent(alive[0]);
+    for (size_t k = 0; k < std::size(kGroupSignals); ++k) {
+      sigaction(kGroupSignals[k], &saved[k], nullptr);
+    }
+    execvp(cargv[0], cargv.data());
+    int err = errno;
+    std::fprintf(stderr, "exec: \"%s\": %s\n", argv[0].c_str(),
+                 err == ENOENT ? "executable file not found in $PATH" : std::strerror(err));
+    _exit(err == ENOENT ? 127 : 126);
+  }
+  close(alive[0]);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) Die("wait for the container's process");
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  const int sig = WTERMSIG(status);
+  const rlimit no_core = {0, 0};  // the program's core dump, if any, is written; not this one's
+  setrlimit(RLIMIT_CORE, &no_core);
+  signal(sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  kill(getpid(), sig);
+  return 128 + sig;
+}
+
 int Exec(const std::vector<std::string>& args) {
   std::string pod, workdir;
   std::vector<BindMount> mounts;
@@ -306,8 +429,12 @@ int Exec(const std::vector<std::string>& args) {
         open_tree(AT_FDCWD, m.source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
     if (m.tree < 0) Die("open_tree " + m.source);
   }
-  const std::pair<const char*, int> kinds[] = {
-      {"net", CLONE_NEWNET}, {"ipc", CLONE_NEWIPC}, {"uts", CLONE_NEWUTS}, {"mnt", CLONE_NEWNS}};
+  // pid_for_children: the holder's PID 1 is in it, the holder itself is not.
+  const std::pair<const char*, int> kinds[] = {{"net", CLONE_NEWNET},
+                                               {"ipc", CLONE_NEWIPC},
+                                               {"uts", CLONE_NEWUTS},
+                                               {"pid_for_children", CLONE_NEWPID},
+                                               {"mnt", CLONE_NEWNS}};
   std::vector<int> fds;
   for (const auto& [name, type] : kinds) {
     std::string path = "/proc/" + pod + "/ns/" + name;
@@ -343,14 +470,7 @@ int Exec(const std::vector<std::string>& args) {
   } else if (chdir(cwd.c_str()) != 0 && chdir("/") != 0) {
     Die("chdir /");
   }
-  std::vector<char*> cargv;
-  for (std::string& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  execvp(cargv[0], cargv.data());
-  int err = errno;
-  std::fprintf(stderr, "exec: \"%s\": %s\n", argv[0].c_str(),
-               err == ENOENT ? "executable file not found in $PATH" : std::strerror(err));
-  return err == ENOENT ? 127 : 126;
+  return RunInPod(argv);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -251,6 +252,78 @@ TEST(ShmRegistry, ForgetsTheRegionOfAWorkerThatWasKilled) {
   EXPECT_EQ(registry.size(), 2u);
   EXPECT_THAT(registry.Find(kept), IsOk());
   EXPECT_THAT(registry.Find(kept + 1), StatusIs(absl::StatusCode::kAborted));
+}
+
+// A worker process in new `namespaces` (unshare flags): its offer, and a handle that ends it.
+// Skips (empty offer) where namespaces cannot be made (not root).
+struct ForeignWorker {
+  v1::AttachRequest offer;
+  pid_t pid = -1;
+  int hold = -1;  // closing it lets the worker exit
+  ~ForeignWorker() {
+    if (hold >= 0) close(hold);
+    if (pid > 0) waitpid(pid, nullptr, 0);
+  }
+};
+
+void StartForeignWorker(const PlacementPlan& plan, int namespaces, ForeignWorker* worker) {
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(to_child[1]);
+    close(from_child[0]);
+    uint32_t n = 0;
+    if (unshare(namespaces) != 0)
+      _exit(write(from_child[1], &n, sizeof(n)) == static_cast<ssize_t>(sizeof(n)) ? 0 : 1);
+    // A new PID namespace takes in only children: the worker is the first, its PID 1.
+    if ((namespaces & CLONE_NEWPID) != 0) {
+      const pid_t inner = fork();
+      if (inner != 0) _exit(inner > 0 && waitpid(inner, nullptr, 0) == inner ? 0 : 1);
+    }
+    std::unique_ptr<ShmBuffer> buffer = Buffer(plan);
+    const std::string offer = buffer->Offer(1).SerializeAsString();
+    n = static_cast<uint32_t>(offer.size());
+    if (write(from_child[1], &n, sizeof(n)) != sizeof(n) ||
+        write(from_child[1], offer.data(), n) != static_cast<ssize_t>(n)) {
+      _exit(1);
+    }
+    char byte;
+    (void)!read(to_child[0], &byte, 1);
+    _exit(0);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  worker->pid = child;
+  worker->hold = to_child[1];
+  uint32_t n = 0;
+  ASSERT_EQ(read(from_child[0], &n, sizeof(n)), static_cast<ssize_t>(sizeof(n)));
+  std::string bytes(n, '\0');
+  ASSERT_EQ(read(from_child[0], bytes.data(), n), static_cast<ssize_t>(n));
+  close(from_child[0]);
+  ASSERT_TRUE(worker->offer.ParseFromString(bytes));
+}
+
+// A worker in another pod (pods on one machine: their own IPC namespace, and PID namespace or
+// not) is not mapped, though /proc may reach its memory; one in this process space is.
+TEST(ShmRegion, MapsOnlyAWorkerInItsOwnPidAndIpcNamespaces) {
+  const PlacementPlan plan = Plan();
+  ForeignWorker same;
+  StartForeignWorker(plan, 0, &same);
+  EXPECT_THAT(ShmRegion::Attach(same.offer), IsOk());
+  EXPECT_EQ(same.offer.process_space(), ProcessSpace());
+  EXPECT_FALSE(ProcessSpace().empty());
+  for (int namespaces : {CLONE_NEWIPC, CLONE_NEWPID | CLONE_NEWIPC, CLONE_NEWPID}) {
+    ForeignWorker other;
+    StartForeignWorker(plan, namespaces, &other);
+    if (other.offer.pid() == 0) GTEST_SKIP() << "making namespaces needs root";
+    EXPECT_NE(other.offer.process_space(), ProcessSpace());
+    EXPECT_THAT(ShmRegion::Attach(other.offer),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("another pod")))
+        << "namespaces " << namespaces;
+  }
 }
 
 }  // namespace
