@@ -159,6 +159,16 @@ TEST_F(LocalkubeProcess, RunPodsAloneResolvesPodNamesAndRunsKubetrainImages) {
     ASSERT_NO_FATAL_FAILURE(
         make("server", {{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "30"}}},
              {{"app", "server"}}));
+    // As with cluster DNS, the name resolves once the server pod has its IP: wait for that.
+    std::string server_ip;
+    Eventually(
+        [&] {
+          auto got = client.Get("/api/v1/namespaces/default/pods/server");
+          server_ip = got ? json::parse(got->body)["status"].value("podIP", "") : "";
+          return !server_ip.empty();
+        },
+        absl::Seconds(20), absl::Milliseconds(50));
+    ASSERT_FALSE(server_ip.empty()) << "the server pod got no IP";
     ASSERT_NO_FATAL_FAILURE(
         make("client", {{"name", "c"},
                         {"image", "busybox"},
