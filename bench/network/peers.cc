@@ -140,6 +140,10 @@ absl::StatusOr<std::vector<Result>> RunMpi(Setup& s) {
       // Every sandbox a remote node, reached through this program as through ssh.
       "--mca", "plm", "rsh", "--mca", "plm_rsh_agent",
       absl::StrCat(bench::SelfPath(), " --role=rsh"), "--mca", "plm_rsh_no_tree_spawn", "1",
+      // The daemons stay the agent's children with their output on mpirun's, rather than
+      // daemonizing with it thrown away: one that dies then fails the run with its reason
+      // instead of leaving mpirun waiting for it.
+      "--mca", "orte_leave_session_attached", "1",
       // The daemons call mpirun back over the sandbox network: its bridges' addresses on the
       // host, eth0 in the sandboxes.
       "--mca", "oob_tcp_if_include", s.net->block_cidr(),
