@@ -75,14 +75,22 @@ void SetTimeouts(int fd) {
 
 absl::StatusOr<int> Children::Start(const sandbox::Sandbox& sandbox, std::vector<std::string> argv,
                                     const std::map<std::string, std::string>& env) {
+  std::string name = absl::StrCat(argv.size() > 1 ? argv[1] : argv[0], " in ", sandbox.name());
+  return Launch(sandbox.Wrap({.argv = std::move(argv), .env = env}), std::move(name));
+}
+
+absl::StatusOr<int> Children::StartOnHost(std::vector<std::string> argv,
+                                          const std::map<std::string, std::string>& env) {
+  std::string name = argv[0];
+  return Launch({.argv = std::move(argv), .env = env}, std::move(name));
+}
+
+absl::StatusOr<int> Children::Launch(ProcessOptions options, std::string name) {
   RETURN_IF_ERROR(Interrupted(stop_, deadline_));
-  const std::string name =
-      absl::StrCat(argv.size() > 1 ? argv[1] : argv[0], " in ", sandbox.name());
-  ProcessOptions options{.argv = std::move(argv), .env = env};
   options.env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin";
-  ASSIGN_OR_RETURN(auto process, Process::Start(sandbox.Wrap(std::move(options))));
+  ASSIGN_OR_RETURN(auto process, Process::Start(options));
   processes_.push_back(std::move(process));
-  names_.push_back(name);
+  names_.push_back(std::move(name));
   outputs_.emplace_back();
   return static_cast<int>(processes_.size()) - 1;
 }

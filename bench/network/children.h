@@ -26,6 +26,9 @@ class Children {
   // Starts `argv` inside `sandbox` with PATH and `env`; returns its index.
   absl::StatusOr<int> Start(const sandbox::Sandbox& sandbox, std::vector<std::string> argv,
                             const std::map<std::string, std::string>& env = {});
+  // Starts `argv` on the host (in this process's namespaces), as Start does otherwise.
+  absl::StatusOr<int> StartOnHost(std::vector<std::string> argv,
+                                  const std::map<std::string, std::string>& env = {});
   // Waits until child `index` has written `needle`.
   absl::Status WaitOutput(int index, absl::string_view needle);
   // Waits until every child in `which` has exited 0.
@@ -36,6 +39,7 @@ class Children {
   // Reads what the children wrote (waiting up to 50 ms); an error once the stop flag is set,
   // the deadline passed or a child has exited otherwise than with 0.
   absl::Status Pump();
+  absl::StatusOr<int> Launch(ProcessOptions options, std::string name);
 
   const std::atomic<bool>& stop_;
   absl::Time deadline_;

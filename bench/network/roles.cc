@@ -65,12 +65,17 @@ absl::StatusOr<size_t> OneSize(const Options& opt) {
   return sizes[0];
 }
 
+// Shard opt.shard of opt.shards: the plan is the product's (PlacementPlan over the ps count), so
+// each shard holds the partitions a job with that many ps tasks would place on it.
 absl::Status RunPs(const Options& opt) {
   ASSIGN_OR_RETURN(size_t bytes, OneSize(opt));
   ASSIGN_OR_RETURN(auto server, ps::PsServer::Start({.address = opt.host + ":0"}, nullptr));
-  ASSIGN_OR_RETURN(ps::PlacementPlan plan, ps::PlacementPlan::Build(Model(bytes), 1));
+  ASSIGN_OR_RETURN(ps::PlacementPlan plan, ps::PlacementPlan::Build(Model(bytes), opt.shards));
+  // Every slot names this server: InitShard talks to slot opt.shard only, over the server's own
+  // address, so the model's bytes never cross the uplink.
   ASSIGN_OR_RETURN(auto client,
-                   ps::PsClient::Create({server->address()}, plan, {.shared_memory = false}));
+                   ps::PsClient::Create(std::vector<std::string>(opt.shards, server->address()),
+                                        plan, {.shared_memory = false}));
   RETURN_IF_ERROR(client->WaitReady(absl::Seconds(30), /*require_initialized=*/false));
   ps::ModelState state;
   state.config.mode = ps::UpdateMode::kSync;
@@ -81,7 +86,7 @@ absl::Status RunPs(const Options& opt) {
   for (const ps::VariableSpec& v : plan.variables()) {
     state.variables.push_back({v.name, std::vector<float>(v.elements, 0.5f), {}});
   }
-  RETURN_IF_ERROR(client->Init(state));
+  RETURN_IF_ERROR(client->InitShard(opt.shard, state));
   state = {};
   client.reset();
   std::printf("ready %s\n", server->address().c_str());
@@ -92,8 +97,10 @@ absl::Status RunPs(const Options& opt) {
 // Sync-mode steps as a worker takes them: push the gradients computed at v, pull step v+1.
 absl::Status RunPsWorker(const Options& opt) {
   ASSIGN_OR_RETURN(size_t bytes, OneSize(opt));
-  ASSIGN_OR_RETURN(ps::PlacementPlan plan, ps::PlacementPlan::Build(Model(bytes), 1));
-  ASSIGN_OR_RETURN(auto client, ps::PsClient::Create({opt.ps}, plan,
+  std::vector<std::string> shards = absl::StrSplit(opt.ps, ',', absl::SkipEmpty());
+  ASSIGN_OR_RETURN(ps::PlacementPlan plan,
+                   ps::PlacementPlan::Build(Model(bytes), static_cast<int>(shards.size())));
+  ASSIGN_OR_RETURN(auto client, ps::PsClient::Create(std::move(shards), plan,
                                                      {.rpc_timeout = opt.timeout,
                                                       .pull_timeout = opt.timeout,
                                                       .worker = static_cast<uint32_t>(opt.rank),
@@ -165,7 +172,9 @@ absl::Status RunRole(const Options& opt) {
     return RunRingRank(opt, sizes);
   }
   if (opt.role == "ps") {
-    if (opt.host.empty()) return absl::InvalidArgumentError("--role=ps needs --host");
+    if (opt.host.empty() || opt.shards < 1 || opt.shard < 0 || opt.shard >= opt.shards) {
+      return absl::InvalidArgumentError("--role=ps needs --host and 0 <= --shard < --shards");
+    }
     return RunPs(opt);
   }
   if (opt.role == "ps-worker") {

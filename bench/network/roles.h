@@ -5,11 +5,14 @@
 //   --role=ring-rank  one rank of the ring all-reduce: joins the driver's CoordinatorServer and
 //                     makes a GlooCommunicator listening on --host, as a training worker does;
 //                     rank 0 prints one "result" line per size (bench/allreduce/pattern.h)
-//   --role=ps         a PsServer on --host, initialised (over its own address, so the bytes
-//                     never cross the uplink) with a sync-mode model of --sizes bytes for
-//                     --ranks workers; prints "ready <address>" and serves until killed
+//   --role=ps         ps task --shard of --shards: a PsServer on --host, initialised (over its
+//                     own address, so the bytes never cross the uplink) with its partitions of
+//                     a sync-mode model of --sizes bytes for --nodes workers, placed as
+//                     ps::PlacementPlan places a job's variables on its ps tasks; prints
+//                     "ready <address>" and serves until killed
 //   --role=ps-worker  one worker: PsClient push+pull (PushAndPull, sync mode) of that model
-//                     against --ps; prints its own "result" line
+//                     against the ps tasks --ps (comma-separated, in shard order); prints its
+//                     own "result" line
 #pragma once
 
 #include <cstddef>
@@ -24,9 +27,9 @@ namespace kubetrain::network_bench {
 
 struct Options {
   std::string sizes;  // empty: 16M,64M (--quick: 64M)
-  int nodes = 2;      // ranks (workers); the ps gets a node of its own
+  int nodes = 2;      // ranks (workers); the 1-ps case's ps gets a node of its own
   double link_gbit = 1;
-  std::string modes = "ring,ps";
+  std::string modes = "ring,ps,ps-shards,torch-gloo,mpi";
   int iters = 5;
   int warmup = 1;
   bool quick = false;
@@ -37,7 +40,9 @@ struct Options {
   int rank = -1;
   std::string coordinator;  // ring-rank: the driver's CoordinatorServer, host:port
   std::string host;         // the sandbox's IP, to listen on
-  std::string ps;           // ps-worker: the ps's address
+  std::string ps;           // ps-worker: the ps tasks' addresses, comma-separated
+  int shard = 0;            // ps: which ps task this is
+  int shards = 1;           // ps: of how many
   std::string secret;       // ring-rank: the coordinator's secret, from kSecretEnv
 };
 

@@ -1,0 +1,201 @@
+// network_bench's peers on the same links (peers.h).
+#include "bench/network/peers.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "bench/allreduce/processes.h"
+#include "bench/network/children.h"
+#include "common/status.h"
+
+namespace kubetrain::network_bench {
+namespace {
+
+constexpr char kInstallTorch[] =
+    "install it with `scripts/install-deps --peers` (Debian's python3-torch)";
+
+// A port free in `sandbox` right now: its namespace is this run's alone, so it stays free.
+absl::StatusOr<int> FreePort(const sandbox::Sandbox& sandbox) {
+  ASSIGN_OR_RETURN(int fd, sandbox.Socket(AF_INET, SOCK_STREAM));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ::inet_pton(AF_INET, sandbox.ip().c_str(), &addr.sin_addr);
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int error = errno;
+  ::close(fd);
+  if (!ok) return absl::UnavailableError(absl::StrCat("bind: ", std::strerror(error)));
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+// What the children need of the driver's environment besides PATH.
+std::map<std::string, std::string> BaseEnv() {
+  std::map<std::string, std::string> env;
+  for (const char* name : {"HOME", "TMPDIR"}) {
+    if (const char* value = std::getenv(name)) env[name] = value;
+  }
+  return env;
+}
+
+// The last non-empty line of `text`, for a skip reason.
+std::string LastLine(absl::string_view text) {
+  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n', absl::SkipWhitespace());
+  return lines.empty() ? "" : std::string(absl::StripAsciiWhitespace(lines.back()));
+}
+
+bool Interruption(const absl::Status& s) {
+  return absl::IsCancelled(s) || absl::IsDeadlineExceeded(s);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Result>> RunTorchGloo(Setup& s) {
+  const std::string script = absl::StrCat(KUBETRAIN_SOURCE_DIR, "/bench/network/torch_rank.py");
+  if (::access(script.c_str(), R_OK) != 0) {
+    s.notes.push_back(absl::StrCat("torch-gloo: skipped: ", script, " is missing"));
+    return std::vector<Result>{};
+  }
+  {
+    Children probe(s.stop, s.deadline);
+    ASSIGN_OR_RETURN(int id, probe.Start(*s.ranks[0],
+                                         {"python3", "-c",
+                                          "import torch, torch.distributed as d\n"
+                                          "assert d.is_available() and d.is_gloo_available()\n"
+                                          "print('PyTorch', torch.__version__)"},
+                                         BaseEnv()));
+    absl::Status probed = probe.WaitExit({id});
+    if (Interruption(probed)) return probed;
+    if (!probed.ok()) {
+      s.notes.push_back(
+          absl::StrCat("torch-gloo: skipped: python3 cannot import torch.distributed ",
+                       "with gloo (", LastLine(probed.message()), "); ", kInstallTorch));
+      return std::vector<Result>{};
+    }
+    s.notes.push_back(absl::StrCat("torch-gloo: ", LastLine(probe.output(id)),
+                                   ", gloo backend, one intra-op thread per rank"));
+  }
+  const int n = s.opt.nodes;
+  ASSIGN_OR_RETURN(int port, FreePort(*s.ranks[0]));
+  const double seconds_left = absl::ToDoubleSeconds(s.deadline - absl::Now());
+  std::map<std::string, std::string> env = BaseEnv();
+  env["GLOO_SOCKET_IFNAME"] = "eth0";
+  env["OMP_NUM_THREADS"] = "1";
+  Children children(s.stop, s.deadline);
+  std::vector<int> ids;
+  for (int rank = 0; rank < n; ++rank) {
+    std::vector<std::string> argv = {"python3",
+                                     script,
+                                     absl::StrCat("--rank=", rank),
+                                     absl::StrCat("--world=", n),
+                                     absl::StrCat("--master=", s.ranks[0]->ip(), ":", port),
+                                     absl::StrCat("--sizes=", absl::StrJoin(s.sizes, ",")),
+                                     absl::StrCat("--iters=", s.opt.iters),
+                                     absl::StrCat("--warmup=", s.opt.warmup),
+                                     absl::StrCat("--deadline=", std::max(1.0, seconds_left))};
+    ASSIGN_OR_RETURN(int id, children.Start(*s.ranks[rank], std::move(argv), env));
+    ids.push_back(id);
+  }
+  RETURN_IF_ERROR(children.WaitExit(ids));
+  ASSIGN_OR_RETURN(auto times, Parse({children.output(ids[0])}, s.opt.iters));
+  return AllReduceRows(s, "torch-gloo", times);
+}
+
+absl::StatusOr<std::vector<Result>> RunMpi(Setup& s) {
+#if !defined(KUBETRAIN_MPI_ALLREDUCE) || !defined(KUBETRAIN_MPIRUN)
+  s.notes.push_back(
+      "mpi: skipped: not built, CMake found no MPI (install openmpi-bin and libopenmpi-dev, e.g. "
+      "with scripts/install-deps, then re-run cmake)");
+  return std::vector<Result>{};
+#else
+  const std::string mpirun = KUBETRAIN_MPIRUN, program = KUBETRAIN_MPI_ALLREDUCE;
+  for (const std::string& path : {mpirun, program}) {
+    if (::access(path.c_str(), X_OK) != 0) {
+      s.notes.push_back(absl::StrCat("mpi: skipped: ", path, " is not executable (",
+                                     path == mpirun ? "install openmpi-bin" : "build mpi_allreduce",
+                                     ")"));
+      return std::vector<Result>{};
+    }
+  }
+  const int n = s.opt.nodes;
+  std::vector<std::string> hosts, netns;
+  for (const sandbox::Sandbox* rank : s.ranks) {
+    hosts.push_back(absl::StrCat(rank->ip(), ":1"));
+    netns.push_back(absl::StrCat(rank->ip(), "=", rank->netns()));
+  }
+  std::vector<std::string> argv = {
+      mpirun, "-np", absl::StrCat(n), "--host", absl::StrJoin(hosts, ","),
+      // Every sandbox a remote node, reached through this program as through ssh.
+      "--mca", "plm", "rsh", "--mca", "plm_rsh_agent",
+      absl::StrCat(bench::SelfPath(), " --role=rsh"), "--mca", "plm_rsh_no_tree_spawn", "1",
+      // The daemons stay the agent's children with their output on mpirun's, rather than
+      // daemonizing with it thrown away: one that dies then fails the run with its reason
+      // instead of leaving mpirun waiting for it.
+      "--mca", "orte_leave_session_attached", "1",
+      // The daemons call mpirun back over the sandbox network: its bridges' addresses on the
+      // host, eth0 in the sandboxes.
+      "--mca", "oob_tcp_if_include", s.net->block_cidr(),
+      // The ranks' bytes over TCP on the shaped uplinks only: no UCX, no shared memory.
+      "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "eth0",
+      // All the "nodes" share this machine's cores: ranks yield while they wait, as OpenMPI's
+      // do when it knows a host is oversubscribed, instead of spinning on a core another
+      // node's rank needs.
+      "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"};
+  // Containers and CI often run as root, which mpirun refuses unless told.
+  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  for (std::string a :
+       {program, absl::StrCat("--sizes=", absl::StrJoin(s.sizes, ",")),
+        absl::StrCat("--iters=", s.opt.iters), absl::StrCat("--warmup=", s.opt.warmup)}) {
+    argv.push_back(std::move(a));
+  }
+  std::map<std::string, std::string> env = BaseEnv();
+  env[kNetnsEnv] = absl::StrJoin(netns, ",");
+  Children children(s.stop, s.deadline);
+  ASSIGN_OR_RETURN(int id, children.StartOnHost(std::move(argv), env));
+  RETURN_IF_ERROR(children.WaitExit({id}));
+  s.notes.push_back("mpi: OpenMPI's MPI_Allreduce, ob1 PML, tcp BTL on eth0, one orted per node");
+  ASSIGN_OR_RETURN(auto times, Parse({children.output(id)}, s.opt.iters));
+  return AllReduceRows(s, "mpi", times);
+#endif
+}
+
+int RunRsh(const std::vector<std::string>& args) {
+  const char* table = std::getenv(kNetnsEnv);
+  std::map<std::string, std::string> netns;
+  for (absl::string_view pair : absl::StrSplit(table ? table : "", ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    netns[kv.first] = kv.second;
+  }
+  size_t host = 0;
+  while (host < args.size() && !netns.count(args[host])) ++host;
+  if (host + 1 >= args.size()) {
+    std::fprintf(stderr,
+                 "network_bench --role=rsh: no sandbox IP (from %s) followed by a command in: %s\n",
+                 kNetnsEnv, absl::StrJoin(args, " ").c_str());
+    return 255;
+  }
+  const std::string command =
+      absl::StrJoin(args.begin() + static_cast<std::ptrdiff_t>(host) + 1, args.end(), " ");
+  std::vector<std::string> words = {"ip",      "netns", "exec", netns[args[host]],
+                                    "/bin/sh", "-c",    command};
+  std::vector<char*> exec_argv;
+  for (std::string& w : words) exec_argv.push_back(w.data());
+  exec_argv.push_back(nullptr);
+  ::execvp("ip", exec_argv.data());
+  std::fprintf(stderr, "network_bench --role=rsh: exec ip: %s\n", std::strerror(errno));
+  return 127;
+}
+
+}  // namespace kubetrain::network_bench
