@@ -102,14 +102,17 @@ void Kubelet::Stop() {
   // Bounded: every container is killed at once, then what the runtime holds is removed within
   // a second, so localkube still exits within 2 s of SIGTERM (architecture.md §9 "Stopping").
   absl::Time deadline = absl::Now() + absl::Seconds(1);
-  for (auto& [key, pod] : pods_) {
-    for (Container& c : pod->containers) {
+  auto kill = [](Pod& pod) {
+    for (Container& c : pod.containers) {
       if (c.process) c.process->Signal(SIGKILL);
     }
-    if (pod->sandbox) pod->sandbox->LeaveToNetworkTeardown();
-  }
+    if (pod.sandbox) pod.sandbox->LeaveToNetworkTeardown();
+  };
+  for (auto& [key, pod] : pods_) kill(*pod);
+  for (auto& pod : superseded_) kill(*pod);
   runtime_->Shutdown(deadline);  // from here on, containers leave their removal to Shutdown
   pods_.clear();                 // destructors reap every group, then remove the sandboxes
+  superseded_.clear();
   runtime_->Shutdown(deadline);
   network_.reset();  // the nodes' bridges
 }
@@ -159,8 +162,17 @@ void Kubelet::Sync() {
     std::string key = Key(meta.value("namespace", ""), meta.value("name", ""));
     std::unique_lock<std::mutex> lock(mu_);
     auto it = pods_.find(key);
-    // A pod of a node whose kubelet is cut off or down: it learns of the change once back.
     bool bound = !e.object["spec"].value("nodeName", "").empty();
+    if (it != pods_.end() && it->second->uid != meta.value("uid", "") &&
+        !Connected(it->second->node) && bound && Connected(NodeIndex(e.object))) {
+      // A new pod of the name on a node that answers, the old one's node cut off: each node has
+      // a kubelet of its own, so the new one starts now and the old one is stopped once its node
+      // is back (SetNodeState).
+      superseded_.push_back(std::move(it->second));
+      pods_.erase(it);
+      it = pods_.end();
+    }
+    // A pod of a node whose kubelet is cut off or down: it learns of the change once back.
     if ((it != pods_.end() || bound) &&
         !Connected(it != pods_.end() ? it->second->node : NodeIndex(e.object))) {
       continue;

@@ -185,6 +185,10 @@ class Kubelet : public LogSource {
   bool stop_ = false;
   mutable std::mutex mu_;  // guards pods_ and stop_
   std::map<std::string, std::unique_ptr<Pod>> pods_;
+  // Pods of a cut-off or stopped node whose name the API server has since given to a new pod on
+  // another node (the old one force-deleted): that node's kubelet never heard, so they run on
+  // (partitioned) or lie dead (down) until their node is back, then stop (mu_).
+  std::vector<std::unique_ptr<Pod>> superseded_;
   int64_t cursor_ = 0;
   std::vector<NodeState> node_state_;    // by node index (node_names); guarded by mu_
   bool resync_ = false;                  // a node came back: list everything again (mu_)

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -18,6 +19,27 @@ absl::Status Kubelet::SetNodeState(const std::string& node, NodeState state) {
   }
   const int index = static_cast<int>(at - options_.node_names.begin());
   std::lock_guard<std::mutex> lock(mu_);  // also serialises the sandbox network's owner calls
+  for (auto it = superseded_.begin(); it != superseded_.end();) {
+    Pod& pod = **it;
+    if (pod.node != index || state == NodeState::kPartitioned) {
+      ++it;
+      continue;
+    }
+    if (state == NodeState::kDown) {  // the machine is off: nothing of it runs on
+      for (Container& c : pod.containers) {
+        if (c.process && !c.terminated) c.process->Signal(SIGKILL);
+      }
+      ++it;
+      continue;
+    }
+    // Back: the API server has another pod of the name, so the kubelet stops this one before
+    // its link is healed, as a returning kubelet kills the pods deleted while it was away.
+    log::Info("Stopped a pod deleted while its node was cut off",
+              {{"pod", Key(pod.ns, pod.name)}, {"uid", pod.uid}, {"node", node}});
+    std::error_code ignored;
+    std::filesystem::remove_all(pod.dir + "/volumes", ignored);
+    it = superseded_.erase(it);  // kills whatever still runs
+  }
   if (network_) {
     sandbox::Network* net = network_->network();
     bool cut = state != NodeState::kUp;

@@ -93,8 +93,8 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
             "with sandboxes: shape each node's uplink to this rate, e.g. 100Mbit or 1Gbit");
   flags.Add("pod-log-dir", &o.pod_log_dir, "where container logs go (default: a temp dir)");
   flags.Add("data-dir", &o.data_dir,
-            "where local-path PersistentVolumes live, <dir>/<node>/pvc-<uid> (default: a temp dir "
-            "removed at exit)");
+            "where PersistentVolumes live: local-path ones in <dir>/<node>/pvc-<uid>, shared-path "
+            "ones in <dir>/shared/pvc-<uid> (default: a temp dir removed at exit)");
   flags.Add("runtime", &o.runtime,
             "process (run each container's command on this host) or oci (run it from its image "
             "with buildah; needs root)");
@@ -292,7 +292,8 @@ int Run(int argc, char** argv) {
     std::cerr << "localkube: " << st.message() << "\n";
     return 1;
   }
-  // The default `local-path` StorageClass, its provisioner and the PV/PVC controllers.
+  // The default `local-path` and the `shared-path` StorageClasses, their provisioner and the
+  // PV/PVC controllers.
   PersistentVolumeOptions pv_options{options->data_dir};
   if (pv_options.data_dir.empty()) {
     pv_options.data_dir =

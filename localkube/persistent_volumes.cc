@@ -31,10 +31,15 @@ bool HasFinalizerNamed(const json& object, const std::string& finalizer) {
   return list.is_array() && std::find(list.begin(), list.end(), finalizer) != list.end();
 }
 
-// The directory a PV of this provisioner lives in ("" for another PV).
+// Whether localkube provisions the volumes of a class with this provisioner.
+bool OurProvisioner(const std::string& provisioner) {
+  return provisioner == kLocalPathProvisioner || provisioner == kSharedPathProvisioner;
+}
+
+// The directory a PV of localkube's provisioners lives in ("" for another PV).
 std::string ProvisionedPath(const json& pv) {
-  if (Str(ObjectOrEmpty(Meta(pv), "annotations"), "pv.kubernetes.io/provisioned-by") !=
-      kLocalPathProvisioner) {
+  if (!OurProvisioner(
+          Str(ObjectOrEmpty(Meta(pv), "annotations"), "pv.kubernetes.io/provisioned-by"))) {
     return "";
   }
   return Str(ObjectOrEmpty(ObjectOrEmpty(pv, "spec"), "hostPath"), "path");
@@ -52,6 +57,15 @@ json LocalPathStorageClass() {
           {"volumeBindingMode", "WaitForFirstConsumer"}};
 }
 
+json SharedPathStorageClass() {
+  return {{"apiVersion", "storage.k8s.io/v1"},
+          {"kind", "StorageClass"},
+          {"metadata", {{"name", kSharedPathClass}}},
+          {"provisioner", kSharedPathProvisioner},
+          {"reclaimPolicy", "Delete"},
+          {"volumeBindingMode", "Immediate"}};
+}
+
 PersistentVolumeController::PersistentVolumeController(Api* api, PersistentVolumeOptions options)
     : api_(api), options_(std::move(options)) {}
 
@@ -61,9 +75,10 @@ absl::Status PersistentVolumeController::Start() {
   int64_t after = api_->store()->Revision();
   ResourceTypePtr classes = api_->registry()->Find("storage.k8s.io", "v1", "storageclasses");
   if (!classes) return absl::InternalError("storageclasses are not served");
-  absl::StatusOr<json> created =
-      api_->Create(Target{classes, "", "", ""}, LocalPathStorageClass(), WriteOptions{});
-  if (!created.ok() && HttpCode(created.status()) != 409) return created.status();
+  for (const json& sc : {LocalPathStorageClass(), SharedPathStorageClass()}) {
+    absl::StatusOr<json> created = api_->Create(Target{classes, "", "", ""}, sc, WriteOptions{});
+    if (!created.ok() && HttpCode(created.status()) != 409) return created.status();
+  }
   std::error_code ec;
   fs::create_directories(options_.data_dir, ec);
   if (ec) {
@@ -156,7 +171,7 @@ void PersistentVolumeController::SyncClaim(const json& claim) {
                 absl::StrCat("storageclass.storage.k8s.io \"", class_name, "\" not found"));
     return;
   }
-  if (Str(*sc, "provisioner") != kLocalPathProvisioner) {
+  if (!OurProvisioner(Str(*sc, "provisioner"))) {
     RecordEvent(claim, "Normal", "ExternalProvisioning",
                 absl::StrCat("Waiting for a volume to be created either by the external "
                              "provisioner '",
@@ -167,7 +182,9 @@ void PersistentVolumeController::SyncClaim(const json& claim) {
     return;
   }
   std::string node = Str(ObjectOrEmpty(Meta(claim), "annotations"), kSelectedNodeAnnotation);
-  if (Str(*sc, "volumeBindingMode") == "WaitForFirstConsumer") {
+  if (Str(*sc, "provisioner") == kSharedPathProvisioner) {
+    node.clear();  // every node reaches it: provisioned at once, on none
+  } else if (Str(*sc, "volumeBindingMode") == "WaitForFirstConsumer") {
     if (node.empty()) {
       RecordEvent(claim, "Normal", "WaitForFirstConsumer",
                   "waiting for first consumer to be created before binding");
@@ -249,13 +266,16 @@ absl::Status PersistentVolumeController::ProvisionLocked(const json& claim,
   if (!Str(spec, "volumeName").empty()) return absl::OkStatus();
   const std::string class_name = ClaimClassName(claim);
   std::optional<json> sc = api_->store()->Get(kStorageClassKey, "", class_name);
-  if (!sc || Str(*sc, "provisioner") != kLocalPathProvisioner) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("persistentvolumeclaim \"", NameOf(claim), "\": storage class \"", class_name,
-                     "\" is not provisioned by ", kLocalPathProvisioner));
+  if (!sc || !OurProvisioner(Str(*sc, "provisioner"))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "persistentvolumeclaim \"", NameOf(claim), "\": storage class \"", class_name,
+        "\" is not provisioned by ", kLocalPathProvisioner, " or ", kSharedPathProvisioner));
   }
+  const std::string provisioner = Str(*sc, "provisioner");
+  const bool shared = provisioner == kSharedPathProvisioner;
   const std::string pv_name = "pvc-" + UidOf(claim);
-  const std::string path = (fs::path(options_.data_dir) / node / pv_name).string();
+  const std::string path =
+      (fs::path(options_.data_dir) / (shared ? "shared" : node) / pv_name).string();
   std::optional<json> pv = api_->store()->Get(kPvKey, "", pv_name);
   if (!pv) {
     std::error_code ec;
@@ -264,7 +284,7 @@ absl::Status PersistentVolumeController::ProvisionLocked(const json& claim,
       std::string message =
           absl::StrCat("failed to provision volume with StorageClass \"", class_name,
                        "\": cannot create ", path, ": ", ec.message());
-      RecordEvent(claim, "Warning", "ProvisioningFailed", message);
+      RecordEvent(claim, "Warning", "ProvisioningFailed", message, provisioner);
       return absl::UnavailableError(message);
     }
     chmod(path.c_str(), 0777);  // as local-path provisioners leave it: any pod user may write
@@ -274,19 +294,11 @@ absl::Status PersistentVolumeController::ProvisionLocked(const json& claim,
         {"apiVersion", "v1"},
         {"kind", "PersistentVolume"},
         {"metadata",
-         {{"name", pv_name},
-          {"annotations", {{"pv.kubernetes.io/provisioned-by", kLocalPathProvisioner}}}}},
+         {{"name", pv_name}, {"annotations", {{"pv.kubernetes.io/provisioned-by", provisioner}}}}},
         {"spec",
          {{"capacity", {{"storage", storage}}},
           {"accessModes", spec.value("accessModes", json::array())},
           {"hostPath", {{"path", path}, {"type", "DirectoryOrCreate"}}},
-          {"nodeAffinity",
-           {{"required",
-             {{"nodeSelectorTerms",
-               {{{"matchExpressions",
-                  {{{"key", "kubernetes.io/hostname"},
-                    {"operator", "In"},
-                    {"values", {node}}}}}}}}}}}},
           {"claimRef",
            {{"apiVersion", "v1"},
             {"kind", "PersistentVolumeClaim"},
@@ -298,23 +310,31 @@ absl::Status PersistentVolumeController::ProvisionLocked(const json& claim,
           {"persistentVolumeReclaimPolicy",
            Str(*sc, "reclaimPolicy").empty() ? "Delete" : Str(*sc, "reclaimPolicy")},
           {"volumeMode", "Filesystem"}}}};
+    if (!shared) {  // a node's own disk: only pods on that node mount it
+      volume["spec"]["nodeAffinity"] = {{"required",
+                                         {{"nodeSelectorTerms",
+                                           {{{"matchExpressions",
+                                              {{{"key", "kubernetes.io/hostname"},
+                                                {"operator", "In"},
+                                                {"values", {node}}}}}}}}}}};
+    }
     ResourceTypePtr pvs = api_->registry()->Find("", "v1", "persistentvolumes");
     WriteOptions options;
-    options.field_manager = kLocalPathProvisioner;
+    options.field_manager = provisioner;
     absl::StatusOr<json> created = api_->Create(Target{pvs, "", "", ""}, volume, options);
     if (!created.ok() && HttpCode(created.status()) != 409) {
       std::string message = absl::StrCat("failed to provision volume with StorageClass \"",
                                          class_name, "\": ", created.status().message());
-      RecordEvent(claim, "Warning", "ProvisioningFailed", message);
+      RecordEvent(claim, "Warning", "ProvisioningFailed", message, provisioner);
       return absl::UnavailableError(message);
     }
     pv = created.ok() ? *created : api_->store()->Get(kPvKey, "", pv_name);
     if (!pv) return absl::UnavailableError("the provisioned volume " + pv_name + " vanished");
     RecordEvent(claim, "Normal", "ProvisioningSucceeded",
-                absl::StrCat("Successfully provisioned volume ", pv_name));
+                absl::StrCat("Successfully provisioned volume ", pv_name), provisioner);
     log::Info("Provisioned PersistentVolume", {{"pv", pv_name},
                                                {"claim", NamespaceOf(claim) + "/" + NameOf(claim)},
-                                               {"node", node},
+                                               {"node", shared ? "(shared)" : node},
                                                {"path", path}});
   }
   return BindLocked(claim, *pv);
@@ -329,14 +349,17 @@ absl::Status PersistentVolumeController::BindLocked(const json& claim, const jso
   });
   if (!st.ok()) return absl::UnavailableError(st.message());
   const json pv_spec = ObjectOrEmpty(pv, "spec");
+  std::string provisioner =
+      Str(ObjectOrEmpty(Meta(pv), "annotations"), "pv.kubernetes.io/provisioned-by");
+  if (provisioner.empty()) provisioner = kLocalPathProvisioner;
   st = api_->Mutate(kPvcKey, NamespaceOf(claim), NameOf(claim), [&](json& live) {
     if (UidOf(live) != UidOf(claim)) return false;
     json& annotations = live["metadata"]["annotations"];
     if (!annotations.is_object()) annotations = json::object();
     annotations["pv.kubernetes.io/bind-completed"] = "yes";
     annotations["pv.kubernetes.io/bound-by-controller"] = "yes";
-    annotations["volume.kubernetes.io/storage-provisioner"] = kLocalPathProvisioner;
-    annotations["volume.beta.kubernetes.io/storage-provisioner"] = kLocalPathProvisioner;
+    annotations["volume.kubernetes.io/storage-provisioner"] = provisioner;
+    annotations["volume.beta.kubernetes.io/storage-provisioner"] = provisioner;
     live["spec"]["volumeName"] = pv_name;
     live["status"] = {{"phase", "Bound"},
                       {"accessModes", pv_spec.value("accessModes", json::array())},
@@ -366,12 +389,10 @@ void PersistentVolumeController::ReleaseFinalizer(const std::string& plural, con
 }
 
 void PersistentVolumeController::RecordEvent(const json& object, const std::string& type,
-                                             const std::string& reason,
-                                             const std::string& message) {
+                                             const std::string& reason, const std::string& message,
+                                             const std::string& reporter) {
   if (!events_[UidOf(object)].insert(reason + "\n" + message).second) return;
-  const std::string component = reason == "ProvisioningSucceeded" || reason == "ProvisioningFailed"
-                                    ? kLocalPathProvisioner
-                                    : kPvControllerManager;
+  const std::string component = !reporter.empty() ? reporter : kPvControllerManager;
   (void)PostEvent(*api_, InvolvedObjectOf(object, ""), type, reason, message,
                   {.component = component});
 }

@@ -17,6 +17,12 @@
 //    Bound;
 //  - reclaim: a PV whose claim is gone is Released; reclaim policy Delete removes its directory
 //    and the PV, Retain keeps both.
+//  - the `shared-path` StorageClass (SharedPathStorageClass: provisioner localkube.io/shared-path,
+//    Immediate, reclaimPolicy Delete, not the default): network storage as a cluster's NFS or
+//    cloud file share is, reachable from every node. A claim of it is provisioned as soon as it
+//    is made, in <data_dir>/shared/pvc-<uid>, with no node affinity, so a pod that lost its node
+//    mounts the same data on another; any access mode (ReadWriteOnce, ReadWriteMany, ...) is
+//    kept as asked. localkube enforces no single attachment for either class.
 // Claims of classes with another provisioner, or of no class, are left Pending (an event says
 // why): localkube binds no hand-made PersistentVolumes.
 //
@@ -42,12 +48,18 @@ namespace kubetrain::localkube {
 
 inline constexpr char kLocalPathProvisioner[] = "localkube.io/local-path";
 inline constexpr char kLocalPathClass[] = "local-path";
+inline constexpr char kSharedPathProvisioner[] = "localkube.io/shared-path";
+inline constexpr char kSharedPathClass[] = "shared-path";
 
-// The `local-path` StorageClass localkube starts with.
+// The `local-path` StorageClass localkube starts with (the default class).
 nlohmann::json LocalPathStorageClass();
+// The `shared-path` StorageClass localkube starts with: storage every node reaches.
+nlohmann::json SharedPathStorageClass();
 
 struct PersistentVolumeOptions {
-  std::string data_dir;                   // volumes live in <data_dir>/<node>/pvc-<uid>
+  // local-path volumes live in <data_dir>/<node>/pvc-<uid>, shared-path ones in
+  // <data_dir>/shared/pvc-<uid>
+  std::string data_dir;
   std::string immediate_node = "node-1";  // where Immediate-binding claims are provisioned
 };
 
@@ -58,7 +70,8 @@ class PersistentVolumeController {
   PersistentVolumeController(const PersistentVolumeController&) = delete;
   PersistentVolumeController& operator=(const PersistentVolumeController&) = delete;
 
-  // Creates the local-path StorageClass (unless one of that name exists), then follows changes.
+  // Creates the local-path and shared-path StorageClasses (unless one of that name exists), then
+  // follows changes.
   absl::Status Start();
   // Returns within about 250 ms plus the pass in progress.
   void Stop();
@@ -66,8 +79,9 @@ class PersistentVolumeController {
   // One pass over every claim and volume (the thread's work; tests call it directly).
   void SyncOnce();
 
-  // Provisions and binds claim ns/name on `node` now (a no-op once it is bound). NotFound for a
-  // missing claim, FailedPrecondition when its class is not provisioned by localkube.
+  // Provisions and binds claim ns/name on `node` now (a no-op once it is bound; a shared-path
+  // claim ignores `node`). NotFound for a missing claim, FailedPrecondition when its class is
+  // not provisioned by localkube.
   absl::Status Provision(const std::string& ns, const std::string& name, const std::string& node);
 
   // The scheduler's pre-bind (VolumeBinding): every unbound WaitForFirstConsumer claim of the
@@ -88,8 +102,9 @@ class PersistentVolumeController {
   void ReleaseFinalizer(const std::string& plural, const nlohmann::json& object,
                         const std::string& finalizer);
   // An Event about `object` (once per uid, reason and message).
+  // `reporter`: the component that reports it (default: the PV controller).
   void RecordEvent(const nlohmann::json& object, const std::string& type, const std::string& reason,
-                   const std::string& message);
+                   const std::string& message, const std::string& reporter = "");
 
   Api* api_;
   PersistentVolumeOptions options_;

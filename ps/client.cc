@@ -35,6 +35,11 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   // looked up again after a failed connection at most this often, not gRPC's default of every
   // 30 s, which stalled every worker that long after a ps was evicted or restarted.
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, backoff_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // a Pull parks for minutes
   return CreateJobChannel(address, args, options.secret);
 }
 

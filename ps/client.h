@@ -46,6 +46,14 @@ struct ClientOptions {
   int max_message_bytes = 256 << 20;
   // gRPC's default reconnect backoff grows to ~2 min; a restarted ps must be found within ~1 s.
   absl::Duration reconnect_backoff = absl::Seconds(1);
+  // A ps whose node was lost or cut off answers nothing, not even a reset: a keepalive ping sent
+  // after keepalive_time of a call in flight (a Pull parked for a step included) and unanswered
+  // for keepalive_timeout fails the calls on that connection UNAVAILABLE, and the channel
+  // reconnects, to the ps's new address once it is recreated elsewhere. Without it every call
+  // sat out its deadline on the dead connection (minutes for a Pull) until TCP gave up. The ps
+  // lets client pings through every 10 s (server.cc).
+  absl::Duration keepalive_time = absl::Seconds(15);
+  absl::Duration keepalive_timeout = absl::Seconds(5);
   BackoffOptions wait_ready_backoff{.initial = absl::Milliseconds(500), .max = absl::Seconds(10)};
   uint32_t worker = 0;  // sent with pushes, for the ps's logs
   // When set, every call in flight (a Pull waiting for a step included) and every WaitReady

@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
@@ -157,6 +158,69 @@ TEST_F(KubeletIps, HeadlessServicesResolveToTheirPods) {
   std::string line0 = hosts_line(ip0);
   EXPECT_THAT(line0, ::testing::HasSubstr(" tf.default.svc"));
   EXPECT_THAT(line0, ::testing::Not(::testing::HasSubstr("tf-worker-1.default.svc")));
+}
+
+// A pod force-deleted while its node is cut off, and a new pod of its name bound to another node:
+// each node has a kubelet of its own, so the new one runs at once; the old one runs on unseen
+// until its node is back, and is stopped then (a returning kubelet kills what was deleted).
+TEST_F(KubeletIps, APodsNameGoesToAnotherNodeWhileItsOwnIsCutOff) {
+  Registry registry;
+  Store store;
+  Api api(&registry, &store);
+  KubeletOptions options;
+  options.log_dir = dir_ + "/logs";
+  options.node_names = {"node-1", "node-2"};
+  Kubelet kubelet(options, &api);
+  api.EnableGracefulPodDeletion();
+  kubelet.Start();
+  Target pods{registry.Find("", "v1", "pods"), "default", "", ""};
+  Target ps = pods;
+  ps.name = "job-ps-0";
+  // Each pod's container writes its pid ($$$$: a $$ once the kubelet has expanded the command).
+  auto pod_on = [&](const std::string& node) {
+    const std::string pid_file = dir_ + "/" + node + ".pid";
+    return json{
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", {{"name", "job-ps-0"}, {"namespace", "default"}}},
+        {"spec",
+         {{"nodeName", node},
+          {"restartPolicy", "Never"},
+          {"automountServiceAccountToken", false},
+          {"containers",
+           {{{"name", "c"},
+             {"image", "busybox"},
+             {"command",
+              {"sh", "-c", absl::StrCat("echo $$$$ > ", pid_file, "; exec sleep 600")}}}}}}}};
+  };
+  auto phase = [&] {
+    auto pod = api.Get(ps);
+    return pod.ok() ? (*pod)["status"].value("phase", "") : "";
+  };
+  auto pid_of = [&](const std::string& node) {
+    int pid = 0;
+    std::ifstream(dir_ + "/" + node + ".pid") >> pid;
+    return pid;
+  };
+  ASSERT_THAT(api.Create(pods, pod_on("node-1"), WriteOptions{}), IsOk());
+  ASSERT_TRUE(Eventually([&] { return phase() == "Running" && pid_of("node-1") > 0; }));
+  const int old_pid = pid_of("node-1");
+
+  ASSERT_THAT(kubelet.SetNodeState("node-1", Kubelet::NodeState::kPartitioned), IsOk());
+  DeleteOptions force;
+  force.grace_seconds = 0;
+  ASSERT_THAT(api.Delete(ps, force), IsOk());
+  ASSERT_THAT(api.Create(pods, pod_on("node-2"), WriteOptions{}), IsOk());
+  ASSERT_TRUE(Eventually([&] { return phase() == "Running" && pid_of("node-2") > 0; }))
+      << "the new pod on node-2 did not start while node-1 was cut off: " << phase();
+  EXPECT_EQ(kill(old_pid, 0), 0) << "the cut-off node's pod runs on, unseen";
+
+  ASSERT_THAT(kubelet.SetNodeState("node-1", Kubelet::NodeState::kUp), IsOk());
+  EXPECT_TRUE(Eventually([&] { return kill(old_pid, 0) != 0; }))
+      << "the old pod outlived its node's return";
+  EXPECT_EQ(kill(pid_of("node-2"), 0), 0);
+  EXPECT_EQ(phase(), "Running");
+  kubelet.Stop();
 }
 
 }  // namespace

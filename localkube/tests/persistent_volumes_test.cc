@@ -65,6 +65,13 @@ json Node(const std::string& name) {
   return {{"metadata", {{"name", name}, {"labels", {{"kubernetes.io/hostname", name}}}}}};
 }
 
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 class PersistentVolumes : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -190,6 +197,59 @@ TEST_F(PersistentVolumes, ClaimWaitsForItsFirstConsumerThenIsProvisionedOnTheSel
   EXPECT_FALSE(VolumeNodeAffinityMatches(*pv, Node("node-1")));
   auto reasons = EventReasons("data");
   EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "ProvisioningSucceeded"), 1);
+}
+
+// shared-path: network storage every node reaches, so a claim's data outlives the node its pod
+// ran on (a checkpoint the chief's replacement on another node resumes from).
+TEST_F(PersistentVolumes, SharedPathClaimIsBoundAtOnceAndEveryNodeMountsIt) {
+  ASSERT_THAT(controller_->Start(), IsOk());
+  auto sc = store_.Get(kStorageClassKey, "", "shared-path");
+  ASSERT_TRUE(sc.has_value());
+  EXPECT_EQ((*sc)["provisioner"], kSharedPathProvisioner);
+  EXPECT_EQ((*sc)["volumeBindingMode"], "Immediate");
+  EXPECT_EQ((*sc)["reclaimPolicy"], "Delete");
+  EXPECT_FALSE((*sc)["metadata"].contains("annotations")) << "not the default class";
+
+  // Bound with no pod and no selected node; either access mode.
+  auto many = Create("persistentvolumeclaims",
+                     Claim("ckpt", {{"storageClassName", "shared-path"}}, "ReadWriteMany"));
+  auto once = Create("persistentvolumeclaims", Claim("one", {{"storageClassName", "shared-path"}}));
+  ASSERT_THAT(many, IsOk());
+  ASSERT_THAT(once, IsOk());
+  ASSERT_TRUE(Eventually([&] { return Phase("ckpt") == "Bound" && Phase("one") == "Bound"; }));
+  const std::string pv_name = "pvc-" + (*many)["metadata"]["uid"].get<std::string>();
+  const std::string path = dir_ + "/data/shared/" + pv_name;
+  json claim = *ClaimNow("ckpt");
+  EXPECT_EQ(claim["status"]["accessModes"], json({"ReadWriteMany"}));
+  EXPECT_EQ(claim["metadata"]["annotations"]["volume.kubernetes.io/storage-provisioner"],
+            kSharedPathProvisioner);
+  EXPECT_EQ((*ClaimNow("one"))["status"]["accessModes"], json({"ReadWriteOnce"}));
+  auto pv = store_.Get(kPvKey, "", pv_name);
+  ASSERT_TRUE(pv.has_value());
+  EXPECT_EQ((*pv)["spec"]["hostPath"]["path"], path);
+  EXPECT_FALSE((*pv)["spec"].contains("nodeAffinity"));
+  EXPECT_EQ((*pv)["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"],
+            kSharedPathProvisioner);
+  EXPECT_TRUE(fs::is_directory(path));
+  auto reasons = EventReasons("ckpt");
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "ProvisioningSucceeded"), 1);
+
+  // Every node fits the claim's pods and mounts the same directory.
+  SchedulerFilter filter = VolumeBindingFilter(&store_);
+  VolumeContext context{&store_, nullptr, ""};
+  std::ofstream(path + "/checkpoint") << "step 42";
+  for (const std::string node : {"node-1", "node-2", "node-3"}) {
+    EXPECT_EQ(filter(PodUsing("p", "ckpt"), Node(node)), "") << node;
+    auto volumes = SetUpVolumes(PodUsing("p", "ckpt", node), dir_ + "/" + node, context);
+    ASSERT_THAT(volumes, IsOk()) << node;
+    EXPECT_EQ((*volumes)["data"].host_path, path) << node;
+  }
+  EXPECT_EQ(Read(path + "/checkpoint"), "step 42");
+
+  // Reclaimed as local-path's are: the claim gone, its volume and directory go.
+  ASSERT_THAT(Delete("persistentvolumeclaims", "ckpt"), IsOk());
+  ASSERT_TRUE(Eventually([&] { return !store_.Get(kPvKey, "", pv_name).has_value(); }));
+  EXPECT_FALSE(fs::exists(path));
 }
 
 TEST_F(PersistentVolumes, PreBindSelectsTheNodeAndBindsBeforeReturning) {
@@ -359,13 +419,6 @@ TEST_F(PersistentVolumes, KubectlColumnsOfClassesVolumesAndClaims) {
   EXPECT_EQ(pv_row[3], "Delete");
   EXPECT_EQ(pv_row[4], "Bound");
   EXPECT_EQ(pv_row[5], "default/data");
-}
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // The kubelet side: a pod of an unbound claim waits in ContainerCreating (FailedMount), then

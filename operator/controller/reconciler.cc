@@ -127,6 +127,7 @@ absl::StatusOr<ReconcileResult> Reconciler::RunPass(const std::string& key, Pass
     for (const auto& [name, pod] : p.pods) present.insert(pod["metadata"].value("uid", ""));
     p.going = expectations_.PodsGoing(key, present);
   }
+  RETURN_IF_ERROR(ForceDeleteStuckPods(p));
   for (const auto& [type, rs] : p.job.spec.replica_specs) {
     p.completed[type] = api::ParseIndexSet(p.status.replica_statuses[type].completed_indexes);
   }

@@ -53,6 +53,10 @@ struct ReconcilerOptions {
   api::RestartBackoff restart_backoff = api::kOperatorRestartBackoff;
 };
 
+// How long past its deletionTimestamp (the end of its grace period) a job's pod may stay
+// Terminating before the operator force-deletes it: its node stopped answering (stuck_pods.cc).
+inline constexpr absl::Duration kStuckPodMargin = absl::Seconds(10);
+
 struct ReconcileResult {
   std::optional<absl::Duration> requeue_after;
   // Run again once no other job waits for a pass (kube::WorkQueue::AddLater): a finished job's
@@ -117,6 +121,10 @@ class Reconciler {
   absl::Status DeleteRefused(Pass& p, const std::string& reason, const std::string& kind,
                              const std::string& name, const absl::Status& error);
   absl::Status DeletePod(Pass& p, const nlohmann::json& pod, const std::string& why);
+  // The job's pods still Terminating kStuckPodMargin past their grace period, force-deleted
+  // (gracePeriodSeconds 0) so that their replacements can be made: a node that stopped answering
+  // never confirms them gone (stuck_pods.cc). Refusals are reported, not returned.
+  absl::Status ForceDeleteStuckPods(Pass& p);
   // Deletes `pods` (the job's, all active when `only_active`): two or more with one
   // deletecollection by the job's labels (and phase), else, or where that verb is refused (a
   // Role without it), with DeletePod each.

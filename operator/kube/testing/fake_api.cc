@@ -168,15 +168,25 @@ absl::Status FakeApiClient::Delete(const Resource& r, const std::string& ns,
     return absl::AbortedError(
         absl::StrCat("Precondition failed: UID in precondition: ", options.precondition_uid));
   }
-  DeleteLocked(r, it);
+  DeleteLocked(r, it, options.grace_period_seconds);
   return absl::OkStatus();
 }
 
-void FakeApiClient::DeleteLocked(const Resource& r, std::map<std::string, json>::iterator it) {
+void FakeApiClient::DeleteLocked(const Resource& r, std::map<std::string, json>::iterator it,
+                                 std::optional<int64_t> grace_seconds) {
   if (r.plural == "pods") {
     json& meta = it->second["metadata"];
+    // The pod's grace period, or the delete's; 0 removes it at once (a forced delete).
+    const int64_t grace = grace_seconds.value_or(
+        it->second.value("spec", json::object()).value("terminationGracePeriodSeconds", 30));
+    if (grace == 0) {
+      objects_[r.plural].erase(it);
+      return;
+    }
     if (!meta.contains("deletionTimestamp")) {
-      meta["deletionTimestamp"] = kube::FormatTime(clock_.Now());
+      // As the API server sets it: when the grace period ends.
+      meta["deletionTimestamp"] = kube::FormatTime(clock_.Now() + absl::Seconds(grace));
+      meta["deletionGracePeriodSeconds"] = grace;
       meta["resourceVersion"] = NextVersion();
     }
     return;
@@ -233,7 +243,7 @@ absl::StatusOr<std::vector<json>> FakeApiClient::DeleteCollection(const Resource
         matches(obj, selectors.field_selector, false)) {
       std::string key = it->first;
       json before = it->second;
-      DeleteLocked(r, it);
+      DeleteLocked(r, it, options.grace_period_seconds);
       auto still = kind.find(key);
       deleted.push_back(still != kind.end() ? still->second : before);
     }

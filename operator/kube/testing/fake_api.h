@@ -7,7 +7,8 @@
 // dry-run creates that store nothing; deletecollection by label and field selectors; /status writes
 // conditional on resourceVersion (409 Conflict → ABORTED when stale) that change only status; JSON
 // merge patches; deletes with a uid precondition; a deleted pod lingers with a deletionTimestamp
-// until FinishDeletions (as a kubelet ends its containers first); container logs. Not done:
+// (the end of its grace period) until FinishDeletions (as a kubelet ends its containers first),
+// unless deleted with gracePeriodSeconds 0; container logs. Not done:
 // validation, admission, owner garbage collection, watches. Errors carry the codes kube::Client
 // documents.
 //
@@ -91,8 +92,10 @@ class FakeApiClient : public ApiClient {
   absl::Status Injected(const std::string& verb, const std::string& plural);
   void Record(const std::string& verb, const Resource& r, const std::string& ns,
               const std::string& name);
-  // Marks a pod deleting (it lingers until FinishDeletions) or removes any other object.
-  void DeleteLocked(const Resource& r, std::map<std::string, nlohmann::json>::iterator it);
+  // Marks a pod deleting (it lingers until FinishDeletions; deletionTimestamp at the end of its
+  // grace period) or removes it (grace 0) or any other object.
+  void DeleteLocked(const Resource& r, std::map<std::string, nlohmann::json>::iterator it,
+                    std::optional<int64_t> grace_seconds = std::nullopt);
   std::string NextVersion();
 
   const Clock& clock_;
