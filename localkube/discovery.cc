@@ -7,15 +7,25 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "localkube/access_reviews.h"
 
 namespace kubetrain::localkube {
 namespace {
 
 using json = nlohmann::json;
 
+// The registry's group versions, then those of the access reviews that it lacks.
+std::vector<std::pair<std::string, std::string>> ServedGroupVersions(const Registry& registry) {
+  std::vector<std::pair<std::string, std::string>> out = registry.GroupVersions();
+  for (const auto& gv : AccessReviewGroupVersions()) {
+    if (std::find(out.begin(), out.end(), gv) == out.end()) out.push_back(gv);
+  }
+  return out;
+}
+
 json GroupEntry(const Registry& registry, const std::string& group) {
   json versions = json::array();
-  for (const auto& [g, v] : registry.GroupVersions()) {
+  for (const auto& [g, v] : ServedGroupVersions(registry)) {
     if (g == group) versions.push_back({{"groupVersion", g + "/" + v}, {"version", v}});
   }
   if (versions.empty()) return nullptr;
@@ -92,7 +102,7 @@ json ApiVersions(const std::string& server_address) {
 json ApiGroupList(const Registry& registry) {
   json groups = json::array();
   std::vector<std::string> seen;
-  for (const auto& [g, v] : registry.GroupVersions()) {
+  for (const auto& [g, v] : ServedGroupVersions(registry)) {
     if (g.empty() || std::find(seen.begin(), seen.end(), g) != seen.end()) continue;
     seen.push_back(g);
     groups.push_back(GroupEntry(registry, g));
@@ -154,6 +164,10 @@ json ResourceList(const Registry& registry, const std::string& group, const std:
                            {"kind", "Eviction"},
                            {"verbs", {"create"}}});
     }
+  }
+  for (json& r : AccessReviewResources(group, version)) {
+    found = true;
+    resources.push_back(std::move(r));
   }
   if (!found) return nullptr;
   return {{"kind", "APIResourceList"},

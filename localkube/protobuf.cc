@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/escaping.h"
@@ -272,17 +273,23 @@ class Decoder {
   absl::Status SpecialValue(const Message& m, absl::string_view data, json* out) {
     int64_t number[4] = {0, 0, 0, 0};
     absl::string_view text[4];
+    std::vector<absl::string_view> items;  // kStringList
     RETURN_IF_ERROR(Fields(data, [&](const WireField& w) -> absl::Status {
       if (w.number > 3) return absl::OkStatus();
       const bool is_text = (m.special == pb::Special::kQuantity && w.number == 1) ||
                            (m.special == pb::Special::kIntOrString && w.number == 3) ||
-                           m.special == pb::Special::kRawJson;
+                           m.special == pb::Special::kRawJson ||
+                           m.special == pb::Special::kStringList;
       if (w.wire != (is_text ? 2 : 0)) {
         return Fault(absl::StrCat(m.name, " field ", w.number, " has wire type ", WireName(w.wire),
                                   ", want ", is_text ? "length-delimited" : "varint"));
       }
       number[w.number] = static_cast<int64_t>(w.varint);
       text[w.number] = w.bytes;
+      if (m.special == pb::Special::kStringList && w.number == 1) {
+        RETURN_IF_ERROR(Count());
+        items.push_back(w.bytes);
+      }
       return absl::OkStatus();
     }));
     RETURN_IF_ERROR(Count());
@@ -323,6 +330,13 @@ class Decoder {
         if (out->is_discarded()) return Fault("raw JSON does not parse");
         break;
       }
+      case pb::Special::kStringList:
+        *out = json::array();
+        for (absl::string_view item : items) {
+          RETURN_IF_ERROR(Utf8(item));
+          out->push_back(std::string(item));
+        }
+        break;
       case pb::Special::kNone:
         break;
     }

@@ -40,6 +40,7 @@ enum class Special : uint8_t {
   kIntOrString,  // intstr.IntOrString {type = 1, intVal = 2, strVal = 3} -> 1 or "50%"
   kTime,         // meta.v1.Time {seconds = 1, nanos = 2} -> "2006-01-02T15:04:05Z"
   kRawJson,      // FieldsV1 / RawExtension {raw = 1}: JSON text
+  kStringList,   // ExtraValue {repeated items = 1} -> ["a", "b"]
 };
 
 struct Message;
@@ -112,7 +113,10 @@ extern const Message kOwnerReference, kManagedFieldsEntry, kObjectMeta, kNamespa
     kPodDisruptionBudget, kPriorityClass, kServiceBackendPort, kIngressServiceBackend,
     kIngressBackend, kIngressTLS, kHTTPIngressPath, kHTTPIngressRuleValue, kIngressRuleValue,
     kIngressRule, kIngressSpec, kIngress, kBoundObjectReference, kTokenRequestSpec, kTokenRequest,
-    kPreconditions, kDeleteOptions;
-extern const Message kQuantity, kIntOrString, kTime, kRawJson;
+    kPreconditions, kDeleteOptions, kFieldSelectorRequirement, kFieldSelectorAttributes,
+    kLabelSelectorAttributes, kResourceAttributes, kNonResourceAttributes,
+    kSelfSubjectAccessReviewSpec, kSelfSubjectAccessReview, kSubjectAccessReviewSpec,
+    kSubjectAccessReview, kSelfSubjectRulesReviewSpec, kSelfSubjectRulesReview, kSelfSubjectReview;
+extern const Message kQuantity, kIntOrString, kTime, kRawJson, kExtraValue;
 
 }  // namespace kubetrain::localkube::pb

@@ -231,6 +231,10 @@ constexpr KindRow kKinds[] = {
     {"scheduling.k8s.io/v1", "PriorityClass", &kPriorityClass},
     {"networking.k8s.io/v1", "Ingress", &kIngress},
     {"authentication.k8s.io/v1", "TokenRequest", &kTokenRequest},
+    {"authentication.k8s.io/v1", "SelfSubjectReview", &kSelfSubjectReview},
+    {"authorization.k8s.io/v1", "SelfSubjectAccessReview", &kSelfSubjectAccessReview},
+    {"authorization.k8s.io/v1", "SubjectAccessReview", &kSubjectAccessReview},
+    {"authorization.k8s.io/v1", "SelfSubjectRulesReview", &kSelfSubjectRulesReview},
     // client-go writes DeleteOptions with either version.
     {"v1", "DeleteOptions", &kDeleteOptions},
     {"meta.k8s.io/v1", "DeleteOptions", &kDeleteOptions},
@@ -415,6 +419,19 @@ constexpr const Message* kAll[] = {
     &kTokenRequest,
     &kPreconditions,
     &kDeleteOptions,
+    &kExtraValue,
+    &kFieldSelectorRequirement,
+    &kFieldSelectorAttributes,
+    &kLabelSelectorAttributes,
+    &kResourceAttributes,
+    &kNonResourceAttributes,
+    &kSelfSubjectAccessReviewSpec,
+    &kSelfSubjectAccessReview,
+    &kSubjectAccessReviewSpec,
+    &kSubjectAccessReview,
+    &kSelfSubjectRulesReviewSpec,
+    &kSelfSubjectRulesReview,
+    &kSelfSubjectReview,
 };
 
 }  // namespace

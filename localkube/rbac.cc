@@ -93,23 +93,58 @@ bool RuleAllows(const RequestAttributes& a, const json& rule) {
 
 }  // namespace
 
-bool BindingAppliesTo(const UserInfo& user, const json& binding, const std::string& binding_ns) {
+const json* AppliedSubject(const UserInfo& user, const json& binding,
+                           const std::string& binding_ns) {
   auto it = binding.find("subjects");
-  if (it == binding.end() || !it->is_array()) return false;
+  if (it == binding.end() || !it->is_array()) return nullptr;
   for (const auto& s : *it) {
     if (!s.is_object()) continue;
     std::string kind = Str(s, "kind"), name = Str(s, "name");
-    if (kind == "User" && user.name == name) return true;
-    if (kind == "Group" && Contains(user.groups, name)) return true;
+    if (kind == "User" && user.name == name) return &s;
+    if (kind == "Group" && Contains(user.groups, name)) return &s;
     if (kind == "ServiceAccount") {
       std::string ns = Str(s, "namespace");
       if (ns.empty()) ns = binding_ns;
       if (!ns.empty() && user.name == absl::StrCat(kServiceAccountPrefix, ns, ":", name)) {
-        return true;
+        return &s;
       }
     }
   }
-  return false;
+  return nullptr;
+}
+
+bool BindingAppliesTo(const UserInfo& user, const json& binding, const std::string& binding_ns) {
+  return AppliedSubject(user, binding, binding_ns) != nullptr;
+}
+
+const std::vector<DefaultBinding>& DefaultBindings() {
+  static const auto* const kBindings = [] {
+    json get_urls = {"/livez",     "/readyz", "/healthz", "/version", "/version/", "/openapi",
+                     "/openapi/*", "/api",    "/api/*",   "/apis",    "/apis/*"};
+    return new std::vector<DefaultBinding>{
+        {"cluster-admin",
+         {"system:masters"},
+         json::array({{{"verbs", {"*"}}, {"apiGroups", {"*"}}, {"resources", {"*"}}},
+                      {{"verbs", {"*"}}, {"nonResourceURLs", {"*"}}}})},
+        {"system:basic-user",
+         {"system:authenticated"},
+         json::array({{{"verbs", {"create"}},
+                       {"apiGroups", {"authorization.k8s.io"}},
+                       {"resources", {"selfsubjectaccessreviews", "selfsubjectrulesreviews"}}},
+                      {{"verbs", {"create"}},
+                       {"apiGroups", {"authentication.k8s.io"}},
+                       {"resources", {"selfsubjectreviews"}}}})},
+        {"system:discovery",
+         {"system:authenticated"},
+         json::array({{{"verbs", {"get"}}, {"nonResourceURLs", get_urls}}})},
+        {"system:public-info-viewer",
+         {"system:authenticated", "system:unauthenticated"},
+         json::array(
+             {{{"verbs", {"get"}},
+               {"nonResourceURLs", {"/livez", "/readyz", "/healthz", "/version", "/version/"}}}})},
+    };
+  }();
+  return *kBindings;
 }
 
 absl::StatusOr<json> RoleRefRules(const Store& store, const json& binding,
@@ -201,19 +236,6 @@ std::string ForbiddenMessage(const UserInfo& user, const RequestAttributes& a) {
     }
   }
   return out;
-}
-
-// Discovery and version paths every authenticated user may read (system:discovery,
-// system:public-info-viewer).
-bool IsDiscoveryPath(const std::string& path) {
-  for (const char* exact :
-       {"/api", "/apis", "/version", "/version/", "/openapi", "/healthz", "/livez", "/readyz"}) {
-    if (path == exact) return true;
-  }
-  for (const char* prefix : {"/api/", "/apis/", "/openapi/", "/healthz/", "/livez/", "/readyz/"}) {
-    if (absl::StartsWith(path, prefix)) return true;
-  }
-  return false;
 }
 
 // path.IsValidPathSegmentName.
@@ -317,30 +339,61 @@ RequestAttributes AttributesOf(absl::string_view method, absl::string_view path,
   return a;
 }
 
+namespace {
+
+// describeSubject of the RBAC authorizer: a ServiceAccount as "name/namespace".
+std::string DescribeSubject(const json& subject, const std::string& binding_ns) {
+  std::string kind = Str(subject, "kind"), name = Str(subject, "name");
+  if (kind != "ServiceAccount") return absl::StrCat(kind, " ", GoQuote(name));
+  std::string ns = Str(subject, "namespace");
+  return absl::StrCat(kind, " ", GoQuote(absl::StrCat(name, "/", ns.empty() ? binding_ns : ns)));
+}
+
+}  // namespace
+
 Decision Decide(const Store& store, const UserInfo& user, const RequestAttributes& attributes) {
   if (Contains(user.groups, "system:masters")) return {true, ""};
-  if (!attributes.resource_request && Contains(user.groups, "system:authenticated") &&
-      attributes.verb == "get" && IsDiscoveryPath(attributes.path)) {
-    return {true, ""};
+  auto allows = [&](const json& rules) {
+    return std::any_of(rules.begin(), rules.end(),
+                       [&](const json& rule) { return RuleAllows(attributes, rule); });
+  };
+  for (const DefaultBinding& d : DefaultBindings()) {
+    for (const std::string& group : d.groups) {
+      if (Contains(user.groups, group) && allows(d.rules)) {
+        return {true,
+                absl::StrCat("RBAC: allowed by ClusterRoleBinding ", GoQuote(d.name),
+                             " of ClusterRole ", GoQuote(d.name), " to Group ", GoQuote(group))};
+      }
+    }
   }
   std::vector<std::string> errors;
+  std::string reason;
   auto visit = [&](const json& binding, const std::string& binding_ns) {
-    if (!BindingAppliesTo(user, binding, binding_ns)) return false;
+    const json* subject = AppliedSubject(user, binding, binding_ns);
+    if (subject == nullptr) return false;
     absl::StatusOr<json> rules = RoleRefRules(store, binding, binding_ns);
     if (!rules.ok()) {
       errors.push_back(std::string(rules.status().message()));
       return false;
     }
-    return std::any_of(rules->begin(), rules->end(),
-                       [&](const json& rule) { return RuleAllows(attributes, rule); });
+    if (!allows(*rules)) return false;
+    const json& ref = ObjectField(binding, "roleRef");
+    const json& meta = ObjectField(binding, "metadata");
+    std::string source =
+        binding_ns.empty() ? Str(meta, "name") : absl::StrCat(Str(meta, "name"), "/", binding_ns);
+    reason = absl::StrCat("RBAC: allowed by ",
+                          binding_ns.empty() ? "ClusterRoleBinding " : "RoleBinding ",
+                          GoQuote(source), " of ", Str(ref, "kind"), " ", GoQuote(Str(ref, "name")),
+                          " to ", DescribeSubject(*subject, binding_ns));
+    return true;
   };
   int64_t revision = 0;
   for (const json& b : store.List(RbacKey("clusterrolebindings"), "", &revision)) {
-    if (visit(b, "")) return {true, ""};
+    if (visit(b, "")) return {true, reason};
   }
   if (!attributes.ns.empty()) {
     for (const json& b : store.List(RbacKey("rolebindings"), attributes.ns, &revision)) {
-      if (visit(b, attributes.ns)) return {true, ""};
+      if (visit(b, attributes.ns)) return {true, reason};
     }
   }
   return {false, errors.empty() ? "" : absl::StrCat("RBAC: ", Aggregate(errors))};
@@ -354,93 +407,6 @@ absl::Status Authorize(const Store& store, const UserInfo& user,
   if (!d.reason.empty()) absl::StrAppend(&why, ": ", d.reason);
   if (!attributes.resource_request) return ForbiddenError("", "", "", why);
   return ForbiddenError(attributes.resource, attributes.api_group, attributes.name, why);
-}
-
-absl::Status AdmitOwnerReferences(const Registry& registry, const Store& store,
-                                  const UserInfo& user, const ResourceType& type,
-                                  const std::string& subresource, const std::string& ns,
-                                  const json& object, const json* old) {
-  // pods/status is exempt: the pod status strategy keeps ownerReferences as they were.
-  if (type.group.empty() && type.plural == "pods" && subresource == "status") {
-    return absl::OkStatus();
-  }
-  auto refs_of = [](const json* o) {
-    if (!o || !o->is_object()) return json::array();
-    const json& refs = ObjectField(*o, "metadata").value("ownerReferences", json::array());
-    return refs.is_array() ? refs : json::array();
-  };
-  json refs = refs_of(&object);
-  json old_refs = refs_of(old);
-  bool changing = old ? refs != old_refs : !refs.empty();
-  if (!changing) return absl::OkStatus();
-  // admission.NewForbidden names the object by its name, else its generateName, else "Unknown".
-  const json& meta = ObjectField(object, "metadata");
-  std::string name = Str(meta, "name");
-  if (name.empty()) name = Str(meta, "generateName");
-  if (name.empty()) name = "Unknown";
-  auto forbidden = [&](const std::string& why) {
-    return ForbiddenError(type.plural, type.group, name, why);
-  };
-  // Whoever may create an object may give it owners; changing them later needs `delete`.
-  if (old) {
-    RequestAttributes del{.resource_request = true,
-                          .verb = "delete",
-                          .api_group = type.group,
-                          .api_version = type.version,
-                          .resource = type.plural,
-                          .subresource = subresource,
-                          .ns = ns,
-                          .name = Str(meta, "name")};
-    Decision d = Decide(store, user, del);
-    if (!d.allowed) {
-      return forbidden(absl::StrCat(
-          "cannot set an ownerRef on a resource you can't delete: ", d.reason, ", <nil>"));
-    }
-  }
-  auto blocking = [](const json& ref) {
-    auto it = ref.find("blockOwnerDeletion");
-    return it != ref.end() && it->is_boolean() && it->get<bool>();
-  };
-  for (const json& ref : refs) {
-    if (!ref.is_object() || !blocking(ref)) continue;
-    bool was_blocking = false;
-    for (const json& o : old_refs) {
-      if (o.is_object() && Str(o, "uid") == Str(ref, "uid")) {
-        was_blocking = blocking(o);
-      }
-    }
-    if (was_blocking) continue;
-    std::string api_version = Str(ref, "apiVersion"), kind = Str(ref, "kind");
-    std::vector<std::string> gv = absl::StrSplit(api_version, '/');
-    std::string group = gv.size() == 2 ? gv[0] : "";
-    ResourceTypePtr owner = gv.size() <= 2 ? registry.FindByKind(api_version, kind) : nullptr;
-    if (!owner) {
-      std::string why = gv.size() > 2
-                            ? absl::StrCat("unexpected GroupVersion string: ", api_version)
-                            : absl::StrCat("no matches for kind ", GoQuote(kind), " in version ",
-                                           GoQuote(api_version));
-      return forbidden(absl::StrCat(
-          "cannot set blockOwnerDeletion in this case because cannot find RESTMapping for "
-          "APIVersion ",
-          api_version, " Kind ", kind, ": ", why));
-    }
-    RequestAttributes finalizers{.resource_request = true,
-                                 .verb = "update",
-                                 .api_group = owner->group,
-                                 .api_version = owner->version,
-                                 .resource = owner->plural,
-                                 .subresource = "finalizers",
-                                 .ns = ns,
-                                 .name = Str(ref, "name")};
-    Decision d = Decide(store, user, finalizers);
-    if (!d.allowed) {
-      return forbidden(absl::StrCat(
-          "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set "
-          "finalizers on: ",
-          d.reason, ", <nil>"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace kubetrain::localkube

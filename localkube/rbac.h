@@ -4,15 +4,17 @@
 // every check. Denials carry the apiserver's 403 Status wording.
 //
 // Escalation prevention on writes of Roles and bindings is in rbac_escalation.h.
-// Not modelled: aggregated ClusterRoles (aggregationRule), impersonation, and the extra `create`
-// check of a PUT that creates.
-// Discovery (/api, /apis, /version, /openapi and below) is always allowed to an authenticated
-// user, which the default system:discovery and system:public-info-viewer ClusterRoles grant on a
-// real cluster.
+// Impersonation is in impersonation.h, the access review APIs in access_reviews.h.
+// Not modelled: aggregated ClusterRoles (aggregationRule) and the extra `create` check of a PUT
+// that creates.
+// The bootstrap ClusterRoleBindings every authenticated user holds on a real cluster
+// (system:basic-user, system:discovery, system:public-info-viewer) and cluster-admin's binding to
+// system:masters apply as if they were stored (DefaultBindings), without being objects here.
 //
 // Thread-safe: every function only reads the Store and Registry, which lock themselves.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +35,8 @@ inline constexpr char kServiceAccountPrefix[] = "system:serviceaccount:";
 struct UserInfo {
   std::string name;
   std::vector<std::string> groups;
+  std::string uid;
+  std::map<std::string, std::vector<std::string>> extra;
 };
 
 // The `--token` user: member of system:masters, which bypasses authorization.
@@ -64,7 +68,9 @@ RequestAttributes AttributesOf(absl::string_view method, absl::string_view path,
 
 struct Decision {
   bool allowed = false;
-  // On a denial: "RBAC: <errors>" when bindings referred to roles that do not exist, else "".
+  // Allowed: "RBAC: allowed by <binding>" (`ClusterRoleBinding "b" of ClusterRole "r" to Group
+  // "g"`, `RoleBinding "b/ns" of Role "r" to ServiceAccount "sa/ns"`), "" for system:masters.
+  // Denied: "RBAC: <errors>" when bindings referred to roles that do not exist, else "".
   std::string reason;
 };
 
@@ -75,10 +81,22 @@ Decision Decide(const Store& store, const UserInfo& user, const RequestAttribute
 absl::Status Authorize(const Store& store, const UserInfo& user,
                        const RequestAttributes& attributes);
 
+// A ClusterRoleBinding (named as its ClusterRole) of a kube-apiserver's bootstrap policy.
+struct DefaultBinding {
+  std::string name;
+  std::vector<std::string> groups;  // its Group subjects
+  nlohmann::json rules;             // its ClusterRole's rules
+};
+// cluster-admin (system:masters), system:basic-user, system:discovery, system:public-info-viewer.
+const std::vector<DefaultBinding>& DefaultBindings();
+
 // Whether a binding's subjects include the user. `binding_ns` defaults ServiceAccount subjects'
 // namespace ("" for ClusterRoleBindings, whose ServiceAccount subjects must name one).
 bool BindingAppliesTo(const UserInfo& user, const nlohmann::json& binding,
                       const std::string& binding_ns);
+// The first subject of the binding that includes the user, or null.
+const nlohmann::json* AppliedSubject(const UserInfo& user, const nlohmann::json& binding,
+                                     const std::string& binding_ns);
 
 // The `rules` of the role a binding's roleRef names (a Role in `binding_ns`, or a ClusterRole), or
 // the error the RBAC rule resolver reports (`role.rbac.authorization.k8s.io "x" not found`).

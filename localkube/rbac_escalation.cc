@@ -111,6 +111,13 @@ HeldRules RulesFor(const Store& store, const UserInfo& user, const std::string& 
     }
     for (PolicyRule& r : PolicyRulesOf(*rules)) out.rules.push_back(std::move(r));
   };
+  for (const DefaultBinding& d : DefaultBindings()) {
+    if (std::any_of(d.groups.begin(), d.groups.end(), [&](const std::string& g) {
+          return std::find(user.groups.begin(), user.groups.end(), g) != user.groups.end();
+        })) {
+      for (PolicyRule& r : PolicyRulesOf(d.rules)) out.rules.push_back(std::move(r));
+    }
+  }
   int64_t revision = 0;
   for (const json& b : store.List(RbacStorageKey("clusterrolebindings"), "", &revision)) {
     visit(b, "");

@@ -29,8 +29,9 @@
 
 namespace kubetrain::localkube {
 
-// The rules RBAC grants `user`: every ClusterRoleBinding's, and with `ns` set the RoleBindings'
-// of that namespace, and the errors resolving them met (roles that do not exist).
+// The rules RBAC grants `user`: the default bindings' (rbac.h), every ClusterRoleBinding's, and
+// with `ns` set the RoleBindings' of that namespace, in that order, and the errors resolving them
+// met (roles that do not exist).
 struct HeldRules {
   std::vector<PolicyRule> rules;
   std::vector<std::string> errors;

@@ -19,12 +19,14 @@
 #include "absl/time/clock.h"
 #include "common/http_serve.h"
 #include "common/logging.h"
+#include "localkube/access_reviews.h"
 #include "localkube/binding.h"
 #include "localkube/connections.h"
 #include "localkube/decode.h"
 #include "localkube/discovery.h"
 #include "localkube/disruption.h"
 #include "localkube/errors.h"
+#include "localkube/impersonation.h"
 #include "localkube/kinds.h"
 #include "localkube/pod_security.h"
 #include "localkube/protobuf.h"
@@ -35,6 +37,15 @@
 namespace kubetrain::localkube {
 
 using json = nlohmann::json;
+
+namespace {
+
+absl::Status MethodNotAllowed() {
+  return ApiError(405, "MethodNotAllowed",
+                  "the server does not allow this method on the requested resource");
+}
+
+}  // namespace
 
 Server::Server(ServerOptions options, Api* api, LogSource* logs)
     : options_(std::move(options)), api_(api), logs_(logs) {
@@ -209,6 +220,15 @@ void Server::Handle(const httplib::Request& req, httplib::Response& res) {
     ReplyError(res, ApiError(401, "Unauthorized", "Unauthorized"));
     return;
   }
+  if (std::any_of(req.headers.begin(), req.headers.end(), [](const auto& h) {
+        return absl::StartsWithIgnoreCase(h.first, "impersonate-");
+      })) {
+    absl::StatusOr<UserInfo> acting = Impersonate(
+        options_.rbac ? api_->store() : nullptr, *user,
+        std::vector<std::pair<std::string, std::string>>(req.headers.begin(), req.headers.end()));
+    if (!acting.ok()) return ReplyError(res, acting.status());
+    user = std::move(*acting);
+  }
   if (options_.rbac) {
     RequestAttributes attributes = AttributesOf(
         req.method, req.path, ParseBool(Param(req, "watch")), Param(req, "fieldSelector"));
@@ -316,6 +336,14 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
   if (r.size() > i + 1) target.name = r[i + 1];
   if (r.size() > i + 2) target.subresource = r[i + 2];
   if (r.size() > i + 3) return ReplyError(res, not_found);
+  if (IsAccessReview(p.group, p.version, plural)) {
+    if (!target.ns.empty() || !target.name.empty()) return ReplyError(res, not_found);
+    if (req.method != "POST") return ReplyError(res, MethodNotAllowed());
+    auto review = CreateAccessReview(*api_->registry(), options_.rbac ? api_->store() : nullptr,
+                                     user, plural, req.get_header_value("Content-Type"), req.body);
+    if (!review.ok()) return ReplyError(res, review.status());
+    return Reply(res, 201, *review);
+  }
   target.type = api_->registry()->Find(p.group, p.version, plural);
   if (!target.type) return ReplyError(res, not_found);
   if (!target.type->namespaced && !target.ns.empty()) return ReplyError(res, not_found);
@@ -342,9 +370,7 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
   int ok_code = 200;
   if ((sub == "token" || sub == "eviction" || sub == "binding") &&
       m != "POST") {  // create-only subresources
-    return ReplyError(res,
-                      ApiError(405, "MethodNotAllowed",
-                               "the server does not allow this method on the requested resource"));
+    return ReplyError(res, MethodNotAllowed());
   }
   if (m == "GET" && collection) {
     if (ParseBool(Param(req, "watch"))) return ServeWatch(target, req, res);
@@ -421,9 +447,7 @@ void Server::ServeResource(const httplib::Request& req, httplib::Response& res,
       result = api_->Delete(target, *options);
     }
   } else {
-    return ReplyError(res,
-                      ApiError(405, "MethodNotAllowed",
-                               "the server does not allow this method on the requested resource"));
+    return ReplyError(res, MethodNotAllowed());
   }
   for (const std::string& w : warnings) res.set_header("Warning", WarningHeaderValue(w));
   if (!result.ok()) return ReplyError(res, result.status());

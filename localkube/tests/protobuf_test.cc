@@ -79,6 +79,31 @@ TEST(K8sProtobuf, RoleAsKubectlCreateRoleWritesIt) {
               "rules":[{"verbs":["get","list"],"apiGroups":[""],"resources":["pods"]}]})"));
 }
 
+TEST(K8sProtobuf, AccessReviewsAsKubectlAuthWritesThem) {
+  // kubectl auth can-i create pods -n ml: resourceAttributes set, nonResourceAttributes absent.
+  std::string attrs = Len(1, "ml") + Len(2, "create") + Len(3, "") + Len(4, "") + Len(5, "pods") +
+                      Len(6, "") + Len(7, "");
+  EXPECT_EQ(Decode(Body("authorization.k8s.io/v1", "SelfSubjectAccessReview",
+                        Meta("") + Len(2, Len(1, attrs)))),
+            json::parse(R"({"apiVersion":"authorization.k8s.io/v1",
+              "kind":"SelfSubjectAccessReview","metadata":{},
+              "spec":{"resourceAttributes":{"namespace":"ml","verb":"create","resource":"pods"}}})"));
+  // A SubjectAccessReview's extra values (ExtraValue {items}) are string lists in JSON.
+  std::string spec = Len(2, Len(1, "/healthz") + Len(2, "get")) + Len(3, "alice") + Len(4, "devs") +
+                     Entry(5, "scopes", Len(1, "a") + Len(1, "b")) + Entry(5, "empty", "") +
+                     Len(6, "u-1");
+  EXPECT_EQ(Decode(Body("authorization.k8s.io/v1", "SubjectAccessReview", Len(2, spec)))["spec"],
+            json::parse(R"({"nonResourceAttributes":{"path":"/healthz","verb":"get"},
+              "user":"alice","groups":["devs"],"extra":{"scopes":["a","b"],"empty":[]},
+              "uid":"u-1"})"));
+  EXPECT_EQ(Decode(Body("authorization.k8s.io/v1", "SelfSubjectRulesReview",
+                        Len(2, Len(1, "ml"))))["spec"],
+            json({{"namespace", "ml"}}));
+  EXPECT_EQ(Decode(Body("authentication.k8s.io/v1", "SelfSubjectReview", Meta(""))),
+            json::parse(R"({"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview",
+              "metadata":{}})"));
+}
+
 TEST(K8sProtobuf, BindingsAndClusterRoles) {
   std::string subjects =
       Len(2, Len(1, "User") + Len(2, "rbac.authorization.k8s.io") + Len(3, "u") + Len(4, "")) +
