@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "localkube/json_fields.h"
 #include "localkube/storage_objects.h"
 
 namespace kubetrain::localkube {
@@ -125,13 +126,6 @@ std::string Since(const json& object, const char* field) {
     return "<unknown>";
   }
   return HumanDuration(absl::Now() - t);
-}
-
-// A string field of `o`; empty when `o` is no object or the field no string.
-std::string Str(const json& o, const char* field) {
-  if (!o.is_object()) return "";
-  auto it = o.find(field);
-  return it != o.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 // kubectl get events (the API server's event printer): every column, the wide ones with
