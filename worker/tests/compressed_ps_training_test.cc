@@ -9,7 +9,9 @@
 
 #include "common/testing/temp_dir.h"
 #include "prometheus/registry.h"
+#include "ps/metrics.h"
 #include "ps/server.h"
+#include "ps/tests/ps_cluster.h"
 #include "worker/core/cpu/cpu_device.h"
 #include "worker/runtime/trainer.h"
 #include "worker/tests/fashion_mnist_fixture.h"
@@ -19,9 +21,18 @@ namespace {
 
 using CompressedPsTrainingTest = FashionMnistTest;
 
+// The bytes the ps received and sent, from its own counters.
+struct PsBytes {
+  double received = 0;
+  double sent = 0;
+};
+
 absl::StatusOr<TrainingSummary> TrainAgainstAPs(const Dataset& train, const Dataset& test,
-                                                ps::WireFloat wire, WorkerMetrics* metrics) {
-  auto ps = ps::PsServer::Start({.address = "127.0.0.1:0"}, nullptr);
+                                                ps::WireFloat wire, WorkerMetrics* metrics,
+                                                PsBytes* bytes) {
+  prometheus::Registry ps_registry;
+  ps::PsMetrics ps_metrics(ps_registry);
+  auto ps = ps::PsServer::Start({.address = "127.0.0.1:0"}, &ps_metrics);
   if (!ps.ok()) return ps.status();
   constexpr int kWorkers = 2;
   TrainerOptions o;
@@ -44,6 +55,8 @@ absl::StatusOr<TrainingSummary> TrainAgainstAPs(const Dataset& train, const Data
     });
   }
   for (auto& t : threads) t.join();
+  bytes->received = ps::testing::Sample(ps_registry, "kubetrain_ps_received_bytes_total");
+  bytes->sent = ps::testing::Sample(ps_registry, "kubetrain_ps_sent_bytes_total");
   if (!results[1].ok()) return results[1].status();
   return results[0];
 }
@@ -55,8 +68,9 @@ TEST_F(CompressedPsTrainingTest, Fp16PushesAndPullsLearnAsWellWithHalfTheBytes) 
   MetricLabels labels{"fp16", "chief", "0"};
   labels.compression = "fp16";
   WorkerMetrics fp16_metrics(registry, labels);
-  auto plain = TrainAgainstAPs(train, test, ps::WireFloat::kFloat32, &plain_metrics);
-  auto fp16 = TrainAgainstAPs(train, test, ps::WireFloat::kFloat16, &fp16_metrics);
+  PsBytes plain_bytes, fp16_bytes;
+  auto plain = TrainAgainstAPs(train, test, ps::WireFloat::kFloat32, &plain_metrics, &plain_bytes);
+  auto fp16 = TrainAgainstAPs(train, test, ps::WireFloat::kFloat16, &fp16_metrics, &fp16_bytes);
   ASSERT_TRUE(plain.ok()) << plain.status();
   ASSERT_TRUE(fp16.ok()) << fp16.status();
   EXPECT_EQ(fp16->steps, 125);  // 4000 examples per worker, 32 a step
@@ -64,6 +78,10 @@ TEST_F(CompressedPsTrainingTest, Fp16PushesAndPullsLearnAsWellWithHalfTheBytes) 
   EXPECT_NEAR(fp16->test_accuracy, plain->test_accuracy, 0.02);
   EXPECT_EQ(fp16_metrics.sent_bytes.Value() * 2, plain_metrics.sent_bytes.Value());
   EXPECT_EQ(fp16_metrics.received_bytes.Value() * 2, plain_metrics.received_bytes.Value());
+  // What the ps itself counted on its sockets: about half each way (headers and the chief's
+  // float32 initialisation and exports aside).
+  EXPECT_LT(fp16_bytes.received, 0.6 * plain_bytes.received);
+  EXPECT_LT(fp16_bytes.sent, 0.6 * plain_bytes.sent);
 }
 
 }  // namespace
