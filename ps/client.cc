@@ -148,7 +148,9 @@ calls::PullCall PsClient::MakePullCall(std::span<const std::span<float>> values,
           [this](const PartitionKey& key) { return Find(key); },
           leases,
           {std::vector<int64_t>(n), std::vector<std::string>(n), std::vector<int64_t>(n)},
-          calls::Coverage(plan_.partitions().size())};
+          calls::Coverage(plan_.partitions().size()),
+          0,
+          options_.compression};
 }
 
 absl::StatusOr<size_t> PsClient::Find(const PartitionKey& key) const {
@@ -275,7 +277,8 @@ absl::StatusOr<PushResult> PsClient::Push(std::span<const std::span<const float>
   RETURN_IF_ERROR(CheckVersion(at, plan_.num_ps()));
   SlicePins pins;  // declared first: waits, when destroyed, for gRPC to let go of `gradients`
   std::vector<ShmLinks::Lease> leases = AcquireAll(*shm_, AllPs());
-  calls::PushCall call{plan_, gradients, at, options_.worker, pins, leases, {at, 0}};
+  calls::PushCall call{plan_,  gradients, at,      options_.worker,     pins,
+                       leases, {at, 0},   nullptr, options_.compression};
   absl::Status status = FanOut("Push", AllPs(), options_.rpc_timeout, call);
   pins.WaitUntilReleased();
   if (!status.ok()) {
@@ -297,9 +300,16 @@ absl::StatusOr<PushResult> PsClient::PushAndPull(std::span<const std::span<const
   const std::vector<int> all = AllPs();
   SlicePins pins;  // declared first: waits, when destroyed, for gRPC to let go of `gradients`
   std::vector<ShmLinks::Lease> leases = AcquireAll(*shm_, all);
-  calls::PushAndPullCall call{
-      calls::PushCall{plan_, gradients, at, options_.worker, pins, leases, {}, min_version},
-      MakePullCall(values, min_version, leases)};
+  calls::PushAndPullCall call{calls::PushCall{plan_,
+                                              gradients,
+                                              at,
+                                              options_.worker,
+                                              pins,
+                                              leases,
+                                              {},
+                                              min_version,
+                                              options_.compression},
+                              MakePullCall(values, min_version, leases)};
   const absl::Duration timeout =
       min_version != nullptr ? options_.pull_timeout : options_.rpc_timeout;
   absl::Status status = FanOut("PushAndPull", all, timeout, call);

@@ -29,6 +29,7 @@
 #include "common/backoff.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "kubetrain/v1/ps.grpc.pb.h"
+#include "ps/half_float.h"
 #include "ps/partition.h"
 #include "ps/shared_memory.h"
 #include "ps/store.h"
@@ -66,6 +67,10 @@ struct ClientOptions {
   // Offer each ps a shared-memory buffer (ps/shared_memory.h) on first use; where it maps it
   // (same host), pushes and pulls move their tensors through it instead of the socket.
   bool shared_memory = true;
+  // How pushed gradients and pulled values cross the socket (--gradient-compression): float32,
+  // or 16-bit floats the ps widen to float32 (gradients) and code from their float32 values
+  // (pulls). Tensors moved through shared memory stay float32.
+  WireFloat compression = WireFloat::kFloat32;
 };
 
 // The per-ps global steps (and run ids) of the values a worker holds; what a Push is computed

@@ -110,6 +110,7 @@ void PullCall::Build(int ps, Request& request) const {
   v1::PullRequest pull;
   if (min_version != nullptr) pull.set_min_step(min_version->steps[ps]);
   pull.set_shm_region(leases[ps].region());
+  pull.set_encoding(static_cast<v1::ValueEncoding>(wire));
   const std::string bytes = pull.SerializeAsString();
   grpc::Slice slice(bytes);
   request = grpc::ByteBuffer(&slice, 1);
@@ -153,8 +154,12 @@ absl::Status PullCall::Done(int ps, Response& response) {
 
 void PushCall::Build(int ps, Request& request) const {
   ShmBuffer* buffer = leases[ps].buffer();
-  PushHeader header{at.run_ids.empty() ? std::string() : at.run_ids[ps], worker, at.steps[ps],
-                    leases[ps].region(), pull_min != nullptr ? pull_min->steps[ps] : 0};
+  PushHeader header{at.run_ids.empty() ? std::string() : at.run_ids[ps],
+                    worker,
+                    at.steps[ps],
+                    leases[ps].region(),
+                    pull_min != nullptr ? pull_min->steps[ps] : 0,
+                    wire};
   std::vector<PartitionView> views;
   views.reserve(plan.PartitionsOn(ps).size());
   for (size_t index : plan.PartitionsOn(ps)) {
@@ -165,7 +170,7 @@ void PushCall::Build(int ps, Request& request) const {
       std::copy(gradient.begin(), gradient.end(), slot.begin());
       gradient = slot;
     }
-    views.push_back({&spec.key, spec.offset, gradient});
+    views.push_back({&spec.key, spec.offset, gradient, wire});
   }
   request = EncodePushRequest(header, views, pins);
 }

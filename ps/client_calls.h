@@ -61,7 +61,8 @@ struct PullCall {
   const std::vector<ShmLinks::Lease>& leases;  // per ps: its shared-memory buffer, if any
   Version version;
   Coverage coverage;
-  int stale = 0;  // PushAndPull: ps tasks that dropped its push as stale
+  int stale = 0;                         // PushAndPull: ps tasks that dropped its push as stale
+  WireFloat wire = WireFloat::kFloat32;  // how the values are to travel (ClientOptions)
 
   void Build(int ps, Request& request) const;
   static Reader<Response> Start(PsStubs& stubs, grpc::ClientContext* context,
@@ -78,8 +79,9 @@ struct PushCall {
   uint32_t worker;
   SlicePins& pins;  // the gradient memory gRPC references until the calls are done
   const std::vector<ShmLinks::Lease>& leases;  // per ps: its shared-memory buffer, if any
-  PushResult result;                  // Push's answers; PushAndPull's are decoded by PullCall
-  const Version* pull_min = nullptr;  // PushAndPull: the version its pull waits for
+  PushResult result;                     // Push's answers; PushAndPull's are decoded by PullCall
+  const Version* pull_min = nullptr;     // PushAndPull: the version its pull waits for
+  WireFloat wire = WireFloat::kFloat32;  // how gradients and PushAndPull's values travel
 
   void Build(int ps, Request& request) const;
   static Reader<Response> Start(PsStubs& stubs, grpc::ClientContext* context,

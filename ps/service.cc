@@ -233,7 +233,15 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
     if (pull.shm_region() != 0) {
       ASSIGN_OR_RETURN(region, shm_.Find(pull.shm_region()));
     }
-    return PullTarget{"Pull", KeysOf(pull), pull.min_step(), std::move(region)};
+    if (pull.encoding() < 0 || pull.encoding() > static_cast<int>(WireFloat::kBFloat16)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Pull: value encoding ", pull.encoding(),
+          " is not one this ps build knows (float32, fp16, bf16); run every task of the job "
+          "from one image"));
+    }
+    return PullTarget{"Pull",          KeysOf(pull),
+                      pull.min_step(), std::move(region),
+                      false,           static_cast<WireFloat>(pull.encoding())};
   });
 }
 
@@ -245,8 +253,8 @@ grpc::ServerUnaryReactor* ParameterServerService::PushAndPull(grpc::CallbackServ
         PushFrame frame;
         std::shared_ptr<const ShmRegion> region;  // the push's, where the pull writes too
         ASSIGN_OR_RETURN(PushOutcome pushed, ApplyPush(*request, frame, region));
-        return PullTarget{
-            "PushAndPull", {}, frame.pull_min_step(), std::move(region), pushed.stale};
+        return PullTarget{"PushAndPull",     {},           frame.pull_min_step(),
+                          std::move(region), pushed.stale, frame.pull_wire()};
       });
 }
 

@@ -124,6 +124,7 @@ class ParameterServerService final : public grpc::Service {
     int64_t min_step = 0;
     std::shared_ptr<const ShmRegion> region;  // null: values travel in the answer
     bool push_stale = false;                  // PushAndPull: its push was dropped as stale
+    WireFloat wire = WireFloat::kFloat32;     // how the answer's values are coded
   };
   // Pulls now (never waits); DEADLINE_EXCEEDED while the step is not there yet. With a region,
   // the values go into its slots and the answer carries none.

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "ps/service.h"
 
 namespace kubetrain::ps {
@@ -86,7 +87,7 @@ absl::Status ParameterServerService::PullNow(const PullTarget& target, grpc::Byt
   uint64_t shared_bytes = 0;
   // Copies under the store's lock (pushes may follow): into a slice, or into the region.
   auto visit = [&](const PartitionKey& key, uint64_t offset, std::span<const float> values) {
-    if (region == nullptr) return frame.Add(key, offset, values);
+    if (region == nullptr) return frame.Add(key, offset, values, target.wire);
     if (!shared.ok()) return;
     absl::StatusOr<std::span<float>> out = region->Values(key, values.size());
     if (!out.ok()) {

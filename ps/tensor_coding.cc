@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "ps/half_float.h"
 #include "ps/wire_format.h"
 
 namespace kubetrain::ps {
@@ -36,11 +37,11 @@ namespace key_field {
 constexpr uint32_t kVariable = 1, kIndex = 2;
 }
 namespace partition_field {
-constexpr uint32_t kKey = 1, kOffset = 2, kLength = 3, kValues = 4;
+constexpr uint32_t kKey = 1, kOffset = 2, kLength = 3, kValues = 4, kEncoding = 5;
 }
 namespace push_field {
 constexpr uint32_t kRunId = 1, kWorker = 2, kStep = 3, kGradients = 4, kShmRegion = 5,
-                   kPullMinStep = 6;
+                   kPullMinStep = 6, kPullEncoding = 7;
 }
 namespace pull_field {
 constexpr uint32_t kGlobalStep = 1, kValues = 2, kRunId = 3, kGradientsApplied = 4, kPushStale = 5;
@@ -52,7 +53,8 @@ constexpr uint32_t kGlobalStep = 1, kValues = 2, kRunId = 3, kGradientsApplied =
 // enclosing message), key, offset, length, and the values' tag and length. The values' bytes
 // follow on the wire.
 std::string PartitionHeader(uint32_t field, const PartitionKey& key, uint64_t offset,
-                            uint64_t length, size_t value_bytes) {
+                            uint64_t length, size_t value_bytes,
+                            WireFloat encoding = WireFloat::kFloat32) {
   std::string key_msg;
   PutBytesField(key_field::kVariable, key.variable, key_msg);
   PutVarintField(key_field::kIndex, key.index, key_msg);
@@ -60,6 +62,7 @@ std::string PartitionHeader(uint32_t field, const PartitionKey& key, uint64_t of
   PutBytesField(partition_field::kKey, key_msg, inner);
   PutVarintField(partition_field::kOffset, offset, inner);
   PutVarintField(partition_field::kLength, length, inner);
+  PutVarintField(partition_field::kEncoding, static_cast<uint32_t>(encoding), inner);
   if (value_bytes > 0) {
     PutTag(partition_field::kValues, kLengthDelimited, inner);
     PutVarint(value_bytes, inner);
@@ -73,6 +76,36 @@ std::string PartitionHeader(uint32_t field, const PartitionKey& key, uint64_t of
 
 absl::string_view AsBytes(std::span<const float> values) {
   return {reinterpret_cast<const char*>(values.data()), values.size_bytes()};
+}
+
+// A slice of `values` coded as `wire`'s 16-bit floats (the one copy a compressed tensor makes).
+grpc::Slice CompressedSlice(WireFloat wire, std::span<const float> values) {
+  grpc::Slice slice(values.size() * sizeof(uint16_t));
+  // A fresh slice of our own: nothing else references its bytes yet.
+  auto* out = reinterpret_cast<uint16_t*>(const_cast<uint8_t*>(slice.begin()));
+  Compress(wire, values, {out, values.size()});
+  return slice;
+}
+
+// The encoding field's value, or INVALID_ARGUMENT naming the partition (a peer from a newer
+// image that codes values some other way).
+absl::StatusOr<WireFloat> ReadEncoding(uint64_t v, absl::string_view what) {
+  if (v > static_cast<uint32_t>(WireFloat::kBFloat16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": value encoding ", v,
+        " is not one this ps build knows (float32, fp16, bf16); run every task of the job from "
+        "one image"));
+  }
+  return static_cast<WireFloat>(v);
+}
+
+// `bytes` of values in `encoding`, for `length` values, widened to float32.
+std::string Widen(WireFloat encoding, absl::string_view bytes, uint64_t length) {
+  std::string out(length * sizeof(float), '\0');
+  std::vector<uint16_t> narrow(length);
+  std::memcpy(narrow.data(), bytes.data(), length * sizeof(uint16_t));
+  Decompress(encoding, narrow, {reinterpret_cast<float*>(out.data()), length});
+  return out;
 }
 
 // ---- Decoding ----
@@ -98,11 +131,15 @@ absl::StatusOr<PartitionKey> ReadKey(SliceReader& r, size_t end) {
   return key;
 }
 
-absl::Status CheckValueBytes(const PartitionKey& key, size_t bytes, uint64_t length) {
-  if (bytes % sizeof(float) != 0 || bytes / sizeof(float) != length) {
-    return absl::InvalidArgumentError(absl::StrCat("partition ", key.variable, "/", key.index,
-                                                   " has ", bytes, " value bytes for ", length,
-                                                   " floats"));
+absl::Status CheckValueBytes(const PartitionKey& key, size_t bytes, uint64_t length,
+                             WireFloat encoding = WireFloat::kFloat32) {
+  const size_t width = WireFloatBytes(encoding);
+  if (bytes % width != 0 || bytes / width != length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partition ", key.variable, "/", key.index, " has ", bytes, " value bytes for ", length,
+        encoding == WireFloat::kFloat32
+            ? std::string(" floats")
+            : absl::StrCat(" ", WireFloatName(encoding), " values (2 bytes each)")));
   }
   return absl::OkStatus();
 }
@@ -115,6 +152,7 @@ struct PartitionFields {
   uint64_t length = 0;
   size_t values_position = 0;
   size_t values_bytes = 0;
+  WireFloat encoding = WireFloat::kFloat32;
 };
 
 // `values_elsewhere`: a partition without value bytes is accepted (they are in shared memory).
@@ -146,6 +184,12 @@ absl::StatusOr<PartitionFields> ReadPartition(SliceReader& r, size_t end,
         r.Skip(p.values_bytes);
         break;
       }
+      case partition_field::kEncoding: {
+        RETURN_IF_ERROR(Expect(tag, kVarint));
+        ASSIGN_OR_RETURN(uint64_t v, r.Varint());
+        ASSIGN_OR_RETURN(p.encoding, ReadEncoding(v, "partition"));
+        break;
+      }
       default: {
         RETURN_IF_ERROR(r.SkipField(tag.wire_type, end));
       }
@@ -153,7 +197,7 @@ absl::StatusOr<PartitionFields> ReadPartition(SliceReader& r, size_t end,
   }
   if (r.position() != end) return Malformed("partition runs past its length");
   if (values_elsewhere && p.values_bytes == 0) return p;
-  RETURN_IF_ERROR(CheckValueBytes(p.key, p.values_bytes, p.length));
+  RETURN_IF_ERROR(CheckValueBytes(p.key, p.values_bytes, p.length, p.encoding));
   return p;
 }
 
@@ -200,15 +244,20 @@ grpc::ByteBuffer EncodePushRequest(const PushHeader& header,
   PutVarintField(push_field::kStep, static_cast<uint64_t>(header.step), head);
   const bool shared = header.shm_region != 0;
   for (const PartitionView& g : gradients) {
+    // Values in shared memory stay float32: no link to save there.
+    const WireFloat wire = shared ? WireFloat::kFloat32 : g.wire;
     head += PartitionHeader(push_field::kGradients, *g.key, g.offset, g.values.size(),
-                            shared ? 0 : g.values.size_bytes());
+                            shared ? 0 : g.values.size() * WireFloatBytes(wire), wire);
     if (shared) continue;       // the values are in the region
     slices.emplace_back(head);  // copies the small header
     head.clear();
-    if (!g.values.empty()) slices.push_back(pins.Pin(AsBytes(g.values)));
+    if (g.values.empty()) continue;
+    slices.push_back(wire == WireFloat::kFloat32 ? pins.Pin(AsBytes(g.values))
+                                                 : CompressedSlice(wire, g.values));
   }
   PutVarintField(push_field::kShmRegion, header.shm_region, head);
   PutVarintField(push_field::kPullMinStep, static_cast<uint64_t>(header.pull_min_step), head);
+  PutVarintField(push_field::kPullEncoding, static_cast<uint32_t>(header.pull_wire), head);
   if (!head.empty()) slices.emplace_back(head);
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
@@ -251,6 +300,11 @@ absl::Status PushFrame::Parse(grpc::ByteBuffer& buffer) {
         values.Skip(p.values_position);
         copies_.emplace_back();
         absl::string_view bytes = values.View(p.values_bytes, copies_.back());
+        if (p.encoding != WireFloat::kFloat32 && !bytes.empty()) {
+          // 16-bit gradients are widened to float32 once here: the store sums float32.
+          copies_.back() = Widen(p.encoding, bytes, p.length);
+          bytes = copies_.back();
+        }
         if (copies_.back().empty()) copies_.pop_back();
         args_.gradients.push_back({std::move(p.key), bytes});
         return absl::OkStatus();
@@ -264,6 +318,12 @@ absl::Status PushFrame::Parse(grpc::ByteBuffer& buffer) {
         RETURN_IF_ERROR(Expect(tag, kVarint));
         ASSIGN_OR_RETURN(uint64_t step, r.Varint());
         pull_min_step_ = static_cast<int64_t>(step);
+        return absl::OkStatus();
+      }
+      case push_field::kPullEncoding: {
+        RETURN_IF_ERROR(Expect(tag, kVarint));
+        ASSIGN_OR_RETURN(uint64_t v, r.Varint());
+        ASSIGN_OR_RETURN(pull_wire_, ReadEncoding(v, "PushAndPull's pull_encoding"));
         return absl::OkStatus();
       }
       default: {
@@ -290,10 +350,14 @@ absl::Status PushFrame::BindRegion(const ShmRegion& region) {
 
 // ---- Pull ----
 
-void PullFrame::Add(const PartitionKey& key, uint64_t offset, std::span<const float> values) {
+void PullFrame::Add(const PartitionKey& key, uint64_t offset, std::span<const float> values,
+                    WireFloat wire) {
   Entry& e = entries_.emplace_back();
-  e.header = PartitionHeader(pull_field::kValues, key, offset, values.size(), values.size_bytes());
-  if (!values.empty()) e.values = grpc::Slice(values.data(), values.size_bytes());  // one copy
+  e.header = PartitionHeader(pull_field::kValues, key, offset, values.size(),
+                             values.size() * WireFloatBytes(wire), wire);
+  if (values.empty()) return;
+  e.values = wire == WireFloat::kFloat32 ? grpc::Slice(values.data(), values.size_bytes())
+                                         : CompressedSlice(wire, values);  // one copy either way
 }
 
 void PullFrame::AddShared(const PartitionKey& key, uint64_t offset, uint64_t length) {
@@ -379,14 +443,21 @@ absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
           std::memcpy(out.data(), in.data(), out.size_bytes());
           return absl::OkStatus();
         }
-        if (out.size_bytes() != p.values_bytes) {
+        const size_t want = out.size() * WireFloatBytes(p.encoding);
+        if (want != p.values_bytes) {
           return absl::InvalidArgumentError(absl::StrCat("partition ", p.key.variable, "/",
                                                          p.key.index, ": got ", p.values_bytes,
-                                                         " bytes, want ", out.size_bytes()));
+                                                         " bytes, want ", want));
         }
         SliceReader values(slices);
         values.Skip(p.values_position);
-        values.CopyTo(reinterpret_cast<char*>(out.data()), p.values_bytes);
+        if (p.encoding == WireFloat::kFloat32) {
+          values.CopyTo(reinterpret_cast<char*>(out.data()), p.values_bytes);
+        } else {
+          std::vector<uint16_t> narrow(out.size());
+          values.CopyTo(reinterpret_cast<char*>(narrow.data()), p.values_bytes);
+          Decompress(p.encoding, narrow, out);
+        }
         return absl::OkStatus();
       }
       default: {

@@ -25,6 +25,7 @@
 #include "grpcpp/impl/serialization_traits.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "ps/half_float.h"
 #include "ps/partition.h"
 #include "ps/shared_memory.h"
 #include "ps/store.h"
@@ -65,6 +66,9 @@ struct PartitionView {
   const PartitionKey* key = nullptr;
   uint64_t offset = 0;
   std::span<const float> values;
+  // How the values travel (--gradient-compression). Float32 is sent from `values` in place;
+  // 16 bits are coded into a slice of their own. Values in shared memory stay float32.
+  WireFloat wire = WireFloat::kFloat32;
 };
 
 struct PushHeader {
@@ -76,6 +80,8 @@ struct PushHeader {
   uint64_t shm_region = 0;
   // PushAndPull: the step its pull waits for (0: none).
   int64_t pull_min_step = 0;
+  // PushAndPull: how its pull's values are to be coded.
+  WireFloat pull_wire = WireFloat::kFloat32;
 };
 
 // A kubetrain.v1.PushRequest whose gradient bytes are slices pinned by `pins` (not copied).
@@ -88,7 +94,8 @@ grpc::ByteBuffer EncodePushRequest(const PushHeader& header,
 class PushFrame {
  public:
   // Takes `buffer`'s slices (leaving it empty) and parses them. INVALID_ARGUMENT on malformed
-  // bytes or a gradient whose byte count is not 4 × its length.
+  // bytes or a gradient whose byte count is not 4 × its length (2 × for 16-bit values, which
+  // are widened to float32 here).
   absl::Status Parse(grpc::ByteBuffer& buffer);
   // The store's arguments; views into this frame, valid while it lives.
   const PushArgs& args() const { return args_; }
@@ -98,6 +105,8 @@ class PushFrame {
   uint64_t shm_region() const { return shm_region_; }
   // PushAndPull: the step its pull waits for (0: none).
   int64_t pull_min_step() const { return pull_min_step_; }
+  // PushAndPull: how its pull's values are to be coded.
+  WireFloat pull_wire() const { return pull_wire_; }
   // Points the gradients the request carried no bytes for at their slots in `region`, which
   // must outlive the frame's use. INVALID_ARGUMENT for a partition without a slot of its size.
   absl::Status BindRegion(const ShmRegion& region);
@@ -112,13 +121,16 @@ class PushFrame {
   size_t byte_size_ = 0;
   uint64_t shm_region_ = 0;
   int64_t pull_min_step_ = 0;
+  WireFloat pull_wire_ = WireFloat::kFloat32;
 };
 
 // A kubetrain.v1.PullResponse under construction on the server. Each Add copies one partition's
 // values into a slice gRPC then sends without copying again. Not thread-safe.
 class PullFrame {
  public:
-  void Add(const PartitionKey& key, uint64_t offset, std::span<const float> values);
+  // `wire`: the values are coded as 16-bit floats (the pull asked for them so).
+  void Add(const PartitionKey& key, uint64_t offset, std::span<const float> values,
+           WireFloat wire = WireFloat::kFloat32);
   // A partition whose values the server wrote into the client's shared memory: no bytes.
   void AddShared(const PartitionKey& key, uint64_t offset, uint64_t length);
   // `push_stale`: the answer of a PushAndPull whose push was dropped as stale.
@@ -159,7 +171,8 @@ using PullSource = absl::FunctionRef<absl::StatusOr<std::span<const float>>(cons
 
 // Decodes a PullResponse, copying each partition's bytes straight into its destination (from
 // `shared` for a partition without bytes, when given). INVALID_ARGUMENT on malformed bytes or a
-// partition whose byte count differs from 4 × length or from its destination's size.
+// partition whose byte count differs from 4 × length (2 × for 16-bit values, widened on the way)
+// or from its destination's size.
 absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
                                               PullDestination destination,
                                               std::optional<PullSource> shared = std::nullopt);

@@ -219,7 +219,8 @@ TrainingJobSpec DecodeSpec(Decoder& d, const json& v) {
   TrainingJobSpec spec;
   if (!d.Object(v, "spec")) return spec;
   d.Known(v, "spec",
-          {"replicaSpecs", "runPolicy", "successPolicy", "backupWorkers", "elastic", "checkpoint"});
+          {"replicaSpecs", "runPolicy", "successPolicy", "backupWorkers", "elastic", "checkpoint",
+           "gradientCompression"});
   if (v.contains("replicaSpecs") && d.Object(v["replicaSpecs"], "spec.replicaSpecs")) {
     for (const auto& [key, value] : v["replicaSpecs"].items()) {
       const std::string path = "spec.replicaSpecs." + key;
@@ -242,6 +243,10 @@ TrainingJobSpec DecodeSpec(Decoder& d, const json& v) {
   }
   if (v.contains("elastic")) spec.elastic = DecodeElastic(d, v["elastic"]);
   if (v.contains("checkpoint")) spec.checkpoint = d.Checkpoint(v["checkpoint"]);
+  if (v.contains("gradientCompression")) {
+    spec.gradient_compression = d.OneOf<GradientCompression>(
+        v["gradientCompression"], "spec.gradientCompression", GradientCompressionNames());
+  }
   return spec;
 }
 
@@ -428,6 +433,7 @@ json ToJson(const TrainingJobSpec& spec) {
     out["elastic"] = elastic;
   }
   if (spec.checkpoint) out["checkpoint"] = ToJson(*spec.checkpoint);
+  if (spec.gradient_compression) out["gradientCompression"] = Name(*spec.gradient_compression);
   return out;
 }
 

@@ -204,6 +204,9 @@ json BuildPod(const TrainingJob& job, ReplicaType type, int index, const Address
       if (job.spec.backup_workers) {
         SetEnv(&c, "KUBETRAIN_BACKUP_WORKERS", std::to_string(*job.spec.backup_workers));
       }
+      if (job.spec.gradient_compression) {
+        SetEnv(&c, "KUBETRAIN_GRADIENT_COMPRESSION", Name(*job.spec.gradient_compression));
+      }
       // The worker takes its membership from the ps, not from TF_CONFIG's worker count, which
       // is the job's size when this pod was created (docs/architecture.md §4, §5.10, §10).
       if (job.spec.elastic) {

@@ -36,6 +36,10 @@ const std::vector<std::string>& SuccessPolicyNames() {
   static const std::vector<std::string> kNames = {"ChiefOnly", "AllWorkers"};
   return kNames;
 }
+const std::vector<std::string>& GradientCompressionNames() {
+  static const std::vector<std::string> kNames = {"none", "fp16", "bf16"};
+  return kNames;
+}
 const std::vector<std::string>& RestartScopeNames() {
   static const std::vector<std::string> kNames = {"Pod", "Job"};
   return kNames;
@@ -50,6 +54,7 @@ std::string Name(ReplicaType t) { return ReplicaTypeNames()[static_cast<int>(t)]
 std::string Name(RestartPolicy p) { return RestartPolicyNames()[static_cast<int>(p)]; }
 std::string Name(CleanPodPolicy p) { return CleanPodPolicyNames()[static_cast<int>(p)]; }
 std::string Name(SuccessPolicy p) { return SuccessPolicyNames()[static_cast<int>(p)]; }
+std::string Name(GradientCompression c) { return GradientCompressionNames()[static_cast<int>(c)]; }
 std::string Name(RestartScope s) { return RestartScopeNames()[static_cast<int>(s)]; }
 std::string Name(ReclaimPolicy p) { return ReclaimPolicyNames()[static_cast<int>(p)]; }
 
@@ -69,6 +74,9 @@ bool Parse(absl::string_view text, CleanPodPolicy* out) {
 }
 bool Parse(absl::string_view text, SuccessPolicy* out) {
   return ParseByName(text, SuccessPolicyNames(), out);
+}
+bool Parse(absl::string_view text, GradientCompression* out) {
+  return ParseByName(text, GradientCompressionNames(), out);
 }
 bool Parse(absl::string_view text, RestartScope* out) {
   return ParseByName(text, RestartScopeNames(), out);

@@ -44,6 +44,8 @@ enum class ReplicaType { kChief, kPS, kWorker, kEvaluator };
 enum class RestartPolicy { kAlways, kOnFailure, kNever, kExitCode };
 enum class CleanPodPolicy { kNone, kRunning, kAll };
 enum class SuccessPolicy { kChiefOnly, kAllWorkers };
+// How gradients (and ps-mode pulls) cross the network: the worker's --gradient-compression.
+enum class GradientCompression { kNone, kFp16, kBf16 };
 enum class RestartScope { kPod, kJob };
 
 // Allowed spellings, in the order error messages list them. The CRD's enums must match these
@@ -52,6 +54,7 @@ const std::vector<std::string>& ReplicaTypeNames();
 const std::vector<std::string>& RestartPolicyNames();
 const std::vector<std::string>& CleanPodPolicyNames();
 const std::vector<std::string>& SuccessPolicyNames();
+const std::vector<std::string>& GradientCompressionNames();  // none, fp16, bf16
 const std::vector<std::string>& RestartScopeNames();
 
 std::string Name(ReplicaType t);      // "Chief", "PS", "Worker", "Evaluator"
@@ -59,11 +62,13 @@ std::string TaskType(ReplicaType t);  // "chief", "ps", "worker", "evaluator" (T
 std::string Name(RestartPolicy p);
 std::string Name(CleanPodPolicy p);
 std::string Name(SuccessPolicy p);
+std::string Name(GradientCompression c);
 std::string Name(RestartScope s);
 bool Parse(absl::string_view text, ReplicaType* out);
 bool Parse(absl::string_view text, RestartPolicy* out);
 bool Parse(absl::string_view text, CleanPodPolicy* out);
 bool Parse(absl::string_view text, SuccessPolicy* out);
+bool Parse(absl::string_view text, GradientCompression* out);
 bool Parse(absl::string_view text, RestartScope* out);
 
 struct ObjectMeta {
@@ -149,6 +154,9 @@ struct TrainingJobSpec {
   std::optional<int32_t> backup_workers;
   std::optional<ElasticPolicy> elastic;
   std::optional<CheckpointStorage> checkpoint;
+  // Gradients (and, ps modes, pulled parameters) as 16-bit floats on the network (worker
+  // --gradient-compression, set on every container as KUBETRAIN_GRADIENT_COMPRESSION).
+  std::optional<GradientCompression> gradient_compression;
 };
 
 struct Condition {

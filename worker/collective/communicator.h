@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "ps/half_float.h"
 
 namespace kubetrain::worker {
 
@@ -40,6 +41,16 @@ class Communicator {
     }
     return absl::OkStatus();
   }
+  // A sum AllReduceMany whose values cross the wire as 16-bit floats (--gradient-compression)
+  // and are summed in float32 (Gloo's TCP ring: worker/collective/tcp_ring.h). A communicator
+  // with no link to save (shared memory, NCCL) sums the float32 values as AllReduceMany does and
+  // says so in CompressesOnTheWire.
+  virtual absl::Status AllReduceManyCompressed(absl::Span<const absl::Span<float>> buffers,
+                                               ps::WireFloat wire) {
+    (void)wire;
+    return AllReduceMany(buffers, ReduceOp::kSum);
+  }
+  virtual bool CompressesOnTheWire() const { return false; }
   // Waits for the work queued on the communicator's device, AllReduceMany's included; a peer
   // that is gone surfaces here as an error within the timeout, never as a hang.
   virtual absl::Status WaitForQueued() { return absl::OkStatus(); }

@@ -133,6 +133,16 @@ absl::Status GlooCommunicator::AllReduce(float* data, size_t count, ReduceOp op)
   return ring_->AllReduce(data, count, op);
 }
 
+absl::Status GlooCommunicator::AllReduceManyCompressed(absl::Span<const absl::Span<float>> buffers,
+                                                       ps::WireFloat wire) {
+  if (options_.size == 1) return absl::OkStatus();
+  for (absl::Span<float> b : buffers) {
+    if (b.empty()) continue;
+    RETURN_IF_ERROR(ring_->AllReduce(b.data(), b.size(), ReduceOp::kSum, wire));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
   if (root < 0 || root >= options_.size) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank"));

@@ -53,6 +53,9 @@ class GlooCommunicator final : public Communicator {
   int size() const override { return options_.size; }
 
   absl::Status AllReduce(float* data, size_t count, ReduceOp op) override;
+  absl::Status AllReduceManyCompressed(absl::Span<const absl::Span<float>> buffers,
+                                       ps::WireFloat wire) override;
+  bool CompressesOnTheWire() const override { return true; }
   absl::Status Broadcast(float* data, size_t count, int root) override;
   absl::Status Barrier() override;
   absl::Status Close() override;

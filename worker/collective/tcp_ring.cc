@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "absl/cleanup/cleanup.h"
@@ -277,15 +278,23 @@ absl::Status TcpRing::Exchange(const char* out, size_t out_bytes, char* in, size
   return absl::OkStatus();
 }
 
-absl::Status TcpRing::AllReduce(float* data, size_t count, ReduceOp op) {
+absl::Status TcpRing::AllReduce(float* data, size_t count, ReduceOp op, ps::WireFloat wire) {
   RETURN_IF_ERROR(broken_);
   const int n = options_.size;
   if (n == 1 || count == 0) return absl::OkStatus();
   if (next_fd_ < 0) return absl::FailedPreconditionError("tcp ring: closed");
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  if (wire != ps::WireFloat::kFloat32) {
+    absl::Status s = AllReduceCompressed(data, count, op, wire, deadline);
+    if (!s.ok()) {
+      broken_ = s;
+      Shutdown();
+    }
+    return s;
+  }
   const FloatReduction reduce = FloatReductionFor(op);
   const size_t part_floats = kPartBytes / sizeof(float);
   const size_t segment = part_floats * static_cast<size_t>(n);
-  const absl::Time deadline = absl::Now() + options_.timeout;
   const auto fail = [&](absl::Status s) {
     broken_ = s;
     Shutdown();  // the neighbours' next read fails instead of waiting out their timeout
@@ -320,6 +329,77 @@ absl::Status TcpRing::AllReduce(float* data, size_t count, ReduceOp op) {
           !e.ok()) {
         return fail(e);
       }
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// INVALID_ARGUMENT for the first value of `values` that was finite but is not once in `wire`
+// (`encoded`): fp16's range overflowed. Values that were already inf or NaN pass as they are.
+absl::Status CheckEncoded(ps::WireFloat wire, const float* values, const uint16_t* encoded,
+                          size_t count, size_t first_element) {
+  if (wire != ps::WireFloat::kFloat16) return absl::OkStatus();
+  bool any = false;  // one branch-free pass for the usual case, where there is none
+  for (size_t i = 0; i < count; ++i) any |= (encoded[i] & 0x7c00u) == 0x7c00u;
+  if (!any) return absl::OkStatus();
+  for (size_t i = 0; i < count; ++i) {
+    if ((encoded[i] & 0x7c00u) == 0x7c00u && std::isfinite(values[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gradient-compression=fp16: element ", first_element + i,
+          " of an all-reduced gradient buffer is ", values[i],
+          ", beyond fp16's largest value 65504; use --gradient-compression=bf16 (float32's "
+          "range) or none, or lower the learning rate if the gradients diverge"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status TcpRing::AllReduceCompressed(float* data, size_t count, ReduceOp op,
+                                          ps::WireFloat wire, absl::Time deadline) {
+  const int n = options_.size;
+  const FloatReduction reduce = FloatReductionFor(op);
+  // Parts as long (in values) as uncompressed ones: half the bytes per exchange.
+  const size_t part_floats = kPartBytes / sizeof(float);
+  const size_t segment = part_floats * static_cast<size_t>(n);
+  for (size_t off = 0; off < count; off += segment) {
+    float* const base = data + off;
+    const size_t len = std::min(segment, count - off);
+    const auto begin = [&](int p) { return len * static_cast<size_t>(p) / n; };
+    const auto length = [&](int p) { return begin(p + 1) - begin(p); };
+    const auto bytes = [](const uint16_t* p) { return reinterpret_cast<const char*>(p); };
+    wire_.resize(std::max(wire_.size(), len));
+    const size_t most = (len + n - 1) / n;
+    received_.resize(std::max(received_.size(), most));
+    wire_received_.resize(std::max(wire_received_.size(), most));
+    for (int s = 0; s < n - 1; ++s) {  // reduce-scatter: partial sums rounded to 16 bits
+      const int out = (options_.rank - s + 2 * n) % n, in = (options_.rank - s - 1 + 2 * n) % n;
+      uint16_t* const out_wire = wire_.data() + begin(out);
+      ps::Compress(wire, {base + begin(out), length(out)}, {out_wire, length(out)});
+      RETURN_IF_ERROR(
+          CheckEncoded(wire, base + begin(out), out_wire, length(out), off + begin(out)));
+      RETURN_IF_ERROR(Exchange(bytes(out_wire), length(out) * 2,
+                               reinterpret_cast<char*>(wire_received_.data()), length(in) * 2,
+                               deadline));
+      ps::Decompress(wire, {wire_received_.data(), length(in)}, {received_.data(), length(in)});
+      reduce(base + begin(in), base + begin(in), received_.data(), length(in));
+    }
+    // This rank's reduced part, rounded once: what it keeps and what every peer decodes.
+    const int own = (options_.rank + 1) % n;
+    ps::Compress(wire, {base + begin(own), length(own)}, {wire_.data() + begin(own), length(own)});
+    RETURN_IF_ERROR(CheckEncoded(wire, base + begin(own), wire_.data() + begin(own), length(own),
+                                 off + begin(own)));
+    ps::Decompress(wire, {wire_.data() + begin(own), length(own)},
+                   {base + begin(own), length(own)});
+    for (int s = 0; s < n - 1; ++s) {  // all-gather: the 16 bits are passed on as they came
+      const int out = (options_.rank + 1 - s + 2 * n) % n, in = (options_.rank - s + 2 * n) % n;
+      RETURN_IF_ERROR(Exchange(bytes(wire_.data() + begin(out)), length(out) * 2,
+                               reinterpret_cast<char*>(wire_.data() + begin(in)), length(in) * 2,
+                               deadline));
+      ps::Decompress(wire, {wire_.data() + begin(in), length(in)}, {base + begin(in), length(in)});
     }
   }
   return absl::OkStatus();

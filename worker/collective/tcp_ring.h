@@ -10,6 +10,14 @@
 // rank r sends part r - s to the next rank and reduces part r - s - 1 from the previous into
 // its data) and an all-gather (n - 1 steps passing the reduced parts on). Each part is reduced
 // once, in ring order, and copied to every rank: every rank gets the same bits.
+//
+// Compressed (AllReduce's `wire` fp16 or bf16, --gradient-compression): the same steps with
+// 16-bit values on the wire and float32 sums. In the reduce-scatter a rank rounds the partial sum
+// it sends to 16 bits, and the next decodes it and adds its own float32 values; the owner of a
+// fully reduced part rounds it once more, keeps that rounded value itself and sends those 16 bits,
+// which the all-gather forwards untouched. So each element is rounded n times (n - 1 partial
+// sums and the total; error <= n x 2^-11 (fp16) or 2^-8 (bf16) of the sum of the magnitudes,
+// not growing with the steps of training), and every rank still ends with the same bits.
 #pragma once
 
 #include <atomic>
@@ -21,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "ps/half_float.h"
 #include "worker/collective/communicator.h"
 #include "worker/collective/rendezvous.h"
 
@@ -49,8 +58,11 @@ class TcpRing {
   ~TcpRing();
 
   // In place, over every rank's `count` floats. A failure (a peer gone, the timeout, a stop)
-  // breaks the ring: later calls fail at once.
-  absl::Status AllReduce(float* data, size_t count, ReduceOp op);
+  // breaks the ring: later calls fail at once. `wire` other than float32: the values travel as
+  // 16-bit floats (above); a finite value that a 16-bit format cannot hold (fp16 beyond 65504)
+  // is an INVALID_ARGUMENT naming the fix, not an inf summed into the model.
+  absl::Status AllReduce(float* data, size_t count, ReduceOp op,
+                         ps::WireFloat wire = ps::WireFloat::kFloat32);
   // Closes both connections (the neighbours' next read fails); idempotent.
   void Shutdown();
 
@@ -63,7 +75,13 @@ class TcpRing {
   TcpRingOptions options_;
   int next_fd_;      // dialled: to rank + 1
   int previous_fd_;  // accepted: from rank - 1
+  // Compressed: the segment's values in 16 bits (what this rank sends, and the all-gather's
+  // parts as they arrive), and the part being received in the reduce-scatter.
+  absl::Status AllReduceCompressed(float* data, size_t count, ReduceOp op, ps::WireFloat wire,
+                                   absl::Time deadline);
   std::vector<float> received_;
+  std::vector<uint16_t> wire_;
+  std::vector<uint16_t> wire_received_;
   absl::Status broken_;
 };
 

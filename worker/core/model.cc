@@ -16,6 +16,7 @@ Model::Model(Device& device, std::string name, int num_classes,
       num_classes_(num_classes),
       layers_(std::move(layers)) {
   for (auto& layer : layers_) {
+    first_variable_.push_back(variables_.size());
     for (Variable* v : layer->variables()) variables_.push_back(v);
   }
   layer_inputs_.resize(layers_.size());
@@ -83,6 +84,11 @@ void Model::Backward(int batch) {
   const float* grad = logits_grad_.data();
   for (size_t i = layers_.size(); i-- > 0;) {
     grad = layers_[i]->Backward(layer_inputs_[i], grad, batch, /*need_input_grad=*/i > 0);
+    // A layer without variables completes nothing new.
+    if (gradients_ready_ &&
+        (i + 1 == layers_.size() || first_variable_[i] < first_variable_[i + 1])) {
+      gradients_ready_(first_variable_[i]);
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,16 @@ class Model {
                                       const std::atomic<bool>* cancel = nullptr,
                                       EvalShare share = {});
 
+  // Called during each backward pass, on the training thread, as soon as a layer's gradients
+  // are final (the last layer's first), with `ready`: every variable from variables()[ready] to
+  // the end has its gradient for this batch, and backward will not write them again. The
+  // all-reduce starts summing them while the earlier layers' backward runs (DDP's and Horovod's
+  // overlap). On a device that queues work the gradients may still be in flight: the hook must
+  // wait for the device before reading them. Empty: none.
+  void SetGradientsReady(std::function<void(size_t ready)> hook) {
+    gradients_ready_ = std::move(hook);
+  }
+
   // Host copies in variables() order; `out`/`values` must hold num_parameters() floats.
   absl::Status ReadValues(absl::Span<float> out);
   absl::Status ReadGradients(absl::Span<float> out);
@@ -103,6 +114,8 @@ class Model {
   Tensor logits_grad_;
   IntTensor predictions_;
   std::vector<const float*> layer_inputs_;  // per layer, the input of the last Forward
+  std::vector<size_t> first_variable_;      // per layer, the index of its first variable
+  std::function<void(size_t)> gradients_ready_;
   std::vector<float> host_losses_;
   std::vector<int32_t> host_predictions_;
 };

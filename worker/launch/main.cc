@@ -201,7 +201,8 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
                    MetricsServer::Start(JoinHostPort(o.bind_address, o.metrics_port)));
   WorkerMetrics metrics(metrics_server->registry(),
                         {o.job_name, RoleName(id.role), std::to_string(id.rank),
-                         std::string(device->name()), device_name, chosen.decision.reason});
+                         std::string(device->name()), device_name, chosen.decision.reason,
+                         std::string(ps::WireFloatName(o.trainer.gradient_compression))});
   Collective collective;  // outlives the trainer, which borrows its communicator
   Trainer trainer(o.trainer, id, *device, &data->train, &data->test, &metrics);
   if (id.role == Role::kChief) {

@@ -85,6 +85,15 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         "allreduce: a rendezvous or collective that takes longer fails (a lost peer)");
   f.Add("fusion-threshold-mb", &o.fusion_threshold_mb,
         "allreduce: gradients are fused into buffers of at most this many MiB");
+  f.Add("gradient-compression", &o.gradient_compression,
+        "none, fp16 or bf16: gradients (and, ps modes, pulled parameters) cross the network "
+        "as 16-bit floats, half the bytes; sums and updates stay float32",
+        "KUBETRAIN_GRADIENT_COMPRESSION");
+  f.Add("overlap-allreduce", &t.overlap_allreduce,
+        "allreduce on the CPU over Gloo: sum each fused buffer as soon as backward has "
+        "computed its gradients, last layer first, while backward goes on (pair with a "
+        "--fusion-threshold-mb below the model's size)",
+        "KUBETRAIN_OVERLAP_ALLREDUCE");
   f.Add("coordinator", &o.coordinator,
         "allreduce without TF_CONFIG: the chief's rendezvous address host:port (the chief "
         "listens on its port)");
@@ -138,6 +147,13 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   if (o.fusion_threshold_mb < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--fusion-threshold-mb: must be >= 1, got ", o.fusion_threshold_mb));
+  }
+  if (std::optional<ps::WireFloat> wire = ps::ParseWireFloat(o.gradient_compression)) {
+    t.gradient_compression = *wire;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--gradient-compression: unsupported value \"",
+                                                   o.gradient_compression,
+                                                   "\"; allowed: none, fp16, bf16"));
   }
   if (o.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--collective-timeout: must be > 0");

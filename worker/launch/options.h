@@ -32,6 +32,7 @@ struct Options {
   bool bind_cpus = true;
   absl::Duration collective_timeout = absl::Minutes(5);
   int fusion_threshold_mb = 64;
+  std::string gradient_compression = "none";  // none, fp16, bf16
   std::string coordinator;  // without TF_CONFIG: the chief's coordinator host:port
   // The chief's checkpoints outlive its pod (the operator says so: operator/api/
   // checkpoint_storage.h); false: the chief warns at start that a recreated pod starts over.

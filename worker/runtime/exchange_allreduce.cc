@@ -16,6 +16,7 @@
 #include "worker/core/random.h"
 #include "worker/runtime/allreduce_agreement.h"
 #include "worker/runtime/chief_duties.h"
+#include "worker/runtime/fused_buckets.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -27,6 +28,7 @@ class AllReduceExchange final : public GradientExchange {
  public:
   explicit AllReduceExchange(const ExchangeContext& context)
       : c_(context), device_(context.device), model_(context.model) {}
+  ~AllReduceExchange() override { model_.SetGradientsReady(nullptr); }
 
   // ---- set-up ---------------------------------------------------------------------------------
 
@@ -52,7 +54,10 @@ class AllReduceExchange final : public GradientExchange {
         device_.Fill(v->size(), optimizer_->SlotInitialValue(), slots_[i].back().data());
       }
     }
-    BuildBuckets();
+    // The loss (and an elastic job's members-changed flag) ride in the last buffer.
+    fused_ = FusedBuckets(device_, model_, c_.options.fusion_bytes, c_.options.overlap_allreduce,
+                          elastic_ ? 2 : 1);
+    loss_slot_ = fused_.extra();
     scratch_ = Tensor(device_, {3 * kU64Chunks});
     flat_.resize(model_.num_parameters());
     return device_.Synchronize();
@@ -78,8 +83,12 @@ class AllReduceExchange final : public GradientExchange {
               {{"rank", c_.id.rank},
                {"workers", size()},
                {"communicator", comm_ != nullptr ? comm_->name() : "elastic"},
-               {"fused_buffers", buckets_.size()},
+               {"fused_buffers", fused_.buckets().size()},
+               {"gradient_compression", comm_ == nullptr || comm_->CompressesOnTheWire()
+                                            ? ps::WireFloatName(c_.options.gradient_compression)
+                                            : "none (no network link: sums float32)"},
                {"parameters", model_.num_parameters()}});
+    RETURN_IF_ERROR(StartOverlap());
     step_ = 0;
     run_id_ = RandomHexId();
     if (chief != nullptr) {
@@ -293,17 +302,12 @@ class AllReduceExchange final : public GradientExchange {
   }
 
  private:
-  // A variable's place in a fused gradient buffer.
-  struct Member {
-    Variable* variable;
-    std::vector<Tensor>* slots;
-    int64_t offset;
-  };
-  struct Bucket {
-    std::vector<Member> members;
-    int64_t elements = 0;
-    Tensor buffer;
-  };
+  // Whether this step's gradients cross the wire compressed (--gradient-compression, over a
+  // communicator with a wire: Gloo's ring).
+  bool Compresses() const {
+    return c_.options.gradient_compression != ps::WireFloat::kFloat32 &&
+           comm_->CompressesOnTheWire();
+  }
 
   int size() const {
     if (elastic_) return comm_ != nullptr ? comm_->size() : c_.id.num_workers;
@@ -312,33 +316,24 @@ class AllReduceExchange final : public GradientExchange {
   // Where this rank is: the global step, or (elastic) the gradients applied.
   int64_t Position() const { return elastic_ ? applied_ : step_; }
 
-  // Packs variables in order into buffers of at most fusion_bytes (a larger variable gets one of
-  // its own); one more float at the end of the last carries the step's loss.
-  void BuildBuckets() {
-    const int64_t limit = std::max<int64_t>(1, c_.options.fusion_bytes / sizeof(float));
-    for (size_t i = 0; i < model_.variables().size(); ++i) {
-      Variable* v = model_.variables()[i];
-      if (buckets_.empty() ||
-          (buckets_.back().elements > 0 && buckets_.back().elements + v->size() > limit)) {
-        buckets_.emplace_back();
-      }
-      Bucket& b = buckets_.back();
-      b.members.push_back({v, &slots_[i], b.elements});
-      b.elements += v->size();
+  // --overlap-allreduce: each buffer's sum starts as backward completes its variables, on a
+  // thread of its own (worker/runtime/fused_buckets.h). Only a fixed-size job on the CPU over
+  // Gloo: an elastic job swaps its communicator between steps, and a device that queues its
+  // work would need a wait per layer.
+  absl::Status StartOverlap() {
+    if (!c_.options.overlap_allreduce) return absl::OkStatus();
+    if (elastic_ || device_.name() != "cpu" || comm_->name() != "gloo") {
+      log::Info("--overlap-allreduce: not for this job; the buffers are summed after backward",
+                {{"why", elastic_ ? "elastic" : "needs the CPU device and Gloo"}});
+      return absl::OkStatus();
     }
-    buckets_.back().elements += elastic_ ? 2 : 1;  // the loss (and the members-changed flag)
-    // Each gradient lives in its fused buffer: backward writes it there, so nothing is copied
-    // before the all-reduce (the variable's own gradient buffer is given back).
-    for (Bucket& b : buckets_) {
-      b.buffer = Tensor(device_, {b.elements});
-      for (const Member& m : b.members) {
-        m.variable->grad = Tensor::View(b.buffer.data() + m.offset, m.variable->shape());
-      }
-      fused_.push_back(absl::MakeSpan(b.buffer.data(), static_cast<size_t>(b.elements)));
-      fused_bytes_ += b.buffer.bytes();
-    }
-    Bucket& last = buckets_.back();
-    loss_slot_ = last.buffer.data() + last.elements - (elastic_ ? 2 : 1);
+    overlap_ = std::make_unique<OverlappedReduction>(fused_, [this](size_t i) {
+      absl::Span<const absl::Span<float>> one(&fused_.spans()[i], 1);
+      return Compresses() ? comm_->AllReduceManyCompressed(one, c_.options.gradient_compression)
+                          : comm_->AllReduceMany(one, ReduceOp::kSum);
+    });
+    model_.SetGradientsReady([this](size_t ready) { overlap_->GradientsReady(ready); });
+    return absl::OkStatus();
   }
 
   absl::Status Restore(const ps::ModelState& state) {
@@ -388,8 +383,21 @@ class AllReduceExchange final : public GradientExchange {
       device_.CopyHostToDevice(&change, loss_slot_ + 1, sizeof(float));
     }
     absl::Time t0 = absl::Now();
-    RETURN_IF_ERROR(comm_->AllReduceMany(fused_, ReduceOp::kSum),
-                    "all-reducing the gradients of step ", pos);
+    if (overlap_ != nullptr) {
+      RETURN_IF_ERROR(overlap_->Finish(), "all-reducing the gradients of step ", pos);
+      if (c_.metrics) {
+        c_.metrics->overlapped_buffers.Increment(
+            static_cast<double>(overlap_->started_during_backward() - overlapped_));
+      }
+      overlapped_ = overlap_->started_during_backward();
+    } else if (Compresses()) {
+      RETURN_IF_ERROR(
+          comm_->AllReduceManyCompressed(fused_.spans(), c_.options.gradient_compression),
+          "all-reducing the gradients of step ", pos);
+    } else {
+      RETURN_IF_ERROR(comm_->AllReduceMany(fused_.spans(), ReduceOp::kSum),
+                      "all-reducing the gradients of step ", pos);
+    }
     if (elastic_) {
       RETURN_IF_ERROR(comm_->WaitForQueued(), "all-reducing the gradients of step ", pos);
     }
@@ -401,9 +409,12 @@ class AllReduceExchange final : public GradientExchange {
     reform_wanted_ = summed[1] > 0;
     if (c_.metrics) {
       c_.metrics->allreduce_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-      // What a ring all-reduce sends per rank: 2(n-1)/n of the buffers.
-      c_.metrics->sent_bytes.Increment(2.0 * (size() - 1) / size() *
-                                       static_cast<double>(fused_bytes_));
+      // What a ring all-reduce sends per rank: 2(n-1)/n of the buffers, at the wire's width.
+      const double wire_bytes = Compresses()
+                                    ? static_cast<double>(fused_.bytes()) / sizeof(float) *
+                                          ps::WireFloatBytes(c_.options.gradient_compression)
+                                    : static_cast<double>(fused_.bytes());
+      c_.metrics->sent_bytes.Increment(2.0 * (size() - 1) / size() * wire_bytes);
     }
     return summed[0] / static_cast<float>(size());
   }
@@ -414,9 +425,9 @@ class AllReduceExchange final : public GradientExchange {
     // The mean; an elastic job's sum over the size the learning rate was scaled for (linear
     // scaling, as the ps do: ps/store.h).
     rule.grad_scale = 1.0f / static_cast<float>(elastic_ ? nominal_ : size());
-    for (Bucket& b : buckets_) {
-      for (const Member& m : b.members) {
-        std::vector<Tensor>& slots = *m.slots;
+    for (FusedBucket& b : fused_.buckets()) {
+      for (const FusedBucket::Member& m : b.members) {
+        std::vector<Tensor>& slots = slots_[m.index];
         device_.ApplyUpdate(rule, m.variable->size(), b.buffer.data() + m.offset,
                             m.variable->value.data(), slots.size() > 0 ? slots[0].data() : nullptr,
                             slots.size() > 1 ? slots[1].data() : nullptr);
@@ -463,15 +474,15 @@ class AllReduceExchange final : public GradientExchange {
   std::unique_ptr<ps::Optimizer> optimizer_;
   ps::OptimizerOptions optimizer_options_;  // optimizer_'s
   std::vector<std::vector<Tensor>> slots_;  // per variable, the optimizer's slots
-  std::vector<Bucket> buckets_;
-  Tensor scratch_;           // small collectives (step, checksum)
-  std::vector<float> flat_;  // host copy of the parameters for the checksum
+  FusedBuckets fused_;
+  std::unique_ptr<OverlappedReduction> overlap_;  // --overlap-allreduce, where it applies
+  int64_t overlapped_ = 0;                        // its buffers started during backward, counted
+  Tensor scratch_;                                // small collectives (step, checksum)
+  std::vector<float> flat_;                       // host copy of the parameters for the checksum
   int64_t step_ = 0;
   std::string run_id_;
   std::optional<uint64_t> checksum_;       // once the ranks compared the final parameters
   std::optional<EvalResult> shared_eval_;  // the ranks' evaluation at an epoch's end or the end
-  std::vector<absl::Span<float>> fused_;   // the buckets' buffers, as the communicator takes them
-  size_t fused_bytes_ = 0;                 // theirs together
   float* loss_slot_ = nullptr;             // in the last buffer: the step's mean loss
   // Elastic jobs (docs/architecture.md §5.10).
   bool elastic_ = false;

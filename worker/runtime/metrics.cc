@@ -14,6 +14,14 @@ prometheus::Counter& Counter(prometheus::Registry& r, const std::string& name,
   return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(Base(l));
 }
 
+// The byte counters say what the bytes were: float32 or 16-bit floats.
+prometheus::Counter& Bytes(prometheus::Registry& r, const std::string& name,
+                           const std::string& help, const MetricLabels& l) {
+  Labels labels = Base(l);
+  labels["compression"] = l.compression;
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(labels);
+}
+
 prometheus::Gauge& Gauge(prometheus::Registry& r, const std::string& name, const std::string& help,
                          const MetricLabels& l) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(Base(l));
@@ -32,14 +40,22 @@ prometheus::Histogram& Seconds(prometheus::Registry& r, const std::string& name,
 WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const MetricLabels& l)
     : steps(Counter(r, "kubetrain_worker_steps_total", "Training steps this worker completed.", l)),
       examples(Counter(r, "kubetrain_worker_examples_total", "Training examples processed.", l)),
-      sent_bytes(Counter(r, "kubetrain_worker_sent_bytes_total",
-                         "Gradient bytes sent: pushed to the ps, or sent by the all-reduce.", l)),
-      received_bytes(
-          Counter(r, "kubetrain_worker_received_bytes_total", "Parameter bytes pulled.", l)),
+      sent_bytes(Bytes(r, "kubetrain_worker_sent_bytes_total",
+                       "Gradient bytes sent: pushed to the ps, or sent by the all-reduce "
+                       "(compression: none, fp16 or bf16 on the wire).",
+                       l)),
+      received_bytes(Bytes(r, "kubetrain_worker_received_bytes_total",
+                           "Parameter bytes pulled (compression: none, fp16 or bf16 on the wire).",
+                           l)),
       stale_pushes(Counter(r, "kubetrain_worker_stale_pushes_total",
                            "Pushes a ps dropped as stale (sync mode).", l)),
       recoveries(Counter(r, "kubetrain_worker_recoveries_total",
                          "Times training waited for an unavailable or refilled ps.", l)),
+      overlapped_buffers(
+          Counter(r, "kubetrain_worker_allreduce_overlapped_buffers_total",
+                  "Fused gradient buffers whose all-reduce started while backward still ran "
+                  "(--overlap-allreduce).",
+                  l)),
       loss(Gauge(r, "kubetrain_worker_loss", "Training loss of the latest step.", l)),
       accuracy(Gauge(r, "kubetrain_worker_accuracy", "Latest test-set accuracy (chief).", l)),
       epoch(Gauge(r, "kubetrain_worker_epoch", "Current epoch.", l)),

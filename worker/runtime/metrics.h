@@ -21,6 +21,9 @@ struct MetricLabels {
   // Why this device, for kubetrain_worker_device_info: "requested", "gpu", or why --device=auto
   // fell back to the CPU ("no-gpu", "no-driver", "driver-too-old", ...; DeviceDecision::reason).
   std::string device_reason;
+  // --gradient-compression as it applies (none where the link carries float32): the
+  // `compression` label of the sent and received byte counters.
+  std::string compression = "none";
 };
 
 class WorkerMetrics {
@@ -33,6 +36,7 @@ class WorkerMetrics {
   prometheus::Counter& received_bytes;
   prometheus::Counter& stale_pushes;
   prometheus::Counter& recoveries;
+  prometheus::Counter& overlapped_buffers;  // --overlap-allreduce
   prometheus::Gauge& loss;
   prometheus::Gauge& accuracy;
   prometheus::Gauge& epoch;

@@ -207,6 +207,15 @@ class PsExchange : public GradientExchange {
   absl::StatusOr<std::vector<std::span<const float>>> GradientsToSend() {
     RETURN_IF_ERROR(in_place_ ? c_.device.Synchronize()
                               : c_.model.ReadGradients(absl::MakeSpan(flat_grads_)));
+    for (size_t i = 0; i < grad_spans_.size(); ++i) {  // fp16 would make them inf
+      if (int64_t at = ps::FirstOverflow(Wire(), grad_spans_[i]); at >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--gradient-compression=fp16: element ", at, " of ",
+                         c_.model.variables()[i]->name, "'s gradient is ", grad_spans_[i][at],
+                         ", beyond fp16's largest value 65504; use "
+                         "--gradient-compression=bf16 or none, or lower the learning rate"));
+      }
+    }
     return std::vector<std::span<const float>>(grad_spans_.begin(), grad_spans_.end());
   }
 
@@ -217,7 +226,7 @@ class PsExchange : public GradientExchange {
     ASSIGN_OR_RETURN(ps::PushResult pushed, Client()->Push(grads, version_));
     if (c_.metrics) {
       c_.metrics->push_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-      c_.metrics->sent_bytes.Increment(c_.model.num_parameters() * sizeof(float));
+      c_.metrics->sent_bytes.Increment(WireBytes());
       if (pushed.stale > 0) c_.metrics->stale_pushes.Increment();
     }
     return pushed;
@@ -253,8 +262,8 @@ class PsExchange : public GradientExchange {
     version_ = std::move(r->version);
     if (c_.metrics) {
       c_.metrics->push_pull_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-      c_.metrics->sent_bytes.Increment(c_.model.num_parameters() * sizeof(float));
-      c_.metrics->received_bytes.Increment(c_.model.num_parameters() * sizeof(float));
+      c_.metrics->sent_bytes.Increment(WireBytes());
+      c_.metrics->received_bytes.Increment(WireBytes());
       c_.metrics->global_step.Set(version_.step());
       if (r->stale > 0) c_.metrics->stale_pushes.Increment();
     }
@@ -306,6 +315,7 @@ class PsExchange : public GradientExchange {
     client_options.stop = &c_.stop;
     client_options.secret = c_.options.job_secret;
     client_options.shared_memory = c_.options.ps_shared_memory;
+    client_options.compression = Wire();
     ASSIGN_OR_RETURN(std::unique_ptr<ps::PsClient> client,
                      ps::PsClient::Create(resolved, *plan_, client_options));
     std::lock_guard<std::mutex> lock(client_mu_);
@@ -320,8 +330,19 @@ class PsExchange : public GradientExchange {
   void ObservePull(absl::Time t0) {
     if (!c_.metrics) return;
     c_.metrics->pull_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-    c_.metrics->received_bytes.Increment(c_.model.num_parameters() * sizeof(float));
+    c_.metrics->received_bytes.Increment(WireBytes());
     c_.metrics->global_step.Set(version_.step());
+  }
+
+  // --gradient-compression as this task's pushes and pulls apply it: an evaluator reads the
+  // ps's float32 values, so that what it reports is what the checkpoints hold.
+  ps::WireFloat Wire() const {
+    return c_.id.role == Role::kEvaluator ? ps::WireFloat::kFloat32
+                                          : c_.options.gradient_compression;
+  }
+  // The tensor bytes of one push or one pull.
+  double WireBytes() const {
+    return static_cast<double>(c_.model.num_parameters()) * ps::WireFloatBytes(Wire());
   }
 
   // ---- the chief: filling the ps --------------------------------------------------------------

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "ps/half_float.h"
 #include "ps/optimizer.h"
 #include "worker/collective/communicator.h"
 #include "worker/collective/elastic_group.h"
@@ -66,6 +67,16 @@ struct TrainerOptions {
   // All-reduce mode: gradients are packed into buffers of at most this many bytes, one
   // collective each (Horovod's fusion threshold, same default).
   int64_t fusion_bytes = int64_t{64} << 20;
+  // --gradient-compression: what crosses the network as 16-bit floats (ps/half_float.h), every
+  // sum and update staying float32. All-reduce: the fused gradient buffers, over Gloo's TCP ring
+  // (shared memory and NCCL have no link to save and sum float32). ps modes: the pushed
+  // gradients and the pulled parameters (the ps keep and update float32 values).
+  ps::WireFloat gradient_compression = ps::WireFloat::kFloat32;
+  // All-reduce on the CPU over Gloo, fixed size: fused buffers are packed last layer first and
+  // each is summed, on a thread of its own, as soon as backward has completed its gradients,
+  // while backward goes on with the earlier layers (worker/runtime/fused_buckets.h). The sums
+  // are the same; only when they start differs.
+  bool overlap_allreduce = false;
   // The job's shared secret, sent with every ps call (common/job_secret.h).
   std::string job_secret;
   // ps modes: offer each ps a shared-memory buffer; a ps on this host maps it and pushes and

@@ -287,6 +287,22 @@ TEST(ParseFlags, ABadValueNamesItsFlagAndTheAllowedOnes) {
   absl::StatusOr<Options> fusion = Parse({"--fusion-threshold-mb=0"});
   ASSERT_FALSE(fusion.ok());
   EXPECT_THAT(fusion.status().message(), HasSubstr("--fusion-threshold-mb: must be >= 1"));
+  absl::StatusOr<Options> compression = Parse({"--gradient-compression=fp8"});
+  ASSERT_FALSE(compression.ok());
+  EXPECT_THAT(
+      compression.status().message(),
+      HasSubstr("--gradient-compression: unsupported value \"fp8\"; allowed: none, fp16, bf16"));
+}
+
+TEST(ParseFlags, GradientCompressionIsOffUnlessAsked) {
+  absl::StatusOr<Options> plain = Parse({});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->trainer.gradient_compression, ps::WireFloat::kFloat32);
+  EXPECT_FALSE(plain->trainer.overlap_allreduce);
+  absl::StatusOr<Options> bf16 = Parse({"--gradient-compression=bf16", "--overlap-allreduce"});
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(bf16->trainer.gradient_compression, ps::WireFloat::kBFloat16);
+  EXPECT_TRUE(bf16->trainer.overlap_allreduce);
 }
 
 TEST(SummaryDirFor, TheChiefWritesBesideItsCheckpointsTheEvaluatorInEval) {

@@ -132,8 +132,9 @@ TEST(CrdAgreement, EveryEnumValueIsAcceptedAndOthersRejected) {
     EXPECT_TRUE(RejectsAt(doc, c.path)) << c.path;
     ++checked;
   }
-  // 4 restartPolicy, cleanPodPolicy, restartScope, successPolicy, checkpoint.reclaimPolicy
-  EXPECT_EQ(checked, 8);
+  // 4 restartPolicy, cleanPodPolicy, restartScope, successPolicy, checkpoint.reclaimPolicy,
+  // gradientCompression
+  EXPECT_EQ(checked, 9);
 }
 
 TEST(CrdAgreement, MinimumsAndMaximumsMatch) {

@@ -151,6 +151,22 @@ TEST(PodBuilder, BackupWorkersReachEveryTask) {
             "<unset>");
 }
 
+// spec.gradientCompression reaches every task as the worker's --gradient-compression (its
+// variable); unset, the worker's default (none) holds.
+TEST(PodBuilder, GradientCompressionReachesEveryTask) {
+  json doc = MinimalJob(1, 3);
+  doc["spec"]["gradientCompression"] = "bf16";
+  TrainingJob job = Job(doc);
+  ClusterDnsAddresses dns;
+  for (const Task& t : Tasks(job, dns)) {
+    EXPECT_EQ(EnvOf(BuildPod(job, t.type, t.index, dns), "KUBETRAIN_GRADIENT_COMPRESSION"), "bf16")
+        << t.name;
+  }
+  EXPECT_EQ(EnvOf(BuildPod(Job(MinimalJob(1, 3)), ReplicaType::kWorker, 0, dns),
+                  "KUBETRAIN_GRADIENT_COMPRESSION"),
+            "<unset>");
+}
+
 // spec.elastic: every container of every task learns that its Workers come and go, and each
 // pod's TF_CONFIG is still the job's cluster at the time it is rendered.
 TEST(PodBuilder, ElasticReachesEveryContainerOfEveryTask) {
