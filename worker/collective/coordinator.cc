@@ -359,18 +359,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     const CoordinatorClientOptions& options) {
   std::unique_ptr<CoordinatorClient> client(new CoordinatorClient());
   client->options_ = options;
-  std::string dialed;
   Backoff backoff({.initial = absl::Milliseconds(200), .max = absl::Seconds(2)});
   const absl::Time give_up = absl::Now() + options.connect_timeout;
   while (true) {
     if (options.stop != nullptr && options.stop->load()) {
       return absl::CancelledError("stopped while waiting for the chief's coordinator");
     }
-    const std::string target = options.resolve ? options.resolve(options.address) : options.address;
-    if (!client->stub_ || target != dialed) {
-      client->stub_ = std::make_unique<Stub>(target, options.secret);
-      dialed = target;
-    }
+    // One channel: a chief pod being recreated keeps its name and gets a new IP, which gRPC finds
+    // by looking the name up again (docs/decisions/0001).
+    if (!client->stub_) client->stub_ = std::make_unique<Stub>(options.address, options.secret);
     grpc::ClientContext context;
     // Wait for the connection (up to a short deadline) instead of failing at once while the
     // channel backs off, so a rank joins as soon as the chief listens.
@@ -397,10 +394,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
                        absl::FormatDuration(options.connect_timeout), ": ", s.message()));
     }
     absl::Duration wait = backoff.Next();
-    log::Info("Waiting for the chief's coordinator", {{"address", options.address},
-                                                      {"dialing", dialed},
-                                                      {"reason", s.message()},
-                                                      {"retry_in", wait}});
+    log::Info("Waiting for the chief's coordinator",
+              {{"address", options.address}, {"reason", s.message()}, {"retry_in", wait}});
     absl::SleepFor(wait);
   }
 }

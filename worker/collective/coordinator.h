@@ -72,9 +72,6 @@ class CoordinatorServer {
 
 struct CoordinatorClientOptions {
   std::string address;  // the chief's coordinator, host:port
-  // Maps `address` to the one to dial, asked again on every attempt while the chief is not up
-  // (a chief pod that is being recreated gets a new IP). Identity when empty.
-  std::function<std::string(const std::string&)> resolve;
   int rank = 0;
   int world_size = 1;
   // An elastic job's member: `rank` is its task's stable id (docs/architecture.md §5.10).

@@ -1,3 +1,4 @@
+// Over 500 lines: one class (AllReduceExchange): its step, re-forming and overlap share state.
 // The all-reduce gradient exchange: fused gradient buffers, the local optimizer update, the
 // broadcast of rank 0's starting state, when the ranks compare checksums and evaluate together
 // (how: worker/runtime/allreduce_agreement.h); see worker/runtime/exchange_allreduce.h.

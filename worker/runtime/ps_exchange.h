@@ -1,3 +1,4 @@
+// Over 500 lines: one class (PsExchange) whose client, fill, watch and refill share its state.
 // What the parameter-server exchanges share (PsExchange): the client, the host copies of
 // parameters and gradients, push and pull, the chief's filling, watch and refill of the ps, and
 // every task's waiting and recovery. Internal to worker/runtime/: exchange_ps.cc builds ps-sync
@@ -108,7 +109,7 @@ class PsExchange : public GradientExchange {
     ASSIGN_OR_RETURN(ps::PlacementPlan plan,
                      ps::PlacementPlan::Build(specs, static_cast<int>(c_.id.ps_addresses.size())));
     plan_ = std::make_unique<ps::PlacementPlan>(std::move(plan));
-    return Reconnect();
+    return Connect();
   }
 
   absl::StatusOr<int64_t> Start(ChiefDuties* chief) override {
@@ -186,17 +187,12 @@ class PsExchange : public GradientExchange {
   // A client of the same ps that ignores the stop flag, with `timeout` per call: for the
   // goodbyes a stopping worker still owes.
   absl::StatusOr<std::unique_ptr<ps::PsClient>> ClientIgnoringStop(absl::Duration timeout) const {
-    std::vector<std::string> dialed;
-    {
-      std::lock_guard<std::mutex> lock(client_mu_);
-      dialed = dialed_;
-    }
     ps::ClientOptions options;
     options.worker = static_cast<uint32_t>(c_.id.rank);
     options.secret = c_.options.job_secret;
     options.rpc_timeout = timeout;
     options.shared_memory = false;  // goodbyes and exports move no gradients
-    return ps::PsClient::Create(std::move(dialed), *plan_, options);
+    return ps::PsClient::Create(c_.id.ps_addresses, *plan_, options);
   }
   // The config a restored checkpoint runs on, from the one it was saved with.
   virtual ps::TrainingConfig RestoredConfig(const ps::TrainingConfig&) { return Config(); }
@@ -301,14 +297,12 @@ class PsExchange : public GradientExchange {
  private:
   // ---- the ps client --------------------------------------------------------------------------
 
-  // (Re)creates the ps client when the resolved addresses changed (or there is none yet).
-  absl::Status Reconnect() {
-    std::vector<std::string> resolved;
-    for (const std::string& a : c_.id.ps_addresses)
-      resolved.push_back(c_.id.resolve ? c_.id.resolve(a) : a);
+  // Creates the ps client once. A recreated ps keeps its name and gets a new address, which
+  // gRPC finds by looking the name up again (docs/decisions/0001).
+  absl::Status Connect() {
     {
       std::lock_guard<std::mutex> lock(client_mu_);
-      if (client_ && resolved == dialed_) return absl::OkStatus();
+      if (client_) return absl::OkStatus();
     }
     ps::ClientOptions client_options;
     client_options.worker = static_cast<uint32_t>(c_.id.rank);
@@ -317,13 +311,9 @@ class PsExchange : public GradientExchange {
     client_options.shared_memory = c_.options.ps_shared_memory;
     client_options.compression = Wire();
     ASSIGN_OR_RETURN(std::unique_ptr<ps::PsClient> client,
-                     ps::PsClient::Create(resolved, *plan_, client_options));
+                     ps::PsClient::Create(c_.id.ps_addresses, *plan_, client_options));
     std::lock_guard<std::mutex> lock(client_mu_);
-    if (client_)
-      log::Info("Parameter server addresses changed; reconnecting",
-                {{"ps", absl::StrJoin(resolved, ",")}});
     client_ = std::move(client);
-    dialed_ = std::move(resolved);
     return absl::OkStatus();
   }
 
@@ -455,7 +445,7 @@ class PsExchange : public GradientExchange {
     std::string last_reason;
     absl::Time unreachable_since = absl::InfiniteFuture();
     while (!c_.stop.load()) {
-      absl::Status reconnected = Reconnect();
+      absl::Status reconnected = Connect();
       if (!reconnected.ok()) return reconnected;
       absl::StatusOr<std::vector<ps::ShardInfo>> infos = Client()->Status();
       if (infos.ok()) {
@@ -493,12 +483,11 @@ class PsExchange : public GradientExchange {
 
   ChiefDuties* chief_ = nullptr;  // set by Start on the chief
   std::unique_ptr<ps::PlacementPlan> plan_;
-  mutable std::mutex client_mu_;  // guards client_ and dialed_: the chief's monitor reads them
+  mutable std::mutex client_mu_;  // guards client_: the chief's monitor reads it
   std::shared_ptr<ps::PsClient> client_;
-  std::vector<std::string> dialed_;  // the resolved addresses client_ dials
-  bool push_and_pull_ = true;        // false once a ps answered PushAndPull UNIMPLEMENTED
-  bool in_place_ = false;            // value_spans_ and grad_spans_ are the model's own buffers
-  std::vector<float> flat_values_;   // else the host copies they point into
+  bool push_and_pull_ = true;       // false once a ps answered PushAndPull UNIMPLEMENTED
+  bool in_place_ = false;           // value_spans_ and grad_spans_ are the model's own buffers
+  std::vector<float> flat_values_;  // else the host copies they point into
   std::vector<float> flat_grads_;
   std::vector<std::span<float>> value_spans_;
   std::vector<std::span<float>> grad_spans_;

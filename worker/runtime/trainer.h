@@ -109,9 +109,6 @@ struct TaskIdentity {
   int rank = 0;                           // this task among the training workers (chief first)
   int num_workers = 1;                    // training workers: the chief (if any) plus the workers
   std::vector<std::string> ps_addresses;  // "host:port" as the cluster spec names them
-  // Maps a cluster-spec address to the one to dial (hosts file, ...). Called again whenever the
-  // ps are lost, so a ps that comes back at another address is found. Identity when empty.
-  std::function<std::string(const std::string&)> resolve;
   // All-reduce mode: the connected communicator of this rank (borrowed).
   Communicator* communicator = nullptr;
   // Elastic all-reduce jobs: the group whose communicator is formed again for each generation

@@ -46,8 +46,6 @@ TEST(Identify, AWorkerIsRankedAfterTheChief) {
   EXPECT_EQ(place->rendezvous.self, "worker-1:2222");
   EXPECT_THAT(place->rendezvous.ranks,
               ElementsAre("chief-0:2222", "worker-0:2222", "worker-1:2222"));
-  // Addresses are dialed as TF_CONFIG names them: the system resolver (cluster DNS) maps names.
-  EXPECT_TRUE(place->id.resolve == nullptr);
 }
 
 TEST(Identify, TheChiefTaskIsRankZero) {
