@@ -20,6 +20,7 @@
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
+#include "localkube/tests/sandbox_kubelet_fixture.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -60,35 +61,9 @@ print('sibling seen; procs', procs, flush=True)
 time.sleep(60)
 )";
 
-class PodProcesses : public ::testing::Test {
+class PodProcesses : public testing::SandboxKubeletTest {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "pod sandboxes need root (network and PID namespaces)";
-    std::random_device random;
-    tag_ = absl::StrCat(getpid(), "-", random() % 1000000);
-    dir_ = (std::filesystem::temp_directory_path() / ("pod_processes_test-" + tag_)).string();
-    std::filesystem::create_directories(dir_);
-    api_ = std::make_unique<Api>(&registry_, &store_);
-    KubeletOptions options;
-    options.log_dir = dir_ + "/logs";
-    options.node_names = {"node-1", "node-2"};
-    options.pod_network.mode = "sandbox";
-    options.pod_network.pod_init = LOCALKUBE_POD_INIT_BINARY;
-    kubelet_ = std::make_unique<Kubelet>(options, api_.get());
-    ASSERT_THAT(kubelet_->pod_network_status(), IsOk());
-    ASSERT_NE(kubelet_->pod_network(), nullptr);
-    api_->EnableGracefulPodDeletion();
-    kubelet_->Start();
-  }
-  void TearDown() override {
-    if (kubelet_) kubelet_->Stop();
-    kubelet_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-
-  Target Of(const char* resource, const std::string& name = "") {
-    return Target{registry_.Find("", "v1", resource), "default", name, ""};
-  }
+  PodProcesses() : SandboxKubeletTest("pod_processes_test", {"node-1", "node-2"}) {}
   static json Container(const std::string& name, const std::vector<std::string>& command) {
     return {{"name", name}, {"image", "x"}, {"command", command}};
   }
@@ -141,12 +116,6 @@ class PodProcesses : public ::testing::Test {
     }
     return found;
   }
-
-  std::string tag_, dir_;
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Kubelet> kubelet_;
 };
 
 TEST_F(PodProcesses, APodSeesOnlyItsOwnProcessesAndCannotSignalAnotherPods) {

@@ -17,6 +17,7 @@
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
+#include "localkube/tests/sandbox_kubelet_fixture.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -25,34 +26,9 @@ using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
-class PodSandboxMounts : public ::testing::Test {
+class PodSandboxMounts : public testing::SandboxKubeletTest {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "pod sandboxes need root (network and mount namespaces)";
-    std::random_device random;
-    tag_ = absl::StrCat(getpid(), "-", random() % 1000000);
-    dir_ = (std::filesystem::temp_directory_path() / ("pod_sandbox_mounts_test-" + tag_)).string();
-    std::filesystem::create_directories(dir_);
-    api_ = std::make_unique<Api>(&registry_, &store_);
-    KubeletOptions options;
-    options.log_dir = dir_ + "/logs";
-    options.pod_network.mode = "sandbox";
-    options.pod_network.pod_init = LOCALKUBE_POD_INIT_BINARY;
-    kubelet_ = std::make_unique<Kubelet>(options, api_.get());
-    ASSERT_THAT(kubelet_->pod_network_status(), IsOk());
-    ASSERT_NE(kubelet_->pod_network(), nullptr);
-    api_->EnableGracefulPodDeletion();
-    kubelet_->Start();
-  }
-  void TearDown() override {
-    if (kubelet_) kubelet_->Stop();
-    kubelet_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-
-  Target Of(const char* resource, const std::string& name = "") {
-    return Target{registry_.Find("", "v1", resource), "default", name, ""};
-  }
+  PodSandboxMounts() : SandboxKubeletTest("pod_sandbox_mounts_test", {}) {}
   std::string Log(const std::string& pod, const std::string& container) {
     auto path = kubelet_->LogPath("default", pod, container, false);
     if (!path.ok()) return "";
@@ -78,12 +54,6 @@ class PodSandboxMounts : public ::testing::Test {
             {"command", {"/usr/bin/python3", "-c", program}},
             {"volumeMounts", mounts}};
   }
-
-  std::string tag_, dir_;
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Kubelet> kubelet_;
 };
 
 TEST_F(PodSandboxMounts, VolumesMountWhereTheHostHasNoDirectoryAndTheHostStaysUnchanged) {

@@ -17,6 +17,7 @@
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
 #include "localkube/pod_hosts.h"
+#include "localkube/tests/sandbox_kubelet_fixture.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -57,34 +58,9 @@ print('tmp', sorted(os.listdir('/tmp')), 'shm', sorted(os.listdir('/dev/shm')), 
 time.sleep(60)
 )";
 
-class PodSandboxes : public ::testing::Test {
+class PodSandboxes : public testing::SandboxKubeletTest {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "pod sandboxes need root (network and mount namespaces)";
-    dir_ = (std::filesystem::temp_directory_path() / absl::StrCat("pod_sandbox_test-", getpid()))
-               .string();
-    std::filesystem::create_directories(dir_);
-    api_ = std::make_unique<Api>(&registry_, &store_);
-    KubeletOptions options;
-    options.log_dir = dir_ + "/logs";
-    options.node_names = {"node-1", "node-2"};
-    options.pod_network.mode = "sandbox";
-    options.pod_network.pod_init = LOCALKUBE_POD_INIT_BINARY;
-    kubelet_ = std::make_unique<Kubelet>(options, api_.get());
-    ASSERT_THAT(kubelet_->pod_network_status(), IsOk());
-    ASSERT_NE(kubelet_->pod_network(), nullptr);
-    api_->EnableGracefulPodDeletion();
-    kubelet_->Start();
-  }
-  void TearDown() override {
-    if (kubelet_) kubelet_->Stop();
-    kubelet_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-
-  Target Of(const char* resource, const std::string& name = "") {
-    return Target{registry_.Find("", "v1", resource), "default", name, ""};
-  }
+  PodSandboxes() : SandboxKubeletTest("pod_sandbox_test", {"node-1", "node-2"}) {}
   void RunPod(const std::string& name, const std::string& node, const std::string& program) {
     json pod = {
         {"apiVersion", "v1"},
@@ -112,12 +88,6 @@ class PodSandboxes : public ::testing::Test {
     text << in.rdbuf();
     return text.str();
   }
-
-  std::string dir_;
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Kubelet> kubelet_;
 };
 
 TEST_F(PodSandboxes, PodsOnTwoNodesTalkByNameAndKeepTmpShmAndHostnameToThemselves) {

@@ -1,0 +1,68 @@
+// The set-up the pod sandbox suites share: a kubelet running pods in sandboxes
+// (pod_sandbox.h, localkube-pod-init) over an API server in memory, in a folder of its own under
+// the temp directory. Skips without root.
+#pragma once
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing/status_matchers.h"
+#include "localkube/api.h"
+#include "localkube/kubelet.h"
+
+namespace kubetrain::localkube::testing {
+
+class SandboxKubeletTest : public ::testing::Test {
+ protected:
+  // `suite` names the folder; `nodes` are the kubelet's nodes (none: it runs every pod).
+  SandboxKubeletTest(std::string suite, std::vector<std::string> nodes)
+      : suite_(std::move(suite)), nodes_(std::move(nodes)) {}
+
+  void SetUp() override {
+    if (geteuid() != 0)
+      GTEST_SKIP() << "pod sandboxes need root (network, mount and PID namespaces)";
+    std::random_device random;
+    tag_ = absl::StrCat(getpid(), "-", random() % 1000000);
+    dir_ = (std::filesystem::temp_directory_path() / absl::StrCat(suite_, "-", tag_)).string();
+    std::filesystem::create_directories(dir_);
+    api_ = std::make_unique<Api>(&registry_, &store_);
+    KubeletOptions options;
+    options.log_dir = dir_ + "/logs";
+    options.node_names = nodes_;
+    options.pod_network.mode = "sandbox";
+    options.pod_network.pod_init = LOCALKUBE_POD_INIT_BINARY;
+    kubelet_ = std::make_unique<Kubelet>(options, api_.get());
+    ASSERT_THAT(kubelet_->pod_network_status(), ::kubetrain::testing::IsOk());
+    ASSERT_NE(kubelet_->pod_network(), nullptr);
+    api_->EnableGracefulPodDeletion();
+    kubelet_->Start();
+  }
+  void TearDown() override {
+    if (kubelet_) kubelet_->Stop();
+    kubelet_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  Target Of(const char* resource, const std::string& name = "") {
+    return Target{registry_.Find("", "v1", resource), "default", name, ""};
+  }
+
+  const std::string suite_;
+  const std::vector<std::string> nodes_;
+  std::string tag_, dir_;
+  Registry registry_;
+  Store store_;
+  std::unique_ptr<Api> api_;
+  std::unique_ptr<Kubelet> kubelet_;
+};
+
+}  // namespace kubetrain::localkube::testing
