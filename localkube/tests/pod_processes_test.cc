@@ -63,7 +63,10 @@ time.sleep(60)
 
 class PodProcesses : public testing::SandboxKubeletTest {
  protected:
-  PodProcesses() : SandboxKubeletTest("pod_processes_test", {"node-1", "node-2"}) {}
+  PodProcesses() : SandboxKubeletTest("pod_processes_test", {"node-1", "node-2"}) {
+    image_map_ = {
+        {"kubetrain/", std::filesystem::path(KUBETRAIN_PS_BINARY).parent_path().string()}};
+  }
   static json Container(const std::string& name, const std::vector<std::string>& command) {
     return {{"name", name}, {"image", "x"}, {"command", command}};
   }
@@ -214,17 +217,23 @@ TEST_F(PodProcesses, ExitCodesAndRestartsAreTheProgramsOwn) {
 TEST_F(PodProcesses, PsAndWorkerInTwoPodsTrainOverGrpcWithoutSharingMemory) {
   const json secret =
       json::array({{{"name", "KUBETRAIN_JOB_SECRET"}, {"value", "0123456789abcdef"}}});
-  json ps_container = Container("c", {KUBETRAIN_PS_BINARY, "--metrics-port=0"});
+  // The programs come from their images, as in localkube: the build's folder (which a checkout
+  // under /tmp puts below the pods' own /tmp) is mapped into each sandbox.
+  ASSERT_EQ(std::filesystem::path(KUBETRAIN_PS_BINARY).parent_path(),
+            std::filesystem::path(KUBETRAIN_WORKER_BINARY).parent_path());
+  json ps_container = Container("c", {"kubetrain-ps", "--metrics-port=0"});
+  ps_container["image"] = "kubetrain/ps:1";
   ps_container["env"] = secret;
   RunPod("ps", "node-1", {ps_container});
   std::string ip;
   ASSERT_TRUE(Eventually([&] { return !(ip = Status("ps").value("podIP", "")).empty(); },
                          absl::Seconds(20)));
   json worker_container =
-      Container("c", {KUBETRAIN_WORKER_BINARY, "--mode=ps-sync", "--ps=" + ip + ":2222",
+      Container("c", {"kubetrain-worker", "--mode=ps-sync", "--ps=" + ip + ":2222",
                       "--worker-index=0", "--num-workers=1", "--epochs=1", "--threads=1",
                       "--log-every=1s", "--metrics-port=0", "--checkpoint-dir=/tmp/ckpt"});
   worker_container["env"] = secret;
+  worker_container["image"] = "kubetrain/worker:1";
   RunPod("worker", "node-2", {worker_container});
   std::string worker, ps;
   ASSERT_TRUE(Eventually([&] { return absl::StrContains(worker = Log("worker"), "msg=progress"); },

@@ -38,6 +38,7 @@ class SandboxKubeletTest : public ::testing::Test {
     KubeletOptions options;
     options.log_dir = dir_ + "/logs";
     options.node_names = nodes_;
+    options.image_map = image_map_;
     options.pod_network.mode = "sandbox";
     options.pod_network.pod_init = LOCALKUBE_POD_INIT_BINARY;
     kubelet_ = std::make_unique<Kubelet>(options, api_.get());
@@ -58,6 +59,8 @@ class SandboxKubeletTest : public ::testing::Test {
 
   const std::string suite_;
   const std::vector<std::string> nodes_;
+  // Set before SetUp: (image prefix, directory of programs), as localkube's --image-map.
+  std::vector<std::pair<std::string, std::string>> image_map_;
   std::string tag_, dir_;
   Registry registry_;
   Store store_;
