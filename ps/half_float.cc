@@ -9,6 +9,7 @@
 #include <cmath>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -105,7 +106,13 @@ __attribute__((target("avx,f16c"))) void DecompressHalfF16c(const uint16_t* in, 
 }
 
 bool HaveF16c() {
-  static const bool have = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (clang's __builtin_cpu_supports has no "f16c"); "avx" also says
+  // the operating system saves the AVX registers.
+  static const bool have = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0 &&
+           __builtin_cpu_supports("avx");
+  }();
   return have;
 }
 #else
