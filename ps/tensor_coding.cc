@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -80,11 +81,11 @@ absl::string_view AsBytes(std::span<const float> values) {
 
 // A slice of `values` coded as `wire`'s 16-bit floats (the one copy a compressed tensor makes).
 grpc::Slice CompressedSlice(WireFloat wire, std::span<const float> values) {
-  grpc::Slice slice(values.size() * sizeof(uint16_t));
-  // A fresh slice of our own: nothing else references its bytes yet.
-  auto* out = reinterpret_cast<uint16_t*>(const_cast<uint8_t*>(slice.begin()));
-  Compress(wire, values, {out, values.size()});
-  return slice;
+  // Coded into aligned memory and then copied: a slice's bytes may start at an odd address,
+  // where 16-bit stores are undefined (UBSan: misaligned address).
+  std::vector<uint16_t> narrow(values.size());
+  Compress(wire, values, narrow);
+  return grpc::Slice(narrow.data(), narrow.size() * sizeof(uint16_t));
 }
 
 // The encoding field's value, or INVALID_ARGUMENT naming the partition (a peer from a newer
