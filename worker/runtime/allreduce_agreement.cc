@@ -54,4 +54,14 @@ absl::StatusOr<EvalResult> SumEvaluations(Device& device, Communicator& comm, Te
                     sums[1] / static_cast<double>(examples), examples};
 }
 
+uint64_t ParameterChecksum(const float* values, size_t count) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values);
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < count * sizeof(float); ++i) {
+    h ^= bytes[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
 }  // namespace kubetrain::worker

@@ -3,6 +3,7 @@
 // their evaluations of the test set's shares.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -30,5 +31,8 @@ absl::Status CompareChecksums(Device& device, Communicator& comm, Tensor& scratc
 // float sum of the ranks' sums. `scratch` holds at least 3 floats.
 absl::StatusOr<EvalResult> SumEvaluations(Device& device, Communicator& comm, Tensor& scratch,
                                           const EvalResult& mine);
+
+// FNV-1a over the bytes of `values`: the parameter checksum ranks compare.
+uint64_t ParameterChecksum(const float* values, size_t count);
 
 }  // namespace kubetrain::worker

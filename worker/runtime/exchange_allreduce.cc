@@ -1,7 +1,5 @@
-// Over 500 lines: one class (AllReduceExchange): its step, re-forming and overlap share state.
-// The all-reduce gradient exchange: fused gradient buffers, the local optimizer update, the
-// broadcast of rank 0's starting state, when the ranks compare checksums and evaluate together
-// (how: worker/runtime/allreduce_agreement.h); see worker/runtime/exchange_allreduce.h.
+// The all-reduce gradient exchange (exchange_allreduce.h): fused buffers, the local update, rank
+// 0's starting state, when ranks compare checksums and evaluate together (allreduce_agreement.h).
 #include "worker/runtime/exchange_allreduce.h"
 
 #include <algorithm>
@@ -494,16 +492,6 @@ class AllReduceExchange final : public GradientExchange {
 };
 
 }  // namespace
-
-uint64_t ParameterChecksum(const float* values, size_t count) {
-  const auto* bytes = reinterpret_cast<const unsigned char*>(values);
-  uint64_t h = 14695981039346656037ull;
-  for (size_t i = 0; i < count * sizeof(float); ++i) {
-    h ^= bytes[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::unique_ptr<GradientExchange> MakeAllReduceExchange(const ExchangeContext& context) {
   return std::make_unique<AllReduceExchange>(context);

@@ -24,7 +24,4 @@ namespace kubetrain::worker {
 // (Setup checks).
 std::unique_ptr<GradientExchange> MakeAllReduceExchange(const ExchangeContext& context);
 
-// FNV-1a over the bytes of `values`: the parameter checksum ranks compare.
-uint64_t ParameterChecksum(const float* values, size_t count);
-
 }  // namespace kubetrain::worker

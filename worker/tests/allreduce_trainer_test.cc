@@ -21,6 +21,7 @@
 #include "worker/core/data/fashion_mnist.h"
 #include "worker/core/data/shard.h"
 #include "worker/core/models.h"
+#include "worker/runtime/allreduce_agreement.h"
 #include "worker/runtime/checkpoint.h"
 #include "worker/runtime/exchange_allreduce.h"
 #include "worker/runtime/gradient_exchange.h"
