@@ -48,10 +48,13 @@ if other:
 time.sleep(60)
 )";
 
-// Waits until the pod's /proc shows a process with argv[1] in its command line, then lists it.
+// Waits until the pod's /proc shows another process with argv[1] in its command line, then lists
+// the pod's processes.
 constexpr char kSibling[] = R"(
 import os, sys, time
 def mine(p):
+    if p == str(os.getpid()):
+        return False
     try:
         return sys.argv[1] in open('/proc/%s/cmdline' % p).read().split('\0')[2:]
     except OSError:
@@ -106,14 +109,24 @@ class PodProcesses : public testing::SandboxKubeletTest {
     std::vector<pid_t> found;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-      std::ifstream in(e.path() / "cmdline");
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      // A process may end while it is read (reading its files then fails with ESRCH).
+      std::string text;
+      try {
+        std::ifstream in(e.path() / "cmdline");
+        text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      } catch (const std::ios_base::failure&) {
+        continue;
+      }
       std::vector<std::string> argv = absl::StrSplit(text, '\0');
       if (argv.size() <= index || argv[index] != word || !absl::StrContains(text, marker)) continue;
       if (parent != 0) {
-        std::ifstream status(e.path() / "status");
         std::string line;
-        while (std::getline(status, line) && !absl::StartsWith(line, "PPid:")) {
+        try {
+          std::ifstream status(e.path() / "status");
+          while (std::getline(status, line) && !absl::StartsWith(line, "PPid:")) {
+          }
+        } catch (const std::ios_base::failure&) {
+          continue;
         }
         if (line != absl::StrCat("PPid:\t", parent)) continue;
       }
