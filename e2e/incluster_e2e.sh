@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The cluster story from images, as on a real cluster: localkube runs pods from their images
-# (--runtime=oci) with RBAC on; `helm install` of the chart with its default values starts the
-# operator pod from
+# (--runtime=oci), each in its own sandbox on one of 3 nodes, with RBAC on; `helm install` of the
+# chart with its default values starts the operator pod from
 # kubetrain/operator:0.1.0 through its Deployment, and the operator finds the API server with the
 # in-cluster config (the mounted ServiceAccount token, KUBERNETES_SERVICE_HOST/PORT; no
 # --kubeconfig). `kubectl apply` of the example runs ps and worker pods from
@@ -82,9 +82,9 @@ for _ in $(seq 150); do
 done
 k -n "$NS" logs "$pod" | has "Caches synced" || fail "the operator's caches did not sync"
 k -n "$NS" logs "$pod" | has -i "in-cluster" || fail "the operator did not use the in-cluster config"
-# The default ports on the pod's own IP: the worker pods' metrics servers (port 8080 on theirs)
-# share the host network with it here.
+# The default ports on the pod's own IP, in its own sandbox (network, IPC, PID) on its node.
 pod_ip=$(k -n "$NS" get pod "$pod" -o jsonpath='{.status.podIP}')
+[[ $pod_ip == 198.1[89].* ]] || fail "the operator pod's IP $pod_ip is not in the sandbox network"
 curl -sf -m 5 "http://$pod_ip:8080/metrics" | has '^kubetrain_' ||
   fail "the operator's /metrics is not served on its pod IP $pod_ip:8080"
 curl -sf -m 5 "http://$pod_ip:8081/readyz" >/dev/null || fail "/readyz on $pod_ip:8081"
@@ -99,6 +99,7 @@ k wait --for=condition=Succeeded --timeout=300s tj/fm >/dev/null || fail "tj/fm 
 summary=$(k logs fm-worker-0)
 has '"event":"training_complete"' <<<"$summary" || fail "the chief's log has no summary: $summary"
 echo "tj/fm Succeeded in $((SECONDS - started)) s; chief: $(grep training_complete <<<"$summary" | tail -1)"
+expect_sandboxed "$(k get pods -l kubetrain.dev/job-name=fm -o jsonpath="$PLACEMENT")"
 k delete tj fm --wait --timeout=60s >/dev/null
 
 step "the operator's ServiceAccount was denied nothing"

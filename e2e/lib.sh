@@ -52,6 +52,17 @@ start_localkube() {
   echo "localkube at $LK_URL (dir $LK_DIR)"
 }
 
+# Pods' "name node podIP" lines: kubectl get pods ... -o jsonpath="$PLACEMENT".
+PLACEMENT='{range .items[*]}{.metadata.name} {.spec.nodeName} {.status.podIP}{"\n"}{end}'
+# expect_sandboxed PLACED: each pod of PLACED (PLACEMENT's lines) has an IP of the sandbox
+# network (198.18.0.0/15) and they ran on at least two nodes.
+expect_sandboxed() {
+  echo "$1"
+  [[ $(awk '$3 !~ /^198\.1[89]\./' <<<"$1" | wc -l) -eq 0 ]] ||
+    fail "pods outside the sandbox network (198.18.0.0/15): $1"
+  [[ $(awk '{print $2}' <<<"$1" | sort -u | wc -l) -ge 2 ]] || fail "the pods share one node: $1"
+}
+
 stop_localkube() {
   local rc=$?
   if [[ -n "${LK_PID:-}" ]] && kill -0 "$LK_PID" 2>/dev/null; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # TFJobs as TensorFlow users write them, run from the worker image (localkube --runtime=oci runs
-# each pod from its image): Kubeflow's dist-mnist shape (one image for PS and Worker, no
+# each pod from its image, in its own sandbox on one of 3 nodes): Kubeflow's dist-mnist shape (one image for PS and Worker, no
 # `command`) and a one-replica TFJob (no TF_CONFIG) both reach Succeeded with a trained model,
 # through the image's entrypoint; each pod ran the program of its role, and checkpointed under
 # its own job's name. The operator runs as a local process with --tfjob.
@@ -43,6 +43,7 @@ for job in one-image solo; do
     { diagnose "$job"; fail "$job did not succeed"; }
 done
 echo "both Succeeded in $((SECONDS - started)) s"
+expect_sandboxed "$(k get pods -l training.kubeflow.org/job-name=one-image -o jsonpath="$PLACEMENT")"
 
 step "each pod ran its role's program from the image, and the chiefs trained a model"
 [[ $(k get pod one-image-ps-0 -o jsonpath='{.status.containerStatuses[0].containerID}') == buildah://* ]] ||

@@ -47,10 +47,6 @@ Kubelet::Kubelet(KubeletOptions options, Api* api) : options_(std::move(options)
   }
   PodNetworkOptions network = options_.pod_network;
   network.nodes = std::max<int>(1, static_cast<int>(options_.node_names.size()));
-  if (options_.runtime == "oci" && network.mode != "host") {
-    log::Info("Running pods in the host's network: the oci runtime has no pod sandboxes", {});
-    network.mode = "host";
-  }
   absl::StatusOr<std::unique_ptr<PodNetwork>> made = PodNetwork::Create(network);
   if (made.ok()) {
     network_ = std::move(*made);

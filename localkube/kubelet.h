@@ -57,7 +57,7 @@ struct KubeletOptions {
   ServiceAccountTokenFunc service_account_token;
   // Pod sandboxes (pod_sandbox.h): mode host, sandbox or auto; one node per node_names entry
   // (node i is sandbox node i; pods without spec.nodeName run on node 0), each uplink shaped to
-  // the rate when given. The oci runtime always runs pods in the host's network.
+  // the rate when given. Both runtimes run pods in them (oci: the image's root in the sandbox).
   PodNetworkOptions pod_network;
 };
 

@@ -187,7 +187,9 @@ std::string Kubelet::Mounts(const Pod& pod, const Container& c,
       return absl::StrCat("volumeMounts[].mountPath \"", path, "\" of volume \"", name,
                           "\" in container \"", c.name, "\": must be an absolute path");
     }
-    if (std::string problem = pod.sandbox ? MountPointProblem(path) : ""; !problem.empty()) {
+    // In the oci runtime the container's root is its image's, where any mount point can be made.
+    const bool host_root = pod.sandbox && options_.runtime != "oci";
+    if (std::string problem = host_root ? MountPointProblem(path) : ""; !problem.empty()) {
       return absl::StrCat("volumeMounts[].mountPath \"", path, "\" of volume \"", name,
                           "\" in container \"", c.name, "\": ", problem);
     }

@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "localkube/pod_sandbox.h"
 
 extern char** environ;
 
@@ -96,6 +97,43 @@ void MakeMountPoint(const std::string& source, const std::string& target) {
     fs::create_directories(fs::path(target).parent_path(), ec);
     if (!fs::exists(target, ec)) std::ofstream(target).flush();
   }
+}
+
+// The launcher of a container in the host's network: in a private mount namespace it mounts
+// /proc, /dev, /etc/resolv.conf, the pod's /etc/hosts and the volumes into `root`, then becomes
+// the program, in `root`, as uid and gid.
+ProcessOptions HostLauncher(const std::string& root, const std::string& wd, int64_t uid,
+                            int64_t gid, const std::vector<std::string>& argv,
+                            const std::vector<ContainerMount>& mounts,
+                            const std::string& etc_hosts) {
+  std::vector<std::string> lines = {"set -e"};
+  auto bind = [&](const std::string& source, const std::string& container_path, bool ro) {
+    std::string target = OciRuntime::SecureJoin(root, container_path);
+    MakeMountPoint(source, target);
+    lines.push_back(absl::StrCat("/bin/mount --rbind ", ro ? "-o ro " : "", ShellQuote(source), " ",
+                                 ShellQuote(target)));
+  };
+  std::error_code ec;
+  std::string proc = OciRuntime::SecureJoin(root, "/proc");
+  fs::create_directories(proc, ec);
+  lines.push_back(absl::StrCat("/bin/mount -t proc proc ", ShellQuote(proc)));
+  bind("/dev", "/dev", false);
+  if (fs::exists("/etc/resolv.conf")) bind("/etc/resolv.conf", "/etc/resolv.conf", true);
+  if (!etc_hosts.empty()) bind(etc_hosts, "/etc/hosts", true);
+  for (const ContainerMount& m : mounts) bind(m.host_path, m.container_path, m.read_only);
+  std::vector<std::string> exec = {"exec",
+                                   "/usr/bin/unshare",
+                                   ShellQuote("--root=" + root),
+                                   ShellQuote("--wd=" + wd),
+                                   absl::StrCat("--setgid=", gid),
+                                   absl::StrCat("--setuid=", uid),
+                                   "--"};
+  for (const std::string& a : argv) exec.push_back(ShellQuote(a));
+  lines.push_back(absl::StrJoin(exec, " "));
+  ProcessOptions spec;
+  spec.argv = {"/usr/bin/unshare", "--mount", "--propagation",           "private", "--",
+               "/bin/sh",          "-c",      absl::StrJoin(lines, "\n")};
+  return spec;
 }
 
 // A running container: the launcher process (which becomes the program) and the working
@@ -427,20 +465,6 @@ std::unique_ptr<RunningContainer> OciRuntime::Start(const ContainerConfig& confi
   std::error_code ec;
   fs::create_directories(SecureJoin(root, wd), ec);
 
-  // The launcher: mounts in a private mount namespace, then becomes the program.
-  std::vector<std::string> lines = {"set -e"};
-  auto bind = [&](const std::string& source, const std::string& container_path, bool ro) {
-    std::string target = SecureJoin(root, container_path);
-    MakeMountPoint(source, target);
-    lines.push_back(absl::StrCat("/bin/mount --rbind ", ro ? "-o ro " : "", ShellQuote(source), " ",
-                                 ShellQuote(target)));
-  };
-  std::string proc = SecureJoin(root, "/proc");
-  fs::create_directories(proc, ec);
-  lines.push_back(absl::StrCat("/bin/mount -t proc proc ", ShellQuote(proc)));
-  bind("/dev", "/dev", false);
-  if (fs::exists("/etc/resolv.conf")) bind("/etc/resolv.conf", "/etc/resolv.conf", true);
-  if (!config.etc_hosts.empty()) bind(config.etc_hosts, "/etc/hosts", true);
   std::vector<ContainerMount> mounts = config.mounts;
   // Parents before children, so nested mount paths stack as they should.
   std::stable_sort(mounts.begin(), mounts.end(),
@@ -448,21 +472,19 @@ std::unique_ptr<RunningContainer> OciRuntime::Start(const ContainerConfig& confi
                      return std::count(a.container_path.begin(), a.container_path.end(), '/') <
                             std::count(b.container_path.begin(), b.container_path.end(), '/');
                    });
-  for (const ContainerMount& m : mounts) bind(m.host_path, m.container_path, m.read_only);
-  std::vector<std::string> exec = {"exec",
-                                   "/usr/bin/unshare",
-                                   ShellQuote("--root=" + root),
-                                   ShellQuote("--wd=" + wd),
-                                   absl::StrCat("--setgid=", account.gid),
-                                   absl::StrCat("--setuid=", account.uid),
-                                   "--"};
-  for (const std::string& a : argv) exec.push_back(ShellQuote(a));
-  lines.push_back(absl::StrJoin(exec, " "));
-
   ProcessOptions spec;
-  spec.argv = {"/usr/bin/unshare", "--mount", "--propagation",           "private", "--",
-               "/bin/sh",          "-c",      absl::StrJoin(lines, "\n")};
-  spec.env = env;
+  if (config.sandbox) {
+    // In the pod's sandbox: localkube-pod-init makes the image's root the container's, with the
+    // pod's /proc, /dev, /etc/hosts and network, and runs the program as the user.
+    spec.argv = argv;
+    spec.env = env;
+    spec.working_dir = wd;
+    PodSandbox::ImageRoot image{root, account.uid, account.gid};
+    spec = config.sandbox->Wrap(std::move(spec), mounts, &image);
+  } else {
+    spec = HostLauncher(root, wd, account.uid, account.gid, argv, mounts, config.etc_hosts);
+    spec.env = env;
+  }
   auto process = ContainerProcess::Start(spec, config.log_path);
   if (!process.ok()) {
     return fail_rm("StartError", absl::StrCat("cannot start the container's launcher: ",

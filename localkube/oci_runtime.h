@@ -1,20 +1,26 @@
 // The `oci` container runtime of localkube's kubelet (--runtime=oci): each container run is a
 // buildah working container made from its image (`buildah from --pull=never`: images are never
 // pulled; a missing one is the kubelet's ErrImageNeverPull), and its program runs in that
-// container's root file system on the host network.
+// container's root file system.
 //
 // The program is not started with `buildah run`: buildah does not forward SIGTERM to it (it
 // SIGKILLs the program and exits 1 itself, so neither the grace period nor the exit code would
-// be the program's). Instead the working container is mounted (`buildah mount`) and the program
-// is exec'd, as the same process, through `unshare --mount` (a private mount namespace in which
-// /proc, /dev, /etc/hosts, /etc/resolv.conf and the pod's volumes are bind-mounted into the root
-// file system) and `unshare --root --wd --setgid --setuid`. It is thus the process group leader
-// the kubelet signals and reaps: signals reach it directly and its exit code is the container's.
-//
-// Unlike a real runtime there is no PID, IPC or UTS namespace, no cgroup and no capability
-// dropping: the program is not PID 1 (a SIGTERM without a handler ends it), and a program whose
-// uid changed loses PR_SET_PDEATHSIG (localkube's own exit still kills it; a SIGKILLed localkube
-// leaves it running).
+// be the program's). Instead the working container is mounted (`buildah mount`) and:
+// - in a pod sandbox (pod_sandbox.h; README "Pod sandboxes"), localkube-pod-init exec joins the
+//   pod's network, IPC, UTS and PID namespaces, pivots a mount namespace of the container's own
+//   into the image's root with the pod's /proc, /dev (its private /dev/shm), /sys (read-only),
+//   /etc/hosts, /etc/resolv.conf and volumes, and runs the program as the image's or the
+//   securityContext's user: the pod is as isolated as with the process runtime;
+// - in the host's network (--pod-network host, or no sandboxes here), the program is exec'd, as
+//   the same process, through `unshare --mount` (a private mount namespace in which /proc, /dev,
+//   /etc/hosts, /etc/resolv.conf and the volumes are bind-mounted into the root file system) and
+//   `unshare --root --wd --setgid --setuid`. There is no PID, IPC or UTS namespace then: the
+//   program is not PID 1's child, shares the host's /dev/shm, and a program whose uid changed
+//   loses PR_SET_PDEATHSIG (localkube's own exit still kills it; a SIGKILLed localkube leaves it
+//   running).
+// Either way the launcher is the process group leader the kubelet signals and reaps: signals
+// reach the program and its exit code is the container's. There is no cgroup and no capability
+// dropping.
 //
 // Working containers are named localkube-<localkube pid>-<config id> and removed when their run
 // ends or the pod goes; Prepare removes those of localkube processes that no longer exist, and

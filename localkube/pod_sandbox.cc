@@ -131,9 +131,13 @@ absl::Status PodSandbox::Hold(const std::string& hostname, const std::string& ho
   return absl::OkStatus();
 }
 
-ProcessOptions PodSandbox::Wrap(ProcessOptions options,
-                                const std::vector<ContainerMount>& mounts) const {
+ProcessOptions PodSandbox::Wrap(ProcessOptions options, const std::vector<ContainerMount>& mounts,
+                                const ImageRoot* image) const {
   std::vector<std::string> argv = {pod_init_, "exec", "--pod", std::to_string(holder_->pid())};
+  if (image) {
+    argv.insert(argv.end(),
+                {"--rootfs", image->rootfs, "--user", absl::StrCat(image->uid, ":", image->gid)});
+  }
   for (const ContainerMount& m : mounts) {
     argv.insert(argv.end(), {m.read_only ? "--ro" : "--rw", m.host_path, m.container_path});
   }

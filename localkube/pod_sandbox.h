@@ -52,8 +52,15 @@ class PodSandbox {
   // Starts the holder: hostname, private /tmp, /dev/shm, /run and `hosts_file` on /etc/hosts
   // (which must exist; keep it current by rewriting it in place). Waits until it is ready.
   absl::Status Hold(const std::string& hostname, const std::string& hosts_file);
-  // `options` (argv, env) run inside the pod with `mounts`; `working_dir` empty: this program's.
-  ProcessOptions Wrap(ProcessOptions options, const std::vector<ContainerMount>& mounts) const;
+  // An oci container's image root file system and user (localkube-pod-init exec --rootfs, --user).
+  struct ImageRoot {
+    std::string rootfs;  // on the host
+    int64_t uid = 0, gid = 0;
+  };
+  // `options` (argv, env) run inside the pod with `mounts`; `working_dir` empty: this program's
+  // (with `image`: the image root's /). With `image` the container's root is the image's.
+  ProcessOptions Wrap(ProcessOptions options, const std::vector<ContainerMount>& mounts,
+                      const ImageRoot* image = nullptr) const;
 
   // Leaves the namespace and veth to the network's own removal (~PodNetwork), which removes
   // every sandbox in one go: for a kubelet that stops.

@@ -1,8 +1,13 @@
 // localkube-pod-init exec: runs a container's program in its pod's namespaces, with its volumes
 // mounted in a mount namespace of the container's own (pod_init.cc says what each mode does).
+// With --rootfs (the oci runtime: an image's root file system) that namespace's root is the
+// image's, which gets the pod's /proc, /dev (the pod's /dev/shm with it), a read-only /sys and
+// the pod's /etc/hosts and /etc/resolv.conf before the volumes; with --user the program runs as
+// that uid and gid, with no supplementary groups.
 // Single-threaded by necessity: setns(CLONE_NEWNS) refuses a multi-threaded caller.
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
@@ -43,7 +48,11 @@ bool Under(const std::string& path, const std::string& root) {
   return path == root || path.rfind(root + "/", 0) == 0;
 }
 
+// Set once the container's root is an image's: every directory in it is the container's own.
+bool own_root = false;
+
 bool IsPrivate(const std::string& dir) {
+  if (own_root) return true;
   for (const std::string& r : private_trees) {
     if (Under(dir, r)) return true;
   }
@@ -163,9 +172,17 @@ struct BindMount {
 // child is in that group and gets them itself.
 constexpr int kGroupSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
+// Who the program runs as (--user); unset: as this process.
+struct Credentials {
+  bool set = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
 // Runs `argv` in a child (in the PID namespace joined last) and ends as it ends: its exit code,
 // or killed by the same signal, so the kubelet sees what it would see of the program itself.
-int RunInPod(std::vector<std::string>& argv) {
+
+int RunInPod(std::vector<std::string>& argv, const Credentials& user) {
   std::vector<char*> cargv;
   for (std::string& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
@@ -181,6 +198,11 @@ int RunInPod(std::vector<std::string>& argv) {
   if (child < 0) Die("fork into the pod's PID namespace");
   if (child == 0) {
     close(alive[1]);
+    // Before DieWithParent: a change of credentials clears the parent-death signal.
+    if (user.set &&
+        (setgroups(0, nullptr) != 0 || setgid(user.gid) != 0 || setuid(user.uid) != 0)) {
+      Die("run as user " + std::to_string(user.uid) + " group " + std::to_string(user.gid));
+    }
     DieWithParent(alive[0]);
     for (size_t k = 0; k < std::size(kGroupSignals); ++k) {
       sigaction(kGroupSignals[k], &saved[k], nullptr);
@@ -213,10 +235,59 @@ int RunInPod(std::vector<std::string>& argv) {
   _exit(128 + sig);
 }
 
+// A detached copy of `path` (and what is mounted below it, with `recursive`) in this mount
+// namespace, to be mounted elsewhere with move_mount.
+int CopyOfTree(const std::string& path, bool recursive) {
+  int tree = open_tree(AT_FDCWD, path.c_str(),
+                       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0));
+  if (tree < 0) Die("open_tree " + path);
+  return tree;
+}
+
+// Mounts the detached `tree` on `target`, making the mount point first (EnsureMountPoint).
+void Attach(int tree, const std::string& source, const std::string& target, bool directory,
+            bool read_only) {
+  EnsureMountPoint(target, directory);
+  if (move_mount(tree, "", AT_FDCWD, target.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    Die("mount " + source + " on " + target);
+  }
+  close(tree);
+  if (read_only) Mount(nullptr, target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY);
+}
+
+// Makes `rootfs` (a detached copy of the image's root file system, taken on the host) this mount
+// namespace's root, as a runtime's pivot_root into a container's root does, and mounts the pod's
+// own /proc, /dev (with the pod's /dev/shm), a read-only /sys and the pod's /etc/hosts and
+// /etc/resolv.conf in it: the pod's, since this namespace is a copy of the pod's.
+void EnterImageRoot(int rootfs) {
+  struct Pod {
+    const char* path;
+    bool directory, recursive, read_only;
+    int tree = -1;
+  } pod[] = {{"/proc", true, true, false},
+             {"/dev", true, true, false},
+             {"/sys", true, false, true},
+             {"/etc/hosts", false, false, true},
+             {"/etc/resolv.conf", false, false, true}};
+  for (Pod& p : pod) p.tree = CopyOfTree(p.path, p.recursive);
+  // The pod's /tmp (a mount point of this namespace's own) holds the root until pivot_root.
+  if (move_mount(rootfs, "", AT_FDCWD, "/tmp", MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    Die("mount the image's root file system");
+  }
+  close(rootfs);
+  if (chdir("/tmp") != 0) Die("chdir into the image's root file system");
+  if (syscall(SYS_pivot_root, ".", ".") != 0) Die("pivot_root into the image's root file system");
+  if (umount2(".", MNT_DETACH) != 0) Die("detach the pod's root");
+  if (chdir("/") != 0) Die("chdir /");
+  own_root = true;
+  for (const Pod& p : pod) Attach(p.tree, p.path, p.path, p.directory, p.read_only);
+}
+
 }  // namespace
 
 int Exec(const std::vector<std::string>& args) {
-  std::string pod, workdir;
+  std::string pod, workdir, rootfs;
+  Credentials user;
   std::vector<BindMount> mounts;
   size_t i = 0;
   for (; i < args.size() && args[i] != "--"; ++i) {
@@ -231,11 +302,24 @@ int Exec(const std::vector<std::string>& args) {
       pod = args[++i];
     } else if (flag == "--workdir" && i + 1 < args.size()) {
       workdir = args[++i];
+    } else if (flag == "--rootfs" && i + 1 < args.size()) {
+      rootfs = args[++i];
+    } else if (flag == "--user" && i + 1 < args.size()) {
+      const std::string& ids = args[++i];
+      unsigned long uid = 0, gid = 0;
+      char extra = 0;
+      if (std::sscanf(ids.c_str(), "%lu:%lu%c", &uid, &gid, &extra) != 2) {
+        Usage("exec: --user " + ids + " is not UID:GID");
+      }
+      user = {true, static_cast<uid_t>(uid), static_cast<gid_t>(gid)};
     } else {
       Usage("exec: unknown or incomplete flag " + flag);
     }
   }
   if (pod.empty() || i + 1 >= args.size()) Usage("exec needs --pod PID -- ARGV...");
+  if (!rootfs.empty() && (rootfs[0] != '/' || !fs::is_directory(rootfs))) {
+    Usage("exec: --rootfs " + rootfs + " is not an absolute path to a directory");
+  }
   std::vector<std::string> argv(args.begin() + static_cast<long>(i) + 1, args.end());
   char cwd_buf[4096];
   std::string cwd = getcwd(cwd_buf, sizeof(cwd_buf)) ? cwd_buf : "/";
@@ -249,6 +333,8 @@ int Exec(const std::vector<std::string>& args) {
         open_tree(AT_FDCWD, m.source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
     if (m.tree < 0) Die("open_tree " + m.source);
   }
+  // The image's root may live under the host's /tmp too (a buildah storage there).
+  const int root_tree = rootfs.empty() ? -1 : CopyOfTree(rootfs, true);
   // pid_for_children: the holder's PID 1 is in it, the holder itself is not.
   const std::pair<const char*, int> kinds[] = {{"net", CLONE_NEWNET},
                                                {"ipc", CLONE_NEWIPC},
@@ -269,15 +355,10 @@ int Exec(const std::vector<std::string>& args) {
   // Each container's mounts are its own, as each container has its own mount namespace.
   if (unshare(CLONE_NEWNS) != 0) Die("unshare");
   MakePrivate();
+  if (root_tree >= 0) EnterImageRoot(root_tree);
   for (const BindMount& m : mounts) {
-    EnsureMountPoint(m.target, m.directory);
-    if (move_mount(m.tree, "", AT_FDCWD, m.target.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
-      Die("mount " + m.source + " on " + m.target);
-    }
-    close(m.tree);
-    if (m.read_only) {
-      Mount(nullptr, m.target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY);
-    } else if (m.directory) {
+    Attach(m.tree, m.source, m.target, m.directory, m.read_only);
+    if (!m.read_only && m.directory) {
       // The pod's own volume: a later mount point below it is made in it, as runtimes do.
       std::error_code ec;
       fs::path real = fs::canonical(m.target, ec);
@@ -287,10 +368,10 @@ int Exec(const std::vector<std::string>& args) {
   std::error_code ec;
   if (!workdir.empty()) {
     if (chdir(workdir.c_str()) != 0) Die("chdir " + workdir);
-  } else if (chdir(cwd.c_str()) != 0 && chdir("/") != 0) {
+  } else if ((root_tree >= 0 || chdir(cwd.c_str()) != 0) && chdir("/") != 0) {
     Die("chdir /");
   }
-  return RunInPod(argv);
+  return RunInPod(argv, user);
 }
 
 }  // namespace kubetrain::pod_init

@@ -9,7 +9,8 @@
 //     parent dies); killing it kills PID 1 and with it every process of the pod. All of its
 //     mounts are private: nothing propagates to the host, and they go when the namespace's last
 //     process does.
-//   localkube-pod-init exec --pod PID [--ro SRC DST | --rw SRC DST]... [--workdir DIR] -- ARGV...
+//   localkube-pod-init exec --pod PID [--rootfs DIR] [--user UID:GID]
+//                           [--ro SRC DST | --rw SRC DST]... [--workdir DIR] -- ARGV...
 //     Joins PID's (a holder's) namespaces, makes its own copy of the mount namespace, mounts each
 //     host path SRC at DST and runs ARGV with the environment it was given in a child, in the
 //     pod's PID namespace (setns(CLONE_NEWPID) moves only children there). It stays outside as
@@ -17,7 +18,9 @@
 //     the process group (the child, in the same group, gets them) and ends as the child ends,
 //     with its exit code or by its signal. A mount point that does not exist is made in that
 //     copy only, never on the host (EnsureMountPoint). A command that is not found exits 127, as
-//     a shell's child does.
+//     a shell's child does. --rootfs (an oci container's image, exec.cc) makes DIR the root of
+//     that copy, with the pod's /proc, /dev, /sys, /etc/hosts and /etc/resolv.conf in it;
+//     --user runs the program as UID:GID with no supplementary groups.
 //
 // Single-threaded by necessity: setns(CLONE_NEWNS) refuses a multi-threaded caller.
 #include <errno.h>

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -133,8 +134,14 @@ class OciPods : public ::testing::Test {
                 {"kind", "ServiceAccount"},
                 {"metadata", {{"name", "default"}, {"namespace", "default"}, {"uid", "sa"}}}});
   }
-  void StartKubelet(const std::string& runtime = "oci") {
+  // `sandboxed`: pods in sandboxes on two nodes (pod_sandbox.h), as localkube runs them as root.
+  void StartKubelet(const std::string& runtime = "oci", bool sandboxed = false) {
     KubeletOptions options;
+    if (sandboxed) {
+      options.node_names = {"node-1", "node-2"};
+      options.pod_network.mode = "sandbox";
+      options.pod_network.pod_init = LOCALKUBE_POD_INIT_BINARY;
+    }
     options.log_dir = dir_ + "/logs";
     options.hosts_file = dir_ + "/hosts";
     options.runtime = runtime;
@@ -146,6 +153,9 @@ class OciPods : public ::testing::Test {
                           seconds);
     };
     kubelet_ = std::make_unique<Kubelet>(options, api_.get());
+    if (sandboxed) {
+      ASSERT_NE(kubelet_->pod_network(), nullptr) << kubelet_->pod_network_status();
+    }
     kubelet_->SetApiServer("127.0.0.1", 7443);
     api_->EnableGracefulPodDeletion();
     kubelet_->Start();
@@ -386,6 +396,56 @@ TEST_F(OciPods, NothingLeftBehindAfterStop) {
   kubelet_->Stop();
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));  // localkube's stop bound (README)
   EXPECT_THAT(Leftovers(), ::testing::IsEmpty());
+}
+
+// In a pod sandbox the image's root is the container's, and everything else is the pod's: its
+// own IP and hostname, /etc/hosts, a /dev/shm no other pod sees, only the pod's processes, and
+// the user and volumes as without a sandbox.
+TEST_F(OciPods, SandboxedPodsHaveTheImagesRootAndTheirOwnNetworkProcessesAndSharedMemory) {
+  StartKubelet("oci", /*sandboxed=*/true);
+  const std::string script =
+      "echo ip=$(hostname -i) host=$(hostname) uid=$(id -u) pwd=$(pwd); "
+      "echo hosts=$(grep -c $(hostname) /etc/hosts); "
+      "n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo procs=$n; "
+      "echo image-root=$(test -f /etc/passwd && grep -c ^app: /etc/passwd); "
+      "echo mine > /dev/shm/$(hostname); echo shm=$(ls /dev/shm | tr '\\n' ,); "
+      "touch /scratch/ok && echo scratch-writable; "
+      "echo ready; while true; do sleep 0.1; done";
+  for (const char* name : {"left", "right"}) {
+    CreatePod(name,
+              {{"command", {"/bin/sh", "-c", script}},
+               {"volumeMounts", {{{"name", "scratch"}, {"mountPath", "/scratch"}}}}},
+              {{"nodeName", std::string(name) == "left" ? "node-1" : "node-2"},
+               {"volumes", {{{"name", "scratch"}, {"emptyDir", json::object()}}}}});
+  }
+  std::map<std::string, json> pods;
+  for (const char* name : {"left", "right"}) {
+    pods[name] =
+        WaitPod(name, [&](const json&) { return Log(name).find(" ready\n") != std::string::npos; });
+    ASSERT_FALSE(pods[name].is_null()) << Log(name);
+    pods[name] = *api_->Get(Of("pods", name));
+  }
+  for (const char* name : {"left", "right"}) {
+    const std::string log = Log(name);
+    const std::string ip = pods[name]["status"].value("podIP", "");
+    EXPECT_NE(ip, "");
+    EXPECT_THAT(log, HasSubstr(absl::StrCat(" ip=", ip, " host=", name, " uid=1000 pwd=/srv\n")));
+    EXPECT_THAT(log, HasSubstr(" hosts=1\n"));  // the pod's /etc/hosts names it
+    EXPECT_THAT(log, HasSubstr(" procs=2\n"));  // PID 1 and the shell: no host or other pod's
+    EXPECT_THAT(log, HasSubstr(" image-root=1\n"));
+    EXPECT_THAT(log, HasSubstr(absl::StrCat(" shm=", name, ",\n")));  // its own /dev/shm only
+    EXPECT_THAT(log, HasSubstr(" scratch-writable\n"));
+  }
+  EXPECT_NE(pods["left"]["status"].value("podIP", ""), pods["right"]["status"].value("podIP", ""));
+  EXPECT_FALSE(fs::exists("/dev/shm/left"));  // nothing reached the host's either
+  // The grace period still reaches the program, and the working containers go.
+  for (const char* name : {"left", "right"}) {
+    ASSERT_THAT(api_->Delete(Of("pods", name), DeleteOptions{}).status(), IsOk());
+  }
+  for (const char* name : {"left", "right"}) {
+    EXPECT_TRUE(Eventually([&] { return !api_->Get(Of("pods", name)).ok(); }, absl::Seconds(15)));
+  }
+  EXPECT_TRUE(Eventually([&] { return Leftovers().empty(); }, absl::Seconds(10)));
 }
 
 // Pod start latency, create to Running, of both runtimes (printed, not asserted).
