@@ -33,8 +33,7 @@ start_localkube_for_operator "$BIN" --node-status-update-frequency 500ms \
 k() { "$KUBECTL" "$@"; }
 node_fault() {  # node_fault NODE fail|partition|recover
   local out
-  # --data "": a bodiless POST without Content-Length is refused (400) by the HTTP server.
-  out=$(lk_curl -f -X POST --data "" "$LK_URL/localkube/v1/nodes/$1/$2") || fail "$2 $1: $out"
+  out=$(lk_curl -f -X POST "$LK_URL/localkube/v1/nodes/$1/$2") || fail "$2 $1: $out"
   has '"state"' <<<"$out" || fail "$2 $1: $out"
   echo "$2 $1: $out"
 }

@@ -84,6 +84,17 @@ absl::Status Server::Start() {
     // for the client's delayed ACK (40 ms), capping each keep-alive connection near 25
     // requests/s.
     http->set_tcp_nodelay(true);
+    // A request with neither Content-Length nor Transfer-Encoding has no body (RFC 9112 §6.3;
+    // Go's server, and so kube-apiserver, reads it so). httplib would read one until the client
+    // closes the connection, so a bodiless `curl -X POST` hung: the header is added before
+    // httplib reads the body. The request is httplib's own, not const, object.
+    http->set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+      if (req.method != "GET" && !req.has_header("Content-Length") &&
+          !req.has_header("Transfer-Encoding")) {
+        const_cast<httplib::Request&>(req).headers.emplace("Content-Length", "0");
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
     auto handler = [this](const httplib::Request& req, httplib::Response& res) {
       Handle(req, res);
     };

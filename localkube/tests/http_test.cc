@@ -2,6 +2,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <future>
@@ -327,6 +330,53 @@ std::string Nested(int levels) {
   text += "1";
   text.append(levels, '}');
   return text;
+}
+
+// A request without Content-Length or Transfer-Encoding has no body (RFC 9112 §6.3), as `curl -X
+// POST URL` sends one: the server answers it, and the connection serves the next request.
+TEST_F(LocalkubeHttp, RequestWithoutContentLengthHasNoBody) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval bound = {20, 0};  // only bounds a server that never answers
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof(bound));
+  const std::string auth = std::string("Authorization: Bearer ") + kAdminToken + "\r\n";
+  auto request = [&](const std::string& head) {
+    std::string text = head + "Host: localhost\r\n" + auth + "\r\n";
+    ASSERT_EQ(send(fd, text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
+  };
+  // Reads one response: its head, then Content-Length bytes of body.
+  auto response = [&]() -> std::string {
+    std::string got;
+    char buf[4096];
+    size_t head_end;
+    while ((head_end = got.find("\r\n\r\n")) == std::string::npos) {
+      ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) return got;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    size_t at = got.find("Content-Length: ");
+    size_t length = at == std::string::npos ? 0 : std::stoul(got.substr(at + 16));
+    while (got.size() < head_end + 4 + length) {
+      ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
+  };
+  request(std::string("POST ") + kConfigMaps + " HTTP/1.1\r\n");
+  std::string created = response();
+  // An empty body: admission names what is missing.
+  EXPECT_TRUE(absl::StartsWith(created, "HTTP/1.1 422")) << created;
+  EXPECT_THAT(created, ::testing::HasSubstr("name or generateName is required"));
+  request("GET /version HTTP/1.1\r\n");
+  std::string version = response();
+  EXPECT_TRUE(absl::StartsWith(version, "HTTP/1.1 200")) << version;
+  close(fd);
 }
 
 TEST_F(LocalkubeHttp, NestingBeyondTheJsonDecoderLimitIsABadRequest) {
