@@ -8,7 +8,8 @@
 namespace kubetrain::bench {
 
 absl::Status TimeAllReduces(worker::Communicator& comm, int rank, int ranks,
-                            const std::vector<size_t>& sizes, int warmup, int iters) {
+                            const std::vector<size_t>& sizes, int warmup, int iters,
+                            ps::WireFloat wire) {
   using Clock = std::chrono::steady_clock;
   using worker::ReduceOp;
   for (size_t bytes : sizes) {
@@ -20,7 +21,12 @@ absl::Status TimeAllReduces(worker::Communicator& comm, int rank, int ranks,
       FillPattern(data.data(), count, rank, it);
       RETURN_IF_ERROR(comm.Barrier());
       const auto start = Clock::now();
-      RETURN_IF_ERROR(comm.AllReduce(data.data(), count, ReduceOp::kSum));
+      if (wire == ps::WireFloat::kFloat32) {
+        RETURN_IF_ERROR(comm.AllReduce(data.data(), count, ReduceOp::kSum));
+      } else {
+        const absl::Span<float> whole(data);
+        RETURN_IF_ERROR(comm.AllReduceManyCompressed({&whole, 1}, wire));
+      }
       const double s = std::chrono::duration<double>(Clock::now() - start).count();
       wrong += CountWrong(data.data(), count, ranks, it);
       if (it >= warmup) seconds.push_back(static_cast<float>(s));

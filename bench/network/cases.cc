@@ -21,8 +21,10 @@ namespace kubetrain::network_bench {
 namespace {
 
 std::vector<std::string> ChildArgs(const Options& opt, absl::string_view role, int rank,
-                                   absl::string_view host, absl::string_view sizes) {
+                                   absl::string_view host, absl::string_view sizes,
+                                   ps::WireFloat wire = ps::WireFloat::kFloat32) {
   return {bench::SelfPath(),
+          absl::StrCat("--gradient-compression=", ps::WireFloatName(wire)),
           absl::StrCat("--role=", role),
           absl::StrCat("--rank=", rank),
           absl::StrCat("--nodes=", opt.nodes),
@@ -63,16 +65,22 @@ absl::StatusOr<std::map<size_t, std::vector<double>>> Parse(const std::vector<st
 }
 
 void Progress(const Result& r) {
-  std::fprintf(stderr, "network_bench: %-10s %8s  %.3f s (model %.3f s)  busbw %.3f GB/s\n",
+  std::fprintf(stderr, "network_bench: %-14s %8s  %.3f s (model %.3f s)  busbw %.3f GB/s\n",
                r.mode.c_str(), SizeName(r.bytes).c_str(), r.seconds, r.model_seconds,
                r.busbw / 1e9);
 }
 
+std::string ModeName(absl::string_view mode, ps::WireFloat wire) {
+  if (wire == ps::WireFloat::kFloat32) return std::string(mode);
+  return absl::StrCat(mode, "+", ps::WireFloatName(wire));
+}
+
 Result AllReduceRow(const Setup& s, absl::string_view mode, size_t bytes,
-                    const std::vector<double>& times) {
+                    const std::vector<double>& times, ps::WireFloat wire) {
   const int n = s.opt.nodes;
-  Result r{std::string(mode), bytes, bench::Median(times)};
-  const double per_rank = 2.0 * (n - 1) / n * static_cast<double>(bytes);
+  Result r{ModeName(mode, wire), bytes, bench::Median(times)};
+  const double on_wire = static_cast<double>(bytes / sizeof(float) * ps::WireFloatBytes(wire));
+  const double per_rank = 2.0 * (n - 1) / n * on_wire;
   r.model_seconds = per_rank / s.rate;
   r.busbw = r.seconds > 0 ? per_rank / r.seconds : 0;
   Progress(r);
@@ -80,19 +88,20 @@ Result AllReduceRow(const Setup& s, absl::string_view mode, size_t bytes,
 }
 
 absl::StatusOr<std::vector<Result>> AllReduceRows(
-    const Setup& s, absl::string_view mode, const std::map<size_t, std::vector<double>>& times) {
+    const Setup& s, absl::string_view mode, const std::map<size_t, std::vector<double>>& times,
+    ps::WireFloat wire) {
   std::vector<Result> results;
   for (size_t bytes : s.sizes) {
     auto it = times.find(bytes);
     if (it == times.end()) {
       return absl::InternalError(absl::StrCat(mode, ": no times for ", SizeName(bytes)));
     }
-    results.push_back(AllReduceRow(s, mode, bytes, it->second));
+    results.push_back(AllReduceRow(s, mode, bytes, it->second, wire));
   }
   return results;
 }
 
-absl::StatusOr<std::vector<Result>> RunRing(Setup& s) {
+absl::StatusOr<std::vector<Result>> RunRing(Setup& s, ps::WireFloat wire) {
   const int n = s.opt.nodes;
   // On the host, reached by each rank through its own node's gateway.
   // Only this run's ranks may join: the host's coordinator is reachable from every node.
@@ -104,7 +113,7 @@ absl::StatusOr<std::vector<Result>> RunRing(Setup& s) {
   std::vector<int> ids;
   for (int rank = 0; rank < n; ++rank) {
     std::vector<std::string> argv =
-        ChildArgs(s.opt, "ring-rank", rank, s.ranks[rank]->ip(), absl::StrJoin(s.sizes, ","));
+        ChildArgs(s.opt, "ring-rank", rank, s.ranks[rank]->ip(), absl::StrJoin(s.sizes, ","), wire);
     argv.push_back(
         absl::StrCat("--coordinator=", s.net->node_gateway(rank), ":", coordinator->port()));
     ASSIGN_OR_RETURN(int id,
@@ -113,7 +122,7 @@ absl::StatusOr<std::vector<Result>> RunRing(Setup& s) {
   }
   RETURN_IF_ERROR(children.WaitExit(ids));
   ASSIGN_OR_RETURN(auto times, Parse({children.output(ids[0])}, s.opt.iters));
-  return AllReduceRows(s, "ring", times);
+  return AllReduceRows(s, "ring", times, wire);
 }
 
 // ps: the server's uplink carries N*M in (the pushes) and N*M out (the pulls); in sync mode no
@@ -122,7 +131,7 @@ absl::StatusOr<std::vector<Result>> RunRing(Setup& s) {
 // bridge. Each uplink carries (N-1)/N*M out (its worker's pushes to the other shards) while it
 // carries as much in (the other workers' pushes to its shard), then the same for the pulls:
 // 2(N-1)/N*M/R, the ring's time, and busbw counts the same bytes per uplink.
-absl::StatusOr<std::vector<Result>> RunPs(Setup& s, bool sharded) {
+absl::StatusOr<std::vector<Result>> RunPs(Setup& s, bool sharded, ps::WireFloat wire) {
   const int n = s.opt.nodes;
   const std::vector<const sandbox::Sandbox*> servers =
       sharded ? s.shards : std::vector<const sandbox::Sandbox*>{s.ps};
@@ -151,7 +160,7 @@ absl::StatusOr<std::vector<Result>> RunPs(Setup& s, bool sharded) {
     std::vector<int> ids;
     for (int rank = 0; rank < n; ++rank) {
       std::vector<std::string> argv =
-          ChildArgs(s.opt, "ps-worker", rank, s.ranks[rank]->ip(), absl::StrCat(bytes));
+          ChildArgs(s.opt, "ps-worker", rank, s.ranks[rank]->ip(), absl::StrCat(bytes), wire);
       argv.push_back(absl::StrCat("--ps=", absl::StrJoin(addresses, ",")));
       ASSIGN_OR_RETURN(int id, children.Start(*s.ranks[rank], std::move(argv)));
       ids.push_back(id);
@@ -162,11 +171,12 @@ absl::StatusOr<std::vector<Result>> RunPs(Setup& s, bool sharded) {
     ASSIGN_OR_RETURN(auto times, Parse(outputs, s.opt.iters));
     if (!times.count(bytes)) return absl::InternalError("ps: the workers reported no times");
     if (sharded) {
-      results.push_back(AllReduceRow(s, "ps-shards", bytes, times[bytes]));
+      results.push_back(AllReduceRow(s, "ps-shards", bytes, times[bytes], wire));
       continue;
     }
-    Result r{"ps", bytes, bench::Median(times[bytes])};
-    const double through_ps = 2.0 * n * static_cast<double>(bytes);
+    Result r{ModeName("ps", wire), bytes, bench::Median(times[bytes])};
+    const double on_wire = static_cast<double>(bytes / sizeof(float) * ps::WireFloatBytes(wire));
+    const double through_ps = 2.0 * n * on_wire;
     r.model_seconds = through_ps / s.rate;
     r.busbw = r.seconds > 0 ? through_ps / r.seconds : 0;
     Progress(r);

@@ -3,8 +3,8 @@
 // (localkube/sandbox/network.h), so the bytes go through real TCP stacks and a real bottleneck.
 //
 //   build/bin/network_bench [--nodes=2] [--link-gbit=1] [--sizes=16M,64M]
-//       [--modes=ring,ps,ps-shards,torch-gloo,mpi] [--iters=5] [--warmup=1] [--json] [--quick]
-//       [--timeout=5m]
+//       [--modes=ring,ps,ps-shards,torch-gloo,mpi] [--gradient-compression=none|fp16|bf16]
+//       [--iters=5] [--warmup=1] [--json] [--quick] [--timeout=5m]
 //
 // --quick: two nodes, ring, 1-ps and ps-shards push+pull of 64 MiB, 3 timed iterations (under
 // a minute at 1 Gbit/s); --sizes and --link-gbit still apply.
@@ -27,6 +27,12 @@
 //              busbw as the ring's, the rate each uplink carried.
 //   torch-gloo torch.distributed's gloo all-reduce, mpi OpenMPI's MPI_Allreduce, each rank in
 //              the same sandbox on the same link as the ring's (peers.h); the ring's model.
+//   +fp16/bf16 with --gradient-compression, ring, ps and ps-shards run again right after their
+//              float32 rows with 16-bit values on the wire, as training with the flag does (the
+//              ring sums in float32 and forwards the owner's rounded bits; the ps widens pushes
+//              and codes pulls). The size column stays the float32 model's; model and busbw
+//              count the bytes on the wire, half as many; "t/ring" over the float32 ring's time
+//              is the ring's speed-up.
 // The reference, measured in the same run: one-way raw TCP between two rank sandboxes (node 0
 // to node 1, through both uplinks), of the largest size. link_utilisation = busbw / that
 // measured rate; "of R" = busbw / the configured rate; "t/ring" = the time over the ring's.
@@ -71,7 +77,7 @@ constexpr const char* kModes[] = {"ring", "ps", "ps-shards", "torch-gloo", "mpi"
 // The ring's time for `bytes` in `results`, or 0.
 double RingSeconds(const std::vector<Result>& results, size_t bytes) {
   for (const Result& r : results) {
-    if (r.mode == "ring" && r.bytes == bytes) return r.seconds;
+    if (r.mode == "ring" && r.bytes == bytes) return r.seconds;  // float32
   }
   return 0;
 }
@@ -103,11 +109,11 @@ void Print(const Setup& s, double tcp, const std::vector<Result>& results) {
       "model: ring, ps-shards and peers 2(N-1)/N*M/R; ps (sync: push then pull) 2*N*M/R; time = "
       "median of the slowest rank, %d timed iterations\n",
       s.opt.iters);
-  std::printf("%-10s %8s %9s %9s %8s %11s %10s %6s %7s\n", "mode", "size", "time s", "model s",
+  std::printf("%-14s %8s %9s %9s %8s %11s %10s %6s %7s\n", "mode", "size", "time s", "model s",
               "t/model", "busbw GB/s", "of raw TCP", "of R", "t/ring");
   for (const Result& r : results) {
     const double ring = RingSeconds(results, r.bytes);
-    std::printf("%-10s %8s %9.3f %9.3f %8.2f %11.3f %10.2f %6.2f %7s\n", r.mode.c_str(),
+    std::printf("%-14s %8s %9.3f %9.3f %8.2f %11.3f %10.2f %6.2f %7s\n", r.mode.c_str(),
                 SizeName(r.bytes).c_str(), r.seconds, r.model_seconds,
                 r.model_seconds > 0 ? r.seconds / r.model_seconds : 0, r.busbw / 1e9, r.busbw / tcp,
                 r.busbw / s.rate,
@@ -129,6 +135,7 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
     modes.insert(std::string(m));
   }
   if (modes.empty()) return absl::InvalidArgumentError("--modes is empty");
+  ASSIGN_OR_RETURN(const ps::WireFloat wire, Compression(opt));
   Setup s{.opt = opt, .stop = stop, .deadline = absl::Now() + opt.timeout};
   ASSIGN_OR_RETURN(s.sizes, ParseSizes(opt.sizes));
   s.rate = opt.link_gbit * 1e9 / 8;
@@ -167,13 +174,17 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
   for (const char* mode : kModes) {
     if (!modes.count(mode)) continue;
     const std::string m = mode;
-    absl::StatusOr<std::vector<Result>> more = m == "ring"         ? RunRing(s)
-                                               : m == "ps"         ? RunPs(s, /*sharded=*/false)
-                                               : m == "ps-shards"  ? RunPs(s, /*sharded=*/true)
-                                               : m == "torch-gloo" ? RunTorchGloo(s)
-                                                                   : RunMpi(s);
-    if (!more.ok()) return Annotate(more.status(), m);
-    results.insert(results.end(), more->begin(), more->end());
+    const bool own = m == "ring" || m == "ps" || m == "ps-shards";
+    for (ps::WireFloat w : {ps::WireFloat::kFloat32, wire}) {
+      if (w != ps::WireFloat::kFloat32 && (!own || wire == ps::WireFloat::kFloat32)) break;
+      absl::StatusOr<std::vector<Result>> more = m == "ring"         ? RunRing(s, w)
+                                                 : m == "ps"         ? RunPs(s, false, w)
+                                                 : m == "ps-shards"  ? RunPs(s, true, w)
+                                                 : m == "torch-gloo" ? RunTorchGloo(s)
+                                                                     : RunMpi(s);
+      if (!more.ok()) return Annotate(more.status(), ModeName(m, w));
+      results.insert(results.end(), more->begin(), more->end());
+    }
   }
   Print(s, tcp, results);
   return absl::OkStatus();
@@ -197,6 +208,8 @@ int main(int argc, char** argv) {
   flags.Add("link-gbit", &opt.link_gbit, "each node's uplink rate, Gbit/s each way");
   flags.Add("sizes", &opt.sizes, "message/model sizes, bytes with K/M/G suffixes (16M,64M)");
   flags.Add("modes", &opt.modes, "ring, ps, ps-shards, torch-gloo, mpi (comma-separated)");
+  flags.Add("gradient-compression", &opt.compression,
+            "fp16 or bf16: ring, ps and ps-shards also with 16-bit values on the wire (none)");
   flags.Add("iters", &opt.iters, "timed iterations per case (the median is reported)");
   flags.Add("warmup", &opt.warmup, "untimed iterations per case before the timed ones");
   flags.Add("quick", &opt.quick, "2 nodes, ring, ps and ps-shards at 64 MiB, 3 iterations");

@@ -110,7 +110,7 @@ absl::StatusOr<std::vector<Result>> RunTorchGloo(Setup& s) {
   }
   RETURN_IF_ERROR(children.WaitExit(ids));
   ASSIGN_OR_RETURN(auto times, Parse({children.output(ids[0])}, s.opt.iters));
-  return AllReduceRows(s, "torch-gloo", times);
+  return AllReduceRows(s, "torch-gloo", times, ps::WireFloat::kFloat32);
 }
 
 absl::StatusOr<std::vector<Result>> RunMpi(Setup& s) {
@@ -167,7 +167,7 @@ absl::StatusOr<std::vector<Result>> RunMpi(Setup& s) {
   RETURN_IF_ERROR(children.WaitExit({id}));
   s.notes.push_back("mpi: OpenMPI's MPI_Allreduce, ob1 PML, tcp BTL on eth0, one orted per node");
   ASSIGN_OR_RETURN(auto times, Parse({children.output(id)}, s.opt.iters));
-  return AllReduceRows(s, "mpi", times);
+  return AllReduceRows(s, "mpi", times, ps::WireFloat::kFloat32);
 #endif
 }
 

@@ -43,7 +43,9 @@ absl::Status RunRingRank(const Options& opt, const std::vector<size_t>& sizes) {
                                                                         .hostname = opt.host,
                                                                         .timeout = opt.timeout,
                                                                         .bind_cpus = false}));
-  RETURN_IF_ERROR(bench::TimeAllReduces(*comm, opt.rank, opt.nodes, sizes, opt.warmup, opt.iters));
+  ASSIGN_OR_RETURN(ps::WireFloat wire, Compression(opt));
+  RETURN_IF_ERROR(
+      bench::TimeAllReduces(*comm, opt.rank, opt.nodes, sizes, opt.warmup, opt.iters, wire));
   (void)comm->Close();
   return absl::OkStatus();
 }
@@ -97,6 +99,7 @@ absl::Status RunPs(const Options& opt) {
 // Sync-mode steps as a worker takes them: push the gradients computed at v, pull step v+1.
 absl::Status RunPsWorker(const Options& opt) {
   ASSIGN_OR_RETURN(size_t bytes, OneSize(opt));
+  ASSIGN_OR_RETURN(ps::WireFloat wire, Compression(opt));
   std::vector<std::string> shards = absl::StrSplit(opt.ps, ',', absl::SkipEmpty());
   ASSIGN_OR_RETURN(ps::PlacementPlan plan,
                    ps::PlacementPlan::Build(Model(bytes), static_cast<int>(shards.size())));
@@ -104,7 +107,8 @@ absl::Status RunPsWorker(const Options& opt) {
                                                      {.rpc_timeout = opt.timeout,
                                                       .pull_timeout = opt.timeout,
                                                       .worker = static_cast<uint32_t>(opt.rank),
-                                                      .shared_memory = false}));
+                                                      .shared_memory = false,
+                                                      .compression = wire}));
   RETURN_IF_ERROR(client->WaitReady(absl::Seconds(30), /*require_initialized=*/true));
   std::vector<std::vector<float>> grads, values;
   std::vector<std::span<const float>> grad_spans;
@@ -161,6 +165,15 @@ std::string SizeName(size_t bytes) {
   if (bytes % (size_t{1} << 20) == 0) return absl::StrCat(bytes >> 20, " MiB");
   if (bytes % (size_t{1} << 10) == 0) return absl::StrCat(bytes >> 10, " KiB");
   return absl::StrCat(bytes, " B");
+}
+
+absl::StatusOr<ps::WireFloat> Compression(const Options& opt) {
+  std::optional<ps::WireFloat> wire = ps::ParseWireFloat(opt.compression);
+  if (!wire) {
+    return absl::InvalidArgumentError(absl::StrCat("--gradient-compression: unknown \"",
+                                                   opt.compression, "\"; none, fp16 or bf16"));
+  }
+  return *wire;
 }
 
 absl::Status RunRole(const Options& opt) {

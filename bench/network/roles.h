@@ -13,6 +13,7 @@
 //   --role=ps-worker  one worker: PsClient push+pull (PushAndPull, sync mode) of that model
 //                     against the ps tasks --ps (comma-separated, in shard order); prints its
 //                     own "result" line
+// ring-rank and ps-worker send 16-bit values with --gradient-compression=fp16|bf16.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "ps/half_float.h"
 
 namespace kubetrain::network_bench {
 
@@ -30,6 +32,9 @@ struct Options {
   int nodes = 2;      // ranks (workers); the 1-ps case's ps gets a node of its own
   double link_gbit = 1;
   std::string modes = "ring,ps,ps-shards,torch-gloo,mpi";
+  // "fp16" or "bf16": ring, ps and ps-shards run again with 16-bit values on the wire
+  // (--gradient-compression, rows "ring+fp16"...); for a child, its own exchange's. "none": not.
+  std::string compression = "none";
   int iters = 5;
   int warmup = 1;
   bool quick = false;
@@ -52,6 +57,9 @@ inline constexpr char kSecretEnv[] = "NETWORK_BENCH_SECRET";
 // "64K", "8M", "1G" or a byte count, comma-separated; each a positive multiple of 4 up to 4 GiB.
 absl::StatusOr<std::vector<size_t>> ParseSizes(absl::string_view text);
 std::string SizeName(size_t bytes);  // "64 MiB"
+
+// opt.compression as a WireFloat; InvalidArgument naming the flag for anything else.
+absl::StatusOr<ps::WireFloat> Compression(const Options& opt);
 
 // Runs the child role named by opt.role.
 absl::Status RunRole(const Options& opt);
