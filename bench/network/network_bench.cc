@@ -174,9 +174,12 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
   for (const char* mode : kModes) {
     if (!modes.count(mode)) continue;
     const std::string m = mode;
-    const bool own = m == "ring" || m == "ps" || m == "ps-shards";
-    for (ps::WireFloat w : {ps::WireFloat::kFloat32, wire}) {
-      if (w != ps::WireFloat::kFloat32 && (!own || wire == ps::WireFloat::kFloat32)) break;
+    // float32, then (for kubetrain's own exchanges) the compressed wire when asked for.
+    std::vector<ps::WireFloat> wires = {ps::WireFloat::kFloat32};
+    if (wire != ps::WireFloat::kFloat32 && (m == "ring" || m == "ps" || m == "ps-shards")) {
+      wires.push_back(wire);
+    }
+    for (ps::WireFloat w : wires) {
       absl::StatusOr<std::vector<Result>> more = m == "ring"         ? RunRing(s, w)
                                                  : m == "ps"         ? RunPs(s, false, w)
                                                  : m == "ps-shards"  ? RunPs(s, true, w)
