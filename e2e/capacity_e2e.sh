@@ -20,14 +20,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_args "$@"
 
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: pod sandboxes on 3 nodes need root (localkube would run one node in process mode)"
-  exit 77
-fi
-if ! unshare --net --mount --ipc --uts true 2>/dev/null; then
-  echo "SKIP: no network, mount, IPC and UTS namespaces here (pod sandboxes need them)"
-  exit 77
-fi
+require_sandboxes "3 nodes of limited capacity (without them localkube runs one node)"
 
 start_localkube_for_operator "$BIN" --node-capacity cpu=2,memory=8Gi,pods=110
 k() { "$KUBECTL" "$@"; }

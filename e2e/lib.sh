@@ -52,6 +52,19 @@ start_localkube() {
   echo "localkube at $LK_URL (dir $LK_DIR)"
 }
 
+# require_sandboxes FOR: skips the script (exit 77) unless pod sandboxes can work here (root,
+# and network, mount, IPC and UTS namespaces), saying what needs them.
+require_sandboxes() {
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "SKIP: pod sandboxes, which need root, for $1"
+    exit 77
+  fi
+  if ! unshare --net --mount --ipc --uts true 2>/dev/null; then
+    echo "SKIP: no network, mount, IPC and UTS namespaces here for the pod sandboxes of $1"
+    exit 77
+  fi
+}
+
 # Pods' "name node podIP" lines: kubectl get pods ... -o jsonpath="$PLACEMENT".
 PLACEMENT='{range .items[*]}{.metadata.name} {.spec.nodeName} {.status.podIP}{"\n"}{end}'
 # expect_sandboxed PLACED: each pod of PLACED (PLACEMENT's lines) has an IP of the sandbox

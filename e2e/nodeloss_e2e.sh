@@ -18,10 +18,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_args "$@"
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: node faults need pod sandboxes on separate nodes, which need root"
-  exit 77
-fi
+require_sandboxes "node faults (pods on separate nodes)"
 
 # Short clocks so a lost node costs seconds, not minutes: the real defaults are a 40 s
 # --node-monitor-grace-period (kube-controller-manager) and 300 s tolerations

@@ -22,7 +22,7 @@ BIN=$(cd "$4" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source e2e/lib.sh
 
-[[ $(id -u) == 0 ]] || { echo "SKIP: pod sandboxes (in-cluster configuration) need root"; exit 77; }
+require_sandboxes "the in-cluster configuration (the mounted token)"
 
 NS=kubetrain-system
 OP=kubetrain-operator  # the chart's operator (and ServiceAccount) name for release "kubetrain"
