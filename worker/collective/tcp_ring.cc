@@ -220,117 +220,60 @@ void TcpRing::Shutdown() {
   }
 }
 
-absl::Status TcpRing::Exchange(const char* out, size_t out_bytes, char* in, size_t in_bytes,
-                               absl::Time deadline) {
-  size_t sent = 0, received = 0;
-  absl::Time idle_since = absl::InfiniteFuture();
-  while (sent < out_bytes || received < in_bytes) {
-    bool moved = false;
-    if (sent < out_bytes) {
-      const ssize_t k = ::send(next_fd_, out + sent, out_bytes - sent, MSG_NOSIGNAL);
-      if (k > 0) {
-        sent += static_cast<size_t>(k);
-        moved = true;
-      } else if (k < 0 && errno != EAGAIN && errno != EINTR) {
-        return absl::UnavailableError(absl::StrCat("tcp ring all-reduce: sending to rank ",
-                                                   (options_.rank + 1) % options_.size, ": ",
-                                                   std::strerror(errno)));
-      }
-    }
-    if (received < in_bytes) {
-      const ssize_t k = ::recv(previous_fd_, in + received, in_bytes - received, 0);
-      if (k > 0) {
-        received += static_cast<size_t>(k);
-        moved = true;
-      } else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
-        const int previous = (options_.rank + options_.size - 1) % options_.size;
-        return absl::UnavailableError(absl::StrCat(
-            "tcp ring all-reduce: rank ", previous,
-            k == 0 ? " closed its connection (stopped or gone)" : "'s connection failed: ",
-            k == 0 ? "" : std::strerror(errno)));
-      }
-    }
-    if (moved) {
-      idle_since = absl::InfiniteFuture();
-      continue;
-    }
-    const absl::Time now = absl::Now();
-    if (idle_since == absl::InfiniteFuture()) idle_since = now;
-    if (now - idle_since < kSpinFor) {
-      ::sched_yield();  // a peer sharing this CPU (ranks on one host) runs now, not at the poll
-      continue;
-    }
-    // Idle for a while: sleep until a socket is ready, looking at the stop flag and the clock.
-    if (options_.stop != nullptr && options_.stop->load()) {
-      return absl::CancelledError("tcp ring all-reduce: stopped");
-    }
-    if (now >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("tcp ring all-reduce: a peer did not send or receive within ",
-                       absl::FormatDuration(options_.timeout), " (stalled or gone)"));
-    }
-    // A direction that is done is left out (fd -1): a socket its peer closed would otherwise
-    // report POLLHUP at once, every time.
-    pollfd p[2] = {{sent < out_bytes ? next_fd_ : -1, POLLOUT, 0},
-                   {received < in_bytes ? previous_fd_ : -1, POLLIN, 0}};
-    ::poll(p, 2, kPollMillis);
+absl::StatusOr<bool> TcpRing::SendSome(const char* out, size_t bytes, size_t* sent) {
+  if (*sent >= bytes) return false;
+  const ssize_t k = ::send(next_fd_, out + *sent, bytes - *sent, MSG_NOSIGNAL);
+  if (k > 0) {
+    *sent += static_cast<size_t>(k);
+    return true;
   }
-  return absl::OkStatus();
+  if (k < 0 && errno != EAGAIN && errno != EINTR) {
+    return absl::UnavailableError(absl::StrCat("tcp ring all-reduce: sending to rank ",
+                                               (options_.rank + 1) % options_.size, ": ",
+                                               std::strerror(errno)));
+  }
+  return false;
 }
 
-absl::Status TcpRing::AllReduce(float* data, size_t count, ReduceOp op, ps::WireFloat wire) {
-  RETURN_IF_ERROR(broken_);
-  const int n = options_.size;
-  if (n == 1 || count == 0) return absl::OkStatus();
-  if (next_fd_ < 0) return absl::FailedPreconditionError("tcp ring: closed");
-  const absl::Time deadline = absl::Now() + options_.timeout;
-  if (wire != ps::WireFloat::kFloat32) {
-    absl::Status s = AllReduceCompressed(data, count, op, wire, deadline);
-    if (!s.ok()) {
-      broken_ = s;
-      Shutdown();
-    }
-    return s;
+absl::StatusOr<bool> TcpRing::ReceiveSome(char* in, size_t bytes, size_t* received) {
+  if (*received >= bytes) return false;
+  const ssize_t k = ::recv(previous_fd_, in + *received, bytes - *received, 0);
+  if (k > 0) {
+    *received += static_cast<size_t>(k);
+    return true;
   }
-  const FloatReduction reduce = FloatReductionFor(op);
-  const size_t part_floats = kPartBytes / sizeof(float);
-  const size_t segment = part_floats * static_cast<size_t>(n);
-  const auto fail = [&](absl::Status s) {
-    broken_ = s;
-    Shutdown();  // the neighbours' next read fails instead of waiting out their timeout
-    return s;
-  };
-  for (size_t off = 0; off < count; off += segment) {
-    float* const base = data + off;
-    const size_t len = std::min(segment, count - off);
-    // Part p of this segment: [begin(p), begin(p + 1)).
-    const auto begin = [&](int p) { return len * static_cast<size_t>(p) / n; };
-    const auto part = [&](int p) {
-      return std::make_pair(base + begin(p), begin(p + 1) - begin(p));
-    };
-    received_.resize(std::max(received_.size(), (len + n - 1) / n));
-    for (int s = 0; s < n - 1; ++s) {  // reduce-scatter
-      const auto [out, out_count] = part((options_.rank - s + 2 * n) % n);
-      const auto [in, in_count] = part((options_.rank - s - 1 + 2 * n) % n);
-      if (absl::Status e = Exchange(reinterpret_cast<const char*>(out), out_count * sizeof(float),
-                                    reinterpret_cast<char*>(received_.data()),
-                                    in_count * sizeof(float), deadline);
-          !e.ok()) {
-        return fail(e);
-      }
-      reduce(in, in, received_.data(), in_count);
-    }
-    for (int s = 0; s < n - 1; ++s) {  // all-gather
-      const auto [out, out_count] = part((options_.rank + 1 - s + 2 * n) % n);
-      const auto [in, in_count] = part((options_.rank - s + 2 * n) % n);
-      if (absl::Status e =
-              Exchange(reinterpret_cast<const char*>(out), out_count * sizeof(float),
-                       reinterpret_cast<char*>(in), in_count * sizeof(float), deadline);
-          !e.ok()) {
-        return fail(e);
-      }
-    }
+  if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
+    const int previous = (options_.rank + options_.size - 1) % options_.size;
+    return absl::UnavailableError(
+        absl::StrCat("tcp ring all-reduce: rank ", previous,
+                     k == 0 ? " closed its connection (stopped or gone)" : "'s connection failed: ",
+                     k == 0 ? "" : std::strerror(errno)));
   }
+  return false;
+}
+
+absl::Status TcpRing::WaitIdle(absl::Time* idle_since, absl::Time deadline, bool can_send,
+                               bool can_receive) {
+  const absl::Time now = absl::Now();
+  if (*idle_since == absl::InfiniteFuture()) *idle_since = now;
+  if (now - *idle_since < kSpinFor) {
+    ::sched_yield();  // a peer sharing this CPU (ranks on one host) runs now, not at the poll
+    return absl::OkStatus();
+  }
+  // Idle for a while: sleep until a socket is ready, looking at the stop flag and the clock.
+  if (options_.stop != nullptr && options_.stop->load()) {
+    return absl::CancelledError("tcp ring all-reduce: stopped");
+  }
+  if (now >= deadline) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("tcp ring all-reduce: a peer did not send or receive within ",
+                     absl::FormatDuration(options_.timeout), " (stalled or gone)"));
+  }
+  // A direction with nothing to do is left out (fd -1): a socket its peer closed would otherwise
+  // report POLLHUP at once, every time.
+  pollfd p[2] = {{can_send ? next_fd_ : -1, POLLOUT, 0},
+                 {can_receive ? previous_fd_ : -1, POLLIN, 0}};
+  ::poll(p, 2, kPollMillis);
   return absl::OkStatus();
 }
 
@@ -358,49 +301,124 @@ absl::Status CheckEncoded(ps::WireFloat wire, const float* values, const uint16_
 
 }  // namespace
 
-absl::Status TcpRing::AllReduceCompressed(float* data, size_t count, ReduceOp op,
-                                          ps::WireFloat wire, absl::Time deadline) {
+absl::Status TcpRing::AllReduce(float* data, size_t count, ReduceOp op, ps::WireFloat wire) {
+  RETURN_IF_ERROR(broken_);
   const int n = options_.size;
-  const FloatReduction reduce = FloatReductionFor(op);
-  // Parts as long (in values) as uncompressed ones: half the bytes per exchange.
-  const size_t part_floats = kPartBytes / sizeof(float);
-  const size_t segment = part_floats * static_cast<size_t>(n);
+  if (n == 1 || count == 0) return absl::OkStatus();
+  if (next_fd_ < 0) return absl::FailedPreconditionError("tcp ring: closed");
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  // Parts as long in values whatever the wire: a compressed exchange moves half the bytes.
+  const size_t segment = kPartBytes / sizeof(float) * static_cast<size_t>(n);
   for (size_t off = 0; off < count; off += segment) {
-    float* const base = data + off;
-    const size_t len = std::min(segment, count - off);
-    const auto begin = [&](int p) { return len * static_cast<size_t>(p) / n; };
-    const auto length = [&](int p) { return begin(p + 1) - begin(p); };
-    const auto bytes = [](const uint16_t* p) { return reinterpret_cast<const char*>(p); };
+    if (absl::Status e = StreamSegment(data, off, std::min(segment, count - off),
+                                       FloatReductionFor(op), wire, deadline);
+        !e.ok()) {
+      broken_ = e;
+      Shutdown();  // the neighbours' next read fails instead of waiting out their timeout
+      return e;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TcpRing::StreamSegment(float* data, size_t off, size_t len, FloatReduction reduce,
+                                    ps::WireFloat wire, absl::Time deadline) {
+  const int n = options_.size, r = options_.rank, steps = 2 * (n - 1);
+  float* const base = data + off;
+  // Part p of the segment is [begin(p), begin(p + 1)). Step t < n - 1 is the reduce-scatter's
+  // step t, later ones the all-gather's step t - (n - 1).
+  const auto begin = [&](int p) { return len * static_cast<size_t>(p) / n; };
+  const auto out_part = [&](int t) {
+    return t < n - 1 ? (r - t + 2 * n) % n : (r + 1 - (t - (n - 1)) + 2 * n) % n;
+  };
+  const auto in_part = [&](int t) {
+    return t < n - 1 ? (r - t - 1 + 2 * n) % n : (r - (t - (n - 1)) + 2 * n) % n;
+  };
+  // What crosses the wire: the float32 values themselves, or their 16-bit codes in wire_.
+  const bool compressed = wire != ps::WireFloat::kFloat32;
+  const size_t width = ps::WireFloatBytes(wire);
+  const size_t most = (len + n - 1) / n;
+  received_.resize(std::max(received_.size(), most));
+  if (compressed) {
     wire_.resize(std::max(wire_.size(), len));
-    const size_t most = (len + n - 1) / n;
-    received_.resize(std::max(received_.size(), most));
     wire_received_.resize(std::max(wire_received_.size(), most));
-    for (int s = 0; s < n - 1; ++s) {  // reduce-scatter: partial sums rounded to 16 bits
-      const int out = (options_.rank - s + 2 * n) % n, in = (options_.rank - s - 1 + 2 * n) % n;
-      uint16_t* const out_wire = wire_.data() + begin(out);
-      ps::Compress(wire, {base + begin(out), length(out)}, {out_wire, length(out)});
-      RETURN_IF_ERROR(
-          CheckEncoded(wire, base + begin(out), out_wire, length(out), off + begin(out)));
-      RETURN_IF_ERROR(Exchange(bytes(out_wire), length(out) * 2,
-                               reinterpret_cast<char*>(wire_received_.data()), length(in) * 2,
-                               deadline));
-      ps::Decompress(wire, {wire_received_.data(), length(in)}, {received_.data(), length(in)});
-      reduce(base + begin(in), base + begin(in), received_.data(), length(in));
+  }
+  char* const sendable = compressed ? reinterpret_cast<char*>(wire_.data())
+                                    : reinterpret_cast<char*>(base);  // by begin(p) * width
+  char* const scratch = compressed ? reinterpret_cast<char*>(wire_received_.data())
+                                   : reinterpret_cast<char*>(received_.data());
+  // Codes the values [from, from + count) of part p into wire_, refusing an fp16 overflow.
+  const auto code = [&](int p, size_t from, size_t count) {
+    const size_t at = begin(p) + from;
+    ps::Compress(wire, {base + at, count}, {wire_.data() + at, count});
+    return CheckEncoded(wire, base + at, wire_.data() + at, count, off + at);
+  };
+  if (compressed)
+    RETURN_IF_ERROR(code(out_part(0), 0, begin(out_part(0) + 1) - begin(out_part(0))));
+  int send_step = 0, receive_step = 0;
+  // Bytes of send_step's part sent; of receive_step's part received, and of those ready to be
+  // sent on: reduced (the reduce-scatter's, a whole value at a time) or placed (the all-gather's).
+  size_t sent = 0, received = 0, ready = 0;
+  absl::Time idle_since = absl::InfiniteFuture();
+  while (send_step < steps || receive_step < steps) {
+    bool moved = false;
+    // Step t + 1 sends the part step t received: as much of it as is ready. Step 0's is.
+    size_t may_send = 0;
+    if (send_step < steps) {
+      const int p = out_part(send_step);
+      const size_t whole = (begin(p + 1) - begin(p)) * width;
+      may_send = send_step <= receive_step       ? whole
+                 : send_step == receive_step + 1 ? ready
+                                                 : 0;  // after an empty part
+      ASSIGN_OR_RETURN(moved, SendSome(sendable + begin(p) * width, may_send, &sent));
+      if (sent == whole) {
+        ++send_step;
+        sent = 0;
+        moved = true;
+      }
     }
-    // This rank's reduced part, rounded once: what it keeps and what every peer decodes.
-    const int own = (options_.rank + 1) % n;
-    ps::Compress(wire, {base + begin(own), length(own)}, {wire_.data() + begin(own), length(own)});
-    RETURN_IF_ERROR(CheckEncoded(wire, base + begin(own), wire_.data() + begin(own), length(own),
-                                 off + begin(own)));
-    ps::Decompress(wire, {wire_.data() + begin(own), length(own)},
-                   {base + begin(own), length(own)});
-    for (int s = 0; s < n - 1; ++s) {  // all-gather: the 16 bits are passed on as they came
-      const int out = (options_.rank + 1 - s + 2 * n) % n, in = (options_.rank - s + 2 * n) % n;
-      RETURN_IF_ERROR(Exchange(bytes(wire_.data() + begin(out)), length(out) * 2,
-                               reinterpret_cast<char*>(wire_.data() + begin(in)), length(in) * 2,
-                               deadline));
-      ps::Decompress(wire, {wire_.data() + begin(in), length(in)}, {base + begin(in), length(in)});
+    if (receive_step < steps) {
+      const int p = in_part(receive_step);
+      const size_t whole = (begin(p + 1) - begin(p)) * width;
+      float* const part = base + begin(p);
+      const bool reducing = receive_step < n - 1;
+      char* const in = reducing ? scratch : sendable + begin(p) * width;
+      ASSIGN_OR_RETURN(const bool receiving, ReceiveSome(in, whole, &received));
+      moved |= receiving;
+      const size_t done = ready / width, now = received / width;  // whole values
+      if (now > done && reducing) {
+        if (compressed) {
+          ps::Decompress(wire, {wire_received_.data() + done, now - done},
+                         {received_.data() + done, now - done});
+        }
+        reduce(part + done, part + done, received_.data() + done, now - done);
+        if (compressed) {
+          // Coded for the next step; this rank's own, fully reduced part is rounded once and
+          // kept so, the value every peer decodes from the same bits.
+          RETURN_IF_ERROR(code(p, done, now - done));
+          if (receive_step == n - 2) {
+            ps::Decompress(wire, {wire_.data() + begin(p) + done, now - done},
+                           {part + done, now - done});
+          }
+        }
+      } else if (now > done && compressed) {  // the all-gather's codes, passed on as they came
+        ps::Decompress(wire, {wire_.data() + begin(p) + done, now - done},
+                       {part + done, now - done});
+      }
+      // The all-gather forwards bytes as they arrive; the reduce-scatter whole reduced values.
+      ready = reducing ? now * width : received;
+      if (received == whole) {
+        ++receive_step;
+        received = ready = 0;
+        moved = true;
+      }
     }
+    if (moved) {
+      idle_since = absl::InfiniteFuture();
+      continue;
+    }
+    RETURN_IF_ERROR(WaitIdle(&idle_since, deadline, send_step < steps && sent < may_send,
+                             receive_step < steps));
   }
   return absl::OkStatus();
 }

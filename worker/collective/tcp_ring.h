@@ -9,7 +9,10 @@
 // An all-reduce, per segment of at most n x kPartBytes: a reduce-scatter (n - 1 steps; in step s
 // rank r sends part r - s to the next rank and reduces part r - s - 1 from the previous into
 // its data) and an all-gather (n - 1 steps passing the reduced parts on). Each part is reduced
-// once, in ring order, and copied to every rank: every rank gets the same bits.
+// once, in ring order, and copied to every rank: every rank gets the same bits. The steps are not
+// run in lockstep: what step s + 1 sends is what step s received, so its bytes go out as soon as
+// they have come in and been reduced (StreamSegment), and a shaped link stays busy across the
+// steps' ends instead of idling while the last bytes of each part arrive.
 //
 // Compressed (AllReduce's `wire` fp16 or bf16, --gradient-compression): the same steps with
 // 16-bit values on the wire and float32 sums. In the reduce-scatter a rank rounds the partial sum
@@ -31,6 +34,7 @@
 #include "absl/time/time.h"
 #include "ps/half_float.h"
 #include "worker/collective/communicator.h"
+#include "worker/collective/float_reductions.h"
 #include "worker/collective/rendezvous.h"
 
 namespace kubetrain::worker {
@@ -68,17 +72,29 @@ class TcpRing {
 
  private:
   explicit TcpRing(const TcpRingOptions& options);
-  // Sends `out` to the next rank while receiving `in` from the previous one.
-  absl::Status Exchange(const char* out, size_t out_bytes, char* in, size_t in_bytes,
-                        absl::Time deadline);
+  // The all-reduce of the `len` values at data + off, as two streams: the 2(n-1) steps' outgoing
+  // parts one after the other to the next rank, and their incoming parts from the previous one.
+  // Step t + 1 sends the part step t received (reduced, in the reduce-scatter), so its bytes
+  // leave as soon as they have arrived and been reduced, not once the whole part has: the link
+  // does not idle at each step's end while the last bytes of a part arrive (Gloo pipelines its
+  // ring for the same reason). `wire` 16-bit: the values are coded into wire_ as they are ready.
+  absl::Status StreamSegment(float* data, size_t off, size_t len, FloatReduction reduce,
+                             ps::WireFloat wire, absl::Time deadline);
+  // One non-blocking send (to the next rank) or receive (from the previous one) of what is left
+  // of `bytes`, advancing the count: whether bytes moved; UNAVAILABLE when the peer is gone.
+  absl::StatusOr<bool> SendSome(const char* out, size_t bytes, size_t* sent);
+  absl::StatusOr<bool> ReceiveSome(char* in, size_t bytes, size_t* received);
+  // Nothing moved: spins for kSpinFor (yielding), then polls the directions that can move;
+  // CANCELLED on a stop, DEADLINE_EXCEEDED past `deadline`.
+  absl::Status WaitIdle(absl::Time* idle_since, absl::Time deadline, bool can_send,
+                        bool can_receive);
 
   TcpRingOptions options_;
   int next_fd_;      // dialled: to rank + 1
   int previous_fd_;  // accepted: from rank - 1
-  // Compressed: the segment's values in 16 bits (what this rank sends, and the all-gather's
-  // parts as they arrive), and the part being received in the reduce-scatter.
-  absl::Status AllReduceCompressed(float* data, size_t count, ReduceOp op, ps::WireFloat wire,
-                                   absl::Time deadline);
+  // The part being received in the reduce-scatter (float32), and when compressed the segment's
+  // values in 16 bits (what this rank sends, and the all-gather's parts as they arrive) and the
+  // reduce-scatter's incoming codes.
   std::vector<float> received_;
   std::vector<uint16_t> wire_;
   std::vector<uint16_t> wire_received_;
