@@ -57,8 +57,9 @@ struct ContainerConfig {
   std::string etc_hosts;  // the pod's hosts file (oci: mounted at /etc/hosts)
   std::string pod_dir;    // the pod's own directory on the host (process: TMPDIR below it)
   std::string log_path;   // appended to, one stamped line per line of output
-  // The pod's sandbox (process runtime): the command runs in the pod's namespaces with `mounts`
-  // and a clean base environment. Null: on this host as it is (host pod network).
+  // The pod's sandbox: the command runs in the pod's namespaces with `mounts` (the process
+  // runtime: with a clean base environment; the oci runtime: in its image's root). Null: in the
+  // host's network (the process runtime: on this host as it is).
   const PodSandbox* sandbox = nullptr;
 };
 
