@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include <grpc/slice.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -81,11 +83,14 @@ absl::string_view AsBytes(std::span<const float> values) {
 
 // A slice of `values` coded as `wire`'s 16-bit floats (the one copy a compressed tensor makes).
 grpc::Slice CompressedSlice(WireFloat wire, std::span<const float> values) {
-  // Coded into aligned memory and then copied: a slice's bytes may start at an odd address,
-  // where 16-bit stores are undefined (UBSan: misaligned address).
-  std::vector<uint16_t> narrow(values.size());
-  Compress(wire, values, narrow);
-  return grpc::Slice(narrow.data(), narrow.size() * sizeof(uint16_t));
+  // Never an inlined slice: those keep their bytes inside the slice struct, at an odd address
+  // where 16-bit stores are undefined (UBSan: misaligned address). A heap slice's bytes follow
+  // its refcount, 8-byte aligned, and are coded in place: no second copy of the tensor.
+  grpc::Slice slice(grpc_slice_malloc_large(values.size() * sizeof(uint16_t)),
+                    grpc::Slice::STEAL_REF);
+  auto* out = reinterpret_cast<uint16_t*>(const_cast<uint8_t*>(slice.begin()));
+  Compress(wire, values, {out, values.size()});
+  return slice;
 }
 
 // The encoding field's value, or INVALID_ARGUMENT naming the partition (a peer from a newer
