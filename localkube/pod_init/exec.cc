@@ -329,9 +329,7 @@ int Exec(const std::vector<std::string>& args) {
     struct stat st;
     if (stat(m.source.c_str(), &st) != 0) Die("stat " + m.source);
     m.directory = S_ISDIR(st.st_mode);
-    m.tree =
-        open_tree(AT_FDCWD, m.source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-    if (m.tree < 0) Die("open_tree " + m.source);
+    m.tree = CopyOfTree(m.source, /*recursive=*/true);
   }
   // The image's root may live under the host's /tmp too (a buildah storage there).
   const int root_tree = rootfs.empty() ? -1 : CopyOfTree(rootfs, true);
