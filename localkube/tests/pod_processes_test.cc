@@ -102,6 +102,15 @@ class PodProcesses : public testing::SandboxKubeletTest {
     auto p = api_->Get(Of("pods", pod));
     return p.ok() ? (*p)["status"] : json::object();
   }
+  // A /proc file's text; empty when the process ended while it was read (ESRCH).
+  static std::string ProcFile(const std::filesystem::path& path) {
+    try {
+      std::ifstream in(path);
+      return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    } catch (const std::ios_base::failure&) {
+      return "";
+    }
+  }
   // The host pids of the processes whose argv[index] is `word` and whose command line holds
   // `marker`; with `parent`, only that process's children.
   static std::vector<pid_t> HostPids(const std::string& word, size_t index,
@@ -109,26 +118,12 @@ class PodProcesses : public testing::SandboxKubeletTest {
     std::vector<pid_t> found;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-      // A process may end while it is read (reading its files then fails with ESRCH).
-      std::string text;
-      try {
-        std::ifstream in(e.path() / "cmdline");
-        text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-      } catch (const std::ios_base::failure&) {
-        continue;
-      }
+      const std::string text = ProcFile(e.path() / "cmdline");
       std::vector<std::string> argv = absl::StrSplit(text, '\0');
       if (argv.size() <= index || argv[index] != word || !absl::StrContains(text, marker)) continue;
-      if (parent != 0) {
-        std::string line;
-        try {
-          std::ifstream status(e.path() / "status");
-          while (std::getline(status, line) && !absl::StartsWith(line, "PPid:")) {
-          }
-        } catch (const std::ios_base::failure&) {
-          continue;
-        }
-        if (line != absl::StrCat("PPid:\t", parent)) continue;
+      if (parent != 0 && !absl::StrContains(ProcFile(e.path() / "status"),
+                                            absl::StrCat("\nPPid:\t", parent, "\n"))) {
+        continue;
       }
       found.push_back(std::stoi(e.path().filename().string()));
     }
