@@ -35,6 +35,11 @@ std::vector<std::string> ChildArgs(const Options& opt, absl::string_view role, i
           absl::StrCat("--timeout=", absl::FormatDuration(opt.timeout))};
 }
 
+// The bytes a float32 model of `bytes` takes on `wire`.
+double WireBytes(size_t bytes, ps::WireFloat wire) {
+  return static_cast<double>(bytes / sizeof(float) * ps::WireFloatBytes(wire));
+}
+
 }  // namespace
 
 absl::StatusOr<std::map<size_t, std::vector<double>>> Parse(const std::vector<std::string>& outputs,
@@ -79,7 +84,7 @@ Result AllReduceRow(const Setup& s, absl::string_view mode, size_t bytes,
                     const std::vector<double>& times, ps::WireFloat wire) {
   const int n = s.opt.nodes;
   Result r{ModeName(mode, wire), bytes, bench::Median(times)};
-  const double on_wire = static_cast<double>(bytes / sizeof(float) * ps::WireFloatBytes(wire));
+  const double on_wire = WireBytes(bytes, wire);
   const double per_rank = 2.0 * (n - 1) / n * on_wire;
   r.model_seconds = per_rank / s.rate;
   r.busbw = r.seconds > 0 ? per_rank / r.seconds : 0;
@@ -175,7 +180,7 @@ absl::StatusOr<std::vector<Result>> RunPs(Setup& s, bool sharded, ps::WireFloat 
       continue;
     }
     Result r{ModeName("ps", wire), bytes, bench::Median(times[bytes])};
-    const double on_wire = static_cast<double>(bytes / sizeof(float) * ps::WireFloatBytes(wire));
+    const double on_wire = WireBytes(bytes, wire);
     const double through_ps = 2.0 * n * on_wire;
     r.model_seconds = through_ps / s.rate;
     r.busbw = r.seconds > 0 ? through_ps / r.seconds : 0;
