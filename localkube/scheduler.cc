@@ -12,6 +12,7 @@
 #include "localkube/events.h"
 #include "localkube/kinds.h"
 #include "localkube/object_meta.h"
+#include "localkube/storage_objects.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -104,11 +105,18 @@ bool Scheduler::Follow() {
     return true;
   }
   std::vector<StoreEvent> events;
+  bool volumes_changed = false;
   int64_t scanned = cursor_;
   absl::Status st = api_->store()->VisitEventsAfter(
       cursor_,
       [&](const StoreEvent& e) {
-        if (e.storage_key == kPodsKey || e.storage_key == kNodesKey) events.push_back(e);
+        if (e.storage_key == kPodsKey || e.storage_key == kNodesKey) {
+          events.push_back(e);
+        } else if (e.storage_key == kPvcKey || e.storage_key == kPvKey) {
+          // A claim bound or a volume made may let a pod that waited on it fit, as
+          // kube-scheduler's volume binding requeues pods on claim and volume events.
+          volumes_changed = true;
+        }
       },
       &scanned);
   if (!st.ok()) {
@@ -116,6 +124,9 @@ bool Scheduler::Follow() {
     return true;
   }
   cursor_ = scanned;
+  if (volumes_changed) {
+    for (auto& [key, p] : pending_) p.dirty = true;
+  }
   for (const StoreEvent& e : events) {
     if (e.storage_key == kPodsKey) {
       OnPod(e.type, e.object);
@@ -123,7 +134,7 @@ bool Scheduler::Follow() {
       OnNode(e.type, e.object);
     }
   }
-  return !events.empty();
+  return !events.empty() || volumes_changed;
 }
 
 void Scheduler::Resync() {

@@ -445,6 +445,27 @@ TEST_F(Cluster, PluginFiltersAndPreBindsTakePart) {
             "for scheduling.");
 }
 
+// A pod refused for its claim is tried again when claims or volumes change, as kube-scheduler's
+// volume binding requeues it: a pod that the operator created before its Immediate claim was
+// bound is bound once the claim is, not left Pending until some pod or node changes.
+TEST_F(Cluster, APodWaitingOnItsClaimIsBoundOnceTheClaimChanges) {
+  ASSERT_NO_FATAL_FAILURE(Up(1));
+  scheduler_->AddFilter([this](const json& pod, const json&) -> std::string {
+    if (pod["metadata"]["name"] != "waiting") return "";
+    return store_.Get("/persistentvolumeclaims", "default", "late").has_value()
+               ? ""
+               : "pod has unbound immediate PersistentVolumeClaims";
+  });
+  scheduler_->Start();
+  ASSERT_NO_FATAL_FAILURE(Create(CpuPod("waiting", "")));
+  ASSERT_FALSE(Refused("waiting", "Unschedulable").is_null());
+  store_.Put("/persistentvolumeclaims", {{"apiVersion", "v1"},
+                                         {"kind", "PersistentVolumeClaim"},
+                                         {"metadata", {{"name", "late"}, {"namespace", "default"}}},
+                                         {"spec", json::object()}});
+  EXPECT_EQ(BoundNode("waiting"), "node-1");
+}
+
 // pods/binding over HTTP, as a custom scheduler or `kubectl create -f binding.yaml` posts it.
 TEST(PodBinding, SetsNodeNameOnceAndAnswersAsTheApiServer) {
   Registry registry;
