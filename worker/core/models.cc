@@ -3,7 +3,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/status.h"
 #include "worker/core/layers/conv2d.h"
 #include "worker/core/layers/dense.h"
@@ -32,7 +35,45 @@ std::pair<int, int> AddConvBlock(Device& device, Layers& layers, int index,
   return {shape.height / 2, shape.width / 2};
 }
 
+constexpr int kMaxHiddenWidth = 65536;
+constexpr size_t kMaxHiddenLayers = 16;
+
+// The model a --model value names: a CNN, or an MLP with `mlp.hidden`.
+struct ModelChoice {
+  bool cnn = false;
+  MlpOptions mlp;
+};
+
+absl::StatusOr<ModelChoice> ParseModelName(absl::string_view name) {
+  if (name == "cnn") return ModelChoice{.cnn = true};
+  if (name == "mlp") return ModelChoice{};
+  absl::string_view widths = name;
+  if (absl::ConsumePrefix(&widths, "mlp:")) {
+    ModelChoice choice;
+    choice.mlp.hidden.clear();
+    for (absl::string_view w : absl::StrSplit(widths, ',')) {
+      int width = 0;
+      if (!absl::SimpleAtoi(w, &width) || width < 1 || width > kMaxHiddenWidth) {
+        return absl::InvalidArgumentError(absl::StrCat("--model: \"", name, "\": hidden width \"",
+                                                       w, "\" is not a whole number from 1 to ",
+                                                       kMaxHiddenWidth, " (e.g. mlp:4096,4096)"));
+      }
+      choice.mlp.hidden.push_back(width);
+    }
+    if (choice.mlp.hidden.size() > kMaxHiddenLayers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--model: \"", name, "\": at most ", kMaxHiddenLayers, " hidden layers"));
+    }
+    return choice;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--model: unsupported value \"", name,
+                   "\"; allowed: mlp, cnn, or mlp:W1,W2,... for an MLP with those hidden widths"));
+}
+
 }  // namespace
+
+absl::Status CheckModelName(absl::string_view name) { return ParseModelName(name).status(); }
 
 absl::StatusOr<std::unique_ptr<Model>> MakeMlp(Device& device, const MlpOptions& options) {
   if (options.inputs < 1 || options.classes < 2) {
@@ -73,10 +114,10 @@ absl::StatusOr<std::unique_ptr<Model>> MakeCnn(Device& device, const CnnOptions&
 
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(absl::string_view name, Device& device,
                                                  uint64_t seed) {
-  if (name == "mlp") return MakeMlp(device, {.seed = seed});
-  if (name == "cnn") return MakeCnn(device, {.seed = seed});
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown model '", name, "'; expected 'mlp' or 'cnn'"));
+  ASSIGN_OR_RETURN(ModelChoice choice, ParseModelName(name));
+  if (choice.cnn) return MakeCnn(device, {.seed = seed});
+  choice.mlp.seed = seed;
+  return MakeMlp(device, choice.mlp);
 }
 
 }  // namespace kubetrain::worker

@@ -18,7 +18,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         "ps-sync, ps-async (parameter servers) or allreduce (workers only: Gloo on CPU, NCCL "
         "on GPU)",
         "KUBETRAIN_MODE");
-  f.Add("model", &t.model, "mlp or cnn");
+  f.Add("model", &t.model, "mlp, cnn, or mlp:W1,W2,... (an MLP with those hidden widths)");
   f.Add("epochs", &t.epochs, "passes over the training set");
   f.Add("batch-size", &t.batch_size, "examples per step per worker");
   f.Add("lr", &t.lr, "learning rate for a global batch of --lr-reference-batch examples");

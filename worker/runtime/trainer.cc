@@ -61,10 +61,7 @@ std::unique_ptr<GradientExchange> MakeGradientExchange(const ExchangeContext& co
 }
 
 absl::Status ValidateOptions(const TrainerOptions& o) {
-  if (o.model != "mlp" && o.model != "cnn") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--model: unsupported value \"", o.model, "\"; allowed: mlp, cnn"));
-  }
+  RETURN_IF_ERROR(CheckModelName(o.model));
   if (o.epochs < 1)
     return absl::InvalidArgumentError(absl::StrCat("--epochs: must be >= 1, got ", o.epochs));
   if (o.batch_size < 1) {

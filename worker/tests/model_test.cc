@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/testing/status_matchers.h"
 #include "worker/core/cpu/cpu_device.h"
 #include "worker/core/models.h"
@@ -20,6 +21,7 @@ namespace {
 
 using ::kubetrain::testing::IsOk;
 using testing::Gradients;
+using ::testing::HasSubstr;
 using testing::Values;
 
 std::vector<std::pair<std::string, Shape>> NamesAndShapes(const Model& model) {
@@ -65,8 +67,41 @@ TEST(Models, UnknownNameIsInvalidArgument) {
   CpuDevice device;
   auto model = MakeModel("resnet", device, 1);
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(model.status().message(), "unknown model 'resnet'; expected 'mlp' or 'cnn'");
+  EXPECT_EQ(model.status().message(),
+            "--model: unsupported value \"resnet\"; allowed: mlp, cnn, or mlp:W1,W2,... for an "
+            "MLP with those hidden widths");
   EXPECT_THAT(MakeModel("cnn", device, 1), IsOk());
+}
+
+TEST(Models, MlpWithHiddenWidthsHasThoseLayers) {
+  CpuDevice device;
+  auto model = MakeModel("mlp:300,20,7", device, 1);
+  ASSERT_THAT(model, IsOk());
+  using P = std::pair<std::string, Shape>;
+  EXPECT_EQ(NamesAndShapes(**model),
+            (std::vector<P>{P{"dense1/kernel", {784, 300}}, P{"dense1/bias", {300}},
+                            P{"dense2/kernel", {300, 20}}, P{"dense2/bias", {20}},
+                            P{"dense3/kernel", {20, 7}}, P{"dense3/bias", {7}},
+                            P{"logits/kernel", {7, 10}}, P{"logits/bias", {10}}}));
+  EXPECT_EQ((*model)->num_parameters(), 784 * 300 + 300 + 300 * 20 + 20 + 20 * 7 + 7 + 70 + 10);
+  // The benchmarks' communication-bound model (bench/network).
+  auto big = MakeModel("mlp:4096,4096,1024", device, 1);
+  ASSERT_THAT(big, IsOk());
+  EXPECT_EQ((*big)->num_parameters(), 24202250);
+}
+
+TEST(Models, BadHiddenWidthsNameTheValueAndTheForm) {
+  for (const char* name : {"mlp:", "mlp:0", "mlp:12,x", "mlp:65537", "mlp:-3", "mlp:4096,,4096"}) {
+    absl::Status s = CheckModelName(name);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat("--model: \"", name, "\"")))
+        << name;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("mlp:4096,4096")) << name;
+  }
+  EXPECT_THAT(std::string(CheckModelName("mlp:1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1").message()),
+              HasSubstr("at most 16 hidden layers"));
+  EXPECT_THAT(CheckModelName("mlp"), IsOk());
+  EXPECT_THAT(CheckModelName("cnn"), IsOk());
 }
 
 TEST(Models, SameSeedGivesIdenticalInitialValues) {

@@ -570,7 +570,8 @@ TEST(TrainerOptions, BadValuesNameTheFlag) {
   o = TrainerOptions{};
   o.model = "resnet";
   EXPECT_EQ(ValidateOptions(o).message(),
-            "--model: unsupported value \"resnet\"; allowed: mlp, cnn");
+            "--model: unsupported value \"resnet\"; allowed: mlp, cnn, or mlp:W1,W2,... for an "
+            "MLP with those hidden widths");
   o = TrainerOptions{};
   o.batch_size = 0;
   EXPECT_EQ(ValidateOptions(o).message(), "--batch-size: must be >= 1, got 0");
