@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -72,6 +73,28 @@ void SetTimeouts(int fd) {
 }
 
 }  // namespace
+
+std::map<std::string, std::string> BaseEnv() {
+  std::map<std::string, std::string> env;
+  for (const char* name : {"HOME", "TMPDIR"}) {
+    if (const char* value = std::getenv(name)) env[name] = value;
+  }
+  return env;
+}
+
+absl::StatusOr<int> FreePort(const sandbox::Sandbox& sandbox) {
+  ASSIGN_OR_RETURN(int fd, sandbox.Socket(AF_INET, SOCK_STREAM));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ::inet_pton(AF_INET, sandbox.ip().c_str(), &addr.sin_addr);
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int error = errno;
+  ::close(fd);
+  if (!ok) return absl::UnavailableError(absl::StrCat("bind: ", std::strerror(error)));
+  return static_cast<int>(ntohs(addr.sin_port));
+}
 
 absl::StatusOr<int> Children::Start(const sandbox::Sandbox& sandbox, std::vector<std::string> argv,
                                     const std::map<std::string, std::string>& env) {

@@ -47,6 +47,12 @@ class Children {
   std::vector<std::string> names_, outputs_;
 };
 
+// What the children need of the driver's environment besides PATH: HOME and TMPDIR.
+std::map<std::string, std::string> BaseEnv();
+
+// A port free in `sandbox` right now: its namespace is this run's alone, so it stays free.
+absl::StatusOr<int> FreePort(const sandbox::Sandbox& sandbox);
+
 // One-way TCP from `from` to `to` (through both nodes' uplinks when they differ): `reps` timed
 // transfers of `bytes` after one untimed, each timed from its first byte sent to the receiver's
 // one-byte acknowledgement of its last. Seconds per transfer.

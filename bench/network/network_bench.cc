@@ -61,6 +61,7 @@
 #include "bench/network/children.h"
 #include "bench/network/peers.h"
 #include "bench/network/roles.h"
+#include "bench/network/training.h"
 #include "bench/stats.h"
 #include "common/flags.h"
 #include "common/logging.h"
@@ -105,6 +106,7 @@ void Print(const Setup& s, double tcp, const std::vector<Result>& results) {
   std::printf("raw TCP node 0 -> node 1: %.3f GB/s = %.2f of the configured rate\n", tcp / 1e9,
               tcp / s.rate);
   for (const std::string& note : s.notes) std::printf("%s\n", note.c_str());
+  if (results.empty()) return;  // --modes=none: training only
   std::printf(
       "model: ring, ps-shards and peers 2(N-1)/N*M/R; ps (sync: push then pull) 2*N*M/R; time = "
       "median of the slowest rank, %d timed iterations\n",
@@ -126,15 +128,35 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
     return absl::InvalidArgumentError(
         "need 2 <= --nodes <= 32, --iters >= 1, --warmup >= 0 and --link-gbit > 0");
   }
-  std::set<std::string> modes;
+  std::set<std::string> modes, train_modes;
   for (absl::string_view m : absl::StrSplit(opt.modes, ',', absl::SkipWhitespace())) {
+    if (m == "none") continue;
     if (std::find(std::begin(kModes), std::end(kModes), m) == std::end(kModes)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--modes: unknown \"", m, "\"; one or more of ", absl::StrJoin(kModes, ", ")));
+          "--modes: unknown \"", m, "\"; none, or one or more of ", absl::StrJoin(kModes, ", ")));
     }
     modes.insert(std::string(m));
   }
-  if (modes.empty()) return absl::InvalidArgumentError("--modes is empty");
+  if (!opt.train_model.empty()) {
+    const std::vector<std::string>& known = TrainModes();
+    for (absl::string_view m : absl::StrSplit(opt.train_modes, ',', absl::SkipWhitespace())) {
+      if (std::find(known.begin(), known.end(), m) == known.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--train-modes: unknown \"", m, "\"; one or more of ", absl::StrJoin(known, ", ")));
+      }
+      train_modes.insert(std::string(m));
+    }
+    if (train_modes.empty()) return absl::InvalidArgumentError("--train-modes is empty");
+    if (opt.train_epochs < 1 || opt.batch_size < 1 || opt.train_examples < 0 ||
+        opt.test_examples < 0 || !(opt.lr > 0) || opt.fusion_mb < 1) {
+      return absl::InvalidArgumentError(
+          "need --train-epochs >= 1, --batch-size >= 1, --train-examples >= 0, "
+          "--test-examples >= 0, --lr > 0 and --fusion-mb >= 1");
+    }
+  }
+  if (modes.empty() && train_modes.empty()) {
+    return absl::InvalidArgumentError("--modes is none and no --train-model is given");
+  }
   ASSIGN_OR_RETURN(const ps::WireFloat wire, Compression(opt));
   Setup s{.opt = opt, .stop = stop, .deadline = absl::Now() + opt.timeout};
   ASSIGN_OR_RETURN(s.sizes, ParseSizes(opt.sizes));
@@ -155,7 +177,7 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
     ASSIGN_OR_RETURN(const sandbox::Sandbox* sb,
                      s.net->AddSandbox(rank, absl::StrCat("rank-", rank)));
     s.ranks.push_back(sb);
-    if (modes.count("ps-shards")) {
+    if (modes.count("ps-shards") || train_modes.count("ps-sync")) {
       ASSIGN_OR_RETURN(sb, s.net->AddSandbox(rank, absl::StrCat("ps-", rank)));
       s.shards.push_back(sb);
     }
@@ -189,7 +211,12 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
       results.insert(results.end(), more->begin(), more->end());
     }
   }
+  std::vector<TrainResult> trained;
+  if (!train_modes.empty()) {
+    ASSIGN_OR_RETURN(trained, RunTraining(s));
+  }
   Print(s, tcp, results);
+  if (!train_modes.empty()) PrintTraining(s, trained);
   return absl::OkStatus();
 }
 
@@ -210,7 +237,7 @@ int main(int argc, char** argv) {
   flags.Add("nodes", &opt.nodes, "ranks, each on an emulated node of its own");
   flags.Add("link-gbit", &opt.link_gbit, "each node's uplink rate, Gbit/s each way");
   flags.Add("sizes", &opt.sizes, "message/model sizes, bytes with K/M/G suffixes (16M,64M)");
-  flags.Add("modes", &opt.modes, "ring, ps, ps-shards, torch-gloo, mpi (comma-separated)");
+  flags.Add("modes", &opt.modes, "ring, ps, ps-shards, torch-gloo, mpi (comma-separated), or none");
   flags.Add("gradient-compression", &opt.compression,
             "fp16 or bf16: ring, ps and ps-shards also with 16-bit values on the wire (none)");
   flags.Add("iters", &opt.iters, "timed iterations per case (the median is reported)");
@@ -218,6 +245,20 @@ int main(int argc, char** argv) {
   flags.Add("quick", &opt.quick, "2 nodes, ring, ps and ps-shards at 64 MiB, 3 iterations");
   flags.Add("json", &opt.json, "one JSON object per result instead of the table");
   flags.Add("timeout", &opt.timeout, "limit for the whole run");
+  flags.Add("train-model", &opt.train_model,
+            "also train this kubetrain-worker --model (mlp, cnn, mlp:W1,W2,...) across the "
+            "nodes, kubetrain against PyTorch DDP");
+  flags.Add("train-modes", &opt.train_modes, "allreduce, allreduce-overlap, ps-sync, ddp");
+  flags.Add("train-epochs", &opt.train_epochs, "epochs of each training run");
+  flags.Add("train-examples", &opt.train_examples,
+            "train on the first this many examples (0: all 60,000)");
+  flags.Add("test-examples", &opt.test_examples,
+            "evaluate on the first this many test examples (0: all 10,000)");
+  flags.Add("batch-size", &opt.batch_size, "training examples per step per worker");
+  flags.Add("lr", &opt.lr, "learning rate for a global batch of 128, scaled linearly");
+  flags.Add("target-accuracy", &opt.target_accuracy, "training: time to this test accuracy");
+  flags.Add("fusion-mb", &opt.fusion_mb, "allreduce-overlap: --fusion-threshold-mb");
+  flags.Add("data-dir", &opt.data_dir, "Fashion-MNIST IDX files (.gz)");
   flags.Add("role", &opt.role, "internal: run as a child (set by the driver)");
   flags.Add("rank", &opt.rank, "internal: the child's rank");
   flags.Add("coordinator", &opt.coordinator, "internal: the driver's coordinator (host:port)");

@@ -26,30 +26,6 @@ namespace {
 constexpr char kInstallTorch[] =
     "install it with `scripts/install-deps --peers` (Debian's python3-torch)";
 
-// A port free in `sandbox` right now: its namespace is this run's alone, so it stays free.
-absl::StatusOr<int> FreePort(const sandbox::Sandbox& sandbox) {
-  ASSIGN_OR_RETURN(int fd, sandbox.Socket(AF_INET, SOCK_STREAM));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  ::inet_pton(AF_INET, sandbox.ip().c_str(), &addr.sin_addr);
-  socklen_t len = sizeof(addr);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  const int error = errno;
-  ::close(fd);
-  if (!ok) return absl::UnavailableError(absl::StrCat("bind: ", std::strerror(error)));
-  return static_cast<int>(ntohs(addr.sin_port));
-}
-
-// What the children need of the driver's environment besides PATH.
-std::map<std::string, std::string> BaseEnv() {
-  std::map<std::string, std::string> env;
-  for (const char* name : {"HOME", "TMPDIR"}) {
-    if (const char* value = std::getenv(name)) env[name] = value;
-  }
-  return env;
-}
-
 // The last non-empty line of `text`, for a skip reason.
 std::string LastLine(absl::string_view text) {
   std::vector<absl::string_view> lines = absl::StrSplit(text, '\n', absl::SkipWhitespace());
@@ -62,31 +38,35 @@ bool Interruption(const absl::Status& s) {
 
 }  // namespace
 
+absl::StatusOr<bool> TorchUsable(Setup& s, absl::string_view mode) {
+  Children probe(s.stop, s.deadline);
+  ASSIGN_OR_RETURN(int id, probe.Start(*s.ranks[0],
+                                       {"python3", "-c",
+                                        "import torch, torch.distributed as d\n"
+                                        "assert d.is_available() and d.is_gloo_available()\n"
+                                        "print('PyTorch', torch.__version__)"},
+                                       BaseEnv()));
+  absl::Status probed = probe.WaitExit({id});
+  if (Interruption(probed)) return probed;
+  if (!probed.ok()) {
+    s.notes.push_back(absl::StrCat(mode, ": skipped: python3 cannot import torch.distributed ",
+                                   "with gloo (", LastLine(probed.message()), "); ",
+                                   kInstallTorch));
+    return false;
+  }
+  s.notes.push_back(absl::StrCat(mode, ": ", LastLine(probe.output(id)),
+                                 ", gloo backend, one intra-op thread per rank"));
+  return true;
+}
+
 absl::StatusOr<std::vector<Result>> RunTorchGloo(Setup& s) {
   const std::string script = absl::StrCat(KUBETRAIN_SOURCE_DIR, "/bench/network/torch_rank.py");
   if (::access(script.c_str(), R_OK) != 0) {
     s.notes.push_back(absl::StrCat("torch-gloo: skipped: ", script, " is missing"));
     return std::vector<Result>{};
   }
-  {
-    Children probe(s.stop, s.deadline);
-    ASSIGN_OR_RETURN(int id, probe.Start(*s.ranks[0],
-                                         {"python3", "-c",
-                                          "import torch, torch.distributed as d\n"
-                                          "assert d.is_available() and d.is_gloo_available()\n"
-                                          "print('PyTorch', torch.__version__)"},
-                                         BaseEnv()));
-    absl::Status probed = probe.WaitExit({id});
-    if (Interruption(probed)) return probed;
-    if (!probed.ok()) {
-      s.notes.push_back(
-          absl::StrCat("torch-gloo: skipped: python3 cannot import torch.distributed ",
-                       "with gloo (", LastLine(probed.message()), "); ", kInstallTorch));
-      return std::vector<Result>{};
-    }
-    s.notes.push_back(absl::StrCat("torch-gloo: ", LastLine(probe.output(id)),
-                                   ", gloo backend, one intra-op thread per rank"));
-  }
+  ASSIGN_OR_RETURN(const bool usable, TorchUsable(s, "torch-gloo"));
+  if (!usable) return std::vector<Result>{};
   const int n = s.opt.nodes;
   ASSIGN_OR_RETURN(int port, FreePort(*s.ranks[0]));
   const double seconds_left = absl::ToDoubleSeconds(s.deadline - absl::Now());

@@ -18,9 +18,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "bench/network/cases.h"
 
 namespace kubetrain::network_bench {
+
+// Whether python3 in a rank's sandbox imports torch.distributed with gloo; a line in s.notes
+// either way, naming `mode` (PyTorch's version, or why it is skipped and how to install it).
+absl::StatusOr<bool> TorchUsable(Setup& s, absl::string_view mode);
 
 // Empty, with a line in s.notes, when the peer is not installed.
 absl::StatusOr<std::vector<Result>> RunTorchGloo(Setup& s);

@@ -40,6 +40,17 @@ struct Options {
   bool quick = false;
   bool json = false;
   absl::Duration timeout = absl::Minutes(5);
+  // The training cases (training.h): none unless --train-model names a model.
+  std::string train_model;  // a kubetrain-worker --model value: mlp, cnn, mlp:W1,W2,...
+  std::string train_modes = "allreduce,ps-sync,ddp";
+  int train_epochs = 3;
+  int train_examples = 0;  // the first this many training examples (0: all 60,000)
+  int test_examples = 0;   // the first this many test examples (0: all 10,000)
+  int batch_size = 64;     // per worker
+  double lr = 0.04;        // for a global batch of 128, scaled linearly with the nodes
+  double target_accuracy = 0.885;
+  int fusion_mb = 4;  // allreduce-overlap's --fusion-threshold-mb
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
   // Set by the driver on the processes it starts.
   std::string role;
   int rank = -1;

@@ -2,11 +2,13 @@
 # one of three jobs, each the counterpart of a kubetrain measurement:
 #
 #   torch_peer.py train     --rank R --world 2 --port P --model mlp|cnn ...   DDP training
+#                           (--model mlp:W1,W2,... for kubetrain's MLP of those hidden widths)
 #   torch_peer.py allreduce --rank R --world 2 --port P --sizes ... --iters N  gloo all-reduce
 #   torch_peer.py rpc       --rank R --port P --mb 64 --rounds N               RPC push+pull
 #
 # Every process uses one intra-op thread (torch.set_num_threads(1)) and talks over 127.0.0.1
-# only. Rank 0 prints one line starting with "RESULT " and a JSON object; run.py reads it.
+# (or, started by bench/network in a sandbox of its own, over --master and the interface
+# GLOO_SOCKET_IFNAME names). Rank 0 prints one line starting with "RESULT " and a JSON object; run.py reads it.
 # Each process exits by itself after --deadline seconds at the latest.
 import argparse
 import gzip
@@ -91,14 +93,27 @@ def glorot_uniform_(weight, fan_in, fan_out):
         weight.uniform_(-limit, limit)
 
 
-def make_mlp():
-    layers = [nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10)]
-    for lin in (layers[0], layers[2]):
-        he_normal_(lin.weight, lin.in_features)
-    glorot_uniform_(layers[4].weight, 128, 10)
-    for lin in (layers[0], layers[2], layers[4]):
+def make_mlp(hidden=(256, 128)):
+    layers, width = [], 784
+    for h in hidden:
+        lin = nn.Linear(width, h)
+        he_normal_(lin.weight, width)
         nn.init.zeros_(lin.bias)
-    return nn.Sequential(nn.Flatten(), *layers)
+        layers += [lin, nn.ReLU()]
+        width = h
+    logits = nn.Linear(width, 10)
+    glorot_uniform_(logits.weight, width, 10)
+    nn.init.zeros_(logits.bias)
+    return nn.Sequential(nn.Flatten(), *layers, logits)
+
+
+def make_model(name):
+    """worker/core/models.cc's --model values: mlp, cnn, mlp:W1,W2,..."""
+    if name == "cnn":
+        return make_cnn()
+    if name == "mlp":
+        return make_mlp()
+    return make_mlp(tuple(int(w) for w in name.split(":", 1)[1].split(",")))
 
 
 def make_cnn():
@@ -135,10 +150,10 @@ def train(a):
     train_x, train_y, test_x, test_y = load_fashion_mnist(a.data_dir)
     train_x = train_x.reshape(train_x.shape[0], -1)
     test_x = test_x.reshape(test_x.shape[0], -1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank,
+    dist.init_process_group("gloo", init_method=f"tcp://{a.master}:{a.port}", rank=a.rank,
                             world_size=a.world)
     # The same initial model on every rank (DDP also broadcasts rank 0's at construction).
-    model = make_mlp() if a.model == "mlp" else make_cnn()
+    model = make_model(a.model)
     ddp = nn.parallel.DistributedDataParallel(model)
     n = train_x.shape[0]
     shard = n // a.world
@@ -289,10 +304,13 @@ def main():
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--master", default="127.0.0.1", help="train: rank 0's address")
     p.add_argument("--deadline", type=float, default=600)
     p.add_argument("--threads", type=int, default=1)
     # train
-    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    p.add_argument("--model", default="mlp",
+                   type=lambda v: v if v in ("mlp", "cnn") or v.startswith("mlp:") else
+                   p.error(f"--model: {v!r}; allowed: mlp, cnn, mlp:W1,W2,..."))
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=64)
