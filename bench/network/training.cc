@@ -21,6 +21,7 @@
 #include "bench/allreduce/processes.h"
 #include "bench/network/children.h"
 #include "bench/network/peers.h"
+#include "bench/stats.h"
 #include "common/job_secret_env.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
@@ -172,6 +173,7 @@ absl::StatusOr<TrainResult> KubetrainResult(absl::string_view output, double tar
   r.accuracy = summary->value("test_accuracy", 0.0);
   std::optional<absl::Time> complete;
   std::vector<std::pair<absl::Time, double>> evals;
+  std::vector<std::pair<absl::Time, int64_t>> progress;  // (time, step)
   for (absl::string_view line : absl::StrSplit(output, '\n')) {
     std::optional<std::string> msg = Field(line, "msg");
     if (!msg) continue;
@@ -182,7 +184,20 @@ absl::StatusOr<TrainResult> KubetrainResult(absl::string_view output, double tar
     if (*msg == "evaluation" && accuracy && t && absl::SimpleAtod(*accuracy, &a)) {
       evals.emplace_back(*t, a);
     }
+    std::optional<std::string> step = Field(line, "step");
+    int64_t st = 0;
+    if (*msg == "progress" && step && t && absl::SimpleAtoi(*step, &st))
+      progress.emplace_back(*t, st);
   }
+  // The steady-state step: the median over the progress lines' intervals (--log-every) after
+  // the first, which holds the warm-up.
+  std::vector<double> steps;
+  for (size_t i = 2; i < progress.size(); ++i) {
+    const int64_t n = progress[i].second - progress[i - 1].second;
+    if (n > 0)
+      steps.push_back(absl::ToDoubleSeconds(progress[i].first - progress[i - 1].first) / n);
+  }
+  if (!steps.empty()) r.step_seconds = bench::Median(steps);
   if (complete) {
     const absl::Time start = *complete - absl::Seconds(r.wall_seconds);
     for (const auto& [t, a] : evals) {
@@ -203,6 +218,7 @@ absl::StatusOr<TrainResult> TorchResult(absl::string_view output, double target)
   r.examples_per_sec = result->value("examples_per_sec", 0.0);
   r.wall_seconds = result->value("wall_seconds", 0.0);
   r.accuracy = result->value("test_accuracy", 0.0);
+  r.step_seconds = result->value("step_seconds", 0.0);
   for (const nlohmann::json& e : result->value("evals", nlohmann::json::array())) {
     if (e.value("accuracy", 0.0) >= target) {
       r.seconds_to_target = e.value("seconds", 0.0);
@@ -259,6 +275,7 @@ absl::StatusOr<TrainResult> RunKubetrain(const Job& job, const std::string& mode
       absl::StrCat("--data-dir=", job.data_dir),
       "--threads=1",
       "--bind-cpus=false",
+      "--log-every=1s",
       absl::StrCat("--gradient-compression=", wire == ps::WireFloat::kFloat32   ? "none"
                                               : wire == ps::WireFloat::kFloat16 ? "fp16"
                                                                                 : "bf16")};
@@ -365,7 +382,9 @@ absl::StatusOr<std::vector<TrainResult>> RunTraining(Setup& s) {
       }
       if (!r.ok()) return Annotate(r.status(), absl::StrCat("training ", name));
       r->mode = name;
-      r->step_seconds = r->examples_per_sec > 0 ? n * o.batch_size / r->examples_per_sec : 0;
+      if (r->step_seconds <= 0 && r->examples_per_sec > 0) {
+        r->step_seconds = n * o.batch_size / r->examples_per_sec;
+      }
       const double wire_bytes =
           static_cast<double>(parameters) * (w == ps::WireFloat::kFloat32 ? 4 : 2);
       r->exchange_model_seconds = 2.0 * (n - 1) / n * wire_bytes / s.rate;
@@ -409,7 +428,7 @@ void PrintTraining(const Setup& s, const std::vector<TrainResult>& rows) {
     return;
   }
   std::printf(
-      "training %s on %d nodes; step = global batch / examples/s; exchange model = "
+      "training %s on %d nodes; step = steady-state median; exchange model = "
       "2(N-1)/N*M/R per step\n",
       o.train_model.c_str(), o.nodes);
   std::printf("%-24s %11s %9s %10s %10s %11s %9s %8s\n", "mode", "examples/s", "step s",

@@ -17,11 +17,12 @@
 // checkpoint every 30 s and at the end; their timing runs from training's start (data loaded)
 // to the end of the final evaluation.
 //
-// Per row: examples/s over the run; the step time (the global batch over that rate) beside the
-// alpha-beta model's time for one step's exchange at the configured rate R, 2(N-1)/N·M/R for
-// every mode here (the ring's, and ps with one shard per node's; M the model's bytes on the
-// wire); seconds to the first evaluation at or above --target-accuracy; the final accuracy; and
-// examples/s over DDP's.
+// Per row: examples/s over the run; the steady-state step time (kubetrain: the median over the
+// chief's progress lines, one a second, after the first; DDP: the median of rank 0's steps after
+// the first two) beside the alpha-beta model's time for one step's exchange at the configured rate
+// R, 2(N-1)/N·M/R for every mode here (the ring's, and ps with one shard per node's; M the model's
+// bytes on the wire); seconds to the first evaluation at or above --target-accuracy; the final
+// accuracy; and examples/s over DDP's.
 #pragma once
 
 #include <string>
@@ -38,7 +39,8 @@ struct TrainResult {
   double wall_seconds = 0;
   double accuracy = 0;            // the final evaluation's
   double seconds_to_target = -1;  // negative: no evaluation reached --target-accuracy
-  double step_seconds = 0;        // global batch / examples_per_sec
+  double step_seconds = 0;        // the steady-state step: median after the warm-up
+
   double exchange_model_seconds = 0;
 };
 

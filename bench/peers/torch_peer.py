@@ -178,6 +178,7 @@ def train(a):
     start = time.monotonic()
     last_ckpt = start
     loss = torch.zeros(())
+    step_ends = []  # rank 0's clock after each step, for the steady-state step time
     for epoch in range(a.epochs):
         # One permutation per epoch shared by every rank; rank r takes the strided slice
         # perm[r], perm[r + world], ... of the first shard * world entries (worker/core/data/shard.h).
@@ -190,6 +191,8 @@ def train(a):
             loss.backward()
             opt.step()
             sched.step()
+            if a.rank == 0:
+                step_ends.append(time.monotonic())
         if a.rank == 0:
             # Like kubetrain's chief: evaluate after each epoch, checkpoint every 30 s; the
             # other rank waits in the next step's all-reduce.
@@ -205,7 +208,11 @@ def train(a):
     dist.barrier()
     wall = time.monotonic() - start
     if a.rank == 0:
+        # The median step after the first two (warm-up): the few that span an evaluation move
+        # it little.
+        steps = sorted(b - e for e, b in zip(step_ends[2:], step_ends[3:]))
         result({"steps": total, "examples": total * a.batch_size * a.world, "wall_seconds": wall,
+                "step_seconds": steps[len(steps) // 2] if steps else wall / max(1, total),
                 "examples_per_sec": total * a.batch_size * a.world / wall,
                 "test_accuracy": evals[-1]["accuracy"], "evals": evals,
                 "last_loss": float(loss)})
