@@ -3,8 +3,14 @@
 // (localkube/sandbox/network.h), so the bytes go through real TCP stacks and a real bottleneck.
 //
 //   build/bin/network_bench [--nodes=2] [--link-gbit=1] [--sizes=16M,64M]
-//       [--modes=ring,ps,ps-shards,torch-gloo,mpi] [--gradient-compression=none|fp16|bf16]
+//       [--modes=ring,ps,ps-shards,torch-gloo,mpi|none] [--gradient-compression=none|fp16|bf16]
 //       [--iters=5] [--warmup=1] [--json] [--quick] [--timeout=5m]
+//       [--train-model=mlp|cnn|mlp:W1,W2,... [--train-modes=allreduce,allreduce-overlap,ps-sync,ddp]
+//        [--train-epochs=3] [--train-examples=0] [--test-examples=0] [--batch-size=64]
+//        [--lr=0.04] [--target-accuracy=0.885] [--fusion-mb=4] [--data-dir=...]]
+//
+// --train-model also trains that model across the same nodes after the exchange cases,
+// kubetrain against PyTorch DDP (training.h), and prints a second table.
 //
 // --quick: two nodes, ring, 1-ps and ps-shards push+pull of 64 MiB, 3 timed iterations (under
 // a minute at 1 Gbit/s); --sizes and --link-gbit still apply.
