@@ -76,7 +76,7 @@ void SetTimeouts(int fd) {
 
 std::map<std::string, std::string> BaseEnv() {
   std::map<std::string, std::string> env;
-  for (const char* name : {"HOME", "TMPDIR"}) {
+  for (const char* name : {"HOME", "TMPDIR", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"}) {
     if (const char* value = std::getenv(name)) env[name] = value;
   }
   return env;

@@ -47,7 +47,8 @@ class Children {
   std::vector<std::string> names_, outputs_;
 };
 
-// What the children need of the driver's environment besides PATH: HOME and TMPDIR.
+// What the children need of the driver's environment besides PATH: HOME, TMPDIR, and the
+// OpenBLAS kernel choice (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE) where the machine sets one.
 std::map<std::string, std::string> BaseEnv();
 
 // A port free in `sandbox` right now: its namespace is this run's alone, so it stays free.

@@ -5,7 +5,8 @@
 //   build/bin/network_bench [--nodes=2] [--link-gbit=1] [--sizes=16M,64M]
 //       [--modes=ring,ps,ps-shards,torch-gloo,mpi|none] [--gradient-compression=none|fp16|bf16]
 //       [--iters=5] [--warmup=1] [--json] [--quick] [--timeout=5m]
-//       [--train-model=mlp|cnn|mlp:W1,W2,... [--train-modes=allreduce,allreduce-overlap,ps-sync,ddp]
+//       [--train-model=mlp|cnn|mlp:W1,W2,...
+//       [--train-modes=allreduce,allreduce-overlap,ps-sync,ddp]
 //        [--train-epochs=3] [--train-examples=0] [--test-examples=0] [--batch-size=64]
 //        [--lr=0.04] [--target-accuracy=0.885] [--fusion-mb=4] [--data-dir=...]]
 //

@@ -75,7 +75,8 @@ absl::Status CopyIdxPrefix(const std::string& from, const std::string& to, int c
   };
   if (static_cast<uint32_t>(count) > dim(0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(from, " holds ", dim(0), " examples, fewer than the ", count, " asked for"));
+        absl::StrCat(from, " holds ", dim(0), " examples, fewer than the ", count,
+                     " --train-examples or --test-examples asks for"));
   }
   size_t record = 1;
   for (int i = 1; i < magic[3]; ++i) record *= dim(i);
@@ -103,7 +104,10 @@ absl::Status CopyIdxPrefix(const std::string& from, const std::string& to, int c
 absl::StatusOr<std::string> DataDir(const Options& o, const std::string& tmp) {
   if (o.train_examples <= 0 && o.test_examples <= 0) return o.data_dir;
   const std::string dir = tmp + "/data";
-  std::filesystem::create_directories(dir);
+  std::error_code error;
+  if (!std::filesystem::create_directories(dir, error) && error) {
+    return absl::UnavailableError(absl::StrCat(dir, ": ", error.message()));
+  }
   for (const auto& [split, count] : {std::pair<std::string, int>{"train", o.train_examples},
                                      std::pair<std::string, int>{"t10k", o.test_examples}}) {
     for (const char* kind : {"images-idx3", "labels-idx1"}) {
@@ -111,7 +115,10 @@ absl::StatusOr<std::string> DataDir(const Options& o, const std::string& tmp) {
       if (count > 0) {
         RETURN_IF_ERROR(CopyIdxPrefix(o.data_dir + name, dir + name, count));
       } else {
-        std::filesystem::copy_file(o.data_dir + name, dir + name);
+        if (!std::filesystem::copy_file(o.data_dir + name, dir + name, error)) {
+          return absl::NotFoundError(
+              absl::StrCat(o.data_dir, name, ": ", error.message(), " (--data-dir)"));
+        }
       }
     }
   }
@@ -248,7 +255,6 @@ absl::StatusOr<TrainResult> RunKubetrain(const Job& job, const std::string& mode
     if (ps) ps_tasks.push_back(absl::StrCat(s.shards[r]->ip(), ":", kTaskPort));
   }
   const std::string run = absl::StrCat(job.tmp, "/", ModeName(mode, wire));
-  std::filesystem::create_directories(run);
   std::map<std::string, std::string> env = BaseEnv();
   env[kJobSecretEnv] = GenerateJobSecret();
   env["KUBETRAIN_PS_SHARED_MEMORY"] = "false";  // the bytes cross the link, as between pods
@@ -301,7 +307,10 @@ absl::StatusOr<TrainResult> RunDdp(const Job& job) {
   const Options& o = s.opt;
   const std::string script = absl::StrCat(KUBETRAIN_SOURCE_DIR, "/bench/peers/torch_peer.py");
   const std::string ckpt = job.tmp + "/ddp-checkpoints";
-  std::filesystem::create_directories(ckpt);
+  std::error_code error;
+  if (!std::filesystem::create_directories(ckpt, error) && error) {
+    return absl::UnavailableError(absl::StrCat(ckpt, ": ", error.message()));
+  }
   ASSIGN_OR_RETURN(int port, FreePort(*s.ranks[0]));
   std::map<std::string, std::string> env = BaseEnv();
   env["GLOO_SOCKET_IFNAME"] = "eth0";
