@@ -26,6 +26,7 @@
 #include "common/flags.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
+#include "worker/core/cpu/cpu_device.h"
 #include "worker/core/model.h"
 #include "worker/core/models.h"
 #include "worker/core/random.h"
@@ -213,6 +214,12 @@ void PrintText(const Report& r) {
       "steps=%d\n",
       o.model, r.parameters, o.device, o.tf32 ? " tf32" : "", o.batch_size, o.threads, o.warmup,
       o.steps);
+  if (o.device == "cpu") {
+    const std::string advice = worker::BlasKernelAdviceHere();
+    absl::PrintF(
+        "blas:        %s\n",
+        advice.empty() ? absl::StrCat("OpenBLAS ", worker::BlasCoreName(), " kernels") : advice);
+  }
   absl::PrintF(
       "step:        %.3f ms/step (median %.3f, min %.3f), %.0f examples/s, last loss %.4f\n",
       r.ms_per_step(), r.median_ms_per_step(), r.min_ms_per_step(), r.examples_per_sec(),

@@ -149,6 +149,12 @@ void LogDevice(const ChosenDevice& chosen, const Device& device, const std::stri
   } else {
     log::Info("Compute device", {{"device", device.name()}, {"name", name}, {"reason", d.reason}});
   }
+  if (device.HostAddressable()) {
+    if (std::string advice = BlasKernelAdviceHere(); !advice.empty()) {
+      log::Warn("Matrix products run slower than this CPU allows",
+                {{"blas_kernels", BlasCoreName()}, {"fix", advice}});
+    }
+  }
 }
 
 absl::Status Main(int argc, char** argv, int* exit_code) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "worker/core/random.h"
@@ -33,6 +34,24 @@ class CpuDeviceTest : public testing::Test {
 };
 
 TEST_F(CpuDeviceTest, PinsOpenBlasToOneThreadByDefault) { EXPECT_EQ(GetBlasThreads(), 1); }
+
+TEST(BlasKernels, OldKernelsOnAVectorCpuGetAdviceNamingTheCoreType) {
+  // What Debian 12's OpenBLAS picks on a Xeon it does not know: SSE3 kernels.
+  const std::string on_avx512 = BlasKernelAdvice("Prescott", true, true, false);
+  EXPECT_NE(on_avx512.find("OpenBLAS runs its Prescott kernels"), std::string::npos) << on_avx512;
+  EXPECT_NE(on_avx512.find("OPENBLAS_CORETYPE=SkylakeX"), std::string::npos) << on_avx512;
+  const std::string on_avx2 = BlasKernelAdvice("Sandybridge", true, false, false);
+  EXPECT_NE(on_avx2.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos) << on_avx2;
+}
+
+TEST(BlasKernels, NoAdviceWhereTheKernelsFitOrTheUserChose) {
+  EXPECT_EQ(BlasKernelAdvice("SkylakeX", true, true, false), "");
+  EXPECT_EQ(BlasKernelAdvice("Haswell", true, true, false), "");  // AVX2 kernels: a fair choice
+  EXPECT_EQ(BlasKernelAdvice("Zen", true, false, false), "");
+  EXPECT_EQ(BlasKernelAdvice("Prescott", false, false, false), "");  // nothing better to run
+  EXPECT_EQ(BlasKernelAdvice("Prescott", true, true, true), "");     // OPENBLAS_CORETYPE is set
+  EXPECT_FALSE(BlasCoreName().empty());
+}
 
 TEST_F(CpuDeviceTest, BufferIsAlignedAndMovable) {
   Tensor a(device_, {3, 5});

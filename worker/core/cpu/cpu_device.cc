@@ -7,6 +7,8 @@
 #include <cstring>
 #include <new>
 
+#include "absl/strings/str_cat.h"
+
 namespace kubetrain::worker {
 namespace {
 
@@ -38,6 +40,36 @@ CBLAS_TRANSPOSE Trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
 void SetBlasThreads(int threads) { openblas_set_num_threads(threads); }
 int GetBlasThreads() { return openblas_get_num_threads(); }
+
+std::string BlasCoreName() {
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "unknown";
+}
+
+std::string BlasKernelAdvice(absl::string_view core, bool avx2, bool avx512, bool chosen) {
+  if (chosen || !avx2) return "";
+  // The kernel sets of this OpenBLAS that use 256-bit FMA or wider.
+  for (absl::string_view fit : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"}) {
+    if (core == fit) return "";
+  }
+  const char* better = avx512 ? "SkylakeX" : "Haswell";
+  return absl::StrCat("OpenBLAS runs its ", core, " kernels, which use none of this CPU's ",
+                      avx512 ? "AVX-512" : "AVX2", " units; set OPENBLAS_CORETYPE=", better,
+                      " in the task's environment for several times faster matrix products");
+}
+
+std::string BlasKernelAdviceHere() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return BlasKernelAdvice(BlasCoreName(), avx2, avx512,
+                          std::getenv("OPENBLAS_CORETYPE") != nullptr);
+#else
+  return "";
+#endif
+}
 
 CpuDevice::CpuDevice(const CpuDeviceOptions& options) {
   if (options.blas_threads > 0) SetBlasThreads(options.blas_threads);
