@@ -8,7 +8,8 @@
 #
 # Every process uses one intra-op thread (torch.set_num_threads(1)) and talks over 127.0.0.1
 # (or, started by bench/network in a sandbox of its own, over --master and the interface
-# GLOO_SOCKET_IFNAME names). Rank 0 prints one line starting with "RESULT " and a JSON object; run.py reads it.
+# GLOO_SOCKET_IFNAME names). Rank 0 prints one line starting with "RESULT " and a JSON object;
+# run.py reads it.
 # Each process exits by itself after --deadline seconds at the latest.
 import argparse
 import gzip

@@ -37,6 +37,9 @@ std::pair<int, int> AddConvBlock(Device& device, Layers& layers, int index,
 
 constexpr int kMaxHiddenWidth = 65536;
 constexpr size_t kMaxHiddenLayers = 16;
+// 1 GiB of float32 values: a worker holds the values, the gradients and up to two optimizer
+// slots, so a larger model would not fit a node's memory before it failed to allocate.
+constexpr int64_t kMaxMlpParameters = int64_t{1} << 28;
 
 // The model a --model value names: a CNN, or an MLP with `mlp.hidden`.
 struct ModelChoice {
@@ -63,6 +66,17 @@ absl::StatusOr<ModelChoice> ParseModelName(absl::string_view name) {
     if (choice.mlp.hidden.size() > kMaxHiddenLayers) {
       return absl::InvalidArgumentError(
           absl::StrCat("--model: \"", name, "\": at most ", kMaxHiddenLayers, " hidden layers"));
+    }
+    int64_t parameters = 0, fan_in = choice.mlp.inputs;
+    for (int width : choice.mlp.hidden) {
+      parameters += (fan_in + 1) * width;
+      fan_in = width;
+    }
+    parameters += (fan_in + 1) * choice.mlp.classes;
+    if (parameters > kMaxMlpParameters) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model: \"", name, "\" has ", parameters, " parameters, more than the ",
+          kMaxMlpParameters, " (1 GiB of float32) a model may have; use narrower layers"));
     }
     return choice;
   }

@@ -42,10 +42,10 @@ absl::StatusOr<std::unique_ptr<Model>> MakeMlp(Device& device, const MlpOptions&
 absl::StatusOr<std::unique_ptr<Model>> MakeCnn(Device& device, const CnnOptions& options = {});
 
 // A --model value: "mlp" or "cnn" with their default shapes, or "mlp:W1,W2,..." for the MLP with
-// those hidden widths (each 1..65536, at most 16 layers): "mlp:4096,4096,1024" has 24.2 M
-// parameters, a model whose exchange, not its arithmetic, paces a step between nodes
-// (bench/network).
-// INVALID_ARGUMENT naming the value and the accepted forms otherwise.
+// those hidden widths (each 1..65536, at most 16 layers, at most 2^28 parameters in all):
+// "mlp:4096,4096,1024" has 24.2 M parameters, a model whose exchange, not its arithmetic, paces a
+// step between nodes (bench/network). INVALID_ARGUMENT naming the value and the accepted forms
+// otherwise.
 absl::Status CheckModelName(absl::string_view name);
 
 // The model a --model value names (CheckModelName), initialised from `seed`.

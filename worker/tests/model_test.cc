@@ -100,6 +100,12 @@ TEST(Models, BadHiddenWidthsNameTheValueAndTheForm) {
   }
   EXPECT_THAT(std::string(CheckModelName("mlp:1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1").message()),
               HasSubstr("at most 16 hidden layers"));
+  // Two 65536-wide layers would be 4.3 G parameters: refused before anything is allocated.
+  EXPECT_THAT(std::string(CheckModelName("mlp:65536,65536").message()),
+              HasSubstr("--model: \"mlp:65536,65536\" has 4347133962 parameters, more than the "
+                        "268435456 (1 GiB of float32) a model may have; use narrower layers"));
+  EXPECT_THAT(CheckModelName("mlp:12288,12288"), IsOk());  // 161 M parameters
+  EXPECT_FALSE(CheckModelName("mlp:16384,16384").ok());    // 281 M parameters
   EXPECT_THAT(CheckModelName("mlp"), IsOk());
   EXPECT_THAT(CheckModelName("cnn"), IsOk());
 }
