@@ -6,8 +6,8 @@
 //       [--modes=ring,ps,ps-shards,torch-gloo,mpi|none] [--gradient-compression=none|fp16|bf16]
 //       [--iters=5] [--warmup=1] [--json] [--quick] [--timeout=5m]
 //       [--train-model=mlp|cnn|mlp:W1,W2,...
-//       [--train-modes=allreduce,allreduce-overlap,ps-sync,ddp]
-//        [--train-epochs=3] [--train-examples=0] [--test-examples=0] [--batch-size=64]
+//        [--train-modes=allreduce,allreduce-overlap,ps-sync,ddp] [--train-epochs=3]
+//        [--train-examples=0] [--test-examples=0] [--batch-size=64]
 //        [--lr=0.04] [--target-accuracy=0.885] [--fusion-mb=4] [--data-dir=...]]
 //
 // --train-model also trains that model across the same nodes after the exchange cases,
@@ -74,6 +74,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/stop_signal.h"
+#include "worker/core/models.h"
 
 namespace kubetrain::network_bench {
 namespace {
@@ -145,6 +146,8 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
     modes.insert(std::string(m));
   }
   if (!opt.train_model.empty()) {
+    // Before any case runs: a misspelt model fails at once, not after the exchanges.
+    RETURN_IF_ERROR(worker::CheckModelName(opt.train_model));
     const std::vector<std::string>& known = TrainModes();
     for (absl::string_view m : absl::StrSplit(opt.train_modes, ',', absl::SkipWhitespace())) {
       if (std::find(known.begin(), known.end(), m) == known.end()) {

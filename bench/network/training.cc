@@ -1,7 +1,6 @@
 // network_bench's training cases (training.h).
 #include "bench/network/training.h"
 
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -23,6 +22,7 @@
 #include "bench/network/peers.h"
 #include "bench/stats.h"
 #include "common/job_secret_env.h"
+#include "common/private_dir.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "worker/core/cpu/cpu_device.h"
@@ -33,15 +33,12 @@ namespace {
 
 constexpr int kTaskPort = 2222;  // every task in a sandbox of its own: one port for all
 
-// A folder of this run's own under TMPDIR, removed with it.
+// A folder of this run's own in the user's scratch folder (common/private_dir.h), removed with it.
 class TempDir {
  public:
   static absl::StatusOr<std::unique_ptr<TempDir>> Make() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string path = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/network-bench-XXXXXX");
-    if (::mkdtemp(path.data()) == nullptr) {
-      return absl::UnavailableError(absl::StrCat("mkdtemp ", path, ": ", std::strerror(errno)));
-    }
+    ASSIGN_OR_RETURN(std::string parent, UserScratchDirectory());
+    ASSIGN_OR_RETURN(std::string path, MakeUniqueDirectory(parent, "network-bench"));
     return std::unique_ptr<TempDir>(new TempDir(std::move(path)));
   }
   ~TempDir() {
@@ -362,7 +359,6 @@ const std::vector<std::string>& TrainModes() {
 
 absl::StatusOr<std::vector<TrainResult>> RunTraining(Setup& s) {
   const Options& o = s.opt;
-  RETURN_IF_ERROR(worker::CheckModelName(o.train_model));
   ASSIGN_OR_RETURN(const int64_t parameters, Parameters(o.train_model));
   ASSIGN_OR_RETURN(const ps::WireFloat wire, Compression(o));
   ASSIGN_OR_RETURN(std::unique_ptr<TempDir> tmp, TempDir::Make());
