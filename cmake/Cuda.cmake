@@ -43,6 +43,18 @@ if(NOT KUBETRAIN_CUDA STREQUAL "OFF")
     set_target_properties(NCCL::nccl PROPERTIES
       IMPORTED_LOCATION ${KUBETRAIN_NCCL_LIBRARY}
       INTERFACE_INCLUDE_DIRECTORIES ${KUBETRAIN_NCCL_INCLUDE_DIR})
+    # cuDNN 9 (convolutions on the GPU) ships beside the toolkit too, with no CMake target.
+    find_library(KUBETRAIN_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+    find_path(KUBETRAIN_CUDNN_INCLUDE_DIR cudnn.h
+      HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+    if(NOT KUBETRAIN_CUDNN_LIBRARY OR NOT KUBETRAIN_CUDNN_INCLUDE_DIR)
+      message(FATAL_ERROR "CUDA was found but cuDNN was not (libcudnn.so and cudnn.h beside "
+        "${CUDAToolkit_LIBRARY_DIR}); install cuDNN 9 or configure with -DKUBETRAIN_CUDA=OFF")
+    endif()
+    add_library(CUDNN::cudnn UNKNOWN IMPORTED)
+    set_target_properties(CUDNN::cudnn PROPERTIES
+      IMPORTED_LOCATION ${KUBETRAIN_CUDNN_LIBRARY}
+      INTERFACE_INCLUDE_DIRECTORIES ${KUBETRAIN_CUDNN_INCLUDE_DIR})
     set(KUBETRAIN_HAVE_CUDA ON)
   elseif(KUBETRAIN_CUDA STREQUAL "ON")
     message(FATAL_ERROR "KUBETRAIN_CUDA=ON but no CUDA compiler was found; install CUDA or use AUTO")

@@ -194,6 +194,18 @@ void FlagSet::Add(absl::string_view name, bool* target, absl::string_view help,
            }});
 }
 
+void FlagSet::Add(absl::string_view name, std::optional<bool>* target, absl::string_view help,
+                  absl::string_view env) {
+  AddFlag({std::string(name), std::string(help), std::string(env),
+           target->has_value() ? (**target ? "true" : "false") : "unset", true,
+           [target](absl::string_view v) {
+             bool parsed;
+             if (!ParseBool(v, &parsed)) return absl::InvalidArgumentError("true or false");
+             *target = parsed;
+             return absl::OkStatus();
+           }});
+}
+
 FlagSet::Limits& FlagSet::Add(absl::string_view name, absl::Duration* target,
                               absl::string_view help, absl::string_view env) {
   auto limits = std::make_shared<Limits>();

@@ -71,6 +71,9 @@ class FlagSet {
               absl::string_view env = "");
   void Add(absl::string_view name, bool* target, absl::string_view help,
            absl::string_view env = "");
+  // A boolean that may stay unset (nullopt), leaving the choice to the program.
+  void Add(absl::string_view name, std::optional<bool>* target, absl::string_view help,
+           absl::string_view env = "");
   // Durations as Go/absl strings: "30s", "1m30s", "500ms"; a bare number means seconds.
   Limits& Add(absl::string_view name, absl::Duration* target, absl::string_view help,
               absl::string_view env = "");

@@ -2,10 +2,11 @@
 # kubetrain-worker + kubetrain-ps image (kubetrain/worker:0.1.0 GPU, :0.1.0-cpu CPU), with the Fashion-MNIST data
 # (Debian/Ubuntu package dataset-fashion-mnist, /usr/share/datasets/fashion-mnist). From the
 # repository root:
-#   GPU (default; CUDA 13 runtime base nvidia/cuda:13.0.0-runtime-ubuntu24.04, build stage the
-#   matching -devel image; machine code for sm_75, sm_80, sm_86, sm_89, sm_90 and sm_100 plus
-#   PTX for compute_100, as cmake/Cuda.cmake; nodes need NVIDIA driver 580 or newer, which
-#   CUDA 13 requires; an older driver makes --device=auto train on the CPU with a warning):
+#   GPU (default; CUDA 13 + cuDNN 9 runtime base nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04,
+#   build stage the matching -cudnn-devel image: the worker's convolutions run through cuDNN;
+#   machine code for sm_75, sm_80, sm_86, sm_89, sm_90 and sm_100 plus PTX for compute_100, as
+#   cmake/Cuda.cmake; nodes need NVIDIA driver 580 or newer, which CUDA 13 requires; an older
+#   driver makes --device=auto train on the CPU with a warning):
 #     docker build -f docker/worker.Dockerfile -t kubetrain/worker:0.1.0 .
 #   CPU only (debian:bookworm build, debian:bookworm-slim runtime, OpenBLAS):
 #     docker build -f docker/worker.Dockerfile --build-arg VARIANT=cpu -t kubetrain/worker:0.1.0-cpu .
@@ -24,7 +25,7 @@ ARG VARIANT=gpu
 ARG CUDA_VERSION=13.0.0
 
 # ---- build stages (BuildKit builds only the one VARIANT selects) -------------------------------
-FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build-gpu
+FROM nvidia/cuda:${CUDA_VERSION}-cudnn-devel-ubuntu24.04 AS build-gpu
 
 FROM debian:bookworm AS build-cpu
 
@@ -81,7 +82,7 @@ RUN --mount=type=cache,id=kubetrain-worker-build,target=/src/build \
     echo "runtime packages: $(tr '\n' ' ' < dist/runtime-packages.txt)"
 
 # ---- runtime stages ---------------------------------------------------------------------------
-FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04 AS runtime-gpu
+FROM nvidia/cuda:${CUDA_VERSION}-cudnn-runtime-ubuntu24.04 AS runtime-gpu
 # The NVIDIA container toolkit mounts the driver; compute is all these programs use.
 ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
 

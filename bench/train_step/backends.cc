@@ -87,7 +87,7 @@ class CblasReference final : public GemmReference {
 
 absl::StatusOr<Backend> MakeCpu(const BackendOptions& options) {
   if (options.threads < 1) return absl::InvalidArgumentError("--threads must be at least 1");
-  if (options.tf32) {
+  if (options.tf32 == true) {
     return absl::FailedPreconditionError(
         "--tf32: TF32 is a tensor-core mode of NVIDIA GPUs; drop --tf32 or use --device=cuda");
   }
@@ -164,9 +164,11 @@ class CublasReference final : public GemmReference {
 
 absl::StatusOr<Backend> MakeCuda(const BackendOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<worker::CudaDevice> device,
-                   worker::CudaDevice::Create({.tf32 = options.tf32}), "--device=cuda");
+                   worker::CudaDevice::Create({.tf32 = options.tf32.value_or(false),
+                                               .tf32_convolutions = options.tf32.value_or(true)}),
+                   "--device=cuda");
   ASSIGN_OR_RETURN(std::unique_ptr<CublasReference> reference,
-                   CublasReference::Create(*device, options.tf32),
+                   CublasReference::Create(*device, options.tf32.value_or(false)),
                    "--device=cuda: bare cuBLAS reference");
   Backend backend;
   backend.device = std::move(device);

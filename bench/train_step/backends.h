@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,9 +20,10 @@ namespace kubetrain::bench {
 
 struct BackendOptions {
   int threads = 1;  // CPU: OpenBLAS threads (docs/architecture.md §8: one per process by default)
-  // CUDA: the step's GEMMs and the bare reference's on tensor cores in TF32 (the worker's
-  // --tf32); FAILED_PRECONDITION on the CPU.
-  bool tf32 = false;
+  // CUDA, as the worker's --tf32: unset, convolutions in TF32 and GEMMs (the step's and the bare
+  // reference's) in FP32; true, both in TF32; false, neither. true is FAILED_PRECONDITION on
+  // the CPU.
+  std::optional<bool> tf32;
 };
 
 // Runs a list of GEMMs directly on a backend's BLAS, without the model or the Device layer.

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -44,7 +45,7 @@ struct Options {
   int warmup = 3;
   int steps = 20;
   int threads = 1;
-  bool tf32 = false;
+  std::optional<bool> tf32;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -60,7 +61,9 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("warmup", &o.warmup, "untimed steps first");
   f.Add("steps", &o.steps, "timed steps");
   f.Add("threads", &o.threads, "BLAS threads (cpu)");
-  f.Add("tf32", &o.tf32, "GEMMs on tensor cores in TF32, as the worker's --tf32 (cuda)");
+  f.Add("tf32", &o.tf32,
+        "as the worker's --tf32 (cuda): unset, convolutions in TF32; true, GEMMs too; false, "
+        "neither");
   f.Add("seed", &o.seed, "seed of the model's initialisation and the random batches");
   f.Add("json", &o.json, "print one JSON object instead of text");
   RETURN_IF_ERROR(f.Parse(argc, argv).status());
@@ -206,14 +209,21 @@ std::string ShapeName(const ShapeKey& key) {
   return absl::StrFormat("%s%s m=%d n=%d k=%d", ta ? "T" : "N", tb ? "T" : "N", m, n, k);
 }
 
+// What --tf32 puts on tensor cores: "convolutions" (unset), "all" (true) or "none" (false).
+std::string Tf32Mode(const Options& o) {
+  if (!o.tf32.has_value()) return "convolutions";
+  return *o.tf32 ? "all" : "none";
+}
+
 void PrintText(const Report& r) {
   const Options& o = r.options;
   const double steps = static_cast<double>(r.step_nanos.size());
   absl::PrintF(
       "train_step: model=%s (%d parameters) device=%s%s batch=%d threads=%d warmup=%d "
       "steps=%d\n",
-      o.model, r.parameters, o.device, o.tf32 ? " tf32" : "", o.batch_size, o.threads, o.warmup,
-      o.steps);
+      o.model, r.parameters, o.device,
+      o.device == "cuda" ? absl::StrCat(" tf32=", Tf32Mode(o)) : "", o.batch_size, o.threads,
+      o.warmup, o.steps);
   if (o.device == "cpu") {
     const std::string advice = worker::BlasKernelAdviceHere();
     absl::PrintF(
@@ -270,7 +280,7 @@ void PrintJson(const Report& r) {
       {"device", o.device},
       {"batch_size", o.batch_size},
       {"threads", o.threads},
-      {"tf32", o.tf32},
+      {"tf32", Tf32Mode(o)},
       {"warmup", o.warmup},
       {"steps", o.steps},
       {"parameters", r.parameters},

@@ -42,6 +42,12 @@ absl::string_view KernelName(Kernel kernel) {
       return "maxpool_grad";
     case Kernel::kUpdate:
       return "update";
+    case Kernel::kConvForward:
+      return "conv_forward";
+    case Kernel::kConvBackwardFilter:
+      return "conv_backward_filter";
+    case Kernel::kConvBackwardData:
+      return "conv_backward_data";
     case Kernel::kNumKernels:
       break;
   }
@@ -73,6 +79,27 @@ int64_t ProfilingDevice::Timed(Kernel kernel, Call&& call) {
   ++s.calls;
   s.nanos += nanos;
   return nanos;
+}
+
+std::unique_ptr<worker::ConvolutionKernels> ProfilingDevice::MakeConvolution(
+    const worker::Conv2DShape& shape) {
+  std::unique_ptr<worker::ConvolutionKernels> inner = inner_.MakeConvolution(shape);
+  if (inner == nullptr) return nullptr;
+  return std::make_unique<worker::ObservedConvolution>(
+      std::move(inner),
+      [this](worker::ConvolutionDirection direction, const std::function<void()>& call) {
+        switch (direction) {
+          case worker::ConvolutionDirection::kForward:
+            Timed(Kernel::kConvForward, call);
+            return;
+          case worker::ConvolutionDirection::kBackwardFilter:
+            Timed(Kernel::kConvBackwardFilter, call);
+            return;
+          case worker::ConvolutionDirection::kBackwardData:
+            Timed(Kernel::kConvBackwardData, call);
+            return;
+        }
+      });
 }
 
 absl::Status ProfilingDevice::Synchronize() {

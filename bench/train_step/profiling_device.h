@@ -8,6 +8,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -54,6 +55,9 @@ enum class Kernel {
   kMaxPool,
   kMaxPoolGrad,
   kUpdate,
+  kConvForward,  // a backend's own convolution kernels (cuDNN), by direction
+  kConvBackwardFilter,
+  kConvBackwardData,
   kNumKernels,
 };
 constexpr int kNumKernels = static_cast<int>(Kernel::kNumKernels);
@@ -117,6 +121,9 @@ class ProfilingDevice final : public Device {
                       float* input_grad) override;
   void ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad, float* value,
                    float* slot0, float* slot1) override;
+  // The backend's convolutions, each call timed under its direction's kernel.
+  std::unique_ptr<worker::ConvolutionKernels> MakeConvolution(
+      const worker::Conv2DShape& shape) override;
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -61,6 +61,29 @@ TEST(FlagSet, NegatedBoolean) {
   EXPECT_FALSE(o.verbose);
 }
 
+TEST(FlagSet, AnOptionalBooleanStaysUnsetUnlessGiven) {
+  for (const auto& [args, want] :
+       std::vector<std::pair<std::vector<std::string>, std::optional<bool>>>{
+           {{}, std::nullopt},
+           {{"--tf32"}, true},
+           {{"--tf32=false"}, false},
+           {{"--no-tf32"}, false},
+           {{"--tf32=true"}, true}}) {
+    std::optional<bool> tf32;
+    FlagSet flags("prog", "Does things.");
+    flags.Add("tf32", &tf32, "TF32");
+    ASSERT_THAT(flags.Parse(args), IsOk());
+    EXPECT_EQ(tf32, want) << ::testing::PrintToString(args);
+  }
+  std::optional<bool> tf32;
+  FlagSet flags("prog", "Does things.");
+  flags.Add("tf32", &tf32, "TF32");
+  EXPECT_THAT(flags.Help(), ::testing::HasSubstr("unset"));
+  auto r = flags.Parse({"--tf32=maybe"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("--tf32"));
+}
+
 TEST(FlagSet, BadValueNamesFlagAndValue) {
   Options o;
   FlagSet flags = MakeFlags(&o);

@@ -2,18 +2,21 @@
 //
 // Kernels take raw device pointers and explicit sizes (cuBLAS/cuDNN style) so callers can address
 // slices of a buffer; memory itself is owned by RAII `Buffer`s that a Device allocates. One
-// implementation per backend: `worker/core/cpu/cpu_device.h` (OpenBLAS) today, CUDA later. Kernels
-// may run asynchronously in issue order; `Synchronize` waits for them and reports backend errors.
+// implementation per backend: `worker/core/cpu/cpu_device.h` (OpenBLAS) and
+// `worker/cuda/cuda_device.h`. Kernels may run asynchronously in issue order; `Synchronize` waits
+// for them and reports backend errors.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "ps/update_rule.h"
+#include "worker/core/convolution.h"
 #include "worker/core/kernels_math.h"
 
 namespace kubetrain::worker {
@@ -91,6 +94,13 @@ class Device {
   // suits a CPU core: one chunk's columns stay in its L2 cache (1 MiB) between im2col and GEMM.
   // A GPU overrides it: what a small chunk costs there is launches, not cache misses.
   virtual int64_t ColumnBudgetBytes() const { return int64_t{1} << 20; }
+
+  // The backend's own kernels for convolutions of `shape` (cuDNN on a GPU), or null: the layer
+  // then builds im2col columns and multiplies them with Gemm (worker/core/layers/conv2d.h), as
+  // on the CPU. The kernels may keep a pointer to this device.
+  virtual std::unique_ptr<ConvolutionKernels> MakeConvolution(const Conv2DShape& /*shape*/) {
+    return nullptr;
+  }
 
   // Whether this device's buffers are host memory that host code may read and write in place
   // (the CPU backend), so a caller can use them where it would copy through Upload/Download:

@@ -47,6 +47,13 @@ KT_HOST_DEVICE inline float SoftmaxCrossEntropyRow(const float* logits, int cols
   return log_sum - (logits[label] - max_logit);
 }
 
+// Where element `index` (= r * cols + c) of a row-major [rows, cols] matrix lands in its
+// [cols, rows] transpose. An HWIO kernel [k, k, in, filters] is the matrix [k*k*in, filters];
+// its transpose is the OHWI layout [filters, k, k, in] (cuDNN's NHWC filter format, "KRSC").
+KT_HOST_DEVICE inline int64_t TransposedIndex(int64_t index, int64_t rows, int64_t cols) {
+  return (index % cols) * rows + index / cols;
+}
+
 // Shape of a 2-D convolution over NHWC images, shared by im2col and col2im.
 //
 // The column matrix has one row per output pixel (batch * out_h * out_w rows) and

@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "worker/core/device_choice.h"
 #include "worker/cuda/cuda_check.h"
+#include "worker/cuda/cudnn_convolution.h"
 #include "worker/cuda/kernels.h"
 #include "worker/cuda/row_major_gemm.h"
 
@@ -131,6 +132,26 @@ float* CudaDevice::Scratch(int64_t floats) {
     scratch_ = *std::move(grown);
   }
   return scratch_.as<float>();
+}
+
+bool CudaDevice::EnsureCudnn() {
+  if (cudnn_) return true;
+  absl::StatusOr<cuda::CudnnHandle> handle = cuda::CreateCudnnHandle(compute_.get());
+  if (!Check(handle.status())) return false;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (!Check(KT_CUDA_STATUS(cudaMemGetInfo(&free_bytes, &total_bytes)))) return false;
+  const size_t bytes = ConvolutionWorkspaceLimit(free_bytes);
+  if (bytes > 0) {
+    absl::StatusOr<cuda::DeviceMemory> workspace = cuda::AllocateDeviceMemory(bytes);
+    if (!Check(workspace.status())) return false;
+    convolution_workspace_ = *std::move(workspace);
+  }
+  cudnn_ = *std::move(handle);
+  return true;
+}
+
+std::unique_ptr<ConvolutionKernels> CudaDevice::MakeConvolution(const Conv2DShape& shape) {
+  return cuda::MakeCudnnConvolution(*this, shape);
 }
 
 bool CudaDevice::CopyAfterCompute() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include <array>
 #include <cstddef>
@@ -44,6 +45,9 @@ struct CudaDeviceOptions {
   // the FP32 rate on Ampere and later, at about 1e-3 relative error per product. Off by default:
   // results then match the CPU backend to FP32 rounding.
   bool tf32 = false;
+  // Convolutions (cuDNN) in TF32 where the GPU has tensor cores for it (Ampere and later): on
+  // by default, as PyTorch's torch.backends.cudnn.allow_tf32; off keeps them in FP32.
+  bool tf32_convolutions = true;
 };
 
 // Owns, on one GPU: a compute stream on which every kernel, cuBLAS call and device-to-device
@@ -121,16 +125,29 @@ class CudaDevice final : public Device {
   void ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad, float* value,
                    float* slot0, float* slot1) override;
 
+  // cuDNN's convolutions (cuda/cudnn_convolution.h).
+  std::unique_ptr<ConvolutionKernels> MakeConvolution(const Conv2DShape& shape) override;
+
+  // For the backend's kernel objects (cuda/cudnn_convolution.h), which issue on this device:
+  // MakeCurrent, recording a failure; false when the caller must not issue work.
+  bool Activate();
+  // Keeps `status` if it is the first error since the last Synchronize; whether it was OK.
+  bool Check(absl::Status status);
+  // Makes the cuDNN handle (on the compute stream) and the convolution workspace that every
+  // convolution of this device shares (ConvolutionWorkspaceLimit of the free memory), at the
+  // first call; false, with the error recorded, when they cannot be had.
+  bool EnsureCudnn();
+  cudnnHandle_t cudnn() const { return cudnn_.get(); }
+  void* convolution_workspace() const { return convolution_workspace_.get(); }
+  size_t convolution_workspace_bytes() const { return convolution_workspace_.bytes(); }
+  bool tf32_convolutions() const { return options_.tf32_convolutions; }
+
  private:
   explicit CudaDevice(const CudaDeviceOptions& options) : options_(options) {}
   absl::Status Init();
 
   // Keeps `status` if it is the first error since the last Synchronize.
   void Record(absl::Status status);
-  // Record, returning whether `status` was OK.
-  bool Check(absl::Status status);
-  // MakeCurrent, recording a failure; false when the caller must not issue work.
-  bool Activate();
   // At least `floats` floats of scratch, ordered on the compute stream; null (with the error
   // recorded) when it cannot be had.
   float* Scratch(int64_t floats);
@@ -151,6 +168,8 @@ class CudaDevice final : public Device {
   std::array<cuda::Event, 2> staging_free_;  // recorded after each DMA through staging_[i]
   size_t next_staging_ = 0;                  // the buffer the next upload chunk goes through
   cuda::CublasHandle cublas_;
+  cuda::CudnnHandle cudnn_;  // made by EnsureCudnn, at the first convolution
+  cuda::DeviceMemory convolution_workspace_;
   cuda::DeviceMemory scratch_;
 };
 

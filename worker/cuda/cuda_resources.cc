@@ -1,6 +1,7 @@
 #include "worker/cuda/cuda_resources.h"
 
 #include "worker/cuda/cuda_check.h"
+#include "worker/cuda/cudnn_convolution.h"
 
 namespace kubetrain::worker::cuda {
 
@@ -14,6 +15,7 @@ template class Owned<PinnedMemoryTraits>;
 template class Owned<StreamTraits>;
 template class Owned<EventTraits>;
 template class Owned<CublasTraits>;
+template class Owned<CudnnTraits>;
 
 absl::Status DeviceMemoryTraits::Release(void* ptr) { return KT_CUDA_STATUS(cudaFree(ptr)); }
 
@@ -29,6 +31,10 @@ absl::Status EventTraits::Release(cudaEvent_t event) {
 
 absl::Status CublasTraits::Release(cublasHandle_t handle) {
   return KT_CUBLAS_STATUS(cublasDestroy(handle));
+}
+
+absl::Status CudnnTraits::Release(cudnnHandle_t handle) {
+  return KT_CUDNN_STATUS(cudnnDestroy(handle));
 }
 
 absl::StatusOr<DeviceMemory> AllocateDeviceMemory(size_t bytes) {
@@ -61,6 +67,14 @@ absl::StatusOr<CublasHandle> CreateCublasHandle(cudaStream_t stream, bool tf32) 
   CublasHandle handle(raw);
   KT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(raw, stream));
   if (tf32) KT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(raw, CUBLAS_TF32_TENSOR_OP_MATH));
+  return handle;
+}
+
+absl::StatusOr<CudnnHandle> CreateCudnnHandle(cudaStream_t stream) {
+  cudnnHandle_t raw = nullptr;
+  KT_CUDNN_RETURN_IF_ERROR(cudnnCreate(&raw));
+  CudnnHandle handle(raw);
+  KT_CUDNN_RETURN_IF_ERROR(cudnnSetStream(raw, stream));
   return handle;
 }
 

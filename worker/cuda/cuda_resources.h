@@ -1,6 +1,6 @@
 // RAII owners of the CUDA resources the backend holds: device memory, pinned host memory, streams,
-// events and the cuBLAS handle. Each is made by a factory returning StatusOr (creation can fail on
-// any machine) and released in its destructor, which logs a failure it cannot return.
+// events and the cuBLAS and cuDNN handles. Each is made by a factory returning StatusOr (creation
+// can fail on any machine) and released in its destructor, which logs a failure it cannot return.
 //
 // Move-only values; not thread-safe. Each must be destroyed while its device is still usable
 // (before the process tears down the CUDA runtime).
@@ -8,6 +8,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include <cstddef>
 #include <utility>
@@ -74,16 +75,22 @@ struct CublasTraits {
   using Handle = cublasHandle_t;
   static absl::Status Release(cublasHandle_t handle);
 };
+struct CudnnTraits {
+  using Handle = cudnnHandle_t;
+  static absl::Status Release(cudnnHandle_t handle);
+};
 
 extern template class Owned<DeviceMemoryTraits>;
 extern template class Owned<PinnedMemoryTraits>;
 extern template class Owned<StreamTraits>;
 extern template class Owned<EventTraits>;
 extern template class Owned<CublasTraits>;
+extern template class Owned<CudnnTraits>;
 
 using Stream = Owned<StreamTraits>;
 using Event = Owned<EventTraits>;
 using CublasHandle = Owned<CublasTraits>;
+using CudnnHandle = Owned<CudnnTraits>;
 
 // A byte block of device or pinned host memory with its size.
 template <typename Traits>
@@ -119,5 +126,7 @@ absl::StatusOr<Stream> CreateStream();
 absl::StatusOr<Event> CreateEvent();
 // A cuBLAS handle issuing on `stream`; with `tf32`, FP32 GEMMs run on tensor cores in TF32.
 absl::StatusOr<CublasHandle> CreateCublasHandle(cudaStream_t stream, bool tf32 = false);
+// A cuDNN handle issuing on `stream`.
+absl::StatusOr<CudnnHandle> CreateCudnnHandle(cudaStream_t stream);
 
 }  // namespace kubetrain::worker::cuda

@@ -147,6 +147,15 @@ __global__ void MaxPoolGradKernel(PoolGeometry g, const float* __restrict__ outp
   }
 }
 
+// Gather form: output element i of the [cols, rows] transpose reads in[TransposedIndex(i)].
+__global__ void TransposeKernel(int64_t rows, int64_t cols, const float* __restrict__ in,
+                                float* __restrict__ out) {
+  const int64_t n = rows * cols;
+  for (int64_t i = FirstIndex(); i < n; i += GridStride()) {
+    out[i] = in[math::TransposedIndex(i, cols, rows)];
+  }
+}
+
 __global__ void ApplyUpdateKernel(ps::UpdateRule rule, int64_t n, const float* __restrict__ grad,
                                   float* __restrict__ value, float* __restrict__ slot0,
                                   float* __restrict__ slot1) {
@@ -287,6 +296,14 @@ cudaError_t LaunchApplyUpdate(cudaStream_t stream, const ps::UpdateRule& rule, i
                               const float* grad, float* value, float* slot0, float* slot1) {
   if (n <= 0) return cudaSuccess;
   ApplyUpdateKernel<<<Blocks(n), kBlock, 0, stream>>>(rule, n, grad, value, slot0, slot1);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchTranspose(cudaStream_t stream, int64_t rows, int64_t cols, const float* in,
+                            float* out) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return cudaSuccess;
+  TransposeKernel<<<Blocks(n), kBlock, 0, stream>>>(rows, cols, in, out);
   return cudaGetLastError();
 }
 

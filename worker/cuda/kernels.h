@@ -57,6 +57,11 @@ cudaError_t LaunchMaxPool(cudaStream_t stream, const math::PoolGeometry& g, cons
 cudaError_t LaunchMaxPoolGrad(cudaStream_t stream, const math::PoolGeometry& g,
                               const float* output_grad, const int32_t* argmax, float* input_grad);
 
+// out[cols, rows] = the transpose of in[rows, cols] (math::TransposedIndex); one thread per
+// output element. in and out must not overlap.
+cudaError_t LaunchTranspose(cudaStream_t stream, int64_t rows, int64_t cols, const float* in,
+                            float* out);
+
 // One thread per element; slot pointers the rule does not use may be null.
 cudaError_t LaunchApplyUpdate(cudaStream_t stream, const ps::UpdateRule& rule, int64_t n,
                               const float* grad, float* value, float* slot0, float* slot1);

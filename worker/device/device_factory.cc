@@ -13,10 +13,12 @@ namespace kubetrain::worker {
 namespace {
 
 absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice([[maybe_unused]] int ordinal,
-                                                       [[maybe_unused]] bool tf32) {
+                                                       [[maybe_unused]] std::optional<bool> tf32) {
 #if KUBETRAIN_HAVE_CUDA
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
-                   CudaDevice::Create({.ordinal = ordinal, .tf32 = tf32}));
+                   CudaDevice::Create({.ordinal = ordinal,
+                                       .tf32 = tf32.value_or(false),
+                                       .tf32_convolutions = tf32.value_or(true)}));
   return std::unique_ptr<Device>(std::move(device));
 #else
   return CudaAvailable();
@@ -46,7 +48,7 @@ absl::StatusOr<ChosenDevice> MakeDevice(const DeviceRequest& request) {
   if (request.kind != "cpu") chosen.cuda = ProbeCuda();
   ASSIGN_OR_RETURN(chosen.decision, DecideDevice(request.kind, chosen.cuda));
   if (!chosen.decision.use_cuda) {
-    if (request.tf32) {
+    if (request.tf32 == true) {
       return absl::FailedPreconditionError(absl::StrCat(
           "--tf32: TF32 is a tensor-core mode of NVIDIA GPUs, and this task runs on the CPU (",
           chosen.decision.reason, "); drop --tf32 or run on a GPU"));

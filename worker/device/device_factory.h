@@ -35,9 +35,10 @@ struct DeviceRequest {
   CpuDeviceOptions cpu;
   // Which GPU (ChooseCudaOrdinal); visible_devices is filled in from the probe.
   CudaOrdinalInputs cuda;
-  // --tf32: the GPU's GEMMs in TF32 (CudaDeviceOptions::tf32). FAILED_PRECONDITION naming the
-  // flag when the task ends up on the CPU.
-  bool tf32 = false;
+  // --tf32: unset, the GPU's convolutions in TF32 and its GEMMs in FP32 (as PyTorch's defaults);
+  // true, both in TF32; false, neither (CudaDeviceOptions::tf32, tf32_convolutions). true is
+  // FAILED_PRECONDITION naming the flag when the task ends up on the CPU.
+  std::optional<bool> tf32;
 };
 
 struct ChosenDevice {

@@ -59,8 +59,9 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         "KUBETRAIN_CUDA_DEVICE")
       .Range(-1, 1023);
   f.Add("tf32", &o.tf32,
-        "GPU GEMMs on tensor cores in TF32 (faster on Ampere and later, ~1e-3 relative error "
-        "per product; an error on the CPU)",
+        "TF32 on GPU tensor cores (Ampere and later; ~1e-3 relative error per product): unset, "
+        "convolutions only (as PyTorch); true, GEMMs too; false, neither (true is an error on "
+        "the CPU)",
         "KUBETRAIN_TF32");
   f.Add("threads", &o.threads, "OpenBLAS threads (1: ps and workers share the cores)");
   f.Add("tf-config", &o.tf_config, "cluster spec (TensorFlow's TF_CONFIG JSON)", "TF_CONFIG");

@@ -1,6 +1,7 @@
 // kubetrain-worker's command line: the flags (with their environment variables) and their checks.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,8 @@ struct Options {
   std::string mode = "ps-sync";
   std::string device = "auto";
   int cuda_device = -1;  // -1: chosen from LOCAL_RANK or TF_CONFIG (worker/core/device_choice.h)
-  bool tf32 = false;
+  // --tf32: unset (convolutions in TF32, GEMMs in FP32), true (both) or false (neither).
+  std::optional<bool> tf32;
   std::string data_dir = std::string(kDefaultFashionMnistDir);
   std::string tf_config;
   std::vector<std::string> ps;

@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
+#include <utility>
 
 #include "worker/core/device.h"
 
@@ -134,6 +137,16 @@ class CountingDevice final : public Device {
                    float* slot0, float* slot1) override {
     Launch();
     inner_.ApplyUpdate(rule, n, grad, value, slot0, slot1);
+  }
+  // The backend's convolutions (cuDNN), each call counted as one launch.
+  std::unique_ptr<ConvolutionKernels> MakeConvolution(const Conv2DShape& shape) override {
+    std::unique_ptr<ConvolutionKernels> inner = inner_.MakeConvolution(shape);
+    if (inner == nullptr) return nullptr;
+    return std::make_unique<ObservedConvolution>(
+        std::move(inner), [this](ConvolutionDirection, const std::function<void()>& call) {
+          Launch();
+          call();
+        });
   }
 
  private:

@@ -148,7 +148,10 @@ class CudaDeviceTest : public ::testing::Test {
     const CudaProbe probe = ProbeCudaDevices();
     // The reason starts "no CUDA device/driver: ".
     if (probe.device_count == 0) GTEST_SKIP() << probe.status.message();
-    absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create();
+    // FP32 throughout, so that results match the CPU's to FP32 rounding; the TF32 tests make
+    // their own device.
+    absl::StatusOr<std::unique_ptr<CudaDevice>> device =
+        CudaDevice::Create({.tf32_convolutions = false});
     ASSERT_TRUE(device.ok()) << device.status();
     gpu_ = *std::move(device);
   }
@@ -570,6 +573,85 @@ INSTANTIATE_TEST_SUITE_P(BothModels, CudaModelTest, ::testing::Values("mlp", "cn
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.param);
                          });
+
+// cuDNN's convolutions (Device::MakeConvolution) against the CPU's im2col + GEMM in every
+// direction, for the CNN's two layers and an odd-sized one, each at two batch sizes (a plan
+// each): the HWIO <-> OHWI filter transposes, the descriptors and the algorithms chosen.
+class CudnnConvolutionTest : public CudaDeviceTest,
+                             public ::testing::WithParamInterface<Conv2DShape> {};
+
+TEST_P(CudnnConvolutionTest, MatchesTheCpuInEveryDirection) {
+  const Conv2DShape s = GetParam();
+  std::unique_ptr<ConvolutionKernels> kernels = gpu_->MakeConvolution(s);
+  ASSERT_NE(kernels, nullptr);
+  const int64_t patch = int64_t{s.kernel} * s.kernel * s.in_channels;
+  const std::vector<float> w = RandomVector(patch * s.filters, 31);
+  for (int batch : {5, 2, 5}) {
+    const int64_t pixels = int64_t{batch} * s.height * s.width;
+    const std::vector<float> x = RandomVector(pixels * s.in_channels, 32 + batch);
+    const std::vector<float> dy = RandomVector(pixels * s.filters, 33 + batch);
+    // The CPU: y = cols(x) W, dW = cols(x)^T dy, dx = col2im(dy W^T).
+    const ConvGeometry g{batch, s.height, s.width, s.in_channels, s.kernel, s.kernel / 2, 1};
+    std::vector<float> cols(static_cast<size_t>(pixels * patch));
+    std::vector<float> y(static_cast<size_t>(pixels * s.filters));
+    std::vector<float> dw(static_cast<size_t>(patch * s.filters));
+    std::vector<float> dx(x.size());
+    cpu_.Im2Col(g, x.data(), cols.data());
+    cpu_.Gemm(false, false, static_cast<int>(pixels), s.filters, static_cast<int>(patch), 1.0f,
+              cols.data(), w.data(), 0.0f, y.data());
+    cpu_.Gemm(true, false, static_cast<int>(patch), s.filters, static_cast<int>(pixels), 1.0f,
+              cols.data(), dy.data(), 0.0f, dw.data());
+    cpu_.Gemm(false, true, static_cast<int>(pixels), static_cast<int>(patch), s.filters, 1.0f,
+              dy.data(), w.data(), 0.0f, cols.data());
+    cpu_.Col2Im(g, cols.data(), dx.data());
+
+    Buffer<float> gx = ToGpu(x), gw = ToGpu(w), gdy = ToGpu(dy);
+    Tensor gy(*gpu_, {pixels * s.filters}), gdw(*gpu_, {patch * s.filters});
+    Tensor gdx(*gpu_, {pixels * s.in_channels});
+    kernels->Forward(batch, gx.data(), gw.data(), gy.data());
+    kernels->BackwardFilter(batch, gx.data(), gdy.data(), gdw.data());
+    kernels->BackwardData(batch, gdy.data(), gw.data(), gdx.data());
+    ExpectNear(FromGpu(gy), y, 1e-4);
+    ExpectNear(FromGpu(gdw), dw, 1e-4);
+    ExpectNear(FromGpu(gdx), dx, 1e-4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudnnConvolutionTest,
+                         ::testing::Values(Conv2DShape{28, 28, 1, 32, 5},
+                                           Conv2DShape{14, 14, 32, 64, 5},
+                                           Conv2DShape{9, 5, 3, 4, 3}));
+
+// By default the device runs convolutions in TF32 (CudaDeviceOptions::tf32_convolutions): the
+// CNN's loss and gradients then agree with the CPU's to TF32's precision.
+TEST_F(CudaDeviceTest, CnnWithTf32ConvolutionsAgreesWithTheCpuToTf32Precision) {
+  absl::StatusOr<std::unique_ptr<CudaDevice>> tf32 = CudaDevice::Create();
+  ASSERT_TRUE(tf32.ok()) << tf32.status();
+  ASSERT_TRUE((*tf32)->tf32_convolutions());
+  const int batch = 16;
+  absl::StatusOr<std::unique_ptr<Model>> on_cpu = MakeModel("cnn", cpu_, 5);
+  absl::StatusOr<std::unique_ptr<Model>> on_gpu = MakeModel("cnn", **tf32, 5);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+  Rng rng(25);
+  std::vector<float> images(static_cast<size_t>(batch * (*on_cpu)->input_size()));
+  for (float& x : images) x = rng.Uniform();
+  std::vector<int32_t> labels(batch);
+  for (int32_t& y : labels) y = static_cast<int32_t>(rng.Below((*on_cpu)->num_classes()));
+  absl::StatusOr<float> cpu_loss = (*on_cpu)->ComputeGradients(images, labels);
+  absl::StatusOr<float> gpu_loss = (*on_gpu)->ComputeGradients(images, labels);
+  ASSERT_TRUE(cpu_loss.ok()) << cpu_loss.status();
+  ASSERT_TRUE(gpu_loss.ok()) << gpu_loss.status();
+  EXPECT_NEAR(*gpu_loss, *cpu_loss, 1e-2 * (1.0 + *cpu_loss));
+  std::vector<float> cpu_grads((*on_cpu)->num_parameters()), gpu_grads(cpu_grads.size());
+  ASSERT_THAT((*on_cpu)->ReadGradients(absl::MakeSpan(cpu_grads)), IsOk());
+  ASSERT_THAT((*on_gpu)->ReadGradients(absl::MakeSpan(gpu_grads)), IsOk());
+  float largest = 0.0f;
+  for (float g : cpu_grads) largest = std::max(largest, std::fabs(g));
+  for (size_t i = 0; i < cpu_grads.size(); ++i) {
+    ASSERT_NEAR(gpu_grads[i], cpu_grads[i], 3e-2 * largest) << "parameter " << i;
+  }
+}
 
 // Every method makes its device current first, so a thread whose current device is another one
 // (with two or more GPUs: device 0, while this uses the last) can issue work.

@@ -109,6 +109,17 @@ TEST(MakeDevice, Tf32IsRefusedOnTheCpuAndTakenOnAGpu) {
   EXPECT_EQ(automatic->device->name(), "cuda");
 }
 
+// Left unset, --tf32 is the GPU's choice (convolutions in TF32, as PyTorch), so a CPU task
+// runs; --tf32=false turns TF32 off, which the CPU never used either.
+TEST(MakeDevice, Tf32UnsetOrFalseRunsOnTheCpu) {
+  for (std::optional<bool> tf32 : {std::optional<bool>(), std::optional<bool>(false)}) {
+    absl::StatusOr<ChosenDevice> cpu =
+        MakeDevice({.kind = "cpu", .cpu = {.blas_threads = 1}, .tf32 = tf32});
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    EXPECT_EQ(cpu->device->name(), "cpu");
+  }
+}
+
 TEST(ProbeCuda, AgreesWithCudaAvailable) {
   const CudaAvailability cuda = ProbeCuda();
   const absl::Status available = CudaAvailable();

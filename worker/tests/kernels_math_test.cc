@@ -60,7 +60,7 @@ std::vector<PoolGeometry> PoolGeometries() {
   return out;
 }
 
-class KernelsMathTest : public testing::Test {
+class KernelsMathTest : public ::testing::Test {
  protected:
   CpuDevice cpu_;
 };

@@ -231,7 +231,7 @@ TEST(DeviceRequestFor, CarriesTheFlagsTheEnvironmentAndTheRanks) {
       DeviceRequestFor(o, *place, {.local_rank = "3", .cuda_visible_devices = "0,1"});
   EXPECT_EQ(request.kind, "cuda");
   EXPECT_EQ(request.cpu.blas_threads, 4);
-  EXPECT_TRUE(request.tf32);
+  EXPECT_EQ(request.tf32, true);
   EXPECT_FALSE(request.cuda.flag.has_value());
   EXPECT_EQ(request.cuda.local_rank, "3");
   EXPECT_EQ(request.cuda.cuda_visible_devices, "0,1");

@@ -37,8 +37,9 @@ std::string BlasKernelAdviceHere();
 // Owns nothing but the allocations it hands out through Buffers. Kernels run synchronously on
 // the calling thread (plus OpenBLAS's threads inside Gemm). Thread-compatible: concurrent calls
 // from different threads are safe only on disjoint buffers, and the OpenBLAS thread count is
-// process-wide.
-class CpuDevice final : public Device {
+// process-wide. Not final: a test adds convolution kernels of its own to check the layer's path
+// for them (worker/tests/convolution_test.cc).
+class CpuDevice : public Device {
  public:
   explicit CpuDevice(const CpuDeviceOptions& options = {});
 

@@ -1,6 +1,7 @@
 #include "worker/core/layers/conv2d.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +19,11 @@ Conv2D::Conv2D(Device& device, std::string name, const Conv2DShape& shape, Activ
                                    (pixels() * patch() * static_cast<int64_t>(sizeof(float)))))),
       kernel_(device, absl::StrCat(name, "/kernel"),
               {shape.kernel, shape.kernel, shape.in_channels, shape.filters}),
-      bias_(device, absl::StrCat(name, "/bias"), {shape.filters}) {}
+      bias_(device, absl::StrCat(name, "/bias"), {shape.filters}),
+      kernels_(device.MakeConvolution(shape)) {
+  // The device's kernels take the whole batch: one chunk.
+  if (kernels_ != nullptr) chunk_images_ = std::numeric_limits<int>::max();
+}
 
 ConvGeometry Conv2D::Geometry(int images) const {
   return ConvGeometry{
@@ -29,7 +34,7 @@ void Conv2D::Reserve(int capacity) {
   output_ = Tensor(device_, {capacity, output_size()});
   input_grad_ = Tensor(device_, {capacity, input_size()});
   const int chunk = std::min(capacity, chunk_images_);
-  columns_ = Tensor(device_, {chunk * pixels(), patch()});
+  if (kernels_ == nullptr) columns_ = Tensor(device_, {chunk * pixels(), patch()});
   if (activation_ != Activation::kNone) {
     chunk_grad_ = Tensor(device_, {chunk, output_size()});
     chunk_bias_grad_ = Tensor(device_, {shape_.filters});
@@ -50,9 +55,13 @@ const float* Conv2D::Forward(const float* input, int batch) {
     const int images = std::min(chunk_images_, batch - start);
     const int rows = static_cast<int>(images * pixels());
     float* y = output_.data() + start * output_size();
-    device_.Im2Col(Geometry(images), input + start * input_size(), columns_.data());
-    device_.Gemm(false, false, rows, shape_.filters, static_cast<int>(patch()), 1.0f,
-                 columns_.data(), kernel_.value.data(), 0.0f, y);
+    if (kernels_ != nullptr) {
+      kernels_->Forward(images, input + start * input_size(), kernel_.value.data(), y);
+    } else {
+      device_.Im2Col(Geometry(images), input + start * input_size(), columns_.data());
+      device_.Gemm(false, false, rows, shape_.filters, static_cast<int>(patch()), 1.0f,
+                   columns_.data(), kernel_.value.data(), 0.0f, y);
+    }
     // While the chunk's output is still in cache.
     if (activation_ == Activation::kRelu) {
       device_.AddBiasRelu(rows, shape_.filters, bias_.value.data(), y);
@@ -84,6 +93,13 @@ const float* Conv2D::Backward(const float* input, const float* output_grad, int 
     const int images = std::min(chunk_images_, batch - start);
     const int rows = static_cast<int>(images * pixels());
     const float* dz = ChunkPreactivationGrad(output_grad, start, images);
+    if (kernels_ != nullptr) {  // the whole batch: start is 0
+      kernels_->BackwardFilter(images, input, dz, kernel_.grad.data());
+      if (need_input_grad) {
+        kernels_->BackwardData(images, dz, kernel_.value.data(), input_grad_.data());
+      }
+      continue;
+    }
     const ConvGeometry g = Geometry(images);
     // dW (+)= columns^T dz; the first chunk overwrites, later ones accumulate.
     device_.Im2Col(g, input + start * input_size(), columns_.data());

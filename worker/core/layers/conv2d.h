@@ -1,18 +1,14 @@
-// 2-D convolution, stride 1, 'same' zero padding, over NHWC images, as im2col + GEMM.
+// 2-D convolution, stride 1, 'same' zero padding, over NHWC images: the device's own kernels
+// where it has them (cuDNN), else im2col + GEMM.
 #pragma once
 
+#include <memory>
+
+#include "worker/core/convolution.h"
 #include "worker/core/layers/dense.h"
 #include "worker/core/layers/layer.h"
 
 namespace kubetrain::worker {
-
-struct Conv2DShape {
-  int height = 0;
-  int width = 0;
-  int in_channels = 0;
-  int filters = 0;
-  int kernel = 5;  // odd, so 'same' padding is kernel / 2 on every side
-};
 
 // activation(conv(x, W) + b). Owns `<name>/kernel` [k, k, in, filters] (HWIO, TensorFlow's
 // layout) and `<name>/bias` [filters], plus the output, input-grad and two scratch buffers sized
@@ -58,6 +54,7 @@ class Conv2D final : public Layer {
   Tensor columns_;
   Tensor chunk_grad_;       // pre-activation gradient of one chunk (with an activation)
   Tensor chunk_bias_grad_;  // one chunk's bias gradient, before it is added to the total
+  std::unique_ptr<ConvolutionKernels> kernels_;  // the device's own, or null: im2col + GEMM
 };
 
 }  // namespace kubetrain::worker

@@ -1,0 +1,263 @@
+#include "worker/cuda/cudnn_convolution.h"
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "worker/cuda/cuda_check.h"
+#include "worker/cuda/cuda_device.h"
+#include "worker/cuda/kernels.h"
+
+// cuDNN 9 marks its per-operation convolution API deprecated in favour of the graph API; it is
+// still shipped and supported through cuDNN 9, and it is the whole of what this layer needs
+// (docs/decisions/0009-cudnn-per-operation-convolutions.md).
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+namespace kubetrain::worker::cuda {
+
+absl::Status CudnnStatus(cudnnStatus_t status, const char* call, const char* file, int line) {
+  if (status == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string message =
+      absl::StrCat(call, " failed at ", file, ":", line, ": ", cudnnGetErrorString(status));
+  return status == CUDNN_STATUS_ALLOC_FAILED ? absl::ResourceExhaustedError(message)
+                                             : absl::InternalError(message);
+}
+
+namespace {
+
+// Owners of cuDNN descriptors, destroyed with their library's call.
+template <typename Handle, cudnnStatus_t (*Destroy)(Handle)>
+struct DescriptorDeleter {
+  void operator()(Handle handle) const { LogIfError(KT_CUDNN_STATUS(Destroy(handle)), "cuDNN"); }
+};
+template <typename Handle, cudnnStatus_t (*Destroy)(Handle)>
+using Descriptor =
+    std::unique_ptr<std::remove_pointer_t<Handle>, DescriptorDeleter<Handle, Destroy>>;
+using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor>;
+using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor>;
+using ConvDescriptor = Descriptor<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor>;
+
+absl::StatusOr<TensorDescriptor> NhwcTensor(int n, int c, int h, int w) {
+  cudnnTensorDescriptor_t raw = nullptr;
+  KT_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&raw));
+  TensorDescriptor d(raw);
+  KT_CUDNN_RETURN_IF_ERROR(
+      cudnnSetTensor4dDescriptor(raw, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, n, c, h, w));
+  return d;
+}
+
+// One batch size's descriptors and the algorithm of each direction, found at its first use.
+struct Plan {
+  ConvolutionDims dims;
+  TensorDescriptor x;
+  TensorDescriptor y;
+  std::optional<cudnnConvolutionFwdAlgo_t> forward;
+  std::optional<cudnnConvolutionBwdFilterAlgo_t> backward_filter;
+  std::optional<cudnnConvolutionBwdDataAlgo_t> backward_data;
+};
+
+// Plans kept per layer: the batch, the epoch's last short batch, an evaluation batch.
+constexpr size_t kPlansKept = 4;
+
+// cuDNN's perf results of one direction as trials for ChooseAlgorithm.
+template <typename Perf>
+std::vector<AlgorithmTrial> Trials(const Perf* perf, int count) {
+  std::vector<AlgorithmTrial> trials;
+  for (int i = 0; i < count; ++i) {
+    trials.push_back({static_cast<int>(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS,
+                      perf[i].time, perf[i].memory});
+  }
+  return trials;
+}
+
+class CudnnConvolution final : public ConvolutionKernels {
+ public:
+  CudnnConvolution(CudaDevice& device, const Conv2DShape& shape) : device_(device), shape_(shape) {}
+
+  void Forward(int batch, const float* x, const float* w, float* y) override {
+    Plan* plan = PlanFor(batch);
+    const float* filter = Transposed(w);
+    if (plan == nullptr || filter == nullptr) return;
+    const float one = 1.0f, zero = 0.0f;
+    if (!plan->forward) {
+      std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
+      int found = 0;
+      if (!Check(KT_CUDNN_STATUS(cudnnFindConvolutionForwardAlgorithmEx(
+              handle(), plan->x.get(), x, filter_.get(), filter, conv_.get(), plan->y.get(), y,
+              static_cast<int>(perf.size()), &found, perf.data(), workspace(),
+              workspace_bytes())))) {
+        return;
+      }
+      const std::optional<AlgorithmTrial> best =
+          ChooseAlgorithm(Trials(perf.data(), found), workspace_bytes());
+      if (!Found(best, "forward")) return;
+      plan->forward = static_cast<cudnnConvolutionFwdAlgo_t>(best->algorithm);
+    }
+    Check(KT_CUDNN_STATUS(cudnnConvolutionForward(handle(), &one, plan->x.get(), x, filter_.get(),
+                                                  filter, conv_.get(), *plan->forward, workspace(),
+                                                  workspace_bytes(), &zero, plan->y.get(), y)));
+  }
+
+  void BackwardFilter(int batch, const float* x, const float* dy, float* dw) override {
+    Plan* plan = PlanFor(batch);
+    if (plan == nullptr || !EnsureFilterBuffers()) return;
+    float* grad = filter_grad_.as<float>();
+    const float one = 1.0f, zero = 0.0f;
+    if (!plan->backward_filter) {
+      std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>
+          perf{};
+      int found = 0;
+      if (!Check(KT_CUDNN_STATUS(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+              handle(), plan->x.get(), x, plan->y.get(), dy, conv_.get(), filter_.get(), grad,
+              static_cast<int>(perf.size()), &found, perf.data(), workspace(),
+              workspace_bytes())))) {
+        return;
+      }
+      const std::optional<AlgorithmTrial> best =
+          ChooseAlgorithm(Trials(perf.data(), found), workspace_bytes());
+      if (!Found(best, "backward filter")) return;
+      plan->backward_filter = static_cast<cudnnConvolutionBwdFilterAlgo_t>(best->algorithm);
+    }
+    if (!Check(KT_CUDNN_STATUS(cudnnConvolutionBackwardFilter(
+            handle(), &one, plan->x.get(), x, plan->y.get(), dy, conv_.get(),
+            *plan->backward_filter, workspace(), workspace_bytes(), &zero, filter_.get(), grad)))) {
+      return;
+    }
+    // OHWI [filters, k*k*in] back to the variable's HWIO [k*k*in, filters].
+    Check(KT_CUDA_STATUS(LaunchTranspose(device_.stream(), shape_.filters, patch(), grad, dw)));
+  }
+
+  void BackwardData(int batch, const float* dy, const float* w, float* dx) override {
+    Plan* plan = PlanFor(batch);
+    const float* filter = Transposed(w);
+    if (plan == nullptr || filter == nullptr) return;
+    const float one = 1.0f, zero = 0.0f;
+    if (!plan->backward_data) {
+      std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
+      int found = 0;
+      if (!Check(KT_CUDNN_STATUS(cudnnFindConvolutionBackwardDataAlgorithmEx(
+              handle(), filter_.get(), filter, plan->y.get(), dy, conv_.get(), plan->x.get(), dx,
+              static_cast<int>(perf.size()), &found, perf.data(), workspace(),
+              workspace_bytes())))) {
+        return;
+      }
+      const std::optional<AlgorithmTrial> best =
+          ChooseAlgorithm(Trials(perf.data(), found), workspace_bytes());
+      if (!Found(best, "backward data")) return;
+      plan->backward_data = static_cast<cudnnConvolutionBwdDataAlgo_t>(best->algorithm);
+    }
+    Check(KT_CUDNN_STATUS(cudnnConvolutionBackwardData(
+        handle(), &one, filter_.get(), filter, plan->y.get(), dy, conv_.get(), *plan->backward_data,
+        workspace(), workspace_bytes(), &zero, plan->x.get(), dx)));
+  }
+
+ private:
+  int64_t patch() const { return int64_t{shape_.kernel} * shape_.kernel * shape_.in_channels; }
+  cudnnHandle_t handle() const { return device_.cudnn(); }
+  void* workspace() const { return device_.convolution_workspace(); }
+  size_t workspace_bytes() const { return device_.convolution_workspace_bytes(); }
+  bool Check(absl::Status status) { return device_.Check(std::move(status)); }
+
+  bool Found(const std::optional<AlgorithmTrial>& best, const char* direction) {
+    if (best) return true;
+    return Check(absl::InternalError(
+        absl::StrCat("cuDNN has no ", direction, " convolution algorithm for ", shape_.height, "x",
+                     shape_.width, "x", shape_.in_channels, " -> ", shape_.filters, " (kernel ",
+                     shape_.kernel, ") within a workspace of ", workspace_bytes(), " bytes")));
+  }
+
+  // The descriptors every batch size shares, and the filter buffers, made once.
+  bool EnsureFilterBuffers() {
+    if (filter_) return true;
+    if (!device_.Activate() || !device_.EnsureCudnn()) return false;
+    absl::StatusOr<DeviceMemory> value =
+        AllocateDeviceMemory(static_cast<size_t>(patch()) * shape_.filters * sizeof(float));
+    absl::StatusOr<DeviceMemory> grad =
+        AllocateDeviceMemory(static_cast<size_t>(patch()) * shape_.filters * sizeof(float));
+    if (!Check(value.status()) || !Check(grad.status())) return false;
+    filter_value_ = std::move(*value);
+    filter_grad_ = std::move(*grad);
+    cudnnFilterDescriptor_t filter = nullptr;
+    cudnnConvolutionDescriptor_t conv = nullptr;
+    if (!Check(KT_CUDNN_STATUS(cudnnCreateFilterDescriptor(&filter)))) return false;
+    FilterDescriptor owned_filter(filter);
+    if (!Check(KT_CUDNN_STATUS(cudnnCreateConvolutionDescriptor(&conv)))) return false;
+    ConvDescriptor owned_conv(conv);
+    const int pad = shape_.kernel / 2;
+    if (!Check(KT_CUDNN_STATUS(
+            cudnnSetFilter4dDescriptor(filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, shape_.filters,
+                                       shape_.in_channels, shape_.kernel, shape_.kernel))) ||
+        !Check(KT_CUDNN_STATUS(cudnnSetConvolution2dDescriptor(
+            conv, pad, pad, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT))) ||
+        // CUDNN_DEFAULT_MATH lets cuDNN run FP32 convolutions on tensor cores in TF32 where the
+        // GPU has them; CUDNN_FMA_MATH keeps them in FP32.
+        !Check(KT_CUDNN_STATUS(cudnnSetConvolutionMathType(
+            conv, device_.tf32_convolutions() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)))) {
+      return false;
+    }
+    filter_ = std::move(owned_filter);
+    conv_ = std::move(owned_conv);
+    return true;
+  }
+
+  // `w` (HWIO) in cuDNN's OHWI layout, in filter_value_; null on an error (recorded).
+  const float* Transposed(const float* w) {
+    if (!EnsureFilterBuffers()) return nullptr;
+    float* out = filter_value_.as<float>();
+    if (!Check(
+            KT_CUDA_STATUS(LaunchTranspose(device_.stream(), patch(), shape_.filters, w, out)))) {
+      return nullptr;
+    }
+    return out;
+  }
+
+  // The plan for `batch`, made at its first use; null on an error (recorded).
+  Plan* PlanFor(int batch) {
+    if (!device_.Activate() || !EnsureFilterBuffers()) return nullptr;
+    if (Plan* plan = plans_.Find(batch)) return plan;
+    absl::StatusOr<ConvolutionDims> dims = DescribeConvolution(shape_, batch);
+    if (!Check(dims.status())) return nullptr;
+    absl::StatusOr<TensorDescriptor> x = NhwcTensor(dims->n, dims->c, dims->h, dims->w);
+    if (!Check(x.status())) return nullptr;
+    absl::StatusOr<TensorDescriptor> y = NhwcTensor(dims->n, dims->k, dims->p, dims->q);
+    if (!Check(y.status())) return nullptr;
+    std::array<int, 4> out{};
+    if (!Check(KT_CUDNN_STATUS(cudnnGetConvolution2dForwardOutputDim(
+            conv_.get(), x->get(), filter_.get(), &out[0], &out[1], &out[2], &out[3])))) {
+      return nullptr;
+    }
+    if (out != std::array<int, 4>{dims->n, dims->k, dims->p, dims->q}) {
+      Check(absl::InternalError(absl::StrCat("cuDNN computes a ", out[0], "x", out[1], "x", out[2],
+                                             "x", out[3],
+                                             " (NCHW) convolution output where the layer expects ",
+                                             dims->n, "x", dims->k, "x", dims->p, "x", dims->q)));
+      return nullptr;
+    }
+    Plan plan;
+    plan.dims = *dims;
+    plan.x = std::move(*x);
+    plan.y = std::move(*y);
+    return &plans_.Put(batch, std::move(plan));
+  }
+
+  CudaDevice& device_;
+  Conv2DShape shape_;
+  FilterDescriptor filter_;
+  ConvDescriptor conv_;
+  DeviceMemory filter_value_;  // the kernel in OHWI, as the last Forward/BackwardData took it
+  DeviceMemory filter_grad_;   // the kernel's gradient in OHWI, before it is transposed back
+  BoundedCache<int, Plan> plans_{kPlansKept};
+};
+
+}  // namespace
+
+std::unique_ptr<ConvolutionKernels> MakeCudnnConvolution(CudaDevice& device,
+                                                         const Conv2DShape& shape) {
+  return std::make_unique<CudnnConvolution>(device, shape);
+}
+
+}  // namespace kubetrain::worker::cuda
