@@ -81,6 +81,11 @@ int64_t ProfilingDevice::Timed(Kernel kernel, Call&& call) {
   return nanos;
 }
 
+void ProfilingDevice::ApplyUpdates(const ps::UpdateRule& rule,
+                                   absl::Span<const worker::UpdateSlice> slices) {
+  Timed(Kernel::kUpdate, [&] { inner_.ApplyUpdates(rule, slices); });
+}
+
 std::unique_ptr<worker::ConvolutionKernels> ProfilingDevice::MakeConvolution(
     const worker::Conv2DShape& shape) {
   std::unique_ptr<worker::ConvolutionKernels> inner = inner_.MakeConvolution(shape);

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "ps/update_rule.h"
 #include "worker/core/convolution.h"
 #include "worker/core/kernels_math.h"
@@ -24,6 +25,15 @@ namespace kubetrain::worker {
 using Shape = std::vector<int64_t>;
 using math::ConvGeometry;
 using math::PoolGeometry;
+
+// One variable's part of an update that Device::ApplyUpdates applies with others.
+struct UpdateSlice {
+  int64_t n = 0;
+  const float* grad = nullptr;
+  float* value = nullptr;
+  float* slot0 = nullptr;  // null where the rule keeps no such slot
+  float* slot1 = nullptr;
+};
 
 // Number of elements of `shape` (1 for a scalar, 0 if any dimension is 0).
 int64_t NumElements(const Shape& shape);
@@ -160,6 +170,11 @@ class Device {
   virtual void ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad, float* value,
                            float* slot0, float* slot1) = 0;
 
+  // ApplyUpdate of every slice under one rule: the whole model's update after an all-reduce.
+  // A GPU runs it as one kernel per math::UpdateSlices::kMax slices, not one per variable
+  // (FusedUpdateLaunches); the default applies the slices one by one.
+  virtual void ApplyUpdates(const ps::UpdateRule& rule, absl::Span<const UpdateSlice> slices);
+
   // Typed conveniences over the byte copies.
   template <typename T>
   void Upload(const T* host, Buffer<T>& dst, int64_t count) {
@@ -170,6 +185,11 @@ class Device {
     CopyDeviceToHost(src.data(), host, static_cast<size_t>(count) * sizeof(T));
   }
 };
+
+// Kernels a GPU launches for ApplyUpdates of `slices` slices.
+inline int64_t FusedUpdateLaunches(size_t slices) {
+  return static_cast<int64_t>((slices + math::UpdateSlices::kMax - 1) / math::UpdateSlices::kMax);
+}
 
 template <typename T>
 Buffer<T>::Buffer(Device& device, Shape shape)

@@ -54,6 +54,35 @@ KT_HOST_DEVICE inline int64_t TransposedIndex(int64_t index, int64_t rows, int64
   return (index % cols) * rows + index / cols;
 }
 
+// Up to kMax arrays of one optimizer update that a GPU runs as one kernel (Device::ApplyUpdates):
+// element i of their concatenation is element i - begin[s] of slice s, the one with
+// begin[s] <= i < begin[s + 1]. Passed to the kernel by value (about 1.3 KB of parameters).
+struct UpdateSlices {
+  static constexpr int kMax = 32;
+  int count = 0;
+  int64_t begin[kMax + 1] = {};
+  const float* grad[kMax] = {};
+  float* value[kMax] = {};
+  float* slot0[kMax] = {};  // null where the rule keeps no such slot
+  float* slot1[kMax] = {};
+
+  KT_HOST_DEVICE int64_t total() const { return begin[count]; }
+  // The slice holding element i (0 <= i < total()): the last s with begin[s] <= i, which skips
+  // empty slices.
+  KT_HOST_DEVICE int SliceOf(int64_t i) const {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (begin[mid] <= i) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return lo;
+  }
+};
+
 // Shape of a 2-D convolution over NHWC images, shared by im2col and col2im.
 //
 // The column matrix has one row per output pixel (batch * out_h * out_w rows) and

@@ -350,4 +350,21 @@ void CudaDevice::ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float*
   Record(KT_CUDA_STATUS(cuda::LaunchApplyUpdate(stream(), rule, n, grad, value, slot0, slot1)));
 }
 
+void CudaDevice::ApplyUpdates(const ps::UpdateRule& rule, absl::Span<const UpdateSlice> slices) {
+  if (!Activate()) return;
+  for (size_t start = 0; start < slices.size(); start += math::UpdateSlices::kMax) {
+    math::UpdateSlices batch;
+    for (size_t i = start; i < slices.size() && batch.count < math::UpdateSlices::kMax; ++i) {
+      const UpdateSlice& s = slices[i];
+      const int k = batch.count++;
+      batch.begin[k + 1] = batch.begin[k] + s.n;
+      batch.grad[k] = s.grad;
+      batch.value[k] = s.value;
+      batch.slot0[k] = s.slot0;
+      batch.slot1[k] = s.slot1;
+    }
+    if (!Check(KT_CUDA_STATUS(cuda::LaunchApplyUpdates(stream(), rule, batch)))) return;
+  }
+}
+
 }  // namespace kubetrain::worker

@@ -125,6 +125,9 @@ class CudaDevice final : public Device {
   void ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad, float* value,
                    float* slot0, float* slot1) override;
 
+  // One kernel per math::UpdateSlices::kMax slices.
+  void ApplyUpdates(const ps::UpdateRule& rule, absl::Span<const UpdateSlice> slices) override;
+
   // cuDNN's convolutions (cuda/cudnn_convolution.h).
   std::unique_ptr<ConvolutionKernels> MakeConvolution(const Conv2DShape& shape) override;
 

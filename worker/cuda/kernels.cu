@@ -13,6 +13,7 @@ namespace {
 using math::ColumnSumPlan;
 using math::ConvGeometry;
 using math::PoolGeometry;
+using math::UpdateSlices;
 
 constexpr int kBlock = 256;
 // Grid-stride loops cover sizes beyond this many blocks, which already fill any GPU.
@@ -165,6 +166,17 @@ __global__ void ApplyUpdateKernel(ps::UpdateRule rule, int64_t n, const float* _
   }
 }
 
+__global__ void ApplyUpdatesKernel(ps::UpdateRule rule, UpdateSlices s) {
+  const int64_t n = s.total();
+  for (int64_t i = FirstIndex(); i < n; i += GridStride()) {
+    const int k = s.SliceOf(i);
+    const int64_t j = i - s.begin[k];
+    ps::update::ApplyElement(rule, s.grad[k][j], s.value[k][j],
+                             s.slot0[k] == nullptr ? nullptr : s.slot0[k] + j,
+                             s.slot1[k] == nullptr ? nullptr : s.slot1[k] + j);
+  }
+}
+
 template <bool kRelu>
 cudaError_t LaunchColumnSumsImpl(cudaStream_t stream, int rows, int cols, const float* x,
                                  const float* dy, float* dx, float* scratch, float* sums) {
@@ -296,6 +308,14 @@ cudaError_t LaunchApplyUpdate(cudaStream_t stream, const ps::UpdateRule& rule, i
                               const float* grad, float* value, float* slot0, float* slot1) {
   if (n <= 0) return cudaSuccess;
   ApplyUpdateKernel<<<Blocks(n), kBlock, 0, stream>>>(rule, n, grad, value, slot0, slot1);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchApplyUpdates(cudaStream_t stream, const ps::UpdateRule& rule,
+                               const UpdateSlices& slices) {
+  const int64_t n = slices.total();
+  if (n <= 0) return cudaSuccess;
+  ApplyUpdatesKernel<<<Blocks(n), kBlock, 0, stream>>>(rule, slices);
   return cudaGetLastError();
 }
 

@@ -62,6 +62,11 @@ cudaError_t LaunchMaxPoolGrad(cudaStream_t stream, const math::PoolGeometry& g,
 cudaError_t LaunchTranspose(cudaStream_t stream, int64_t rows, int64_t cols, const float* in,
                             float* out);
 
+// Every slice of `slices` (at most math::UpdateSlices::kMax) under `rule` in one kernel: one
+// thread per element of their concatenation.
+cudaError_t LaunchApplyUpdates(cudaStream_t stream, const ps::UpdateRule& rule,
+                               const math::UpdateSlices& slices);
+
 // One thread per element; slot pointers the rule does not use may be null.
 cudaError_t LaunchApplyUpdate(cudaStream_t stream, const ps::UpdateRule& rule, int64_t n,
                               const float* grad, float* value, float* slot0, float* slot1);

@@ -424,14 +424,18 @@ class AllReduceExchange final : public GradientExchange {
     // The mean; an elastic job's sum over the size the learning rate was scaled for (linear
     // scaling, as the ps do: ps/store.h).
     rule.grad_scale = 1.0f / static_cast<float>(elastic_ ? nominal_ : size());
+    // Every variable in one fused update (one kernel on a GPU, not one per variable).
+    update_slices_.clear();
     for (FusedBucket& b : fused_.buckets()) {
       for (const FusedBucket::Member& m : b.members) {
         std::vector<Tensor>& slots = slots_[m.index];
-        device_.ApplyUpdate(rule, m.variable->size(), b.buffer.data() + m.offset,
-                            m.variable->value.data(), slots.size() > 0 ? slots[0].data() : nullptr,
-                            slots.size() > 1 ? slots[1].data() : nullptr);
+        update_slices_.push_back({m.variable->size(), b.buffer.data() + m.offset,
+                                  m.variable->value.data(),
+                                  slots.size() > 0 ? slots[0].data() : nullptr,
+                                  slots.size() > 1 ? slots[1].data() : nullptr});
       }
     }
+    device_.ApplyUpdates(rule, update_slices_);
   }
 
   // Every rank must hold bit-identical parameters: compares a checksum of them over the ranks
@@ -473,6 +477,7 @@ class AllReduceExchange final : public GradientExchange {
   std::unique_ptr<ps::Optimizer> optimizer_;
   ps::OptimizerOptions optimizer_options_;  // optimizer_'s
   std::vector<std::vector<Tensor>> slots_;  // per variable, the optimizer's slots
+  std::vector<UpdateSlice> update_slices_;  // ApplyUpdates' list, rebuilt each step in place
   FusedBuckets fused_;
   std::unique_ptr<OverlappedReduction> overlap_;  // --overlap-allreduce, where it applies
   int64_t overlapped_ = 0;                        // its buffers started during backward, counted

@@ -138,6 +138,10 @@ class CountingDevice final : public Device {
     Launch();
     inner_.ApplyUpdate(rule, n, grad, value, slot0, slot1);
   }
+  void ApplyUpdates(const ps::UpdateRule& rule, absl::Span<const UpdateSlice> slices) override {
+    for (int64_t i = 0; i < FusedUpdateLaunches(slices.size()); ++i) Launch();
+    inner_.ApplyUpdates(rule, slices);
+  }
   // The backend's convolutions (cuDNN), each call counted as one launch.
   std::unique_ptr<ConvolutionKernels> MakeConvolution(const Conv2DShape& shape) override {
     std::unique_ptr<ConvolutionKernels> inner = inner_.MakeConvolution(shape);

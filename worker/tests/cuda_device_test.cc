@@ -501,6 +501,36 @@ TEST_P(CudaUpdateTest, ThreeStepsMatchCpu) {
   ExpectNear(FromGpu(gslot1), slot1, 1e-5);
 }
 
+// The fused update (Device::ApplyUpdates) over more slices than one kernel takes, of uneven and
+// empty sizes, applies what ApplyUpdate applies slice by slice on the CPU.
+TEST_P(CudaUpdateTest, FusedUpdateOfManySlicesMatchesCpu) {
+  const ps::UpdateRule rule = Rule(GetParam());
+  const int slots = ps::UpdateSlots(rule.kind);
+  const int count = math::UpdateSlices::kMax + 7;
+  std::vector<int64_t> sizes;
+  for (int k = 0; k < count; ++k) sizes.push_back(k % 9 == 4 ? 0 : 1 + (k * 37) % 513);
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  std::vector<float> value = RandomVector(total, 42), slot0(total, 0.1f), slot1(total, 0.0f);
+  const std::vector<float> grad = RandomVector(total, 43);
+  Tensor gvalue = ToGpu(value), gslot0 = ToGpu(slot0), gslot1 = ToGpu(slot1), ggrad = ToGpu(grad);
+  std::vector<UpdateSlice> on_gpu;
+  int64_t offset = 0;
+  for (int64_t n : sizes) {
+    cpu_.ApplyUpdate(rule, n, grad.data() + offset, value.data() + offset,
+                     slots > 0 ? slot0.data() + offset : nullptr,
+                     slots > 1 ? slot1.data() + offset : nullptr);
+    on_gpu.push_back({n, ggrad.data() + offset, gvalue.data() + offset,
+                      slots > 0 ? gslot0.data() + offset : nullptr,
+                      slots > 1 ? gslot1.data() + offset : nullptr});
+    offset += n;
+  }
+  gpu_->ApplyUpdates(rule, on_gpu);
+  ExpectNear(FromGpu(gvalue), value, 1e-5);
+  ExpectNear(FromGpu(gslot0), slot0, 1e-5);
+  ExpectNear(FromGpu(gslot1), slot1, 1e-5);
+}
+
 std::string RuleName(const ::testing::TestParamInfo<ps::UpdateKind>& info) {
   switch (info.param) {
     case ps::UpdateKind::kSgd:

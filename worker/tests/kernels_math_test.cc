@@ -190,6 +190,39 @@ TEST_F(KernelsMathTest, ColumnSumPlanMatchesCpuBiasGrad) {
 }
 
 // Integers sum exactly in any order, so every row must be counted exactly once per column.
+// The fused update's thread-to-element map: every element of every slice exactly once, in its
+// own slice and place, empty slices included.
+TEST(UpdateSlices, EveryElementBelongsToItsOwnSliceOnce) {
+  const std::vector<int64_t> sizes = {5, 0, 1, 7, 0, 0, 3, 0};
+  math::UpdateSlices s;
+  for (int64_t n : sizes) {
+    s.begin[s.count + 1] = s.begin[s.count] + n;
+    ++s.count;
+  }
+  ASSERT_EQ(s.total(), 16);
+  std::vector<std::vector<int>> seen(sizes.size());
+  for (int64_t i = 0; i < s.total(); ++i) {
+    const int k = s.SliceOf(i);
+    ASSERT_GE(k, 0);
+    ASSERT_LT(k, s.count);
+    ASSERT_GE(i, s.begin[k]);
+    ASSERT_LT(i, s.begin[k + 1]) << "element " << i << " given to slice " << k;
+    seen[static_cast<size_t>(k)].push_back(static_cast<int>(i - s.begin[k]));
+  }
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<int> want(static_cast<size_t>(sizes[k]));
+    for (size_t j = 0; j < want.size(); ++j) want[j] = static_cast<int>(j);
+    EXPECT_EQ(seen[k], want) << "slice " << k;
+  }
+}
+
+TEST(FusedUpdateLaunches, OnePerThirtyTwoSlices) {
+  EXPECT_EQ(FusedUpdateLaunches(0), 0);
+  EXPECT_EQ(FusedUpdateLaunches(1), 1);
+  EXPECT_EQ(FusedUpdateLaunches(math::UpdateSlices::kMax), 1);
+  EXPECT_EQ(FusedUpdateLaunches(math::UpdateSlices::kMax + 1), 2);
+}
+
 TEST_F(KernelsMathTest, ColumnSumPlanCoversEveryRowOnce) {
   const int kChunk = math::ColumnSumPlan::kChunkRows;
   for (const int rows : {1, 9, kChunk, kChunk + 1, 7 * kChunk + 3}) {

@@ -34,6 +34,31 @@ CnnBatch RandomBatch(const CnnOptions& o) {
   return b;
 }
 
+// The whole model's update after an all-reduce is one fused kernel per 32 variables on a GPU
+// (Device::ApplyUpdates), not one per variable; on the CPU it applies what ApplyUpdate does.
+TEST(StepCosts, TheFusedUpdateIsOneLaunchPerThirtyTwoVariables) {
+  CpuDevice cpu;
+  CountingDevice counting(cpu);
+  ps::UpdateRule rule;
+  rule.kind = ps::UpdateKind::kMomentum;
+  rule.lr = 0.1f;
+  rule.momentum = 0.9f;
+  const int variables = 40;
+  std::vector<float> grad(variables * 3, 1.0f), value(grad.size(), 2.0f), slot(grad.size(), 0.5f);
+  std::vector<float> want_value = value, want_slot = slot;
+  std::vector<UpdateSlice> slices;
+  for (int v = 0; v < variables; ++v) {
+    slices.push_back({3, grad.data() + 3 * v, value.data() + 3 * v, slot.data() + 3 * v, nullptr});
+    cpu.ApplyUpdate(rule, 3, grad.data() + 3 * v, want_value.data() + 3 * v,
+                    want_slot.data() + 3 * v, nullptr);
+  }
+  counting.Reset();
+  counting.ApplyUpdates(rule, slices);
+  EXPECT_EQ(counting.counts().launches, 2);
+  EXPECT_EQ(value, want_value);
+  EXPECT_EQ(slot, want_slot);
+}
+
 // A GPU's column budget (the whole batch) turns each convolution pass into one im2col and one
 // GEMM, where the CPU's 1 MiB chunks take the second convolution one image at a time; the
 // gradients are the same.
