@@ -76,6 +76,18 @@ processes_of() {  # processes_of JOB TYPE INDEX
   echo "$n"
 }
 at_most_one_process() { [[ $(processes_of "$@") -le 1 ]]; }
+# What processes_of JOB TYPE INDEX counts, one line each: pid, parent, age, host and program.
+show_processes() {
+  local pid
+  for pid in $(pgrep -f 'kubetrain-(worker|ps)' || true); do
+    { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null |
+      grep -cxE "KUBETRAIN_JOB_NAME=$1|KUBETRAIN_REPLICA_TYPE=$2|KUBETRAIN_REPLICA_INDEX=$3" |
+      has -x 3 || continue
+    echo "pid $pid: $(ps -o ppid=,etime=,stat= -p "$pid" 2>/dev/null)" \
+      "$({ tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -E '^HOSTNAME=')" \
+      "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)"
+  done
+}
 no_process() { [[ $(processes_of "$@") -eq 0 ]]; }
 node_ready() { [[ $(k get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]; }
 # The taint eviction controller's event for pod $1.
@@ -293,7 +305,11 @@ node_fault "$worker_node" recover
 k wait --for=condition=Ready --timeout=60s "node/$worker_node" >/dev/null ||
   fail "$worker_node is not Ready again"
 # One worker 0 at a time: a pod deleted while its node was cut off is stopped once it is back.
-until_ok 30 "two processes of part's worker 0 run after the heal" at_most_one_process part worker 0
+if ! (until_ok 30 "two processes of part's worker 0 run after the heal" \
+  at_most_one_process part worker 0); then
+  show_processes part worker 0
+  fail "two processes of part's worker 0 run after the heal"
+fi
 succeeded part "$CLEAN_PS"
 until_ok 30 "part's training processes outlived the job" no_process part worker 0
 for t in ps chief; do
