@@ -2,10 +2,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
-# Tests at once: twice the cores. The e2e scripts, two at a time at most (e2e/CMakeLists.txt),
-# mostly wait for pods and nodes; with one test a core, `make test` kept 1.3 of 2 cores busy.
-TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
-CTEST_FLAGS ?= --output-on-failure --timeout 600 -j $(TEST_JOBS)
+CTEST_FLAGS ?= --output-on-failure --timeout 600 -j $(JOBS)
 CXX_SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.cc' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
 .PHONY: all deps configure build test unit demo cluster-demo format format-check clean sanitize sanitize-thread fuzz images
