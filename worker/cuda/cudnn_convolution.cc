@@ -32,7 +32,9 @@ namespace {
 // Owners of cuDNN descriptors, destroyed with their library's call.
 template <typename Handle, cudnnStatus_t (*Destroy)(Handle)>
 struct DescriptorDeleter {
-  void operator()(Handle handle) const { LogIfError(KT_CUDNN_STATUS(Destroy(handle)), "cuDNN"); }
+  void operator()(Handle handle) const {
+    LogIfError(KT_CUDNN_STATUS(Destroy(handle)), "Failed to destroy a cuDNN descriptor");
+  }
 };
 template <typename Handle, cudnnStatus_t (*Destroy)(Handle)>
 using Descriptor =
