@@ -1,5 +1,6 @@
 // The all-reduce gradient exchange (exchange_allreduce.h): fused buffers, the local update, rank
-// 0's starting state, when ranks compare checksums and evaluate together (allreduce_agreement.h).
+// 0's starting state (its device side and checkpoint form: replica_state.h), when ranks compare
+// checksums and evaluate together (allreduce_agreement.h).
 #include "worker/runtime/exchange_allreduce.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "worker/runtime/allreduce_agreement.h"
 #include "worker/runtime/chief_duties.h"
 #include "worker/runtime/fused_buckets.h"
+#include "worker/runtime/replica_state.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -44,15 +46,7 @@ class AllReduceExchange final : public GradientExchange {
           absl::StrCat("--fusion-threshold-mb: must be > 0, got ", c_.options.fusion_bytes, " B"));
     }
     RETURN_IF_ERROR(ScaleFor(c_.id.num_workers));
-    const int num_slots = ps::UpdateSlots(static_cast<ps::UpdateKind>(optimizer_->options().kind));
-    slots_.resize(model_.variables().size());
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      Variable* v = model_.variables()[i];
-      for (int s = 0; s < num_slots; ++s) {
-        slots_[i].emplace_back(device_, v->shape());
-        device_.Fill(v->size(), optimizer_->SlotInitialValue(), slots_[i].back().data());
-      }
-    }
+    state_.StartSlots(optimizer_->SlotNames(), optimizer_->SlotInitialValue());
     // The loss (and an elastic job's members-changed flag) ride in the last buffer.
     fused_ = FusedBuckets(device_, model_, c_.options.fusion_bytes, c_.options.overlap_allreduce,
                           elastic_ ? 2 : 1);
@@ -149,14 +143,7 @@ class AllReduceExchange final : public GradientExchange {
           .epoch = Position() / c_.steps_per_epoch, .index = comm_->rank(), .count = comm_->size()};
       if (c_.metrics) c_.metrics->workers.Set(comm_->size());
     }
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      Variable* v = model_.variables()[i];
-      RETURN_IF_ERROR(comm_->Broadcast(v->value.data(), v->size(), 0), "broadcasting ", v->name);
-      for (Tensor& slot : slots_[i]) {
-        RETURN_IF_ERROR(comm_->Broadcast(slot.data(), slot.size(), 0), "broadcasting ", v->name);
-      }
-    }
-    return absl::OkStatus();
+    return state_.Broadcast(*comm_);
   }
 
   // The elastic group changed (a member joined, left or was lost): every rank forms the next
@@ -267,20 +254,7 @@ class AllReduceExchange final : public GradientExchange {
     state.global_step = step_;
     state.gradients_applied = applied_;
     state.run_id = run_id_;
-    const std::vector<std::string> slot_names = optimizer_->SlotNames();
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      Variable* v = model_.variables()[i];
-      ps::VariableState& saved = state.variables.emplace_back();
-      saved.name = v->name;
-      saved.values.resize(v->size());
-      device_.Download(v->value, saved.values.data(), v->size());
-      for (size_t s = 0; s < slot_names.size(); ++s) {
-        std::vector<float>& slot = saved.slots[slot_names[s]];
-        slot.resize(v->size());
-        device_.Download(slots_[i][s], slot.data(), v->size());
-      }
-    }
-    RETURN_IF_ERROR(device_.Synchronize());
+    RETURN_IF_ERROR(state_.Export(&state));
     return state;
   }
 
@@ -336,34 +310,13 @@ class AllReduceExchange final : public GradientExchange {
   }
 
   absl::Status Restore(const ps::ModelState& state) {
-    const std::vector<std::string> slot_names = optimizer_->SlotNames();
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      Variable* v = model_.variables()[i];
-      const ps::VariableState* saved = nullptr;
-      for (const ps::VariableState& s : state.variables) {
-        if (s.name == v->name) saved = &s;
-      }
-      if (saved == nullptr || static_cast<int64_t>(saved->values.size()) != v->size()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("checkpoint in ", c_.options.checkpoint_dir, " has no variable ", v->name,
-                         " of ", v->size(), " values; it was written for another model"));
-      }
-      device_.Upload(saved->values.data(), v->value, v->size());
-      for (size_t s = 0; s < slot_names.size(); ++s) {
-        auto it = saved->slots.find(slot_names[s]);
-        // Another optimizer's slots (the flags changed between runs) start afresh.
-        if (it != saved->slots.end() && static_cast<int64_t>(it->second.size()) == v->size()) {
-          device_.Upload(it->second.data(), slots_[i][s], v->size());
-        }
-      }
-    }
+    RETURN_IF_ERROR(state_.Restore(state, c_.options.checkpoint_dir));
     step_ = state.global_step;
     applied_ = state.gradients_applied;
     if (elastic_ && state.config.elastic && state.config.replicas_to_aggregate >= 1) {
       RETURN_IF_ERROR(ScaleFor(state.config.replicas_to_aggregate));
     }
     if (!state.run_id.empty()) run_id_ = state.run_id;
-    RETURN_IF_ERROR(device_.Synchronize());
     log::Info("Restored the latest checkpoint",
               {{"global_step", step_}, {"dir", c_.options.checkpoint_dir}});
     return absl::OkStatus();
@@ -428,7 +381,7 @@ class AllReduceExchange final : public GradientExchange {
     update_slices_.clear();
     for (FusedBucket& b : fused_.buckets()) {
       for (const FusedBucket::Member& m : b.members) {
-        std::vector<Tensor>& slots = slots_[m.index];
+        std::vector<Tensor>& slots = state_.slots(m.index);
         update_slices_.push_back({m.variable->size(), b.buffer.data() + m.offset,
                                   m.variable->value.data(),
                                   slots.size() > 0 ? slots[0].data() : nullptr,
@@ -476,7 +429,7 @@ class AllReduceExchange final : public GradientExchange {
   Communicator* comm_ = nullptr;
   std::unique_ptr<ps::Optimizer> optimizer_;
   ps::OptimizerOptions optimizer_options_;  // optimizer_'s
-  std::vector<std::vector<Tensor>> slots_;  // per variable, the optimizer's slots
+  ReplicaState state_{device_, model_};     // the parameters and the optimizer's slots
   std::vector<UpdateSlice> update_slices_;  // ApplyUpdates' list, rebuilt each step in place
   FusedBuckets fused_;
   std::unique_ptr<OverlappedReduction> overlap_;  // --overlap-allreduce, where it applies
