@@ -526,25 +526,26 @@ TEST_F(ResumedChiefTest, PsSyncChiefWritesNoCheckpointAtItsFirstStepAfterARestor
   options.checkpoint_dir = FreshTempDir("chief_duties_resumed_ps_sync");
   options.checkpoint_every = absl::Hours(1);
   std::atomic<bool> stop{false};
-  // One worker: 937 steps an epoch. The first run's checkpoints: step 0 and its final one.
+  // One worker on the small sets: 200 steps an epoch. The first run's checkpoints: step 0 and
+  // its final one.
   options.epochs = 1;
   CpuDevice device;
-  auto first = Trainer(options, {Role::kChief, 0, 1, {(*ps)->address()}}, device, &data_->train,
-                       &data_->test, nullptr)
+  auto first = Trainer(options, {Role::kChief, 0, 1, {(*ps)->address()}}, device, &small_train(),
+                       &small_test(), nullptr)
                    .Run(stop);
   ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(first->checkpoint, options.checkpoint_dir + "/ckpt-937.pb");
+  EXPECT_EQ(first->checkpoint, options.checkpoint_dir + "/ckpt-200.pb");
 
   auto ps2 = ps::PsServer::Start(server_options, nullptr);
   ASSERT_TRUE(ps2.ok()) << ps2.status();
   options.epochs = 2;
-  auto second = Trainer(options, {Role::kChief, 0, 1, {(*ps2)->address()}}, device, &data_->train,
-                        &data_->test, nullptr)
+  auto second = Trainer(options, {Role::kChief, 0, 1, {(*ps2)->address()}}, device, &small_train(),
+                        &small_test(), nullptr)
                     .Run(stop);
   ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_EQ(second->steps, 1874);
-  EXPECT_EQ(second->checkpoint, options.checkpoint_dir + "/ckpt-1874.pb");
-  EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/ckpt-938.pb"));
+  EXPECT_EQ(second->steps, 400);
+  EXPECT_EQ(second->checkpoint, options.checkpoint_dir + "/ckpt-400.pb");
+  EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/ckpt-201.pb"));
 }
 
 }  // namespace
