@@ -51,7 +51,9 @@ k apply -f deploy/rbac/cluster-role.yaml >/dev/null
 start_operator "$BIN"
 
 step "the elastic example, slowed to ~25 ms a step so that it trains while it is scaled"
-sed -e "s/name: fashion-mnist-elastic/name: el/" -e "s/--epochs=10/--epochs=8/" \
+# 5 epochs (~70 s at that pace): the scale steps below take about a third of that, and
+# `kubetrain run` of the same 5 epochs ends at 0.8875.
+sed -e "s/name: fashion-mnist-elastic/name: el/" -e "s/--epochs=10/--epochs=5/" \
   -e "s|- --seed=1|- --seed=1\n                - --inject-delay=20ms|" \
   deploy/examples/fashion-mnist-elastic.yaml | k apply -f - >/dev/null
 wait_for 120 "both workers never joined the ps" members_are 2
@@ -87,7 +89,8 @@ ps_log=$(k logs el-ps-0)
 [[ $(grep -c 'msg="Initialised shard"' <<<"$ps_log") == 1 ]] || fail "the ps was initialised more than once"
 
 step "all-reduce, beside el: the elastic all-reduce example scaled 2 -> 3 -> 2 while it trains"
-sed -e "s/name: fashion-mnist-allreduce/name: ar/" -e "s/--epochs=20/--epochs=6/" \
+# 4 epochs (~45 s), of which its scale steps take about a third.
+sed -e "s/name: fashion-mnist-allreduce/name: ar/" -e "s/--epochs=20/--epochs=4/" \
   -e "s|^spec:|spec:\n  elastic: {minReplicas: 1, maxReplicas: 3}|" \
   -e "s|- --seed=1|- --seed=1\n                - --inject-delay=20ms|" \
   deploy/examples/fashion-mnist-allreduce.yaml | k apply -f - >/dev/null
@@ -111,7 +114,7 @@ wait_for 90 "the group never grew back to 3" group_is 3
 step "all-reduce: kubectl scale 3 -> 2"
 k scale tj/ar --replicas=2 >/dev/null
 wait_for 90 "the group never shrank to 2" group_is 2
-step "the job ends Succeeded with accuracy >= 0.88, the chief never restarted"
+step "the job ends Succeeded with accuracy >= 0.875, the chief never restarted"
 k wait --for=condition=Succeeded --timeout=400s tj/el || { diagnose; fail "el did not succeed"; }
 summary=$(k logs el-worker-0 | grep '"event":"training_complete"') || fail "no summary in the chief's log"
 echo "$summary"
@@ -120,7 +123,7 @@ events=$(k get events --field-selector involvedObject.name=el -o json)
 python3 - "$summary" "$(k get tj el -o json)" "$events" "$ps_log" <<'PY' || { diagnose; fail "the elastic job's outcome"; }
 import json, re, sys
 s, job, events, ps_log = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
-assert s["test_accuracy"] >= 0.88, s
+assert s["test_accuracy"] >= 0.875, s
 st = job["status"]
 reasons = [c["reason"] for c in st["conditions"]]
 assert "ClusterSpecChanged" not in reasons, reasons  # no job restart
