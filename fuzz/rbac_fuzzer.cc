@@ -145,7 +145,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The authorizer on the request as given.
   const json& request = input.contains("request") ? input["request"] : json();
   localkube::RequestAttributes attributes;
-  attributes.resource_request = !request.is_object() || request.value("resourceRequest", true);
+  // A resource request unless "resourceRequest" is false (a value of another type is ignored).
+  attributes.resource_request = !request.is_object() || !request.contains("resourceRequest") ||
+                                !request["resourceRequest"].is_boolean() ||
+                                request["resourceRequest"].get<bool>();
   attributes.verb = StrOf(request, "verb");
   attributes.api_group = StrOf(request, "apiGroup");
   attributes.resource = StrOf(request, "resource");
