@@ -4,16 +4,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <thread>
 #include <vector>
 
 #include "common/testing/status_matchers.h"
 #include "prometheus/registry.h"
-#include "worker/collective/coordinator.h"
-#include "worker/collective/gloo_communicator.h"
 #include "worker/core/cpu/cpu_device.h"
 #include "worker/runtime/trainer.h"
 #include "worker/tests/fashion_mnist_fixture.h"
+#include "worker/tests/gloo_ranks.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -27,40 +25,29 @@ struct RanksRun {
 
 RanksRun TrainTwoRanks(const Dataset& train, const Dataset& test, bool overlap,
                        ps::WireFloat wire) {
-  constexpr int n = 2;
-  auto server = CoordinatorServer::Start({"127.0.0.1:0", n});
-  EXPECT_TRUE(server.ok()) << server.status();
   prometheus::Registry registry;
   WorkerMetrics metrics(registry, {"overlap", "chief", "0"});
-  RanksRun run{std::vector<absl::StatusOr<TrainingSummary>>(n, absl::UnknownError("not run"))};
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto store =
-          CoordinatorClient::Connect({.address = "127.0.0.1:" + std::to_string((*server)->port()),
-                                      .rank = rank,
-                                      .world_size = n,
-                                      .connect_timeout = absl::Seconds(20)});
-      if (!store.ok()) return void(run.results[rank] = store.status());
-      auto comm = GlooCommunicator::Create(
-          **store, {.rank = rank, .size = n, .timeout = absl::Seconds(30), .bind_cpus = false});
-      if (!comm.ok()) return void(run.results[rank] = comm.status());
-      TrainerOptions o;
-      o.mode = Mode::kAllReduce;
-      o.epochs = 1;
-      o.batch_size = 32;
-      o.fusion_bytes = 64 << 10;  // the MLP's ~235k parameters in several buffers
-      o.overlap_allreduce = overlap;
-      o.gradient_compression = wire;
-      CpuDevice device;
-      TaskIdentity id{rank == 0 ? Role::kChief : Role::kWorker, rank, n, {}};
-      id.communicator = comm->get();
-      std::atomic<bool> stop{false};
-      Trainer trainer(o, id, device, &train, &test, rank == 0 ? &metrics : nullptr);
-      run.results[rank] = trainer.Run(stop);
-    });
+  RanksRun run{std::vector<absl::StatusOr<TrainingSummary>>(2, absl::UnknownError("not run"))};
+  std::vector<absl::Status> joined =
+      testing::RunGlooRanks(2, [&](int rank, Communicator& comm) -> absl::Status {
+        TrainerOptions o;
+        o.mode = Mode::kAllReduce;
+        o.epochs = 1;
+        o.batch_size = 32;
+        o.fusion_bytes = 64 << 10;  // the MLP's ~235k parameters in several buffers
+        o.overlap_allreduce = overlap;
+        o.gradient_compression = wire;
+        CpuDevice device;
+        TaskIdentity id{rank == 0 ? Role::kChief : Role::kWorker, rank, 2, {}};
+        id.communicator = &comm;
+        std::atomic<bool> stop{false};
+        Trainer trainer(o, id, device, &train, &test, rank == 0 ? &metrics : nullptr);
+        run.results[rank] = trainer.Run(stop);
+        return run.results[rank].status();
+      });
+  for (int rank = 0; rank < 2; ++rank) {
+    if (!joined[rank].ok()) run.results[rank] = joined[rank];
   }
-  for (auto& t : threads) t.join();
   run.overlapped = metrics.overlapped_buffers.Value();
   return run;
 }

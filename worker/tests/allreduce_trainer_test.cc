@@ -28,6 +28,7 @@
 #include "worker/runtime/trainer.h"
 #include "worker/tests/counting_device.h"
 #include "worker/tests/fashion_mnist_fixture.h"
+#include "worker/tests/gloo_ranks.h"
 #include "worker/tests/random_images.h"
 
 namespace kubetrain::worker {
@@ -355,21 +356,11 @@ using CountedRank =
                                GradientExchange& exchange, ShardBatches& batches, int64_t pos)>;
 std::vector<absl::Status> RunTwoCountedRanks(const TrainerOptions& options, const Dataset& train,
                                              const Dataset* test, const CountedRank& body) {
-  std::vector<absl::Status> results(2, absl::UnknownError("not run"));
-  auto server = CoordinatorServer::Start({"127.0.0.1:0", 2});
-  if (!server.ok()) return {server.status(), server.status()};
-  auto rank_main = [&](int rank) -> absl::Status {
-    ASSIGN_OR_RETURN(auto store, CoordinatorClient::Connect(
-                                     {.address = "127.0.0.1:" + std::to_string((*server)->port()),
-                                      .rank = rank,
-                                      .world_size = 2}));
-    ASSIGN_OR_RETURN(
-        auto comm,
-        GlooCommunicator::Create(*store, {.rank = rank, .size = 2, .timeout = absl::Seconds(30)}));
+  return testing::RunGlooRanks(2, [&](int rank, Communicator& comm) -> absl::Status {
     CpuDevice cpu;
     CountingDevice device(cpu);
     TaskIdentity id{rank == 0 ? Role::kChief : Role::kWorker, rank, 2, {}};
-    id.communicator = comm.get();
+    id.communicator = &comm;
     ASSIGN_OR_RETURN(std::unique_ptr<Model> model, MakeModel("mlp", device, 1));
     ShardBatches batches(train, ShardSpec{1, rank, 2}, options.batch_size);
     std::atomic<bool> stop{false};
@@ -378,11 +369,7 @@ std::vector<absl::Status> RunTwoCountedRanks(const TrainerOptions& options, cons
     RETURN_IF_ERROR(exchange->Setup());
     ASSIGN_OR_RETURN(int64_t pos, exchange->Start(nullptr));
     return body(rank, device, *model, *exchange, batches, pos);
-  };
-  std::thread r0([&] { results[0] = rank_main(0); }), r1([&] { results[1] = rank_main(1); });
-  r0.join();
-  r1.join();
-  return results;
+  });
 }
 
 // What an all-reduce step costs a GPU, counted on the CPU backend (the same calls reach a CUDA

@@ -10,16 +10,14 @@
 #include <limits>
 #include <random>
 #include <span>
-#include <thread>
 #include <vector>
 
 #include "common/testing/status_matchers.h"
 #include "prometheus/registry.h"
-#include "worker/collective/coordinator.h"
-#include "worker/collective/gloo_communicator.h"
 #include "worker/core/cpu/cpu_device.h"
 #include "worker/runtime/trainer.h"
 #include "worker/tests/fashion_mnist_fixture.h"
+#include "worker/tests/gloo_ranks.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -27,27 +25,16 @@ namespace {
 using ::kubetrain::testing::IsOk;
 using ::testing::HasSubstr;
 
-// Runs `body(rank, communicator)` on `n` threads after a Gloo rendezvous through a coordinator.
+// Runs `body(rank, communicator)` on `n` Gloo ranks (worker/tests/gloo_ranks.h), then closes
+// each communicator.
 void CompressedRanks(int n, const std::function<void(int, Communicator&)>& body) {
-  auto server = CoordinatorServer::Start({"127.0.0.1:0", n});
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto store =
-          CoordinatorClient::Connect({.address = "127.0.0.1:" + std::to_string((*server)->port()),
-                                      .rank = rank,
-                                      .world_size = n,
-                                      .connect_timeout = absl::Seconds(20)});
-      ASSERT_TRUE(store.ok()) << store.status();
-      auto comm = GlooCommunicator::Create(
-          **store, {.rank = rank, .size = n, .timeout = absl::Seconds(30), .bind_cpus = false});
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      body(rank, **comm);
-      (void)(*comm)->Close();
-    });
+  for (const absl::Status& joined : testing::RunGlooRanks(n, [&](int rank, Communicator&comm) {
+         body(rank, comm);
+         (void)comm.Close();
+         return absl::OkStatus();
+       })) {
+    EXPECT_THAT(joined, IsOk());
   }
-  for (auto& t : threads) t.join();
 }
 
 // Rank r's values: magnitudes over fp16's normal range, both signs, from a seed per rank.
