@@ -98,11 +98,7 @@ absl::StatusOr<json> BindPod(Api& api, const std::string& ns, const std::string&
   if (absl::IsNotFound(found)) return NotFoundError("pods", name);
   if (!found.ok()) return found;
   if (!refused.ok()) return refused;
-  return json{{"kind", "Status"},
-              {"apiVersion", "v1"},
-              {"metadata", json::object()},
-              {"status", "Success"},
-              {"code", 201}};
+  return CreatedStatus();
 }
 
 }  // namespace kubetrain::localkube

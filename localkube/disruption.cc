@@ -343,11 +343,7 @@ absl::StatusOr<json> EvictPod(Api* api, const std::string& ns, const std::string
   }
   absl::StatusOr<json> deleted = api->Delete(Target{pods, ns, name, ""}, options);
   if (!deleted.ok()) return deleted.status();
-  return json{{"kind", "Status"},
-              {"apiVersion", "v1"},
-              {"metadata", json::object()},
-              {"status", "Success"},
-              {"code", 201}};
+  return CreatedStatus();
 }
 
 }  // namespace kubetrain::localkube

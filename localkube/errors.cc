@@ -180,4 +180,12 @@ nlohmann::json SuccessStatus(const nlohmann::json& details) {
           {"details", details}};
 }
 
+nlohmann::json CreatedStatus() {
+  return {{"kind", "Status"},
+          {"apiVersion", "v1"},
+          {"metadata", nlohmann::json::object()},
+          {"status", "Success"},
+          {"code", 201}};
+}
+
 }  // namespace kubetrain::localkube

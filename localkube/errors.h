@@ -47,4 +47,8 @@ int HttpCode(const absl::Status& status);
 // Success Status returned by deletes of objects that are gone at once.
 nlohmann::json SuccessStatus(const nlohmann::json& details);
 
+// The Success Status (code 201) that a POST to a pod's binding or eviction subresource answers:
+// it creates no object of its own.
+nlohmann::json CreatedStatus();
+
 }  // namespace kubetrain::localkube

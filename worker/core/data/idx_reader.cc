@@ -80,23 +80,31 @@ absl::StatusOr<OpenedFile> Open(const std::string& path) {
   return out;
 }
 
+// One gzread of the bytes [done, end) of `out` (at most INT_MAX / 2 of them): how many arrived,
+// or why none did (a corrupt stream, or its end before the `size` bytes of `what` expected).
+absl::StatusOr<size_t> ReadSome(gzFile file, const std::string& path, uint8_t* out, size_t done,
+                                size_t end, size_t size, absl::string_view what) {
+  const unsigned chunk = static_cast<unsigned>(std::min<size_t>(end - done, INT_MAX / 2));
+  const int got = gzread(file, out + done, chunk);
+  if (got < 0) {
+    int code = 0;
+    return absl::DataLossError(
+        absl::StrCat("IDX file ", path, " is corrupt: ", gzerror(file, &code)));
+  }
+  if (got == 0) {
+    return absl::DataLossError(absl::StrCat("IDX file ", path, " is truncated: expected ", size,
+                                            " ", what, " bytes, read ", done));
+  }
+  return static_cast<size_t>(got);
+}
+
 // Reads exactly `size` bytes or explains what went wrong.
 absl::Status ReadExactly(gzFile file, const std::string& path, uint8_t* out, size_t size,
                          absl::string_view what) {
   size_t done = 0;
   while (done < size) {
-    const unsigned chunk = static_cast<unsigned>(std::min<size_t>(size - done, INT_MAX / 2));
-    const int got = gzread(file, out + done, chunk);
-    if (got < 0) {
-      int code = 0;
-      return absl::DataLossError(
-          absl::StrCat("IDX file ", path, " is corrupt: ", gzerror(file, &code)));
-    }
-    if (got == 0) {
-      return absl::DataLossError(absl::StrCat("IDX file ", path, " is truncated: expected ", size,
-                                              " ", what, " bytes, read ", done));
-    }
-    done += static_cast<size_t>(got);
+    ASSIGN_OR_RETURN(const size_t got, ReadSome(file, path, out, done, size, size, what));
+    done += got;
   }
   return absl::OkStatus();
 }
@@ -163,18 +171,9 @@ absl::Status ReadData(gzFile file, const std::string& path, size_t size, std::ve
       return absl::CancelledError(absl::StrCat("stopped while reading IDX file ", path));
     }
     if (data.size() == done) data.resize(done + std::min(kReadChunk, size - done));
-    const unsigned chunk = static_cast<unsigned>(std::min<size_t>(data.size() - done, INT_MAX / 2));
-    const int got = gzread(file, data.data() + done, chunk);
-    if (got < 0) {
-      int code = 0;
-      return absl::DataLossError(
-          absl::StrCat("IDX file ", path, " is corrupt: ", gzerror(file, &code)));
-    }
-    if (got == 0) {
-      return absl::DataLossError(absl::StrCat("IDX file ", path, " is truncated: expected ", size,
-                                              " data bytes, read ", done));
-    }
-    done += static_cast<size_t>(got);
+    ASSIGN_OR_RETURN(const size_t got,
+                     ReadSome(file, path, data.data(), done, data.size(), size, "data"));
+    done += got;
   }
   return absl::OkStatus();
 }
