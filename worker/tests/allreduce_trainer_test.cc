@@ -103,9 +103,6 @@ std::vector<absl::StatusOr<TrainingSummary>> TrainRanks(
 
 using AllReduceTrainerTest = FashionMnistTest;
 
-// Test accuracy well past chance (10 classes): what a run of the small sets reaches, with room.
-constexpr double kLearned = 0.75;
-
 TEST_F(AllReduceTrainerTest, TwoRanksLearnTogetherInLockstep) {
   const std::string dir = FreshTempDir("allreduce_learn");
   prometheus::Registry registry;
@@ -268,8 +265,7 @@ TEST_F(AllReduceTrainerTest, ElasticGroupGrowsAndShrinksWhileItTrains) {
   options.elastic = true;
   options.heartbeat_every = absl::Milliseconds(100);
   options.inject_delay = absl::Milliseconds(2);
-  // 400 gradients of 64: room for the joins and leaves below, twice the small set's.
-  const Dataset train = First(data_->train, 25600);
+  const Dataset train = ElasticTrain();
   std::vector<std::atomic<bool>> stops(3);
   std::vector<absl::StatusOr<TrainingSummary>> results(3, absl::UnknownError("not run"));
   std::vector<std::unique_ptr<WorkerMetrics>> metrics;

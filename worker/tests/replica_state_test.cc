@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <vector>
 
 #include "common/testing/status_matchers.h"
@@ -26,66 +27,72 @@ std::vector<float> Read(Device& device, const Tensor& t) {
   return host;
 }
 
-TEST(ReplicaState, ACheckpointRestoresValuesAndSlotsIntoAnotherReplica) {
+// Two seeded models on one CPU device: `from` writes a checkpoint that `to` restores.
+struct TwoModels {
   CpuDevice device;
-  auto trained = MakeModel("mlp", device, 1);
-  auto fresh = MakeModel("mlp", device, 2);
-  ASSERT_THAT(trained.status(), IsOk());
-  ASSERT_THAT(fresh.status(), IsOk());
-  ReplicaState from(device, **trained);
+  std::unique_ptr<Model> from, to;
+};
+void MakeTwo(TwoModels& m, const char* from_model, const char* to_model) {
+  auto from = MakeModel(from_model, m.device, 1);
+  auto to = MakeModel(to_model, m.device, 2);
+  ASSERT_THAT(from.status(), IsOk());
+  ASSERT_THAT(to.status(), IsOk());
+  m.from = std::move(*from);
+  m.to = std::move(*to);
+}
+
+TEST(ReplicaState, ACheckpointRestoresValuesAndSlotsIntoAnotherReplica) {
+  TwoModels m;
+  ASSERT_NO_FATAL_FAILURE(MakeTwo(m, "mlp", "mlp"));
+  CpuDevice& device = m.device;
+  ReplicaState from(device, *m.from);
   from.StartSlots({"m", "v"}, 0.0f);
   // Slots that differ per variable and per name.
-  for (size_t i = 0; i < (*trained)->variables().size(); ++i) {
+  for (size_t i = 0; i < m.from->variables().size(); ++i) {
     device.Fill(from.slots(i)[0].size(), 0.25f + static_cast<float>(i), from.slots(i)[0].data());
     device.Fill(from.slots(i)[1].size(), -1.0f - static_cast<float>(i), from.slots(i)[1].data());
   }
   ps::ModelState checkpoint;
   ASSERT_THAT(from.Export(&checkpoint), IsOk());
-  ASSERT_EQ(checkpoint.variables.size(), (*trained)->variables().size());
+  ASSERT_EQ(checkpoint.variables.size(), m.from->variables().size());
   EXPECT_EQ(checkpoint.variables[0].slots.size(), 2u);
 
-  ReplicaState to(device, **fresh);
+  ReplicaState to(device, *m.to);
   to.StartSlots({"m", "v"}, 0.0f);
   ASSERT_THAT(to.Restore(checkpoint, "/ckpt"), IsOk());
-  for (size_t i = 0; i < (*fresh)->variables().size(); ++i) {
-    EXPECT_EQ(Read(device, (*fresh)->variables()[i]->value),
-              Read(device, (*trained)->variables()[i]->value));
+  for (size_t i = 0; i < m.to->variables().size(); ++i) {
+    EXPECT_EQ(Read(device, m.to->variables()[i]->value),
+              Read(device, m.from->variables()[i]->value));
     EXPECT_THAT(Read(device, to.slots(i)[0]), Each(0.25f + static_cast<float>(i)));
     EXPECT_THAT(Read(device, to.slots(i)[1]), Each(-1.0f - static_cast<float>(i)));
   }
 }
 
 TEST(ReplicaState, AnotherOptimizersSlotsStartAfreshAndTheValuesAreKept) {
-  CpuDevice device;
-  auto trained = MakeModel("mlp", device, 1);
-  auto fresh = MakeModel("mlp", device, 2);
-  ASSERT_THAT(trained.status(), IsOk());
-  ASSERT_THAT(fresh.status(), IsOk());
-  ReplicaState adam(device, **trained);
+  TwoModels m;
+  ASSERT_NO_FATAL_FAILURE(MakeTwo(m, "mlp", "mlp"));
+  CpuDevice& device = m.device;
+  ReplicaState adam(device, *m.from);
   adam.StartSlots({"m", "v"}, 3.0f);
   ps::ModelState checkpoint;
   ASSERT_THAT(adam.Export(&checkpoint), IsOk());
 
-  ReplicaState adagrad(device, **fresh);
+  ReplicaState adagrad(device, *m.to);
   adagrad.StartSlots({"accumulator"}, 0.1f);
   ASSERT_THAT(adagrad.Restore(checkpoint, "/ckpt"), IsOk());
-  EXPECT_EQ(Read(device, (*fresh)->variables()[0]->value),
-            Read(device, (*trained)->variables()[0]->value));
+  EXPECT_EQ(Read(device, m.to->variables()[0]->value), Read(device, m.from->variables()[0]->value));
   EXPECT_THAT(Read(device, adagrad.slots(0)[0]), Each(0.1f));
 }
 
 TEST(ReplicaState, ACheckpointOfAnotherModelNamesTheVariableAndTheDirectory) {
-  CpuDevice device;
-  auto mlp = MakeModel("mlp", device, 1);
-  auto cnn = MakeModel("cnn", device, 1);
-  ASSERT_THAT(mlp.status(), IsOk());
-  ASSERT_THAT(cnn.status(), IsOk());
-  ReplicaState from(device, **cnn);
+  TwoModels m;
+  ASSERT_NO_FATAL_FAILURE(MakeTwo(m, "cnn", "mlp"));
+  ReplicaState from(m.device, *m.from);
   from.StartSlots({}, 0.0f);
   ps::ModelState checkpoint;
   ASSERT_THAT(from.Export(&checkpoint), IsOk());
 
-  ReplicaState to(device, **mlp);
+  ReplicaState to(m.device, *m.to);
   to.StartSlots({}, 0.0f);
   EXPECT_THAT(to.Restore(checkpoint, "/data/ckpt"),
               StatusIs(absl::StatusCode::kFailedPrecondition,

@@ -113,9 +113,6 @@ class TrainerTest : public FashionMnistTest {
   std::atomic<bool> stop_{false};
 };
 
-// Test accuracy well past chance (10 classes): what a run of the small sets reaches, with room.
-constexpr double kLearned = 0.75;
-
 // Observations a histogram holds.
 uint64_t Count(prometheus::Histogram& h) { return h.Collect().histogram.sample_count; }
 
@@ -358,8 +355,7 @@ TEST_F(TrainerTest, ElasticJobGrowsAndShrinksWhileItTrainsTheSameExamples) {
   TrainerOptions options = Options(Mode::kPsSync, 1);
   options.elastic = true;
   std::atomic<bool> stop_worker_1{false};
-  // 400 gradients of 64: room for the joins and leaves below, twice the small set's.
-  const Dataset train = First(data_->train, 25600);
+  const Dataset train = ElasticTrain();
   std::vector<absl::StatusOr<TrainingSummary>> results(3, absl::UnknownError("not run"));
   auto run = [&](int rank, const std::atomic<bool>& stop) {
     CpuDevice device;
