@@ -45,18 +45,21 @@ class TrainerTest : public FashionMnistTest {
     return server.ok() ? std::move(*server) : nullptr;
   }
 
-  // Runs `workers` training threads on the small sets (rank 0 is the chief, which first asks
-  // FinishedRun, as kubetrain-worker does); returns the chief's summary.
+  // Runs `workers` training threads on `train` (default: the small set) and the small test set
+  // (rank 0 is the chief, which first asks FinishedRun, as kubetrain-worker does); returns the
+  // chief's summary.
   absl::StatusOr<TrainingSummary> Train(const TrainerOptions& options,
                                         const std::vector<std::string>& ps, int workers,
-                                        WorkerMetrics* chief_metrics = nullptr) {
+                                        WorkerMetrics* chief_metrics = nullptr,
+                                        const Dataset* train = nullptr) {
+    if (train == nullptr) train = &small_train();
     std::vector<absl::StatusOr<TrainingSummary>> results(workers, absl::UnknownError("not run"));
     std::vector<std::thread> threads;
     for (int rank = 0; rank < workers; ++rank) {
       threads.emplace_back([&, rank] {
         CpuDevice device;
         TaskIdentity id{rank == 0 ? Role::kChief : Role::kWorker, rank, workers, ps};
-        Trainer trainer(options, id, device, &small_train(), &small_test(),
+        Trainer trainer(options, id, device, train, &small_test(),
                         rank == 0 ? chief_metrics : nullptr);
         if (rank == 0) {
           absl::StatusOr<std::optional<TrainingSummary>> over = trainer.FinishedRun(stop_);
@@ -486,7 +489,9 @@ TEST_F(TrainerTest, EvaluatorEvaluatesUntilTrainingIsOver) {
               nullptr);
     eval_result = t.Run(stop_);
   });
-  auto summary = Train(options, {ps->address()}, 1);
+  // The whole training set: the run must outlast the evaluator's first evaluation (at step 0)
+  // by more than --eval-every, which the small set's 200 steps do not always do.
+  auto summary = Train(options, {ps->address()}, 1, nullptr, &data_->train);
   evaluator.join();
   ASSERT_TRUE(summary.ok()) << summary.status();
   ASSERT_TRUE(eval_result.ok()) << eval_result.status();
