@@ -13,28 +13,17 @@
 #include "kubetrain/v1/ps.pb.h"
 #include "ps/half_float.h"
 #include "ps/tensor_coding.h"
+#include "ps/tests/byte_buffers.h"
 #include "ps/tests/ps_cluster.h"
 
 namespace kubetrain::ps {
 namespace {
 
+using ::kubetrain::ps::testing::Buffer;
+using ::kubetrain::ps::testing::Flatten;
 using ::kubetrain::testing::IsOk;
 using ::kubetrain::testing::StatusIs;
 using ::testing::HasSubstr;
-
-std::string Flatten(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_THAT(buffer.Dump(&slices), IsOk());
-  std::string out;
-  for (const grpc::Slice& s : slices)
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
-
-grpc::ByteBuffer Buffer(const std::string& bytes) {
-  grpc::Slice slice(bytes);
-  return grpc::ByteBuffer(&slice, 1);
-}
 
 std::vector<float> Values() {
   return {0.1f, -3.14159f, 1e-6f, 70000.0f, std::numeric_limits<float>::quiet_NaN(), 0.0f, 2.0f};

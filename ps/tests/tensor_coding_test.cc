@@ -13,32 +13,16 @@
 #include "absl/strings/str_cat.h"
 #include "common/testing/status_matchers.h"
 #include "kubetrain/v1/ps.pb.h"
+#include "ps/tests/byte_buffers.h"
 
 namespace kubetrain::ps {
 namespace {
 
+using ::kubetrain::ps::testing::Chunked;
+using ::kubetrain::ps::testing::Flatten;
 using ::kubetrain::testing::IsOk;
 using ::kubetrain::testing::StatusIs;
 using ::testing::HasSubstr;
-
-std::string Flatten(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_THAT(buffer.Dump(&slices), IsOk());
-  std::string out;
-  for (const grpc::Slice& s : slices)
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
-
-// The bytes of `message` as gRPC might deliver them: cut into slices of `chunk` bytes, so fields
-// and floats straddle slice boundaries.
-grpc::ByteBuffer Chunked(const std::string& bytes, size_t chunk) {
-  std::vector<grpc::Slice> slices;
-  for (size_t at = 0; at < bytes.size(); at += chunk) {
-    slices.emplace_back(bytes.data() + at, std::min(chunk, bytes.size() - at));
-  }
-  return grpc::ByteBuffer(slices.data(), slices.size());
-}
 
 // Values whose bits must survive exactly: signed zero, subnormals, infinities, a NaN payload.
 std::vector<float> Awkward(size_t n) {
