@@ -19,6 +19,16 @@ namespace kubetrain::kube::testing {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+json ConfigMap(const std::string& name, const std::string& value,
+               const std::map<std::string, std::string>& labels) {
+  json cm = {{"apiVersion", "v1"},
+             {"kind", "ConfigMap"},
+             {"metadata", {{"name", name}, {"namespace", "default"}}},
+             {"data", {{"v", value}}}};
+  if (!labels.empty()) cm["metadata"]["labels"] = labels;
+  return cm;
+}
+
 json LoadSourceYaml(const std::string& relative_path) {
   auto text = api::ReadFileOrStdin(std::string(KUBETRAIN_SOURCE_DIR) + "/" + relative_path);
   if (!text.ok()) return nullptr;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,5 +43,12 @@ absl::Status StartAndSync(std::initializer_list<Informer*> informers,
 
 // Reads a YAML or JSON file of the source tree (one document).
 nlohmann::json LoadSourceYaml(const std::string& relative_path);
+
+// ConfigMaps: the plain namespaced objects the live tests write, list and watch.
+inline const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
+
+// A ConfigMap in "default" holding data {v: value}, with `labels` where given.
+nlohmann::json ConfigMap(const std::string& name, const std::string& value,
+                         const std::map<std::string, std::string>& labels = {});
 
 }  // namespace kubetrain::kube::testing

@@ -50,9 +50,9 @@ using ::kubetrain::testing::IsOk;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::kConfigMaps;
 using testing::Localkube;
 
-const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
 constexpr char kV1[] = "client.authentication.k8s.io/v1";
 
 std::string ReadText(const std::string& path) {

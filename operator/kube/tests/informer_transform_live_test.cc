@@ -35,10 +35,10 @@ namespace {
 using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
+using testing::kConfigMaps;
 using testing::Localkube;
 using testing::StartAndSync;
 
-const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
 constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
 
 json ExpiredStatus(const std::string& message) {
@@ -217,11 +217,7 @@ class FaultProxy {
 constexpr char kMine[] = "made-by=this-test";
 
 json ConfigMap(const std::string& name, const std::string& value) {
-  json cm = {{"apiVersion", "v1"},
-             {"kind", "ConfigMap"},
-             {"metadata",
-              {{"name", name}, {"namespace", "default"}, {"labels", {{"made-by", "this-test"}}}}},
-             {"data", {{"v", value}}}};
+  json cm = testing::ConfigMap(name, value, {{"made-by", "this-test"}});
   // As `kubectl apply` leaves it: the applied manifest, as JSON, in an annotation.
   cm["metadata"]["annotations"][kLastApplied] = cm.dump();
   return cm;

@@ -21,20 +21,10 @@ namespace {
 using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
+using testing::ConfigMap;
+using testing::kConfigMaps;
 using testing::Localkube;
 using testing::StartAndSync;
-
-const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
-
-json ConfigMap(const std::string& name, const std::string& value,
-               std::map<std::string, std::string> labels = {}) {
-  json cm = {{"apiVersion", "v1"},
-             {"kind", "ConfigMap"},
-             {"metadata", {{"name", name}, {"namespace", "default"}}},
-             {"data", {{"v", value}}}};
-  if (!labels.empty()) cm["metadata"]["labels"] = labels;
-  return cm;
-}
 
 class LiveTest : public ::testing::Test {
  protected:
