@@ -10,16 +10,10 @@
 #include <vector>
 
 #include "worker/core/random.h"
+#include "worker/tests/random_images.h"
 
 namespace kubetrain::worker {
 namespace {
-
-std::vector<float> RandomVector(int64_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = 2.0f * rng.Uniform() - 1.0f;
-  return v;
-}
 
 void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, double tol) {
   ASSERT_EQ(got.size(), want.size());

@@ -32,6 +32,7 @@
 #include "worker/core/random.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/nccl_communicator.h"
+#include "worker/tests/random_images.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -126,13 +127,6 @@ TEST(CudaDeviceCreate, FailsCleanlyWithoutADeviceElseDescribesIt) {
 
 // ---------------------------------------------------------------------------------------------
 // Kernels against CpuDevice.
-
-std::vector<float> RandomVector(int64_t n, uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = scale * (2.0f * rng.Uniform() - 1.0f);
-  return v;
-}
 
 // |got - want| <= tol * (1 + |want|) element by element.
 void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, double tol) {

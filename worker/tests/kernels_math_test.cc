@@ -12,16 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "worker/core/cpu/cpu_device.h"
 #include "worker/core/random.h"
+#include "worker/tests/random_images.h"
 
 namespace kubetrain::worker {
 namespace {
-
-std::vector<float> RandomVector(int64_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = 2.0f * rng.Uniform() - 1.0f;
-  return v;
-}
 
 std::string Describe(const ConvGeometry& g) {
   return absl::StrCat("batch=", g.batch, " h=", g.height, " w=", g.width, " c=", g.channels,

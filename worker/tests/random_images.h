@@ -1,7 +1,8 @@
-// Synthetic 28x28 examples for tests that need a dataset's shape, not its content.
+// Synthetic data for tests that need a shape, not a content: 28x28 examples, random vectors.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "worker/core/data/dataset.h"
 #include "worker/core/random.h"
@@ -19,6 +20,14 @@ inline Dataset RandomImages(int count, uint64_t seed) {
     data.labels.push_back(i % 10);
   }
   return data;
+}
+
+// `n` values drawn uniformly from [-scale, scale) with Rng(`seed`).
+inline std::vector<float> RandomVector(int64_t n, uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = scale * (2.0f * rng.Uniform() - 1.0f);
+  return v;
 }
 
 }  // namespace kubetrain::worker
