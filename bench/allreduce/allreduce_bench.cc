@@ -34,7 +34,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -45,6 +44,7 @@
 #include "bench/allreduce/processes.h"
 #include "bench/allreduce/timed_allreduce.h"
 #include "bench/main.h"
+#include "bench/sizes.h"
 #include "bench/stats.h"
 #include "common/flags.h"
 #include "common/status.h"
@@ -92,47 +92,12 @@ constexpr size_t kGoalBytes = size_t{64} << 20;
 
 // ---- Sizes ----
 
-// "64K", "1M", "4194304": bytes, with binary K/M/G suffixes; each a positive multiple of 4.
+// Buffers up to 16 GiB: "64K", "1M", "4194304", with binary K/M/G suffixes.
 absl::StatusOr<std::vector<size_t>> ParseSizes(absl::string_view text) {
-  std::vector<size_t> sizes;
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    item = absl::StripAsciiWhitespace(item);
-    int shift = 0;
-    if (!item.empty()) {
-      switch (absl::ascii_toupper(item.back())) {
-        case 'K':
-          shift = 10;
-          break;
-        case 'M':
-          shift = 20;
-          break;
-        case 'G':
-          shift = 30;
-          break;
-      }
-    }
-    if (shift != 0) item.remove_suffix(1);
-    uint64_t value = 0;
-    if (!absl::SimpleAtoi(item, &value) || value == 0 || value > (uint64_t{1} << 34) >> shift) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--sizes: \"", item, "\" is not a size such as 64K, 1M or 4096"));
-    }
-    const size_t bytes = static_cast<size_t>(value << shift);
-    if (bytes % sizeof(float) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--sizes: ", bytes, " bytes is not a whole number of floats"));
-    }
-    sizes.push_back(bytes);
-  }
-  if (sizes.empty()) return absl::InvalidArgumentError("--sizes is empty");
-  return sizes;
+  return bench::ParseSizes(text, uint64_t{16} << 30);
 }
 
-std::string SizeName(size_t bytes) {
-  if (bytes % (size_t{1} << 20) == 0) return absl::StrCat(bytes >> 20, " MiB");
-  if (bytes % (size_t{1} << 10) == 0) return absl::StrCat(bytes >> 10, " KiB");
-  return absl::StrCat(bytes, " B");
-}
+using bench::SizeName;
 
 // ---- Results ----
 

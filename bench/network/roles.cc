@@ -7,11 +7,8 @@
 #include <cstdio>
 #include <span>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "bench/allreduce/pattern.h"
 #include "bench/allreduce/timed_allreduce.h"
 #include "common/status.h"
@@ -138,33 +135,7 @@ absl::Status RunPsWorker(const Options& opt) {
 }  // namespace
 
 absl::StatusOr<std::vector<size_t>> ParseSizes(absl::string_view text) {
-  std::vector<size_t> sizes;
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    item = absl::StripAsciiWhitespace(item);
-    int shift = 0;
-    if (!item.empty()) {
-      const char unit = absl::ascii_toupper(item.back());
-      shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 0;
-    }
-    if (shift != 0) item.remove_suffix(1);
-    uint64_t value = 0;
-    if (!absl::SimpleAtoi(item, &value) || value == 0 || value > (uint64_t{1} << 32) >> shift ||
-        ((value << shift) % sizeof(float)) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--sizes: \"", item,
-                       "\" is not a size such as 8M, 64M or 4096 (a multiple of 4 bytes, "
-                       "at most 4G)"));
-    }
-    sizes.push_back(static_cast<size_t>(value << shift));
-  }
-  if (sizes.empty()) return absl::InvalidArgumentError("--sizes is empty");
-  return sizes;
-}
-
-std::string SizeName(size_t bytes) {
-  if (bytes % (size_t{1} << 20) == 0) return absl::StrCat(bytes >> 20, " MiB");
-  if (bytes % (size_t{1} << 10) == 0) return absl::StrCat(bytes >> 10, " KiB");
-  return absl::StrCat(bytes, " B");
+  return bench::ParseSizes(text, uint64_t{4} << 30);
 }
 
 absl::StatusOr<ps::WireFloat> Compression(const Options& opt) {

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "bench/sizes.h"
 #include "ps/half_float.h"
 
 namespace kubetrain::network_bench {
@@ -67,7 +68,7 @@ inline constexpr char kSecretEnv[] = "NETWORK_BENCH_SECRET";
 
 // "64K", "8M", "1G" or a byte count, comma-separated; each a positive multiple of 4 up to 4 GiB.
 absl::StatusOr<std::vector<size_t>> ParseSizes(absl::string_view text);
-std::string SizeName(size_t bytes);  // "64 MiB"
+using bench::SizeName;  // "64 MiB"
 
 // opt.compression as a WireFloat; InvalidArgument naming the flag for anything else.
 absl::StatusOr<ps::WireFloat> Compression(const Options& opt);
