@@ -287,9 +287,11 @@ inline void PoolWindowChannels(const float* __restrict t0, const float* __restri
   }
 }
 
-// Window by window with the channels innermost, so the compares vectorise across channels.
-KT_CPU_CLONES void MaxPoolLoop(const PoolGeometry& g, const float* input, float* output,
-                               int32_t* argmax) {
+// Calls visit(o, taps) for every 2x2 window, in output order: `o` is the window's offset in the
+// output, channels innermost, and `taps` the offsets of its four inputs (top-left, top-right,
+// bottom-left, bottom-right) at channel 0. Inlined into each clone of its callers.
+template <typename Visit>
+[[gnu::always_inline]] inline void ForEachPoolWindow(const PoolGeometry& g, Visit&& visit) {
   const int c = g.channels;
   const int64_t row = static_cast<int64_t>(g.width) * c;
   int64_t o = 0;
@@ -297,14 +299,23 @@ KT_CPU_CLONES void MaxPoolLoop(const PoolGeometry& g, const float* input, float*
     for (int oy = 0; oy < g.out_height(); ++oy) {
       for (int ox = 0; ox < g.out_width(); ++ox, o += c) {
         const int64_t origin = g.WindowOrigin(b, oy, ox, 0);
-        const int64_t t[4] = {origin, origin + c, origin + row, origin + row + c};
-        PoolWindowChannels(input + t[0], input + t[1], input + t[2], input + t[3],
-                           static_cast<int32_t>(t[0]), static_cast<int32_t>(t[1]),
-                           static_cast<int32_t>(t[2]), static_cast<int32_t>(t[3]), c, output + o,
-                           argmax + o);
+        const int64_t taps[4] = {origin, origin + c, origin + row, origin + row + c};
+        visit(o, taps);
       }
     }
   }
+}
+
+// Window by window with the channels innermost, so the compares vectorise across channels.
+KT_CPU_CLONES void MaxPoolLoop(const PoolGeometry& g, const float* input, float* output,
+                               int32_t* argmax) {
+  ForEachPoolWindow(
+      g, [&](int64_t o, const int64_t(&t)[4]) __attribute__((always_inline)) {
+        PoolWindowChannels(input + t[0], input + t[1], input + t[2], input + t[3],
+                           static_cast<int32_t>(t[0]), static_cast<int32_t>(t[1]),
+                           static_cast<int32_t>(t[2]), static_cast<int32_t>(t[3]), g.channels,
+                           output + o, argmax + o);
+      });
 }
 
 }  // namespace
@@ -333,21 +344,13 @@ KT_CPU_CLONES void MaxPoolGradLoop(const PoolGeometry& g, const float* output_gr
   if (g.height % 2 != 0 || g.width % 2 != 0) {
     std::fill(input_grad, input_grad + g.input_size(), 0.0f);
   }
-  const int c = g.channels;
-  const int64_t row = static_cast<int64_t>(g.width) * c;
-  int64_t o = 0;
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int oy = 0; oy < g.out_height(); ++oy) {
-      for (int ox = 0; ox < g.out_width(); ++ox, o += c) {
-        const int64_t origin = g.WindowOrigin(b, oy, ox, 0);
-        const int64_t taps[4] = {origin, origin + c, origin + row, origin + row + c};
+  ForEachPoolWindow(
+      g, [&](int64_t o, const int64_t(&taps)[4]) __attribute__((always_inline)) {
         for (int64_t tap : taps) {
-          RouteToWinner(output_grad + o, argmax + o, static_cast<int32_t>(tap), c,
+          RouteToWinner(output_grad + o, argmax + o, static_cast<int32_t>(tap), g.channels,
                         input_grad + tap);
         }
-      }
-    }
-  }
+      });
 }
 
 }  // namespace
