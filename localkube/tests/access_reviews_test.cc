@@ -4,20 +4,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/rbac.h"
 #include "localkube/server.h"
+#include "localkube/tests/host.h"
 #include "localkube/tests/http_client.h"
 #include "localkube/tests/test_objects.h"
 #include "localkube/tls.h"
@@ -39,37 +37,10 @@ constexpr char kTrainer[] = "system:serviceaccount:ml:trainer";
 constexpr char kRbacApi[] = "/apis/rbac.authorization.k8s.io/v1";
 constexpr char kSsar[] = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 
-// Runs `command` through the shell; its output (stdout and stderr), exit code in `*status`.
-std::string Shell(const std::string& command, int* status) {
-  std::string out;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  int st = pclose(pipe);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
-// kubectl: the project's .tools/bin copy, else the one on PATH; empty when there is none.
-std::string FindKubectl() {
-  std::string tools = std::string(KUBETRAIN_TOOLS_BIN) + "/kubectl";
-  if (access(tools.c_str(), X_OK) == 0) return tools;
-  int status = 0;
-  std::string found = Shell("command -v kubectl", &status);
-  return status == 0 ? std::string(absl::StripTrailingAsciiWhitespace(found)) : "";
-}
-
 class AccessReviews : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (std::filesystem::temp_directory_path() /
-            absl::StrCat("localkube_access_reviews_test-", getpid(), "-",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = testing::TestDir("localkube_access_reviews_test");
     // HTTPS: kubectl sends bearer tokens over TLS only.
     absl::StatusOr<TlsFiles> tls = MakeSelfSignedCert(dir_);
     ASSERT_THAT(tls.status(), IsOk());
@@ -122,12 +93,12 @@ class AccessReviews : public ::testing::Test {
     if (!std::filesystem::exists(kubeconfig)) {
       EXPECT_THAT(WriteKubeconfig(kubeconfig, server_->address(), token, ca_pem_), IsOk());
     }
-    return Shell(absl::StrCat(kubectl_, " --kubeconfig ", kubeconfig, " --cache-dir ", dir_,
-                              "/cache-", token, " ", args),
-                 status);
+    return testing::Shell(absl::StrCat(kubectl_, " --kubeconfig ", kubeconfig, " --cache-dir ",
+                                       dir_, "/cache-", token, " ", args),
+                          status);
   }
   bool NeedKubectl() {
-    kubectl_ = FindKubectl();
+    kubectl_ = testing::FindKubectl();
     return !kubectl_.empty();
   }
 

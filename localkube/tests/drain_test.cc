@@ -1,34 +1,28 @@
 // kubectl cordon, uncordon and drain against the localkube binary: drain evicts a node's pods
 // through pods/eviction, and keeps retrying (until its --timeout) while a PodDisruptionBudget
 // forbids it. Skips where kubectl is not installed.
-#include <fcntl.h>
 #include <httplib.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "common/testing/eventually.h"
+#include "localkube/tests/host.h"
 #include "localkube/tests/http_client.h"
-
-extern char** environ;
 
 namespace kubetrain::localkube {
 namespace {
 
-using ::kubetrain::testing::Eventually;
 using json = nlohmann::json;
 using testing::Call;
 
@@ -40,33 +34,11 @@ class Drain : public ::testing::Test {
     if (std::system("kubectl version --client >/dev/null 2>&1") != 0) {
       GTEST_SKIP() << "kubectl is not installed";
     }
-    dir_ = (std::filesystem::temp_directory_path() /
-            absl::StrCat("localkube_drain_test-", getpid(), "-",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    std::vector<std::string> args = {LOCALKUBE_BINARY,     "--port",          "0",
-                                     "--address-file",     dir_ + "/address", "--kubeconfig-out",
-                                     dir_ + "/kubeconfig", "--insecure-http"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, (dir_ + "/out").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    ASSERT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    std::string address;
-    ASSERT_TRUE(Eventually(
-        [&] {
-          std::ifstream in(dir_ + "/address");
-          return std::getline(in, address) && !address.empty();
-        },
-        absl::Seconds(20)));
-    client_ = testing::LoopbackClient(std::stoi(address.substr(address.rfind(':') + 1)));
+    dir_ = testing::TestDir("localkube_drain_test");
+    int port = 0;
+    ASSERT_NO_FATAL_FAILURE(testing::StartLocalkube(
+        dir_, {"--kubeconfig-out", dir_ + "/kubeconfig", "--insecure-http"}, &pid_, &port));
+    client_ = testing::LoopbackClient(port);
   }
   void TearDown() override {
     if (pid_ > 0) {
@@ -78,14 +50,10 @@ class Drain : public ::testing::Test {
 
   // Runs kubectl with `args`; its exit code, and its output in `*out`.
   int Kubectl(const std::string& args, std::string* out) {
-    std::string cmd = absl::StrCat("kubectl --kubeconfig ", dir_, "/kubeconfig ", args, " 2>&1");
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (!pipe) return -1;
-    char buf[4096];
-    out->clear();
-    while (size_t n = fread(buf, 1, sizeof buf, pipe)) out->append(buf, n);
-    int status = pclose(pipe);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    int status = -1;
+    *out =
+        testing::Shell(absl::StrCat("kubectl --kubeconfig ", dir_, "/kubeconfig ", args), &status);
+    return status;
   }
 
   void AddNode(const std::string& name) {

@@ -1,8 +1,6 @@
 // Runs the localkube binary itself: what its files look like on disk and how it stops.
-#include <fcntl.h>
 #include <httplib.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,27 +19,20 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/testing/eventually.h"
-
-extern char** environ;
+#include "localkube/tests/host.h"
 
 namespace {
 
+using ::kubetrain::localkube::testing::FindKubectl;
+using ::kubetrain::localkube::testing::Shell;
 using ::kubetrain::testing::Eventually;
 using nlohmann::json;
 
 class LocalkubeProcess : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = (std::filesystem::temp_directory_path() /
-            absl::StrCat("localkube_main_test-", getpid(), "-",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = kubetrain::localkube::testing::TestDir("localkube_main_test"); }
   void TearDown() override {
     int status = 0;
     // Stopped, not killed: a localkube removes its pod sandboxes as it stops.
@@ -53,28 +44,8 @@ class LocalkubeProcess : public ::testing::Test {
   }
 
   // Starts localkube with `flags` and waits (up to 20 s) for its address file.
-  void Start(std::vector<std::string> flags) {
-    std::vector<std::string> args = {LOCALKUBE_BINARY, "--port", "0", "--address-file",
-                                     dir_ + "/address"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, (dir_ + "/out").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    ASSERT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    ASSERT_TRUE(Eventually(
-        [&] {
-          std::ifstream in(dir_ + "/address");
-          return std::getline(in, address_) && !address_.empty();
-        },
-        absl::Seconds(20)))
-        << "localkube did not start";
-    port_ = std::stoi(address_.substr(address_.rfind(':') + 1));
+  void Start(const std::vector<std::string>& flags) {
+    kubetrain::localkube::testing::StartLocalkube(dir_, flags, &pid_, &port_);
   }
 
   // Sends SIGTERM and returns how long the process took to exit (its status in `status`;
@@ -92,7 +63,6 @@ class LocalkubeProcess : public ::testing::Test {
 
   std::string dir_;
   pid_t pid_ = -1;
-  std::string address_;
   int port_ = 0;
 };
 
@@ -333,31 +303,8 @@ TEST_F(LocalkubeProcess, NextStartSweepsWhatAKilledOneLeft) {
   EXPECT_FALSE(left());  // swept before the new one listened
 }
 
-// Runs `command` through the shell and returns what it wrote (stdout and stderr) and its exit
-// status.
-std::string Shell(const std::string& command, int* status) {
-  std::string out;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  int st = pclose(pipe);
-  if (status) *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
-// kubectl: the project's .tools/bin copy, else the one on PATH; empty when there is none.
-std::string Kubectl() {
-  std::string tools = std::string(KUBETRAIN_TOOLS_BIN) + "/kubectl";
-  if (access(tools.c_str(), X_OK) == 0) return tools;
-  int status = 0;
-  std::string found = Shell("command -v kubectl", &status);
-  return status == 0 ? std::string(absl::StripTrailingAsciiWhitespace(found)) : "";
-}
-
 TEST_F(LocalkubeProcess, NodesAreListedAndUnschedulablePodsSayWhy) {
-  std::string kubectl = Kubectl();
+  std::string kubectl = FindKubectl();
   if (kubectl.empty()) GTEST_SKIP() << "no kubectl in .tools/bin or on PATH";
   std::string kubeconfig = dir_ + "/kubeconfig";
   ASSERT_NO_FATAL_FAILURE(

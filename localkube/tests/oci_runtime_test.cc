@@ -20,6 +20,7 @@
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
+#include "localkube/tests/host.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -29,16 +30,10 @@ using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using ::testing::HasSubstr;
+using testing::ReadFile;
 namespace fs = std::filesystem;
 
 constexpr char kImage[] = "localhost/localkube-test-busybox:1";
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // One storage for the whole suite, and the image in it.
 struct Suite {
@@ -195,7 +190,7 @@ class OciPods : public ::testing::Test {
   }
   std::string Log(const std::string& pod) {
     auto path = kubelet_->LogPath("default", pod, "c", false);
-    return path.ok() ? Read(*path) : "";
+    return path.ok() ? ReadFile(*path) : "";
   }
   // Working containers this test's kubelet made and left.
   std::vector<std::string> Leftovers() {
@@ -322,7 +317,7 @@ TEST_F(OciPods, SigtermReachesTheProgramWithinTheGracePeriod) {
   ASSERT_TRUE(Eventually([&] { return !api_->Get(Of("pods", "term")).ok(); }, absl::Seconds(15)));
   // The handler ran: no SIGKILL after the 20 s grace period was needed.
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_THAT(Read(log_path), HasSubstr(" got-TERM\n"));
+  EXPECT_THAT(ReadFile(log_path), HasSubstr(" got-TERM\n"));
 }
 
 TEST_F(OciPods, SigkillAfterTheGracePeriod) {
@@ -356,14 +351,14 @@ TEST_F(OciPods, RuntimeForwardsSignalsAndTheProgramsExitCode) {
   StartFailure failure;
   std::unique_ptr<RunningContainer> c = runtime.Start(config, &failure);
   ASSERT_NE(c, nullptr) << failure.reason << ": " << failure.message;
-  ASSERT_TRUE(Eventually([&] { return Read(config.log_path).find("up") != std::string::npos; },
+  ASSERT_TRUE(Eventually([&] { return ReadFile(config.log_path).find("up") != std::string::npos; },
                          absl::Seconds(10)));
   c->Signal(SIGTERM);
   int code = -1;
   EXPECT_TRUE(Eventually([&] { return c->Poll(&code); }, absl::Seconds(5)));
   EXPECT_EQ(code, 42);
   EXPECT_TRUE(Eventually([&] { return !c->Alive(); }, absl::Seconds(5)));
-  EXPECT_THAT(Read(config.log_path), HasSubstr(" bye\n"));
+  EXPECT_THAT(ReadFile(config.log_path), HasSubstr(" bye\n"));
 }
 
 TEST_F(OciPods, MissingImageIsErrImageNeverPull) {

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/eventually.h"
@@ -19,6 +18,7 @@
 #include "localkube/kubelet.h"
 #include "localkube/storage_objects.h"
 #include "localkube/table.h"
+#include "localkube/tests/host.h"
 #include "localkube/volume_binding.h"
 #include "localkube/volumes.h"
 
@@ -29,6 +29,7 @@ using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using ::testing::HasSubstr;
+using testing::ReadFile;
 namespace fs = std::filesystem;
 
 json Claim(const std::string& name, json extra_spec = json::object(),
@@ -65,22 +66,10 @@ json Node(const std::string& name) {
   return {{"metadata", {{"name", name}, {"labels", {{"kubernetes.io/hostname", name}}}}}};
 }
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 class PersistentVolumes : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::temp_directory_path() /
-            absl::StrCat("pv_test-", getpid(), "-",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testing::TestDir("pv_test");
     controller_ = std::make_unique<PersistentVolumeController>(
         &api_, PersistentVolumeOptions{dir_ + "/data", "node-1"});
   }
@@ -244,7 +233,7 @@ TEST_F(PersistentVolumes, SharedPathClaimIsBoundAtOnceAndEveryNodeMountsIt) {
     ASSERT_THAT(volumes, IsOk()) << node;
     EXPECT_EQ((*volumes)["data"].host_path, path) << node;
   }
-  EXPECT_EQ(Read(path + "/checkpoint"), "step 42");
+  EXPECT_EQ(ReadFile(path + "/checkpoint"), "step 42");
 
   // Reclaimed as local-path's are: the claim gone, its volume and directory go.
   ASSERT_THAT(Delete("persistentvolumeclaims", "ckpt"), IsOk());
@@ -463,7 +452,7 @@ TEST_F(PersistentVolumes, DataWrittenByOnePodIsReadByTheNext) {
   ASSERT_TRUE(Eventually([&] { return phase("writer") == "<gone>"; }));
   ASSERT_TRUE(Eventually([&] { return !fs::exists(pod_dir + "/volumes"); }))
       << "the emptyDir goes with its pod";
-  EXPECT_EQ(Read(path + "/f"), "from-writer\n");
+  EXPECT_EQ(ReadFile(path + "/f"), "from-writer\n");
 
   // The next pod resolves the claim to the same directory and reads the file.
   VolumeContext context{&store_, nullptr, ""};

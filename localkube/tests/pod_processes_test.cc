@@ -11,7 +11,6 @@
 #include <fstream>
 #include <memory>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -89,14 +88,6 @@ class PodProcesses : public testing::SandboxKubeletTest {
                   {"automountServiceAccountToken", false},  // no kube-root-ca.crt publisher here
                   {"containers", containers}}}};
     ASSERT_THAT(api_->Create(Of("pods"), pod, WriteOptions{}), IsOk());
-  }
-  std::string Log(const std::string& pod, const std::string& container = "c") {
-    auto path = kubelet_->LogPath("default", pod, container, false);
-    if (!path.ok()) return "";
-    std::ifstream in(*path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
   }
   json Status(const std::string& pod) {
     auto p = api_->Get(Of("pods", pod));

@@ -6,10 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -29,14 +27,6 @@ using nlohmann::json;
 class PodSandboxMounts : public testing::SandboxKubeletTest {
  protected:
   PodSandboxMounts() : SandboxKubeletTest("pod_sandbox_mounts_test", {}) {}
-  std::string Log(const std::string& pod, const std::string& container) {
-    auto path = kubelet_->LogPath("default", pod, container, false);
-    if (!path.ok()) return "";
-    std::ifstream in(*path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
   std::string Waiting(const std::string& pod) {
     auto p = api_->Get(Of("pods", pod));
     if (!p.ok()) return "";

@@ -6,9 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -79,14 +77,6 @@ class PodSandboxes : public testing::SandboxKubeletTest {
   json PodStatus(const std::string& name) {
     auto pod = api_->Get(Of("pods", name));
     return pod.ok() ? (*pod)["status"] : json::object();
-  }
-  std::string Log(const std::string& pod) {
-    auto path = kubelet_->LogPath("default", pod, "c", false);
-    if (!path.ok()) return "";
-    std::ifstream in(*path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
   }
 };
 

@@ -3,19 +3,18 @@
 #include "localkube/root_ca_publisher.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <functional>
 #include <memory>
 
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
 #include "localkube/namespace_companions.h"
 #include "localkube/service_accounts.h"
+#include "localkube/tests/host.h"
 
 namespace kubetrain::localkube {
 // Named, so the unity build keeps these helpers apart from other tests'.
@@ -31,10 +30,7 @@ constexpr char kPem[] = "-----BEGIN CERTIFICATE-----\nroot\n-----END CERTIFICATE
 class RootCaPublisherTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::temp_directory_path() /
-            absl::StrCat("root_ca_test-", getpid(), "-",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
+    dir_ = testing::TestDir("root_ca_test");
     api_ = std::make_unique<Api>(&registry_, &store_);
     tokens_ = std::make_unique<ServiceAccountTokens>(&store_);
     KubeletOptions options;

@@ -18,6 +18,7 @@
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
+#include "localkube/tests/host.h"
 
 namespace kubetrain::localkube::testing {
 
@@ -55,6 +56,11 @@ class SandboxKubeletTest : public ::testing::Test {
 
   Target Of(const char* resource, const std::string& name = "") {
     return Target{registry_.Find("", "v1", resource), "default", name, ""};
+  }
+  // What `container` of pod `pod` (in default) has written so far; empty before it has a log.
+  std::string Log(const std::string& pod, const std::string& container = "c") {
+    auto path = kubelet_->LogPath("default", pod, container, false);
+    return path.ok() ? ReadFile(*path) : "";
   }
 
   const std::string suite_;

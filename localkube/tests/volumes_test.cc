@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +20,7 @@
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
 #include "localkube/oci_runtime.h"
+#include "localkube/tests/host.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -30,14 +30,8 @@ using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using ::testing::HasSubstr;
+using testing::ReadFile;
 namespace fs = std::filesystem;
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 int Mode(const std::string& path) {
   struct stat st;
@@ -101,9 +95,9 @@ TEST_F(Volumes, SecretItemsAndModes) {
   const PodVolume& v = volumes->at("s");
   EXPECT_EQ(v.host_path, dir_ + "/volumes/kubernetes.io~secret/s");
   EXPECT_TRUE(v.read_only);
-  EXPECT_EQ(Read(v.host_path + "/conf/user.txt"), "alice");
+  EXPECT_EQ(ReadFile(v.host_path + "/conf/user.txt"), "alice");
   EXPECT_EQ(Mode(v.host_path + "/conf/user.txt"), 0400);
-  EXPECT_EQ(Read(v.host_path + "/pass"), "s3cret");
+  EXPECT_EQ(ReadFile(v.host_path + "/pass"), "s3cret");
   EXPECT_EQ(Mode(v.host_path + "/pass"), 0440);
   EXPECT_FALSE(fs::exists(v.host_path + "/user"));  // items select keys
 }
@@ -116,9 +110,9 @@ TEST_F(Volumes, ConfigMapAllKeysWithDefaultModeAndBinaryData) {
   auto volumes = SetUpVolumes(pod, dir_, VolumeContext{&store_, nullptr, ""});
   ASSERT_THAT(volumes.status(), IsOk());
   std::string d = volumes->at("c").host_path;
-  EXPECT_EQ(Read(d + "/a.conf"), "x=1\n");
-  EXPECT_EQ(Read(d + "/b"), "two");
-  EXPECT_EQ(Read(d + "/blob"), std::string("\x00\x01\xff", 3));
+  EXPECT_EQ(ReadFile(d + "/a.conf"), "x=1\n");
+  EXPECT_EQ(ReadFile(d + "/b"), "two");
+  EXPECT_EQ(ReadFile(d + "/blob"), std::string("\x00\x01\xff", 3));
   EXPECT_EQ(Mode(d + "/b"), 0644);  // the API's default 420
 }
 
@@ -151,12 +145,12 @@ TEST_F(Volumes, ProjectedTokenConfigMapSecretAndDownwardApi) {
   ASSERT_THAT(volumes.status(), IsOk());
   std::string d = volumes->at("kube-api-access-abcde").host_path;
   EXPECT_EQ(d, dir_ + "/volumes/kubernetes.io~projected/kube-api-access-abcde");
-  EXPECT_EQ(Read(d + "/token"), "tok-123");
+  EXPECT_EQ(ReadFile(d + "/token"), "tok-123");
   EXPECT_EQ(Mode(d + "/token"), 0600);  // the token is its owner's alone, whatever defaultMode
-  EXPECT_EQ(Read(d + "/ca.crt"), "-----BEGIN CERT");
-  EXPECT_EQ(Read(d + "/k"), "v");
-  EXPECT_EQ(Read(d + "/namespace"), "default");
-  EXPECT_EQ(Read(d + "/labels"), "app=\"web\"\ntier=\"a \\\"b\\\"\"");  // fieldpath.FormatMap
+  EXPECT_EQ(ReadFile(d + "/ca.crt"), "-----BEGIN CERT");
+  EXPECT_EQ(ReadFile(d + "/k"), "v");
+  EXPECT_EQ(ReadFile(d + "/namespace"), "default");
+  EXPECT_EQ(ReadFile(d + "/labels"), "app=\"web\"\ntier=\"a \\\"b\\\"\"");  // fieldpath.FormatMap
   EXPECT_EQ(Mode(d + "/name"), 0600);
   EXPECT_THAT(calls, ::testing::ElementsAre("default/builder//3607"));
 }
@@ -208,8 +202,8 @@ TEST_F(Volumes, DownwardApiAndEmptyDir) {
        {{"name", "scratch"}, {"emptyDir", json::object()}}});
   auto volumes = SetUpVolumes(pod, dir_, VolumeContext{&store_, nullptr, ""});
   ASSERT_THAT(volumes.status(), IsOk());
-  EXPECT_EQ(Read(volumes->at("info").host_path + "/app"), "web");
-  EXPECT_EQ(Read(volumes->at("info").host_path + "/uid"), "u-1");
+  EXPECT_EQ(ReadFile(volumes->at("info").host_path + "/app"), "web");
+  EXPECT_EQ(ReadFile(volumes->at("info").host_path + "/uid"), "u-1");
   EXPECT_TRUE(fs::is_directory(volumes->at("scratch").host_path));
   EXPECT_EQ(Mode(volumes->at("scratch").host_path), 0777);
   EXPECT_FALSE(volumes->at("scratch").read_only);
@@ -331,7 +325,7 @@ class KubeletVolumes : public ::testing::Test {
   }
   std::string Log(const std::string& pod) {
     auto path = kubelet_->LogPath("default", pod, "c", false);
-    return path.ok() ? Read(*path) : "";
+    return path.ok() ? ReadFile(*path) : "";
   }
 
   std::string dir_;
@@ -370,8 +364,8 @@ TEST_F(KubeletVolumes, MissingConfigMapKeepsPodContainerCreatingUntilItExists) {
   std::string uid = pod["metadata"]["uid"];
   EXPECT_EQ(Mode(dir_ + "/logs"), 0700);
   EXPECT_EQ(Mode(absl::StrCat(dir_, "/logs/default_waits_", uid)), 0700);
-  EXPECT_EQ(Read(absl::StrCat(dir_, "/logs/default_waits_", uid,
-                              "/volumes/kubernetes.io~configmap/cfg/k")),
+  EXPECT_EQ(ReadFile(absl::StrCat(dir_, "/logs/default_waits_", uid,
+                                  "/volumes/kubernetes.io~configmap/cfg/k")),
             "v");
 }
 
