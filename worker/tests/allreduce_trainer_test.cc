@@ -164,9 +164,7 @@ TEST_F(AllReduceTrainerTest, TwoRanksReproducePsSyncTrainingExactly) {
   auto allreduce = TrainRanks({Options(1, ""), Options(1, "")}, small_train(), small_test());
   ASSERT_TRUE(allreduce[0].ok()) << allreduce[0].status();
 
-  ps::ServerOptions server_options;
-  server_options.address = "127.0.0.1:0";
-  auto ps = ps::PsServer::Start(server_options, nullptr);
+  auto ps = ps::PsServer::Start({.address = "127.0.0.1:0"}, nullptr);
   ASSERT_TRUE(ps.ok()) << ps.status();
   std::vector<absl::StatusOr<TrainingSummary>> results(2, absl::UnknownError("not run"));
   std::vector<std::thread> threads;

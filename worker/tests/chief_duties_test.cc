@@ -150,6 +150,22 @@ class ChiefDutiesTest : public ::testing::Test {
     return absl::OkStatus();
   }
 
+  // The chief of a 1000-step run that checkpoints every second of `clock` and retries a failed
+  // write after a second, doubling up to `max_retry`, until it has failed for `give_up_after`.
+  std::unique_ptr<ChiefDuties> CheckpointingEverySecond(ScriptedExchange& exchange,
+                                                        const FakeClock& clock,
+                                                        absl::Duration max_retry,
+                                                        absl::Duration give_up_after) {
+    options_.checkpoint_every = absl::Seconds(1);
+    auto duties = std::make_unique<ChiefDuties>(options_, *model_, exchange, 1000, nullptr, nullptr,
+                                                absl::Now());
+    duties->set_checkpoint_retry({.first_retry = absl::Seconds(1),
+                                  .max_retry = max_retry,
+                                  .give_up_after = give_up_after,
+                                  .clock = &clock});
+    return duties;
+  }
+
   static constexpr int64_t kStepsPerEpoch = 10;
   CpuDevice device_;
   Dataset test_;
@@ -249,22 +265,17 @@ TEST_F(ChiefDutiesTest, ACheckpointIsWrittenWhenThePeriodHasPassed) {
 // they are written again and one when they fail again.
 TEST_F(ChiefDutiesTest, FailingCheckpointsWarnOnceBackOffAndSayWhenTheyAreWrittenAgain) {
   FakeClock clock;
-  options_.checkpoint_every = absl::Seconds(1);
   ScriptedExchange exchange(*model_, 1000);
-  ChiefDuties duties(options_, *model_, exchange, 1000, nullptr, nullptr, absl::Now());
-  duties.set_checkpoint_retry({.first_retry = absl::Seconds(1),
-                               .max_retry = absl::Seconds(8),
-                               .give_up_after = absl::Hours(1),
-                               .clock = &clock});
-  ASSERT_THAT(duties.SaveCheckpoint(), IsOk());  // step 0, as a new run writes
+  auto duties = CheckpointingEverySecond(exchange, clock, absl::Seconds(8), absl::Hours(1));
+  ASSERT_THAT(duties->SaveCheckpoint(), IsOk());  // step 0, as a new run writes
   LogCapture logs;
-  duties.StartTraining();
+  duties->StartTraining();
   // `n` steps, a second each.
   auto steps = [&](int n) {
     for (int i = 0; i < n; ++i) {
       clock.Advance(absl::Seconds(1));
       ++exchange.step;
-      ASSERT_THAT(duties.AfterStep(exchange.step, 0, 0.5f), IsOk());
+      ASSERT_THAT(duties->AfterStep(exchange.step, 0, 0.5f), IsOk());
     }
   };
   auto exports = [&] { return std::count(exchange.calls.begin(), exchange.calls.end(), "export"); };
@@ -281,13 +292,13 @@ TEST_F(ChiefDutiesTest, FailingCheckpointsWarnOnceBackOffAndSayWhenTheyAreWritte
   for (const auto& e : std::filesystem::directory_iterator(options_.checkpoint_dir)) {
     EXPECT_NE(e.path().extension(), ".tmp") << "partial file left behind: " << e.path();
   }
-  EXPECT_EQ(duties.Summary().checkpoint, options_.checkpoint_dir + "/ckpt-0.pb");
+  EXPECT_EQ(duties->Summary().checkpoint, options_.checkpoint_dir + "/ckpt-0.pb");
 
   steps(2);  // second 32 retries, with room again
   EXPECT_EQ(logs.Count("msg=\"Checkpoints written again\""), 1);
-  EXPECT_EQ(duties.Summary().checkpoint, options_.checkpoint_dir + "/ckpt-32.pb");
+  EXPECT_EQ(duties->Summary().checkpoint, options_.checkpoint_dir + "/ckpt-32.pb");
   steps(3);  // every second again
-  EXPECT_EQ(duties.Summary().checkpoint, options_.checkpoint_dir + "/ckpt-35.pb");
+  EXPECT_EQ(duties->Summary().checkpoint, options_.checkpoint_dir + "/ckpt-35.pb");
   {
     FileSizeLimit limit(4096);
     steps(5);
@@ -300,22 +311,17 @@ TEST_F(ChiefDutiesTest, FailingCheckpointsWarnOnceBackOffAndSayWhenTheyAreWritte
 // restart resumes, rather than let it train to the end with nothing to resume from.
 TEST_F(ChiefDutiesTest, CheckpointsFailingForTooLongStopTheChiefWithAClearError) {
   FakeClock clock;
-  options_.checkpoint_every = absl::Seconds(1);
   ScriptedExchange exchange(*model_, 1000);
-  ChiefDuties duties(options_, *model_, exchange, 1000, nullptr, nullptr, absl::Now());
-  duties.set_checkpoint_retry({.first_retry = absl::Seconds(1),
-                               .max_retry = absl::Seconds(1),
-                               .give_up_after = absl::Seconds(10),
-                               .clock = &clock});
-  ASSERT_THAT(duties.SaveCheckpoint(), IsOk());
-  duties.StartTraining();
+  auto duties = CheckpointingEverySecond(exchange, clock, absl::Seconds(1), absl::Seconds(10));
+  ASSERT_THAT(duties->SaveCheckpoint(), IsOk());
+  duties->StartTraining();
   absl::Status stopped;
   {
     FileSizeLimit limit(4096);
     while (stopped.ok() && exchange.step < 100) {
       clock.Advance(absl::Seconds(1));
       ++exchange.step;
-      stopped = duties.AfterStep(exchange.step, 0, 0.5f);
+      stopped = duties->AfterStep(exchange.step, 0, 0.5f);
     }
   }
   EXPECT_EQ(exchange.step, 11);  // failing since second 1, for 10 s
@@ -516,9 +522,7 @@ TEST_F(ChiefDutiesTest, EvaluateWithoutATestSetFails) {
 using ResumedChiefTest = FashionMnistTest;
 
 TEST_F(ResumedChiefTest, PsSyncChiefWritesNoCheckpointAtItsFirstStepAfterARestore) {
-  ps::ServerOptions server_options;
-  server_options.address = "127.0.0.1:0";
-  auto ps = ps::PsServer::Start(server_options, nullptr);
+  auto ps = ps::PsServer::Start({.address = "127.0.0.1:0"}, nullptr);
   ASSERT_TRUE(ps.ok()) << ps.status();
   TrainerOptions options;
   options.mode = Mode::kPsSync;
@@ -536,7 +540,7 @@ TEST_F(ResumedChiefTest, PsSyncChiefWritesNoCheckpointAtItsFirstStepAfterARestor
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->checkpoint, options.checkpoint_dir + "/ckpt-200.pb");
 
-  auto ps2 = ps::PsServer::Start(server_options, nullptr);
+  auto ps2 = ps::PsServer::Start({.address = "127.0.0.1:0"}, nullptr);
   ASSERT_TRUE(ps2.ok()) << ps2.status();
   options.epochs = 2;
   auto second = Trainer(options, {Role::kChief, 0, 1, {(*ps2)->address()}}, device, &small_train(),

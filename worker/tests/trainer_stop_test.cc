@@ -107,9 +107,7 @@ TEST_F(TrainerStopTest, ChiefCallingAPsThatNeverAnswersStopsPromptly) {
 }
 
 TEST_F(TrainerStopTest, WorkerWaitingForTheChiefToInitialiseStopsPromptly) {
-  ps::ServerOptions ps_options;
-  ps_options.address = "127.0.0.1:0";
-  auto ps = ps::PsServer::Start(ps_options, nullptr);
+  auto ps = ps::PsServer::Start({.address = "127.0.0.1:0"}, nullptr);
   ASSERT_TRUE(ps.ok()) << ps.status();
   // The retry backoff has grown to its longest (2 s) by now.
   const absl::Duration took =
@@ -118,9 +116,7 @@ TEST_F(TrainerStopTest, WorkerWaitingForTheChiefToInitialiseStopsPromptly) {
 }
 
 TEST_F(TrainerStopTest, SyncTaskWaitingInPullForAPeerStopsPromptly) {
-  ps::ServerOptions ps_options;
-  ps_options.address = "127.0.0.1:0";
-  auto ps = ps::PsServer::Start(ps_options, nullptr);
+  auto ps = ps::PsServer::Start({.address = "127.0.0.1:0"}, nullptr);
   ASSERT_TRUE(ps.ok()) << ps.status();
   ps::PsServer& server = **ps;
   // The chief of two workers pushes step 0 and then waits for the other, which never comes.
