@@ -55,6 +55,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/informer_memory_cluster.h"
+#include "bench/main.h"
 #include "bench/proc_status.h"
 #include "common/flags.h"
 #include "common/logging.h"
@@ -397,24 +398,11 @@ int Main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   if (!opt->measure.empty()) {
     absl::StatusOr<json> r = Measure(*opt);
-    if (!r.ok()) {
-      std::fprintf(stderr, "informer_memory --measure: %s\n", r.status().ToString().c_str());
-      return 1;
-    }
+    if (!r.ok()) return bench::FailureExit("informer_memory --measure", r.status());
     std::printf("RESULT %s\n", r->dump().c_str());
     return 0;
   }
-  absl::StatusOr<Report> report = Run(*opt);
-  if (!report.ok()) {
-    std::fprintf(stderr, "informer_memory: %s\n", report.status().ToString().c_str());
-    return 1;
-  }
-  if (opt->json) {
-    std::printf("%s\n", ToJson(*report).dump(2).c_str());
-  } else {
-    PrintTable(*report);
-  }
-  return 0;
+  return bench::ReportExit("informer_memory", Run(*opt), opt->json, ToJson, PrintTable);
 }
 
 }  // namespace

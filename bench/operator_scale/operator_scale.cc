@@ -51,6 +51,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/main.h"
 #include "bench/operator_scale/cluster.h"
 #include "bench/operator_scale/operator_metrics.h"
 #include "bench/operator_scale/options.h"
@@ -468,16 +469,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "operator_scale: rerun with --keep-logs to keep the child logs\n");
     }
   }
-  if (!report.ok()) {
-    std::fprintf(stderr, "operator_scale: %s\n", report.status().ToString().c_str());
-    return 1;
-  }
-  if (opt->json) {
-    std::printf("%s\n", ToJson(*report).dump(2).c_str());
-  } else {
-    PrintTable(*report);
-  }
-  return 0;
+  return ReportExit("operator_scale", report, opt->json, ToJson, PrintTable);
 }
 
 }  // namespace
