@@ -136,36 +136,40 @@ TEST(PodBuilder, NamesLabelsEnvAndAnnotations) {
   EXPECT_EQ(pod["spec"]["containers"][0]["env"].size(), 6u);
 }
 
-// spec.backupWorkers reaches every task as the worker's --backup-workers (its variable).
-TEST(PodBuilder, BackupWorkersReachEveryTask) {
+// A spec field that the worker reads as a flag reaches every task as that flag's variable;
+// unset, the variable is not set and the worker's default holds.
+struct SpecVariable {
+  const char* field;
+  json value;
+  const char* variable;
+  const char* want;
+};
+
+class SpecVariableTest : public ::testing::TestWithParam<SpecVariable> {};
+
+TEST_P(SpecVariableTest, ReachesEveryTaskAndIsUnsetWithoutTheField) {
+  const SpecVariable& p = GetParam();
   json doc = MinimalJob(1, 3);
-  doc["spec"]["backupWorkers"] = 1;
+  doc["spec"][p.field] = p.value;
   TrainingJob job = Job(doc);
   ClusterDnsAddresses dns;
   for (const Task& t : Tasks(job, dns)) {
-    EXPECT_EQ(EnvOf(BuildPod(job, t.type, t.index, dns), "KUBETRAIN_BACKUP_WORKERS"), "1")
-        << t.name;
+    EXPECT_EQ(EnvOf(BuildPod(job, t.type, t.index, dns), p.variable), p.want) << t.name;
   }
-  EXPECT_EQ(EnvOf(BuildPod(Job(MinimalJob(1, 3)), ReplicaType::kWorker, 0, dns),
-                  "KUBETRAIN_BACKUP_WORKERS"),
+  EXPECT_EQ(EnvOf(BuildPod(Job(MinimalJob(1, 3)), ReplicaType::kWorker, 0, dns), p.variable),
             "<unset>");
 }
 
-// spec.gradientCompression reaches every task as the worker's --gradient-compression (its
-// variable); unset, the worker's default (none) holds.
-TEST(PodBuilder, GradientCompressionReachesEveryTask) {
-  json doc = MinimalJob(1, 3);
-  doc["spec"]["gradientCompression"] = "bf16";
-  TrainingJob job = Job(doc);
-  ClusterDnsAddresses dns;
-  for (const Task& t : Tasks(job, dns)) {
-    EXPECT_EQ(EnvOf(BuildPod(job, t.type, t.index, dns), "KUBETRAIN_GRADIENT_COMPRESSION"), "bf16")
-        << t.name;
-  }
-  EXPECT_EQ(EnvOf(BuildPod(Job(MinimalJob(1, 3)), ReplicaType::kWorker, 0, dns),
-                  "KUBETRAIN_GRADIENT_COMPRESSION"),
-            "<unset>");
-}
+// spec.backupWorkers is the worker's --backup-workers; spec.gradientCompression its
+// --gradient-compression.
+INSTANTIATE_TEST_SUITE_P(PodBuilder, SpecVariableTest,
+                         ::testing::Values(SpecVariable{"backupWorkers", 1,
+                                                        "KUBETRAIN_BACKUP_WORKERS", "1"},
+                                           SpecVariable{"gradientCompression", "bf16",
+                                                        "KUBETRAIN_GRADIENT_COMPRESSION", "bf16"}),
+                         [](const ::testing::TestParamInfo<SpecVariable>& info) {
+                           return std::string(info.param.field);
+                         });
 
 // spec.elastic: every container of every task learns that its Workers come and go, and each
 // pod's TF_CONFIG is still the job's cluster at the time it is rendered.
