@@ -17,6 +17,7 @@
 #include "localkube/server.h"
 #include "localkube/tests/host.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
 #include "localkube/tls.h"
 
@@ -37,7 +38,7 @@ constexpr char kTrainer[] = "system:serviceaccount:ml:trainer";
 constexpr char kRbacApi[] = "/apis/rbac.authorization.k8s.io/v1";
 constexpr char kSsar[] = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 
-class AccessReviews : public ::testing::Test {
+class AccessReviews : public testing::ServedApiTest {
  protected:
   void SetUp() override {
     dir_ = testing::TestDir("localkube_access_reviews_test");
@@ -51,9 +52,8 @@ class AccessReviews : public ::testing::Test {
     options.user_tokens[kDevToken] = MakeUser("dev", {});
     options.cert_path = tls->cert_path;
     options.key_path = tls->key_path;
-    api_ = std::make_unique<Api>(&registry_, &store_);
-    server_ = std::make_unique<Server>(options, api_.get(), nullptr);
-    ASSERT_THAT(server_->Start(), IsOk());
+    ASSERT_NO_FATAL_FAILURE(Serve(options));
+    // The server speaks HTTPS only: client_ is a TLS client of it.
     client_ =
         std::make_unique<httplib::Client>(absl::StrCat("https://127.0.0.1:", server_->port()));
     client_->enable_server_certificate_verification(false);
@@ -72,15 +72,10 @@ class AccessReviews : public ::testing::Test {
                   json::array({{{"kind", "ServiceAccount"}, {"name", "trainer"}}})));
   }
   void TearDown() override {
-    server_->Stop();
+    ServedApiTest::TearDown();
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
-  json Admin(const std::string& collection, const json& object) {
-    Reply r = testing::CallAs(*client_, kAdminToken, "POST", collection, object);
-    EXPECT_EQ(r.code, 201) << collection << ": " << r.body.dump();
-    return r.body;
-  }
   // A POST of `body` to `path` as the user of `token`, with `headers` besides.
   Reply Post(const std::string& token, const std::string& path, const json& body,
              httplib::Headers headers = {}) {
@@ -102,11 +97,6 @@ class AccessReviews : public ::testing::Test {
     return !kubectl_.empty();
   }
 
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Server> server_;
-  std::unique_ptr<httplib::Client> client_;
   std::string dir_;
   std::string ca_pem_;
   std::string kubectl_;

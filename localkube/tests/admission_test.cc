@@ -17,6 +17,7 @@
 #include "localkube/pod_validation.h"
 #include "localkube/server.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
 #include "operator/api/render.h"
 #include "operator/api/validation.h"
@@ -48,18 +49,9 @@ json RestrictedContainer() {
       "capabilities":{"drop":["ALL"]},"seccompProfile":{"type":"RuntimeDefault"}}})");
 }
 
-class PodAdmission : public ::testing::Test {
+class PodAdmission : public testing::ServedApiTest {
  protected:
-  void SetUp() override {
-    ServerOptions options;
-    options.token = kAdminToken;
-    api_ = std::make_unique<Api>(&registry_, &store_);
-    server_ = std::make_unique<Server>(options, api_.get(), nullptr);
-    ASSERT_THAT(server_->Start(), IsOk());
-    client_ = testing::LoopbackClient(server_->port());
-    client_->set_default_headers({{"Authorization", std::string("Bearer ") + kAdminToken}});
-  }
-  void TearDown() override { server_->Stop(); }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(ServeToAdmin()); }
 
   Reply Call(const std::string& method, const std::string& path, const json& body = nullptr,
              const std::string& content_type = "application/json") {
@@ -70,12 +62,6 @@ class PodAdmission : public ::testing::Test {
     ASSERT_EQ(Call("POST", "/api/v1/namespaces", ns).code, 201);
   }
   static std::string PodsIn(const std::string& ns) { return "/api/v1/namespaces/" + ns + "/pods"; }
-
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Server> server_;
-  std::unique_ptr<httplib::Client> client_;
 };
 
 TEST(Quantity, ParsesTheApimachineryGrammar) {

@@ -17,6 +17,7 @@
 #include "localkube/api.h"
 #include "localkube/server.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -53,19 +54,14 @@ json Widget(const std::string& name, json spec = json::object()) {
           {"spec", spec}};
 }
 
-class LocalkubeHttp : public ::testing::Test {
+class LocalkubeHttp : public testing::ServedApiTest {
  protected:
   void SetUp() override {
     ServerOptions options;
     options.token = kAdminToken;
     options.bookmark_every = absl::Milliseconds(200);
-    api_ = std::make_unique<Api>(&registry_, &store_);
-    server_ = std::make_unique<Server>(options, api_.get(), nullptr);
-    ASSERT_THAT(server_->Start(), IsOk());
-    client_ = testing::LoopbackClient(server_->port());
-    client_->set_default_headers({{"Authorization", std::string("bearer ") + kAdminToken}});
+    ASSERT_NO_FATAL_FAILURE(Serve(options, std::string("bearer ") + kAdminToken));
   }
-  void TearDown() override { server_->Stop(); }
 
   Reply Call(const std::string& method, const std::string& path, const json& body = nullptr,
              const std::string& content_type = "application/json") {
@@ -91,12 +87,6 @@ class LocalkubeHttp : public ::testing::Test {
     ASSERT_EQ(Call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", Crd()).code,
               201);
   }
-
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Server> server_;
-  std::unique_ptr<httplib::Client> client_;
 };
 
 constexpr char kWidgets[] = "/apis/test.dev/v1/namespaces/default/widgets";

@@ -12,6 +12,7 @@
 #include "localkube/managed_fields.h"
 #include "localkube/server.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/served_api_fixture.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -150,15 +151,9 @@ TEST(RecordManagedFields, CustomResourcesKeyListsAsTheirSchemaSays) {
               "f:ports":{".":{},"k:{\"port\":1}":{".":{},"f:name":{},"f:port":{}}}}})"));
 }
 
-class LocalkubeLists : public ::testing::Test {
+class LocalkubeLists : public testing::ServedApiTest {
  protected:
-  void SetUp() override {
-    api_ = std::make_unique<Api>(&registry_, &store_);
-    server_ = std::make_unique<Server>(ServerOptions{}, api_.get(), nullptr);
-    ASSERT_THAT(server_->Start(), IsOk());
-    client_ = testing::LoopbackClient(server_->port());
-  }
-  void TearDown() override { server_->Stop(); }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(Serve(ServerOptions{})); }
 
   Reply Get(const std::string& path) { return testing::Call(*client_, "GET", path); }
   Reply Send(const std::string& method, const std::string& path, const json& body,
@@ -176,11 +171,6 @@ class LocalkubeLists : public ::testing::Test {
   }
 
   static constexpr char kConfigMaps[] = "/api/v1/namespaces/default/configmaps";
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Server> server_;
-  std::unique_ptr<httplib::Client> client_;
 };
 
 TEST_F(LocalkubeLists, PagesAreOneSnapshotAtTheFirstPagesRevision) {

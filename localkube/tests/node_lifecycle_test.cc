@@ -18,6 +18,7 @@
 #include "localkube/node_lifecycle.h"
 #include "localkube/server.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -32,16 +33,10 @@ using testing::Reply;
 constexpr char kPods[] = "/api/v1/namespaces/default/pods";
 constexpr char kLeases[] = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
 
-class NodeLifecycle : public ::testing::Test {
+class NodeLifecycle : public testing::ServedApiTest {
  protected:
   void SetUp() override {
-    ServerOptions options;
-    options.token = kAdminToken;
-    api_ = std::make_unique<Api>(&registry_, &store_);
-    server_ = std::make_unique<Server>(options, api_.get(), nullptr);
-    ASSERT_THAT(server_->Start(), IsOk());
-    client_ = testing::LoopbackClient(server_->port());
-    client_->set_default_headers({{"Authorization", std::string("Bearer ") + kAdminToken}});
+    ASSERT_NO_FATAL_FAILURE(ServeToAdmin());
     // Whole seconds, as the second-precision timestamps hold them.
     now_ = absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()));
     controller_ = std::make_unique<NodeLifecycleController>(
@@ -50,8 +45,8 @@ class NodeLifecycle : public ::testing::Test {
                                          .clock = [this] { return now_; }});
   }
   void TearDown() override {
-    controller_->Stop();
-    server_->Stop();
+    if (controller_) controller_->Stop();
+    ServedApiTest::TearDown();
   }
 
   Reply Call(const std::string& method, const std::string& path, const json& body = nullptr) {
@@ -146,11 +141,6 @@ class NodeLifecycle : public ::testing::Test {
     return n;
   }
 
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Server> server_;
-  std::unique_ptr<httplib::Client> client_;
   absl::Time now_;
   std::unique_ptr<NodeLifecycleController> controller_;
 };

@@ -15,6 +15,7 @@
 #include "localkube/protobuf_schema.h"
 #include "localkube/server.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -372,28 +373,24 @@ TEST(K8sProtobuf, SchemaIsWellFormed) {
 
 // Through the server: decoded bodies are created, malformed ones are 400 naming the field, and
 // kinds without a schema (custom resources) are 415, on which client-go retries with JSON.
-TEST(K8sProtobufHttp, CreatesRefusesAndFallsBack) {
-  Registry registry;
-  Store store;
-  Api api(&registry, &store);
-  ServerOptions options;
-  options.token = testing::kAdminToken;
-  Server server(options, &api, nullptr);
-  ASSERT_THAT(server.Start(), IsOk());
-  std::unique_ptr<httplib::Client> client = testing::LoopbackClient(server.port());
-  client->set_default_headers({{"Authorization", std::string("Bearer ") + testing::kAdminToken}});
+class K8sProtobufHttp : public testing::ServedApiTest {
+ protected:
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(ServeToAdmin()); }
+};
+
+TEST_F(K8sProtobufHttp, CreatesRefusesAndFallsBack) {
   const std::string roles = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles";
   const std::string type = "application/vnd.kubernetes.protobuf";
   const std::string rbac = "rbac.authorization.k8s.io/v1";
   auto post = [&](const std::string& body) {
-    testing::Reply r = testing::Call(*client, "POST", roles, json(body), type);
+    testing::Reply r = testing::Call(*client_, "POST", roles, json(body), type);
     return r;
   };
   testing::Reply created =
       post(Body(rbac, "Role", Meta("r") + Len(2, Len(1, "get") + Len(3, "pods"))));
   EXPECT_EQ(created.code, 201) << created.body;
   EXPECT_EQ(created.body["rules"], json::parse(R"([{"verbs":["get"],"resources":["pods"]}])"));
-  EXPECT_EQ(testing::Call(*client, "GET", roles + "/r").body["rules"], created.body["rules"]);
+  EXPECT_EQ(testing::Call(*client_, "GET", roles + "/r").body["rules"], created.body["rules"]);
 
   testing::Reply bad = post(Body(rbac, "Role", Meta("r2") + Len(2, Int(1, 5))));
   EXPECT_EQ(bad.code, 400);
@@ -404,7 +401,6 @@ TEST(K8sProtobufHttp, CreatesRefusesAndFallsBack) {
   testing::Reply custom = post(Body("test.dev/v1", "Widget", Meta("w")));
   EXPECT_EQ(custom.code, 415);
   EXPECT_EQ(custom.body["reason"], "UnsupportedMediaType");
-  server.Stop();
 }
 
 }  // namespace

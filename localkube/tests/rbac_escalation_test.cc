@@ -14,6 +14,7 @@
 #include "localkube/rbac_rules.h"
 #include "localkube/server.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -52,7 +53,7 @@ std::string RoleBindings(const std::string& ns) {
 const std::string kClusterRoles = absl::StrCat(kRbac, "/clusterroles");
 const std::string kClusterRoleBindings = absl::StrCat(kRbac, "/clusterrolebindings");
 
-class RbacEscalation : public ::testing::Test {
+class RbacEscalation : public testing::ServedApiTest {
  protected:
   void SetUp() override {
     ServerOptions options;
@@ -60,10 +61,7 @@ class RbacEscalation : public ::testing::Test {
     options.rbac = true;
     options.user_tokens[kSa] = MakeUser("system:serviceaccount:ns1:sa", {});
     options.user_tokens[kMaster] = MakeUser("root", {"system:masters"});
-    api_ = std::make_unique<Api>(&registry_, &store_);
-    server_ = std::make_unique<Server>(options, api_.get(), nullptr);
-    ASSERT_THAT(server_->Start(), IsOk());
-    client_ = testing::LoopbackClient(server_->port());
+    ASSERT_NO_FATAL_FAILURE(Serve(options));
     for (const char* ns : {"ns1", "ns2"}) {
       ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces",
                      {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}})
@@ -79,17 +77,6 @@ class RbacEscalation : public ::testing::Test {
     Admin(kClusterRoles, Role("", "edit", Rules(R"([
       {"apiGroups":[""],"resources":["pods","configmaps","secrets"],
        "verbs":["get","list","watch","create","update","patch","delete"]}])")));
-  }
-  void TearDown() override { server_->Stop(); }
-
-  Reply Call(const std::string& token, const std::string& method, const std::string& path,
-             const json& body = nullptr, const std::string& content_type = "application/json") {
-    return testing::CallAs(*client_, token, method, path, body, content_type);
-  }
-  json Admin(const std::string& collection, const json& object) {
-    Reply r = Call(kAdminToken, "POST", collection, object);
-    EXPECT_EQ(r.code, 201) << collection << ": " << r.body.dump();
-    return r.body;
   }
   // Grants the ServiceAccount `rules` in `ns` ("" = cluster-wide) through a role of its own.
   void Grant(const std::string& ns, const char* rules) {
@@ -109,11 +96,6 @@ class RbacEscalation : public ::testing::Test {
     EXPECT_EQ(r.body.value("message", ""), absl::StrCat(prefix, kSaWho, missing));
   }
 
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Server> server_;
-  std::unique_ptr<httplib::Client> client_;
   int grants_ = 0;
 };
 

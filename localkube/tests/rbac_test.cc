@@ -22,6 +22,7 @@
 #include "localkube/rbac.h"
 #include "localkube/server.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
 #include "operator/api/yaml.h"
 
@@ -85,7 +86,7 @@ std::string Slurp(const std::string& relative) {
   return s.str();
 }
 
-class LocalkubeRbac : public ::testing::Test {
+class LocalkubeRbac : public testing::ServedApiTest {
  protected:
   void SetUp() override {
     ServerOptions options;
@@ -94,28 +95,13 @@ class LocalkubeRbac : public ::testing::Test {
     options.user_tokens[kSa] = MakeUser(kSaUser, {});
     options.user_tokens[kMaster] = MakeUser("root", {"system:masters"});
     options.user_tokens[kOperator] = MakeUser(kOperatorUser, {});
-    api_ = std::make_unique<Api>(&registry_, &store_);
-    server_ = std::make_unique<Server>(options, api_.get(), nullptr);
-    ASSERT_THAT(server_->Start(), IsOk());
-    client_ = testing::LoopbackClient(server_->port());
+    ASSERT_NO_FATAL_FAILURE(Serve(options));
     for (const char* ns : {"ns1", "ns2"}) {
       ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces",
                      {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}})
                     .code,
                 201);
     }
-  }
-  void TearDown() override { server_->Stop(); }
-
-  Reply Call(const std::string& token, const std::string& method, const std::string& path,
-             const json& body = nullptr, const std::string& content_type = "application/json") {
-    return testing::CallAs(*client_, token, method, path, body, content_type);
-  }
-  // Creates `object` as the admin at `collection`; returns the stored object.
-  json Admin(const std::string& collection, const json& object) {
-    Reply r = Call(kAdminToken, "POST", collection, object);
-    EXPECT_EQ(r.code, 201) << collection << ": " << r.body.dump();
-    return r.body;
   }
   void Grant(const std::string& ns, json rules) {
     static int n = 0;
@@ -135,12 +121,6 @@ class LocalkubeRbac : public ::testing::Test {
   void InstallWidgets() {
     Admin("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", WidgetCrd());
   }
-
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Server> server_;
-  std::unique_ptr<httplib::Client> client_;
 };
 
 TEST_F(LocalkubeRbac, UserWithoutBindingsGetsTheApiServersForbiddenStatus) {

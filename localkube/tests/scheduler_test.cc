@@ -17,6 +17,7 @@
 #include "localkube/scheduler.h"
 #include "localkube/server.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -467,18 +468,14 @@ TEST_F(Cluster, APodWaitingOnItsClaimIsBoundOnceTheClaimChanges) {
 }
 
 // pods/binding over HTTP, as a custom scheduler or `kubectl create -f binding.yaml` posts it.
-TEST(PodBinding, SetsNodeNameOnceAndAnswersAsTheApiServer) {
-  Registry registry;
-  Store store;
-  Api api(&registry, &store);
-  ServerOptions options;
-  options.token = testing::kAdminToken;
-  Server server(options, &api, nullptr);
-  ASSERT_THAT(server.Start(), IsOk());
-  auto client = testing::LoopbackClient(server.port());
-  client->set_default_headers({{"Authorization", std::string("bearer ") + testing::kAdminToken}});
+class PodBinding : public testing::ServedApiTest {
+ protected:
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(ServeToAdmin("bearer")); }
+};
+
+TEST_F(PodBinding, SetsNodeNameOnceAndAnswersAsTheApiServer) {
   auto call = [&](const std::string& method, const std::string& path, const json& body) {
-    return testing::Call(*client, method, path, body);
+    return testing::Call(*client_, method, path, body);
   };
   ASSERT_EQ(call("POST", "/api/v1/namespaces/default/pods", testing::Pod("p")).code, 201);
   const std::string path = "/api/v1/namespaces/default/pods/p/binding";
@@ -520,7 +517,6 @@ TEST(PodBinding, SetsNodeNameOnceAndAnswersAsTheApiServer) {
   r = call("POST", "/api/v1/namespaces/default/pods/g/binding", binding("g", "node-1"));
   EXPECT_EQ(r.code, 409);
   EXPECT_THAT(r.body.value("message", ""), HasSubstr("pod g has non-empty .spec.schedulingGates"));
-  server.Stop();
 }
 
 // The kubelet runs what is bound to its nodes, and only that.

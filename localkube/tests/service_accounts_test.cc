@@ -21,6 +21,7 @@
 #include "localkube/server.h"
 #include "localkube/service_accounts.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -49,17 +50,14 @@ json JwtClaims(const std::string& token) {
   return json::parse(payload, nullptr, false);
 }
 
-class ServiceAccounts : public ::testing::Test {
+class ServiceAccounts : public testing::ServedApiTest {
  protected:
   void SetUp() override {
     ServerOptions options;
     options.token = kAdminToken;
     options.rbac = true;
-    api_ = std::make_unique<Api>(&registry_, &store_);
+    ASSERT_NO_FATAL_FAILURE(Serve(options));
     ASSERT_THAT(PublishRootCa(api_.get(), kPem), IsOk());
-    server_ = std::make_unique<Server>(options, api_.get(), nullptr);
-    ASSERT_THAT(server_->Start(), IsOk());
-    client_ = testing::LoopbackClient(server_->port());
     ASSERT_EQ(
         Call(kAdminToken, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "ns1"}}}}).code,
         201);
@@ -67,12 +65,6 @@ class ServiceAccounts : public ::testing::Test {
                    {{"metadata", {{"name", "sa"}}}})
                   .code,
               201);
-  }
-  void TearDown() override { server_->Stop(); }
-
-  Reply Call(const std::string& token, const std::string& method, const std::string& path,
-             const json& body = nullptr, const std::string& content_type = "application/json") {
-    return testing::CallAs(*client_, token, method, path, body, content_type);
   }
   std::string Token(const std::string& ns, const std::string& sa, const json& spec = nullptr) {
     json body = {{"apiVersion", "authentication.k8s.io/v1"}, {"kind", "TokenRequest"}};
@@ -104,12 +96,6 @@ class ServiceAccounts : public ::testing::Test {
     EXPECT_EQ(r.code, 201) << r.body.dump();
     return r.body;
   }
-
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Server> server_;
-  std::unique_ptr<httplib::Client> client_;
 };
 
 TEST_F(ServiceAccounts, TokenRequestRoundTrip) {

@@ -1,0 +1,63 @@
+// The set-up the HTTP suites share: an Api over an empty store, served on a loopback port by a
+// Server, and a client of it; the server stops at the end of each test.
+#pragma once
+
+#include <httplib.h>
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/testing/status_matchers.h"
+#include "localkube/api.h"
+#include "localkube/server.h"
+#include "localkube/tests/http_client.h"
+#include "localkube/tests/test_objects.h"
+
+namespace kubetrain::localkube::testing {
+
+class ServedApiTest : public ::testing::Test {
+ protected:
+  // Serves api_ with `options` and points client_ (plain HTTP) at it. With `authorization`, every
+  // request client_ sends carries that Authorization header.
+  void Serve(const ServerOptions& options, const std::string& authorization = "") {
+    api_ = std::make_unique<Api>(&registry_, &store_);
+    server_ = std::make_unique<Server>(options, api_.get(), nullptr);
+    ASSERT_THAT(server_->Start(), ::kubetrain::testing::IsOk());
+    client_ = LoopbackClient(server_->port());
+    if (!authorization.empty()) client_->set_default_headers({{"Authorization", authorization}});
+  }
+  // Serves api_ to the admin alone: its token is kAdminToken, which client_ sends after `scheme`.
+  void ServeToAdmin(const std::string& scheme = "Bearer") {
+    ServerOptions options;
+    options.token = kAdminToken;
+    Serve(options, scheme + " " + kAdminToken);
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+
+  // A request as the user of bearer token `token`.
+  Reply Call(const std::string& token, const std::string& method, const std::string& path,
+             const nlohmann::json& body = nullptr,
+             const std::string& content_type = "application/json") {
+    return CallAs(*client_, token, method, path, body, content_type);
+  }
+  // Creates `object` at `collection` as the admin (kAdminToken); the stored object.
+  nlohmann::json Admin(const std::string& collection, const nlohmann::json& object) {
+    Reply r = CallAs(*client_, kAdminToken, "POST", collection, object);
+    EXPECT_EQ(r.code, 201) << collection << ": " << r.body.dump();
+    return r.body;
+  }
+
+  Registry registry_;
+  Store store_;
+  std::unique_ptr<Api> api_;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+}  // namespace kubetrain::localkube::testing
