@@ -10,13 +10,8 @@
 # Last, the plain manifests of deploy/ (namespace, RBAC both variants, Deployment, Service) apply.
 # Usage: chart_e2e.sh LOCALKUBE KUBECTL HELM BIN_DIR
 set -euo pipefail
-# shellcheck disable=SC2034  # LOCALKUBE is used by start_localkube (lib.sh)
-LOCALKUBE=$1
-KUBECTL=$2
-HELM=$3
-BIN=$(cd "$4" && pwd)
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_helm_args "$@"
 
 NS=kubetrain-system
 REL=kubetrain

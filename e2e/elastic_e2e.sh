@@ -15,14 +15,6 @@ e2e_args "$@"
 
 start_localkube_for_operator "$BIN"
 k() { "$KUBECTL" "$@"; }
-diagnose() {
-  k describe tj el || true
-  k get pods -o wide || true
-  for p in $(k get pods -l kubetrain.dev/job-name=el -o name 2>/dev/null); do
-    echo "--- $p"; k logs "$p" --tail=20 2>&1 || true
-  done
-  tail -40 "$LK_DIR/operator.log"
-}
 uid() { k get pod "$1" -o jsonpath='{.metadata.uid}' 2>/dev/null || true; }
 phase() { k get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true; }
 members() {  # the ps's last count of members
@@ -36,7 +28,7 @@ wait_for() {  # wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds
     "$@" && return 0
     sleep 0.2
   done
-  diagnose
+  diagnose_job tj el
   fail "$what (after ${seconds}s)"
 }
 running() { [[ "$(phase "$1")" == Running ]]; }
@@ -78,7 +70,7 @@ wait_for 60 "the ps never counted 2 members" members_are 2
 
 step "a worker pod deleted mid-run is recreated; the job goes on"
 k get tj el -o jsonpath='{.status.conditions[-1:].type}' | has -x Running ||
-  { diagnose; fail "the job was not Running before the pod delete"; }
+  { diagnose_job tj el; fail "the job was not Running before the pod delete"; }
 lost=$(uid el-worker-1)
 k delete pod el-worker-1 --wait=false >/dev/null
 wait_for 90 "worker-1 was not recreated" replaced el-worker-1 "$lost"
@@ -115,12 +107,12 @@ step "all-reduce: kubectl scale 3 -> 2"
 k scale tj/ar --replicas=2 >/dev/null
 wait_for 90 "the group never shrank to 2" group_is 2
 step "the job ends Succeeded with accuracy >= 0.875, the chief never restarted"
-k wait --for=condition=Succeeded --timeout=400s tj/el || { diagnose; fail "el did not succeed"; }
+k wait --for=condition=Succeeded --timeout=400s tj/el || { diagnose_job tj el; fail "el did not succeed"; }
 summary=$(k logs el-worker-0 | grep '"event":"training_complete"') || fail "no summary in the chief's log"
 echo "$summary"
 [[ "$(uid el-worker-0)" == "$chief" ]] || fail "the chief's pod was replaced"
 events=$(k get events --field-selector involvedObject.name=el -o json)
-python3 - "$summary" "$(k get tj el -o json)" "$events" "$ps_log" <<'PY' || { diagnose; fail "the elastic job's outcome"; }
+python3 - "$summary" "$(k get tj el -o json)" "$events" "$ps_log" <<'PY' || { diagnose_job tj el; fail "the elastic job's outcome"; }
 import json, re, sys
 s, job, events, ps_log = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
 assert s["test_accuracy"] >= 0.875, s

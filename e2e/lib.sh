@@ -23,6 +23,14 @@ e2e_args() {
   cd "$(dirname "${BASH_SOURCE[0]}")/.."
 }
 
+# The arguments of the scripts that also drive helm: LOCALKUBE KUBECTL HELM BIN_DIR; the rest as
+# e2e_args.
+e2e_helm_args() {
+  [[ $# -ge 4 ]] || fail "usage: $(basename "$0") LOCALKUBE KUBECTL HELM BIN_DIR"
+  HELM=$3
+  e2e_args "$1" "$2" "$4"
+}
+
 # `grep -q` for pipelines: reads all its input, so the writer never dies of SIGPIPE (which
 # pipefail would report as a failure).
 has() { grep "$@" >/dev/null; }
@@ -125,6 +133,20 @@ stop_all() {
   [[ -n "$OP_PID" ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
   (exit "$rc")  # stop_localkube exits with $?: the script's status, not the kill's
   stop_localkube
+}
+
+# diagnose_job KIND JOB (KIND tfjob or tj): what a user would look at when JOB did not end as it
+# should: its description, the pods, the last log lines of each of JOB's pods and of the
+# operator ($LK_DIR/operator.log). Runs kubectl as the script's k.
+diagnose_job() {
+  local label=kubetrain.dev/job-name
+  [[ $1 == tfjob ]] && label=training.kubeflow.org/job-name
+  k describe "$1" "$2" || true
+  k get pods -o wide || true
+  for p in $(k get pods -l "$label=$2" -o name 2>/dev/null); do
+    echo "--- $p"; k logs "$p" --tail=20 2>&1 || true
+  done
+  tail -40 "$LK_DIR/operator.log"
 }
 
 # curl against localkube with the bearer token; extra args follow.

@@ -14,13 +14,8 @@
 # clients read it.
 # Usage: quickstart_e2e.sh LOCALKUBE KUBECTL HELM BIN_DIR
 set -euo pipefail
-# shellcheck disable=SC2034  # LOCALKUBE is used by start_localkube (lib.sh)
-LOCALKUBE=$1
-KUBECTL_BIN=$2
-HELM_BIN=$3
-BIN=$(cd "$4" && pwd)
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_helm_args "$@"
 
 require_sandboxes "the in-cluster configuration (the mounted token)"
 
@@ -74,8 +69,8 @@ start_localkube "${LOCALKUBE_FLAGS[@]}" --authz-log "$AUTHZ_LOG" --image-map "ku
 export HELM_CACHE_HOME="$LK_DIR/helm/cache" HELM_CONFIG_HOME="$LK_DIR/helm/config" \
   HELM_DATA_HOME="$LK_DIR/helm/data"
 # The README's `kubectl` and `helm`: the tools given, with this cluster's cache and time limits.
-kubectl() { timeout 60 "$KUBECTL_BIN" --cache-dir "$LK_DIR/cache" "$@"; }
-helm() { timeout 120 "$HELM_BIN" "$@"; }
+kubectl() { timeout 60 "$KUBECTL" --cache-dir "$LK_DIR/cache" "$@"; }
+helm() { timeout 120 "$HELM" "$@"; }
 on_exit() {
   local rc=$?
   if [[ $rc -ne 0 && $rc -ne 77 ]]; then

@@ -10,12 +10,8 @@
 # e2e_cluster_demo (scripts/cluster-demo) run the Deployment's pod.
 # Usage: story_e2e.sh LOCALKUBE KUBECTL HELM BIN_DIR
 set -euo pipefail
-LOCALKUBE=$1
-KUBECTL=$2
-HELM=$3
-BIN=$(cd "$4" && pwd)
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_helm_args "$@"
 
 start_localkube --run-pods \
   --image-map "kubetrain/=$BIN"

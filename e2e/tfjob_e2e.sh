@@ -13,14 +13,6 @@ e2e_args "$@"
 
 start_localkube_for_operator "$BIN"
 k() { "$KUBECTL" "$@"; }
-diagnose() {  # diagnose JOB: what a user would look at
-  k describe tfjob "$1" || true
-  k get pods -o wide || true
-  for p in $(k get pods -l "training.kubeflow.org/job-name=$1" -o name 2>/dev/null); do
-    echo "--- $p"; k logs "$p" --tail=15 2>&1 || true
-  done
-  tail -40 "$LK_DIR/operator.log"
-}
 
 step "CRDs, RBAC and the operator with --tfjob (as its service account)"
 k apply -f deploy/crd/ >/dev/null
@@ -51,7 +43,7 @@ step "Kubeflow's dist-mnist shape: 2 PS, 4 Workers, worker 0 decides"
 k apply -f e2e/testdata/tfjob-dist-mnist.yaml | has "tfjob.kubeflow.org/dist-mnist created" ||
   fail "kubectl apply of the TFJob"
 k wait --for=condition=Succeeded --timeout=300s tfjob/dist-mnist ||
-  { diagnose dist-mnist; fail "dist-mnist did not succeed"; }
+  { diagnose_job tfjob dist-mnist; fail "dist-mnist did not succeed"; }
 summary=$(k logs dist-mnist-worker-0 | grep '"event":"training_complete"') ||
   fail "no summary in worker 0's log"
 echo "$summary"
@@ -103,7 +95,7 @@ k get pod dist-mnist-worker-0 >/dev/null || fail "worker 0 was deleted: its log 
 step "a Chief and Workers (all-reduce), lower-case replica keys"
 k apply -f e2e/testdata/tfjob-chief.yaml >/dev/null
 k wait --for=condition=Succeeded --timeout=300s tfjob/multi-worker ||
-  { diagnose multi-worker; fail "multi-worker did not succeed"; }
+  { diagnose_job tfjob multi-worker; fail "multi-worker did not succeed"; }
 k logs multi-worker-chief-0 | has '"event":"training_complete"' || fail "no summary in the chief's log"
 k get pod multi-worker-chief-0 -o jsonpath='{.metadata.labels.training\.kubeflow\.org/job-role}' |
   has -x master || fail "the chief pod lacks job-role: master"

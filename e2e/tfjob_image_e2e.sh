@@ -21,14 +21,6 @@ start_localkube --run-pods --runtime oci
 OP_KUBECONFIG=$KUBECONFIG
 trap stop_all EXIT
 k() { timeout 60 "$KUBECTL" --cache-dir "$LK_DIR/cache" "$@"; }
-diagnose() {  # diagnose JOB
-  k describe tfjob "$1" || true
-  k get pods -o wide || true
-  for p in $(k get pods -l "training.kubeflow.org/job-name=$1" -o name 2>/dev/null); do
-    echo "--- $p"; k logs "$p" --tail=15 2>&1 || true
-  done
-  tail -30 "$LK_DIR/operator.log"
-}
 
 step "the TFJob CRD and the operator with --tfjob"
 k apply -f deploy/crd/ >/dev/null
@@ -40,7 +32,7 @@ started=$SECONDS
 k apply -f e2e/testdata/tfjob-one-image.yaml >/dev/null
 for job in one-image solo; do
   k wait --for=condition=Succeeded --timeout=300s "tfjob/$job" >/dev/null ||
-    { diagnose "$job"; fail "$job did not succeed"; }
+    { diagnose_job tfjob "$job"; fail "$job did not succeed"; }
 done
 echo "both Succeeded in $((SECONDS - started)) s"
 expect_sandboxed "$(k get pods -l training.kubeflow.org/job-name=one-image -o jsonpath="$PLACEMENT")"
