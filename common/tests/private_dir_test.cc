@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/scoped_env.h"
 
 namespace kubetrain {
 namespace {
@@ -85,17 +86,10 @@ TEST_F(PrivateDirTest, ADirectoryOfAnotherUserIsRefusedNamingTheOwner) {
 }
 
 TEST_F(PrivateDirTest, EachUserHasAScratchFolderOfTheirOwn) {
-  const char* old = std::getenv("TMPDIR");
-  std::string saved = old != nullptr ? old : "";
-  setenv("TMPDIR", root_.c_str(), 1);
+  ::kubetrain::testing::ScopedEnv env({{"TMPDIR", root_}});
   // Another user's run made the shared name first: it no longer stands in the way.
   ASSERT_EQ(mkdir((root_ + "/kubetrain").c_str(), 0755), 0);
   absl::StatusOr<std::string> dir = UserScratchDirectory();
-  if (old != nullptr) {
-    setenv("TMPDIR", saved.c_str(), 1);
-  } else {
-    unsetenv("TMPDIR");
-  }
   ASSERT_TRUE(dir.ok()) << dir.status();
   EXPECT_EQ(*dir, absl::StrCat(root_, "/kubetrain-", geteuid()));
   EXPECT_EQ(Mode(*dir), 0700u);

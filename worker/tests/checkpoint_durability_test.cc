@@ -15,6 +15,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/testing/scoped_env.h"
 #include "worker/tests/loopback.h"
 #include "worker/tests/spawn_logged.h"
 
@@ -70,9 +71,11 @@ TEST_F(CheckpointDurabilityTest, AChiefWithCheckpointsInItsPodWarnsAtStart) {
 
 TEST_F(CheckpointDurabilityTest, TheOperatorsEnvironmentVariableIsEnough) {
   std::filesystem::create_directories(dir_);
-  setenv("KUBETRAIN_CHECKPOINT_DURABLE", "false", 1);
-  std::string out = RunChief({});
-  unsetenv("KUBETRAIN_CHECKPOINT_DURABLE");
+  std::string out;
+  {
+    ::kubetrain::testing::ScopedEnv env({{"KUBETRAIN_CHECKPOINT_DURABLE", "false"}});
+    out = RunChief({});
+  }
   EXPECT_NE(out.find(kWarning), std::string::npos) << out;
 }
 

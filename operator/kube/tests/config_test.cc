@@ -1,4 +1,5 @@
 #include "operator/kube/config.h"
+#include "common/testing/scoped_env.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -110,11 +111,12 @@ TEST(InCluster, ReadsServiceAccountFilesAndEnv) {
   Write("sa/token", "tok-1\n");
   Write("sa/namespace", "training\n");
   Write("sa/ca.crt", "CA");
-  setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1", 1);
-  setenv("KUBERNETES_SERVICE_PORT", "443", 1);
-  auto c = LoadInClusterConfig(dir);
-  unsetenv("KUBERNETES_SERVICE_HOST");
-  unsetenv("KUBERNETES_SERVICE_PORT");
+  absl::StatusOr<ClusterConfig> c;
+  {
+    ::kubetrain::testing::ScopedEnv env(
+        {{"KUBERNETES_SERVICE_HOST", "10.0.0.1"}, {"KUBERNETES_SERVICE_PORT", "443"}});
+    c = LoadInClusterConfig(dir);
+  }
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->host, "10.0.0.1");
   EXPECT_EQ(c->port, 443);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/scoped_env.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
 #include "operator/kube/exec_credential.h"
@@ -180,11 +181,12 @@ TEST(HeaderInjection, InClusterTokenWithCrLfIsRefused) {
   std::string dir = ::testing::TempDir() + "/inject-sa";
   fs::create_directories(dir);
   WriteScratch("inject-sa/token", "good\r\nImpersonate-User: system:admin\n");
-  setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
-  setenv("KUBERNETES_SERVICE_PORT", "443", 1);
-  auto c = LoadInClusterConfig(dir);
-  unsetenv("KUBERNETES_SERVICE_HOST");
-  unsetenv("KUBERNETES_SERVICE_PORT");
+  absl::StatusOr<ClusterConfig> c;
+  {
+    ::kubetrain::testing::ScopedEnv env(
+        {{"KUBERNETES_SERVICE_HOST", "127.0.0.1"}, {"KUBERNETES_SERVICE_PORT", "443"}});
+    c = LoadInClusterConfig(dir);
+  }
   ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
   EXPECT_NE(c.status().message().find("the service-account token in " + dir + "/token"),
             std::string::npos)

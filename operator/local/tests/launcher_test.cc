@@ -1,4 +1,5 @@
 #include "operator/local/launcher.h"
+#include "common/testing/scoped_env.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -112,17 +113,13 @@ TEST(LocalJob, CheckpointsGoToAPrivateFolderOfTheUsersOwn) {
   if (geteuid() == 0) {
     ASSERT_EQ(chown((tmp + "/kubetrain").c_str(), 65534, 65534), 0);
   }
-  const char* old = std::getenv("TMPDIR");
-  std::string saved = old != nullptr ? old : "";
-  setenv("TMPDIR", tmp.c_str(), 1);
-  Outcome o = RunJob(Job({{"Worker", Replica(1,
-                                             "echo ckpt=$KUBETRAIN_CHECKPOINT_DIR; "
-                                             "stat -c 'mode=%a' \"$(dirname "
-                                             "$KUBETRAIN_CHECKPOINT_DIR)\"")}}));
-  if (old != nullptr) {
-    setenv("TMPDIR", saved.c_str(), 1);
-  } else {
-    unsetenv("TMPDIR");
+  Outcome o;
+  {
+    ::kubetrain::testing::ScopedEnv env({{"TMPDIR", tmp}});
+    o = RunJob(Job({{"Worker", Replica(1,
+                                       "echo ckpt=$KUBETRAIN_CHECKPOINT_DIR; "
+                                       "stat -c 'mode=%a' \"$(dirname "
+                                       "$KUBETRAIN_CHECKPOINT_DIR)\"")}}));
   }
   EXPECT_TRUE(o.result.succeeded) << o.output;
   EXPECT_TRUE(Contains(o.output, absl::StrCat("ckpt=", tmp, "/kubetrain-", geteuid(), "/t-")))
