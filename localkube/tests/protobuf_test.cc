@@ -15,6 +15,7 @@
 #include "localkube/protobuf_schema.h"
 #include "localkube/server.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/protobuf_wire.h"
 #include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
 
@@ -24,23 +25,10 @@ namespace {
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using ::testing::HasSubstr;
+using testing::Int;
+using testing::Len;
+using testing::Varint;
 
-// Wire encoders.
-std::string Varint(uint64_t v) {
-  std::string out;
-  do {
-    uint8_t b = v & 0x7f;
-    v >>= 7;
-    out.push_back(static_cast<char>(v ? b | 0x80 : b));
-  } while (v);
-  return out;
-}
-std::string Len(int field, const std::string& value) {
-  return Varint(static_cast<uint64_t>(field) << 3 | 2) + Varint(value.size()) + value;
-}
-std::string Int(int field, int64_t value) {
-  return Varint(static_cast<uint64_t>(field) << 3) + Varint(static_cast<uint64_t>(value));
-}
 std::string Entry(int field, const std::string& key, const std::string& value) {
   return Len(field, Len(1, key) + Len(2, value));
 }

@@ -21,6 +21,7 @@
 #include "localkube/server.h"
 #include "localkube/service_accounts.h"
 #include "localkube/tests/http_client.h"
+#include "localkube/tests/protobuf_wire.h"
 #include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
 
@@ -372,28 +373,14 @@ TEST_F(ServiceAccounts, APodNamingAMissingServiceAccountIsForbidden) {
   EXPECT_EQ(Call(kAdminToken, "GET", "/api/v1/namespaces/ns1/pods/x").code, 404);
 }
 
-// Protobuf field encoders for the body `kubectl create token` sends.
-std::string Bytes(int field, const std::string& value) {
-  std::string out(1, static_cast<char>(field << 3 | 2));
-  out.push_back(static_cast<char>(value.size()));  // every value here is < 128 bytes
-  return out + value;
-}
-std::string Varint(int field, uint64_t value) {
-  std::string out(1, static_cast<char>(field << 3));
-  do {
-    uint8_t b = value & 0x7f;
-    value >>= 7;
-    out.push_back(static_cast<char>(value ? b | 0x80 : b));
-  } while (value);
-  return out;
-}
-
 TEST_F(ServiceAccounts, KubectlsProtobufTokenRequestIsDecoded) {
-  std::string spec = Bytes(1, "vault") + Bytes(1, "api") + Varint(4, 1200) +
-                     Bytes(3, Bytes(1, "Pod") + Bytes(2, "v1") + Bytes(3, "p") + Bytes(4, "u"));
+  using testing::Int;
+  using testing::Len;
+  std::string spec = Len(1, "vault") + Len(1, "api") + Int(4, 1200) +
+                     Len(3, Len(1, "Pod") + Len(2, "v1") + Len(3, "p") + Len(4, "u"));
   std::string body = std::string("k8s\0", 4) +
-                     Bytes(1, Bytes(1, "authentication.k8s.io/v1") + Bytes(2, "TokenRequest")) +
-                     Bytes(2, Bytes(1, "") + Bytes(2, spec));
+                     Len(1, Len(1, "authentication.k8s.io/v1") + Len(2, "TokenRequest")) +
+                     Len(2, Len(1, "") + Len(2, spec));
   auto decoded = DecodeTokenRequestProtobuf(body);
   ASSERT_THAT(decoded, IsOk());
   EXPECT_EQ((*decoded)["spec"],
