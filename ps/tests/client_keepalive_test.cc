@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/loopback.h"
 #include "ps/client.h"
 #include "ps/tests/ps_cluster.h"
 
@@ -27,15 +28,10 @@ namespace {
 class Relay {
  public:
   explicit Relay(int target_port) : target_port_(target_port) {
-    listener_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(listen(listener_, 4), 0);
-    socklen_t len = sizeof(addr);
-    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    const ::kubetrain::testing::LoopbackListener listener =
+        ::kubetrain::testing::ListenOnLoopback(4);
+    listener_ = listener.fd;
+    port_ = listener.port;
     thread_ = std::thread([this] { Run(); });
   }
   ~Relay() {

@@ -13,6 +13,7 @@
 #include <future>
 #include <string>
 
+#include "common/testing/loopback.h"
 #include "common/testing/temp_dir.h"
 #include "ps/server.h"
 #include "worker/core/cpu/cpu_device.h"
@@ -22,29 +23,6 @@
 
 namespace kubetrain::worker {
 namespace {
-
-// A loopback listener that never accepts: the kernel completes the TCP handshake, gRPC's never
-// does, so a call to it hangs until its deadline.
-class SilentListener {
- public:
-  SilentListener() {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
-    EXPECT_EQ(listen(fd_, 16), 0);
-    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
-  }
-  ~SilentListener() { close(fd_); }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
 
 using testing::ClosedAddress;
 
@@ -93,14 +71,14 @@ TEST_F(TrainerStopTest, ChiefWaitingForAPsThatIsNotUpStopsPromptly) {
 }
 
 TEST_F(TrainerStopTest, WorkerCallingAPsThatNeverAnswersStopsPromptly) {
-  SilentListener silent;
+  ::kubetrain::testing::SilentListener silent;
   const absl::Duration took =
       RunThenStop(Options(), {Role::kWorker, 1, 2, {silent.address()}}, absl::Seconds(2));
   EXPECT_LT(took, absl::Seconds(1));
 }
 
 TEST_F(TrainerStopTest, ChiefCallingAPsThatNeverAnswersStopsPromptly) {
-  SilentListener silent;
+  ::kubetrain::testing::SilentListener silent;
   const absl::Duration took =
       RunThenStop(Options(), {Role::kChief, 0, 2, {silent.address()}}, absl::Seconds(2));
   EXPECT_LT(took, absl::Seconds(1));

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/testing/eventually.h"
+#include "common/testing/loopback.h"
 #include "common/testing/status_matchers.h"
 
 namespace kubetrain::controller {
@@ -116,32 +117,9 @@ class FakeChief {
   std::thread thread_;
 };
 
-// Accepts connections (the kernel does, from its backlog) and never answers: a chief behind a
-// NetworkPolicy that drops the reply, or one too busy to serve.
-class SilentPort {
- public:
-  SilentPort() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    listen(fd_, 64);
-    socklen_t len = sizeof(addr);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-  }
-  ~SilentPort() { close(fd_); }
-  int port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
-
 TEST(ProgressPoller, ReadsOffTheCallersThreadAndAnnouncesOnlyWhatIsWorthWriting) {
   FakeChief chief;
-  SilentPort silent;
+  ::kubetrain::testing::SilentListener silent;
   absl::Mutex mu;
   std::vector<std::string> announced;
   // Generous bounds: reads on a loaded machine (a test run with -j) take a while.

@@ -16,6 +16,7 @@
 
 #include "absl/time/clock.h"
 #include "common/testing/eventually.h"
+#include "common/testing/loopback.h"
 #include "common/testing/status_matchers.h"
 #include "operator/kube/config.h"
 #include "operator/kube/leader_election.h"
@@ -34,15 +35,10 @@ using testing::Localkube;
 class StallableProxy {
  public:
   explicit StallableProxy(int upstream_port) : upstream_port_(upstream_port) {
-    listener_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    listen(listener_, 16);
-    socklen_t len = sizeof(addr);
-    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    const ::kubetrain::testing::LoopbackListener listener =
+        ::kubetrain::testing::ListenOnLoopback(16);
+    listener_ = listener.fd;
+    port_ = listener.port;
     accept_thread_ = std::thread([this] { AcceptLoop(); });
   }
   ~StallableProxy() {
