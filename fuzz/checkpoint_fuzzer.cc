@@ -12,8 +12,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "fuzz/fuzz_util.h"
-#include "google/protobuf/stubs/logging.h"
+#include "fuzz/protobuf_fuzz_util.h"
 #include "worker/runtime/checkpoint.h"
 
 namespace {
@@ -37,9 +36,7 @@ std::string Frame(absl::string_view payload) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  kubetrain::fuzz::QuietLogs();
-  // Protobuf logs every string field that is not UTF-8; the parse result is what matters.
-  google::protobuf::SetLogHandler(nullptr);
+  kubetrain::fuzz::QuietProtobufLogs();
   return 0;
 }
 

@@ -16,24 +16,13 @@
 #include "fuzz/fuzz_util.h"
 #include "localkube/protobuf.h"
 #include "localkube/protobuf_schema.h"
+#include "localkube/tests/protobuf_wire.h"
 
 namespace {
 
 namespace localkube = kubetrain::localkube;
 using kubetrain::fuzz::Fail;
-
-std::string Varint(uint64_t v) {
-  std::string out;
-  do {
-    uint8_t b = v & 0x7f;
-    v >>= 7;
-    out.push_back(static_cast<char>(v ? b | 0x80 : b));
-  } while (v);
-  return out;
-}
-std::string Len(int field, const std::string& value) {
-  return Varint(static_cast<uint64_t>(field) << 3 | 2) + Varint(value.size()) + value;
-}
+using kubetrain::localkube::testing::Len;
 
 }  // namespace
 

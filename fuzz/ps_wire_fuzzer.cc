@@ -14,8 +14,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "fuzz/fuzz_util.h"
-#include "google/protobuf/stubs/logging.h"
+#include "fuzz/protobuf_fuzz_util.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "kubetrain/v1/ps.pb.h"
@@ -95,9 +94,7 @@ void Partition(absl::string_view bytes) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  kubetrain::fuzz::QuietLogs();
-  // Protobuf logs every string field that is not UTF-8; the parse result is what matters.
-  google::protobuf::SetLogHandler(nullptr);
+  kubetrain::fuzz::QuietProtobufLogs();
   return 0;
 }
 
