@@ -62,12 +62,8 @@ class RbacEscalation : public testing::ServedApiTest {
     options.user_tokens[kSa] = MakeUser("system:serviceaccount:ns1:sa", {});
     options.user_tokens[kMaster] = MakeUser("root", {"system:masters"});
     ASSERT_NO_FATAL_FAILURE(Serve(options));
-    for (const char* ns : {"ns1", "ns2"}) {
-      ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces",
-                     {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}})
-                    .code,
-                201);
-    }
+    ASSERT_NO_FATAL_FAILURE(AddNamespace("ns1"));
+    ASSERT_NO_FATAL_FAILURE(AddNamespace("ns2"));
     // The bootstrap ClusterRoles of a real cluster the cases refer to.
     Admin(kClusterRoles, Role("", "cluster-admin", Rules(R"([
       {"apiGroups":["*"],"resources":["*"],"verbs":["*"]},

@@ -96,12 +96,8 @@ class LocalkubeRbac : public testing::ServedApiTest {
     options.user_tokens[kMaster] = MakeUser("root", {"system:masters"});
     options.user_tokens[kOperator] = MakeUser(kOperatorUser, {});
     ASSERT_NO_FATAL_FAILURE(Serve(options));
-    for (const char* ns : {"ns1", "ns2"}) {
-      ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces",
-                     {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}})
-                    .code,
-                201);
-    }
+    ASSERT_NO_FATAL_FAILURE(AddNamespace("ns1"));
+    ASSERT_NO_FATAL_FAILURE(AddNamespace("ns2"));
   }
   void Grant(const std::string& ns, json rules) {
     static int n = 0;

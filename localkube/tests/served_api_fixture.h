@@ -46,6 +46,13 @@ class ServedApiTest : public ::testing::Test {
              const std::string& content_type = "application/json") {
     return CallAs(*client_, token, method, path, body, content_type);
   }
+  // Creates Namespace `name` as the admin.
+  void AddNamespace(const std::string& name) {
+    ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces",
+                   {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", name}}}})
+                  .code,
+              201);
+  }
   // Creates `object` at `collection` as the admin (kAdminToken); the stored object.
   nlohmann::json Admin(const std::string& collection, const nlohmann::json& object) {
     Reply r = CallAs(*client_, kAdminToken, "POST", collection, object);
