@@ -1,5 +1,9 @@
 #include "worker/core/device.h"
 
+#include <new>
+
+#include "absl/strings/str_cat.h"
+
 namespace kubetrain::worker {
 
 int64_t NumElements(const Shape& shape) {
@@ -7,6 +11,18 @@ int64_t NumElements(const Shape& shape) {
   for (int64_t d : shape) n *= d;
   return n;
 }
+
+void* Device::AllocateHostBytes(size_t bytes) { return ::operator new(bytes); }
+
+void Device::FreeHostBytes(void* ptr) { ::operator delete(ptr); }
+
+absl::Status Device::BeginCapture() {
+  return absl::UnimplementedError(absl::StrCat("the ", name(), " device does not capture graphs"));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceGraph>> Device::EndCapture() { return BeginCapture(); }
+
+absl::Status Device::LaunchGraph(DeviceGraph& /*graph*/) { return BeginCapture(); }
 
 void Device::AddBiasRelu(int rows, int cols, const float* bias, float* x) {
   AddBias(rows, cols, bias, x);

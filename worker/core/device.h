@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "ps/update_rule.h"
@@ -39,6 +40,15 @@ struct UpdateSlice {
 int64_t NumElements(const Shape& shape);
 
 class Device;
+
+// Device work recorded once and replayed as a whole (a CUDA graph on a GPU): Device::EndCapture
+// makes one, Device::LaunchGraph replays it. It holds the device pointers and the host staging
+// addresses its work was issued with, so those must stay allocated while it lives. Destroy it
+// before the Device that made it.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+};
 
 // A typed, shaped block of device memory. Owns its allocation and frees it through the Device
 // that made it, so the Device must outlive every Buffer. Move-only; not thread-safe.
@@ -99,6 +109,29 @@ class Device {
   virtual void Fill(int64_t n, float value, float* x) = 0;
   // Waits for queued work; returns the first backend error since the last call.
   virtual absl::Status Synchronize() = 0;
+
+  // Host memory for staging uploads: page-locked on a GPU, so that a captured upload from it can
+  // be replayed (and runs as an asynchronous DMA). Plain heap memory by default. Allocation
+  // failure is fatal, as with AllocateBytes.
+  virtual void* AllocateHostBytes(size_t bytes);
+  virtual void FreeHostBytes(void* ptr);
+
+  // Graph capture (docs/decisions/0010-one-graph-per-step.md). Between BeginCapture and
+  // EndCapture the device records the work issued to it instead of running it; EndCapture
+  // returns the recording, which LaunchGraph then runs, in issue order with other work, as often
+  // as the caller likes. A capture refuses what cannot be replayed (a host wait, a download, an
+  // allocation, an upload from host memory not made by AllocateHostBytes): EndCapture then
+  // fails, naming it, and nothing of the captured work has run. By default no capture is
+  // supported (the CPU backend runs every step as it is issued).
+  virtual bool SupportsGraphs() const { return false; }
+  virtual absl::Status BeginCapture();
+  virtual absl::StatusOr<std::unique_ptr<DeviceGraph>> EndCapture();
+  // Errors of the graph's work surface at the next Synchronize, as for any kernel.
+  virtual absl::Status LaunchGraph(DeviceGraph& graph);
+  // Blocks until every graph launched so far has finished, so that host memory their uploads
+  // read may be rewritten; errors are those of waiting (the graphs' own surface at Synchronize).
+  // At once where graphs run as they are launched.
+  virtual absl::Status WaitForGraphs() { return absl::OkStatus(); }
 
   // Bytes of im2col columns a convolution builds at once (worker/core/layers/conv2d.h). The default
   // suits a CPU core: one chunk's columns stay in its L2 cache (1 MiB) between im2col and GEMM.

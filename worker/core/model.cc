@@ -14,7 +14,8 @@ Model::Model(Device& device, std::string name, int num_classes,
     : device_(device),
       name_(std::move(name)),
       num_classes_(num_classes),
-      layers_(std::move(layers)) {
+      layers_(std::move(layers)),
+      graphs_(device, name_) {
   for (auto& layer : layers_) {
     first_variable_.push_back(variables_.size());
     for (Variable* v : layer->variables()) variables_.push_back(v);
@@ -41,6 +42,7 @@ absl::Status Model::Initialize(uint64_t seed) {
 void Model::Reserve(int batch) {
   if (batch <= capacity_) return;
   capacity_ = batch;
+  ++generation_;
   for (auto& layer : layers_) layer->Reserve(batch);
   input_ = Tensor(device_, {batch, input_size()});
   labels_ = IntTensor(device_, {batch});
@@ -53,7 +55,8 @@ void Model::Reserve(int batch) {
   host_predictions_.resize(batch);
 }
 
-absl::Status Model::Load(absl::Span<const float> images, absl::Span<const int32_t> labels) {
+absl::Status Model::CheckBatch(absl::Span<const float> images,
+                               absl::Span<const int32_t> labels) const {
   const auto batch = static_cast<int64_t>(labels.size());
   if (batch == 0 || static_cast<int64_t>(images.size()) != batch * input_size()) {
     return absl::InvalidArgumentError(absl::StrCat("batch of ", batch, " labels needs ",
@@ -65,9 +68,14 @@ absl::Status Model::Load(absl::Span<const float> images, absl::Span<const int32_
       return absl::InvalidArgumentError(absl::StrCat("label ", label, " is out of range"));
     }
   }
-  Reserve(static_cast<int>(batch));
+  return absl::OkStatus();
+}
+
+absl::Status Model::Load(absl::Span<const float> images, absl::Span<const int32_t> labels) {
+  RETURN_IF_ERROR(CheckBatch(images, labels));
+  Reserve(static_cast<int>(labels.size()));
   device_.Upload(images.data(), input_, images.size());
-  device_.Upload(labels.data(), labels_, batch);
+  device_.Upload(labels.data(), labels_, static_cast<int64_t>(labels.size()));
   return absl::OkStatus();
 }
 
@@ -100,19 +108,36 @@ double Model::SumLoss(int batch) {
 }
 
 absl::StatusOr<int> Model::ForwardBackward(absl::Span<const float> images,
-                                           absl::Span<const int32_t> labels) {
-  RETURN_IF_ERROR(Load(images, labels));
+                                           absl::Span<const int32_t> labels, float* loss) {
+  RETURN_IF_ERROR(CheckBatch(images, labels));
   const int batch = static_cast<int>(labels.size());
-  const float* logits = Forward(batch);
-  device_.SoftmaxCrossEntropy(batch, num_classes_, logits, labels_.data(), 1.0f / batch,
-                              losses_.data(), logits_grad_.data());
-  Backward(batch);
+  // Buffers grow before a step may be captured: a capture cannot allocate.
+  Reserve(batch);
+  const StepGraphs::Issue issue = [&](const float* host_images, const int32_t* host_labels) {
+    device_.Upload(host_images, input_, static_cast<int64_t>(images.size()));
+    device_.Upload(host_labels, labels_, batch);
+    const float* logits = Forward(batch);
+    device_.SoftmaxCrossEntropy(batch, num_classes_, logits, labels_.data(), 1.0f / batch,
+                                losses_.data(), logits_grad_.data());
+    Backward(batch);
+    if (loss != nullptr) {
+      // loss = (1/batch) · losses[1×batch] · ones[batch×1]
+      device_.Gemm(false, false, 1, 1, batch, 1.0f / batch, losses_.data(), ones_.data(), 0.0f,
+                   loss);
+    }
+  };
+  if (gradients_ready_) {
+    issue(images.data(), labels.data());
+  } else {
+    RETURN_IF_ERROR(graphs_.Run({batch, loss}, generation_, images, labels, issue), "step of ",
+                    name_);
+  }
   return batch;
 }
 
 absl::StatusOr<float> Model::ComputeGradients(absl::Span<const float> images,
                                               absl::Span<const int32_t> labels) {
-  ASSIGN_OR_RETURN(const int batch, ForwardBackward(images, labels));
+  ASSIGN_OR_RETURN(const int batch, ForwardBackward(images, labels, nullptr));
   const double loss = SumLoss(batch);
   RETURN_IF_ERROR(device_.Synchronize(), "computing gradients of ", name_);
   return static_cast<float>(loss / batch);
@@ -120,10 +145,7 @@ absl::StatusOr<float> Model::ComputeGradients(absl::Span<const float> images,
 
 absl::Status Model::ComputeGradients(absl::Span<const float> images,
                                      absl::Span<const int32_t> labels, float* loss) {
-  ASSIGN_OR_RETURN(const int batch, ForwardBackward(images, labels));
-  // loss = (1/batch) · losses[1×batch] · ones[batch×1]
-  device_.Gemm(false, false, 1, 1, batch, 1.0f / batch, losses_.data(), ones_.data(), 0.0f, loss);
-  return absl::OkStatus();
+  return ForwardBackward(images, labels, loss).status();
 }
 
 absl::StatusOr<EvalResult> Model::EvaluateBatch(absl::Span<const float> images,

@@ -15,6 +15,7 @@
 #include "worker/core/data/dataset.h"
 #include "worker/core/device.h"
 #include "worker/core/layers/layer.h"
+#include "worker/core/step_graphs.h"
 #include "worker/core/variable.h"
 
 namespace kubetrain::worker {
@@ -81,9 +82,18 @@ class Model {
   // all-reduce starts summing them while the earlier layers' backward runs (DDP's and Horovod's
   // overlap). On a device that queues work the gradients may still be in flight: the hook must
   // wait for the device before reading them. Empty: none.
+  // While a hook is set, steps are not captured (StepGraphs): the hook runs host code between
+  // layers.
   void SetGradientsReady(std::function<void(size_t ready)> hook) {
     gradients_ready_ = std::move(hook);
+    if (gradients_ready_) graphs_.Clear();
   }
+
+  // ComputeGradients through one captured graph per batch size where the device supports it
+  // (worker/core/step_graphs.h); off by default. The results are bit-identical to those of
+  // uncaptured steps.
+  void UseStepGraphs(bool on) { graphs_.set_enabled(on); }
+  const StepGraphs& step_graphs() const { return graphs_; }
 
   // Host copies in variables() order; `out`/`values` must hold num_parameters() floats.
   absl::Status ReadValues(absl::Span<float> out);
@@ -91,13 +101,15 @@ class Model {
   absl::Status WriteValues(absl::Span<const float> values);
 
  private:
+  absl::Status CheckBatch(absl::Span<const float> images, absl::Span<const int32_t> labels) const;
   absl::Status Load(absl::Span<const float> images, absl::Span<const int32_t> labels);
   void Reserve(int batch);
   const float* Forward(int batch);
   void Backward(int batch);
-  // Load, Forward, the loss (per row, in losses_) and Backward; returns the batch size.
+  // Load, Forward, the loss (per row, in losses_; their mean in `loss` too unless null) and
+  // Backward, captured or replayed by graphs_ where it may be; returns the batch size.
   absl::StatusOr<int> ForwardBackward(absl::Span<const float> images,
-                                      absl::Span<const int32_t> labels);
+                                      absl::Span<const int32_t> labels, float* loss);
   double SumLoss(int batch);
   absl::Status CheckFlatSize(size_t size) const;
 
@@ -107,6 +119,7 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Variable*> variables_;
   int capacity_ = 0;
+  uint64_t generation_ = 0;  // counts the reallocations of the buffers below (Reserve)
   Tensor input_;
   IntTensor labels_;
   Tensor losses_;
@@ -118,6 +131,8 @@ class Model {
   std::function<void(size_t)> gradients_ready_;
   std::vector<float> host_losses_;
   std::vector<int32_t> host_predictions_;
+  // Declared last: its graphs use the buffers above and are dropped first.
+  StepGraphs graphs_;
 };
 
 }  // namespace kubetrain::worker

@@ -2,8 +2,9 @@
 // backend runs it: kernel launches, GEMMs and device-side copies among them, and host waits (a
 // download or a Synchronize blocks the host until the device has caught up with the work issued
 // before it; one that follows another wait with nothing issued in between blocks for nothing and
-// is not counted). Its column budget can be set, and its memory declared not host-addressable,
-// so a CPU test can take the paths a GPU takes.
+// is not counted). A graph launch counts as one launch; the work of a capture is not launched
+// and not counted (nor is waiting for graphs the host has seen finish). Its column budget can be
+// set, and its memory declared not host-addressable, so a CPU test can take the paths a GPU takes.
 #pragma once
 
 #include <cstdint>
@@ -44,9 +45,32 @@ class CountingDevice final : public Device {
 
   void* AllocateBytes(size_t bytes) override { return inner_.AllocateBytes(bytes); }
   void FreeBytes(void* ptr) override { inner_.FreeBytes(ptr); }
+  void* AllocateHostBytes(size_t bytes) override { return inner_.AllocateHostBytes(bytes); }
+  void FreeHostBytes(void* ptr) override { inner_.FreeHostBytes(ptr); }
+  bool SupportsGraphs() const override { return inner_.SupportsGraphs(); }
+  absl::Status BeginCapture() override {
+    absl::Status status = inner_.BeginCapture();
+    capturing_ = status.ok();
+    return status;
+  }
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> EndCapture() override {
+    capturing_ = false;
+    return inner_.EndCapture();
+  }
+  absl::Status LaunchGraph(DeviceGraph& graph) override {
+    Launch();
+    graph_pending_ = true;
+    return inner_.LaunchGraph(graph);
+  }
+  absl::Status WaitForGraphs() override {
+    if (graph_pending_) Wait();
+    return inner_.WaitForGraphs();
+  }
   void CopyHostToDevice(const void* host, void* device, size_t bytes) override {
-    ++counts_.uploads;
-    issued_ = true;
+    if (!capturing_) {
+      ++counts_.uploads;
+      issued_ = true;
+    }
     inner_.CopyHostToDevice(host, device, bytes);
   }
   void CopyDeviceToHost(const void* device, void* host, size_t bytes) override {
@@ -55,7 +79,7 @@ class CountingDevice final : public Device {
   }
   void CopyDeviceToDevice(const void* src, void* dst, size_t bytes) override {
     Launch();
-    ++counts_.copies;
+    if (!capturing_) ++counts_.copies;
     inner_.CopyDeviceToDevice(src, dst, bytes);
   }
   void Fill(int64_t n, float value, float* x) override {
@@ -70,7 +94,7 @@ class CountingDevice final : public Device {
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
     Launch();
-    ++counts_.gemms;
+    if (!capturing_) ++counts_.gemms;
     inner_.Gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
   }
   void Axpy(int64_t n, float alpha, const float* x, float* y) override {
@@ -158,16 +182,20 @@ class CountingDevice final : public Device {
   std::optional<int64_t> column_budget_;
   bool hide_host_memory_ = false;
   void Launch() {
+    if (capturing_) return;
     ++counts_.launches;
     issued_ = true;
   }
   void Wait() {
     if (issued_) ++counts_.host_waits;
     issued_ = false;
+    graph_pending_ = false;
   }
 
   Counts counts_;
   bool issued_ = true;  // work was issued since the last wait
+  bool capturing_ = false;
+  bool graph_pending_ = false;  // a graph was launched since the last wait
 };
 
 }  // namespace kubetrain::worker::testing
