@@ -72,10 +72,7 @@ state_of() { k get tj "$1" -o jsonpath='{.status.conditions[-1:].type}'; }
 pod_field() { k get pod "$1" -o jsonpath="$2" 2>/dev/null || true; }
 
 step "CRD, RBAC and operator; 3 nodes of 2 cpu"
-k apply -f deploy/crd/kubetrain.dev_trainingjobs.yaml >/dev/null
-k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev >/dev/null
-k apply -f deploy/rbac/cluster-role.yaml >/dev/null
-start_operator "$BIN"
+deploy_operator "$BIN"
 cpus=$(k get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.allocatable.cpu}{" "}{end}')
 [[ $cpus == "node-1=2 node-2=2 node-3=2 " ]] || fail "nodes and allocatable cpu: '$cpus', want 3 nodes of 2"
 

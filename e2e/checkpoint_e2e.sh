@@ -120,10 +120,7 @@ clean_ar=$(clean_accuracy fashion-mnist-allreduce)
 echo "uninterrupted: ps-sync $clean_ps (3 workers: $clean_ps3), all-reduce $clean_ar"
 
 step "CRD, RBAC and operator"
-k apply -f deploy/crd/kubetrain.dev_trainingjobs.yaml >/dev/null
-k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev >/dev/null
-k apply -f deploy/rbac/cluster-role.yaml >/dev/null
-start_operator "$BIN"
+deploy_operator "$BIN"
 
 step "the claim is made, owned by the job, and the chief alone mounts it"
 JOB=ck

@@ -37,10 +37,7 @@ members_are() { [[ "$(members)" == "$1" ]]; }
 replaced() { [[ -n "$(uid "$1")" && "$(uid "$1")" != "$2" && "$(phase "$1")" == Running ]]; }
 
 step "CRD, RBAC and operator (as its service account)"
-k apply -f deploy/crd/kubetrain.dev_trainingjobs.yaml >/dev/null
-k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev >/dev/null
-k apply -f deploy/rbac/cluster-role.yaml >/dev/null
-start_operator "$BIN"
+deploy_operator "$BIN"
 
 step "the elastic example, slowed to ~25 ms a step so that it trains while it is scaled"
 # 5 epochs (~70 s at that pace): the scale steps below take about a third of that, and

@@ -99,10 +99,7 @@ restore() {  # KIND NAME
 }
 
 step "CRDs, RBAC and the operator with --tfjob"
-k apply -f deploy/crd/kubetrain.dev_trainingjobs.yaml -f deploy/crd/kubeflow.org_tfjobs.yaml >/dev/null
-k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev crd/tfjobs.kubeflow.org >/dev/null
-k apply -f deploy/rbac/cluster-role.yaml >/dev/null
-start_operator "$BIN" --tfjob
+deploy_operator "$BIN" --tfjob
 
 for kind in tfjob tj; do
   name=kq-$kind

@@ -127,6 +127,24 @@ start_operator() {  # BIN [extra operator flags...]
   fail "operator caches did not sync"
 }
 
+# What the operator needs from deploy/, applied with the script's k, then start_operator: the
+# TrainingJob CRD (with --tfjob the TFJob CRD too) until established, and deploy/rbac's
+# ClusterRole and its binding to the operator's service account (the grants it runs with under
+# start_localkube_for_operator).
+deploy_operator() {  # BIN [extra operator flags...]
+  local files=(-f deploy/crd/kubetrain.dev_trainingjobs.yaml) crds=(crd/trainingjobs.kubetrain.dev)
+  if [[ " $* " == *" --tfjob "* ]]; then
+    files+=(-f deploy/crd/kubeflow.org_tfjobs.yaml)
+    crds+=(crd/tfjobs.kubeflow.org)
+  fi
+  k apply "${files[@]}" >/dev/null || fail "kubectl apply of the CRDs"
+  k wait --for condition=established --timeout=20s "${crds[@]}" >/dev/null ||
+    fail "the CRDs are not established: ${crds[*]}"
+  k apply -f deploy/rbac/cluster-role.yaml >/dev/null ||
+    fail "kubectl apply of deploy/rbac/cluster-role.yaml"
+  start_operator "$@"
+}
+
 stop_all() {
   local rc=$?
   set +e  # under errexit the `(exit "$rc")` below would end a failed script before the cleanup

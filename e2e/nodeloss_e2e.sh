@@ -195,10 +195,7 @@ YAML
 }
 
 step "CRD, RBAC and operator"
-k apply -f deploy/crd/kubetrain.dev_trainingjobs.yaml >/dev/null
-k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev >/dev/null
-k apply -f deploy/rbac/cluster-role.yaml >/dev/null
-start_operator "$BIN"
+deploy_operator "$BIN"
 k wait --for=condition=Ready --timeout=60s node --all >/dev/null || fail "the nodes are not Ready"
 k get sc shared-path -o jsonpath='{.provisioner} {.volumeBindingMode}{"\n"}'
 

@@ -38,12 +38,9 @@ pid_of() {
 step_of() { k get tj "$1" -o jsonpath='{.status.progress.step}' 2>/dev/null || true; }
 
 step "CRD, RBAC and operator (as its service account)"
-k apply -f deploy/crd/kubetrain.dev_trainingjobs.yaml >/dev/null
-k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev >/dev/null
-k apply -f deploy/rbac/cluster-role.yaml >/dev/null
+deploy_operator "$BIN"
 denied=$("$KUBECTL" --kubeconfig "$OP_KUBECONFIG" get configmaps 2>&1 || true)
 has "cannot list resource" <<<"$denied" || fail "the operator's token lists configmaps: RBAC is not enforced"
-start_operator "$BIN"
 
 step "a job runs to Succeeded"
 job fm 2 | k apply -f - >/dev/null

@@ -15,10 +15,7 @@ start_localkube_for_operator "$BIN"
 k() { "$KUBECTL" "$@"; }
 
 step "CRDs, RBAC and the operator with --tfjob (as its service account)"
-k apply -f deploy/crd/ >/dev/null
-k wait --for condition=established --timeout=20s crd/tfjobs.kubeflow.org >/dev/null
-k apply -f deploy/rbac/cluster-role.yaml >/dev/null
-start_operator "$BIN" --tfjob
+deploy_operator "$BIN" --tfjob
 
 step "the CRD's schema takes TFJob manifests whole (server-side dry run: nothing pruned)"
 k create namespace kubeflow >/dev/null

@@ -22,10 +22,8 @@ OP_KUBECONFIG=$KUBECONFIG
 trap stop_all EXIT
 k() { timeout 60 "$KUBECTL" --cache-dir "$LK_DIR/cache" "$@"; }
 
-step "the TFJob CRD and the operator with --tfjob"
-k apply -f deploy/crd/ >/dev/null
-k wait --for condition=established --timeout=20s crd/tfjobs.kubeflow.org >/dev/null
-start_operator "$BIN" --tfjob
+step "the CRDs, RBAC (not enforced: no --rbac) and the operator with --tfjob"
+deploy_operator "$BIN" --tfjob
 
 step "dist-mnist's shape and a one-replica TFJob, no command, from $WORKER_IMAGE"
 started=$SECONDS
