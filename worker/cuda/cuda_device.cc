@@ -85,11 +85,14 @@ absl::Status CudaDevice::Init() {
   ASSIGN_OR_RETURN(copy_, cuda::CreateStream());
   ASSIGN_OR_RETURN(compute_done_, cuda::CreateEvent());
   ASSIGN_OR_RETURN(copy_done_, cuda::CreateEvent());
+  ASSIGN_OR_RETURN(graph_done_, cuda::CreateEvent());
   for (size_t i = 0; i < staging_.size(); ++i) {
     ASSIGN_OR_RETURN(staging_[i], cuda::AllocatePinnedMemory(options_.staging_chunk_bytes));
     ASSIGN_OR_RETURN(staging_free_[i], cuda::CreateEvent());
   }
-  ASSIGN_OR_RETURN(cublas_, cuda::CreateCublasHandle(compute_.get(), options_.tf32));
+  ASSIGN_OR_RETURN(cublas_workspace_, cuda::AllocateDeviceMemory(cuda::kCublasWorkspaceBytes));
+  ASSIGN_OR_RETURN(cublas_,
+                   cuda::CreateCublasHandle(compute_.get(), options_.tf32, &cublas_workspace_));
   return absl::OkStatus();
 }
 
@@ -110,7 +113,8 @@ absl::Status CudaDevice::MakeCurrent() const {
 }
 
 void CudaDevice::Record(absl::Status status) {
-  if (!status.ok() && first_error_.ok()) first_error_ = std::move(status);
+  absl::Status& first = capturing_ ? capture_error_ : first_error_;
+  if (!status.ok() && first.ok()) first = std::move(status);
 }
 
 bool CudaDevice::Check(absl::Status status) {
@@ -124,11 +128,13 @@ bool CudaDevice::Activate() { return Check(MakeCurrent()); }
 float* CudaDevice::Scratch(int64_t floats) {
   const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
   if (scratch_.bytes() < bytes) {
+    if (RefuseDuringCapture("growing the scratch memory")) return nullptr;
     // Kernels already issued may still read the old block.
     if (!Check(KT_CUDA_STATUS(cudaStreamSynchronize(compute_.get())))) return nullptr;
     absl::StatusOr<cuda::DeviceMemory> grown =
         cuda::AllocateDeviceMemory(std::max(bytes, 2 * scratch_.bytes()));
     if (!Check(grown.status())) return nullptr;
+    if (captured_) retired_scratch_.push_back(std::move(scratch_));
     scratch_ = *std::move(grown);
   }
   return scratch_.as<float>();
@@ -160,6 +166,8 @@ bool CudaDevice::CopyAfterCompute() {
 }
 
 void* CudaDevice::AllocateBytes(size_t bytes) {
+  RefuseDuringCapture("AllocateBytes");
+  const cuda::RelaxedCapture relaxed(capturing_);  // the allocation must not end the capture
   void* ptr = nullptr;
   absl::Status status = MakeCurrent();
   if (status.ok()) status = KT_CUDA_STATUS(cudaMalloc(&ptr, bytes));
@@ -172,6 +180,8 @@ void* CudaDevice::AllocateBytes(size_t bytes) {
 }
 
 void CudaDevice::FreeBytes(void* ptr) {
+  RefuseDuringCapture("FreeBytes");
+  const cuda::RelaxedCapture relaxed(capturing_);
   if (Activate()) Record(KT_CUDA_STATUS(cudaFree(ptr)));
 }
 
@@ -181,6 +191,10 @@ void CudaDevice::FreeBytes(void* ptr) {
 // chunk is staged; its DMA may still run, and the compute stream waits for it before any later
 // kernel.
 void CudaDevice::CopyHostToDevice(const void* host, void* device, size_t bytes) {
+  if (capturing_) {
+    CaptureUpload(host, device, bytes);
+    return;
+  }
   // The copy stream must not overwrite memory that queued kernels still read.
   if (bytes == 0 || !Activate() || !CopyAfterCompute()) return;
   const size_t chunk = options_.staging_chunk_bytes;
@@ -207,7 +221,8 @@ void CudaDevice::CopyHostToDevice(const void* host, void* device, size_t bytes) 
 // chunk i out of the other. Returns when `host` holds every byte.
 void CudaDevice::CopyDeviceToHost(const void* device, void* host, size_t bytes) {
   // The copy must see everything the queued kernels write.
-  if (bytes == 0 || !Activate() || !CopyAfterCompute()) return;
+  if (RefuseDuringCapture("CopyDeviceToHost") || bytes == 0 || !Activate() || !CopyAfterCompute())
+    return;
   const size_t chunk = options_.staging_chunk_bytes;
   const size_t chunks = (bytes + chunk - 1) / chunk;
   const auto* src = static_cast<const char*>(device);
@@ -252,6 +267,9 @@ void CudaDevice::Fill(int64_t n, float value, float* x) {
 }
 
 absl::Status CudaDevice::Synchronize() {
+  if (RefuseDuringCapture("Synchronize")) {
+    return absl::FailedPreconditionError("Synchronize during graph capture");
+  }
   if (Activate()) {
     Record(KT_CUDA_STATUS(cudaStreamSynchronize(copy_.get())));
     Record(KT_CUDA_STATUS(cudaStreamSynchronize(compute_.get())));

@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "worker/core/device.h"
 #include "worker/core/device_choice.h"
+#include "worker/core/host_blocks.h"
 #include "worker/cuda/cuda_resources.h"
 
 namespace kubetrain::worker {
@@ -60,6 +62,14 @@ struct CudaDeviceOptions {
 // return once the host buffer may be reused (to the device) or holds the data (to the host);
 // kernels issued later see the uploaded data.
 //
+// Graphs (cuda_graphs.cc): a capture records the work issued on the compute stream
+// (cudaStreamBeginCapture in thread-local mode) into a graph that LaunchGraph replays there.
+// During it the device refuses, as a recorded error that fails EndCapture, what cannot be
+// replayed: host waits, downloads, allocations, growing its scratch, and uploads from host
+// memory other than AllocateHostBytes' pinned blocks (which are captured as one DMA each). GEMMs
+// capture because cuBLAS has a fixed workspace; cuDNN's algorithm search does not, so a
+// convolution's first step at a batch size must run uncaptured (docs/decisions/0010).
+//
 // Thread-compatible, as every Device: one thread at a time. Every method first makes this
 // device the calling thread's current one, so the issuing thread may change between calls.
 class CudaDevice final : public Device {
@@ -92,6 +102,16 @@ class CudaDevice final : public Device {
   void CopyDeviceToDevice(const void* src, void* dst, size_t bytes) override;
   void Fill(int64_t n, float value, float* x) override;
   absl::Status Synchronize() override;
+  // Pinned (cudaMallocHost); throws std::bad_alloc (after logging) when that fails.
+  void* AllocateHostBytes(size_t bytes) override;
+  void FreeHostBytes(void* ptr) override;
+
+  bool SupportsGraphs() const override { return true; }
+  absl::Status BeginCapture() override;
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> EndCapture() override;
+  absl::Status LaunchGraph(DeviceGraph& graph) override;
+  absl::Status WaitForGraphs() override;
+
   // The whole batch in one im2col and GEMM per convolution (Fashion-MNIST's CNN at batch 64
   // needs 40 MiB), capped so that memory stays bounded for any batch size.
   int64_t ColumnBudgetBytes() const override { return int64_t{256} << 20; }
@@ -149,17 +169,26 @@ class CudaDevice final : public Device {
   explicit CudaDevice(const CudaDeviceOptions& options) : options_(options) {}
   absl::Status Init();
 
-  // Keeps `status` if it is the first error since the last Synchronize.
+  // Keeps `status` if it is the first error since the last Synchronize (during a capture: the
+  // first of the capture, which EndCapture reports).
   void Record(absl::Status status);
+  // During a capture, records that `call` cannot be captured and returns true.
+  bool RefuseDuringCapture(absl::string_view call);
   // At least `floats` floats of scratch, ordered on the compute stream; null (with the error
   // recorded) when it cannot be had.
   float* Scratch(int64_t floats);
+  // During a capture: the upload as one DMA on the compute stream, from pinned memory only.
+  void CaptureUpload(const void* host, void* device, size_t bytes);
   // Makes the copy stream wait for everything issued on the compute stream so far.
   bool CopyAfterCompute();
 
   CudaDeviceOptions options_;
   std::string description_;
   absl::Status first_error_;
+  bool capturing_ = false;
+  absl::Status capture_error_;  // the first error during the capture under way
+  bool captured_ = false;       // a graph was made: memory it may use is never freed early
+  HostBlocks pinned_;           // AllocateHostBytes' blocks
 
   // Declaration order is destruction order reversed: the handle and buffers go before the
   // streams they are used on.
@@ -167,13 +196,16 @@ class CudaDevice final : public Device {
   cuda::Stream copy_;
   cuda::Event compute_done_;  // recorded on compute_ so copy_ can wait for it
   cuda::Event copy_done_;     // recorded on copy_ so compute_ can wait for an upload
+  cuda::Event graph_done_;    // recorded on compute_ after each graph launch
   std::array<cuda::PinnedMemory, 2> staging_;
   std::array<cuda::Event, 2> staging_free_;  // recorded after each DMA through staging_[i]
   size_t next_staging_ = 0;                  // the buffer the next upload chunk goes through
+  cuda::DeviceMemory cublas_workspace_;      // cuBLAS's fixed workspace, freed after its handle
   cuda::CublasHandle cublas_;
   cuda::CudnnHandle cudnn_;  // made by EnsureCudnn, at the first convolution
   cuda::DeviceMemory convolution_workspace_;
   cuda::DeviceMemory scratch_;
+  std::vector<cuda::DeviceMemory> retired_scratch_;  // outgrown scratch a graph may still use
 };
 
 }  // namespace kubetrain::worker

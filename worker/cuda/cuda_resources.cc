@@ -14,6 +14,8 @@ template class Owned<DeviceMemoryTraits>;
 template class Owned<PinnedMemoryTraits>;
 template class Owned<StreamTraits>;
 template class Owned<EventTraits>;
+template class Owned<GraphTraits>;
+template class Owned<GraphExecTraits>;
 template class Owned<CublasTraits>;
 template class Owned<CudnnTraits>;
 
@@ -27,6 +29,14 @@ absl::Status StreamTraits::Release(cudaStream_t stream) {
 
 absl::Status EventTraits::Release(cudaEvent_t event) {
   return KT_CUDA_STATUS(cudaEventDestroy(event));
+}
+
+absl::Status GraphTraits::Release(cudaGraph_t graph) {
+  return KT_CUDA_STATUS(cudaGraphDestroy(graph));
+}
+
+absl::Status GraphExecTraits::Release(cudaGraphExec_t exec) {
+  return KT_CUDA_STATUS(cudaGraphExecDestroy(exec));
 }
 
 absl::Status CublasTraits::Release(cublasHandle_t handle) {
@@ -61,13 +71,24 @@ absl::StatusOr<Event> CreateEvent() {
   return Event(event);
 }
 
-absl::StatusOr<CublasHandle> CreateCublasHandle(cudaStream_t stream, bool tf32) {
+absl::StatusOr<CublasHandle> CreateCublasHandle(cudaStream_t stream, bool tf32,
+                                                const DeviceMemory* workspace) {
   cublasHandle_t raw = nullptr;
   KT_CUBLAS_RETURN_IF_ERROR(cublasCreate(&raw));
   CublasHandle handle(raw);
   KT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(raw, stream));
   if (tf32) KT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(raw, CUBLAS_TF32_TENSOR_OP_MATH));
+  // After cublasSetStream, which resets the workspace to the library's own.
+  if (workspace != nullptr) {
+    KT_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(raw, workspace->get(), workspace->bytes()));
+  }
   return handle;
+}
+
+absl::StatusOr<GraphExec> InstantiateGraph(cudaGraph_t graph) {
+  cudaGraphExec_t raw = nullptr;
+  KT_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&raw, graph, 0));
+  return GraphExec(raw);
 }
 
 absl::StatusOr<CudnnHandle> CreateCudnnHandle(cudaStream_t stream) {

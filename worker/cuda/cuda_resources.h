@@ -1,6 +1,7 @@
 // RAII owners of the CUDA resources the backend holds: device memory, pinned host memory, streams,
-// events and the cuBLAS and cuDNN handles. Each is made by a factory returning StatusOr (creation
-// can fail on any machine) and released in its destructor, which logs a failure it cannot return.
+// events, graphs and their executable instances, and the cuBLAS and cuDNN handles. Each is made by
+// a factory returning StatusOr (creation can fail on any machine) and released in its destructor,
+// which logs a failure it cannot return.
 //
 // Move-only values; not thread-safe. Each must be destroyed while its device is still usable
 // (before the process tears down the CUDA runtime).
@@ -71,6 +72,14 @@ struct EventTraits {
   using Handle = cudaEvent_t;
   static absl::Status Release(cudaEvent_t event);
 };
+struct GraphTraits {
+  using Handle = cudaGraph_t;
+  static absl::Status Release(cudaGraph_t graph);
+};
+struct GraphExecTraits {
+  using Handle = cudaGraphExec_t;
+  static absl::Status Release(cudaGraphExec_t exec);
+};
 struct CublasTraits {
   using Handle = cublasHandle_t;
   static absl::Status Release(cublasHandle_t handle);
@@ -84,11 +93,15 @@ extern template class Owned<DeviceMemoryTraits>;
 extern template class Owned<PinnedMemoryTraits>;
 extern template class Owned<StreamTraits>;
 extern template class Owned<EventTraits>;
+extern template class Owned<GraphTraits>;
+extern template class Owned<GraphExecTraits>;
 extern template class Owned<CublasTraits>;
 extern template class Owned<CudnnTraits>;
 
 using Stream = Owned<StreamTraits>;
 using Event = Owned<EventTraits>;
+using Graph = Owned<GraphTraits>;
+using GraphExec = Owned<GraphExecTraits>;
 using CublasHandle = Owned<CublasTraits>;
 using CudnnHandle = Owned<CudnnTraits>;
 
@@ -116,6 +129,27 @@ class Memory {
 using DeviceMemory = Memory<DeviceMemoryTraits>;
 using PinnedMemory = Memory<PinnedMemoryTraits>;
 
+// cuBLAS's workspace (cublasSetWorkspace): NVIDIA's recommendation for Hopper, enough for others.
+inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+// While it lives (when made `active`), the calling thread may make the calls a stream capture in
+// thread-local mode prohibits (cudaMalloc, cudaFree); the mode is restored when it goes.
+class RelaxedCapture {
+ public:
+  explicit RelaxedCapture(bool active) : active_(active) {
+    if (active_) static_cast<void>(cudaThreadExchangeStreamCaptureMode(&mode_));
+  }
+  ~RelaxedCapture() {
+    if (active_) static_cast<void>(cudaThreadExchangeStreamCaptureMode(&mode_));
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  bool active_;
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // cudaMalloc on the current device.
 absl::StatusOr<DeviceMemory> AllocateDeviceMemory(size_t bytes);
 // Page-locked host memory (cudaMallocHost): DMA reads and writes it directly and asynchronously.
@@ -124,8 +158,13 @@ absl::StatusOr<PinnedMemory> AllocatePinnedMemory(size_t bytes);
 absl::StatusOr<Stream> CreateStream();
 // An event without timing, the cheapest kind, for ordering and waiting only.
 absl::StatusOr<Event> CreateEvent();
-// A cuBLAS handle issuing on `stream`; with `tf32`, FP32 GEMMs run on tensor cores in TF32.
-absl::StatusOr<CublasHandle> CreateCublasHandle(cudaStream_t stream, bool tf32 = false);
+// A cuBLAS handle issuing on `stream`; with `tf32`, FP32 GEMMs run on tensor cores in TF32. With a
+// `workspace` it uses that fixed block instead of allocating its own, so that its GEMMs can be
+// captured in a graph; the block must outlive the handle.
+absl::StatusOr<CublasHandle> CreateCublasHandle(cudaStream_t stream, bool tf32 = false,
+                                                const DeviceMemory* workspace = nullptr);
+// The executable instance of a captured graph.
+absl::StatusOr<GraphExec> InstantiateGraph(cudaGraph_t graph);
 // A cuDNN handle issuing on `stream`.
 absl::StatusOr<CudnnHandle> CreateCudnnHandle(cudaStream_t stream);
 

@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "worker/core/device.h"
+#include "worker/core/host_blocks.h"
 
 namespace kubetrain::worker::testing {
 
@@ -44,16 +44,16 @@ class RecordingDevice final : public Device {
   void* AllocateHostBytes(size_t bytes) override {
     Refuse("AllocateHostBytes");
     void* ptr = inner_.AllocateHostBytes(bytes);
-    staging_[static_cast<const char*>(ptr)] = bytes;
+    staging_.Add(ptr, bytes);
     return ptr;
   }
   void FreeHostBytes(void* ptr) override {
     Refuse("FreeHostBytes");
-    staging_.erase(static_cast<const char*>(ptr));
+    staging_.Remove(ptr);
     inner_.FreeHostBytes(ptr);
   }
   void CopyHostToDevice(const void* host, void* device, size_t bytes) override {
-    if (capturing_ && !Staged(host, bytes)) {
+    if (capturing_ && !staging_.Contains(host, bytes)) {
       Refuse("CopyHostToDevice from host memory not made by AllocateHostBytes");
       return;
     }
@@ -185,20 +185,13 @@ class RecordingDevice final : public Device {
     }
     return true;
   }
-  bool Staged(const void* host, size_t bytes) const {
-    const auto* p = static_cast<const char*>(host);
-    auto it = staging_.upper_bound(p);
-    if (it == staging_.begin()) return false;
-    --it;
-    return p + bytes <= it->first + it->second;
-  }
 
   Device& inner_;
   bool capturing_ = false;
   absl::Status capture_error_;
   absl::Status injected_failure_;
   std::vector<std::function<void()>> recording_;
-  std::map<const char*, size_t> staging_;  // AllocateHostBytes blocks by start
+  HostBlocks staging_;  // what AllocateHostBytes handed out
   int64_t graphs_launched_ = 0;
 };
 

@@ -18,6 +18,7 @@
 #include "worker/core/random.h"
 #include "worker/core/sgd.h"
 #include "worker/tests/counting_device.h"
+#include "worker/tests/graph_training.h"
 #include "worker/tests/recording_device.h"
 
 namespace kubetrain::worker {
@@ -26,56 +27,13 @@ namespace {
 using ::kubetrain::testing::IsOk;
 using ::kubetrain::testing::StatusIs;
 using testing::CountingDevice;
+using testing::GraphTestImages;
+using testing::GraphTestModel;
+using testing::GraphTestRun;
+using testing::GraphTestTrain;
 using ::testing::HasSubstr;
 using testing::RecordingDevice;
-
-// `count` random 28x28 examples; labels 0..9 in turn.
-Dataset GraphTestImages(int count, uint64_t seed) {
-  Dataset data;
-  data.height = data.width = 28;
-  Rng rng(seed, /*stream=*/0x9a);
-  data.images.resize(static_cast<size_t>(count) * 28 * 28);
-  for (float& x : data.images) x = rng.Uniform() - 0.5f;
-  for (int i = 0; i < count; ++i) data.labels.push_back(i % 10);
-  return data;
-}
-
-std::unique_ptr<Model> GraphTestModel(bool cnn, Device& device) {
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      cnn ? MakeCnn(device, {.conv1_filters = 4, .conv2_filters = 8, .hidden = 16, .seed = 3})
-          : MakeMlp(device, {.hidden = {32, 16}, .seed = 3});
-  EXPECT_THAT(model, IsOk());
-  return *std::move(model);
-}
-
-// What training leaves behind: every step's loss and the final values, to compare to the bit.
-struct GraphTestRun {
-  std::vector<float> losses;
-  std::vector<float> values;
-};
-
-// `epochs` passes over `data` in order, in batches of `batch` (the last one short), with
-// momentum SGD after each step.
-GraphTestRun GraphTestTrain(Model& model, const Dataset& data, int batch, int epochs) {
-  MomentumSgd sgd(model.device(), model.variables(), {.learning_rate = 0.05f});
-  GraphTestRun run;
-  for (int e = 0; e < epochs; ++e) {
-    BatchIterator batches(data, IndexRange(0, data.size()), batch);
-    while (const Batch* b = batches.Next()) {
-      absl::StatusOr<float> loss = model.ComputeGradients(b->image_span(), b->label_span());
-      EXPECT_THAT(loss, IsOk());
-      run.losses.push_back(loss.value_or(-1.0f));
-      sgd.Step();
-    }
-  }
-  run.values.resize(static_cast<size_t>(model.num_parameters()));
-  EXPECT_THAT(model.ReadValues(absl::MakeSpan(run.values)), IsOk());
-  return run;
-}
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using testing::SameBits;
 
 class GraphedTraining : public ::testing::TestWithParam<bool> {};
 
