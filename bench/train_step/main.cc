@@ -3,10 +3,14 @@
 // the backend's bare BLAS running exactly the same GEMMs in the same process.
 //
 //   build/bin/train_step --model=cnn --batch-size=64 --steps=20 --threads=1 [--json]
-//   build/bin/train_step --device=cuda [--tf32] ...
+//   build/bin/train_step --device=cuda [--tf32] [--cuda-graphs=false] ...
 //
 // Every Device call goes through a ProfilingDevice, which records each GEMM's shape and time and
-// the time of every other kernel, so the report also says where the rest of the step goes.
+// the time of every other kernel, so the report also says where the rest of the step goes. With
+// --cuda-graphs (the default on CUDA) each step after the warm-up is one captured graph
+// (worker/core/step_graphs.h): the step time is the graph's, and the per-GEMM comparison, which
+// needs each kernel issued on its own, is left out. Either way the report gives the launches and
+// host waits per step (worker/tests/counting_device.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,6 +35,7 @@
 #include "worker/core/model.h"
 #include "worker/core/models.h"
 #include "worker/core/random.h"
+#include "worker/tests/counting_device.h"
 
 namespace kubetrain::bench {
 namespace {
@@ -46,6 +51,7 @@ struct Options {
   int steps = 20;
   int threads = 1;
   std::optional<bool> tf32;
+  std::optional<bool> cuda_graphs;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -64,14 +70,24 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("tf32", &o.tf32,
         "as the worker's --tf32 (cuda): unset, convolutions in TF32; true, GEMMs too; false, "
         "neither");
+  f.Add("cuda-graphs", &o.cuda_graphs,
+        "capture each step in a CUDA graph after a warm-up step and replay it (default: on for "
+        "cuda; the cpu backend runs steps as issued)");
   f.Add("seed", &o.seed, "seed of the model's initialisation and the random batches");
   f.Add("json", &o.json, "print one JSON object instead of text");
   RETURN_IF_ERROR(f.Parse(argc, argv).status());
   if (o.batch_size < 1 || o.steps < 1 || o.warmup < 0) {
     return absl::InvalidArgumentError("--batch-size and --steps must be >= 1, --warmup >= 0");
   }
+  if (o.cuda_graphs == true && o.device != "cuda") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--cuda-graphs: the ", o.device,
+                     " backend runs steps as issued; drop --cuda-graphs or use --device=cuda"));
+  }
   return o;
 }
+
+bool GraphsOn(const Options& o) { return o.cuda_graphs.value_or(o.device == "cuda"); }
 
 // Random images in [0, 1) and labels, as many distinct batches as kDistinctBatches.
 struct Batches {
@@ -116,6 +132,9 @@ struct Report {
   std::vector<int64_t> bare_gemm_nanos;
   std::map<ShapeKey, ShapeStats> shapes;
   std::vector<std::pair<Kernel, KernelStats>> kernels;
+  bool gemms_compared = false;  // not with graphs: their kernels are not issued one by one
+  worker::testing::CountingDevice::Counts counts;  // over the timed steps
+  int64_t captures = 0;
 
   double total_step_nanos() const {
     double t = 0.0;
@@ -143,12 +162,17 @@ struct Report {
   double gemm_share() const { return gemm_nanos / total_step_nanos(); }
 };
 
-// Runs the warm-up and timed steps through `profiler`, filling the step half of `report`.
-absl::Status TimeSteps(worker::Model& model, ProfilingDevice& profiler, const Batches& batches,
+// Runs the warm-up and timed steps through `profiler` and `counter`, filling the step half of
+// `report`.
+absl::Status TimeSteps(worker::Model& model, ProfilingDevice& profiler,
+                       worker::testing::CountingDevice& counter, const Batches& batches,
                        Report& report) {
   const Options& o = report.options;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
-    if (i == o.warmup) profiler.Reset();
+    if (i == o.warmup) {
+      profiler.Reset();
+      counter.Reset();
+    }
     const int b = i % kDistinctBatches;
     const auto start = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(report.last_loss, model.ComputeGradients(batches.images[b], batches.labels[b]),
@@ -159,6 +183,8 @@ absl::Status TimeSteps(worker::Model& model, ProfilingDevice& profiler, const Ba
           std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
     }
   }
+  report.counts = counter.counts();
+  report.captures = model.step_graphs().stats().captures;
   return absl::OkStatus();
 }
 
@@ -201,6 +227,7 @@ absl::Status CompareGemms(const ProfilingDevice& profiler, GemmReference& refere
   }
   std::sort(report.kernels.begin(), report.kernels.end(),
             [](const auto& x, const auto& y) { return x.second.nanos > y.second.nanos; });
+  report.gemms_compared = true;
   return absl::OkStatus();
 }
 
@@ -222,8 +249,8 @@ void PrintText(const Report& r) {
       "train_step: model=%s (%d parameters) device=%s%s batch=%d threads=%d warmup=%d "
       "steps=%d\n",
       o.model, r.parameters, o.device,
-      o.device == "cuda" ? absl::StrCat(" tf32=", Tf32Mode(o)) : "", o.batch_size, o.threads,
-      o.warmup, o.steps);
+      o.device == "cuda" ? absl::StrCat(" tf32=", Tf32Mode(o), " cuda_graphs=", GraphsOn(o)) : "",
+      o.batch_size, o.threads, o.warmup, o.steps);
   if (o.device == "cpu") {
     const std::string advice = worker::BlasKernelAdviceHere();
     absl::PrintF(
@@ -234,6 +261,13 @@ void PrintText(const Report& r) {
       "step:        %.3f ms/step (median %.3f, min %.3f), %.0f examples/s, last loss %.4f\n",
       r.ms_per_step(), r.median_ms_per_step(), r.min_ms_per_step(), r.examples_per_sec(),
       r.last_loss);
+  absl::PrintF("launches:    %.1f/step, %.1f host waits/step, %.1f uploads/step (%d captures)\n",
+               r.counts.launches / steps, r.counts.host_waits / steps, r.counts.uploads / steps,
+               r.captures);
+  if (!r.gemms_compared) {
+    absl::PrintF("gemm:        inside the captured graph; --cuda-graphs=false compares them\n");
+    return;
+  }
   absl::PrintF(
       "gemm (step): %.1f calls/step, %.4f GFLOP/step, %.3f ms/step (mean) = %.1f%% of step, "
       "%.2f GFLOP/s (median step)\n",
@@ -275,12 +309,13 @@ void PrintJson(const Report& r) {
                       {"step_gflops_per_sec", s.flops / s.step_nanos},
                       {"bare_gflops_per_sec", s.flops / s.bare_nanos}});
   }
-  const nlohmann::json out = {
+  nlohmann::json out = {
       {"model", o.model},
       {"device", o.device},
       {"batch_size", o.batch_size},
       {"threads", o.threads},
       {"tf32", Tf32Mode(o)},
+      {"cuda_graphs", GraphsOn(o)},
       {"warmup", o.warmup},
       {"steps", o.steps},
       {"parameters", r.parameters},
@@ -289,17 +324,25 @@ void PrintJson(const Report& r) {
       {"median_ms_per_step", r.median_ms_per_step()},
       {"min_ms_per_step", r.min_ms_per_step()},
       {"examples_per_sec", r.examples_per_sec()},
-      {"gemm_calls_per_step", r.gemm_calls / steps},
-      {"gemm_gflop_per_step", r.gemm_flops / steps / 1e9},
-      {"gemm_ms_per_step", r.gemm_nanos / steps / 1e6},
-      {"gemm_share_of_step", r.gemm_share()},
-      {"step_gemm_gflops_per_sec", r.step_gflops()},
-      {"bare_sgemm_gflops_per_sec", r.bare_gflops()},
-      {"gemm_ratio", r.ratio()},
-      {"gemm_ratio_goal", kGoalRatio},
-      {"kernels", kernels},
-      {"gemm_shapes", shapes},
+      {"launches_per_step", r.counts.launches / steps},
+      {"host_waits_per_step", r.counts.host_waits / steps},
+      {"uploads_per_step", r.counts.uploads / steps},
+      {"captures", r.captures},
   };
+  if (r.gemms_compared) {
+    out.update({
+        {"gemm_calls_per_step", r.gemm_calls / steps},
+        {"gemm_gflop_per_step", r.gemm_flops / steps / 1e9},
+        {"gemm_ms_per_step", r.gemm_nanos / steps / 1e6},
+        {"gemm_share_of_step", r.gemm_share()},
+        {"step_gemm_gflops_per_sec", r.step_gflops()},
+        {"bare_sgemm_gflops_per_sec", r.bare_gflops()},
+        {"gemm_ratio", r.ratio()},
+        {"gemm_ratio_goal", kGoalRatio},
+        {"kernels", kernels},
+        {"gemm_shapes", shapes},
+    });
+  }
   std::cout << out.dump() << std::endl;
 }
 
@@ -308,14 +351,17 @@ absl::Status Run(int argc, char** argv) {
   ASSIGN_OR_RETURN(report.options, ParseFlags(argc, argv));
   const Options& o = report.options;
   ASSIGN_OR_RETURN(Backend backend, MakeBackend(o.device, {.threads = o.threads, .tf32 = o.tf32}));
-  // Declared after the backend: the model's buffers are freed through it before it goes.
+  // Declared after the backend: the model's buffers are freed through them before it goes. A
+  // captured step cannot wait after each kernel, so with graphs the profiler is left out.
   ProfilingDevice profiler(*backend.device);
-  ASSIGN_OR_RETURN(std::unique_ptr<worker::Model> model, MakeModel(o.model, profiler, o.seed));
+  worker::testing::CountingDevice counter(GraphsOn(o) ? *backend.device : profiler);
+  ASSIGN_OR_RETURN(std::unique_ptr<worker::Model> model, MakeModel(o.model, counter, o.seed));
+  model->UseStepGraphs(GraphsOn(o));
   report.parameters = model->num_parameters();
   const Batches batches =
       MakeBatches(model->input_size(), o.batch_size, model->num_classes(), o.seed);
-  RETURN_IF_ERROR(TimeSteps(*model, profiler, batches, report));
-  RETURN_IF_ERROR(CompareGemms(profiler, *backend.reference, report));
+  RETURN_IF_ERROR(TimeSteps(*model, profiler, counter, batches, report));
+  if (!GraphsOn(o)) RETURN_IF_ERROR(CompareGemms(profiler, *backend.reference, report));
   if (o.json) {
     PrintJson(report);
   } else {
