@@ -165,18 +165,24 @@ bool CudaDevice::CopyAfterCompute() {
          Check(KT_CUDA_STATUS(cudaStreamWaitEvent(copy_.get(), compute_done_.get(), 0)));
 }
 
-void* CudaDevice::AllocateBytes(size_t bytes) {
-  RefuseDuringCapture("AllocateBytes");
+void* CudaDevice::Allocate(absl::string_view call, cudaError_t (*allocate)(void**, size_t),
+                           size_t bytes) {
+  RefuseDuringCapture(call);
   const cuda::RelaxedCapture relaxed(capturing_);  // the allocation must not end the capture
   void* ptr = nullptr;
   absl::Status status = MakeCurrent();
-  if (status.ok()) status = KT_CUDA_STATUS(cudaMalloc(&ptr, bytes));
+  if (status.ok()) status = KT_CUDA_STATUS(allocate(&ptr, bytes));
   if (!status.ok()) {
-    log::Error("Failed to allocate device memory",
-               {{"device", description_}, {"bytes", bytes}, {"error", status}});
+    log::Error("Failed to allocate memory",
+               {{"device", description_}, {"call", call}, {"bytes", bytes}, {"error", status}});
     throw std::bad_alloc();
   }
   return ptr;
+}
+
+void* CudaDevice::AllocateBytes(size_t bytes) {
+  return Allocate(
+      "AllocateBytes", [](void** ptr, size_t n) { return cudaMalloc(ptr, n); }, bytes);
 }
 
 void CudaDevice::FreeBytes(void* ptr) {

@@ -172,6 +172,9 @@ class CudaDevice final : public Device {
   // Keeps `status` if it is the first error since the last Synchronize (during a capture: the
   // first of the capture, which EndCapture reports).
   void Record(absl::Status status);
+  // `bytes` from `allocate` (cudaMalloc, cudaMallocHost), refused during a capture as `call`;
+  // throws std::bad_alloc (after logging) when it fails.
+  void* Allocate(absl::string_view call, cudaError_t (*allocate)(void**, size_t), size_t bytes);
   // During a capture, records that `call` cannot be captured and returns true.
   bool RefuseDuringCapture(absl::string_view call);
   // At least `floats` floats of scratch, ordered on the compute stream; null (with the error

@@ -1,9 +1,7 @@
 // CudaDevice's graph capture and pinned staging memory (cuda_device.h; docs/decisions/0010).
-#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
 #include "common/status.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/cuda_device.h"
@@ -32,16 +30,8 @@ bool CudaDevice::RefuseDuringCapture(absl::string_view call) {
 }
 
 void* CudaDevice::AllocateHostBytes(size_t bytes) {
-  RefuseDuringCapture("AllocateHostBytes");
-  const cuda::RelaxedCapture relaxed(capturing_);
-  void* ptr = nullptr;
-  absl::Status status = MakeCurrent();
-  if (status.ok()) status = KT_CUDA_STATUS(cudaMallocHost(&ptr, bytes));
-  if (!status.ok()) {
-    log::Error("Failed to allocate pinned host memory",
-               {{"device", description_}, {"bytes", bytes}, {"error", status}});
-    throw std::bad_alloc();
-  }
+  void* ptr = Allocate(
+      "AllocateHostBytes", [](void** p, size_t n) { return cudaMallocHost(p, n); }, bytes);
   pinned_.Add(ptr, bytes);
   return ptr;
 }

@@ -30,11 +30,13 @@ inline Dataset GraphTestImages(int count, uint64_t seed) {
   return data;
 }
 
-inline std::unique_ptr<Model> GraphTestModel(bool cnn, Device& device) {
+// A small CNN or MLP on `device`, its steps captured when `graphed` (Model::UseStepGraphs).
+inline std::unique_ptr<Model> GraphTestModel(bool cnn, Device& device, bool graphed = false) {
   absl::StatusOr<std::unique_ptr<Model>> model =
       cnn ? MakeCnn(device, {.conv1_filters = 4, .conv2_filters = 8, .hidden = 16, .seed = 3})
           : MakeMlp(device, {.hidden = {32, 16}, .seed = 3});
   EXPECT_THAT(model, ::kubetrain::testing::IsOk());
+  if (model.ok()) (*model)->UseStepGraphs(graphed);
   return *std::move(model);
 }
 

@@ -21,19 +21,27 @@
 #include "worker/tests/graph_training.h"
 #include "worker/tests/recording_device.h"
 
-namespace kubetrain::worker {
+namespace kubetrain::worker::testing {
 namespace {
 
 using ::kubetrain::testing::IsOk;
 using ::kubetrain::testing::StatusIs;
-using testing::CountingDevice;
-using testing::GraphTestImages;
-using testing::GraphTestModel;
-using testing::GraphTestRun;
-using testing::GraphTestTrain;
 using ::testing::HasSubstr;
-using testing::RecordingDevice;
-using testing::SameBits;
+
+// What `epochs` of uncaptured training on a recording device of its own leave behind.
+GraphTestRun UncapturedRun(Device& cpu, bool cnn, const Dataset& data, int epochs) {
+  RecordingDevice device(cpu);
+  std::unique_ptr<Model> model = GraphTestModel(cnn, device);
+  return GraphTestTrain(*model, data, 16, epochs);
+}
+
+// A recording device over the CPU for each test.
+class StepGraphsTest : public ::testing::Test {
+ protected:
+  CpuDevice cpu_;
+  RecordingDevice recording_{cpu_};
+};
+using RecordingDeviceTest = StepGraphsTest;
 
 class GraphedTraining : public ::testing::TestWithParam<bool> {};
 
@@ -41,13 +49,10 @@ TEST_P(GraphedTraining, EqualsUncapturedTrainingToTheBit) {
   const bool cnn = GetParam();
   const Dataset data = GraphTestImages(44, 5);  // batches of 16, 16, 12
   CpuDevice cpu;
-  RecordingDevice eager_device(cpu);
-  std::unique_ptr<Model> eager = GraphTestModel(cnn, eager_device);
-  const GraphTestRun expected = GraphTestTrain(*eager, data, 16, 3);
+  const GraphTestRun expected = UncapturedRun(cpu, cnn, data, 3);
 
   RecordingDevice device(cpu);
-  std::unique_ptr<Model> graphed = GraphTestModel(cnn, device);
-  graphed->UseStepGraphs(true);
+  std::unique_ptr<Model> graphed = GraphTestModel(cnn, device, /*graphed=*/true);
   const GraphTestRun got = GraphTestTrain(*graphed, data, 16, 3);
 
   EXPECT_TRUE(SameBits(got.losses, expected.losses));
@@ -58,7 +63,6 @@ TEST_P(GraphedTraining, EqualsUncapturedTrainingToTheBit) {
   EXPECT_EQ(stats.captures, 2);
   EXPECT_EQ(stats.replays, 7);
   EXPECT_EQ(device.graphs_launched(), 7);
-  EXPECT_EQ(eager->step_graphs().stats().replays, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(MlpAndCnn, GraphedTraining, ::testing::Values(false, true),
@@ -66,12 +70,9 @@ INSTANTIATE_TEST_SUITE_P(MlpAndCnn, GraphedTraining, ::testing::Values(false, tr
                            return info.param ? "Cnn" : "Mlp";
                          });
 
-TEST(StepGraphs, RecapturesEverySizeAfterTheBuffersGrow) {
+TEST_F(StepGraphsTest, RecapturesEverySizeAfterTheBuffersGrow) {
   const Dataset data = GraphTestImages(8, 6);
-  CpuDevice cpu;
-  RecordingDevice device(cpu);
-  std::unique_ptr<Model> model = GraphTestModel(false, device);
-  model->UseStepGraphs(true);
+  std::unique_ptr<Model> model = GraphTestModel(false, recording_, /*graphed=*/true);
   const auto step = [&](int batch) {
     const std::vector<float> images(data.images.begin(),
                                     data.images.begin() + batch * data.example_size());
@@ -93,17 +94,13 @@ TEST(StepGraphs, RecapturesEverySizeAfterTheBuffersGrow) {
   EXPECT_EQ(model->step_graphs().size(), 2u);
 }
 
-TEST(StepGraphs, FailedCaptureFallsBackToUncapturedSteps) {
+TEST_F(StepGraphsTest, FailedCaptureFallsBackToUncapturedSteps) {
   const Dataset data = GraphTestImages(40, 7);
-  CpuDevice cpu;
-  RecordingDevice eager_device(cpu);
-  std::unique_ptr<Model> eager = GraphTestModel(false, eager_device);
-  const GraphTestRun expected = GraphTestTrain(*eager, data, 16, 2);
+  const GraphTestRun expected = UncapturedRun(cpu_, false, data, 2);
 
-  RecordingDevice device(cpu);
-  device.FailNextCapture(absl::InternalError("operation not permitted when stream is capturing"));
-  std::unique_ptr<Model> graphed = GraphTestModel(false, device);
-  graphed->UseStepGraphs(true);
+  recording_.FailNextCapture(
+      absl::InternalError("operation not permitted when stream is capturing"));
+  std::unique_ptr<Model> graphed = GraphTestModel(false, recording_, /*graphed=*/true);
   const GraphTestRun got = GraphTestTrain(*graphed, data, 16, 2);
 
   EXPECT_TRUE(SameBits(got.losses, expected.losses));
@@ -111,15 +108,12 @@ TEST(StepGraphs, FailedCaptureFallsBackToUncapturedSteps) {
   EXPECT_FALSE(graphed->step_graphs().active());
   EXPECT_EQ(graphed->step_graphs().stats().captures, 0);
   EXPECT_EQ(graphed->step_graphs().stats().eager_steps, 6);
-  EXPECT_EQ(device.graphs_launched(), 0);
+  EXPECT_EQ(recording_.graphs_launched(), 0);
 }
 
-TEST(StepGraphs, GradientsReadyHookKeepsStepsUncaptured) {
+TEST_F(StepGraphsTest, GradientsReadyHookKeepsStepsUncaptured) {
   const Dataset data = GraphTestImages(32, 8);
-  CpuDevice cpu;
-  RecordingDevice device(cpu);
-  std::unique_ptr<Model> model = GraphTestModel(false, device);
-  model->UseStepGraphs(true);
+  std::unique_ptr<Model> model = GraphTestModel(false, recording_, /*graphed=*/true);
   GraphTestTrain(*model, data, 16, 1);
   EXPECT_EQ(model->step_graphs().size(), 1u);
   int calls = 0;
@@ -128,16 +122,13 @@ TEST(StepGraphs, GradientsReadyHookKeepsStepsUncaptured) {
   GraphTestTrain(*model, data, 16, 1);
   EXPECT_EQ(calls, 2 * 3);  // three dense layers per step
   EXPECT_EQ(model->step_graphs().stats().replays, 1);
-  EXPECT_EQ(device.graphs_launched(), 1);
+  EXPECT_EQ(recording_.graphs_launched(), 1);
 }
 
-TEST(StepGraphs, ReplayedStepIsOneLaunchAndOneHostWait) {
+TEST_F(StepGraphsTest, ReplayedStepIsOneLaunchAndOneHostWait) {
   const Dataset data = GraphTestImages(16, 9);
-  CpuDevice cpu;
-  RecordingDevice recording(cpu);
-  CountingDevice device(recording);
-  std::unique_ptr<Model> model = GraphTestModel(true, device);
-  model->UseStepGraphs(true);
+  CountingDevice device(recording_);
+  std::unique_ptr<Model> model = GraphTestModel(true, device, /*graphed=*/true);
   for (int i = 0; i < 3; ++i) {
     EXPECT_THAT(model->ComputeGradients(data.images, data.labels), IsOk());
   }
@@ -148,65 +139,56 @@ TEST(StepGraphs, ReplayedStepIsOneLaunchAndOneHostWait) {
   EXPECT_EQ(device.counts().uploads, 0);
 }
 
-TEST(StepGraphs, LossLeftOnTheDeviceMatchesUncapturedSteps) {
+TEST_F(StepGraphsTest, LossLeftOnTheDeviceMatchesUncapturedSteps) {
   const Dataset data = GraphTestImages(16, 10);
-  CpuDevice cpu;
   std::vector<float> losses[2];
   for (int graphed = 0; graphed < 2; ++graphed) {
-    RecordingDevice device(cpu);
-    std::unique_ptr<Model> model = GraphTestModel(false, device);
-    model->UseStepGraphs(graphed == 1);
-    Tensor loss(device, {1});
+    std::unique_ptr<Model> model = GraphTestModel(false, recording_, graphed == 1);
+    Tensor loss(recording_, {1});
     for (int i = 0; i < 4; ++i) {
       ASSERT_THAT(model->ComputeGradients(data.images, data.labels, loss.data()), IsOk());
       losses[graphed].push_back(0.0f);
-      device.Download(loss, &losses[graphed].back(), 1);
+      recording_.Download(loss, &losses[graphed].back(), 1);
     }
     EXPECT_EQ(model->step_graphs().stats().replays, graphed == 1 ? 3 : 0);
   }
   EXPECT_TRUE(SameBits(losses[0], losses[1]));
 }
 
-TEST(RecordingDevice, CaptureRefusesHostWaitsNamingTheCall) {
-  CpuDevice cpu;
-  RecordingDevice device(cpu);
-  Tensor x(device, {4});
-  ASSERT_THAT(device.BeginCapture(), IsOk());
-  device.Fill(4, 1.0f, x.data());
-  EXPECT_THAT(device.Synchronize(), StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(device.EndCapture(), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                            HasSubstr("Synchronize during graph capture")));
+TEST_F(RecordingDeviceTest, CaptureRefusesHostWaitsNamingTheCall) {
+  Tensor x(recording_, {4});
+  ASSERT_THAT(recording_.BeginCapture(), IsOk());
+  recording_.Fill(4, 1.0f, x.data());
+  EXPECT_THAT(recording_.Synchronize(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(recording_.EndCapture(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                HasSubstr("Synchronize during graph capture")));
 }
 
-TEST(RecordingDevice, CaptureRefusesUploadsFromUnstagedMemory) {
-  CpuDevice cpu;
-  RecordingDevice device(cpu);
-  Tensor x(device, {2});
+TEST_F(RecordingDeviceTest, CaptureRefusesUploadsFromUnstagedMemory) {
+  Tensor x(recording_, {2});
   const std::vector<float> pageable = {1.0f, 2.0f};
-  ASSERT_THAT(device.BeginCapture(), IsOk());
-  device.Upload(pageable.data(), x, 2);
-  EXPECT_THAT(device.EndCapture(), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                            HasSubstr("CopyHostToDevice from host memory")));
+  ASSERT_THAT(recording_.BeginCapture(), IsOk());
+  recording_.Upload(pageable.data(), x, 2);
+  EXPECT_THAT(recording_.EndCapture(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                HasSubstr("CopyHostToDevice from host memory")));
 }
 
-TEST(RecordingDevice, ReplayUploadsWhatTheStagingHoldsAtLaunch) {
-  CpuDevice cpu;
-  RecordingDevice device(cpu);
-  Tensor x(device, {1});
-  auto* staged = static_cast<float*>(device.AllocateHostBytes(sizeof(float)));
-  ASSERT_THAT(device.BeginCapture(), IsOk());
-  device.Upload(staged, x, 1);
-  device.Scale(1, 2.0f, x.data());
-  absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = device.EndCapture();
+TEST_F(RecordingDeviceTest, ReplayUploadsWhatTheStagingHoldsAtLaunch) {
+  Tensor x(recording_, {1});
+  auto* staged = static_cast<float*>(recording_.AllocateHostBytes(sizeof(float)));
+  ASSERT_THAT(recording_.BeginCapture(), IsOk());
+  recording_.Upload(staged, x, 1);
+  recording_.Scale(1, 2.0f, x.data());
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = recording_.EndCapture();
   ASSERT_THAT(graph, IsOk());
   float out = 0.0f;
   for (float in : {3.0f, 5.0f}) {
     *staged = in;
-    ASSERT_THAT(device.LaunchGraph(**graph), IsOk());
-    device.Download(x, &out, 1);
+    ASSERT_THAT(recording_.LaunchGraph(**graph), IsOk());
+    recording_.Download(x, &out, 1);
     EXPECT_EQ(out, 2.0f * in);
   }
-  device.FreeHostBytes(staged);
+  recording_.FreeHostBytes(staged);
 }
 
 TEST(StepGraphs, CpuDeviceDoesNotCapture) {
@@ -219,4 +201,4 @@ TEST(StepGraphs, CpuDeviceDoesNotCapture) {
 }
 
 }  // namespace
-}  // namespace kubetrain::worker
+}  // namespace kubetrain::worker::testing
