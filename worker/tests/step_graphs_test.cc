@@ -35,6 +35,14 @@ GraphTestRun UncapturedRun(Device& cpu, bool cnn, const Dataset& data, int epoch
   return GraphTestTrain(*model, data, 16, epochs);
 }
 
+// One step of `model` on the first `batch` examples of `data`.
+void StepOnFirst(Model& model, const Dataset& data, int batch) {
+  const std::vector<float> images(data.images.begin(),
+                                  data.images.begin() + batch * data.example_size());
+  const std::vector<int32_t> labels(data.labels.begin(), data.labels.begin() + batch);
+  EXPECT_THAT(model.ComputeGradients(images, labels), IsOk());
+}
+
 // A recording device over the CPU for each test.
 class StepGraphsTest : public ::testing::Test {
  protected:
@@ -73,12 +81,7 @@ INSTANTIATE_TEST_SUITE_P(MlpAndCnn, GraphedTraining, ::testing::Values(false, tr
 TEST_F(StepGraphsTest, RecapturesEverySizeAfterTheBuffersGrow) {
   const Dataset data = GraphTestImages(8, 6);
   std::unique_ptr<Model> model = GraphTestModel(false, recording_, /*graphed=*/true);
-  const auto step = [&](int batch) {
-    const std::vector<float> images(data.images.begin(),
-                                    data.images.begin() + batch * data.example_size());
-    const std::vector<int32_t> labels(data.labels.begin(), data.labels.begin() + batch);
-    EXPECT_THAT(model->ComputeGradients(images, labels), IsOk());
-  };
+  const auto step = [&](int batch) { StepOnFirst(*model, data, batch); };
   step(4);  // warm-up
   step(4);  // captured
   EXPECT_EQ(model->step_graphs().stats().captures, 1);
@@ -92,6 +95,24 @@ TEST_F(StepGraphsTest, RecapturesEverySizeAfterTheBuffersGrow) {
   EXPECT_EQ(stats.captures, 3);
   EXPECT_EQ(stats.replays, 4);
   EXPECT_EQ(model->step_graphs().size(), 2u);
+}
+
+TEST_F(StepGraphsTest, KeepsTheGraphsOfTheLastFourSizes) {
+  const Dataset data = GraphTestImages(8, 11);
+  std::unique_ptr<Model> model = GraphTestModel(false, recording_, /*graphed=*/true);
+  for (int round = 0; round < 2; ++round) {
+    for (int batch = 8; batch >= 4; --batch) {  // the largest first: no buffer grows later
+      StepOnFirst(*model, data, batch);
+      StepOnFirst(*model, data, batch);
+      EXPECT_LE(model->step_graphs().size(), StepGraphs::kGraphsKept);
+    }
+  }
+  // Five sizes round-robin through four graphs: each is evicted before it comes again, so the
+  // second round captures each size once more (without a warm-up) and replays it once.
+  const StepGraphs::Stats& stats = model->step_graphs().stats();
+  EXPECT_EQ(stats.eager_steps, 5);
+  EXPECT_EQ(stats.captures, 5 + 5);
+  EXPECT_EQ(stats.replays, 5 + 10);
 }
 
 TEST_F(StepGraphsTest, FailedCaptureFallsBackToUncapturedSteps) {
