@@ -16,13 +16,19 @@ void* Device::AllocateHostBytes(size_t bytes) { return ::operator new(bytes); }
 
 void Device::FreeHostBytes(void* ptr) { ::operator delete(ptr); }
 
-absl::Status Device::BeginCapture() {
-  return absl::UnimplementedError(absl::StrCat("the ", name(), " device does not capture graphs"));
+namespace {
+
+absl::Status NoGraphs(absl::string_view device) {
+  return absl::UnimplementedError(absl::StrCat("the ", device, " device does not capture graphs"));
 }
 
-absl::StatusOr<std::unique_ptr<DeviceGraph>> Device::EndCapture() { return BeginCapture(); }
+}  // namespace
 
-absl::Status Device::LaunchGraph(DeviceGraph& /*graph*/) { return BeginCapture(); }
+absl::Status Device::BeginCapture() { return NoGraphs(name()); }
+
+absl::StatusOr<std::unique_ptr<DeviceGraph>> Device::EndCapture() { return NoGraphs(name()); }
+
+absl::Status Device::LaunchGraph(DeviceGraph& /*graph*/) { return NoGraphs(name()); }
 
 void Device::AddBiasRelu(int rows, int cols, const float* bias, float* x) {
   AddBias(rows, cols, bias, x);
