@@ -53,6 +53,13 @@ absl::StatusOr<ChosenDevice> MakeDevice(const DeviceRequest& request) {
           "--tf32: TF32 is a tensor-core mode of NVIDIA GPUs, and this task runs on the CPU (",
           chosen.decision.reason, "); drop --tf32 or run on a GPU"));
     }
+    if (request.cuda_graphs == true) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--cuda-graphs: CUDA graphs capture a GPU's training steps, and this task runs on the "
+          "CPU (",
+          chosen.decision.reason,
+          "), which runs them as issued; drop --cuda-graphs or run on a GPU"));
+    }
     chosen.device = std::make_unique<CpuDevice>(request.cpu);
     return chosen;
   }

@@ -39,6 +39,9 @@ struct DeviceRequest {
   // true, both in TF32; false, neither (CudaDeviceOptions::tf32, tf32_convolutions). true is
   // FAILED_PRECONDITION naming the flag when the task ends up on the CPU.
   std::optional<bool> tf32;
+  // --cuda-graphs: true is FAILED_PRECONDITION naming the flag when the task ends up on the CPU,
+  // which runs its steps as issued; unset or false, any device.
+  std::optional<bool> cuda_graphs;
 };
 
 struct ChosenDevice {

@@ -63,6 +63,11 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         "convolutions only (as PyTorch); true, GEMMs too; false, neither (true is an error on "
         "the CPU)",
         "KUBETRAIN_TF32");
+  f.Add("cuda-graphs", &o.cuda_graphs,
+        "capture each training step in one CUDA graph after a warm-up step at its batch size and "
+        "replay it (one launch per step); unset, on where the task runs on a GPU (true is an "
+        "error on the CPU)",
+        "KUBETRAIN_CUDA_GRAPHS");
   f.Add("threads", &o.threads, "OpenBLAS threads (1: ps and workers share the cores)");
   f.Add("tf-config", &o.tf_config, "cluster spec (TensorFlow's TF_CONFIG JSON)", "TF_CONFIG");
   f.Add("ps", &o.ps, "without TF_CONFIG: a ps address host:port (repeat for each)");
@@ -160,6 +165,8 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
     return absl::InvalidArgumentError("--collective-timeout: must be > 0");
   }
   t.fusion_bytes = int64_t{o.fusion_threshold_mb} << 20;
+  // The device decides: the CPU's steps run as issued whatever this says.
+  t.step_graphs = o.cuda_graphs.value_or(true);
   RETURN_IF_ERROR(log::SetLevelFlag(o.log_level));
   RETURN_IF_ERROR(ValidateOptions(t));
   return o;

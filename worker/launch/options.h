@@ -19,6 +19,8 @@ struct Options {
   int cuda_device = -1;  // -1: chosen from LOCAL_RANK or TF_CONFIG (worker/core/device_choice.h)
   // --tf32: unset (convolutions in TF32, GEMMs in FP32), true (both) or false (neither).
   std::optional<bool> tf32;
+  // --cuda-graphs: unset, on where the task runs on a GPU; true is an error on the CPU.
+  std::optional<bool> cuda_graphs;
   std::string data_dir = std::string(kDefaultFashionMnistDir);
   std::string tf_config;
   std::vector<std::string> ps;

@@ -183,6 +183,7 @@ class Trainer::Impl {
   absl::Status SetupOnce() {
     RETURN_IF_ERROR(ValidateOptions(options_));
     ASSIGN_OR_RETURN(model_, MakeModel(options_.model, device_, options_.seed));
+    model_->UseStepGraphs(options_.step_graphs);
     if (train_ != nullptr && options_.elastic) {
       // Positions count gradients applied: an epoch is the training set in batches.
       steps_per_epoch_ = train_->size() / options_.batch_size;

@@ -77,6 +77,10 @@ struct TrainerOptions {
   // while backward goes on with the earlier layers (worker/runtime/fused_buckets.h). The sums
   // are the same; only when they start differs.
   bool overlap_allreduce = false;
+  // Capture each training step in one device graph after a warm-up step at its batch size, and
+  // replay it (Model::UseStepGraphs; docs/decisions/0010-one-graph-per-step.md). A device that
+  // does not capture (the CPU) runs every step as issued.
+  bool step_graphs = false;
   // The job's shared secret, sent with every ps call (common/job_secret.h).
   std::string job_secret;
   // ps modes: offer each ps a shared-memory buffer; a ps on this host maps it and pushes and

@@ -120,6 +120,22 @@ TEST(MakeDevice, Tf32UnsetOrFalseRunsOnTheCpu) {
   }
 }
 
+// --cuda-graphs asked for on the CPU is refused naming the flag; unset or false (the worker's
+// default leaves it unset) any device runs.
+TEST(MakeDevice, CudaGraphsAreRefusedOnTheCpuOnlyWhenAskedFor) {
+  absl::StatusOr<ChosenDevice> cpu =
+      MakeDevice({.kind = "cpu", .cpu = {.blas_threads = 1}, .cuda_graphs = true});
+  ASSERT_TRUE(absl::IsFailedPrecondition(cpu.status())) << cpu.status();
+  EXPECT_THAT(std::string(cpu.status().message()), StartsWith("--cuda-graphs: "));
+  EXPECT_THAT(cpu.status().message(), HasSubstr("runs on the CPU (requested)"));
+  for (std::optional<bool> graphs : {std::optional<bool>(), std::optional<bool>(false)}) {
+    absl::StatusOr<ChosenDevice> plain =
+        MakeDevice({.kind = "cpu", .cpu = {.blas_threads = 1}, .cuda_graphs = graphs});
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_EQ(plain->device->name(), "cpu");
+  }
+}
+
 TEST(ProbeCuda, AgreesWithCudaAvailable) {
   const CudaAvailability cuda = ProbeCuda();
   const absl::Status available = CudaAvailable();
