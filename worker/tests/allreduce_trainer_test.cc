@@ -30,6 +30,7 @@
 #include "worker/tests/fashion_mnist_fixture.h"
 #include "worker/tests/gloo_ranks.h"
 #include "worker/tests/random_images.h"
+#include "worker/tests/recording_device.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -51,10 +52,13 @@ enum class Transport { kGloo, kSharedMemory };
 
 // Runs one training thread per rank after a Gloo (or shared-memory) rendezvous through a real
 // coordinator. Rank r runs with options[r] and stop flag stops[r]; returns every rank's result.
+// With `graphs_launched`, each rank runs on a RecordingDevice (which captures graphs as a GPU
+// does) over its CPU, and graphs_launched[r] is the number of graphs rank r launched.
 std::vector<absl::StatusOr<TrainingSummary>> TrainRanks(
     const std::vector<TrainerOptions>& options, const Dataset& train, const Dataset& test,
     std::vector<std::atomic<bool>>* stops = nullptr, WorkerMetrics* chief_metrics = nullptr,
-    absl::Duration timeout = absl::Seconds(30), Transport transport = Transport::kGloo) {
+    absl::Duration timeout = absl::Seconds(30), Transport transport = Transport::kGloo,
+    std::vector<int64_t>* graphs_launched = nullptr) {
   const int n = static_cast<int>(options.size());
   auto server = CoordinatorServer::Start({"127.0.0.1:0", n});
   EXPECT_TRUE(server.ok()) << server.status();
@@ -89,12 +93,15 @@ std::vector<absl::StatusOr<TrainingSummary>> TrainRanks(
         results[rank] = comm.status();
         return;
       }
-      CpuDevice device;
+      CpuDevice cpu;
+      testing::RecordingDevice recording(cpu);
+      Device& device = graphs_launched != nullptr ? static_cast<Device&>(recording) : cpu;
       TaskIdentity id{rank == 0 ? Role::kChief : Role::kWorker, rank, n, {}};
       id.communicator = comm->get();
       Trainer trainer(options[rank], id, device, &train, &test,
                       rank == 0 ? chief_metrics : nullptr);
       results[rank] = trainer.Run((*stops)[rank]);
+      if (graphs_launched != nullptr) (*graphs_launched)[rank] = recording.graphs_launched();
     });
   }
   for (auto& t : threads) t.join();
@@ -119,6 +126,32 @@ TEST_F(AllReduceTrainerTest, TwoRanksLearnTogetherInLockstep) {
   EXPECT_EQ(metrics.global_step.Value(), 100);
   EXPECT_GT(metrics.sent_bytes.Value(), 0);
   EXPECT_FALSE(results[0]->checkpoint.empty());
+}
+
+// --cuda-graphs in all-reduce mode, on devices that capture as a GPU does: each rank's steps
+// after its warm-up are graph launches, the exchange and the update run between them, and both
+// ranks end with the model uncaptured steps train.
+TEST_F(AllReduceTrainerTest, CapturedStepsTrainTheModelUncapturedStepsTrain) {
+  const Dataset train = First(small_train(), 2 * 40 * 64);
+  auto run = [&](bool graphed, std::vector<int64_t>& launched) {
+    TrainerOptions o = Options(1, "");
+    o.step_graphs = graphed;
+    return TrainRanks({o, o}, train, small_test(), nullptr, nullptr, absl::Seconds(30),
+                      Transport::kGloo, &launched);
+  };
+  std::vector<int64_t> eager_launches(2), graphed_launches(2);
+  auto eager = run(false, eager_launches);
+  auto graphed = run(true, graphed_launches);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_THAT(eager[rank], IsOk()) << "rank " << rank;
+    ASSERT_THAT(graphed[rank], IsOk()) << "rank " << rank;
+    EXPECT_EQ(graphed[rank]->steps, 40);
+    EXPECT_EQ(eager_launches[rank], 0);
+    // The first step of each rank is its warm-up.
+    EXPECT_EQ(graphed_launches[rank], 39) << "rank " << rank;
+  }
+  EXPECT_EQ(graphed[0]->test_loss, eager[0]->test_loss);
+  EXPECT_EQ(graphed[0]->test_accuracy, eager[0]->test_accuracy);
 }
 
 // A chief restarted after the run ended: its peers finished and are gone, so it must not wait to
