@@ -159,6 +159,7 @@ absl::StatusOr<std::unique_ptr<Network>> Network::Create(NetworkOptions options)
   net->cut_.assign(options.nodes, false);
   net->rate_.assign(options.nodes, options.uplink_bits_per_second);
   net->root_qdisc_.assign(options.nodes, false);
+  net->last_host_.assign(options.nodes, 1);
   for (int node = 0; node < options.nodes; ++node) {
     RETURN_IF_ERROR(net->CreateNode(node), "creating sandbox node ", node);
   }

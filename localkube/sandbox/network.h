@@ -129,6 +129,10 @@ class Network {
   std::vector<bool> cut_;
   std::vector<std::optional<int64_t>> rate_;
   std::vector<bool> root_qdisc_;  // ours is installed
+  // Per node, the last octet handed to a sandbox: the next sandbox takes the next free octet after
+  // it, round the node's /24, as the host-local IPAM plugin does, so that a removed sandbox's
+  // address is not handed out again at once (docs/localkube.md).
+  std::vector<int> last_host_;
   int next_serial_ = 0;
   std::map<std::string, std::unique_ptr<Sandbox>, std::less<>> sandboxes_;
   std::unique_ptr<LockFile> instance_lock_, block_lock_;

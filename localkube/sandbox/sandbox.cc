@@ -62,9 +62,13 @@ absl::StatusOr<const Sandbox*> Network::AddSandbox(int node, absl::string_view n
   for (const auto& [unused, s] : sandboxes_) {
     if (s->node_ == node) used[s->host_] = true;
   }
-  int host = 2;
-  while (host <= 254 && used[host]) ++host;
-  if (host > 254) {
+  // Octets 2..254 (.1 is the bridge), from the one after the last handed out, round.
+  int host = 0;
+  for (int step = 1; step <= kHostsPerNode && host == 0; ++step) {
+    const int candidate = 2 + (last_host_[node] - 2 + step + kHostsPerNode) % kHostsPerNode;
+    if (!used[candidate]) host = candidate;
+  }
+  if (host == 0) {
     return absl::ResourceExhaustedError(
         absl::StrCat("node ", node, " already has ", kHostsPerNode, " sandboxes"));
   }
@@ -90,6 +94,11 @@ absl::StatusOr<const Sandbox*> Network::AddSandbox(int node, absl::string_view n
     RETURN_IF_ERROR(RunTool("ip", {"-n", ns, "link", "set", "eth0", "up"}).status());
     RETURN_IF_ERROR(
         RunTool("ip", {"-n", ns, "route", "add", "default", "via", node_gateway(node)}).status());
+    // An address handed out before (after the octets came round) may still have the host's
+    // neighbour entry for the earlier sandbox's MAC, REACHABLE for up to about 30 s while the
+    // node's bridge stays up: packets routed to the new sandbox would go to that MAC and be lost
+    // until the entry expired. The new address starts unresolved.
+    RETURN_IF_ERROR(RunTool("ip", {"neigh", "flush", "to", s->ip_, "dev", bridge(node)}).status());
     s->netns_fd_ = ::open(absl::StrCat("/run/netns/", ns).c_str(), O_RDONLY | O_CLOEXEC);
     if (s->netns_fd_ < 0) {
       return absl::InternalError(
@@ -102,6 +111,7 @@ absl::StatusOr<const Sandbox*> Network::AddSandbox(int node, absl::string_view n
     (void)RunTool("ip", {"netns", "del", s->netns_});
     return Annotate(made, absl::StrCat("creating sandbox ", name));
   }
+  last_host_[node] = host;
   const Sandbox* added = s.get();
   sandboxes_.emplace(std::string(name), std::move(s));
   return added;
