@@ -14,11 +14,8 @@ constexpr Field kConfigMapEnvSourceFields[] = {
     {2, "optional", kBool, kKeepZero},
 };
 const Message kConfigMapEnvSource{"ConfigMapEnvSource", kConfigMapEnvSourceFields};
-constexpr Field kSecretEnvSourceFields[] = {
-    {1, "", kMessage, kInline, &kLocalObjectReference},
-    {2, "optional", kBool, kKeepZero},
-};
-const Message kSecretEnvSource{"SecretEnvSource", kSecretEnvSourceFields};
+// SecretEnvSource and SecretKeySelector have the fields of their ConfigMap twins.
+const Message kSecretEnvSource{"SecretEnvSource", kConfigMapEnvSourceFields};
 constexpr Field kEnvFromSourceFields[] = {
     {1, "prefix", kString, 0},
     {2, "configMapRef", kMessage, kKeepZero, &kConfigMapEnvSource},
@@ -31,12 +28,7 @@ constexpr Field kConfigMapKeySelectorFields[] = {
     {3, "optional", kBool, kKeepZero},
 };
 const Message kConfigMapKeySelector{"ConfigMapKeySelector", kConfigMapKeySelectorFields};
-constexpr Field kSecretKeySelectorFields[] = {
-    {1, "", kMessage, kInline, &kLocalObjectReference},
-    {2, "key", kString, 0},
-    {3, "optional", kBool, kKeepZero},
-};
-const Message kSecretKeySelector{"SecretKeySelector", kSecretKeySelectorFields};
+const Message kSecretKeySelector{"SecretKeySelector", kConfigMapKeySelectorFields};
 constexpr Field kEnvVarSourceFields[] = {
     {1, "fieldRef", kMessage, kKeepZero, &kObjectFieldSelector},
     {2, "resourceFieldRef", kMessage, kKeepZero, &kResourceFieldSelector},
@@ -214,34 +206,8 @@ constexpr Field kContainerFields[] = {
     {18, "tty", kBool, 0},
 };
 const Message kContainer{"Container", kContainerFields};
-constexpr Field kEphemeralContainerCommonFields[] = {
-    {1, "name", kString, 0},
-    {2, "image", kString, 0},
-    {3, "command", kString, kRepeated},
-    {4, "args", kString, kRepeated},
-    {5, "workingDir", kString, 0},
-    {6, "ports", kMessage, kRepeated, &kContainerPort},
-    {19, "envFrom", kMessage, kRepeated, &kEnvFromSource},
-    {7, "env", kMessage, kRepeated, &kEnvVar},
-    {8, "resources", kMessage, 0, &kResourceRequirements},
-    {23, "resizePolicy", kMessage, kRepeated, &kContainerResizePolicy},
-    {24, "restartPolicy", kString, kKeepZero},
-    {9, "volumeMounts", kMessage, kRepeated, &kVolumeMount},
-    {21, "volumeDevices", kMessage, kRepeated, &kVolumeDevice},
-    {10, "livenessProbe", kMessage, kKeepZero, &kProbe},
-    {11, "readinessProbe", kMessage, kKeepZero, &kProbe},
-    {22, "startupProbe", kMessage, kKeepZero, &kProbe},
-    {12, "lifecycle", kMessage, kKeepZero, &kLifecycle},
-    {13, "terminationMessagePath", kString, 0},
-    {20, "terminationMessagePolicy", kString, 0},
-    {14, "imagePullPolicy", kString, 0},
-    {15, "securityContext", kMessage, kKeepZero, &kSecurityContext},
-    {16, "stdin", kBool, 0},
-    {17, "stdinOnce", kBool, 0},
-    {18, "tty", kBool, 0},
-};
-const Message kEphemeralContainerCommon{"EphemeralContainerCommon",
-                                        kEphemeralContainerCommonFields};
+// Kubernetes' EphemeralContainerCommon carries Container's fields under Container's numbers.
+const Message kEphemeralContainerCommon{"EphemeralContainerCommon", kContainerFields};
 constexpr Field kEphemeralContainerFields[] = {
     {1, "", kMessage, kInline, &kEphemeralContainerCommon},
     {2, "targetContainerName", kString, 0},
