@@ -3,6 +3,7 @@
 // which GPU request it makes, and the errors for configurations that cannot run.
 #include "worker/launch/placement.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,51 +97,67 @@ TEST(Identify, AnEvaluatorHasNoPlaceAmongTheRanks) {
   EXPECT_EQ(place->rendezvous.self, "");
 }
 
-TEST(Identify, APsTaskIsSentToKubetrainPs) {
-  absl::StatusOr<TaskPlace> place = Identify(WithTfConfig(ChiefWorkersPs("ps", 0)));
+// A TF_CONFIG that Identify refuses in `mode`: the code where it matters and what the message
+// says.
+struct RefusedTfConfig {
+  const char* name;
+  std::string tf_config;
+  Mode mode;
+  std::optional<absl::StatusCode> code;
+  std::vector<std::string> message_parts;
+};
+
+class IdentifyRefuses : public ::testing::TestWithParam<RefusedTfConfig> {};
+
+TEST_P(IdentifyRefuses, SayingWhy) {
+  const RefusedTfConfig& c = GetParam();
+  absl::StatusOr<TaskPlace> place = Identify(WithTfConfig(c.tf_config, c.mode));
   ASSERT_FALSE(place.ok());
-  EXPECT_EQ(place.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(place.status().message(), HasSubstr("TF_CONFIG: task.type"));
-  EXPECT_THAT(place.status().message(), HasSubstr("kubetrain-ps"));
+  if (c.code.has_value()) {
+    EXPECT_EQ(place.status().code(), *c.code);
+  }
+  for (const std::string& part : c.message_parts) {
+    EXPECT_THAT(place.status().message(), HasSubstr(part));
+  }
 }
 
-TEST(Identify, AnUnknownTaskTypeIsNamed) {
-  absl::StatusOr<TaskPlace> place =
-      Identify(WithTfConfig(R"({"cluster":{"chief":["c:1"],"ps":["p:1"],"trainer":["t:1"]},)"
-                            R"("task":{"type":"trainer","index":0}})"));
-  ASSERT_FALSE(place.ok());
-  EXPECT_THAT(place.status().message(), HasSubstr("task.type: unsupported \"trainer\""));
-}
-
-TEST(Identify, MalformedTfConfigNamesTfConfig) {
-  absl::StatusOr<TaskPlace> place = Identify(WithTfConfig("{not json"));
-  ASSERT_FALSE(place.ok());
-  EXPECT_THAT(place.status().message(), HasSubstr("TF_CONFIG"));
-}
-
-TEST(Identify, PsModesNeedAParameterServer) {
-  absl::StatusOr<TaskPlace> place =
-      Identify(WithTfConfig(R"({"cluster":{"chief":["c:1"]},"task":{"type":"chief","index":0}})"));
-  ASSERT_FALSE(place.ok());
-  EXPECT_EQ(place.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(place.status().message(), HasSubstr("cluster.ps is empty"));
-  EXPECT_THAT(place.status().message(), HasSubstr("--ps"));
-}
-
-TEST(Identify, AllReduceRefusesPsTasks) {
-  absl::StatusOr<TaskPlace> place =
-      Identify(WithTfConfig(ChiefWorkersPs("worker", 0), Mode::kAllReduce));
-  ASSERT_FALSE(place.ok());
-  EXPECT_THAT(place.status().message(), HasSubstr("2 ps task(s)"));
-  EXPECT_THAT(place.status().message(), HasSubstr("remove the PS replica spec"));
-}
-
-TEST(Identify, AllReduceRefusesAnEvaluator) {
-  absl::StatusOr<TaskPlace> place = Identify(WithTfConfig(
-      R"({"cluster":{"chief":["c:1"]},"task":{"type":"evaluator","index":0}})", Mode::kAllReduce));
-  ASSERT_FALSE(place.ok());
-  EXPECT_THAT(place.status().message(), HasSubstr("remove the Evaluator replica"));
-}
+INSTANTIATE_TEST_SUITE_P(
+    Identify, IdentifyRefuses,
+    ::testing::Values(
+        RefusedTfConfig{"APsTaskIsSentToKubetrainPs",
+                        ChiefWorkersPs("ps", 0),
+                        Mode::kPsSync,
+                        absl::StatusCode::kInvalidArgument,
+                        {"TF_CONFIG: task.type", "kubetrain-ps"}},
+        RefusedTfConfig{"AnUnknownTaskTypeIsNamed",
+                        R"({"cluster":{"chief":["c:1"],"ps":["p:1"],"trainer":["t:1"]},)"
+                        R"("task":{"type":"trainer","index":0}})",
+                        Mode::kPsSync,
+                        std::nullopt,
+                        {"task.type: unsupported \"trainer\""}},
+        RefusedTfConfig{"MalformedTfConfigNamesTfConfig",
+                        "{not json",
+                        Mode::kPsSync,
+                        std::nullopt,
+                        {"TF_CONFIG"}},
+        RefusedTfConfig{"PsModesNeedAParameterServer",
+                        R"({"cluster":{"chief":["c:1"]},"task":{"type":"chief","index":0}})",
+                        Mode::kPsSync,
+                        absl::StatusCode::kInvalidArgument,
+                        {"cluster.ps is empty", "--ps"}},
+        RefusedTfConfig{"AllReduceRefusesPsTasks",
+                        ChiefWorkersPs("worker", 0),
+                        Mode::kAllReduce,
+                        std::nullopt,
+                        {"2 ps task(s)", "remove the PS replica spec"}},
+        RefusedTfConfig{"AllReduceRefusesAnEvaluator",
+                        R"({"cluster":{"chief":["c:1"]},"task":{"type":"evaluator","index":0}})",
+                        Mode::kAllReduce,
+                        std::nullopt,
+                        {"remove the Evaluator replica"}}),
+    [](const ::testing::TestParamInfo<RefusedTfConfig>& info) {
+      return std::string(info.param.name);
+    });
 
 TEST(Identify, FlagsStandInForTfConfig) {
   Options o;
