@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace kubetrain::worker {
@@ -92,12 +93,45 @@ TEST(MakeDevice, AutoWithAnImpossibleGpuChoice) {
 
 // --tf32 is a GPU mode: asked of a task that runs on the CPU it is an error naming the flag,
 // never silently ignored; on a GPU it is the device's GEMM mode.
-TEST(MakeDevice, Tf32IsRefusedOnTheCpuAndTakenOnAGpu) {
-  absl::StatusOr<ChosenDevice> cpu =
-      MakeDevice({.kind = "cpu", .cpu = {.blas_threads = 1}, .tf32 = true});
+// A flag only a GPU acts on, the DeviceRequest field it sets.
+struct GpuOnlyFlag {
+  const char* name;
+  const char* flag;
+  std::optional<bool> DeviceRequest::*field;
+};
+
+class GpuOnlyFlagOnTheCpu : public ::testing::TestWithParam<GpuOnlyFlag> {};
+
+// Asked for (true) on the CPU the flag is refused naming it; unset or false (the worker's default
+// leaves it unset) the CPU runs. Left unset, --tf32 is the GPU's choice (convolutions in TF32, as
+// PyTorch); --tf32=false turns TF32 off, which the CPU never used either.
+TEST_P(GpuOnlyFlagOnTheCpu, IsRefusedOnlyWhenAskedFor) {
+  const GpuOnlyFlag& f = GetParam();
+  auto on_cpu = [&](std::optional<bool> value) {
+    DeviceRequest request{.kind = "cpu", .cpu = {.blas_threads = 1}};
+    request.*f.field = value;
+    return MakeDevice(request);
+  };
+  absl::StatusOr<ChosenDevice> cpu = on_cpu(true);
   ASSERT_TRUE(absl::IsFailedPrecondition(cpu.status())) << cpu.status();
-  EXPECT_THAT(std::string(cpu.status().message()), StartsWith("--tf32: "));
+  EXPECT_THAT(std::string(cpu.status().message()), StartsWith(std::string(f.flag) + ": "));
   EXPECT_THAT(cpu.status().message(), HasSubstr("runs on the CPU (requested)"));
+  for (std::optional<bool> value : {std::optional<bool>(), std::optional<bool>(false)}) {
+    absl::StatusOr<ChosenDevice> plain = on_cpu(value);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_EQ(plain->device->name(), "cpu");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MakeDevice, GpuOnlyFlagOnTheCpu,
+                         ::testing::Values(GpuOnlyFlag{"Tf32", "--tf32", &DeviceRequest::tf32},
+                                           GpuOnlyFlag{"CudaGraphs", "--cuda-graphs",
+                                                       &DeviceRequest::cuda_graphs}),
+                         [](const ::testing::TestParamInfo<GpuOnlyFlag>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST(MakeDevice, Tf32IsTakenOnAGpu) {
   absl::StatusOr<ChosenDevice> automatic =
       MakeDevice({.kind = "auto", .cpu = {.blas_threads = 1}, .tf32 = true});
   if (!ProbeCuda().available) {
@@ -107,33 +141,6 @@ TEST(MakeDevice, Tf32IsRefusedOnTheCpuAndTakenOnAGpu) {
   }
   ASSERT_TRUE(automatic.ok()) << automatic.status();
   EXPECT_EQ(automatic->device->name(), "cuda");
-}
-
-// Left unset, --tf32 is the GPU's choice (convolutions in TF32, as PyTorch), so a CPU task
-// runs; --tf32=false turns TF32 off, which the CPU never used either.
-TEST(MakeDevice, Tf32UnsetOrFalseRunsOnTheCpu) {
-  for (std::optional<bool> tf32 : {std::optional<bool>(), std::optional<bool>(false)}) {
-    absl::StatusOr<ChosenDevice> cpu =
-        MakeDevice({.kind = "cpu", .cpu = {.blas_threads = 1}, .tf32 = tf32});
-    ASSERT_TRUE(cpu.ok()) << cpu.status();
-    EXPECT_EQ(cpu->device->name(), "cpu");
-  }
-}
-
-// --cuda-graphs asked for on the CPU is refused naming the flag; unset or false (the worker's
-// default leaves it unset) any device runs.
-TEST(MakeDevice, CudaGraphsAreRefusedOnTheCpuOnlyWhenAskedFor) {
-  absl::StatusOr<ChosenDevice> cpu =
-      MakeDevice({.kind = "cpu", .cpu = {.blas_threads = 1}, .cuda_graphs = true});
-  ASSERT_TRUE(absl::IsFailedPrecondition(cpu.status())) << cpu.status();
-  EXPECT_THAT(std::string(cpu.status().message()), StartsWith("--cuda-graphs: "));
-  EXPECT_THAT(cpu.status().message(), HasSubstr("runs on the CPU (requested)"));
-  for (std::optional<bool> graphs : {std::optional<bool>(), std::optional<bool>(false)}) {
-    absl::StatusOr<ChosenDevice> plain =
-        MakeDevice({.kind = "cpu", .cpu = {.blas_threads = 1}, .cuda_graphs = graphs});
-    ASSERT_TRUE(plain.ok()) << plain.status();
-    EXPECT_EQ(plain->device->name(), "cpu");
-  }
 }
 
 TEST(ProbeCuda, AgreesWithCudaAvailable) {
