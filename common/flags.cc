@@ -118,54 +118,32 @@ void FlagSet::Add(absl::string_view name, std::string* target, absl::string_view
            }});
 }
 
-FlagSet::Limits& FlagSet::Add(absl::string_view name, int* target, absl::string_view help,
+template <typename Integer>
+  requires std::is_same_v<Integer, int> || std::is_same_v<Integer, int64_t> ||
+           std::is_same_v<Integer, uint64_t>
+FlagSet::Limits& FlagSet::Add(absl::string_view name, Integer* target, absl::string_view help,
                               absl::string_view env) {
+  constexpr absl::string_view kWhat =
+      std::is_signed_v<Integer> ? "an integer" : "a non-negative integer";
   auto limits = std::make_shared<Limits>();
   return AddLimited(
       {std::string(name), std::string(help), std::string(env), std::to_string(*target), false,
        [target, limits](absl::string_view v) {
-         int parsed;
+         Integer parsed;
          if (!absl::SimpleAtoi(v, &parsed) || !limits->Contains(static_cast<double>(parsed))) {
-           return absl::InvalidArgumentError(absl::StrCat("an integer", limits->Describe()));
+           return absl::InvalidArgumentError(absl::StrCat(kWhat, limits->Describe()));
          }
          *target = parsed;
          return absl::OkStatus();
        }},
       limits);
 }
-
-FlagSet::Limits& FlagSet::Add(absl::string_view name, int64_t* target, absl::string_view help,
-                              absl::string_view env) {
-  auto limits = std::make_shared<Limits>();
-  return AddLimited(
-      {std::string(name), std::string(help), std::string(env), std::to_string(*target), false,
-       [target, limits](absl::string_view v) {
-         int64_t parsed;
-         if (!absl::SimpleAtoi(v, &parsed) || !limits->Contains(static_cast<double>(parsed))) {
-           return absl::InvalidArgumentError(absl::StrCat("an integer", limits->Describe()));
-         }
-         *target = parsed;
-         return absl::OkStatus();
-       }},
-      limits);
-}
-
-FlagSet::Limits& FlagSet::Add(absl::string_view name, uint64_t* target, absl::string_view help,
-                              absl::string_view env) {
-  auto limits = std::make_shared<Limits>();
-  return AddLimited(
-      {std::string(name), std::string(help), std::string(env), std::to_string(*target), false,
-       [target, limits](absl::string_view v) {
-         uint64_t parsed;
-         if (!absl::SimpleAtoi(v, &parsed) || !limits->Contains(static_cast<double>(parsed))) {
-           return absl::InvalidArgumentError(
-               absl::StrCat("a non-negative integer", limits->Describe()));
-         }
-         *target = parsed;
-         return absl::OkStatus();
-       }},
-      limits);
-}
+template FlagSet::Limits& FlagSet::Add(absl::string_view, int*, absl::string_view,
+                                       absl::string_view);
+template FlagSet::Limits& FlagSet::Add(absl::string_view, int64_t*, absl::string_view,
+                                       absl::string_view);
+template FlagSet::Limits& FlagSet::Add(absl::string_view, uint64_t*, absl::string_view,
+                                       absl::string_view);
 
 FlagSet::Limits& FlagSet::Add(absl::string_view name, double* target, absl::string_view help,
                               absl::string_view env) {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -61,11 +62,11 @@ class FlagSet {
 
   void Add(absl::string_view name, std::string* target, absl::string_view help,
            absl::string_view env = "");
-  Limits& Add(absl::string_view name, int* target, absl::string_view help,
-              absl::string_view env = "");
-  Limits& Add(absl::string_view name, int64_t* target, absl::string_view help,
-              absl::string_view env = "");
-  Limits& Add(absl::string_view name, uint64_t* target, absl::string_view help,
+  // int, int64_t and uint64_t (which refuses a negative value); defined for these three.
+  template <typename Integer>
+    requires std::is_same_v<Integer, int> || std::is_same_v<Integer, int64_t> ||
+             std::is_same_v<Integer, uint64_t>
+  Limits& Add(absl::string_view name, Integer* target, absl::string_view help,
               absl::string_view env = "");
   Limits& Add(absl::string_view name, double* target, absl::string_view help,
               absl::string_view env = "");
