@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/testing/status_matchers.h"
@@ -105,42 +107,60 @@ void CheckGradients(Model& model, const Inputs& in) {
   }
 }
 
-TEST(GradientCheck, MlpMatchesFiniteDifferences) {
+// A tiny model and the seed of its random batch (`batch` examples of the model's input size).
+struct GradientCase {
+  const char* name;
+  std::function<absl::StatusOr<std::unique_ptr<Model>>(Device&)> make;
+  int batch;
+  uint64_t inputs_seed;
+};
+
+class GradientCheck : public ::testing::TestWithParam<GradientCase> {};
+
+TEST_P(GradientCheck, MatchesFiniteDifferences) {
+  const GradientCase& c = GetParam();
   CpuDevice device;
-  auto model = MakeMlp(device, {.inputs = 6, .hidden = {5, 4}, .classes = 3, .seed = 3});
+  auto model = c.make(device);
   ASSERT_TRUE(model.ok()) << model.status();
-  CheckGradients(**model, RandomInputs(4, 6, 3, 11));
+  CheckGradients(**model, RandomInputs(c.batch, (*model)->input_size(), (*model)->num_classes(),
+                                       c.inputs_seed));
 }
 
-TEST(GradientCheck, CnnMatchesFiniteDifferences) {
-  CpuDevice device;
-  auto model = MakeCnn(device, {.height = 8,
-                                .width = 8,
-                                .channels = 2,
-                                .kernel = 3,
-                                .conv1_filters = 3,
-                                .conv2_filters = 4,
-                                .hidden = 6,
-                                .classes = 3,
-                                .seed = 5});
-  ASSERT_TRUE(model.ok()) << model.status();
-  CheckGradients(**model, RandomInputs(3, 8 * 8 * 2, 3, 12));
-}
-
-TEST(GradientCheck, CnnWithFiveByFiveKernelsMatchesFiniteDifferences) {
-  CpuDevice device;
-  auto model = MakeCnn(device, {.height = 12,
-                                .width = 12,
-                                .channels = 1,
-                                .kernel = 5,
-                                .conv1_filters = 2,
-                                .conv2_filters = 3,
-                                .hidden = 4,
-                                .classes = 3,
-                                .seed = 6});
-  ASSERT_TRUE(model.ok()) << model.status();
-  CheckGradients(**model, RandomInputs(2, 12 * 12, 3, 13));
-}
+INSTANTIATE_TEST_SUITE_P(
+    Models, GradientCheck,
+    ::testing::Values(
+        GradientCase{"Mlp",
+                     [](Device& d) {
+                       return MakeMlp(d, {.inputs = 6, .hidden = {5, 4}, .classes = 3, .seed = 3});
+                     },
+                     4, 11},
+        GradientCase{"Cnn",
+                     [](Device& d) {
+                       return MakeCnn(d, {.height = 8,
+                                          .width = 8,
+                                          .channels = 2,
+                                          .kernel = 3,
+                                          .conv1_filters = 3,
+                                          .conv2_filters = 4,
+                                          .hidden = 6,
+                                          .classes = 3,
+                                          .seed = 5});
+                     },
+                     3, 12},
+        GradientCase{"CnnWithFiveByFiveKernels",
+                     [](Device& d) {
+                       return MakeCnn(d, {.height = 12,
+                                          .width = 12,
+                                          .channels = 1,
+                                          .kernel = 5,
+                                          .conv1_filters = 2,
+                                          .conv2_filters = 3,
+                                          .hidden = 4,
+                                          .classes = 3,
+                                          .seed = 6});
+                     },
+                     2, 13}),
+    [](const ::testing::TestParamInfo<GradientCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace kubetrain::worker
