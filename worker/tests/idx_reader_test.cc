@@ -86,32 +86,6 @@ TEST(IdxReader, ReadsUncompressedFile) {
   EXPECT_EQ(array->data, labels);
 }
 
-TEST(IdxReader, BadMagicIsInvalidArgumentNamingBoth) {
-  const std::string path = WriteGz("bad_magic.gz", IdxBytes(kIdxImagesMagic, {1, 1, 1}, {5}));
-  auto array = ReadIdx(path, kIdxLabelsMagic);
-  EXPECT_EQ(array.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(array.status().message(),
-            "IDX file " + path + " has magic 0x00000803, expected 0x00000801");
-}
-
-TEST(IdxReader, TruncatedDataIsDataLoss) {
-  const std::string path = WriteGz("truncated.gz", IdxBytes(kIdxImagesMagic, {3, 2, 4}, Iota(10)));
-  auto array = ReadIdx(path, kIdxImagesMagic);
-  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(array.status().message(),
-            "IDX file " + path + " is truncated: expected 24 data bytes, read 10");
-}
-
-TEST(IdxReader, TruncatedHeaderIsDataLoss) {
-  std::vector<uint8_t> bytes = IdxBytes(kIdxImagesMagic, {3, 2, 4}, {});
-  bytes.resize(10);  // magic, count, half of rows
-  const std::string path = WriteGz("short_header.gz", bytes);
-  auto array = ReadIdx(path, kIdxImagesMagic);
-  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(array.status().message(),
-            "IDX file " + path + " is truncated: expected 4 header bytes, read 2");
-}
-
 TEST(IdxReader, CutGzipStreamIsDataLoss) {
   const std::string full = WriteGz("full.gz", IdxBytes(kIdxImagesMagic, {4, 28, 28}, Iota(3136)));
   std::FILE* f = std::fopen(full.c_str(), "rb");
@@ -124,23 +98,81 @@ TEST(IdxReader, CutGzipStreamIsDataLoss) {
   EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss) << array.status();
 }
 
+// A file the reader refuses: its bytes (gzipped or not), the magic the read expects, and the
+// error, whose message is "IDX file <path>" and then `after_path`.
+struct RefusedCase {
+  const char* name;
+  bool gzip;
+  std::vector<uint8_t> bytes;
+  uint32_t magic;
+  absl::StatusCode code;
+  std::string after_path;
+};
+
+class IdxReaderRefuses : public ::testing::TestWithParam<RefusedCase> {};
+
+TEST_P(IdxReaderRefuses, NamingTheFile) {
+  const RefusedCase& c = GetParam();
+  const std::string path = c.gzip ? WriteGz(std::string(c.name) + ".gz", c.bytes)
+                                  : WritePlain(std::string(c.name) + ".idx", c.bytes);
+  auto array = ReadIdx(path, c.magic);
+  EXPECT_EQ(array.status().code(), c.code);
+  EXPECT_EQ(array.status().message(), "IDX file " + path + c.after_path);
+}
+
+// The first `n` of `bytes`.
+std::vector<uint8_t> Prefix(std::vector<uint8_t> bytes, size_t n) {
+  bytes.resize(n);
+  return bytes;
+}
+
+// The header of 1000x28x28 images and half of their pixels, incompressible enough that the
+// header passes the size check of a gzip file.
+std::vector<uint8_t> HalfOfItsImages() {
+  std::vector<uint8_t> bytes = IdxBytes(kIdxImagesMagic, {1000, 28, 28}, {});
+  uint32_t x = 12345;
+  for (int i = 0; i < 500 * 28 * 28; ++i) {
+    x = x * 1664525u + 1013904223u;
+    bytes.push_back(static_cast<uint8_t>(x >> 24));
+  }
+  return bytes;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    IdxReader, IdxReaderRefuses,
+    ::testing::Values(
+        RefusedCase{"BadMagicAsInvalidArgumentNamingBoth", true,
+                    IdxBytes(kIdxImagesMagic, {1, 1, 1}, {5}), kIdxLabelsMagic,
+                    absl::StatusCode::kInvalidArgument,
+                    " has magic 0x00000803, expected 0x00000801"},
+        RefusedCase{"TruncatedDataAsDataLoss", true, IdxBytes(kIdxImagesMagic, {3, 2, 4}, Iota(10)),
+                    kIdxImagesMagic, absl::StatusCode::kDataLoss,
+                    " is truncated: expected 24 data bytes, read 10"},
+        // Magic, count, half of rows.
+        RefusedCase{"TruncatedHeaderAsDataLoss", true,
+                    Prefix(IdxBytes(kIdxImagesMagic, {3, 2, 4}, {}), 10), kIdxImagesMagic,
+                    absl::StatusCode::kDataLoss, " is truncated: expected 4 header bytes, read 2"},
+        // 16-byte header + 100 bytes: a 116-byte file claiming 2147483647 images of 28x28.
+        RefusedCase{"HeaderClaimingMoreThanAPlainFileHoldsAsDataLoss", false,
+                    IdxBytes(kIdxImagesMagic, {2147483647u, 28, 28}, Iota(100)), kIdxImagesMagic,
+                    absl::StatusCode::kDataLoss,
+                    " is truncated: its header declares 2147483647x28x28 = 1683627179248 data "
+                    "bytes, the file holds 100"},
+        RefusedCase{"OverflowingShapeAsDataLoss", false,
+                    IdxBytes(kIdxImagesMagic, {2147483647u, 2147483647u, 2147483647u}, {}),
+                    kIdxImagesMagic, absl::StatusCode::kDataLoss,
+                    " declares an impossible shape 2147483647x2147483647x2147483647"},
+        // The stream ends early, which the read reports.
+        RefusedCase{"GzipShorterThanItsPlausibleClaimAsDataLoss", true, HalfOfItsImages(),
+                    kIdxImagesMagic, absl::StatusCode::kDataLoss,
+                    " is truncated: expected 784000 data bytes, read 392000"}),
+    [](const ::testing::TestParamInfo<RefusedCase>& info) { return std::string(info.param.name); });
+
 TEST(IdxReader, MissingFileIsNotFoundNamingPath) {
   const std::string path = TempPath("does-not-exist.gz");
   auto array = ReadIdx(path, kIdxImagesMagic);
   EXPECT_EQ(array.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(array.status().message(), "IDX file " + path + " not found");
-}
-
-TEST(IdxReader, HeaderClaimingMoreThanAPlainFileHoldsIsDataLossNamingFile) {
-  // 16-byte header + 100 bytes: a 116-byte file claiming 2147483647 images of 28x28.
-  const std::string path =
-      WritePlain("huge_claim.idx", IdxBytes(kIdxImagesMagic, {2147483647u, 28, 28}, Iota(100)));
-  auto array = ReadIdx(path, kIdxImagesMagic);
-  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(array.status().message(),
-            "IDX file " + path +
-                " is truncated: its header declares 2147483647x28x28 = 1683627179248 data bytes, "
-                "the file holds 100");
 }
 
 TEST(IdxReader, HeaderClaimingMoreThanAGzipFileCanHoldIsDataLossNamingFile) {
@@ -154,32 +186,6 @@ TEST(IdxReader, HeaderClaimingMoreThanAGzipFileCanHoldIsDataLossNamingFile) {
                                           "more than a gzip file of "),
             std::string::npos)
       << array.status();
-}
-
-TEST(IdxReader, OverflowingShapeIsDataLoss) {
-  const std::string path = WritePlain(
-      "overflow.idx", IdxBytes(kIdxImagesMagic, {2147483647u, 2147483647u, 2147483647u}, {}));
-  auto array = ReadIdx(path, kIdxImagesMagic);
-  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(array.status().message(), "IDX file " + path +
-                                          " declares an impossible shape "
-                                          "2147483647x2147483647x2147483647");
-}
-
-TEST(IdxReader, GzipShorterThanItsPlausibleClaimIsDataLoss) {
-  // Half of the declared 1000x28x28 pixels, incompressible enough that the header passes the
-  // size check; the stream still ends early, which the read reports.
-  std::vector<uint8_t> bytes = IdxBytes(kIdxImagesMagic, {1000, 28, 28}, {});
-  uint32_t x = 12345;
-  for (int i = 0; i < 500 * 28 * 28; ++i) {
-    x = x * 1664525u + 1013904223u;
-    bytes.push_back(static_cast<uint8_t>(x >> 24));
-  }
-  const std::string path = WriteGz("half.gz", bytes);
-  auto array = ReadIdx(path, kIdxImagesMagic);
-  EXPECT_EQ(array.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(array.status().message(),
-            "IDX file " + path + " is truncated: expected 784000 data bytes, read 392000");
 }
 
 TEST(IdxReader, FifoIsRefusedNamingFile) {
