@@ -37,30 +37,59 @@ std::vector<float> RandomImages(int64_t n, uint64_t seed) {
   return v;
 }
 
-TEST(Models, MlpHasNamedVariablesOfTheDesignShape) {
+// A model as MakeModel makes it: its variables' names and shapes in order, and its size.
+struct LayoutCase {
+  const char* name;
+  const char* model;
+  std::vector<std::pair<std::string, Shape>> variables;
+  int64_t parameters;
+};
+
+class ModelLayout : public ::testing::TestWithParam<LayoutCase> {};
+
+TEST_P(ModelLayout, HasNamedVariablesOfTheDesignShape) {
+  const LayoutCase& c = GetParam();
   CpuDevice device;
-  auto model = MakeMlp(device);
-  ASSERT_TRUE(model.ok()) << model.status();
-  using P = std::pair<std::string, Shape>;
-  EXPECT_EQ(NamesAndShapes(**model),
-            (std::vector<P>{P{"dense1/kernel", {784, 256}}, P{"dense1/bias", {256}},
-                            P{"dense2/kernel", {256, 128}}, P{"dense2/bias", {128}},
-                            P{"logits/kernel", {128, 10}}, P{"logits/bias", {10}}}));
-  EXPECT_EQ((*model)->num_parameters(), 235146);
+  auto model = MakeModel(c.model, device, 1);
+  ASSERT_THAT(model, IsOk());
+  EXPECT_EQ(NamesAndShapes(**model), c.variables);
+  EXPECT_EQ((*model)->num_parameters(), c.parameters);
   EXPECT_EQ((*model)->input_size(), 784);
 }
 
-TEST(Models, CnnHasNamedVariablesInHwioLayout) {
+using P = std::pair<std::string, Shape>;
+INSTANTIATE_TEST_SUITE_P(
+    Models, ModelLayout,
+    ::testing::Values(
+        LayoutCase{"Mlp",
+                   "mlp",
+                   {P{"dense1/kernel", {784, 256}}, P{"dense1/bias", {256}},
+                    P{"dense2/kernel", {256, 128}}, P{"dense2/bias", {128}},
+                    P{"logits/kernel", {128, 10}}, P{"logits/bias", {10}}},
+                   235146},
+        // Convolution kernels in HWIO layout.
+        LayoutCase{"Cnn",
+                   "cnn",
+                   {P{"conv1/kernel", {5, 5, 1, 32}}, P{"conv1/bias", {32}},
+                    P{"conv2/kernel", {5, 5, 32, 64}}, P{"conv2/bias", {64}},
+                    P{"dense1/kernel", {7 * 7 * 64, 128}}, P{"dense1/bias", {128}},
+                    P{"logits/kernel", {128, 10}}, P{"logits/bias", {10}}},
+                   454922},
+        LayoutCase{"MlpWithHiddenWidths",
+                   "mlp:300,20,7",
+                   {P{"dense1/kernel", {784, 300}}, P{"dense1/bias", {300}},
+                    P{"dense2/kernel", {300, 20}}, P{"dense2/bias", {20}},
+                    P{"dense3/kernel", {20, 7}}, P{"dense3/bias", {7}},
+                    P{"logits/kernel", {7, 10}}, P{"logits/bias", {10}}},
+                   784 * 300 + 300 + 300 * 20 + 20 + 20 * 7 + 7 + 70 + 10}),
+    [](const ::testing::TestParamInfo<LayoutCase>& info) { return std::string(info.param.name); });
+
+// The benchmarks' communication-bound model (bench/network).
+TEST(Models, MlpOfTheNetworkBenchmarkHasItsSize) {
   CpuDevice device;
-  auto model = MakeCnn(device);
-  ASSERT_TRUE(model.ok()) << model.status();
-  using P = std::pair<std::string, Shape>;
-  EXPECT_EQ(NamesAndShapes(**model),
-            (std::vector<P>{P{"conv1/kernel", {5, 5, 1, 32}}, P{"conv1/bias", {32}},
-                            P{"conv2/kernel", {5, 5, 32, 64}}, P{"conv2/bias", {64}},
-                            P{"dense1/kernel", {7 * 7 * 64, 128}}, P{"dense1/bias", {128}},
-                            P{"logits/kernel", {128, 10}}, P{"logits/bias", {10}}}));
-  EXPECT_EQ((*model)->num_parameters(), 454922);
+  auto big = MakeModel("mlp:4096,4096,1024", device, 1);
+  ASSERT_THAT(big, IsOk());
+  EXPECT_EQ((*big)->num_parameters(), 24202250);
 }
 
 TEST(Models, UnknownNameIsInvalidArgument) {
@@ -71,23 +100,6 @@ TEST(Models, UnknownNameIsInvalidArgument) {
             "--model: unsupported value \"resnet\"; allowed: mlp, cnn, or mlp:W1,W2,... for an "
             "MLP with those hidden widths");
   EXPECT_THAT(MakeModel("cnn", device, 1), IsOk());
-}
-
-TEST(Models, MlpWithHiddenWidthsHasThoseLayers) {
-  CpuDevice device;
-  auto model = MakeModel("mlp:300,20,7", device, 1);
-  ASSERT_THAT(model, IsOk());
-  using P = std::pair<std::string, Shape>;
-  EXPECT_EQ(NamesAndShapes(**model),
-            (std::vector<P>{P{"dense1/kernel", {784, 300}}, P{"dense1/bias", {300}},
-                            P{"dense2/kernel", {300, 20}}, P{"dense2/bias", {20}},
-                            P{"dense3/kernel", {20, 7}}, P{"dense3/bias", {7}},
-                            P{"logits/kernel", {7, 10}}, P{"logits/bias", {10}}}));
-  EXPECT_EQ((*model)->num_parameters(), 784 * 300 + 300 + 300 * 20 + 20 + 20 * 7 + 7 + 70 + 10);
-  // The benchmarks' communication-bound model (bench/network).
-  auto big = MakeModel("mlp:4096,4096,1024", device, 1);
-  ASSERT_THAT(big, IsOk());
-  EXPECT_EQ((*big)->num_parameters(), 24202250);
 }
 
 TEST(Models, BadHiddenWidthsNameTheValueAndTheForm) {
