@@ -17,7 +17,8 @@
 #include "worker/core/cpu/cpu_device.h"
 #include "worker/core/kernels_math.h"
 #include "worker/core/models.h"
-#include "worker/core/random.h"
+#include "worker/tests/model_reads.h"
+#include "worker/tests/random_images.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -219,26 +220,15 @@ TEST(DeviceConvolution, TheLayerComputesWhatTheIm2colPathComputes) {
   Model& im2col = **a;
   Model& kernels = **b;
   for (int batch : {6, 6, 3}) {
-    Rng rng(static_cast<uint64_t>(batch) + 11);
-    std::vector<float> images(static_cast<size_t>(batch * im2col.input_size()));
-    for (float& x : images) x = rng.Uniform();
-    std::vector<int32_t> labels(static_cast<size_t>(batch));
-    for (int32_t& y : labels) y = static_cast<int32_t>(rng.Below(im2col.num_classes()));
-    absl::StatusOr<float> want = im2col.ComputeGradients(images, labels);
-    absl::StatusOr<float> got = kernels.ComputeGradients(images, labels);
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const Batch b =
+        UniformBatch(batch, im2col.input_size(), im2col.num_classes(), static_cast<uint64_t>(batch) + 11);
+    absl::StatusOr<float> want = im2col.ComputeGradients(b.images, b.labels);
+    absl::StatusOr<float> got = kernels.ComputeGradients(b.images, b.labels);
     ASSERT_TRUE(want.ok()) << want.status();
     ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_NEAR(*got, *want, 1e-5 * (1.0 + *want)) << "batch " << batch;
-    std::vector<float> want_grads(im2col.num_parameters()), got_grads(want_grads.size());
-    ASSERT_THAT(im2col.ReadGradients(absl::MakeSpan(want_grads)), IsOk());
-    ASSERT_THAT(kernels.ReadGradients(absl::MakeSpan(got_grads)), IsOk());
-    float largest = 0.0f;
-    for (float g : want_grads) largest = std::max(largest, std::fabs(g));
-    ASSERT_GT(largest, 0.0f);
-    for (size_t i = 0; i < want_grads.size(); ++i) {
-      ASSERT_NEAR(got_grads[i], want_grads[i], 1e-4 * largest)
-          << "parameter " << i << ", batch " << batch;
-    }
+    EXPECT_NEAR(*got, *want, 1e-5 * (1.0 + *want));
+    ASSERT_NO_FATAL_FAILURE(testing::ExpectGradientsNear(kernels, im2col, 1e-4));
   }
   // Each layer ran its kernels once per direction and pass: forward, filter, and data for the
   // second convolution only (the first one's input is the images, which need no gradient).

@@ -32,6 +32,7 @@
 #include "worker/core/random.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/nccl_communicator.h"
+#include "worker/tests/model_reads.h"
 #include "worker/tests/random_images.h"
 
 namespace kubetrain::worker {
@@ -555,11 +556,7 @@ TEST_P(CudaModelTest, ComputeGradientsMatchesCpu) {
   ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
   Model& cpu_model = **on_cpu;
   Model& gpu_model = **on_gpu;
-  Rng rng(24);
-  std::vector<float> images(static_cast<size_t>(batch * cpu_model.input_size()));
-  for (float& x : images) x = rng.Uniform();
-  std::vector<int32_t> labels(batch);
-  for (int32_t& y : labels) y = static_cast<int32_t>(rng.Below(cpu_model.num_classes()));
+  const Batch b = UniformBatch(batch, cpu_model.input_size(), cpu_model.num_classes(), 24);
 
   std::vector<float> cpu_values(cpu_model.num_parameters()), gpu_values(cpu_values.size());
   ASSERT_THAT(cpu_model.ReadValues(absl::MakeSpan(cpu_values)), IsOk());
@@ -567,30 +564,22 @@ TEST_P(CudaModelTest, ComputeGradientsMatchesCpu) {
   ASSERT_EQ(gpu_values, cpu_values);  // same seed, same host-drawn initialisation
 
   for (int step = 0; step < 2; ++step) {  // the second step reuses every buffer
-    absl::StatusOr<float> cpu_loss = cpu_model.ComputeGradients(images, labels);
-    absl::StatusOr<float> gpu_loss = gpu_model.ComputeGradients(images, labels);
+    absl::StatusOr<float> cpu_loss = cpu_model.ComputeGradients(b.images, b.labels);
+    absl::StatusOr<float> gpu_loss = gpu_model.ComputeGradients(b.images, b.labels);
     ASSERT_TRUE(cpu_loss.ok()) << cpu_loss.status();
     ASSERT_TRUE(gpu_loss.ok()) << gpu_loss.status();
     EXPECT_NEAR(*gpu_loss, *cpu_loss, 1e-4 * (1.0 + *cpu_loss));
   }
   // The loss left on the device (all-reduce's path) is the same mean.
   Tensor loss(*gpu_, {1});
-  ASSERT_THAT(gpu_model.ComputeGradients(images, labels, loss.data()), IsOk());
+  ASSERT_THAT(gpu_model.ComputeGradients(b.images, b.labels, loss.data()), IsOk());
   float on_device = 0.0f;
   gpu_->Download(loss, &on_device, 1);
   ASSERT_THAT(gpu_->Synchronize(), IsOk());
-  absl::StatusOr<float> cpu_loss = cpu_model.ComputeGradients(images, labels);
+  absl::StatusOr<float> cpu_loss = cpu_model.ComputeGradients(b.images, b.labels);
   ASSERT_TRUE(cpu_loss.ok()) << cpu_loss.status();
   EXPECT_NEAR(on_device, *cpu_loss, 1e-4 * (1.0 + *cpu_loss));
-  std::vector<float> cpu_grads(cpu_values.size()), gpu_grads(cpu_values.size());
-  ASSERT_THAT(cpu_model.ReadGradients(absl::MakeSpan(cpu_grads)), IsOk());
-  ASSERT_THAT(gpu_model.ReadGradients(absl::MakeSpan(gpu_grads)), IsOk());
-  float largest = 0.0f;
-  for (float g : cpu_grads) largest = std::max(largest, std::fabs(g));
-  ASSERT_GT(largest, 0.0f);
-  for (size_t i = 0; i < cpu_grads.size(); ++i) {
-    ASSERT_NEAR(gpu_grads[i], cpu_grads[i], 1e-3 * largest) << "parameter " << i;
-  }
+  testing::ExpectGradientsNear(gpu_model, cpu_model, 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(BothModels, CudaModelTest, ::testing::Values("mlp", "cnn"),
@@ -657,24 +646,13 @@ TEST_F(CudaDeviceTest, CnnWithTf32ConvolutionsAgreesWithTheCpuToTf32Precision) {
   absl::StatusOr<std::unique_ptr<Model>> on_gpu = MakeModel("cnn", **tf32, 5);
   ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
   ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
-  Rng rng(25);
-  std::vector<float> images(static_cast<size_t>(batch * (*on_cpu)->input_size()));
-  for (float& x : images) x = rng.Uniform();
-  std::vector<int32_t> labels(batch);
-  for (int32_t& y : labels) y = static_cast<int32_t>(rng.Below((*on_cpu)->num_classes()));
-  absl::StatusOr<float> cpu_loss = (*on_cpu)->ComputeGradients(images, labels);
-  absl::StatusOr<float> gpu_loss = (*on_gpu)->ComputeGradients(images, labels);
+  const Batch b = UniformBatch(batch, (*on_cpu)->input_size(), (*on_cpu)->num_classes(), 25);
+  absl::StatusOr<float> cpu_loss = (*on_cpu)->ComputeGradients(b.images, b.labels);
+  absl::StatusOr<float> gpu_loss = (*on_gpu)->ComputeGradients(b.images, b.labels);
   ASSERT_TRUE(cpu_loss.ok()) << cpu_loss.status();
   ASSERT_TRUE(gpu_loss.ok()) << gpu_loss.status();
   EXPECT_NEAR(*gpu_loss, *cpu_loss, 1e-2 * (1.0 + *cpu_loss));
-  std::vector<float> cpu_grads((*on_cpu)->num_parameters()), gpu_grads(cpu_grads.size());
-  ASSERT_THAT((*on_cpu)->ReadGradients(absl::MakeSpan(cpu_grads)), IsOk());
-  ASSERT_THAT((*on_gpu)->ReadGradients(absl::MakeSpan(gpu_grads)), IsOk());
-  float largest = 0.0f;
-  for (float g : cpu_grads) largest = std::max(largest, std::fabs(g));
-  for (size_t i = 0; i < cpu_grads.size(); ++i) {
-    ASSERT_NEAR(gpu_grads[i], cpu_grads[i], 3e-2 * largest) << "parameter " << i;
-  }
+  testing::ExpectGradientsNear(**on_gpu, **on_cpu, 3e-2);
 }
 
 // Every method makes its device current first, so a thread whose current device is another one

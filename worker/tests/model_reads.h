@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -22,6 +24,19 @@ inline std::vector<float> Gradients(Model& model) {
   const absl::Status read = model.ReadGradients(absl::MakeSpan(g));
   EXPECT_TRUE(read.ok()) << read;
   return g;
+}
+
+// Asserts that each of `got`'s gradients is within `relative` times the largest of `want`'s (which
+// must not all be zero) of `want`'s.
+inline void ExpectGradientsNear(Model& got, Model& want, double relative) {
+  const std::vector<float> got_grads = Gradients(got), want_grads = Gradients(want);
+  ASSERT_EQ(got_grads.size(), want_grads.size());
+  float largest = 0.0f;
+  for (float g : want_grads) largest = std::max(largest, std::fabs(g));
+  ASSERT_GT(largest, 0.0f);
+  for (size_t i = 0; i < want_grads.size(); ++i) {
+    ASSERT_NEAR(got_grads[i], want_grads[i], relative * largest) << "parameter " << i;
+  }
 }
 
 }  // namespace kubetrain::worker::testing

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "worker/core/data/batch_iterator.h"
 #include "worker/core/data/dataset.h"
 #include "worker/core/random.h"
 
@@ -28,6 +29,19 @@ inline std::vector<float> RandomVector(int64_t n, uint64_t seed, float scale = 1
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = scale * (2.0f * rng.Uniform() - 1.0f);
   return v;
+}
+
+// `size` examples of `example_size` values drawn uniformly from [0, 1) with Rng(`seed`), then
+// their labels, drawn uniformly from [0, classes) with the same generator.
+inline Batch UniformBatch(int size, int64_t example_size, int classes, uint64_t seed) {
+  Rng rng(seed);
+  Batch b;
+  b.size = size;
+  b.images.resize(static_cast<size_t>(size * example_size));
+  for (float& x : b.images) x = rng.Uniform();
+  b.labels.resize(static_cast<size_t>(size));
+  for (int32_t& y : b.labels) y = static_cast<int32_t>(rng.Below(classes));
+  return b;
 }
 
 }  // namespace kubetrain::worker
