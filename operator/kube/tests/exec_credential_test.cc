@@ -43,15 +43,13 @@
 #include "operator/kube/config.h"
 #include "operator/kube/testing/localkube.h"
 
-namespace kubetrain::kube {
+namespace kubetrain::kube::testing {
 namespace {
 
 using ::kubetrain::testing::IsOk;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using testing::kConfigMaps;
-using testing::Localkube;
 
 constexpr char kV1[] = "client.authentication.k8s.io/v1";
 
@@ -828,4 +826,4 @@ TEST_F(ExecTest, BadClientCertificateIsAClearError) {
 }
 
 }  // namespace
-}  // namespace kubetrain::kube
+}  // namespace kubetrain::kube::testing

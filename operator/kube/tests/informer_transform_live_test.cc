@@ -29,15 +29,12 @@
 #include "operator/kube/informer.h"
 #include "operator/kube/testing/localkube.h"
 
-namespace kubetrain::kube {
+namespace kubetrain::kube::testing {
 namespace {
 
 using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
-using testing::kConfigMaps;
-using testing::Localkube;
-using testing::StartAndSync;
 
 constexpr char kLastApplied[] = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -216,8 +213,8 @@ class FaultProxy {
 // deleted), as in a cluster.
 constexpr char kMine[] = "made-by=this-test";
 
-json ConfigMap(const std::string& name, const std::string& value) {
-  json cm = testing::ConfigMap(name, value, {{"made-by", "this-test"}});
+json AppliedConfigMap(const std::string& name, const std::string& value) {
+  json cm = ConfigMap(name, value, {{"made-by", "this-test"}});
   // As `kubectl apply` leaves it: the applied manifest, as JSON, in an annotation.
   cm["metadata"]["annotations"][kLastApplied] = cm.dump();
   return cm;
@@ -286,8 +283,8 @@ class InformerTransformTest : public ::testing::Test {
 
   void CreateConfigMaps(int n, const std::string& prefix = "cm-") {
     for (int i = 0; i < n; ++i) {
-      auto created =
-          client_->Create(kConfigMaps, "default", ConfigMap(prefix + std::to_string(i), "x"));
+      auto created = client_->Create(kConfigMaps, "default",
+                                     AppliedConfigMap(prefix + std::to_string(i), "x"));
       ASSERT_TRUE(created.ok()) << created.status();
     }
   }
@@ -364,9 +361,9 @@ TEST(StripForCacheTest, RemovesOnlyManagedFieldsAndLastAppliedConfiguration) {
 // The cache and every handler hold transformed objects, from the LIST and from each kind of
 // watch event, while the other annotations, labels and owner references stay.
 TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
-  auto owner = client_->Create(kConfigMaps, "default", ConfigMap("owner", "x"));
+  auto owner = client_->Create(kConfigMaps, "default", AppliedConfigMap("owner", "x"));
   ASSERT_TRUE(owner.ok()) << owner.status();
-  json a = ConfigMap("a", "1");
+  json a = AppliedConfigMap("a", "1");
   a["metadata"]["labels"]["team"] = "ml";
   a["metadata"]["annotations"]["team.example.com/contact"] = "ml@example.com";
   a["metadata"]["ownerReferences"] = json::array({{{"apiVersion", "v1"},
@@ -409,7 +406,7 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
   EXPECT_FALSE((*cached_owner)["metadata"].contains("annotations")) << cached_owner->dump();
 
   // ADDED, MODIFIED and DELETED events.
-  ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("b", "1")), IsOk());
+  ASSERT_THAT(client_->Create(kConfigMaps, "default", AppliedConfigMap("b", "1")), IsOk());
   auto current = client_->Get(kConfigMaps, "default", "a");
   ASSERT_THAT(current, IsOk());
   (*current)["data"]["v"] = "2";
@@ -461,7 +458,7 @@ TEST_F(InformerTransformTest, PagedRelistKeepsTheCacheAndReportsOnlyWhatChanged)
 
   // Changes the informer does not hear of until it relists.
   proxy_->hold_events = true;
-  ASSERT_THAT(client_->Create(kConfigMaps, "default", ConfigMap("new", "x")), IsOk());
+  ASSERT_THAT(client_->Create(kConfigMaps, "default", AppliedConfigMap("new", "x")), IsOk());
   auto cm5 = client_->Get(kConfigMaps, "default", "cm-5");
   ASSERT_THAT(cm5, IsOk());
   (*cm5)["data"]["v"] = "changed";
@@ -496,7 +493,7 @@ class InformerContinueExpiryTest : public InformerTransformTest {
   // came before all this can then not go on.
   void ChangeAndWaitForCompaction(const std::function<void()>& changes) {
     changes();
-    json tick = ConfigMap("tick-" + std::to_string(ticks_++), "x");
+    json tick = AppliedConfigMap("tick-" + std::to_string(ticks_++), "x");
     tick["metadata"]["namespace"] = "kube-system";
     auto written = client_->Create(kConfigMaps, "kube-system", tick);
     ASSERT_TRUE(written.ok()) << written.status();
@@ -569,4 +566,4 @@ TEST_F(InformerContinueExpiryTest, ExpiredContinueTokenRestartsTheListInFull) {
 }
 
 }  // namespace
-}  // namespace kubetrain::kube
+}  // namespace kubetrain::kube::testing

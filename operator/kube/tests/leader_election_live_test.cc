@@ -22,12 +22,11 @@
 #include "operator/kube/leader_election.h"
 #include "operator/kube/testing/localkube.h"
 
-namespace kubetrain::kube {
+namespace kubetrain::kube::testing {
 namespace {
 
 using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
-using testing::Localkube;
 
 // A loopback TCP forwarder whose traffic can be frozen: while stalled, bytes stay where they
 // are and new connections are accepted but get nothing, as with an overloaded API server or a
@@ -202,4 +201,4 @@ TEST(LeaderElectionLive, AStalledLeaderStopsBeforeAnotherTakesOver) {
 }
 
 }  // namespace
-}  // namespace kubetrain::kube
+}  // namespace kubetrain::kube::testing

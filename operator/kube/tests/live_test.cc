@@ -15,16 +15,12 @@
 #include "operator/kube/leader_election.h"
 #include "operator/kube/testing/localkube.h"
 
-namespace kubetrain::kube {
+namespace kubetrain::kube::testing {
 namespace {
 
 using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
-using testing::ConfigMap;
-using testing::kConfigMaps;
-using testing::Localkube;
-using testing::StartAndSync;
 
 class LiveTest : public ::testing::Test {
  protected:
@@ -451,4 +447,4 @@ TEST_F(LiveTest, CrashedLeaderIsReplacedAfterTheLeaseExpires) {
 }
 
 }  // namespace
-}  // namespace kubetrain::kube
+}  // namespace kubetrain::kube::testing
