@@ -65,9 +65,7 @@ TEST_F(ReconcilerTest, ASuspendedJobIsActiveUntilItsPodsAreGone) {
   Settle("ev");
   RunAll("ev");
   EXPECT_EQ(Status("ev")["replicaStatuses"]["Worker"]["active"], 2);
-  ASSERT_THAT(api_.Patch(Resource::TrainingJobs(), "default", "ev", kube::PatchType::kMerge,
-                         R"({"spec":{"runPolicy":{"suspend":true}}})"),
-              IsOk());
+  ASSERT_THAT(SetSuspend("ev", true), IsOk());
   Settle("ev");
   ASSERT_TRUE(Deleting("ev-worker-0"));
   EXPECT_EQ(State("ev"), "Suspended");
@@ -85,9 +83,7 @@ TEST_F(TfJobReconcilerTest, ATerminatingTfJobPodStillCountsAsActive) {
   for (const std::string& pod : PodNames()) api_.SetPodPhase("default", pod, "Running");
   SettleTfJob("tp");
   ASSERT_EQ(TfStatus("tp")["replicaStatuses"]["Worker"]["active"], 2);
-  ASSERT_THAT(api_.Patch(Resource::TfJobs(), "default", "tp", kube::PatchType::kMerge,
-                         R"({"spec":{"runPolicy":{"suspend":true}}})"),
-              IsOk());
+  ASSERT_THAT(SetSuspend("tp", true, Resource::TfJobs()), IsOk());
   SettleTfJob("tp");
   EXPECT_EQ(TfStatus("tp")["replicaStatuses"]["Worker"]["active"], 2) << TfStatus("tp");
   api_.FinishDeletions();

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -128,6 +129,27 @@ class ReconcilerTest : public ::testing::Test {
             Resource::TrainingJobs(), "default", job, kube::PatchType::kMerge,
             json{{"spec", {{"replicaSpecs", {{"Worker", {{"replicas", replicas}}}}}}}}.dump()),
         IsOk());
+  }
+
+  // Sets spec.runPolicy.suspend of the job `name` (a TFJob where `resource` says so).
+  absl::Status SetSuspend(const std::string& name, bool suspend,
+                          const Resource& resource = Resource::TrainingJobs()) {
+    return api_
+        .Patch(resource, "default", name, kube::PatchType::kMerge,
+               json{{"spec", {{"runPolicy", {{"suspend", suspend}}}}}}.dump())
+        .status();
+  }
+
+  // How many requests so far were `request` ("delete pods default/j-worker-0").
+  int CountRequests(const std::string& request) {
+    std::vector<std::string> all = api_.Requests();
+    return static_cast<int>(std::count(all.begin(), all.end(), request));
+  }
+  // How many requests so far start with `prefix` ("create pods").
+  int CountRequestsStartingWith(const std::string& prefix) {
+    std::vector<std::string> all = api_.Requests();
+    return static_cast<int>(std::count_if(
+        all.begin(), all.end(), [&](const std::string& r) { return absl::StartsWith(r, prefix); }));
   }
 
   // Every pod Running, and the job seen so.

@@ -37,14 +37,10 @@ TEST_F(ReconcilerTest, NewJobGetsItsServiceSecretAndEveryPod) {
   // Its one event is the warning that its checkpoints are lost with the chief's pod.
   EXPECT_EQ(api_.Objects(Resource::Events()).size(), Events("CheckpointsNotDurable").size());
   // The templates were admitted by a dry-run create first, once.
-  std::vector<std::string> requests = api_.Requests();
-  EXPECT_EQ(std::count_if(
-                requests.begin(), requests.end(),
-                [](const std::string& r) { return absl::StartsWith(r, "create-dry-run pods"); }),
-            2);
+  EXPECT_EQ(CountRequestsStartingWith("create-dry-run pods"), 2);
   // One status write for the job's start: it counts the pods it created as active (Pending),
   // so the pass that then sees them in the cache has nothing to write.
-  EXPECT_EQ(std::count(requests.begin(), requests.end(), "update trainingjobs default/fm"), 1);
+  EXPECT_EQ(CountRequests("update trainingjobs default/fm"), 1);
   EXPECT_EQ(Status("fm")["replicaStatuses"]["PS"]["active"], 1);
   EXPECT_EQ(Status("fm")["replicaStatuses"]["Worker"]["active"], 2);
 }
@@ -151,14 +147,8 @@ TEST_F(ReconcilerTest, ARoleWithoutDeleteCollectionCleansUpPodByPod) {
     EXPECT_TRUE(Deleting(name + "-ps-0")) << name;
     EXPECT_TRUE(Deleting(name + "-worker-1")) << name;
   }
-  std::vector<std::string> requests = api_.Requests();
-  EXPECT_EQ(std::count_if(
-                requests.begin(), requests.end(),
-                [](const std::string& r) { return absl::StartsWith(r, "deletecollection pods"); }),
-            1);
-  EXPECT_EQ(std::count_if(requests.begin(), requests.end(),
-                          [](const std::string& r) { return absl::StartsWith(r, "delete pods"); }),
-            4);
+  EXPECT_EQ(CountRequestsStartingWith("deletecollection pods"), 1);
+  EXPECT_EQ(CountRequestsStartingWith("delete pods"), 4);
   EXPECT_FALSE(HasEvent("FailedDeletePod", ""));  // the per-pod deletes were allowed
 }
 
@@ -229,8 +219,7 @@ TEST_F(ReconcilerTest, ADeletionTheCacheHasNotSeenIsNotCountedAgain) {
   Settle("sc");
   api_.Thaw();
   EXPECT_EQ(Restarts("sc"), 1);
-  std::vector<std::string> requests = api_.Requests();
-  EXPECT_EQ(std::count(requests.begin(), requests.end(), "delete pods default/sc-worker-1"), 1);
+  EXPECT_EQ(CountRequests("delete pods default/sc-worker-1"), 1);
 }
 
 // A finished job's cleanup deletes its Service once: a pass that runs before the Service cache
@@ -245,8 +234,7 @@ TEST_F(ReconcilerTest, AServiceTheCacheStillShowsIsNotDeletedAgain) {
   api_.Thaw();
   Settle("sv");
   ASSERT_EQ(State("sv"), "Succeeded");
-  std::vector<std::string> requests = api_.Requests();
-  EXPECT_EQ(std::count(requests.begin(), requests.end(), "delete services default/sv"), 1);
+  EXPECT_EQ(CountRequests("delete services default/sv"), 1);
 }
 
 TEST_F(ReconcilerTest, ARestartCountedBeforeTheOperatorDiedIsNotCountedAgain) {
@@ -363,18 +351,14 @@ TEST_F(ReconcilerTest, TtlDeletesTheFinishedJobOnTime) {
 TEST_F(ReconcilerTest, SuspendDeletesActivePodsAndResumeRestartsTheDeadline) {
   Create(Job("sus", {{"PS", Replica(1)}, {"Worker", Replica(1)}}, {{"activeDeadlineSeconds", 60}}));
   Settle("sus");
-  ASSERT_TRUE(api_.Patch(Resource::TrainingJobs(), "default", "sus", kube::PatchType::kMerge,
-                         R"({"spec":{"runPolicy":{"suspend":true}}})")
-                  .ok());
+  ASSERT_THAT(SetSuspend("sus", true), IsOk());
   Settle("sus");
   EXPECT_EQ(State("sus"), "Suspended");
   EXPECT_TRUE(Deleting("sus-ps-0"));
   EXPECT_TRUE(Deleting("sus-worker-0"));
   api_.FinishDeletions();
   clock_.Advance(absl::Seconds(120));  // suspended longer than the deadline
-  ASSERT_TRUE(api_.Patch(Resource::TrainingJobs(), "default", "sus", kube::PatchType::kMerge,
-                         R"({"spec":{"runPolicy":{"suspend":false}}})")
-                  .ok());
+  ASSERT_THAT(SetSuspend("sus", false), IsOk());
   ReconcileResult r = Settle("sus");
   EXPECT_TRUE(Pod("sus-worker-0").has_value());
   EXPECT_NE(State("sus"), "Failed");
