@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -19,31 +20,24 @@ absl::StatusOr<UpdateMode> ModeFromProto(v1::UpdateMode mode) {
   }
 }
 
+// Each optimizer kind and its wire enum, read both ways.
+constexpr std::pair<OptimizerKind, v1::OptimizerKind> kOptimizerKinds[] = {
+    {OptimizerKind::kSgd, v1::OPTIMIZER_SGD},
+    {OptimizerKind::kMomentum, v1::OPTIMIZER_MOMENTUM},
+    {OptimizerKind::kAdam, v1::OPTIMIZER_ADAM},
+    {OptimizerKind::kAdagrad, v1::OPTIMIZER_ADAGRAD},
+};
+
 absl::StatusOr<OptimizerKind> KindFromProto(v1::OptimizerKind kind) {
-  switch (kind) {
-    case v1::OPTIMIZER_SGD:
-      return OptimizerKind::kSgd;
-    case v1::OPTIMIZER_MOMENTUM:
-      return OptimizerKind::kMomentum;
-    case v1::OPTIMIZER_ADAM:
-      return OptimizerKind::kAdam;
-    case v1::OPTIMIZER_ADAGRAD:
-      return OptimizerKind::kAdagrad;
-    default:
-      return absl::InvalidArgumentError("optimizer kind not set");
+  for (const auto& [ours, wire] : kOptimizerKinds) {
+    if (wire == kind) return ours;
   }
+  return absl::InvalidArgumentError("optimizer kind not set");
 }
 
 v1::OptimizerKind KindToProto(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd:
-      return v1::OPTIMIZER_SGD;
-    case OptimizerKind::kMomentum:
-      return v1::OPTIMIZER_MOMENTUM;
-    case OptimizerKind::kAdam:
-      return v1::OPTIMIZER_ADAM;
-    case OptimizerKind::kAdagrad:
-      return v1::OPTIMIZER_ADAGRAD;
+  for (const auto& [ours, wire] : kOptimizerKinds) {
+    if (ours == kind) return wire;
   }
   return v1::OPTIMIZER_UNSPECIFIED;
 }
