@@ -8,6 +8,8 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "common/testing/status_matchers.h"
 #include "common/testing/temp_dir.h"
@@ -49,7 +51,7 @@ void WriteAll(const std::string& path, const std::string& data) {
 }
 
 // A checkpoint file as kubetrain wrote them before files carried a checksum: the bare proto.
-void WriteUnframed(const std::string& path, const ps::ModelState& s, const std::string& model) {
+std::string Unframed(const ps::ModelState& s, const std::string& model) {
   v1::Checkpoint ckpt;
   ckpt.set_global_step(s.global_step);
   *ckpt.mutable_config() = ps::ToProto(s.config);
@@ -61,12 +63,22 @@ void WriteUnframed(const std::string& path, const ps::ModelState& s, const std::
     out->set_values(std::string(reinterpret_cast<const char*>(v.values.data()),
                                 v.values.size() * sizeof(float)));
   }
-  WriteAll(path, ckpt.SerializeAsString());
+  return ckpt.SerializeAsString();
 }
 
 // What State() fits: the two variables with their sizes.
 CheckpointExpectation Expect(int64_t max_step = 1000) {
   return {"mlp", max_step, {{"dense1/kernel", 3}, {"dense1/bias", 1}}};
+}
+
+// What a Checkpointer keeping 2 loads, expecting State()'s variables, from `dir` (made here) when
+// its one checkpoint, ckpt-7.pb, holds `bytes` and the manifest names it.
+absl::StatusOr<std::optional<ps::ModelState>> LoadOnlyCheckpoint(const std::string& dir,
+                                                                 const std::string& bytes) {
+  fs::create_directories(dir);
+  WriteAll(dir + "/ckpt-7.pb", bytes);
+  WriteAll(dir + "/checkpoint.json", R"({"latest": "ckpt-7.pb", "all": ["ckpt-7.pb"]})");
+  return Checkpointer({dir, 2}).LoadLatest(Expect());
 }
 
 TEST(Checkpointer, EmptyDirectoryHasNoCheckpoint) {
@@ -194,10 +206,7 @@ TEST(Checkpointer, ChecksumMismatchIsDataLossNamingTheFile) {
 
 TEST(Checkpointer, ReadsOlderFilesWithoutAChecksum) {
   std::string dir = FreshTempDir("ckpt_legacy");
-  fs::create_directories(dir);
-  WriteUnframed(dir + "/ckpt-7.pb", State(7), "mlp");
-  WriteAll(dir + "/checkpoint.json", R"({"latest": "ckpt-7.pb", "all": ["ckpt-7.pb"]})");
-  auto latest = Checkpointer({dir, 2}).LoadLatest(Expect());
+  auto latest = LoadOnlyCheckpoint(dir, Unframed(State(7), "mlp"));
   ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status();
   EXPECT_EQ((*latest)->global_step, 7);
   EXPECT_EQ((*latest)->variables[0].values, (std::vector<float>{1.5f, -2.0f, 7.0f}));
@@ -207,10 +216,7 @@ TEST(Checkpointer, ReadsOlderFilesWithoutAChecksum) {
 // not read as an older format's checkpoint of a model named "".
 TEST(Checkpointer, AnEmptyCheckpointIsDataLossSayingItIsEmpty) {
   std::string dir = FreshTempDir("ckpt_empty_file");
-  fs::create_directories(dir);
-  WriteAll(dir + "/ckpt-7.pb", "");
-  WriteAll(dir + "/checkpoint.json", R"({"latest": "ckpt-7.pb", "all": ["ckpt-7.pb"]})");
-  auto latest = Checkpointer({dir, 2}).LoadLatest(Expect());
+  auto latest = LoadOnlyCheckpoint(dir, "");
   EXPECT_THAT(latest, StatusIs(absl::StatusCode::kDataLoss,
                                AllOf(HasSubstr(dir + "/ckpt-7.pb is empty (0 bytes): "),
                                      HasSubstr("delete it to resume from an earlier checkpoint"))));
@@ -218,12 +224,9 @@ TEST(Checkpointer, AnEmptyCheckpointIsDataLossSayingItIsEmpty) {
 
 TEST(Checkpointer, RefusesNonFiniteValuesNamingTheFile) {
   std::string dir = FreshTempDir("ckpt_nan");
-  fs::create_directories(dir);
   ps::ModelState s = State(7);
   for (float& v : s.variables[0].values) v = std::numeric_limits<float>::quiet_NaN();
-  WriteUnframed(dir + "/ckpt-7.pb", s, "mlp");
-  WriteAll(dir + "/checkpoint.json", R"({"latest": "ckpt-7.pb", "all": ["ckpt-7.pb"]})");
-  auto latest = Checkpointer({dir, 2}).LoadLatest(Expect());
+  auto latest = LoadOnlyCheckpoint(dir, Unframed(s, "mlp"));
   EXPECT_THAT(
       latest,
       StatusIs(absl::StatusCode::kDataLoss,
