@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -63,6 +64,15 @@ class WorkerSigtermTest : public ::testing::Test {
     return {-1, -1};
   }
 
+  // Expects what TerminateAfter reported to be a stop as SIGTERM asks: exit status 143 within
+  // 2 s of the signal.
+  void ExpectExited143Within2s(const std::pair<int, double>& stopped) {
+    const auto [code, seconds] = stopped;
+    EXPECT_EQ(code, 143) << "see " << log_;
+    EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << log_;
+    EXPECT_LT(seconds, 2.0) << "see " << log_;
+  }
+
   std::vector<std::string> WorkerArgs(const std::string& ps) {
     return {"--ps=" + ps,          "--worker-index=1",         "--num-workers=2",
             "--device=cpu",        "--bind-address=127.0.0.1", "--metrics-port=0",
@@ -94,19 +104,13 @@ class WorkerSigtermTest : public ::testing::Test {
 TEST_F(WorkerSigtermTest, StopsWhileLoadingTheData) {
   pid_t pid = Start(WorkerArgs(ClosedAddress()));
   // Early, before the data has loaded: the phase under test, which logs nothing to wait for.
-  auto [code, seconds] = TerminateAfter(pid, absl::Milliseconds(300));
-  EXPECT_EQ(code, 143) << "see " << log_;
-  EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << log_;
-  EXPECT_LT(seconds, 2.0) << "see " << log_;
+  ExpectExited143Within2s(TerminateAfter(pid, absl::Milliseconds(300)));
 }
 
 TEST_F(WorkerSigtermTest, StopsWhileWaitingForTheParameterServers) {
   pid_t pid = Start(WorkerArgs(ClosedAddress()));
   ASSERT_TRUE(WaitForLogOrKill(pid, "Waiting for the parameter servers")) << "see " << log_;
-  auto [code, seconds] = TerminateAfter(pid, absl::ZeroDuration());
-  EXPECT_EQ(code, 143) << "see " << log_;
-  EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << log_;
-  EXPECT_LT(seconds, 2.0) << "see " << log_;
+  ExpectExited143Within2s(TerminateAfter(pid, absl::ZeroDuration()));
 }
 
 TEST_F(WorkerSigtermTest, ChiefStopsWhileWaitingForTheParameterServers) {
@@ -115,10 +119,7 @@ TEST_F(WorkerSigtermTest, ChiefStopsWhileWaitingForTheParameterServers) {
   args.push_back("--checkpoint-dir=" + ::testing::TempDir() + "/worker_sigterm_ckpt");
   pid_t pid = Start(args);
   ASSERT_TRUE(WaitForLogOrKill(pid, "Waiting for parameter servers")) << "see " << log_;
-  auto [code, seconds] = TerminateAfter(pid, absl::ZeroDuration());
-  EXPECT_EQ(code, 143) << "see " << log_;
-  EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << log_;
-  EXPECT_LT(seconds, 2.0) << "see " << log_;
+  ExpectExited143Within2s(TerminateAfter(pid, absl::ZeroDuration()));
 }
 
 // A rank blocked inside a Gloo collective whose peer stopped answering cannot poll the stop
@@ -146,12 +147,10 @@ TEST_F(WorkerSigtermTest, AllReduceRankStopsWhileBlockedInACollective) {
       << "the two ranks did not start training; see " << chief_log << " and " << log_;
   kill(peer, SIGSTOP);  // the chief's next all-reduce now waits on a peer that never answers
   log_ = chief_log;
-  auto [code, seconds] = TerminateAfter(chief, absl::Milliseconds(500));
+  const std::pair<int, double> stopped = TerminateAfter(chief, absl::Milliseconds(500));
   kill(peer, SIGKILL);
   waitpid(peer, nullptr, 0);
-  EXPECT_EQ(code, 143) << "see " << chief_log;
-  EXPECT_GE(seconds, 0) << "still running 5 s after SIGTERM; see " << chief_log;
-  EXPECT_LT(seconds, 2.0) << "see " << chief_log;
+  ExpectExited143Within2s(stopped);
 }
 
 }  // namespace
