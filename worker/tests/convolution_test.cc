@@ -221,8 +221,8 @@ TEST(DeviceConvolution, TheLayerComputesWhatTheIm2colPathComputes) {
   Model& kernels = **b;
   for (int batch : {6, 6, 3}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
-    const Batch b =
-        UniformBatch(batch, im2col.input_size(), im2col.num_classes(), static_cast<uint64_t>(batch) + 11);
+    const Batch b = UniformBatch(batch, im2col.input_size(), im2col.num_classes(),
+                                 static_cast<uint64_t>(batch) + 11);
     absl::StatusOr<float> want = im2col.ComputeGradients(b.images, b.labels);
     absl::StatusOr<float> got = kernels.ComputeGradients(b.images, b.labels);
     ASSERT_TRUE(want.ok()) << want.status();

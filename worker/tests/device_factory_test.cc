@@ -123,13 +123,11 @@ TEST_P(GpuOnlyFlagOnTheCpu, IsRefusedOnlyWhenAskedFor) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(MakeDevice, GpuOnlyFlagOnTheCpu,
-                         ::testing::Values(GpuOnlyFlag{"Tf32", "--tf32", &DeviceRequest::tf32},
-                                           GpuOnlyFlag{"CudaGraphs", "--cuda-graphs",
-                                                       &DeviceRequest::cuda_graphs}),
-                         [](const ::testing::TestParamInfo<GpuOnlyFlag>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    MakeDevice, GpuOnlyFlagOnTheCpu,
+    ::testing::Values(GpuOnlyFlag{"Tf32", "--tf32", &DeviceRequest::tf32},
+                      GpuOnlyFlag{"CudaGraphs", "--cuda-graphs", &DeviceRequest::cuda_graphs}),
+    [](const ::testing::TestParamInfo<GpuOnlyFlag>& info) { return std::string(info.param.name); });
 
 TEST(MakeDevice, Tf32IsTakenOnAGpu) {
   absl::StatusOr<ChosenDevice> automatic =

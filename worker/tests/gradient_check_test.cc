@@ -160,7 +160,9 @@ INSTANTIATE_TEST_SUITE_P(
                                           .seed = 6});
                      },
                      2, 13}),
-    [](const ::testing::TestParamInfo<GradientCase>& info) { return std::string(info.param.name); });
+    [](const ::testing::TestParamInfo<GradientCase>& info) {
+      return std::string(info.param.name);
+    });
 
 }  // namespace
 }  // namespace kubetrain::worker
