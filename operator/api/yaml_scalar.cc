@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "absl/strings/numbers.h"
 
@@ -12,22 +13,16 @@ namespace {
 
 using nlohmann::json;
 
+bool OneOf(absl::string_view s, std::initializer_list<absl::string_view> words) {
+  return std::find(words.begin(), words.end(), s) != words.end();
+}
+
 bool IsTrue(absl::string_view s) {
-  static const char* kTrue[] = {"y",    "Y",    "yes", "Yes", "YES", "true",
-                                "True", "TRUE", "on",  "On",  "ON"};
-  for (const char* t : kTrue) {
-    if (s == t) return true;
-  }
-  return false;
+  return OneOf(s, {"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"});
 }
 
 bool IsFalse(absl::string_view s) {
-  static const char* kFalse[] = {"n",     "N",     "no",  "No",  "NO", "false",
-                                 "False", "FALSE", "off", "Off", "OFF"};
-  for (const char* f : kFalse) {
-    if (s == f) return true;
-  }
-  return false;
+  return OneOf(s, {"n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"});
 }
 
 bool IsNull(absl::string_view s) {
