@@ -131,16 +131,22 @@ checkpoint_claim() {  # checkpoint_claim [STORAGE_CLASS]
 }
 # A ps-sync job: 1 ps, a chief and 1 worker. The chief runs on node-1 (where its local-path
 # checkpoint volume is made); the ps and the worker anywhere but node-1.
+# train_flags EPOCHS: the training both jobs run, checkpointing every second.
+train_flags() {
+  echo "--model=mlp --epochs=$1 --batch-size=64 --optimizer=momentum --lr=0.02 --seed=1" \
+    "--checkpoint-every=1s"
+}
+# job_head NAME: a TrainingJob's lines down to its replicaSpecs key.
+job_head() {
+  printf 'apiVersion: kubetrain.dev/v1\nkind: TrainingJob\nmetadata: {name: %s}\nspec:\n' "$1"
+  echo "  replicaSpecs:"
+}
 ps_job() {  # ps_job NAME EPOCHS
-  local train="--mode=ps-sync --model=mlp --epochs=$2 --batch-size=64 --optimizer=momentum"
-  train="$train --lr=0.02 --seed=1 --checkpoint-every=1s"
+  local train
+  train="--mode=ps-sync $(train_flags "$2")"
   local off_node1='          affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: NotIn, values: [node-1]}]}]}}}'
   cat <<YAML
-apiVersion: kubetrain.dev/v1
-kind: TrainingJob
-metadata: {name: $1}
-spec:
-  replicaSpecs:
+$(job_head "$1")
     PS:
       replicas: 1
       restartPolicy: OnFailure
@@ -173,15 +179,10 @@ YAML
 # peer lost with its node fails the survivor's collective after --collective-timeout (5 min by
 # default; 15 s here), which restarts the job (restartScope Job).
 allreduce_job() {  # allreduce_job NAME EPOCHS
-  local train="--mode=allreduce --communicator=gloo --collective-timeout=15s --model=mlp"
-  train="$train --epochs=$2 --batch-size=64 --optimizer=momentum --lr=0.02 --seed=1"
-  train="$train --checkpoint-every=1s"
+  local train
+  train="--mode=allreduce --communicator=gloo --collective-timeout=15s $(train_flags "$2")"
   cat <<YAML
-apiVersion: kubetrain.dev/v1
-kind: TrainingJob
-metadata: {name: $1}
-spec:
-  replicaSpecs:
+$(job_head "$1")
     Worker:
       replicas: 2
       restartPolicy: OnFailure
