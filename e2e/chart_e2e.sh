@@ -19,8 +19,7 @@ OP=kubetrain-operator  # the chart's operator name for release "kubetrain"
 
 start_localkube
 k() { timeout 30 "$KUBECTL" --cache-dir "$LK_DIR/cache" "$@"; }
-export HELM_CACHE_HOME="$LK_DIR/helm/cache" HELM_CONFIG_HOME="$LK_DIR/helm/config" \
-  HELM_DATA_HOME="$LK_DIR/helm/data"
+private_helm_home
 h() { timeout 90 "$HELM" "$@"; }
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

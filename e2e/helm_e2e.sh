@@ -11,8 +11,7 @@ source "$HERE/lib.sh"
 
 start_localkube
 k() { timeout 60 "$KUBECTL_BIN" --cache-dir "$LK_DIR/cache" "$@"; }
-export HELM_CACHE_HOME="$LK_DIR/helm/cache" HELM_CONFIG_HOME="$LK_DIR/helm/config" \
-  HELM_DATA_HOME="$LK_DIR/helm/data"
+private_helm_home
 h() { timeout 90 "$HELM_BIN" "$@"; }
 CHART="$HERE/testdata/charts/lktest"
 

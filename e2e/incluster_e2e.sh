@@ -36,15 +36,11 @@ AUTHZ_LOG=$(mktemp "${TMPDIR:-/tmp}/authz.XXXXXX")
 LK_CLEANUP=("$AUTHZ_LOG")
 start_localkube --run-pods --runtime oci --rbac --authz-log "$AUTHZ_LOG"
 k() { timeout 60 "$KUBECTL" --cache-dir "$LK_DIR/cache" "$@"; }
-export HELM_CACHE_HOME="$LK_DIR/helm/cache" HELM_CONFIG_HOME="$LK_DIR/helm/config" \
-  HELM_DATA_HOME="$LK_DIR/helm/data"
+private_helm_home
 on_failure() {
   local rc=$?
   if [[ $rc -ne 0 && $rc -ne 77 ]]; then
-    echo "--- pods ---" >&2
-    k get pods -A -o wide >&2 || true
-    echo "--- operator log (last 40 lines) ---" >&2
-    k -n "$NS" logs "deploy/$OP" --tail 40 >&2 || true
+    diagnose_deployment k "$NS" "$OP" 40
     echo "--- events ---" >&2
     k get events -A >&2 || true
   fi

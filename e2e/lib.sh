@@ -167,6 +167,21 @@ diagnose_job() {
   tail -40 "$LK_DIR/operator.log"
 }
 
+# Helm's cache, config and data in this run's folder rather than the user's.
+private_helm_home() {
+  export HELM_CACHE_HOME="$LK_DIR/helm/cache" HELM_CONFIG_HOME="$LK_DIR/helm/config" \
+    HELM_DATA_HOME="$LK_DIR/helm/data"
+}
+
+# diagnose_deployment KUBECTL NAMESPACE DEPLOYMENT LINES: every pod and the deployment's last
+# LINES of log, on stderr; KUBECTL is the script's kubectl function.
+diagnose_deployment() {
+  echo "--- pods ---" >&2
+  "$1" get pods -A -o wide >&2 || true
+  echo "--- operator log (last $4 lines) ---" >&2
+  "$1" -n "$2" logs "deploy/$3" --tail "$4" >&2 || true
+}
+
 # curl against localkube with the bearer token; extra args follow.
 lk_curl() {
   curl -sS --cacert <(sed -n 's/.*certificate-authority-data: //p' "$KUBECONFIG" | base64 -d) \

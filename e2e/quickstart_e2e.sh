@@ -66,18 +66,14 @@ LK_CLEANUP=("$AUTHZ_LOG")
 started=$SECONDS
 echo "localkube flags from README.md: ${LOCALKUBE_FLAGS[*]}"
 start_localkube "${LOCALKUBE_FLAGS[@]}" --authz-log "$AUTHZ_LOG" --image-map "kubetrain/=$BIN"
-export HELM_CACHE_HOME="$LK_DIR/helm/cache" HELM_CONFIG_HOME="$LK_DIR/helm/config" \
-  HELM_DATA_HOME="$LK_DIR/helm/data"
+private_helm_home
 # The README's `kubectl` and `helm`: the tools given, with this cluster's cache and time limits.
 kubectl() { timeout 60 "$KUBECTL" --cache-dir "$LK_DIR/cache" "$@"; }
 helm() { timeout 120 "$HELM" "$@"; }
 on_exit() {
   local rc=$?
   if [[ $rc -ne 0 && $rc -ne 77 ]]; then
-    echo "--- pods ---" >&2
-    kubectl get pods -A -o wide >&2 || true
-    echo "--- operator log (last 30 lines) ---" >&2
-    kubectl -n "$NS" logs "deploy/$OP" --tail 30 >&2 || true
+    diagnose_deployment kubectl "$NS" "$OP" 30
     echo "--- denials ---" >&2
     grep '"forbid"' "$AUTHZ_LOG" | head -5 >&2 || true
   fi

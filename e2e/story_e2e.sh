@@ -34,8 +34,7 @@ cleanup() {
 trap cleanup EXIT
 
 step "helm install"
-export HELM_CACHE_HOME="$LK_DIR/helm/cache" HELM_CONFIG_HOME="$LK_DIR/helm/config" \
-  HELM_DATA_HOME="$LK_DIR/helm/data"
+private_helm_home
 timeout 90 "$HELM" install kubetrain charts/kubetrain --namespace kubetrain-system \
   --create-namespace --set replicaCount=0 >/dev/null || fail "helm install failed"
 k wait --for condition=established --timeout=20s crd/trainingjobs.kubetrain.dev >/dev/null
