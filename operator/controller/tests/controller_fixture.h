@@ -81,6 +81,14 @@ class ControllerTest : public ::testing::Test {
     return st["conditions"].back()["type"];
   }
 
+  // Sets spec.runPolicy.suspend of the TrainingJob `job`.
+  absl::Status SetSuspend(const std::string& job, bool suspend) {
+    return client_
+        ->Patch(Resource::TrainingJobs(), "default", job, kube::PatchType::kMerge,
+                json{{"spec", {{"runPolicy", {{"suspend", suspend}}}}}}.dump())
+        .status();
+  }
+
   // Sets a pod's phase (and its container's exit code) as a kubelet would.
   void SetPod(const std::string& pod, const std::string& phase, std::optional<int> exit_code = {}) {
     json cs = {{"name", "kubetrain"}, {"ready", phase == "Running"},

@@ -1,26 +1,36 @@
 #include "operator/controller/progress.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <set>
-#include <thread>
 
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/testing/eventually.h"
 #include "common/testing/loopback.h"
 #include "common/testing/status_matchers.h"
+#include "operator/controller/tests/fake_chief.h"
 
 namespace kubetrain::controller {
 
 using ::kubetrain::testing::IsOk;
 namespace {
+
+// Every field of `want`, the doubles to within 4 ULPs (as EXPECT_DOUBLE_EQ).
+::testing::Matcher<const api::Progress&> ProgressIs(const api::Progress& want) {
+  using ::testing::DoubleEq;
+  using ::testing::Field;
+  return ::testing::AllOf(Field("step", &api::Progress::step, want.step),
+                          Field("epoch", &api::Progress::epoch, want.epoch),
+                          Field("loss", &api::Progress::loss, DoubleEq(want.loss)),
+                          Field("accuracy", &api::Progress::accuracy, DoubleEq(want.accuracy)),
+                          Field("examples_per_second", &api::Progress::examples_per_second,
+                                DoubleEq(want.examples_per_second)));
+}
 
 TEST(Progress, ReadsTheChiefsGauges) {
   auto p = ParseProgress(R"(# HELP kubetrain_worker_global_step Global step of the ps.
@@ -32,11 +42,11 @@ kubetrain_worker_accuracy{job="fm",role="chief",index="0",device="cpu"} 0.861
 kubetrain_worker_examples_per_second{job="fm",role="chief",index="0",device="cpu"} 21000
 )");
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->step, 1200);
-  EXPECT_EQ(p->epoch, 2);
-  EXPECT_DOUBLE_EQ(p->loss, 0.41);
-  EXPECT_DOUBLE_EQ(p->accuracy, 0.861);
-  EXPECT_DOUBLE_EQ(p->examples_per_second, 21000);
+  EXPECT_THAT(*p, ProgressIs({.step = 1200,
+                              .epoch = 2,
+                              .loss = 0.41,
+                              .accuracy = 0.861,
+                              .examples_per_second = 21000}));
 }
 
 TEST(Progress, OtherMetricsAreNotFound) {
@@ -52,11 +62,11 @@ TEST(FinalSummary, TheLastSummaryLineWinsAndOtherLinesAreSkipped) {
       R"("steps":936,"epochs":2,"examples_per_sec":20150.5})"
       "\n");
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->step, 936);
-  EXPECT_EQ(p->epoch, 2);
-  EXPECT_DOUBLE_EQ(p->accuracy, 0.8735);
-  EXPECT_DOUBLE_EQ(p->loss, 0.3571);
-  EXPECT_DOUBLE_EQ(p->examples_per_second, 20150.5);
+  EXPECT_THAT(*p, ProgressIs({.step = 936,
+                              .epoch = 2,
+                              .loss = 0.3571,
+                              .accuracy = 0.8735,
+                              .examples_per_second = 20150.5}));
 }
 
 TEST(FinalSummary, MissingOrMalformedIsNotFound) {
@@ -88,37 +98,8 @@ TEST(ProgressPoller, WritesANewEpochAtOnceAndOtherChangesAtMostEveryInterval) {
   EXPECT_TRUE(poller.WorthWriting(At(10, 0), t0, At(11, 1), t0 + absl::Seconds(1)));
 }
 
-// A chief's /metrics whose step grows on every read; the epoch is set by the test.
-class FakeChief {
- public:
-  FakeChief() {
-    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      reads_++;
-      res.set_content(absl::StrCat("kubetrain_worker_global_step ", reads_.load(),
-                                   "\nkubetrain_worker_epoch ", epoch_.load(), "\n"),
-                      "text/plain");
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~FakeChief() {
-    server_.stop();
-    thread_.join();
-  }
-  int port() const { return port_; }
-  int reads() const { return reads_.load(); }
-  void set_epoch(int e) { epoch_ = e; }
-
- private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::atomic<int> reads_{0};
-  std::atomic<int> epoch_{0};
-  std::thread thread_;
-};
-
 TEST(ProgressPoller, ReadsOffTheCallersThreadAndAnnouncesOnlyWhatIsWorthWriting) {
-  FakeChief chief;
+  testing::FakeChief chief;
   ::kubetrain::testing::SilentListener silent;
   absl::Mutex mu;
   std::vector<std::string> announced;

@@ -1,28 +1,17 @@
 // The controller against a live localkube: each rule is driven by patching pod status as a
 // kubelet would, and checked on the objects, status and events the API server then holds.
 #include <gtest/gtest.h>
-#include <httplib.h>
 
-#include <atomic>
 #include <set>
-#include <thread>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/testing/status_matchers.h"
 #include "operator/controller/tests/controller_fixture.h"
+#include "operator/controller/tests/fake_chief.h"
 
-namespace kubetrain::controller {
-
-using ::kubetrain::testing::IsOk;
+namespace kubetrain::controller::testing {
 namespace {
-
-using kube::Resource;
-using nlohmann::json;
-using testing::ControllerTest;
-using testing::Job;
-using testing::Replica;
 
 TEST_F(ControllerTest, CreatesHeadlessServiceAndPodsWithTfConfigAndOwners) {
   Create(Job("fm", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
@@ -231,19 +220,13 @@ TEST_F(ControllerTest, TtlDeletesTheFinishedJob) {
 TEST_F(ControllerTest, SuspendDeletesPodsAndResumeRecreatesThem) {
   Create(Job("sus", {{"PS", Replica(1)}, {"Worker", Replica(1)}}));
   ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "sus-worker-0").has_value(); }));
-  ASSERT_TRUE(client_
-                  ->Patch(Resource::TrainingJobs(), "default", "sus", kube::PatchType::kMerge,
-                          R"({"spec":{"runPolicy":{"suspend":true}}})")
-                  .ok());
+  ASSERT_THAT(SetSuspend("sus", true), IsOk());
   ASSERT_TRUE(Eventually([&] { return State("sus") == "Suspended"; }));
   EXPECT_TRUE(Eventually([&] {
     return !Get(Resource::Pods(), "sus-worker-0").has_value() &&
            !Get(Resource::Pods(), "sus-ps-0").has_value();
   }));
-  ASSERT_TRUE(client_
-                  ->Patch(Resource::TrainingJobs(), "default", "sus", kube::PatchType::kMerge,
-                          R"({"spec":{"runPolicy":{"suspend":false}}})")
-                  .ok());
+  ASSERT_THAT(SetSuspend("sus", false), IsOk());
   EXPECT_TRUE(Eventually([&] { return Get(Resource::Pods(), "sus-worker-0").has_value(); }));
   EXPECT_TRUE(HasEvent("sus", "Resumed TrainingJob job=default/sus"));
 }
@@ -287,28 +270,24 @@ TEST_F(ControllerTest, RestartedOperatorCreatesNoDuplicates) {
   EXPECT_EQ((*pods)["items"].size(), 3u);
 }
 
-TEST_F(ControllerTest, ProgressIsReadFromTheChiefsMetrics) {
-  httplib::Server metrics;
-  metrics.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(
-        "kubetrain_worker_global_step{job=\"p\"} 1200\nkubetrain_worker_epoch{job=\"p\"} 2\n"
-        "kubetrain_worker_loss{job=\"p\"} 0.41\nkubetrain_worker_accuracy{job=\"p\"} 0.861\n"
-        "kubetrain_worker_examples_per_second{job=\"p\"} 21000\n",
-        "text/plain");
-  });
-  int port = metrics.bind_to_any_port("127.0.0.1");
-  std::thread serve([&] { metrics.listen_after_bind(); });
-  json job = Job("p", {{"Worker", Replica(1)}});
+// `job` with its workers' metrics port at `port` (a FakeChief's).
+json WithMetricsPort(json job, int port) {
   job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"] =
       json::array({{{"name", "metrics"}, {"containerPort", port}}});
-  Create(job);
+  return job;
+}
+
+TEST_F(ControllerTest, ProgressIsReadFromTheChiefsMetrics) {
+  FakeChief chief(
+      "kubetrain_worker_global_step{job=\"p\"} 1200\nkubetrain_worker_epoch{job=\"p\"} 2\n"
+      "kubetrain_worker_loss{job=\"p\"} 0.41\nkubetrain_worker_accuracy{job=\"p\"} 0.861\n"
+      "kubetrain_worker_examples_per_second{job=\"p\"} 21000\n");
+  Create(WithMetricsPort(Job("p", {{"Worker", Replica(1)}}), chief.port()));
   ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "p-worker-0").has_value(); }));
   SetPod("p-worker-0", "Running");
   EXPECT_TRUE(Eventually(
       [&] { return Status("p").value("progress", json::object()).value("step", 0) == 1200; }));
   EXPECT_DOUBLE_EQ(Status("p")["progress"].value("accuracy", 0.0), 0.861);
-  metrics.stop();
-  serve.join();
 }
 
 // Progress costs the API server one status write per job per write interval, not one per read:
@@ -317,20 +296,8 @@ TEST_F(ControllerTest, ProgressIsReadFromTheChiefsMetrics) {
 TEST_F(ControllerTest, ProgressIsWrittenAtMostEveryIntervalAndANewEpochAtOnce) {
   controller_.reset();
   StartController({.progress_write_interval = absl::Seconds(1)});
-  std::atomic<int> reads{0};
-  std::atomic<int> epoch{1};
-  httplib::Server metrics;
-  metrics.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(absl::StrCat("kubetrain_worker_global_step ", ++reads,
-                                 "\nkubetrain_worker_epoch ", epoch.load(), "\n"),
-                    "text/plain");
-  });
-  int port = metrics.bind_to_any_port("127.0.0.1");
-  std::thread serve([&] { metrics.listen_after_bind(); });
-  json job = Job("rate", {{"Worker", Replica(1)}});
-  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"] =
-      json::array({{{"name", "metrics"}, {"containerPort", port}}});
-  Create(job);
+  FakeChief chief(/*epoch=*/1);  // its step grows on every read
+  Create(WithMetricsPort(Job("rate", {{"Worker", Replica(1)}}), chief.port()));
   ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "rate-worker-0").has_value(); }));
   SetPod("rate-worker-0", "Running");
   auto step = [&] { return Status("rate").value("progress", json::object()).value("step", 0); };
@@ -341,33 +308,22 @@ TEST_F(ControllerTest, ProgressIsWrittenAtMostEveryIntervalAndANewEpochAtOnce) {
     written.insert(step());
     absl::SleepFor(absl::Milliseconds(20));
   }
-  EXPECT_GE(reads.load(), 10);    // read every 200 ms...
+  EXPECT_GE(chief.reads(), 10);   // read every 200 ms...
   EXPECT_LE(written.size(), 5u);  // ...written about once a second
   EXPECT_GE(written.size(), 2u);
-  epoch = 2;
+  chief.set_epoch(2);
   absl::Time changed = absl::Now();
   ASSERT_TRUE(Eventually(
       [&] { return Status("rate").value("progress", json::object()).value("epoch", 0) == 2; }));
   EXPECT_LT(absl::Now() - changed, absl::Milliseconds(900));  // before the 1 s write interval
-  metrics.stop();
-  serve.join();
 }
 
 // The chief's metrics lag its end: the last scrape may be a whole epoch old. The summary the
 // chief leaves in its termination log is what the finished job's status must show, and no pod
 // of a finished job is active any more.
 TEST_F(ControllerTest, FinishedJobCarriesTheChiefsFinalSummaryAndNoActivePods) {
-  httplib::Server metrics;
-  metrics.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("kubetrain_worker_global_step 612\nkubetrain_worker_accuracy 0.8596\n",
-                    "text/plain");
-  });
-  int port = metrics.bind_to_any_port("127.0.0.1");
-  std::thread serve([&] { metrics.listen_after_bind(); });
-  json job = Job("fin", {{"PS", Replica(1)}, {"Worker", Replica(2)}});
-  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"] =
-      json::array({{{"name", "metrics"}, {"containerPort", port}}});
-  Create(job);
+  FakeChief chief("kubetrain_worker_global_step 612\nkubetrain_worker_accuracy 0.8596\n");
+  Create(WithMetricsPort(Job("fin", {{"PS", Replica(1)}, {"Worker", Replica(2)}}), chief.port()));
   ASSERT_TRUE(Eventually([&] { return Get(Resource::Pods(), "fin-worker-1").has_value(); }));
   SetPod("fin-ps-0", "Running");
   SetPod("fin-worker-1", "Running");
@@ -405,8 +361,6 @@ TEST_F(ControllerTest, FinishedJobCarriesTheChiefsFinalSummaryAndNoActivePods) {
   EXPECT_DOUBLE_EQ(progress.value("loss", 0.0), 0.3571);
   EXPECT_EQ(progress.value("epoch", 0), 2);
   EXPECT_EQ(ReplicaField("fin", "Worker", "succeeded", 0), 1);
-  metrics.stop();
-  serve.join();
 }
 
 std::string TfConfigOf(const json& pod) {
@@ -614,4 +568,4 @@ TEST_F(ControllerTest, ElasticJobScalesThroughTheScaleSubresourceWithoutRestarts
 }
 
 }  // namespace
-}  // namespace kubetrain::controller
+}  // namespace kubetrain::controller::testing

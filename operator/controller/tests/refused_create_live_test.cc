@@ -9,16 +9,8 @@
 #include "operator/controller/events.h"
 #include "operator/controller/tests/controller_fixture.h"
 
-namespace kubetrain::controller {
-
-using ::kubetrain::testing::IsOk;
+namespace kubetrain::controller::testing {
 namespace {
-
-using kube::Resource;
-using nlohmann::json;
-using testing::ControllerTest;
-using testing::Job;
-using testing::Replica;
 
 const json* FindCondition(const json& status, const std::string& type) {
   if (!status.contains("conditions")) return nullptr;
@@ -109,4 +101,4 @@ TEST_F(ControllerTest, RepeatedEventsAreAggregatedIntoOneWithACount) {
 }
 
 }  // namespace
-}  // namespace kubetrain::controller
+}  // namespace kubetrain::controller::testing
