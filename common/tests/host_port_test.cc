@@ -13,15 +13,40 @@ namespace {
 
 using ::kubetrain::testing::IsOk;
 
-TEST(SplitListenAddress, AcceptsPortZeroAndAnEmptyHost) {
+// An address, the function that splits it and the host and port it must split into.
+struct SplitCase {
+  std::string name;
+  absl::Status (*split)(absl::string_view address, std::string* host, int* port);
+  std::string address;
+  std::string host;
+  int port = 0;
+};
+
+class SplitTest : public ::testing::TestWithParam<SplitCase> {};
+
+TEST_P(SplitTest, GivesTheHostAndPort) {
+  const SplitCase& c = GetParam();
   std::string host;
   int port = -1;
-  ASSERT_THAT(SplitListenAddress(":8081", &host, &port), IsOk());
-  EXPECT_EQ(host, "0.0.0.0");
-  EXPECT_EQ(port, 8081);
-  ASSERT_THAT(SplitListenAddress("[::1]:0", &host, &port), IsOk());
-  EXPECT_EQ(host, "::1");
-  EXPECT_EQ(port, 0);
+  ASSERT_THAT(c.split(c.address, &host, &port), IsOk());
+  EXPECT_EQ(host, c.host);
+  EXPECT_EQ(port, c.port);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HostPort, SplitTest,
+    ::testing::Values(SplitCase{"ListenAddressWithAnEmptyHostIsEveryInterface", SplitListenAddress,
+                                ":8081", "0.0.0.0", 8081},
+                      SplitCase{"ListenAddressAcceptsPortZero", SplitListenAddress, "[::1]:0",
+                                "::1", 0},
+                      SplitCase{"HostPortOfAnIpv6Host", SplitHostPort, "[::1]:2222", "::1", 2222},
+                      SplitCase{"HostPortOfAServiceName", SplitHostPort,
+                                "a-ps-0.a.default.svc:2223", "a-ps-0.a.default.svc", 2223}),
+    [](const ::testing::TestParamInfo<SplitCase>& info) { return info.param.name; });
+
+TEST(SplitListenAddress, RefusesNoPortAndAPortOutOfRange) {
+  std::string host;
+  int port = -1;
   EXPECT_EQ(SplitListenAddress("127.0.0.1", &host, &port).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(SplitListenAddress("127.0.0.1:70000", &host, &port).code(),

@@ -111,16 +111,5 @@ TEST(TfConfig, OversizedInputIsRefusedBeforeParsing) {
   EXPECT_FALSE(ParseTfConfig(std::string(100000, '[') + std::string(100000, ']')).ok());
 }
 
-TEST(SplitHostPort, HandlesIpv6AndNames) {
-  std::string host;
-  int port = 0;
-  ASSERT_THAT(SplitHostPort("[::1]:2222", &host, &port), IsOk());
-  EXPECT_EQ(host, "::1");
-  EXPECT_EQ(port, 2222);
-  ASSERT_THAT(SplitHostPort("a-ps-0.a.default.svc:2223", &host, &port), IsOk());
-  EXPECT_EQ(host, "a-ps-0.a.default.svc");
-  EXPECT_EQ(port, 2223);
-}
-
 }  // namespace
 }  // namespace kubetrain::api
