@@ -8,6 +8,18 @@
 #include "worker/core/random.h"
 
 namespace kubetrain::worker {
+namespace {
+
+// Downloads each variable's `part` (its value or its gradient) to `dst`, one after another.
+void DownloadEach(Device& device, const std::vector<Variable*>& variables, Tensor Variable::*part,
+                  float* dst) {
+  for (Variable* v : variables) {
+    device.Download(v->*part, dst, v->size());
+    dst += v->size();
+  }
+}
+
+}  // namespace
 
 Model::Model(Device& device, std::string name, int num_classes,
              std::vector<std::unique_ptr<Layer>> layers)
@@ -199,21 +211,13 @@ absl::Status Model::CheckFlatSize(size_t size) const {
 
 absl::Status Model::ReadValues(absl::Span<float> out) {
   RETURN_IF_ERROR(CheckFlatSize(out.size()));
-  float* dst = out.data();
-  for (Variable* v : variables_) {
-    device_.Download(v->value, dst, v->size());
-    dst += v->size();
-  }
+  DownloadEach(device_, variables_, &Variable::value, out.data());
   return device_.Synchronize();
 }
 
 absl::Status Model::ReadGradients(absl::Span<float> out) {
   RETURN_IF_ERROR(CheckFlatSize(out.size()));
-  float* dst = out.data();
-  for (Variable* v : variables_) {
-    device_.Download(v->grad, dst, v->size());
-    dst += v->size();
-  }
+  DownloadEach(device_, variables_, &Variable::grad, out.data());
   return device_.Synchronize();
 }
 
