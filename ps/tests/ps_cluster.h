@@ -23,6 +23,19 @@ namespace kubetrain::ps::testing {
 inline constexpr absl::string_view kNotInitialised =
     "ps not initialised; waiting for the chief to restore it";
 
+// Run "run-1" at step 0 under `config`, with every variable of `plan` and element i of each
+// valued i % `period`.
+inline ModelState InitialState(const PlacementPlan& plan, TrainingConfig config, int period) {
+  ModelState state{config, 0, "run-1", {}};
+  for (const VariableSpec& v : plan.variables()) {
+    VariableState& var = state.variables.emplace_back();
+    var.name = v.name;
+    var.values.resize(v.elements);
+    for (size_t i = 0; i < v.elements; ++i) var.values[i] = float(i % period);
+  }
+  return state;
+}
+
 // One buffer per variable of `plan`, each element `fill`, and spans over them.
 inline std::vector<std::vector<float>> Buffers(const PlacementPlan& plan, float fill = 0) {
   std::vector<std::vector<float>> out;

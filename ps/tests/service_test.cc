@@ -35,15 +35,9 @@ std::vector<VariableSpec> Model() {
   return {{"embedding", 3'000'000}, {"dense/kernel", 784 * 256}, {"dense/bias", 256}};
 }
 
+// Element i of each variable valued i % 7.
 ModelState InitialState(const PlacementPlan& plan, TrainingConfig config) {
-  ModelState state{config, 0, "run-1", {}};
-  for (const VariableSpec& v : plan.variables()) {
-    VariableState& var = state.variables.emplace_back();
-    var.name = v.name;
-    var.values.resize(v.elements);
-    for (size_t i = 0; i < v.elements; ++i) var.values[i] = float(i % 7);
-  }
-  return state;
+  return testing::InitialState(plan, config, 7);
 }
 
 PlacementPlan Plan(int num_ps) {

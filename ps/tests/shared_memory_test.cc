@@ -38,15 +38,9 @@ PlacementPlan Plan() {
   return *std::move(plan);
 }
 
+// Element i of each variable valued i % 5.
 ModelState Initial(const PlacementPlan& plan) {
-  ModelState state{{UpdateMode::kAsync, 1, {.learning_rate = 1}}, 0, "run-1", {}};
-  for (const VariableSpec& v : plan.variables()) {
-    VariableState& var = state.variables.emplace_back();
-    var.name = v.name;
-    var.values.resize(v.elements);
-    for (size_t i = 0; i < v.elements; ++i) var.values[i] = float(i % 5);
-  }
-  return state;
+  return testing::InitialState(plan, {UpdateMode::kAsync, 1, {.learning_rate = 1}}, 5);
 }
 
 std::vector<std::span<const float>> ConstSpans(std::vector<std::vector<float>>& b) {
