@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "operator/api/decode.h"
 #include "operator/api/types.h"
 
@@ -93,14 +94,20 @@ absl::StatusOr<std::vector<std::string>> ContainerArgv(
     const json& container, const std::map<std::string, std::string>& env,
     absl::string_view field_path) {
   std::vector<std::string> argv;
-  if (container.contains("command") && container["command"].is_array()) {
-    for (const json& c : container["command"]) {
-      if (!c.is_string())
+  // Appends the container's `key` list (command or args), its $(VAR)s expanded.
+  auto append = [&](const char* key) -> absl::Status {
+    auto list = container.find(key);
+    if (list == container.end() || !list->is_array()) return absl::OkStatus();
+    for (const json& word : *list) {
+      if (!word.is_string()) {
         return absl::InvalidArgumentError(
-            absl::StrCat(field_path, ".command: must be a list of strings"));
-      argv.push_back(ExpandVars(c.get<std::string>(), env));
+            absl::StrCat(field_path, ".", key, ": must be a list of strings"));
+      }
+      argv.push_back(ExpandVars(word.get<std::string>(), env));
     }
-  }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(append("command"));
   if (argv.empty()) {
     std::string image = api::StringField(container, "image");
     std::string repo = image.substr(0, image.find_first_of(":@"));
@@ -111,14 +118,7 @@ absl::StatusOr<std::vector<std::string>> ContainerArgv(
     }
     argv.push_back("kubetrain-" + repo.substr(std::string("kubetrain/").size()));
   }
-  if (container.contains("args") && container["args"].is_array()) {
-    for (const json& a : container["args"]) {
-      if (!a.is_string())
-        return absl::InvalidArgumentError(
-            absl::StrCat(field_path, ".args: must be a list of strings"));
-      argv.push_back(ExpandVars(a.get<std::string>(), env));
-    }
-  }
+  RETURN_IF_ERROR(append("args"));
   return argv;
 }
 

@@ -42,6 +42,16 @@ TEST(ContainerArgv, OtherImagesNeedACommand) {
             "(local runs map kubetrain/<name> images to kubetrain-<name>)");
 }
 
+TEST(ContainerArgv, AWordThatIsNotAStringIsRefusedNamingItsList) {
+  auto command = ContainerArgv(json::parse(R"js({"command":["run",1]})js"), {}, "containers[0]");
+  ASSERT_FALSE(command.ok());
+  EXPECT_EQ(command.status().message(), "containers[0].command: must be a list of strings");
+  auto args = ContainerArgv(json::parse(R"js({"command":["run"],"args":[true]})js"), {},
+                            "containers[1]");
+  ASSERT_FALSE(args.ok());
+  EXPECT_EQ(args.status().message(), "containers[1].args: must be a list of strings");
+}
+
 TEST(ProcessForPod, EnvFieldRefsAndBinDirFirstOnPath) {
   json pod = json::parse(R"js({"metadata":{"name":"j-worker-0","namespace":"ns"},"spec":{
     "containers":[{"name":"sidecar","image":"x"},{"name":"kubetrain","command":["run"],
