@@ -53,12 +53,22 @@ RestartPolicy DefaultRestartPolicy(ReplicaType type) {
   return RestartPolicy::kOnFailure;
 }
 
-const json* TrainingContainer(const json& pod_template) {
+const json* Containers(const json& pod_template) {
   if (!pod_template.is_object()) return nullptr;
   auto spec = pod_template.find("spec");
   if (spec == pod_template.end() || !spec->is_object()) return nullptr;
   auto containers = spec->find("containers");
   if (containers == spec->end() || !containers->is_array()) return nullptr;
+  return &*containers;
+}
+
+json* Containers(json* pod_template) {
+  return const_cast<json*>(Containers(std::as_const(*pod_template)));
+}
+
+const json* TrainingContainer(const json& pod_template) {
+  const json* containers = Containers(pod_template);
+  if (containers == nullptr) return nullptr;
   for (const json& c : *containers) {
     if (c.is_object() && StringField(c, "name") == kDefaultContainerName) return &c;
   }

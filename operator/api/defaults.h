@@ -12,6 +12,10 @@ RestartPolicy DefaultRestartPolicy(ReplicaType type);
 
 void SetDefaults(TrainingJob* job);
 
+// A pod template's spec.containers; null when it is not a list.
+const nlohmann::json* Containers(const nlohmann::json& pod_template);
+nlohmann::json* Containers(nlohmann::json* pod_template);
+
 // The training container of a pod template: the one named "kubetrain" (nullptr if none).
 const nlohmann::json* TrainingContainer(const nlohmann::json& pod_template);
 nlohmann::json* TrainingContainer(nlohmann::json* pod_template);

@@ -53,19 +53,6 @@ ReplicaSpecMap ReplicaSpecs(const json& tfjob) {
   return out;
 }
 
-const json* Containers(const json& pod_template) {
-  if (!pod_template.is_object()) return nullptr;
-  auto spec = pod_template.find("spec");
-  if (spec == pod_template.end() || !spec->is_object()) return nullptr;
-  auto containers = spec->find("containers");
-  if (containers == spec->end() || !containers->is_array()) return nullptr;
-  return &*containers;
-}
-
-json* Containers(json* pod_template) {
-  return const_cast<json*>(Containers(std::as_const(*pod_template)));
-}
-
 std::string CanonicalKey(const ReplicaSpecMap& specs, ReplicaType type) {
   if (type == ReplicaType::kChief && specs.count("Master") && !specs.count("Chief")) {
     return "Master";
@@ -79,7 +66,6 @@ namespace {
 
 using tfjob_internal::CanonicalKey;
 using tfjob_internal::CanonicalType;
-using tfjob_internal::Containers;
 using tfjob_internal::ReplicaSpecs;
 
 constexpr char kReplicaSpecsPath[] = "spec.tfReplicaSpecs";

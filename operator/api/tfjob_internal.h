@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "operator/api/defaults.h"  // Containers
 #include "operator/api/types.h"
 
 namespace kubetrain::api::tfjob_internal {
@@ -19,10 +20,6 @@ std::string CanonicalType(const std::string& key);
 // The TFJob's replica specs by canonical type, each with the key it was written under.
 using ReplicaSpecMap = std::map<std::string, std::pair<std::string, const nlohmann::json*>>;
 ReplicaSpecMap ReplicaSpecs(const nlohmann::json& tfjob);
-
-// A pod template's spec.containers; null when it is not a list.
-const nlohmann::json* Containers(const nlohmann::json& pod_template);
-nlohmann::json* Containers(nlohmann::json* pod_template);
 
 // The tfReplicaSpecs type (canonical) a TrainingJob replica type came from: its own name
 // (api::Name), but Master for a Chief written as Master.

@@ -21,7 +21,6 @@ namespace {
 
 using nlohmann::json;
 using tfjob_internal::CanonicalKey;
-using tfjob_internal::Containers;
 using tfjob_internal::ReplicaSpecs;
 
 int Replicas(const json& rs) {
