@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Over 500 lines: one driver whose cases, rounds and report share one config and result set.
 # bench/peers: kubetrain against PyTorch (torch.distributed, CPU) and OpenMPI on the same work, on
 # this machine over 127.0.0.1, interleaved (each round runs every case once, and odd rounds run
 # them in the reverse order: A B, B A, ...), printing each figure as min/median/max over the
