@@ -21,6 +21,8 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::MinimalJob;
+using testing::ValidationErrors;
+using testing::ValidJob;
 
 json Template(const std::string& storage = "1Gi") {
   return {{"spec", {{"resources", {{"requests", {{"storage", storage}}}}}}}};
@@ -30,21 +32,6 @@ json WithCheckpoint(json checkpoint, bool chief = false) {
   json doc = MinimalJob(1, 2, chief);
   doc["spec"]["checkpoint"] = std::move(checkpoint);
   return doc;
-}
-
-std::vector<std::string> Errors(const json& doc) {
-  FieldErrors errors;
-  DecodeAndValidate(doc, &errors);
-  std::vector<std::string> out;
-  for (const FieldError& e : errors) out.push_back(e.ToString());
-  return out;
-}
-
-TrainingJob Valid(const json& doc) {
-  FieldErrors errors;
-  TrainingJob job = DecodeAndValidate(doc, &errors);
-  EXPECT_TRUE(errors.empty()) << errors.front().ToString();
-  return job;
 }
 
 const json& Container(const json& pod) { return pod["spec"]["containers"][0]; }
@@ -61,7 +48,7 @@ json Pod(const TrainingJob& job, ReplicaType type, int index) {
 }
 
 TEST(CheckpointDecode, DefaultsMountPathAndDeleteForACreatedClaim) {
-  TrainingJob job = Valid(WithCheckpoint({{"volumeClaimTemplate", Template()}}));
+  TrainingJob job = ValidJob(WithCheckpoint({{"volumeClaimTemplate", Template()}}));
   ASSERT_TRUE(job.spec.checkpoint.has_value());
   EXPECT_EQ(job.spec.checkpoint->mount_path, "/var/lib/kubetrain/checkpoints");
   EXPECT_EQ(job.spec.checkpoint->reclaim_policy, ReclaimPolicy::kDelete);
@@ -69,67 +56,69 @@ TEST(CheckpointDecode, DefaultsMountPathAndDeleteForACreatedClaim) {
                                                   {"mountPath", "/var/lib/kubetrain/checkpoints"},
                                                   {"reclaimPolicy", "Delete"}}));
 
-  TrainingJob existing = Valid(WithCheckpoint({{"claimName", "shared-ckpt"}}));
+  TrainingJob existing = ValidJob(WithCheckpoint({{"claimName", "shared-ckpt"}}));
   EXPECT_EQ(existing.spec.checkpoint->claim_name, "shared-ckpt");
   EXPECT_FALSE(existing.spec.checkpoint->reclaim_policy.has_value());
 }
 
 TEST(CheckpointDecode, WrongTypesAndUnknownFieldsNameTheField) {
-  EXPECT_THAT(Errors(WithCheckpoint({{"claimName", "c"}, {"mountPath", 5}})),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"claimName", "c"}, {"mountPath", 5}})),
               ElementsAre("spec.checkpoint.mountPath: must be a string, got 5"));
-  EXPECT_THAT(Errors(WithCheckpoint({{"claimName", "c"}, {"claim", "x"}})),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"claimName", "c"}, {"claim", "x"}})),
               ElementsAre("spec.checkpoint.claim: unknown field; allowed: claimName, "
                           "volumeClaimTemplate, mountPath, reclaimPolicy"));
   EXPECT_THAT(
-      Errors(WithCheckpoint({{"volumeClaimTemplate", Template()}, {"reclaimPolicy", "Keep"}})),
+      ValidationErrors(
+          WithCheckpoint({{"volumeClaimTemplate", Template()}, {"reclaimPolicy", "Keep"}})),
       ElementsAre("spec.checkpoint.reclaimPolicy: unsupported value \"Keep\"; allowed: Delete, "
                   "Retain"));
-  EXPECT_THAT(Errors(WithCheckpoint("pvc")),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint("pvc")),
               ElementsAre("spec.checkpoint: must be an object, got \"pvc\""));
 }
 
 TEST(CheckpointValidation, StorageRequestIsRequired) {
   json tmpl = {{"spec", {{"accessModes", {"ReadWriteOnce"}}}}};
-  EXPECT_THAT(Errors(WithCheckpoint({{"volumeClaimTemplate", tmpl}})),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"volumeClaimTemplate", tmpl}})),
               ElementsAre("spec.checkpoint.volumeClaimTemplate.spec.resources.requests.storage: "
                           "required: the size of the claim, e.g. \"1Gi\""));
-  EXPECT_THAT(Errors(WithCheckpoint({{"volumeClaimTemplate", json::object()}})),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"volumeClaimTemplate", json::object()}})),
               ElementsAre("spec.checkpoint.volumeClaimTemplate.spec: required: a "
                           "PersistentVolumeClaim spec with resources.requests.storage"));
-  EXPECT_THAT(Errors(WithCheckpoint({{"volumeClaimTemplate", Template("lots")}})),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"volumeClaimTemplate", Template("lots")}})),
               ElementsAre("spec.checkpoint.volumeClaimTemplate.spec.resources.requests.storage: "
                           "must be a quantity such as \"1Gi\" or \"500Mi\", got \"lots\""));
-  EXPECT_THAT(Errors(WithCheckpoint({{"volumeClaimTemplate", Template("0Gi")}})),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"volumeClaimTemplate", Template("0Gi")}})),
               ElementsAre("spec.checkpoint.volumeClaimTemplate.spec.resources.requests.storage: "
                           "must be greater than zero, got \"0Gi\""));
-  EXPECT_THAT(Errors(WithCheckpoint({{"volumeClaimTemplate", Template("1.5Gi")}})),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"volumeClaimTemplate", Template("1.5Gi")}})),
               ::testing::IsEmpty());
 }
 
 TEST(CheckpointValidation, OneClaimSourceAndAWritableMode) {
-  EXPECT_THAT(Errors(WithCheckpoint(json::object())),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint(json::object())),
               ElementsAre(HasSubstr("spec.checkpoint: set claimName (an existing "
                                     "PersistentVolumeClaim) or volumeClaimTemplate")));
-  EXPECT_THAT(Errors(WithCheckpoint({{"claimName", "c"}, {"volumeClaimTemplate", Template()}})),
-              ElementsAre(HasSubstr("spec.checkpoint.claimName: set claimName or "
-                                    "volumeClaimTemplate, not both")));
-  EXPECT_THAT(Errors(WithCheckpoint({{"claimName", "c"}, {"reclaimPolicy", "Delete"}})),
+  EXPECT_THAT(
+      ValidationErrors(WithCheckpoint({{"claimName", "c"}, {"volumeClaimTemplate", Template()}})),
+      ElementsAre(HasSubstr("spec.checkpoint.claimName: set claimName or "
+                            "volumeClaimTemplate, not both")));
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"claimName", "c"}, {"reclaimPolicy", "Delete"}})),
               ElementsAre(HasSubstr("spec.checkpoint.reclaimPolicy: Delete applies to a claim the "
                                     "operator creates")));
-  EXPECT_THAT(Errors(WithCheckpoint({{"claimName", "Bad_Name"}})),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"claimName", "Bad_Name"}})),
               ElementsAre(HasSubstr("spec.checkpoint.claimName: must be a PersistentVolumeClaim "
                                     "name")));
   json read_only = Template();
   read_only["spec"]["accessModes"] = {"ReadOnlyMany"};
-  EXPECT_THAT(Errors(WithCheckpoint({{"volumeClaimTemplate", read_only}})),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"volumeClaimTemplate", read_only}})),
               ElementsAre(HasSubstr("spec.checkpoint.volumeClaimTemplate.spec.accessModes: the "
                                     "chief writes its checkpoints there")));
   json named = Template();
   named["metadata"] = {{"name", "mine"}};
-  EXPECT_THAT(Errors(WithCheckpoint({{"volumeClaimTemplate", named}})),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"volumeClaimTemplate", named}})),
               ElementsAre(HasSubstr("spec.checkpoint.volumeClaimTemplate.metadata.name: not "
                                     "allowed")));
-  EXPECT_THAT(Errors(WithCheckpoint({{"claimName", "c"}, {"mountPath", "ckpt"}})),
+  EXPECT_THAT(ValidationErrors(WithCheckpoint({{"claimName", "c"}, {"mountPath", "ckpt"}})),
               ElementsAre(HasSubstr("spec.checkpoint.mountPath: must be an absolute path")));
 }
 
@@ -137,7 +126,7 @@ TEST(CheckpointValidation, TheChiefMustNotSetItsOwnCheckpointDir) {
   json doc = WithCheckpoint({{"claimName", "c"}});
   doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"] = {
       "--checkpoint-dir=/tmp/ckpt"};
-  EXPECT_THAT(Errors(doc),
+  EXPECT_THAT(ValidationErrors(doc),
               ElementsAre(HasSubstr("spec.replicaSpecs.Worker.template.spec.containers[0]: sets "
                                     "the checkpoint directory (--checkpoint-dir or "
                                     "KUBETRAIN_CHECKPOINT_DIR), which spec.checkpoint sets to "
@@ -145,7 +134,7 @@ TEST(CheckpointValidation, TheChiefMustNotSetItsOwnCheckpointDir) {
 }
 
 TEST(CheckpointRender, OnlyTheChiefMountsTheClaimAndCheckpointsOnIt) {
-  TrainingJob job = Valid(WithCheckpoint({{"volumeClaimTemplate", Template()}}));
+  TrainingJob job = ValidJob(WithCheckpoint({{"volumeClaimTemplate", Template()}}));
   json chief = Pod(job, ReplicaType::kWorker, 0);
   EXPECT_THAT(chief["spec"]["volumes"],
               Contains(json({{"name", "kubetrain-checkpoint"},
@@ -161,7 +150,7 @@ TEST(CheckpointRender, OnlyTheChiefMountsTheClaimAndCheckpointsOnIt) {
   }
 
   TrainingJob with_chief =
-      Valid(WithCheckpoint({{"claimName", "team-ckpt"}, {"mountPath", "/ckpt"}}, true));
+      ValidJob(WithCheckpoint({{"claimName", "team-ckpt"}, {"mountPath", "/ckpt"}}, true));
   json pod = Pod(with_chief, ReplicaType::kChief, 0);
   EXPECT_EQ(pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"], "team-ckpt");
   EXPECT_EQ(Env(pod, "KUBETRAIN_CHECKPOINT_DIR"), "/ckpt/mnist");
@@ -169,7 +158,7 @@ TEST(CheckpointRender, OnlyTheChiefMountsTheClaimAndCheckpointsOnIt) {
 }
 
 TEST(CheckpointRender, AChiefWithoutAClaimIsMarkedNotDurable) {
-  TrainingJob plain = Valid(MinimalJob(1, 2));
+  TrainingJob plain = ValidJob(MinimalJob(1, 2));
   EXPECT_EQ(Env(Pod(plain, ReplicaType::kWorker, 0), "KUBETRAIN_CHECKPOINT_DURABLE"), "false");
   EXPECT_EQ(Env(Pod(plain, ReplicaType::kWorker, 1), "KUBETRAIN_CHECKPOINT_DURABLE"), "<unset>");
 
@@ -181,18 +170,21 @@ TEST(CheckpointRender, AChiefWithoutAClaimIsMarkedNotDurable) {
   spec["containers"][0]["volumeMounts"] = {{{"name", "ckpt"}, {"mountPath", "/ckpt"}},
                                            {{"name", "scratch"}, {"mountPath", "/scratch"}}};
   spec["containers"][0]["args"] = {"--checkpoint-dir", "/ckpt/run1"};
-  EXPECT_EQ(Env(Pod(Valid(doc), ReplicaType::kWorker, 0), "KUBETRAIN_CHECKPOINT_DURABLE"), "true");
+  EXPECT_EQ(Env(Pod(ValidJob(doc), ReplicaType::kWorker, 0), "KUBETRAIN_CHECKPOINT_DURABLE"),
+            "true");
   spec["containers"][0]["args"] = {"--checkpoint-dir=/scratch/run1"};
-  EXPECT_EQ(Env(Pod(Valid(doc), ReplicaType::kWorker, 0), "KUBETRAIN_CHECKPOINT_DURABLE"), "false");
+  EXPECT_EQ(Env(Pod(ValidJob(doc), ReplicaType::kWorker, 0), "KUBETRAIN_CHECKPOINT_DURABLE"),
+            "false");
   spec["containers"][0]["args"] = {"--checkpoint-dir=/ckptx"};
-  EXPECT_EQ(Env(Pod(Valid(doc), ReplicaType::kWorker, 0), "KUBETRAIN_CHECKPOINT_DURABLE"), "false");
+  EXPECT_EQ(Env(Pod(ValidJob(doc), ReplicaType::kWorker, 0), "KUBETRAIN_CHECKPOINT_DURABLE"),
+            "false");
 }
 
 TEST(CheckpointClaim, OwnedByTheJobUnlessRetained) {
   json doc = WithCheckpoint({{"volumeClaimTemplate", Template()}});
   doc["metadata"]["uid"] = "uid-1";
   doc["spec"]["checkpoint"]["volumeClaimTemplate"]["metadata"] = {{"labels", {{"team", "a"}}}};
-  json claim = BuildCheckpointClaim(Valid(doc));
+  json claim = BuildCheckpointClaim(ValidJob(doc));
   EXPECT_EQ(claim["kind"], "PersistentVolumeClaim");
   EXPECT_EQ(claim["metadata"]["name"], "mnist-checkpoint");
   EXPECT_EQ(claim["metadata"]["namespace"], "kubeflow");
@@ -204,7 +196,7 @@ TEST(CheckpointClaim, OwnedByTheJobUnlessRetained) {
   EXPECT_EQ(claim["spec"]["resources"]["requests"]["storage"], "1Gi");
 
   doc["spec"]["checkpoint"]["reclaimPolicy"] = "Retain";
-  EXPECT_FALSE(BuildCheckpointClaim(Valid(doc))["metadata"].contains("ownerReferences"));
+  EXPECT_FALSE(BuildCheckpointClaim(ValidJob(doc))["metadata"].contains("ownerReferences"));
 }
 
 json TfJobDoc(json annotations, json volumes = json()) {

@@ -13,13 +13,7 @@ namespace {
 
 using nlohmann::json;
 using testing::MinimalJob;
-
-TrainingJob Job(const json& doc) {
-  FieldErrors errors;
-  TrainingJob job = DecodeAndValidate(doc, &errors);
-  EXPECT_TRUE(errors.empty()) << errors.front().ToString();
-  return job;
-}
+using testing::ValidJob;
 
 std::string EnvOf(const json& pod, const std::string& name) {
   for (const json& e : pod["spec"]["containers"][0]["env"]) {
@@ -29,7 +23,7 @@ std::string EnvOf(const json& pod, const std::string& name) {
 }
 
 TEST(TfConfigGolden, PsAndWorkersWithoutChief) {
-  TrainingJob job = Job(MinimalJob(2, 2));
+  TrainingJob job = ValidJob(MinimalJob(2, 2));
   ClusterDnsAddresses dns;
   EXPECT_EQ(
       ToJsonString(TfConfigFor(job, dns, ReplicaType::kWorker, 1)),
@@ -44,7 +38,7 @@ TEST(TfConfigGolden, PsAndWorkersWithoutChief) {
 }
 
 TEST(TfConfigGolden, ChiefAndEvaluatorEvaluatorOnlyInTask) {
-  TrainingJob job = Job(MinimalJob(2, 2, /*chief=*/true, /*evaluator=*/true));
+  TrainingJob job = ValidJob(MinimalJob(2, 2, /*chief=*/true, /*evaluator=*/true));
   ClusterDnsAddresses dns;
   const std::string cluster =
       R"({"cluster":{"chief":["mnist-chief-0.mnist.kubeflow.svc:2222"],)"
@@ -62,7 +56,7 @@ TEST(TfConfigGolden, ManyPsAndCustomDomainAndPort) {
   json doc = MinimalJob(5, 1, false, false, "big", "team-a");
   doc["spec"]["replicaSpecs"]["PS"]["template"]["spec"]["containers"][0]["ports"] =
       json::parse(R"([{"name":"kubetrain","containerPort":5000}])");
-  TrainingJob job = Job(doc);
+  TrainingJob job = ValidJob(doc);
   ClusterDnsAddresses dns("cluster.local");
   EXPECT_EQ(
       ToJsonString(TfConfigFor(job, dns, ReplicaType::kPS, 4)),
@@ -73,7 +67,7 @@ TEST(TfConfigGolden, ManyPsAndCustomDomainAndPort) {
 }
 
 TEST(TfConfigGolden, LoopbackAddressesForLocalRuns) {
-  TrainingJob job = Job(MinimalJob(1, 2));
+  TrainingJob job = ValidJob(MinimalJob(1, 2));
   LoopbackAddresses local([](ReplicaType t, int i) { return 30000 + 10 * int(t) + i; });
   EXPECT_EQ(
       ToJsonString(TfConfigFor(job, local, ReplicaType::kWorker, 0)),
@@ -82,7 +76,7 @@ TEST(TfConfigGolden, LoopbackAddressesForLocalRuns) {
 }
 
 TEST(Tasks, OrderedByTypeWithChiefMarked) {
-  TrainingJob job = Job(MinimalJob(1, 2, false, true));
+  TrainingJob job = ValidJob(MinimalJob(1, 2, false, true));
   ClusterDnsAddresses dns;
   std::vector<Task> tasks = Tasks(job, dns);
   ASSERT_EQ(tasks.size(), 4u);
@@ -96,7 +90,7 @@ TEST(Tasks, OrderedByTypeWithChiefMarked) {
 }
 
 TEST(Tasks, ChiefReplicaIsTheChiefNotWorkerZero) {
-  TrainingJob job = Job(MinimalJob(1, 2, true));
+  TrainingJob job = ValidJob(MinimalJob(1, 2, true));
   EXPECT_TRUE(IsChief(job, ReplicaType::kChief, 0));
   EXPECT_FALSE(IsChief(job, ReplicaType::kWorker, 0));
 }
@@ -107,7 +101,7 @@ TEST(PodBuilder, NamesLabelsEnvAndAnnotations) {
   json& c = doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0];
   c["env"] = json::parse(R"([{"name":"EXTRA","value":"x"},{"name":"TF_CONFIG","value":"stale"}])");
   doc["spec"]["replicaSpecs"]["Worker"]["template"]["metadata"] = {{"labels", {{"team", "v"}}}};
-  TrainingJob job = Job(doc);
+  TrainingJob job = ValidJob(doc);
   ClusterDnsAddresses dns;
   json pod = BuildPod(job, ReplicaType::kWorker, 1, dns);
 
@@ -151,12 +145,12 @@ TEST_P(SpecVariableTest, ReachesEveryTaskAndIsUnsetWithoutTheField) {
   const SpecVariable& p = GetParam();
   json doc = MinimalJob(1, 3);
   doc["spec"][p.field] = p.value;
-  TrainingJob job = Job(doc);
+  TrainingJob job = ValidJob(doc);
   ClusterDnsAddresses dns;
   for (const Task& t : Tasks(job, dns)) {
     EXPECT_EQ(EnvOf(BuildPod(job, t.type, t.index, dns), p.variable), p.want) << t.name;
   }
-  EXPECT_EQ(EnvOf(BuildPod(Job(MinimalJob(1, 3)), ReplicaType::kWorker, 0, dns), p.variable),
+  EXPECT_EQ(EnvOf(BuildPod(ValidJob(MinimalJob(1, 3)), ReplicaType::kWorker, 0, dns), p.variable),
             "<unset>");
 }
 
@@ -178,7 +172,7 @@ TEST(PodBuilder, ElasticReachesEveryContainerOfEveryTask) {
   doc["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 4}};
   json sidecar = {{"name", "sidecar"}, {"image", "busybox"}};
   doc["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"].push_back(sidecar);
-  TrainingJob job = Job(doc);
+  TrainingJob job = ValidJob(doc);
   ClusterDnsAddresses dns;
   for (const Task& t : Tasks(job, dns)) {
     json pod = BuildPod(job, t.type, t.index, dns);
@@ -191,13 +185,13 @@ TEST(PodBuilder, ElasticReachesEveryContainerOfEveryTask) {
     // The smallest the job may get, in training workers: minReplicas Workers and the Chief.
     EXPECT_EQ(EnvOf(pod, "KUBETRAIN_ELASTIC_MIN_WORKERS"), "2") << t.name;
   }
-  EXPECT_EQ(
-      EnvOf(BuildPod(Job(MinimalJob(1, 2)), ReplicaType::kWorker, 0, dns), "KUBETRAIN_ELASTIC"),
-      "<unset>");
+  EXPECT_EQ(EnvOf(BuildPod(ValidJob(MinimalJob(1, 2)), ReplicaType::kWorker, 0, dns),
+                  "KUBETRAIN_ELASTIC"),
+            "<unset>");
 }
 
 TEST(PodBuilder, ChiefCarriesJobRoleLabel) {
-  TrainingJob job = Job(MinimalJob(1, 2));
+  TrainingJob job = ValidJob(MinimalJob(1, 2));
   ClusterDnsAddresses dns;
   EXPECT_EQ(
       BuildPod(job, ReplicaType::kWorker, 0, dns)["metadata"]["labels"]["kubetrain.dev/job-role"],
@@ -207,13 +201,13 @@ TEST(PodBuilder, ChiefCarriesJobRoleLabel) {
 }
 
 TEST(PodBuilder, NoOwnerReferenceBeforeTheJobHasAUid) {
-  TrainingJob job = Job(MinimalJob(1, 1));
+  TrainingJob job = ValidJob(MinimalJob(1, 1));
   ClusterDnsAddresses dns;
   EXPECT_FALSE(BuildPod(job, ReplicaType::kPS, 0, dns)["metadata"].contains("ownerReferences"));
 }
 
 TEST(ServiceBuilder, OneHeadlessServicePerJob) {
-  TrainingJob job = Job(MinimalJob(3, 4, true));
+  TrainingJob job = ValidJob(MinimalJob(3, 4, true));
   json svc = BuildService(job);
   EXPECT_EQ(svc, json::parse(R"({"apiVersion":"v1","kind":"Service",
     "metadata":{"name":"mnist","namespace":"kubeflow","labels":{
@@ -224,7 +218,7 @@ TEST(ServiceBuilder, OneHeadlessServicePerJob) {
 }
 
 TEST(RenderObjects, SecretServiceThenEveryPod) {
-  TrainingJob job = Job(MinimalJob(2, 3, true, true));
+  TrainingJob job = ValidJob(MinimalJob(2, 3, true, true));
   ClusterDnsAddresses dns;
   std::vector<json> objects = RenderObjects(job, dns, "s3cret-token-0123456789");
   ASSERT_EQ(objects.size(), 1u + 1 + 1 + 2 + 3 + 1);
@@ -237,7 +231,7 @@ TEST(RenderObjects, SecretServiceThenEveryPod) {
 // Every container gets the job's secret from the job's own Secret, never as a literal value (a
 // literal would show in `kubectl get pod -o yaml` to anyone who may read pods).
 TEST(BuildJobSecret, OneSecretPerJobReadByEveryContainer) {
-  TrainingJob job = Job(MinimalJob(2, 3, true, true));
+  TrainingJob job = ValidJob(MinimalJob(2, 3, true, true));
   job.metadata.uid = "uid-1";
   json secret = BuildJobSecret(job, "s3cret-token-0123456789");
   EXPECT_EQ(secret["metadata"]["name"], "mnist-job-secret");

@@ -4,10 +4,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "operator/api/validation.h"
 #include "operator/api/yaml.h"
 
 namespace kubetrain::api::testing {
@@ -40,6 +42,23 @@ inline nlohmann::json MinimalJob(int ps, int workers, bool chief = false, bool e
           {"kind", "TrainingJob"},
           {"metadata", {{"name", name}, {"namespace", ns}}},
           {"spec", {{"replicaSpecs", specs}}}};
+}
+
+// The errors DecodeAndValidate finds in `doc`, as FieldError::ToString writes them.
+inline std::vector<std::string> ValidationErrors(const nlohmann::json& doc) {
+  FieldErrors errors;
+  DecodeAndValidate(doc, &errors);
+  std::vector<std::string> out;
+  for (const FieldError& e : errors) out.push_back(e.ToString());
+  return out;
+}
+
+// `doc` decoded, with a test failure naming the first error where it does not validate.
+inline TrainingJob ValidJob(const nlohmann::json& doc) {
+  FieldErrors errors;
+  TrainingJob job = DecodeAndValidate(doc, &errors);
+  EXPECT_TRUE(errors.empty()) << errors.front().ToString();
+  return job;
 }
 
 }  // namespace kubetrain::api::testing

@@ -19,14 +19,6 @@ using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-std::vector<std::string> Messages(const json& doc) {
-  FieldErrors errors;
-  DecodeAndValidate(doc, &errors);
-  std::vector<std::string> out;
-  for (const FieldError& e : errors) out.push_back(e.ToString());
-  return out;
-}
-
 TEST(Validate, ExamplesAreValid) {
   for (const auto& entry : fs::directory_iterator(testing::SourcePath("deploy/examples"))) {
     if (entry.path().extension() != ".yaml") continue;
@@ -35,42 +27,44 @@ TEST(Validate, ExamplesAreValid) {
     auto docs = ParseYamlDocuments(*text);
     ASSERT_TRUE(docs.ok()) << entry.path() << ": " << docs.status();
     for (const json& doc : *docs) {
-      EXPECT_EQ(Messages(doc), std::vector<std::string>{}) << entry.path();
+      EXPECT_EQ(testing::ValidationErrors(doc), std::vector<std::string>{}) << entry.path();
     }
   }
 }
 
 TEST(Validate, MinimalJobsOfEveryShapeAreValid) {
-  EXPECT_TRUE(Messages(testing::MinimalJob(1, 1)).empty());
-  EXPECT_TRUE(Messages(testing::MinimalJob(0, 4)).empty());  // all-reduce: workers only
-  EXPECT_TRUE(Messages(testing::MinimalJob(3, 0, /*chief=*/true)).empty());
-  EXPECT_TRUE(Messages(testing::MinimalJob(2, 8, true, true)).empty());
+  EXPECT_TRUE(testing::ValidationErrors(testing::MinimalJob(1, 1)).empty());
+  EXPECT_TRUE(
+      testing::ValidationErrors(testing::MinimalJob(0, 4)).empty());  // all-reduce: workers only
+  EXPECT_TRUE(testing::ValidationErrors(testing::MinimalJob(3, 0, /*chief=*/true)).empty());
+  EXPECT_TRUE(testing::ValidationErrors(testing::MinimalJob(2, 8, true, true)).empty());
 }
 
 TEST(Validate, ManagedByIsADomainPrefixedPath) {
   json job = testing::MinimalJob(1, 1);
   job["spec"]["runPolicy"]["managedBy"] = "kueue.x-k8s.io/multikueue";
-  EXPECT_TRUE(Messages(job).empty());
+  EXPECT_TRUE(testing::ValidationErrors(job).empty());
   job["spec"]["runPolicy"]["managedBy"] = "kubetrain.dev/operator";
-  EXPECT_TRUE(Messages(job).empty());
+  EXPECT_TRUE(testing::ValidationErrors(job).empty());
   job["spec"]["runPolicy"]["managedBy"] = "multikueue";
-  ASSERT_EQ(Messages(job).size(), 1u);
-  EXPECT_NE(Messages(job)[0].find("spec.runPolicy.managedBy"), std::string::npos);
+  ASSERT_EQ(testing::ValidationErrors(job).size(), 1u);
+  EXPECT_NE(testing::ValidationErrors(job)[0].find("spec.runPolicy.managedBy"), std::string::npos);
   job["spec"]["runPolicy"]["managedBy"] = "example.com/" + std::string(60, 'x');
-  EXPECT_EQ(Messages(job).size(), 1u);
+  EXPECT_EQ(testing::ValidationErrors(job).size(), 1u);
 }
 
 TEST(Validate, LongestNameThatFitsIsAccepted) {
   // "-evaluator-0" is 12 characters: 51 + 12 = 63.
   std::string name(51, 'a');
-  EXPECT_TRUE(Messages(testing::MinimalJob(1, 1, false, true, name)).empty());
-  EXPECT_EQ(Messages(testing::MinimalJob(1, 1, false, true, name + "a")).size(), 1u);
+  EXPECT_TRUE(testing::ValidationErrors(testing::MinimalJob(1, 1, false, true, name)).empty());
+  EXPECT_EQ(testing::ValidationErrors(testing::MinimalJob(1, 1, false, true, name + "a")).size(),
+            1u);
 }
 
 TEST(Validate, ReplicasAreCappedLikeTheCrd) {
   json doc = testing::MinimalJob(1, 1);
   doc["spec"]["replicaSpecs"]["Worker"]["replicas"] = 2000000000;
-  EXPECT_EQ(Messages(doc),
+  EXPECT_EQ(testing::ValidationErrors(doc),
             (std::vector<std::string>{
                 "spec.replicaSpecs.Worker.replicas: must be <= 1000, got 2000000000"}));
 }
@@ -80,11 +74,12 @@ TEST(Validate, TfConfigThatNoProcessCouldReceiveIsRefused) {
   // 128 KiB limit on one environment string, so no task could even start.
   std::string name(52, 'a');
   json doc = testing::MinimalJob(2, 1000, /*chief=*/true, false, name, "default");
-  EXPECT_EQ(Messages(doc), (std::vector<std::string>{
-                               "spec.replicaSpecs: TF_CONFIG would be 136,361 bytes (1003 tasks x "
-                               "~132 bytes per address) > 122,880, above what a process "
-                               "environment can carry; lower replicas or shorten metadata.name "
-                               "and metadata.namespace"}));
+  EXPECT_EQ(
+      testing::ValidationErrors(doc),
+      (std::vector<std::string>{"spec.replicaSpecs: TF_CONFIG would be 136,361 bytes (1003 tasks x "
+                                "~132 bytes per address) > 122,880, above what a process "
+                                "environment can carry; lower replicas or shorten metadata.name "
+                                "and metadata.namespace"}));
 }
 
 TEST(Validate, TfConfigBoundIsExact) {
@@ -111,12 +106,12 @@ json ElasticJob(int workers, int min, int max) {
 }
 
 TEST(Validate, ElasticJobWithinItsBoundsIsValid) {
-  EXPECT_TRUE(Messages(ElasticJob(2, 1, 4)).empty());
-  EXPECT_TRUE(Messages(ElasticJob(4, 4, 4)).empty());
+  EXPECT_TRUE(testing::ValidationErrors(ElasticJob(2, 1, 4)).empty());
+  EXPECT_TRUE(testing::ValidationErrors(ElasticJob(4, 4, 4)).empty());
   json chief = ElasticJob(1, 1, 3);
   chief["spec"]["replicaSpecs"]["Chief"] = chief["spec"]["replicaSpecs"]["Worker"];
   chief["spec"]["backupWorkers"] = 1;  // the Chief and one Worker at the least
-  EXPECT_TRUE(Messages(chief).empty());
+  EXPECT_TRUE(testing::ValidationErrors(chief).empty());
 }
 
 // `kubectl scale` beyond a bound: `kubetrain validate` calls it an error; the operator keeps the
@@ -151,13 +146,13 @@ TEST(Validate, TheOperatorKeepsWorkersOutOfBoundsAtTheNearestBound) {
 TEST(Validate, ElasticJobsAreSizedAtMaxReplicas) {
   json doc = testing::MinimalJob(2, 1, /*chief=*/true, false, std::string(52, 'a'), "default");
   doc["spec"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 1000}};
-  std::vector<std::string> messages = Messages(doc);
+  std::vector<std::string> messages = testing::ValidationErrors(doc);
   ASSERT_EQ(messages.size(), 1u);
   EXPECT_TRUE(absl::StrContains(messages[0], "spec.elastic.maxReplicas counts")) << messages[0];
   json named = ElasticJob(1, 1, 100);
   named["metadata"]["name"] = std::string(54, 'b');  // + "-worker-0" fits, "-worker-99" not
   EXPECT_EQ(
-      Messages(named),
+      testing::ValidationErrors(named),
       (std::vector<std::string>{"metadata.name: too long: pod name \"" + std::string(54, 'b') +
                                 "-worker-99\" would be 64 characters, at most 63 are allowed; "
                                 "shorten the name to at most 53 characters"}));
@@ -167,13 +162,15 @@ TEST(Validate, ElasticJobsAreSizedAtMaxReplicas) {
 TEST(Validate, ElasticMinAvailableCountsMinReplicas) {
   json doc = ElasticJob(4, 2, 4);
   doc["spec"]["runPolicy"] = {{"schedulingPolicy", {{"minAvailable", 4}}}};
-  EXPECT_EQ(Messages(doc), (std::vector<std::string>{
-                               "spec.runPolicy.schedulingPolicy.minAvailable: must be <= the "
-                               "job's 3 replicas at spec.elastic.minReplicas, got 4"}));
+  EXPECT_EQ(
+      testing::ValidationErrors(doc),
+      (std::vector<std::string>{"spec.runPolicy.schedulingPolicy.minAvailable: must be <= the "
+                                "job's 3 replicas at spec.elastic.minReplicas, got 4"}));
 }
 
 TEST(Validate, NotAnObject) {
-  EXPECT_EQ(Messages(json::array()), (std::vector<std::string>{"must be an object, got []"}));
+  EXPECT_EQ(testing::ValidationErrors(json::array()),
+            (std::vector<std::string>{"must be an object, got []"}));
 }
 
 // Every file in testdata/invalid states, as `# expect: ` lines, the exact messages it yields.
@@ -190,7 +187,7 @@ TEST_P(InvalidManifest, YieldsExactlyTheExpectedMessages) {
   auto docs = ParseYamlDocuments(*text);
   ASSERT_TRUE(docs.ok()) << docs.status();
   ASSERT_EQ(docs->size(), 1u);
-  std::vector<std::string> actual = Messages(docs->front());
+  std::vector<std::string> actual = testing::ValidationErrors(docs->front());
   std::sort(expected.begin(), expected.end());
   std::sort(actual.begin(), actual.end());
   EXPECT_EQ(actual, expected);
