@@ -1,6 +1,7 @@
 // Credentials and URL parts that would inject into a request: a bearer token holding CR LF ends
 // the Authorization header and starts one of its own ("Impersonate-User: system:admin"). Each
 // source is refused with an error naming it, and nothing reaches the server.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/scoped_env.h"
+#include "common/testing/status_matchers.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
 #include "operator/kube/exec_credential.h"
@@ -22,6 +24,9 @@ namespace kubetrain::kube {
 namespace {
 
 namespace fs = std::filesystem;
+using ::kubetrain::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 const Resource kConfigMaps{"", "v1", "configmaps", "ConfigMap", true};
 
@@ -90,10 +95,8 @@ TEST(HeaderInjection, KubeconfigTokenWithCrLfIsRefusedNamingFileAndUser) {
       WriteScratch("inject-token.yaml",
                    Kubeconfig("http://127.0.0.1:1", R"({token: "good\r\nX-Injected: yes"})"));
   auto c = LoadKubeconfig(path);
-  ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
-  EXPECT_NE(c.status().message().find(path + ": user u: token holds a control character, CR"),
-            std::string::npos)
-      << c.status();
+  EXPECT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr(path + ": user u: token holds a control character, CR")));
 }
 
 TEST(HeaderInjection, TokenFileWithCrLfSendsNothingAndNamesTheFile) {
@@ -108,11 +111,9 @@ TEST(HeaderInjection, TokenFileWithCrLfSendsNothingAndNamesTheFile) {
   auto client = Client::Create(*config);
   ASSERT_TRUE(client.ok()) << client.status();
   auto got = (*client)->List(kConfigMaps, "default", {});
-  ASSERT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
-  EXPECT_NE(
-      got.status().message().find("the token in " + token_file + " holds a control character, CR"),
-      std::string::npos)
-      << got.status();
+  EXPECT_THAT(got,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the token in " + token_file + " holds a control character, CR")));
   EXPECT_TRUE(server.requests().empty());
 }
 
@@ -153,11 +154,9 @@ TEST(HeaderInjection, ExecPluginTokenWithCrLfIsRefusedNamingThePlugin) {
   auto cred = DecodeExecCredential(
       exec, R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",)"
             R"("status":{"token":"good\r\nImpersonate-User: system:admin"}})");
-  ASSERT_EQ(cred.status().code(), absl::StatusCode::kInvalidArgument) << cred.status();
-  EXPECT_NE(cred.status().message().find("status.token holds a control character, CR"),
-            std::string::npos)
-      << cred.status();
-  EXPECT_NE(cred.status().message().find("get-token"), std::string::npos) << cred.status();
+  EXPECT_THAT(cred, StatusIs(absl::StatusCode::kInvalidArgument,
+                             AllOf(HasSubstr("status.token holds a control character, CR"),
+                                   HasSubstr("get-token"))));
 }
 
 TEST(HeaderInjection, ServerUrlAndNamespaceWithControlCharactersAreRefused) {
@@ -171,10 +170,8 @@ TEST(HeaderInjection, ServerUrlAndNamespaceWithControlCharactersAreRefused) {
   std::string path = WriteScratch("inject-ns.yaml", Kubeconfig("http://127.0.0.1:1", "{token: t}",
                                                                "team\\r\\nX-Injected: yes"));
   auto ns = LoadKubeconfig(path);
-  ASSERT_EQ(ns.status().code(), absl::StatusCode::kInvalidArgument) << ns.status();
-  EXPECT_NE(ns.status().message().find(path + ": context c: namespace holds a control character"),
-            std::string::npos)
-      << ns.status();
+  EXPECT_THAT(ns, StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr(path + ": context c: namespace holds a control character")));
 }
 
 TEST(HeaderInjection, InClusterTokenWithCrLfIsRefused) {
@@ -187,10 +184,8 @@ TEST(HeaderInjection, InClusterTokenWithCrLfIsRefused) {
         {{"KUBERNETES_SERVICE_HOST", "127.0.0.1"}, {"KUBERNETES_SERVICE_PORT", "443"}});
     c = LoadInClusterConfig(dir);
   }
-  ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
-  EXPECT_NE(c.status().message().find("the service-account token in " + dir + "/token"),
-            std::string::npos)
-      << c.status();
+  EXPECT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("the service-account token in " + dir + "/token")));
 }
 
 TEST(Kubeconfig, FieldsOfTheWrongTypeAreErrorsNotExceptions) {
