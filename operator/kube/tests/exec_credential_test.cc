@@ -321,6 +321,14 @@ class ExecTest : public ::testing::Test {
     return {{"apiVersion", kV1}, {"command", command}, {"interactiveMode", "Never"}};
   }
 
+  // Lists the ConfigMaps of "default" through `client` `n` times, each of which must succeed.
+  void ListTimes(Client& client, int n) {
+    for (int i = 0; i < n; ++i) {
+      auto got = client.List(kConfigMaps, "default", {});
+      ASSERT_TRUE(got.ok()) << got.status();
+    }
+  }
+
   absl::StatusOr<std::unique_ptr<Client>> NewClient(const json& exec,
                                                     const json& cluster_extra = json::object()) {
     auto config = LoadKubeconfig(Kubeconfig(exec, cluster_extra));
@@ -637,10 +645,7 @@ TEST_F(ExecTest, PluginsClientCertificateIsUsedForTls) {
       << Credential("", pki.client_a.cert_pem, pki.client_a.key_pem);
   auto client = NewClient(Exec(Plugin("plugin", kFilePlugin)), cluster);
   ASSERT_TRUE(client.ok()) << client.status();
-  for (int i = 0; i < 5; ++i) {
-    auto got = (*client)->List(kConfigMaps, "default", {});
-    ASSERT_TRUE(got.ok()) << got.status();
-  }
+  ASSERT_NO_FATAL_FAILURE(ListTimes(**client, 5));
   int events = 0;
   absl::Status watched = (*client)->Watch(kConfigMaps, "default", {}, [&](const WatchEvent& e) {
     events += e.type == "ADDED";
@@ -685,17 +690,11 @@ TEST_F(ExecTest, ARotatedCertificateIsUsedAndOldConnectionsAreDropped) {
       << Credential("", pki.client_b.cert_pem, pki.client_b.key_pem);
   auto client = NewClient(Exec(Plugin("plugin", kFilePlugin)), cluster);
   ASSERT_TRUE(client.ok()) << client.status();
-  for (int i = 0; i < 3; ++i) {
-    auto got = (*client)->List(kConfigMaps, "default", {});
-    ASSERT_TRUE(got.ok()) << got.status();
-  }
+  ASSERT_NO_FATAL_FAILURE(ListTimes(**client, 3));
   EXPECT_EQ(Runs(), 1);
   // Past the expiry (the refresh comes up to a tenth of the lifetime before it).
   absl::SleepFor(expiry - absl::Now() + absl::Milliseconds(100));
-  for (int i = 0; i < 3; ++i) {
-    auto got = (*client)->List(kConfigMaps, "default", {});
-    ASSERT_TRUE(got.ok()) << got.status();
-  }
+  ASSERT_NO_FATAL_FAILURE(ListTimes(**client, 3));
   EXPECT_EQ(Runs(), 2);
   std::vector<MtlsServer::Request> seen = server.requests();
   ASSERT_EQ(seen.size(), 6u);
