@@ -81,12 +81,14 @@ class ControllerTest : public ::testing::Test {
     return st["conditions"].back()["type"];
   }
 
+  // Merge-patches the TrainingJob `job` with the JSON `patch`.
+  absl::Status PatchJob(const std::string& job, const std::string& patch) {
+    return client_->Patch(Resource::TrainingJobs(), "default", job, kube::PatchType::kMerge, patch)
+        .status();
+  }
   // Sets spec.runPolicy.suspend of the TrainingJob `job`.
   absl::Status SetSuspend(const std::string& job, bool suspend) {
-    return client_
-        ->Patch(Resource::TrainingJobs(), "default", job, kube::PatchType::kMerge,
-                json{{"spec", {{"runPolicy", {{"suspend", suspend}}}}}}.dump())
-        .status();
+    return PatchJob(job, json{{"spec", {{"runPolicy", {{"suspend", suspend}}}}}}.dump());
   }
 
   // Sets a pod's phase (and its container's exit code) as a kubelet would.

@@ -102,9 +102,7 @@ TEST_F(ReconcilerTest, AJobFailedAsInvalidSpecKeepsNoPodRunning) {
   Create(Job("inv", {{"Worker", Replica(2)}}));
   Settle("inv");
   RunAll("inv");
-  ASSERT_THAT(api_.Patch(Resource::TrainingJobs(), "default", "inv", kube::PatchType::kMerge,
-                         R"({"spec":{"runPolicy":{"backoffLimit":-1}}})"),
-              IsOk());
+  ASSERT_THAT(PatchJob("inv", R"({"spec":{"runPolicy":{"backoffLimit":-1}}})"), IsOk());
   Settle("inv");
   EXPECT_EQ(State("inv"), "Failed");
   EXPECT_TRUE(Deleting("inv-worker-0"));
@@ -125,9 +123,7 @@ TEST_F(ReconcilerTest, AnInvalidEditOfElasticBoundsIsRefusedAndTheJobRunsOn) {
   Create(job);
   Settle("el");
   RunAll("el");
-  ASSERT_THAT(api_.Patch(Resource::TrainingJobs(), "default", "el", kube::PatchType::kMerge,
-                         R"({"spec":{"elastic":{"minReplicas":5}}})"),
-              IsOk());
+  ASSERT_THAT(PatchJob("el", R"({"spec":{"elastic":{"minReplicas":5}}})"), IsOk());
   Settle("el");
   EXPECT_NE(State("el"), "Failed") << Status("el");
   EXPECT_FALSE(Deleting("el-worker-0"));
@@ -141,9 +137,7 @@ TEST_F(ReconcilerTest, AnInvalidEditOfElasticBoundsIsRefusedAndTheJobRunsOn) {
   Settle("el");
   EXPECT_TRUE(Pod("el-worker-2").has_value());
   // A valid edit is taken, and the refusal cleared.
-  ASSERT_THAT(api_.Patch(Resource::TrainingJobs(), "default", "el", kube::PatchType::kMerge,
-                         R"({"spec":{"elastic":{"minReplicas":2}}})"),
-              IsOk());
+  ASSERT_THAT(PatchJob("el", R"({"spec":{"elastic":{"minReplicas":2}}})"), IsOk());
   Settle("el");
   EXPECT_NE(State("el"), "EditRefused");
   EXPECT_NE(State("el"), "Failed");

@@ -125,19 +125,20 @@ class ReconcilerTest : public ::testing::Test {
 
   void ScaleWorkers(const std::string& job, int replicas) {
     ASSERT_THAT(
-        api_.Patch(
-            Resource::TrainingJobs(), "default", job, kube::PatchType::kMerge,
-            json{{"spec", {{"replicaSpecs", {{"Worker", {{"replicas", replicas}}}}}}}}.dump()),
+        PatchJob(job,
+                 json{{"spec", {{"replicaSpecs", {{"Worker", {{"replicas", replicas}}}}}}}}.dump()),
         IsOk());
   }
 
-  // Sets spec.runPolicy.suspend of the job `name` (a TFJob where `resource` says so).
+  // Merge-patches the job `name` (a TFJob where `resource` says so) with the JSON `patch`.
+  absl::Status PatchJob(const std::string& name, const std::string& patch,
+                        const Resource& resource = Resource::TrainingJobs()) {
+    return api_.Patch(resource, "default", name, kube::PatchType::kMerge, patch).status();
+  }
+  // Sets spec.runPolicy.suspend of the job `name`.
   absl::Status SetSuspend(const std::string& name, bool suspend,
                           const Resource& resource = Resource::TrainingJobs()) {
-    return api_
-        .Patch(resource, "default", name, kube::PatchType::kMerge,
-               json{{"spec", {{"runPolicy", {{"suspend", suspend}}}}}}.dump())
-        .status();
+    return PatchJob(name, json{{"spec", {{"runPolicy", {{"suspend", suspend}}}}}}.dump(), resource);
   }
 
   // How many requests so far were `request` ("delete pods default/j-worker-0").

@@ -378,10 +378,7 @@ TEST_F(ControllerTest, ReplicaChangeRestartsTheWholeJobOnTheNewClusterSpec) {
   std::map<std::string, std::string> old_uids;
   for (const char* pod : {"sc-ps-0", "sc-worker-0", "sc-worker-1"}) old_uids[pod] = Uid(pod);
 
-  ASSERT_TRUE(client_
-                  ->Patch(Resource::TrainingJobs(), "default", "sc", kube::PatchType::kMerge,
-                          R"({"spec":{"replicaSpecs":{"Worker":{"replicas":3}}}})")
-                  .ok());
+  ASSERT_THAT(PatchJob("sc", R"({"spec":{"replicaSpecs":{"Worker":{"replicas":3}}}})"), IsOk());
   const std::string three_workers =
       R"("worker":["sc-worker-0.sc.default.svc:2222","sc-worker-1.sc.default.svc:2222",)"
       R"("sc-worker-2.sc.default.svc:2222"])";
@@ -405,10 +402,7 @@ TEST_F(ControllerTest, ReplicaChangeRestartsTheWholeJobOnTheNewClusterSpec) {
 
   // Scaling down drops the pods beyond the new count.
   std::string w0 = Uid("sc-worker-0");
-  ASSERT_TRUE(client_
-                  ->Patch(Resource::TrainingJobs(), "default", "sc", kube::PatchType::kMerge,
-                          R"({"spec":{"replicaSpecs":{"Worker":{"replicas":1}}}})")
-                  .ok());
+  ASSERT_THAT(PatchJob("sc", R"({"spec":{"replicaSpecs":{"Worker":{"replicas":1}}}})"), IsOk());
   ASSERT_TRUE(Eventually([&] {
     auto pod = Get(Resource::Pods(), "sc-worker-0");
     return pod && (*pod)["metadata"].value("uid", "") != w0 &&

@@ -432,9 +432,7 @@ TEST_F(ReconcilerTest, AnInvalidSpecFailsTheJobWithTheField) {
 TEST_F(ReconcilerTest, AChangedClusterSpecRestartsEveryPodWithoutCountingIt) {
   Create(Job("cs", {{"PS", Replica(1)}, {"Worker", Replica(2)}}));
   Settle("cs");
-  ASSERT_TRUE(api_.Patch(Resource::TrainingJobs(), "default", "cs", kube::PatchType::kMerge,
-                         R"({"spec":{"replicaSpecs":{"Worker":{"replicas":3}}}})")
-                  .ok());
+  ASSERT_THAT(PatchJob("cs", R"({"spec":{"replicaSpecs":{"Worker":{"replicas":3}}}})"), IsOk());
   Settle("cs");
   EXPECT_TRUE(Deleting("cs-ps-0"));
   EXPECT_TRUE(Deleting("cs-worker-0"));
@@ -641,9 +639,7 @@ TEST_F(ReconcilerTest, ElasticReplicasBeyondMaxAreReportedAndClamped) {
 TEST_F(ReconcilerTest, ElasticJobStillRestartsWhenItsPsChange) {
   Create(ElasticJob("ps", 2, 1, 4));
   Settle("ps");
-  ASSERT_TRUE(api_.Patch(Resource::TrainingJobs(), "default", "ps", kube::PatchType::kMerge,
-                         R"({"spec":{"replicaSpecs":{"PS":{"replicas":2}}}})")
-                  .ok());
+  ASSERT_THAT(PatchJob("ps", R"({"spec":{"replicaSpecs":{"PS":{"replicas":2}}}})"), IsOk());
   Settle("ps");
   EXPECT_TRUE(Deleting("ps-worker-0"));
   EXPECT_EQ(Status("ps")["conditions"].back()["reason"], "ClusterSpecChanged");
