@@ -221,19 +221,29 @@ Dataset SevenExamples() {
   return data;
 }
 
-TEST(Model, EvaluateCountsEveryExample) {
-  CpuDevice device;
-  auto model = MakeMlp(device, {.inputs = 4, .hidden = {3}, .classes = 2});
-  ASSERT_THAT(model, IsOk());
-  Dataset data = SevenExamples();
-  auto result = (*model)->Evaluate(data, 3);
+// A 4-input MLP of two classes and the seven examples it evaluates.
+class ModelEvaluation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = MakeMlp(device_, {.inputs = 4, .hidden = {3}, .classes = 2});
+    ASSERT_THAT(model, IsOk());
+    model_ = *std::move(model);
+  }
+
+  CpuDevice device_;
+  std::unique_ptr<Model> model_;
+  Dataset data_ = SevenExamples();
+};
+
+TEST_F(ModelEvaluation, CountsEveryExample) {
+  auto result = model_->Evaluate(data_, 3);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->examples, 7);
   EXPECT_GE(result->accuracy, 0.0);
   EXPECT_LE(result->accuracy, 1.0);
   EXPECT_GT(result->loss, 0.0);
   // Same result as one batch of everything.
-  auto whole = (*model)->EvaluateBatch(data.images, data.labels);
+  auto whole = model_->EvaluateBatch(data_.images, data_.labels);
   ASSERT_THAT(whole, IsOk());
   EXPECT_NEAR(whole->loss, result->loss, 1e-6);
   EXPECT_DOUBLE_EQ(whole->accuracy, result->accuracy);
@@ -241,17 +251,13 @@ TEST(Model, EvaluateCountsEveryExample) {
 
 // The ranks of an all-reduce job each evaluate a share of the test set: the shares cover every
 // example once, in contiguous parts, and together score what one evaluation of the whole does.
-TEST(Model, EvaluationSharesAddUpToTheWholeSet) {
-  CpuDevice device;
-  auto model = MakeMlp(device, {.inputs = 4, .hidden = {3}, .classes = 2});
-  ASSERT_THAT(model, IsOk());
-  Dataset data = SevenExamples();
-  auto whole = (*model)->Evaluate(data, 2);
+TEST_F(ModelEvaluation, SharesAddUpToTheWholeSet) {
+  auto whole = model_->Evaluate(data_, 2);
   ASSERT_THAT(whole, IsOk());
   double loss_sum = 0, correct = 0;
   std::vector<int64_t> sizes;
   for (int index = 0; index < 3; ++index) {
-    auto part = (*model)->Evaluate(data, 2, nullptr, {.index = index, .count = 3});
+    auto part = model_->Evaluate(data_, 2, nullptr, {.index = index, .count = 3});
     ASSERT_THAT(part, IsOk());
     sizes.push_back(part->examples);
     loss_sum += part->loss * part->examples;
@@ -261,16 +267,16 @@ TEST(Model, EvaluationSharesAddUpToTheWholeSet) {
   EXPECT_NEAR(loss_sum / 7, whole->loss, 1e-6);
   EXPECT_NEAR(correct / 7, whole->accuracy, 1e-12);
   // More ranks than examples: some shares are empty, which is no error.
-  data.images.resize(2 * 4);
-  data.labels.resize(2);
-  auto empty = (*model)->Evaluate(data, 2, nullptr, {.index = 0, .count = 3});
+  data_.images.resize(2 * 4);
+  data_.labels.resize(2);
+  auto empty = model_->Evaluate(data_, 2, nullptr, {.index = 0, .count = 3});
   ASSERT_THAT(empty, IsOk());
   EXPECT_EQ(empty->examples, 0);
-  EXPECT_EQ((*model)->Evaluate(data, 2, nullptr, {.index = 3, .count = 3}).status().code(),
+  EXPECT_EQ(model_->Evaluate(data_, 2, nullptr, {.index = 3, .count = 3}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  data.images.clear();
-  data.labels.clear();
-  EXPECT_EQ((*model)->Evaluate(data, 2, nullptr, {.index = 0, .count = 3}).status().code(),
+  data_.images.clear();
+  data_.labels.clear();
+  EXPECT_EQ(model_->Evaluate(data_, 2, nullptr, {.index = 0, .count = 3}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
