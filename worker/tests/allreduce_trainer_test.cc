@@ -108,6 +108,15 @@ std::vector<absl::StatusOr<TrainingSummary>> TrainRanks(
   return results;
 }
 
+// Asserts that every rank's training succeeded and expects each to have run `steps` steps.
+void ExpectEveryRankRan(const std::vector<absl::StatusOr<TrainingSummary>>& results,
+                        int64_t steps) {
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    ASSERT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank].status();
+    EXPECT_EQ(results[rank]->steps, steps) << "rank " << rank;
+  }
+}
+
 using AllReduceTrainerTest = FashionMnistTest;
 
 TEST_F(AllReduceTrainerTest, TwoRanksLearnTogetherInLockstep) {
@@ -116,11 +125,8 @@ TEST_F(AllReduceTrainerTest, TwoRanksLearnTogetherInLockstep) {
   WorkerMetrics metrics(registry, {"t", "chief", "0"});
   auto results =
       TrainRanks({Options(1, dir), Options(1, "")}, small_train(), small_test(), nullptr, &metrics);
-  ASSERT_TRUE(results[0].ok()) << results[0].status();
-  ASSERT_TRUE(results[1].ok()) << results[1].status();
   // 6400 examples per rank, 64 per step: 100 steps, each averaging both ranks' gradients.
-  EXPECT_EQ(results[0]->steps, 100);
-  EXPECT_EQ(results[1]->steps, 100);
+  ASSERT_NO_FATAL_FAILURE(ExpectEveryRankRan(results, 100));
   EXPECT_GT(results[0]->test_accuracy, kLearned);
   EXPECT_EQ(metrics.steps.Value(), 100);
   EXPECT_EQ(metrics.global_step.Value(), 100);
@@ -247,10 +253,7 @@ TEST_F(AllReduceTrainerTest, ARestartedJobResumesEveryRankFromTheChiefsCheckpoin
   WorkerMetrics metrics(registry, {"t", "chief", "0"});
   auto second =
       TrainRanks({Options(2, dir), Options(2, "")}, small_train(), small_test(), nullptr, &metrics);
-  ASSERT_TRUE(second[0].ok()) << second[0].status();
-  ASSERT_TRUE(second[1].ok()) << second[1].status();
-  EXPECT_EQ(second[0]->steps, 200);
-  EXPECT_EQ(second[1]->steps, 200);
+  ASSERT_NO_FATAL_FAILURE(ExpectEveryRankRan(second, 200));
   EXPECT_EQ(metrics.steps.Value(), 100);  // only the second epoch ran again
   EXPECT_GE(second[0]->test_accuracy, first[0]->test_accuracy - 0.02);
 }
