@@ -366,6 +366,13 @@ struct OneRankGroup {
   std::unique_ptr<CoordinatorServer> server;
   std::unique_ptr<CoordinatorClient> store;
   std::unique_ptr<GlooCommunicator> comm;
+
+  // The identity of its one rank, in `role`.
+  TaskIdentity Identity(Role role) const {
+    TaskIdentity id{role, 0, 1, {}};
+    id.communicator = comm.get();
+    return id;
+  }
 };
 absl::StatusOr<OneRankGroup> GroupOfOne() {
   OneRankGroup g;
@@ -523,8 +530,7 @@ TEST_F(AllReduceTrainerTest, ASingleRankLeavesTheFinalEvaluationToTheChief) {
   auto group = GroupOfOne();
   ASSERT_THAT(group, IsOk());
   CpuDevice device;
-  TaskIdentity id{Role::kChief, 0, 1, {}};
-  id.communicator = group->comm.get();
+  const TaskIdentity id = group->Identity(Role::kChief);
   auto model = MakeModel("mlp", device, 1);
   ASSERT_THAT(model, IsOk());
   std::atomic<bool> stop{false};
@@ -541,8 +547,7 @@ TEST_F(AllReduceTrainerTest, AnEvaluatorIsRefusedWithTheFix) {
   auto group = GroupOfOne();
   ASSERT_THAT(group, IsOk());
   CpuDevice device;
-  TaskIdentity id{Role::kEvaluator, 0, 1, {}};
-  id.communicator = group->comm.get();
+  const TaskIdentity id = group->Identity(Role::kEvaluator);
   Trainer trainer(Options(1, ""), id, device, nullptr, &small_test(), nullptr);
   std::atomic<bool> stop{false};
   auto result = trainer.Run(stop);
