@@ -3,13 +3,22 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/enum_names.h"
 #include "common/quote.h"
 
 namespace kubetrain::log {
 namespace {
+
+constexpr EnumName<Level> kLevels[] = {
+    {Level::kDebug, "debug"},
+    {Level::kInfo, "info"},
+    {Level::kWarn, "warn"},
+    {Level::kError, "error"},
+};
 
 std::atomic<Level> g_level{Level::kInfo};
 
@@ -23,19 +32,7 @@ Sink& CurrentSink() {
   return sink;
 }
 
-absl::string_view LevelName(Level level) {
-  switch (level) {
-    case Level::kDebug:
-      return "debug";
-    case Level::kInfo:
-      return "info";
-    case Level::kWarn:
-      return "warn";
-    case Level::kError:
-      return "error";
-  }
-  return "info";
-}
+absl::string_view LevelName(Level level) { return NameOf(kLevels, level, "info"); }
 
 bool NeedsQuotes(absl::string_view value) {
   if (value.empty()) return true;
@@ -80,20 +77,16 @@ void SetSink(Sink sink) {
 }
 
 bool ParseLevel(absl::string_view text, Level* level) {
-  for (Level l : {Level::kDebug, Level::kInfo, Level::kWarn, Level::kError}) {
-    if (text == LevelName(l)) {
-      *level = l;
-      return true;
-    }
-  }
-  return false;
+  std::optional<Level> named = ValueNamed(kLevels, text);
+  if (named) *level = *named;
+  return named.has_value();
 }
 
 absl::Status SetLevelFlag(absl::string_view text) {
   Level level;
   if (!ParseLevel(text, &level)) {
     return absl::InvalidArgumentError(absl::StrCat("--log-level: unknown level \"", text,
-                                                   "\"; allowed: debug, info, warn, error"));
+                                                   "\"; allowed: ", NamesOf(kLevels)));
   }
   SetLevel(level);
   return absl::OkStatus();

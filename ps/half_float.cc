@@ -13,25 +13,22 @@
 #include <immintrin.h>
 #endif
 
+#include "common/enum_names.h"
+
 namespace kubetrain::ps {
 
-const char* WireFloatName(WireFloat f) {
-  switch (f) {
-    case WireFloat::kFloat16:
-      return "fp16";
-    case WireFloat::kBFloat16:
-      return "bf16";
-    case WireFloat::kFloat32:
-      break;
-  }
-  return "none";
-}
+namespace {
+constexpr EnumName<WireFloat> kWireFloats[] = {
+    {WireFloat::kFloat32, "none"},
+    {WireFloat::kFloat16, "fp16"},
+    {WireFloat::kBFloat16, "bf16"},
+};
+}  // namespace
+
+const char* WireFloatName(WireFloat f) { return NameOf(kWireFloats, f, "none"); }
 
 std::optional<WireFloat> ParseWireFloat(std::string_view name) {
-  if (name == "none") return WireFloat::kFloat32;
-  if (name == "fp16") return WireFloat::kFloat16;
-  if (name == "bf16") return WireFloat::kBFloat16;
-  return std::nullopt;
+  return ValueNamed(kWireFloats, name);
 }
 
 uint16_t FloatToHalf(float f) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 
 namespace kubetrain::ps {
 namespace {
@@ -176,18 +177,21 @@ absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions&
   return absl::InvalidArgumentError("unknown optimizer kind");
 }
 
-absl::string_view OptimizerName(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd:
-      return "sgd";
-    case OptimizerKind::kMomentum:
-      return "momentum";
-    case OptimizerKind::kAdam:
-      return "adam";
-    case OptimizerKind::kAdagrad:
-      return "adagrad";
-  }
-  return "unknown";
+namespace {
+constexpr EnumName<OptimizerKind> kOptimizerNames[] = {
+    {OptimizerKind::kSgd, "sgd"},
+    {OptimizerKind::kMomentum, "momentum"},
+    {OptimizerKind::kAdam, "adam"},
+    {OptimizerKind::kAdagrad, "adagrad"},
+};
+}  // namespace
+
+absl::string_view OptimizerName(OptimizerKind kind) { return NameOf(kOptimizerNames, kind); }
+
+std::optional<OptimizerKind> OptimizerNamed(std::string_view name) {
+  return ValueNamed(kOptimizerNames, name);
 }
+
+std::string OptimizerNames() { return NamesOf(kOptimizerNames); }
 
 }  // namespace kubetrain::ps

@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -83,6 +85,10 @@ class Optimizer {
 // INVALID_ARGUMENT for a non-positive learning rate or out-of-range hyper-parameters.
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& options);
 
+// Each kind's flag name (sgd, momentum, adam, adagrad), read both ways; OptimizerNames lists
+// them ("sgd, momentum, adam, adagrad") for an error.
 absl::string_view OptimizerName(OptimizerKind kind);
+std::optional<OptimizerKind> OptimizerNamed(std::string_view name);
+std::string OptimizerNames();
 
 }  // namespace kubetrain::ps

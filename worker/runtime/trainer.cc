@@ -22,12 +22,9 @@ namespace kubetrain::worker {
 namespace {
 
 absl::StatusOr<ps::OptimizerKind> ParseOptimizer(const std::string& name) {
-  if (name == "sgd") return ps::OptimizerKind::kSgd;
-  if (name == "momentum") return ps::OptimizerKind::kMomentum;
-  if (name == "adam") return ps::OptimizerKind::kAdam;
-  if (name == "adagrad") return ps::OptimizerKind::kAdagrad;
+  if (std::optional<ps::OptimizerKind> kind = ps::OptimizerNamed(name)) return *kind;
   return absl::InvalidArgumentError(absl::StrCat("--optimizer: unsupported value \"", name,
-                                                 "\"; allowed: sgd, momentum, adam, adagrad"));
+                                                 "\"; allowed: ", ps::OptimizerNames()));
 }
 
 // Returned by a strategy when the ps are shutting down: the chief has ended training.
