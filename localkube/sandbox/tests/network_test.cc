@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/testing/eventually.h"
+#include "common/testing/status_matchers.h"
 #include "localkube/sandbox/tests/test_net.h"
 
 namespace kubetrain::sandbox {
@@ -24,8 +25,8 @@ using ::kubetrain::sandbox::testing::Listener;
 using ::kubetrain::sandbox::testing::ListenOnHost;
 using ::kubetrain::sandbox::testing::ObjectsOf;
 using ::kubetrain::testing::Eventually;
+using ::kubetrain::testing::IsOk;
 using ::testing::IsEmpty;
-using ::testing::Not;
 
 const std::map<std::string, std::string> kEnv = {{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}};
 
@@ -66,16 +67,15 @@ TEST(SandboxNetwork, RejectsBadOptionsNamingTheField) {
 
 TEST(SandboxNetwork, ProcessesInTwoSandboxesOfOneNodeTalk) {
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 1});
-  auto a = net->AddSandbox(0, "server");
-  auto b = net->AddSandbox(0, "client");
-  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
-  EXPECT_NE((*a)->ip(), (*b)->ip());
-  auto server = Process::Start((*a)->Wrap({{SANDBOX_PEER_BINARY, "echo-server", "7070"}, kEnv}));
+  ADD_SANDBOX(a, net, 0, "server");
+  ADD_SANDBOX(b, net, 0, "client");
+  EXPECT_NE(a.ip(), b.ip());
+  auto server = Process::Start(a.Wrap({{SANDBOX_PEER_BINARY, "echo-server", "7070"}, kEnv}));
   ASSERT_TRUE(server.ok()) << server.status();
   std::string said;
   ASSERT_TRUE(testing::ReadUntil(**server, "listening", &said, absl::Seconds(10))) << said;
   auto client = Process::Start(
-      (*b)->Wrap({{SANDBOX_PEER_BINARY, "echo-client", (*a)->ip(), "7070", "hello-node"}, kEnv}));
+      b.Wrap({{SANDBOX_PEER_BINARY, "echo-client", a.ip(), "7070", "hello-node"}, kEnv}));
   ASSERT_TRUE(client.ok()) << client.status();
   std::string reply;
   EXPECT_EQ(testing::WaitExit(**client, &reply, absl::Seconds(10)), 0) << reply;
@@ -85,12 +85,11 @@ TEST(SandboxNetwork, ProcessesInTwoSandboxesOfOneNodeTalk) {
 
 TEST(SandboxNetwork, SandboxesOnDifferentNodesTalkThroughTheHost) {
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 3});
-  auto a = net->AddSandbox(0, "a");
-  auto c = net->AddSandbox(2, "c");
-  ASSERT_TRUE(a.ok() && c.ok()) << a.status() << c.status();
+  ADD_SANDBOX(a, net, 0, "a");
+  ADD_SANDBOX(c, net, 2, "c");
   EXPECT_NE(net->node_cidr(0), net->node_cidr(2));
-  EXPECT_EQ(EchoBetween(**a, **c, "across"), "across");
-  EXPECT_EQ(EchoBetween(**c, **a, "and back"), "and back");
+  EXPECT_EQ(EchoBetween(a, c, "across"), "across");
+  EXPECT_EQ(EchoBetween(c, a, "and back"), "and back");
 }
 
 // A pod recreated on a node (a ps restarted, a job replaced) is reached from the other nodes at
@@ -99,30 +98,27 @@ TEST(SandboxNetwork, SandboxesOnDifferentNodesTalkThroughTheHost) {
 // sandbox must not be held back by it.
 TEST(SandboxNetwork, ASandboxAddedAfterARemovedOneIsReachedFromAnotherNodeAtOnce) {
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 3});
-  auto keep = net->AddSandbox(0, "keep");
-  auto a = net->AddSandbox(0, "a");
-  auto c = net->AddSandbox(2, "c");
-  ASSERT_TRUE(keep.ok() && a.ok() && c.ok()) << keep.status() << a.status() << c.status();
-  ASSERT_EQ(EchoBetween(**c, **a, "first"), "first");  // the host has resolved a's MAC
-  const std::string a_ip = (*a)->ip();
+  ASSERT_THAT(net->AddSandbox(0, "keep"), IsOk());  // keeps node 0's bridge up
+  ADD_SANDBOX(a, net, 0, "a");
+  ADD_SANDBOX(c, net, 2, "c");
+  ASSERT_EQ(EchoBetween(c, a, "first"), "first");  // the host has resolved a's MAC
+  const std::string a_ip = a.ip();
   ASSERT_TRUE(net->RemoveSandbox("a").ok());
-  auto b = net->AddSandbox(0, "b");
-  ASSERT_TRUE(b.ok()) << b.status();
+  ADD_SANDBOX(b, net, 0, "b");
   // The removed sandbox's address is not handed out again at once (as host-local IPAM hands out
   // addresses round-robin).
-  EXPECT_NE((*b)->ip(), a_ip);
-  EXPECT_EQ(EchoBetween(**c, **b, "second"), "second");
+  EXPECT_NE(b.ip(), a_ip);
+  EXPECT_EQ(EchoBetween(c, b, "second"), "second");
 }
 
 TEST(SandboxNetwork, CutNodeIsUnreachableUntilHealed) {
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 2});
-  auto a = net->AddSandbox(0, "a");
-  auto b = net->AddSandbox(1, "b");
-  auto b2 = net->AddSandbox(1, "b2");
-  ASSERT_TRUE(a.ok() && b.ok() && b2.ok());
+  ADD_SANDBOX(a, net, 0, "a");
+  ADD_SANDBOX(b, net, 1, "b");
+  ADD_SANDBOX(b2, net, 1, "b2");
   // Listeners that answer when the network lets them: in a, in b, and on the host at b's node
   // gateway.
-  absl::StatusOr<Listener> in_a = Listen(**a), in_b = Listen(**b);
+  absl::StatusOr<Listener> in_a = Listen(a), in_b = Listen(b);
   absl::StatusOr<Listener> on_host = ListenOnHost(net->node_gateway(1));
   ASSERT_TRUE(in_a.ok() && in_b.ok() && on_host.ok());
   auto reaches = [](const Sandbox& from, const std::string& ip, int port) {
@@ -130,21 +126,21 @@ TEST(SandboxNetwork, CutNodeIsUnreachableUntilHealed) {
     if (fd.ok()) ::close(*fd);
     return fd.ok();
   };
-  ASSERT_TRUE(reaches(**a, (*b)->ip(), in_b->port));
-  ASSERT_TRUE(reaches(**b, (*a)->ip(), in_a->port));
-  ASSERT_TRUE(reaches(**b, net->node_gateway(1), on_host->port));
+  ASSERT_TRUE(reaches(a, b.ip(), in_b->port));
+  ASSERT_TRUE(reaches(b, a.ip(), in_a->port));
+  ASSERT_TRUE(reaches(b, net->node_gateway(1), on_host->port));
 
   ASSERT_TRUE(net->CutNode(1).ok());
   EXPECT_TRUE(net->is_cut(1));
-  EXPECT_FALSE(reaches(**a, (*b)->ip(), in_b->port));
-  EXPECT_FALSE(reaches(**b, (*a)->ip(), in_a->port));
-  EXPECT_FALSE(reaches(**b, net->node_gateway(1), on_host->port));
+  EXPECT_FALSE(reaches(a, b.ip(), in_b->port));
+  EXPECT_FALSE(reaches(b, a.ip(), in_a->port));
+  EXPECT_FALSE(reaches(b, net->node_gateway(1), on_host->port));
   // Behind the cut, the node's own sandboxes still talk.
-  EXPECT_EQ(EchoBetween(**b2, **b, "inside"), "inside");
+  EXPECT_EQ(EchoBetween(b2, b, "inside"), "inside");
 
   ASSERT_TRUE(net->HealNode(1).ok());
-  EXPECT_TRUE(Eventually([&] { return EchoBetween(**a, **b, "after") == "after"; }));
-  EXPECT_TRUE(reaches(**b, net->node_gateway(1), on_host->port));
+  EXPECT_TRUE(Eventually([&] { return EchoBetween(a, b, "after") == "after"; }));
+  EXPECT_TRUE(reaches(b, net->node_gateway(1), on_host->port));
   for (int fd : {in_a->fd, in_b->fd, on_host->fd}) ::close(fd);
 }
 
@@ -186,12 +182,11 @@ TEST(SandboxNetwork, ShapedUplinkCarriesBulkTransferAtAboutItsRateBothWays) {
   constexpr double kRate = 50'000'000;
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 2, .uplink_bits_per_second = kRate});
   ASSERT_TRUE(net->SetUplinkRate(1, std::nullopt).ok());  // only node 0's uplink on the path
-  auto a = net->AddSandbox(0, "a");
-  auto b = net->AddSandbox(1, "b");
-  ASSERT_TRUE(a.ok() && b.ok());
+  ADD_SANDBOX(a, net, 0, "a");
+  ADD_SANDBOX(b, net, 1, "b");
   constexpr size_t kBytes = 6 << 20;  // about 1 s at the rate
-  const double out = MeasureBitsPerSecond(**a, **b, kBytes);
-  const double in = MeasureBitsPerSecond(**b, **a, kBytes);
+  const double out = MeasureBitsPerSecond(a, b, kBytes);
+  const double in = MeasureBitsPerSecond(b, a, kBytes);
   RecordProperty("out_mbit_s", absl::StrCat(out / 1e6));
   RecordProperty("in_mbit_s", absl::StrCat(in / 1e6));
   std::cout << "node 0 uplink at 50 Mbit/s: out " << out / 1e6 << " Mbit/s, in " << in / 1e6
@@ -207,22 +202,21 @@ TEST(SandboxNetwork, TwoNetworksGetDifferentNamesAndSubnetsAndStayApart) {
   CREATE_NETWORK_OR_SKIP(two, NetworkOptions{.nodes = 1});
   EXPECT_NE(one->prefix(), two->prefix());
   EXPECT_NE(one->block_cidr(), two->block_cidr());
-  auto a1 = one->AddSandbox(0, "a");
-  auto b1 = one->AddSandbox(0, "b");
-  auto a2 = two->AddSandbox(0, "a");  // the same sandbox name in another network
-  ASSERT_TRUE(a1.ok() && b1.ok() && a2.ok()) << a1.status() << b1.status() << a2.status();
-  EXPECT_NE((*a1)->netns(), (*a2)->netns());
+  ADD_SANDBOX(a1, one, 0, "a");
+  ADD_SANDBOX(b1, one, 0, "b");
+  ADD_SANDBOX(a2, two, 0, "a");  // the same sandbox name in another network
+  EXPECT_NE(a1.netns(), a2.netns());
   // Neither reaches the other's sandboxes, through the host or otherwise.
-  absl::StatusOr<Listener> in_a1 = Listen(**a1), in_a2 = Listen(**a2);
+  absl::StatusOr<Listener> in_a1 = Listen(a1), in_a2 = Listen(a2);
   ASSERT_TRUE(in_a1.ok() && in_a2.ok());
-  EXPECT_FALSE(Connect(**a1, (*a2)->ip(), in_a2->port, absl::Seconds(1)).ok());
-  EXPECT_FALSE(Connect(**a2, (*a1)->ip(), in_a1->port, absl::Seconds(1)).ok());
+  EXPECT_FALSE(Connect(a1, a2.ip(), in_a2->port, absl::Seconds(1)).ok());
+  EXPECT_FALSE(Connect(a2, a1.ip(), in_a1->port, absl::Seconds(1)).ok());
   ::close(in_a1->fd);
   ::close(in_a2->fd);
   const std::string gone = two->prefix();
   two.reset();
   ExpectAllGone(gone);
-  EXPECT_EQ(EchoBetween(**a1, **b1, "still here"), "still here");
+  EXPECT_EQ(EchoBetween(a1, b1, "still here"), "still here");
 }
 
 TEST(SandboxNetwork, DestructionRemovesEverythingItCreated) {
@@ -243,9 +237,8 @@ TEST(SandboxNetwork, DestructionRemovesEverythingItCreated) {
 
 TEST(SandboxNetwork, RemovedSandboxLeavesNothingAndItsNameCanBeUsedAgain) {
   CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 1});
-  auto a = net->AddSandbox(0, "a");
-  ASSERT_TRUE(a.ok());
-  const std::string netns = (*a)->netns();
+  ADD_SANDBOX(a, net, 0, "a");
+  const std::string netns = a.netns();
   EXPECT_TRUE(absl::IsAlreadyExists(net->AddSandbox(0, "a").status()));
   EXPECT_TRUE(absl::IsInvalidArgument(net->AddSandbox(1, "b").status()));
   EXPECT_TRUE(absl::IsInvalidArgument(net->AddSandbox(0, "Not_A_Name").status()));

@@ -18,7 +18,6 @@ namespace {
 using ::kubetrain::sandbox::testing::ObjectsOf;
 using ::kubetrain::testing::Eventually;
 using ::testing::Contains;
-using ::testing::IsEmpty;
 
 // A sandbox_peer holding a two-node network of family "kt" with a sandbox on each node.
 struct Holder {

@@ -1,5 +1,6 @@
-// Test support for sandbox networks: creating one or skipping where the machine cannot, TCP
-// between sandboxes with bounded waits, and listing the host's objects of an instance.
+// Test support for sandbox networks: creating one or skipping where the machine cannot, adding
+// sandboxes to it, TCP between sandboxes with bounded waits, and listing the host's objects of an
+// instance.
 #pragma once
 
 #include <set>
@@ -19,6 +20,13 @@
   }                                                                        \
   ASSERT_TRUE(var##_created.ok()) << var##_created.status();               \
   std::unique_ptr<::kubetrain::sandbox::Network> var = std::move(*var##_created)
+
+// Adds sandbox `name` on node `node` of `net` (a Network*) and binds `var` to it, a const
+// Sandbox&; fails the test with AddSandbox's error where it cannot.
+#define ADD_SANDBOX(var, net, node, name)                \
+  auto var##_added = (net)->AddSandbox(node, name);      \
+  ASSERT_TRUE(var##_added.ok()) << var##_added.status(); \
+  const ::kubetrain::sandbox::Sandbox& var = **var##_added
 
 namespace kubetrain::sandbox::testing {
 
