@@ -5,8 +5,6 @@
 #include <httplib.h>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +14,7 @@
 #include "localkube/pod_security.h"
 #include "localkube/pod_validation.h"
 #include "localkube/server.h"
+#include "localkube/tests/host.h"
 #include "localkube/tests/http_client.h"
 #include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
@@ -29,7 +28,7 @@ namespace {
 using ::kubetrain::testing::IsOk;
 using json = nlohmann::json;
 
-using testing::kAdminToken;
+using testing::IsFailure;
 using testing::Reply;
 constexpr char kPods[] = "/api/v1/namespaces/default/pods";
 
@@ -106,12 +105,10 @@ TEST(Quantity, CanonicalFormsAndOrder) {
 
 TEST_F(PodAdmission, AnUnparsableQuantityMakesTheBodyUndecodable) {
   json pod = WorkerPod("w-0", {{"resources", {{"limits", {{"cpu", "lots"}}}}}});
-  Reply r = Call("POST", kPods, pod);
-  EXPECT_EQ(r.code, 400);
-  EXPECT_EQ(r.body["reason"], "BadRequest");
-  EXPECT_EQ(r.body["message"],
-            "Pod in version \"v1\" cannot be handled as a Pod: quantities must match the regular "
-            "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'");
+  EXPECT_THAT(Call("POST", kPods, pod),
+              IsFailure(400, "BadRequest",
+                        "Pod in version \"v1\" cannot be handled as a Pod: quantities must match "
+                        "the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"));
   // In a PATCH the patched object fails to decode: 422 on the `patch` field.
   ASSERT_EQ(Call("POST", kPods, WorkerPod("w-1")).code, 201);
   Reply patched = Call("PATCH", std::string(kPods) + "/w-1",
@@ -144,9 +141,8 @@ TEST_F(PodAdmission, MissingImageIsRequired) {
   json pod = WorkerPod("w-0");
   pod["spec"]["containers"][0].erase("image");
   Reply r = Call("POST", kPods, pod);
-  ASSERT_EQ(r.code, 422);
-  EXPECT_EQ(r.body["reason"], "Invalid");
-  EXPECT_EQ(r.body["message"], "Pod \"w-0\" is invalid: spec.containers[0].image: Required value");
+  ASSERT_THAT(r, IsFailure(422, "Invalid",
+                           "Pod \"w-0\" is invalid: spec.containers[0].image: Required value"));
   EXPECT_EQ(r.body["details"], json::parse(R"({"name":"w-0","kind":"Pod","causes":[
       {"reason":"FieldValueRequired","message":"Required value",
        "field":"spec.containers[0].image"}]})"));
@@ -155,9 +151,8 @@ TEST_F(PodAdmission, MissingImageIsRequired) {
 TEST_F(PodAdmission, ContainersAreRequired) {
   json pod = WorkerPod("w-0");
   pod["spec"]["containers"] = json::array();
-  Reply r = Call("POST", kPods, pod);
-  ASSERT_EQ(r.code, 422);
-  EXPECT_EQ(r.body["message"], "Pod \"w-0\" is invalid: spec.containers: Required value");
+  EXPECT_THAT(Call("POST", kPods, pod),
+              IsFailure(422, "Invalid", "Pod \"w-0\" is invalid: spec.containers: Required value"));
 }
 
 TEST_F(PodAdmission, ContainerNamesAreUniqueLabels) {
@@ -185,23 +180,25 @@ TEST_F(PodAdmission, RequestsMayNotExceedLimits) {
   json pod = WorkerPod("w-0", json::parse(R"({"resources":{"requests":{"cpu":"2","memory":"-1"},
                                                      "limits":{"cpu":"1"}}})"));
   Reply r = Call("POST", kPods, pod);
-  ASSERT_EQ(r.code, 422);
-  EXPECT_EQ(r.body["message"],
-            "Pod \"w-0\" is invalid: [spec.containers[0].resources.requests: Invalid value: \"2\": "
-            "must be less than or equal to cpu limit of 1, "
-            "spec.containers[0].resources.requests[memory]: Invalid value: \"-1\": must be greater "
-            "than or equal to 0]");
+  ASSERT_THAT(r,
+              IsFailure(422, "Invalid",
+                        "Pod \"w-0\" is invalid: [spec.containers[0].resources.requests: Invalid "
+                        "value: \"2\": must be less than or equal to cpu limit of 1, "
+                        "spec.containers[0].resources.requests[memory]: Invalid value: \"-1\": "
+                        "must be greater than or equal to 0]"));
   EXPECT_EQ(r.body["details"]["causes"][0], json::parse(R"({"reason":"FieldValueInvalid",
                 "message":"Invalid value: \"2\": must be less than or equal to cpu limit of 1",
                 "field":"spec.containers[0].resources.requests"})"));
   json gpu = WorkerPod("w-1", json::parse(R"({"resources":{"requests":{"nvidia.com/gpu":"1"}}})"));
-  EXPECT_EQ(Call("POST", kPods, gpu).body["message"],
-            "Pod \"w-1\" is invalid: spec.containers[0].resources.limits: Required value: Limit "
-            "must be set for non overcommitable resources");
+  EXPECT_THAT(Call("POST", kPods, gpu),
+              IsFailure(422, "Invalid",
+                        "Pod \"w-1\" is invalid: spec.containers[0].resources.limits: Required "
+                        "value: Limit must be set for non overcommitable resources"));
   json unknown = WorkerPod("w-2", json::parse(R"({"resources":{"limits":{"gpu":"1"}}})"));
-  EXPECT_EQ(Call("POST", kPods, unknown).body["message"],
-            "Pod \"w-2\" is invalid: spec.containers[0].resources.limits[gpu]: Invalid value: "
-            "\"gpu\": must be a standard resource for containers");
+  EXPECT_THAT(Call("POST", kPods, unknown),
+              IsFailure(422, "Invalid",
+                        "Pod \"w-2\" is invalid: spec.containers[0].resources.limits[gpu]: Invalid "
+                        "value: \"gpu\": must be a standard resource for containers"));
 }
 
 TEST_F(PodAdmission, EnumsPortsAndEnvNames) {
@@ -209,26 +206,28 @@ TEST_F(PodAdmission, EnumsPortsAndEnvNames) {
                                         "env":[{"name":"A=B"}]})"));
   pod["spec"]["restartPolicy"] = "Sometimes";
   Reply r = Call("POST", kPods, pod);
-  ASSERT_EQ(r.code, 422);
-  EXPECT_EQ(r.body["message"],
-            "Pod \"w-0\" is invalid: [spec.containers[0].ports[0].containerPort: Invalid value: "
-            "70000: must be between 1 and 65535, inclusive, spec.containers[0].ports[0].protocol: "
-            "Unsupported value: \"HTTP\": supported values: \"SCTP\", \"TCP\", \"UDP\", "
-            "spec.containers[0].env[0].name: Invalid value: \"A=B\": a valid environment variable "
-            "name must consist only of printable ASCII characters other than '=', "
-            "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", "
-            "\"OnFailure\", \"Never\"]");
+  ASSERT_THAT(
+      r, IsFailure(
+             422, "Invalid",
+             "Pod \"w-0\" is invalid: [spec.containers[0].ports[0].containerPort: Invalid value: "
+             "70000: must be between 1 and 65535, inclusive, spec.containers[0].ports[0].protocol: "
+             "Unsupported value: \"HTTP\": supported values: \"SCTP\", \"TCP\", \"UDP\", "
+             "spec.containers[0].env[0].name: Invalid value: \"A=B\": a valid environment variable "
+             "name must consist only of printable ASCII characters other than '=', "
+             "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", "
+             "\"OnFailure\", \"Never\"]"));
   EXPECT_EQ(r.body["details"]["causes"][1]["reason"], "FieldValueNotSupported");
 }
 
 TEST_F(PodAdmission, PodNamesAreSubdomains) {
-  Reply r = Call("POST", kPods, WorkerPod("a..b"));
-  ASSERT_EQ(r.code, 422);
-  EXPECT_EQ(r.body["message"],
-            "Pod \"a..b\" is invalid: metadata.name: Invalid value: \"a..b\": a lowercase RFC 1123 "
-            "subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
-            "start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-            "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
+  EXPECT_THAT(
+      Call("POST", kPods, WorkerPod("a..b")),
+      IsFailure(
+          422, "Invalid",
+          "Pod \"a..b\" is invalid: metadata.name: Invalid value: \"a..b\": a lowercase RFC 1123 "
+          "subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+          "start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+          "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"));
 }
 
 TEST_F(PodAdmission, UpdatesAreValidated) {
@@ -259,17 +258,17 @@ TEST_F(PodAdmission, DryRunValidatesButStoresNothing) {
 TEST_F(PodAdmission, RestrictedRefusesABarePod) {
   Namespace("secure", {{"pod-security.kubernetes.io/enforce", "restricted"}});
   Reply r = Call("POST", PodsIn("secure"), WorkerPod("x"));
-  ASSERT_EQ(r.code, 403);
-  EXPECT_EQ(r.body["reason"], "Forbidden");
+  ASSERT_THAT(
+      r, IsFailure(403, "Forbidden",
+                   "pods \"x\" is forbidden: violates PodSecurity \"restricted:latest\": "
+                   "allowPrivilegeEscalation != false (container \"c\" must set "
+                   "securityContext.allowPrivilegeEscalation=false), unrestricted capabilities "
+                   "(container \"c\" must set securityContext.capabilities.drop=[\"ALL\"]), "
+                   "runAsNonRoot != true (pod or container \"c\" must set "
+                   "securityContext.runAsNonRoot=true), seccompProfile (pod or container \"c\" "
+                   "must set securityContext.seccompProfile.type to \"RuntimeDefault\" or "
+                   "\"Localhost\")"));
   EXPECT_EQ(r.body["details"], json::parse(R"({"name":"x","kind":"pods"})"));
-  EXPECT_EQ(r.body["message"],
-            "pods \"x\" is forbidden: violates PodSecurity \"restricted:latest\": "
-            "allowPrivilegeEscalation != false (container \"c\" must set "
-            "securityContext.allowPrivilegeEscalation=false), unrestricted capabilities "
-            "(container \"c\" must set securityContext.capabilities.drop=[\"ALL\"]), "
-            "runAsNonRoot != true (pod or container \"c\" must set "
-            "securityContext.runAsNonRoot=true), seccompProfile (pod or container \"c\" must set "
-            "securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")");
   EXPECT_EQ(Call("GET", PodsIn("secure") + "/x").code, 404);
   // Dry runs are admitted the same way.
   EXPECT_EQ(Call("POST", PodsIn("secure") + "?dryRun=All", WorkerPod("x")).code, 403);
@@ -292,31 +291,28 @@ TEST_F(PodAdmission, RestrictedAcceptsAFullSecurityContext) {
   json root = WorkerPod("z", RestrictedContainer());
   root["spec"]["containers"][0]["securityContext"]["runAsUser"] = 0;
   root["spec"]["volumes"] = json::parse(R"([{"name":"data","hostPath":{"path":"/data"}}])");
-  Reply refused = Call("POST", PodsIn("secure"), root);
-  EXPECT_EQ(refused.code, 403);
-  EXPECT_EQ(refused.body["message"],
-            "pods \"z\" is forbidden: violates PodSecurity \"restricted:latest\": restricted "
-            "volume types (volume \"data\" uses restricted volume type \"hostPath\"), runAsUser=0 "
-            "(container \"c\" must not set runAsUser=0)");
+  EXPECT_THAT(Call("POST", PodsIn("secure"), root),
+              IsFailure(403, "Forbidden",
+                        "pods \"z\" is forbidden: violates PodSecurity \"restricted:latest\": "
+                        "restricted volume types (volume \"data\" uses restricted volume type "
+                        "\"hostPath\"), runAsUser=0 (container \"c\" must not set runAsUser=0)"));
 }
 
 TEST_F(PodAdmission, BaselineRefusesPrivilegedAndHostPath) {
   Namespace("base", {{"pod-security.kubernetes.io/enforce", "baseline"},
                      {"pod-security.kubernetes.io/enforce-version", "v1.30"}});
-  Reply privileged =
-      Call("POST", PodsIn("base"), WorkerPod("p", {{"securityContext", {{"privileged", true}}}}));
-  EXPECT_EQ(privileged.code, 403);
-  EXPECT_EQ(privileged.body["message"],
-            "pods \"p\" is forbidden: violates PodSecurity \"baseline:v1.30\": privileged "
-            "(container \"c\" must not set securityContext.privileged=true)");
+  EXPECT_THAT(
+      Call("POST", PodsIn("base"), WorkerPod("p", {{"securityContext", {{"privileged", true}}}})),
+      IsFailure(403, "Forbidden",
+                "pods \"p\" is forbidden: violates PodSecurity \"baseline:v1.30\": privileged "
+                "(container \"c\" must not set securityContext.privileged=true)"));
   json host_path = WorkerPod("h");
   host_path["spec"]["volumes"] = json::parse(R"([{"name":"data","hostPath":{"path":"/data"}}])");
   host_path["spec"]["hostNetwork"] = true;
-  Reply refused = Call("POST", PodsIn("base"), host_path);
-  EXPECT_EQ(refused.code, 403);
-  EXPECT_EQ(refused.body["message"],
-            "pods \"h\" is forbidden: violates PodSecurity \"baseline:v1.30\": host namespaces "
-            "(hostNetwork=true), hostPath volumes (volume \"data\")");
+  EXPECT_THAT(Call("POST", PodsIn("base"), host_path),
+              IsFailure(403, "Forbidden",
+                        "pods \"h\" is forbidden: violates PodSecurity \"baseline:v1.30\": host "
+                        "namespaces (hostNetwork=true), hostPath volumes (volume \"data\")"));
   // Baseline does not ask for what restricted does.
   EXPECT_EQ(Call("POST", PodsIn("base"), WorkerPod("bare")).code, 201);
 }
@@ -399,9 +395,8 @@ TEST(PodSecurity, EveryExamplesPodsPassRestricted) {
                                                                "/deploy/examples")) {
     if (entry.path().extension() != ".yaml") continue;
     SCOPED_TRACE(entry.path().string());
-    std::ifstream in(entry.path());
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    absl::StatusOr<std::vector<json>> docs = api::ParseYamlDocuments(text);
+    absl::StatusOr<std::vector<json>> docs =
+        api::ParseYamlDocuments(testing::ReadFile(entry.path().string()));
     ASSERT_TRUE(docs.ok()) << docs.status();
     for (const json& doc : *docs) {
       api::FieldErrors errors;

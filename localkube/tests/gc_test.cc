@@ -13,6 +13,7 @@
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
 #include "localkube/errors.h"
+#include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
 namespace {
@@ -56,6 +57,20 @@ class Gc : public ::testing::Test {
     options.propagation = propagation;
     return api_.Delete(Of(plural, ns, name), options);
   }
+  // Writes back `object` (a ConfigMap in `ns` as fetched, then changed).
+  absl::Status Update(const std::string& ns, const json& object) {
+    bool created = false;
+    return api_
+        .Update(Of("configmaps", ns, object["metadata"].value("name", "")), object, WriteOptions{},
+                &created)
+        .status();
+  }
+  // What the holder of ConfigMap `ns`/`name`'s finalizers does once it is done: removes them.
+  void RemoveFinalizers(const std::string& ns, const std::string& name) {
+    json live = Fetch("configmaps", ns, name);
+    live["metadata"].erase("finalizers");
+    ASSERT_THAT(Update(ns, live), IsOk());
+  }
   void CreateNamespace(const std::string& name) {
     ASSERT_THAT(api_.Create(Of("namespaces", ""), {{"metadata", {{"name", name}}}}, WriteOptions{}),
                 IsOk());
@@ -90,9 +105,7 @@ TEST_F(Gc, ADependentMovedToAnotherOwnerFollowsItsNewOwner) {
                                                      {"kind", "ConfigMap"},
                                                      {"name", "second"},
                                                      {"uid", second["metadata"]["uid"]}}});
-  bool created = false;
-  ASSERT_THAT(api_.Update(Of("configmaps", "default", "dep"), dep, WriteOptions{}, &created),
-              IsOk());
+  ASSERT_THAT(Update("default", dep), IsOk());
   ASSERT_THAT(Delete("configmaps", "default", "first"), IsOk());
   EXPECT_TRUE(Exists("configmaps", "default", "dep"));
   ASSERT_THAT(Delete("configmaps", "default", "second"), IsOk());
@@ -136,10 +149,7 @@ TEST_F(Gc, ForegroundDeletionWaitsForDependents) {
   EXPECT_EQ(Fetch("configmaps", "default", "owner")["metadata"]["finalizers"],
             json({"foregroundDeletion"}));
 
-  held["metadata"].erase("finalizers");
-  bool created = false;
-  ASSERT_THAT(api_.Update(Of("configmaps", "default", "held"), held, WriteOptions{}, &created),
-              IsOk());
+  ASSERT_NO_FATAL_FAILURE(RemoveFinalizers("default", "held"));
   EXPECT_FALSE(Exists("configmaps", "default", "held"));
   EXPECT_FALSE(Exists("configmaps", "default", "owner"));
 }
@@ -147,7 +157,7 @@ TEST_F(Gc, ForegroundDeletionWaitsForDependents) {
 TEST_F(Gc, NamespaceDeletionEmptiesThenRemovesTheNamespace) {
   CreateNamespace("doomed");
   ConfigMap("doomed", "plain");
-  json held = ConfigMap("doomed", "held", {}, {"test.dev/hold"});
+  ConfigMap("doomed", "held", {}, {"test.dev/hold"});
   auto marked = Delete("namespaces", "", "doomed");
   ASSERT_THAT(marked, IsOk());
   EXPECT_EQ((*marked)["status"]["phase"], "Terminating");
@@ -161,11 +171,7 @@ TEST_F(Gc, NamespaceDeletionEmptiesThenRemovesTheNamespace) {
             "configmaps \"late\" is forbidden: unable to create new content in namespace doomed "
             "because it is being terminated");
 
-  json live = Fetch("configmaps", "doomed", "held");
-  live["metadata"].erase("finalizers");
-  bool created = false;
-  ASSERT_THAT(api_.Update(Of("configmaps", "doomed", "held"), live, WriteOptions{}, &created),
-              IsOk());
+  ASSERT_NO_FATAL_FAILURE(RemoveFinalizers("doomed", "held"));
   EXPECT_FALSE(Exists("configmaps", "doomed", "held"));
   EXPECT_FALSE(Exists("namespaces", "", "doomed"));
 }
@@ -196,13 +202,8 @@ TEST_F(Gc, GracefulPodDeletionWaitsForTheKubelet) {
 TEST_F(Gc, DeletingACrdRemovesItsTypesAndObjects) {
   Target crds{registry_.Find("apiextensions.k8s.io", "v1", "customresourcedefinitions"), "", "",
               ""};
-  json crd = json::parse(R"({
-    "metadata":{"name":"gadgets.test.dev"},
-    "spec":{"group":"test.dev","scope":"Namespaced",
-      "names":{"plural":"gadgets","kind":"Gadget"},
-      "versions":[{"name":"v1","served":true,"storage":true,
-        "schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}})");
-  auto stored = api_.Create(crds, crd, WriteOptions{});
+  auto stored =
+      api_.Create(crds, testing::Crd("test.dev", "v1", "Gadget", "gadgets"), WriteOptions{});
   ASSERT_THAT(stored, IsOk());
   EXPECT_EQ((*stored)["status"]["acceptedNames"]["listKind"], "GadgetList");
   ResourceTypePtr gadgets = registry_.Find("test.dev", "v1", "gadgets");

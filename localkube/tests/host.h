@@ -1,9 +1,10 @@
 // Test support for localkube tests that use this host: a folder of the test's own, a file's
-// text, a shell command's output, kubectl, and the localkube binary started as a process.
+// text and mode, a shell command's output, kubectl, and the localkube binary started as a process.
 #pragma once
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,6 +44,13 @@ inline std::string ReadFile(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The permission bits (setuid, setgid and sticky included) of the file at `path`; -1 when there is
+// none.
+inline int FileMode(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777) : -1;
 }
 
 // Runs `command` through the shell and returns what it wrote (stdout and stderr); its exit status

@@ -4,6 +4,10 @@
 
 namespace kubetrain::localkube::testing {
 
+void PrintTo(const Reply& reply, std::ostream* os) {
+  *os << "code " << reply.code << ", body " << reply.body.dump();
+}
+
 std::unique_ptr<httplib::Client> LoopbackClient(int port) {
   auto client = std::make_unique<httplib::Client>("127.0.0.1", port);
   client->set_read_timeout(10, 0);

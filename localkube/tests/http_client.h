@@ -1,10 +1,14 @@
 // Test support shared by localkube's API tests: one HTTP call to the server under test and what
-// came back (status, JSON body, Warning headers), so each test reads as requests and answers.
+// came back (status, JSON body, Warning headers), so each test reads as requests and answers, and
+// a matcher of the apiserver's refusals.
 #pragma once
 
 #include <httplib.h>
 
+#include <gmock/gmock.h>
+
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -17,6 +21,21 @@ struct Reply {
   nlohmann::json body;  // discarded (is_discarded()) when the answer is not JSON
   std::vector<std::string> warnings;  // the Warning header values, in order
 };
+
+// How a failed assertion shows a Reply: its code and body.
+void PrintTo(const Reply& reply, std::ostream* os);
+
+// Matches a Reply that is the apiserver's Status for a refused request: HTTP `code`, and `reason`
+// and `message` in its body, e.g.
+//   EXPECT_THAT(Call("POST", pods, pod), IsFailure(422, "Invalid", "Pod \"p\" is invalid: ..."));
+MATCHER_P3(IsFailure, code, reason, message,
+           std::string(negation ? "is not" : "is") + " the apiserver's refusal " +
+               ::testing::PrintToString(code) + " " + ::testing::PrintToString(reason) + ": " +
+               ::testing::PrintToString(message)) {
+  return arg.code == code && arg.body.is_object() &&
+         arg.body.value("reason", "") == std::string(reason) &&
+         arg.body.value("message", "") == std::string(message);
+}
 
 // A client of 127.0.0.1:`port` that waits up to 10 s for an answer.
 std::unique_ptr<httplib::Client> LoopbackClient(int port);

@@ -23,28 +23,27 @@
 namespace kubetrain::localkube {
 namespace {
 
-using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
+using testing::IsFailure;
 using testing::kAdminToken;
 using testing::Reply;
 
-json Crd() {
-  return json::parse(R"({
-    "apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
-    "metadata":{"name":"widgets.test.dev"},
-    "spec":{"group":"test.dev","scope":"Namespaced",
-      "names":{"plural":"widgets","singular":"widget","kind":"Widget","shortNames":["wg"]},
-      "versions":[{"name":"v1","served":true,"storage":true,
-        "subresources":{"status":{},"scale":{"specReplicasPath":".spec.replicas",
-                                             "statusReplicasPath":".status.replicas"}},
-        "additionalPrinterColumns":[{"name":"Size","type":"integer","jsonPath":".spec.replicas"}],
-        "schema":{"openAPIV3Schema":{"type":"object","properties":{
-          "spec":{"type":"object","properties":{
-            "replicas":{"type":"integer","minimum":1,"maximum":5,"default":1},
-            "color":{"type":"string","enum":["red","blue"]}}},
-          "status":{"type":"object","properties":{"replicas":{"type":"integer"},
-                                                  "phase":{"type":"string"}}}}}}}]}})");
+// Widgets (test.dev/v1) as the suite serves them: a short name, a printer column, the status and
+// scale subresources, and a schema with bounds, an enum and a default.
+json ValidatedWidgetCrd() {
+  json crd = testing::Crd("test.dev", "v1", "Widget", "widgets", json::parse(R"({
+      "subresources":{"status":{},"scale":{"specReplicasPath":".spec.replicas",
+                                           "statusReplicasPath":".status.replicas"}},
+      "additionalPrinterColumns":[{"name":"Size","type":"integer","jsonPath":".spec.replicas"}],
+      "schema":{"openAPIV3Schema":{"type":"object","properties":{
+        "spec":{"type":"object","properties":{
+          "replicas":{"type":"integer","minimum":1,"maximum":5,"default":1},
+          "color":{"type":"string","enum":["red","blue"]}}},
+        "status":{"type":"object","properties":{"replicas":{"type":"integer"},
+                                                "phase":{"type":"string"}}}}}}})"));
+  crd["spec"]["names"]["shortNames"] = {"wg"};
+  return crd;
 }
 
 json Widget(const std::string& name, json spec = json::object()) {
@@ -84,7 +83,9 @@ class LocalkubeHttp : public testing::ServedApiTest {
     return events;
   }
   void InstallCrd() {
-    ASSERT_EQ(Call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", Crd()).code,
+    ASSERT_EQ(Call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                   ValidatedWidgetCrd())
+                  .code,
               201);
   }
 };
@@ -303,14 +304,10 @@ TEST_F(LocalkubeHttp, GarbageCollectionAndFinalizers) {
 
 // A CRD whose spec keeps any value, so nesting reaches storage untouched.
 json BlobCrd() {
-  return json::parse(R"({
-    "apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
-    "metadata":{"name":"blobs.test.dev"},
-    "spec":{"group":"test.dev","scope":"Namespaced",
-      "names":{"plural":"blobs","singular":"blob","kind":"Blob"},
-      "versions":[{"name":"v1","served":true,"storage":true,
-        "schema":{"openAPIV3Schema":{"type":"object","properties":{
-          "spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}}}]}})");
+  return testing::Crd("test.dev", "v1", "Blob", "blobs",
+                      json::parse(R"({"schema":{"openAPIV3Schema":{
+      "type":"object","properties":{
+        "spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}}})"));
 }
 
 // `levels` nested objects around 1, e.g. {"a":{"a":1}} for 2.
@@ -432,20 +429,17 @@ TEST_F(LocalkubeHttp, InvalidUtf8IsABadRequestAndNeverStored) {
 
 TEST_F(LocalkubeHttp, BodyOfAnotherKindOrVersionIsABadRequest) {
   json secret = {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "s"}}}};
-  Reply r = Call("POST", kConfigMaps, secret);
-  EXPECT_EQ(r.code, 400);
-  EXPECT_EQ(r.body["reason"], "BadRequest");
-  EXPECT_EQ(r.body["message"],
-            "Secret in version \"v1\" cannot be handled as a ConfigMap: converting (v1.Secret) to "
-            "(core.ConfigMap): unknown conversion");
+  EXPECT_THAT(Call("POST", kConfigMaps, secret),
+              IsFailure(400, "BadRequest",
+                        "Secret in version \"v1\" cannot be handled as a ConfigMap: converting "
+                        "(v1.Secret) to (core.ConfigMap): unknown conversion"));
   json other_group = {
       {"apiVersion", "apps/v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "c"}}}};
-  r = Call("POST", kConfigMaps, other_group);
-  EXPECT_EQ(r.code, 400);
-  EXPECT_EQ(
-      r.body["message"],
-      "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: no kind \"ConfigMap\" is "
-      "registered for version \"apps/v1\" in scheme \"pkg/api/legacyscheme/scheme.go:30\"");
+  EXPECT_THAT(Call("POST", kConfigMaps, other_group),
+              IsFailure(400, "BadRequest",
+                        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: no kind "
+                        "\"ConfigMap\" is registered for version \"apps/v1\" in scheme "
+                        "\"pkg/api/legacyscheme/scheme.go:30\""));
   ASSERT_EQ(Call("POST", kConfigMaps, json{{"metadata", {{"name", "c"}}}}).code, 201);
   json put = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "c"}}}};
   EXPECT_EQ(Call("PUT", std::string(kConfigMaps) + "/c", put).code, 400);
@@ -453,21 +447,20 @@ TEST_F(LocalkubeHttp, BodyOfAnotherKindOrVersionIsABadRequest) {
 }
 
 TEST_F(LocalkubeHttp, FieldsOfTheWrongGoTypeAreBadRequests) {
-  Reply data =
-      Call("POST", kConfigMaps, json::parse(R"({"metadata":{"name":"d"},"data":{"k":1}})"));
-  EXPECT_EQ(data.code, 400);
-  EXPECT_EQ(data.body["message"],
-            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal "
-            "number into Go struct field ConfigMap.data of type string");
+  EXPECT_THAT(
+      Call("POST", kConfigMaps, json::parse(R"({"metadata":{"name":"d"},"data":{"k":1}})")),
+      IsFailure(400, "BadRequest",
+                "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot "
+                "unmarshal number into Go struct field ConfigMap.data of type string"));
   Reply secret = Call("POST", "/api/v1/namespaces/default/secrets",
                       json::parse(R"({"metadata":{"name":"s"},"stringData":{"k":true}})"));
   EXPECT_EQ(secret.code, 400);
-  Reply rv =
-      Call("POST", kConfigMaps, json::parse(R"({"metadata":{"name":"r","resourceVersion":5}})"));
-  EXPECT_EQ(rv.code, 400);
-  EXPECT_EQ(rv.body["message"],
-            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal "
-            "number into Go struct field ObjectMeta.metadata.resourceVersion of type string");
+  EXPECT_THAT(
+      Call("POST", kConfigMaps, json::parse(R"({"metadata":{"name":"r","resourceVersion":5}})")),
+      IsFailure(400, "BadRequest",
+                "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot "
+                "unmarshal number into Go struct field ObjectMeta.metadata.resourceVersion of type "
+                "string"));
   EXPECT_EQ(Call("POST", kConfigMaps, json::parse(R"({"metadata":{"name":7}})")).code, 400);
   ASSERT_EQ(Call("POST", kConfigMaps, json::parse(R"({"metadata":{"name":"ok"}})")).code, 201);
   Reply patched = Call("PATCH", std::string(kConfigMaps) + "/ok",
@@ -516,10 +509,9 @@ TEST_F(LocalkubeHttp, FutureResourceVersionTimesOutAfterTheWatchCacheWait) {
   absl::Time start = absl::Now();
   Reply list = Call("GET", std::string(kConfigMaps) + "?resourceVersion=" + future);
   absl::Duration waited = absl::Now() - start;
-  EXPECT_EQ(list.code, 504);
-  EXPECT_EQ(list.body["reason"], "Timeout");
-  EXPECT_EQ(list.body["message"],
-            "Timeout: Too large resource version: " + future + ", current: " + std::to_string(rv));
+  EXPECT_THAT(list, IsFailure(504, "Timeout",
+                              "Timeout: Too large resource version: " + future +
+                                  ", current: " + std::to_string(rv)));
   EXPECT_EQ(list.body["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
   EXPECT_EQ(list.body["details"]["retryAfterSeconds"], 1);
   // The apiserver's watch cache wait: 3 s, then the 504 (README).

@@ -11,6 +11,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,13 +24,25 @@
 #include "absl/time/clock.h"
 #include "common/testing/eventually.h"
 #include "localkube/tests/host.h"
+#include "localkube/tests/http_client.h"
 
 namespace {
 
+using ::kubetrain::localkube::testing::FileMode;
 using ::kubetrain::localkube::testing::FindKubectl;
+using ::kubetrain::localkube::testing::ReadFile;
 using ::kubetrain::localkube::testing::Shell;
 using ::kubetrain::testing::Eventually;
 using nlohmann::json;
+
+constexpr char kPods[] = "/api/v1/namespaces/default/pods";
+
+// A pod named `name` whose one container, "c", is `container`; `spec` adds to the pod's spec.
+json PodOf(const std::string& name, json container, json spec = json::object()) {
+  container["name"] = "c";
+  spec["containers"] = json::array({container});
+  return {{"metadata", {{"name", name}}}, {"spec", spec}};
+}
 
 class LocalkubeProcess : public ::testing::Test {
  protected:
@@ -43,9 +57,48 @@ class LocalkubeProcess : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  // Starts localkube with `flags` and waits (up to 20 s) for its address file.
+  // Starts localkube with `flags`, waits (up to 20 s) for its address file and points client_ at
+  // it.
   void Start(const std::vector<std::string>& flags) {
     kubetrain::localkube::testing::StartLocalkube(dir_, flags, &pid_, &port_);
+    client_ = kubetrain::localkube::testing::LoopbackClient(port_);
+  }
+
+  // Creates `object` in `collection` (default's pods unless given); the stored object in `*stored`.
+  void Create(const json& object, json* stored = nullptr, const std::string& collection = kPods) {
+    kubetrain::localkube::testing::Reply r =
+        kubetrain::localkube::testing::Call(*client_, "POST", collection, object);
+    ASSERT_EQ(r.code, 201) << collection << ": " << r.body.dump();
+    if (stored) *stored = r.body;
+  }
+  // What is at `path`; null when nothing is.
+  json Get(const std::string& path) {
+    auto got = client_->Get(path);
+    return got && got->status == 200 ? json::parse(got->body) : json();
+  }
+  static std::string Pod(const std::string& name) { return std::string(kPods) + "/" + name; }
+  // Field `key` of `pod`'s status; "" when it has none.
+  static std::string StatusOf(const json& pod, const std::string& key) {
+    return pod.is_object() && pod.contains("status") ? pod["status"].value(key, "") : "";
+  }
+  // The phase pod `name` reaches among `phases` or, when it reaches none of them within
+  // `timeout`, the phase it was last seen in.
+  std::string WaitForPhase(const std::string& name,
+                           const std::set<std::string>& phases = {"Succeeded", "Failed"},
+                           absl::Duration timeout = absl::Seconds(20)) {
+    std::string phase;
+    Eventually(
+        [&] {
+          phase = StatusOf(Get(Pod(name)), "phase");
+          return phases.contains(phase);
+        },
+        timeout, absl::Milliseconds(50));
+    return phase;
+  }
+  // Pod `name`'s log; "" when it has none yet.
+  std::string Log(const std::string& name) {
+    auto got = client_->Get(Pod(name) + "/log");
+    return got && got->status == 200 ? got->body : std::string();
   }
 
   // Sends SIGTERM and returns how long the process took to exit (its status in `status`;
@@ -64,27 +117,20 @@ class LocalkubeProcess : public ::testing::Test {
   std::string dir_;
   pid_t pid_ = -1;
   int port_ = 0;
+  std::unique_ptr<httplib::Client> client_;  // of the localkube Start started
 };
-
-int Mode(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return -1;
-  return st.st_mode & 0777;
-}
 
 TEST_F(LocalkubeProcess, FilesWithCredentialsAreOwnerOnly) {
   std::string kubeconfig = dir_ + "/kubeconfig";
   std::ofstream(kubeconfig) << "stale\n";
   chmod(kubeconfig.c_str(), 0644);
   ASSERT_NO_FATAL_FAILURE(Start({"--token", "secret-token", "--kubeconfig-out", kubeconfig}));
-  EXPECT_EQ(Mode(kubeconfig), 0600);
-  std::ifstream in(kubeconfig);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("token: secret-token"), std::string::npos);
+  EXPECT_EQ(FileMode(kubeconfig), 0600);
+  EXPECT_THAT(ReadFile(kubeconfig), ::testing::HasSubstr("token: secret-token"));
   std::string tls =
       (std::filesystem::temp_directory_path() / absl::StrCat("localkube-tls-", pid_)).string();
-  EXPECT_EQ(Mode(tls + "/key.pem"), 0600);
-  EXPECT_EQ(Mode(tls), 0700);
+  EXPECT_EQ(FileMode(tls + "/key.pem"), 0600);
+  EXPECT_EQ(FileMode(tls), 0700);
   int status = 0;
   EXPECT_LT(Terminate(&status), absl::Seconds(2));  // the README's stop bound
 }
@@ -95,102 +141,58 @@ TEST_F(LocalkubeProcess, FilesWithCredentialsAreOwnerOnly) {
 TEST_F(LocalkubeProcess, RunPodsAloneResolvesPodNamesAndRunsKubetrainImages) {
   ASSERT_NO_FATAL_FAILURE(
       Start({"--insecure-http", "--run-pods", "--pod-log-dir", dir_ + "/logs"}));
-  httplib::Client client("127.0.0.1", port_);
-  client.set_read_timeout(10, 0);
   auto make = [&](const std::string& name, const json& container, json labels = json::object()) {
-    json pod = {{"metadata", {{"name", name}, {"labels", labels}}},
-                {"spec", {{"restartPolicy", "Never"}, {"containers", {container}}}}};
-    auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
-    ASSERT_TRUE(created);
-    ASSERT_EQ(created->status, 201) << created->body;
-  };
-  // The pod's phase once it has ended (the last one seen after 20 s).
-  auto phase = [&](const std::string& name) {
-    std::string p;
-    Eventually(
-        [&] {
-          auto got = client.Get("/api/v1/namespaces/default/pods/" + name);
-          p = got ? json::parse(got->body)["status"].value("phase", "") : "";
-          return p == "Succeeded" || p == "Failed";
-        },
-        absl::Seconds(20), absl::Milliseconds(50));
-    return p;
-  };
-  auto log = [&](const std::string& name) {
-    auto got = client.Get("/api/v1/namespaces/default/pods/" + name + "/log");
-    return got ? got->body : std::string();
+    json pod = PodOf(name, container, {{"restartPolicy", "Never"}});
+    pod["metadata"]["labels"] = labels;
+    Create(pod);
   };
   if (geteuid() == 0) {
     json svc = {{"metadata", {{"name", "svc"}}},
                 {"spec", {{"clusterIP", "None"}, {"selector", {{"app", "server"}}}}}};
-    auto created =
-        client.Post("/api/v1/namespaces/default/services", svc.dump(), "application/json");
-    ASSERT_TRUE(created && created->status == 201);
+    ASSERT_NO_FATAL_FAILURE(Create(svc, nullptr, "/api/v1/namespaces/default/services"));
     ASSERT_NO_FATAL_FAILURE(
-        make("server", {{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "30"}}},
-             {{"app", "server"}}));
+        make("server", {{"image", "busybox"}, {"command", {"sleep", "30"}}}, {{"app", "server"}}));
     // As with cluster DNS, the name resolves once the server pod has its IP: wait for that.
     std::string server_ip;
     Eventually(
         [&] {
-          auto got = client.Get("/api/v1/namespaces/default/pods/server");
-          server_ip = got ? json::parse(got->body)["status"].value("podIP", "") : "";
+          server_ip = StatusOf(Get(Pod("server")), "podIP");
           return !server_ip.empty();
         },
         absl::Seconds(20), absl::Milliseconds(50));
     ASSERT_FALSE(server_ip.empty()) << "the server pod got no IP";
     ASSERT_NO_FATAL_FAILURE(
-        make("client", {{"name", "c"},
-                        {"image", "busybox"},
+        make("client", {{"image", "busybox"},
                         {"command", {"getent", "hosts", "server.svc.default.svc.cluster.local"}}}));
-    EXPECT_EQ(phase("client"), "Succeeded") << log("client");
-    EXPECT_THAT(log("client"), ::testing::HasSubstr(" server.svc.default.svc.cluster.local"));
+    EXPECT_EQ(WaitForPhase("client"), "Succeeded") << Log("client");
+    EXPECT_THAT(Log("client"), ::testing::HasSubstr(" server.svc.default.svc.cluster.local"));
   }
   // kubetrain/localkube:1 with no command runs build/bin/localkube, which answers --help.
-  ASSERT_NO_FATAL_FAILURE(
-      make("tool", {{"name", "c"}, {"image", "kubetrain/localkube:1"}, {"args", {"--help"}}}));
-  EXPECT_EQ(phase("tool"), "Succeeded") << log("tool");
-  EXPECT_THAT(log("tool"), ::testing::HasSubstr("--run-pods"));
+  ASSERT_NO_FATAL_FAILURE(make("tool", {{"image", "kubetrain/localkube:1"}, {"args", {"--help"}}}));
+  EXPECT_EQ(WaitForPhase("tool"), "Succeeded") << Log("tool");
+  EXPECT_THAT(Log("tool"), ::testing::HasSubstr("--run-pods"));
   // kubetrain/operator's entrypoint is kubetrain-operator: the chart's Deployment sets no command.
-  ASSERT_NO_FATAL_FAILURE(make(
-      "operator", {{"name", "c"}, {"image", "kubetrain/operator:0.1.0"}, {"args", {"--help"}}}));
-  EXPECT_EQ(phase("operator"), "Succeeded") << log("operator");
-  EXPECT_THAT(log("operator"), ::testing::HasSubstr("--leader-elect"));
+  ASSERT_NO_FATAL_FAILURE(
+      make("operator", {{"image", "kubetrain/operator:0.1.0"}, {"args", {"--help"}}}));
+  EXPECT_EQ(WaitForPhase("operator"), "Succeeded") << Log("operator");
+  EXPECT_THAT(Log("operator"), ::testing::HasSubstr("--leader-elect"));
 }
 
 TEST_F(LocalkubeProcess, ExitsWithinTwoSecondsOfSigtermWithWatchesAndPods) {
   // Three nodes, as the e2e scripts run: as root every pod has a sandbox to remove on the way out.
   ASSERT_NO_FATAL_FAILURE(Start({"--insecure-http", "--run-pods", "--nodes", "3", "--hosts-file",
                                  dir_ + "/hosts", "--pod-log-dir", dir_ + "/logs"}));
-  httplib::Client client("127.0.0.1", port_);
-  client.set_read_timeout(10, 0);
   for (int i = 0; i < 8; ++i) {  // a job's worth of pods besides the stubborn one
-    json sleeper = {
-        {"metadata", {{"name", "sleeper-" + std::to_string(i)}}},
-        {"spec",
-         {{"containers", {{{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "60"}}}}}}}};
-    auto made = client.Post("/api/v1/namespaces/default/pods", sleeper.dump(), "application/json");
-    ASSERT_TRUE(made);
-    ASSERT_EQ(made->status, 201) << made->body;
+    ASSERT_NO_FATAL_FAILURE(Create(PodOf("sleeper-" + std::to_string(i),
+                                         {{"image", "busybox"}, {"command", {"sleep", "60"}}})));
   }
   // A pod that ignores SIGTERM, with a grandchild in its own session holding the log pipe.
-  json pod = {
-      {"metadata", {{"name", "stubborn"}}},
-      {"spec",
-       {{"terminationGracePeriodSeconds", 30},
-        {"containers",
-         {{{"name", "c"},
-           {"image", "busybox"},
-           {"command", {"sh", "-c", "trap '' TERM; setsid sleep 6 & echo started; sleep 60"}}}}}}}};
-  auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
-  ASSERT_TRUE(created);
-  ASSERT_EQ(created->status, 201);
-  ASSERT_TRUE(Eventually(
-      [&] {
-        auto got = client.Get("/api/v1/namespaces/default/pods/stubborn");
-        return got && json::parse(got->body)["status"].value("phase", "") == "Running";
-      },
-      absl::Seconds(10), absl::Milliseconds(50)));
+  ASSERT_NO_FATAL_FAILURE(Create(
+      PodOf("stubborn",
+            {{"image", "busybox"},
+             {"command", {"sh", "-c", "trap '' TERM; setsid sleep 6 & echo started; sleep 60"}}},
+            {{"terminationGracePeriodSeconds", 30}})));
+  ASSERT_EQ(WaitForPhase("stubborn", {"Running"}, absl::Seconds(10)), "Running");
   // An open watch, a `logs -f` and an idle keep-alive connection.
   std::atomic<bool> watching{false};
   std::thread watch([&] {
@@ -210,8 +212,8 @@ TEST_F(LocalkubeProcess, ExitsWithinTwoSecondsOfSigtermWithWatchesAndPods) {
   httplib::Client idle("127.0.0.1", port_);
   idle.set_keep_alive(true);
   ASSERT_TRUE(idle.Get("/version"));
-  client.Post("/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"x"}})",
-              "application/json");
+  client_->Post("/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"x"}})",
+                "application/json");
   ASSERT_TRUE(Eventually([&] { return watching.load(); }, absl::Seconds(5)));
   int status = 0;
   absl::Duration took = Terminate(&status);
@@ -227,43 +229,30 @@ TEST_F(LocalkubeProcess, PodsReachTheApiWithTheirServiceAccountToken) {
   if (geteuid() != 0) GTEST_SKIP() << "pod sandboxes need root";
   ASSERT_NO_FATAL_FAILURE(Start({"--insecure-http", "--run-pods", "--rbac", "--token", "admin",
                                  "--pod-log-dir", dir_ + "/logs"}));
-  httplib::Client client("127.0.0.1", port_);
-  client.set_read_timeout(10, 0);
-  client.set_bearer_token_auth("admin");
-  auto post = [&](const std::string& path, const json& body) {
-    auto created = client.Post(path, body.dump(), "application/json");
-    ASSERT_TRUE(created);
-    ASSERT_EQ(created->status, 201) << created->body;
-  };
+  client_->set_bearer_token_auth("admin");
   const std::string rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/";
   ASSERT_NO_FATAL_FAILURE(
-      post(rbac + "roles",
-           {{"metadata", {{"name", "list-pods"}}},
-            {"rules", {{{"apiGroups", {""}}, {"resources", {"pods"}}, {"verbs", {"list"}}}}}}));
-  ASSERT_NO_FATAL_FAILURE(
-      post(rbac + "rolebindings",
-           {{"metadata", {{"name", "list-pods"}}},
-            {"roleRef",
-             {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", "list-pods"}}},
-            {"subjects",
-             {{{"kind", "ServiceAccount"}, {"name", "default"}, {"namespace", "default"}}}}}));
+      Create({{"metadata", {{"name", "list-pods"}}},
+              {"rules", {{{"apiGroups", {""}}, {"resources", {"pods"}}, {"verbs", {"list"}}}}}},
+             nullptr, rbac + "roles"));
+  ASSERT_NO_FATAL_FAILURE(Create(
+      {{"metadata", {{"name", "list-pods"}}},
+       {"roleRef",
+        {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", "list-pods"}}},
+       {"subjects", {{{"kind", "ServiceAccount"}, {"name", "default"}, {"namespace", "default"}}}}},
+      nullptr, rbac + "rolebindings"));
   const std::string script =
       "S=/var/run/secrets/kubernetes.io/serviceaccount; for r in pods secrets; do "
       "curl -s -H \"Authorization: Bearer $(cat $S/token)\" -o /dev/null -w \"$r=%{http_code} \" "
       "http://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$(cat "
       "$S/namespace)/$r; done; echo";
   ASSERT_NO_FATAL_FAILURE(
-      post("/api/v1/namespaces/default/pods",
-           {{"metadata", {{"name", "inside"}}},
-            {"spec",
-             {{"restartPolicy", "Never"},
-              {"containers",
-               {{{"name", "c"}, {"image", "curl"}, {"command", {"sh", "-c", script}}}}}}}}));
+      Create(PodOf("inside", {{"image", "curl"}, {"command", {"sh", "-c", script}}},
+                   {{"restartPolicy", "Never"}})));
   std::string log;
   EXPECT_TRUE(Eventually(
       [&] {
-        auto got = client.Get("/api/v1/namespaces/default/pods/inside/log");
-        log = got && got->status == 200 ? got->body : "";
+        log = Log("inside");
         return absl::StrContains(log, "secrets=");
       },
       absl::Seconds(20)))
@@ -277,14 +266,10 @@ TEST_F(LocalkubeProcess, NextStartSweepsWhatAKilledOneLeft) {
   if (geteuid() != 0) GTEST_SKIP() << "pod sandboxes need root";
   ASSERT_NO_FATAL_FAILURE(
       Start({"--insecure-http", "--run-pods", "--pod-log-dir", dir_ + "/logs"}));
-  httplib::Client client("127.0.0.1", port_);
-  json pod = {
-      {"metadata", {{"name", "p"}}},
-      {"spec",
-       {{"containers", {{{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "60"}}}}}}}};
-  auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
-  ASSERT_TRUE(created && created->status == 201);
-  const std::string uid = json::parse(created->body)["metadata"].value("uid", "");
+  json stored;
+  ASSERT_NO_FATAL_FAILURE(
+      Create(PodOf("p", {{"image", "busybox"}, {"command", {"sleep", "60"}}}), &stored));
+  const std::string uid = stored["metadata"].value("uid", "");
   auto left = [&] {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator("/run/netns", ec)) {
@@ -319,41 +304,19 @@ TEST_F(LocalkubeProcess, NodesAreListedAndUnschedulablePodsSayWhy) {
   for (const char* name : {"node-1", "node-2", "node-3"}) {
     EXPECT_THAT(nodes, ::testing::ContainsRegex(absl::StrCat(name, " +Ready +<none> +.* v1.33.1")));
   }
-  httplib::Client client("127.0.0.1", port_);
-  client.set_read_timeout(10, 0);
   // Bound to a node, the pod runs there.
-  json small = {{"metadata", {{"name", "small"}}},
-                {"spec",
-                 {{"restartPolicy", "Never"},
-                  {"containers",
-                   {{{"name", "c"},
-                     {"image", "busybox"},
-                     {"command", {"true"}},
-                     {"resources", {{"requests", {{"cpu", "500m"}}}}}}}}}}};
-  auto created = client.Post("/api/v1/namespaces/default/pods", small.dump(), "application/json");
-  ASSERT_TRUE(created);
-  ASSERT_EQ(created->status, 201) << created->body;
-  json pod;
-  EXPECT_TRUE(Eventually(
-      [&] {
-        auto got = client.Get("/api/v1/namespaces/default/pods/small");
-        pod = got ? json::parse(got->body) : json();
-        return got && pod["status"].value("phase", "") == "Succeeded";
-      },
-      absl::Seconds(20), absl::Milliseconds(50)))
-      << pod.dump();
-  EXPECT_THAT(pod["spec"].value("nodeName", ""), ::testing::MatchesRegex("node-[123]"));
+  ASSERT_NO_FATAL_FAILURE(Create(PodOf("small",
+                                       {{"image", "busybox"},
+                                        {"command", {"true"}},
+                                        {"resources", {{"requests", {{"cpu", "500m"}}}}}},
+                                       {{"restartPolicy", "Never"}})));
+  EXPECT_EQ(WaitForPhase("small", {"Succeeded"}), "Succeeded") << Get(Pod("small")).dump();
+  EXPECT_THAT(Get(Pod("small"))["spec"].value("nodeName", ""),
+              ::testing::MatchesRegex("node-[123]"));
   // Too big for any node: Pending, and describe says why.
-  json big = {{"metadata", {{"name", "big"}}},
-              {"spec",
-               {{"containers",
-                 {{{"name", "c"},
-                   {"image", "busybox"},
-                   {"command", {"sleep", "60"}},
-                   {"resources", {{"requests", {{"cpu", "2"}}}}}}}}}}};
-  created = client.Post("/api/v1/namespaces/default/pods", big.dump(), "application/json");
-  ASSERT_TRUE(created);
-  ASSERT_EQ(created->status, 201) << created->body;
+  ASSERT_NO_FATAL_FAILURE(Create(PodOf("big", {{"image", "busybox"},
+                                               {"command", {"sleep", "60"}},
+                                               {"resources", {{"requests", {{"cpu", "2"}}}}}})));
   std::string described;
   EXPECT_TRUE(Eventually(
       [&] {
@@ -393,35 +356,20 @@ TEST_F(LocalkubeProcess, AFailedNodeStopsItsPodsAndRecovers) {
   ASSERT_NO_FATAL_FAILURE(
       Start({"--insecure-http", "--run-pods", "--nodes", "2", "--node-status-update-frequency",
              "200ms", "--node-monitor-grace-period", "1s", "--pod-log-dir", dir_ + "/logs"}));
-  httplib::Client client("127.0.0.1", port_);
-  client.set_read_timeout(10, 0);
-  auto pod_on_node2 = [](const std::string& name) {
-    return json{
-        {"metadata", {{"name", name}}},
-        {"spec",
-         {{"nodeSelector", {{"kubernetes.io/hostname", "node-2"}}},
-          {"terminationGracePeriodSeconds", 1},
-          {"containers", {{{"name", "c"}, {"image", "busybox"}, {"command", {"sleep", "600"}}}}}}}};
-  };
   for (const char* name : {"kept", "deleted"}) {
-    auto created = client.Post("/api/v1/namespaces/default/pods", pod_on_node2(name).dump(),
-                               "application/json");
-    ASSERT_TRUE(created);
-    ASSERT_EQ(created->status, 201) << created->body;
+    ASSERT_NO_FATAL_FAILURE(
+        Create(PodOf(name, {{"image", "busybox"}, {"command", {"sleep", "600"}}},
+                     {{"nodeSelector", {{"kubernetes.io/hostname", "node-2"}}},
+                      {"terminationGracePeriodSeconds", 1}})));
   }
-  auto get = [&](const std::string& path) {
-    auto got = client.Get(path);
-    return got && got->status == 200 ? json::parse(got->body) : json();
-  };
   auto running = [&](const std::string& name) {
-    json pod = get("/api/v1/namespaces/default/pods/" + name);
-    return !pod.is_null() && pod["status"].value("phase", "") == "Running";
+    return StatusOf(Get(Pod(name)), "phase") == "Running";
   };
   ASSERT_TRUE(Eventually([&] { return running("kept") && running("deleted"); }, absl::Seconds(20),
                          absl::Milliseconds(50)));
 
   auto fault = [&](const std::string& action) {
-    auto r = client.Post("/localkube/v1/nodes/node-2/" + action, "", "application/json");
+    auto r = client_->Post("/localkube/v1/nodes/node-2/" + action, "", "application/json");
     return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string());
   };
   auto [code, body] = fault("sneeze");
@@ -432,38 +380,38 @@ TEST_F(LocalkubeProcess, AFailedNodeStopsItsPodsAndRecovers) {
   EXPECT_EQ(json::parse(body)["state"], "down");
 
   auto ready = [&] {
-    for (const json& c : get("/api/v1/nodes/node-2")["status"].value("conditions", json::array())) {
+    for (const json& c : Get("/api/v1/nodes/node-2")["status"].value("conditions", json::array())) {
       if (c.value("type", "") == "Ready") return c.value("status", "");
     }
     return std::string();
   };
   EXPECT_TRUE(
       Eventually([&] { return ready() == "Unknown"; }, absl::Seconds(20), absl::Milliseconds(50)));
-  auto deleted = client.Delete("/api/v1/namespaces/default/pods/deleted");
+  auto deleted = client_->Delete(Pod("deleted"));
   ASSERT_TRUE(deleted);
   ASSERT_EQ(deleted->status, 200) << deleted->body;
   // The deleted pod waits for node-2's kubelet, past its 1 s grace period.
   absl::SleepFor(absl::Seconds(2));  // the behaviour under test: nothing happens for a while
-  EXPECT_FALSE(get("/api/v1/namespaces/default/pods/deleted").is_null())
+  EXPECT_FALSE(Get(Pod("deleted")).is_null())
       << "a pod on a failed node was deleted without its kubelet";
 
   std::tie(code, body) = fault("recover");
   ASSERT_EQ(code, 200) << body;
   EXPECT_TRUE(
       Eventually([&] { return ready() == "True"; }, absl::Seconds(20), absl::Milliseconds(50)));
-  EXPECT_TRUE(Eventually([&] { return get("/api/v1/namespaces/default/pods/deleted").is_null(); },
-                         absl::Seconds(20), absl::Milliseconds(50)));
+  EXPECT_TRUE(Eventually([&] { return Get(Pod("deleted")).is_null(); }, absl::Seconds(20),
+                         absl::Milliseconds(50)));
   // Its container was killed with the machine and starts again (restartPolicy Always).
   EXPECT_TRUE(Eventually(
       [&] {
-        json pod = get("/api/v1/namespaces/default/pods/kept");
+        json pod = Get(Pod("kept"));
         for (const json& c : pod["status"].value("containerStatuses", json::array())) {
           if (c.value("restartCount", 0) >= 1 && c["state"].contains("running")) return true;
         }
         return false;
       },
       absl::Seconds(20), absl::Milliseconds(50)))
-      << get("/api/v1/namespaces/default/pods/kept").dump();
+      << Get(Pod("kept")).dump();
 }
 
 // Programs an image maps to in a folder under /tmp (a checkout there, say) still run in a pod
@@ -475,30 +423,12 @@ TEST_F(LocalkubeProcess, ImagesMappedUnderTmpRunInPodSandboxes) {
   std::filesystem::copy_file("/bin/echo", dir_ + "/bin/mapped-echo");
   ASSERT_NO_FATAL_FAILURE(Start({"--insecure-http", "--run-pods", "--nodes", "2", "--image-map",
                                  "mapped/=" + dir_ + "/bin", "--pod-log-dir", dir_ + "/logs"}));
-  httplib::Client client("127.0.0.1", port_);
-  client.set_read_timeout(10, 0);
-  json pod = {{"metadata", {{"name", "mapped"}}},
-              {"spec",
-               {{"restartPolicy", "Never"},
-                {"containers",
-                 {{{"name", "c"},
-                   {"image", "mapped/echo:1"},
-                   {"command", {"mapped-echo", "ran from the mapped folder"}}}}}}}};
-  auto created = client.Post("/api/v1/namespaces/default/pods", pod.dump(), "application/json");
-  ASSERT_TRUE(created);
-  ASSERT_EQ(created->status, 201) << created->body;
-  std::string phase;
-  EXPECT_TRUE(Eventually(
-      [&] {
-        auto got = client.Get("/api/v1/namespaces/default/pods/mapped");
-        phase = got ? json::parse(got->body)["status"].value("phase", "") : "";
-        return phase == "Succeeded" || phase == "Failed";
-      },
-      absl::Seconds(20), absl::Milliseconds(50)));
-  EXPECT_EQ(phase, "Succeeded");
-  auto log = client.Get("/api/v1/namespaces/default/pods/mapped/log");
-  ASSERT_TRUE(log);
-  EXPECT_THAT(log->body, ::testing::HasSubstr("ran from the mapped folder"));
+  ASSERT_NO_FATAL_FAILURE(Create(PodOf(
+      "mapped",
+      {{"image", "mapped/echo:1"}, {"command", {"mapped-echo", "ran from the mapped folder"}}},
+      {{"restartPolicy", "Never"}})));
+  EXPECT_EQ(WaitForPhase("mapped"), "Succeeded");
+  EXPECT_THAT(Log("mapped"), ::testing::HasSubstr("ran from the mapped folder"));
 }
 
 }  // namespace

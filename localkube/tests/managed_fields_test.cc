@@ -17,7 +17,6 @@
 namespace kubetrain::localkube {
 namespace {
 
-using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 using testing::Reply;
 

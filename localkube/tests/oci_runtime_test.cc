@@ -21,6 +21,7 @@
 #include "localkube/api.h"
 #include "localkube/kubelet.h"
 #include "localkube/tests/host.h"
+#include "localkube/tests/kubelet_fixture.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -116,14 +117,13 @@ class OciEnvironment : public ::testing::Environment {
 
 const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new OciEnvironment);
 
-class OciPods : public ::testing::Test {
+class OciPods : public testing::KubeletTest {
  protected:
   void SetUp() override {
     if (!suite->skip.empty()) GTEST_SKIP() << "oci runtime unusable here: " << suite->skip;
     dir_ = absl::StrCat(suite->dir, "/",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
-    api_ = std::make_unique<Api>(&registry_, &store_);
     store_.Put("/serviceaccounts",
                {{"apiVersion", "v1"},
                 {"kind", "ServiceAccount"},
@@ -155,12 +155,6 @@ class OciPods : public ::testing::Test {
     api_->EnableGracefulPodDeletion();
     kubelet_->Start();
   }
-  void TearDown() override {
-    if (kubelet_) kubelet_->Stop();
-  }
-  Target Of(const std::string& resource, const std::string& name = "") {
-    return Target{registry_.Find("", "v1", resource), "default", name, ""};
-  }
   void Create(const std::string& resource, const json& object) {
     ASSERT_THAT(api_->Create(Of(resource), object, WriteOptions{}).status(), IsOk());
   }
@@ -177,20 +171,12 @@ class OciPods : public ::testing::Test {
                     {"metadata", {{"name", name}, {"namespace", "default"}}},
                     {"spec", spec}});
   }
-  json WaitPod(const std::string& name, const std::function<bool(const json&)>& done,
-               absl::Duration timeout = absl::Seconds(30)) {
-    return testing::WaitForPod(*api_, Of("pods", name), done, timeout);
-  }
   static bool Finished(const json& p) {
     std::string phase = p["status"].value("phase", "");
     return phase == "Succeeded" || phase == "Failed";
   }
   static json State(const json& pod) {
     return pod["status"].value("containerStatuses", json::array()).at(0)["state"];
-  }
-  std::string Log(const std::string& pod) {
-    auto path = kubelet_->LogPath("default", pod, "c", false);
-    return path.ok() ? ReadFile(*path) : "";
   }
   // Working containers this test's kubelet made and left.
   std::vector<std::string> Leftovers() {
@@ -205,12 +191,6 @@ class OciPods : public ::testing::Test {
     }
     return names;
   }
-
-  std::string dir_;
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Kubelet> kubelet_;
 };
 
 TEST_F(OciPods, ImageEntrypointCmdEnvWorkdirAndUser) {

@@ -9,7 +9,6 @@
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +20,7 @@
 #include "localkube/api.h"
 #include "localkube/rbac.h"
 #include "localkube/server.h"
+#include "localkube/tests/host.h"
 #include "localkube/tests/http_client.h"
 #include "localkube/tests/served_api_fixture.h"
 #include "localkube/tests/test_objects.h"
@@ -29,42 +29,27 @@
 namespace kubetrain::localkube {
 namespace {
 
-using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
 using testing::Binding;
+using testing::IsFailure;
 using testing::kAdminToken;
 using testing::Pod;
 using testing::Reply;
 using testing::Role;
-constexpr char kSa[] = "sa-token";  // system:serviceaccount:ns1:sa
-constexpr char kSaUser[] = "system:serviceaccount:ns1:sa";
-constexpr char kMaster[] = "master-token";  // a user in system:masters
 constexpr char kOperator[] = "operator-token";
 constexpr char kOperatorUser[] = "system:serviceaccount:kubetrain-system:kubetrain-operator";
 
+// Widgets (test.dev/v1) with the status and scale subresources.
 json WidgetCrd() {
-  return json::parse(R"({
-    "apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
-    "metadata":{"name":"widgets.test.dev"},
-    "spec":{"group":"test.dev","scope":"Namespaced",
-      "names":{"plural":"widgets","singular":"widget","kind":"Widget"},
-      "versions":[{"name":"v1","served":true,"storage":true,
-        "subresources":{"status":{},"scale":{"specReplicasPath":".spec.replicas",
-                                             "statusReplicasPath":".status.replicas"}},
-        "schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}
-      }]}})");
+  return testing::Crd("test.dev", "v1", "Widget", "widgets", json::parse(R"({"subresources":{
+      "status":{},
+      "scale":{"specReplicasPath":".spec.replicas","statusReplicasPath":".status.replicas"}}})"));
 }
 
 json PodGroupCrd() {
-  return json::parse(R"({
-    "apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
-    "metadata":{"name":"podgroups.scheduling.volcano.sh"},
-    "spec":{"group":"scheduling.volcano.sh","scope":"Namespaced",
-      "names":{"plural":"podgroups","singular":"podgroup","kind":"PodGroup"},
-      "versions":[{"name":"v1beta1","served":true,"storage":true,"subresources":{"status":{}},
-        "schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}
-      }]}})");
+  return testing::Crd("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups",
+                      {{"subresources", {{"status", json::object()}}}});
 }
 
 json OwnerRef(const json& owner, bool block) {
@@ -77,45 +62,29 @@ json OwnerRef(const json& owner, bool block) {
   return json::array({ref});
 }
 
-json SaSubject() { return json::array({{{"kind", "ServiceAccount"}, {"name", "sa"}}}); }
-
+// A file of the source tree, by its path from the root.
 std::string Slurp(const std::string& relative) {
-  std::ifstream in(std::string(KUBETRAIN_SOURCE_DIR) + "/" + relative);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return testing::ReadFile(std::string(KUBETRAIN_SOURCE_DIR) + "/" + relative);
 }
 
-class LocalkubeRbac : public testing::ServedApiTest {
+// The operator's ServiceAccount (token kOperator) besides RbacApiTest's users.
+class LocalkubeRbac : public testing::RbacApiTest {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.token = kAdminToken;
-    options.rbac = true;
-    options.user_tokens[kSa] = MakeUser(kSaUser, {});
-    options.user_tokens[kMaster] = MakeUser("root", {"system:masters"});
     options.user_tokens[kOperator] = MakeUser(kOperatorUser, {});
-    ASSERT_NO_FATAL_FAILURE(Serve(options));
-    ASSERT_NO_FATAL_FAILURE(AddNamespace("ns1"));
-    ASSERT_NO_FATAL_FAILURE(AddNamespace("ns2"));
-  }
-  void Grant(const std::string& ns, json rules) {
-    static int n = 0;
-    std::string name = absl::StrCat("grant-", ++n);
-    if (ns.empty()) {
-      Admin("/apis/rbac.authorization.k8s.io/v1/clusterroles", Role("", name, rules));
-      Admin("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            Binding(
-                "", name, "ClusterRole", name,
-                json::array({{{"kind", "ServiceAccount"}, {"name", "sa"}, {"namespace", "ns1"}}})));
-    } else {
-      std::string prefix = "/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns;
-      Admin(prefix + "/roles", Role(ns, name, rules));
-      Admin(prefix + "/rolebindings", Binding(ns, name, "Role", name, SaSubject()));
-    }
+    ASSERT_NO_FATAL_FAILURE(ServeWithRbac(options));
   }
   void InstallWidgets() {
     Admin("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", WidgetCrd());
+  }
+  // Installs the Widget CRD and creates widget ns1/w; the stored widget.
+  json AddWidget() {
+    InstallWidgets();
+    return Admin("/apis/test.dev/v1/namespaces/ns1/widgets", {{"apiVersion", "test.dev/v1"},
+                                                              {"kind", "Widget"},
+                                                              {"metadata", {{"name", "w"}}},
+                                                              {"spec", {{"replicas", 1}}}});
   }
 };
 
@@ -126,63 +95,65 @@ TEST_F(LocalkubeRbac, UserWithoutBindingsGetsTheApiServersForbiddenStatus) {
     "status":"Failure","reason":"Forbidden","code":403,"details":{"kind":"pods"},
     "message":"pods is forbidden: User \"system:serviceaccount:ns1:sa\" cannot list resource \"pods\" in API group \"\" in the namespace \"ns1\""})"));
 
-  r = Call(kSa, "GET", "/api/v1/nodes");
-  EXPECT_EQ(r.body["message"],
-            "nodes is forbidden: User \"system:serviceaccount:ns1:sa\" cannot list resource "
-            "\"nodes\" in API group \"\" at the cluster scope");
-  r = Call(kSa, "GET", "/api/v1/pods?watch=true");
-  EXPECT_EQ(r.body["message"],
-            "pods is forbidden: User \"system:serviceaccount:ns1:sa\" cannot watch resource "
-            "\"pods\" in API group \"\" at the cluster scope");
-  r = Call(kSa, "GET", "/api/v1/namespaces/ns1/pods/x");
-  EXPECT_EQ(r.body["message"],
-            "pods \"x\" is forbidden: User \"system:serviceaccount:ns1:sa\" cannot get resource "
-            "\"pods\" in API group \"\" in the namespace \"ns1\"");
-  EXPECT_EQ(r.body["details"], json::parse(R"({"name":"x","kind":"pods"})"));
-  r = Call(kSa, "GET", "/api/v1/namespaces/ns1/pods/x/log");
-  EXPECT_EQ(r.body["message"],
-            "pods \"x\" is forbidden: User \"system:serviceaccount:ns1:sa\" cannot get resource "
-            "\"pods/log\" in API group \"\" in the namespace \"ns1\"");
-  // Authorization comes before routing: a resource that does not exist is forbidden too.
-  r = Call(kSa, "DELETE", "/apis/kubetrain.dev/v1/namespaces/ns1/trainingjobs");
-  EXPECT_EQ(r.code, 403);
-  EXPECT_EQ(r.body["message"],
-            "trainingjobs.kubetrain.dev is forbidden: User \"system:serviceaccount:ns1:sa\" cannot "
-            "deletecollection resource \"trainingjobs\" in API group \"kubetrain.dev\" in the "
-            "namespace \"ns1\"");
-  EXPECT_EQ(r.body["details"], json::parse(R"({"group":"kubetrain.dev","kind":"trainingjobs"})"));
-  // A namespace is its own namespace.
-  r = Call(kSa, "GET", "/api/v1/namespaces/ns1");
-  EXPECT_EQ(r.body["message"],
-            "namespaces \"ns1\" is forbidden: User \"system:serviceaccount:ns1:sa\" cannot get "
-            "resource \"namespaces\" in API group \"\" in the namespace \"ns1\"");
-  r = Call(kSa, "GET", "/metrics");
-  EXPECT_EQ(r.code, 403);
-  EXPECT_EQ(r.body["message"],
-            "forbidden: User \"system:serviceaccount:ns1:sa\" cannot get path \"/metrics\"");
+  // Everything else is refused in the apiserver's words too (with its details, where given).
+  const struct {
+    std::string method, path, message;
+    json details;
+  } refusals[] = {
+      {"GET", "/api/v1/nodes",
+       "nodes is forbidden: User \"system:serviceaccount:ns1:sa\" cannot list resource \"nodes\" "
+       "in API group \"\" at the cluster scope"},
+      {"GET", "/api/v1/pods?watch=true",
+       "pods is forbidden: User \"system:serviceaccount:ns1:sa\" cannot watch resource \"pods\" "
+       "in API group \"\" at the cluster scope"},
+      {"GET",
+       "/api/v1/namespaces/ns1/pods/x",
+       "pods \"x\" is forbidden: User \"system:serviceaccount:ns1:sa\" cannot get resource "
+       "\"pods\" in API group \"\" in the namespace \"ns1\"",
+       {{"name", "x"}, {"kind", "pods"}}},
+      {"GET", "/api/v1/namespaces/ns1/pods/x/log",
+       "pods \"x\" is forbidden: User \"system:serviceaccount:ns1:sa\" cannot get resource "
+       "\"pods/log\" in API group \"\" in the namespace \"ns1\""},
+      // Authorization comes before routing: a resource that does not exist is forbidden too.
+      {"DELETE",
+       "/apis/kubetrain.dev/v1/namespaces/ns1/trainingjobs",
+       "trainingjobs.kubetrain.dev is forbidden: User \"system:serviceaccount:ns1:sa\" cannot "
+       "deletecollection resource \"trainingjobs\" in API group \"kubetrain.dev\" in the "
+       "namespace \"ns1\"",
+       {{"group", "kubetrain.dev"}, {"kind", "trainingjobs"}}},
+      // A namespace is its own namespace.
+      {"GET", "/api/v1/namespaces/ns1",
+       "namespaces \"ns1\" is forbidden: User \"system:serviceaccount:ns1:sa\" cannot get "
+       "resource \"namespaces\" in API group \"\" in the namespace \"ns1\""},
+      {"GET", "/metrics",
+       "forbidden: User \"system:serviceaccount:ns1:sa\" cannot get path \"/metrics\""},
+  };
+  for (const auto& refused : refusals) {
+    SCOPED_TRACE(refused.method + " " + refused.path);
+    r = Call(kSa, refused.method, refused.path);
+    EXPECT_THAT(r, IsFailure(403, "Forbidden", refused.message));
+    if (!refused.details.is_null()) {
+      EXPECT_EQ(r.body["details"], refused.details);
+    }
+  }
   // An unknown token is not a user at all.
   EXPECT_EQ(Call("nobody", "GET", "/api").code, 401);
 }
 
 // --authz-log: one JSON line per decision, allowed and forbidden alike, with what RBAC saw.
-TEST(LocalkubeAuthzLog, RecordsEveryDecisionWithItsAttributes) {
+using LocalkubeAuthzLog = testing::RbacApiTest;
+TEST_F(LocalkubeAuthzLog, RecordsEveryDecisionWithItsAttributes) {
   std::string path = ::testing::TempDir() + "/authz-log-" + std::to_string(getpid()) + ".jsonl";
   std::remove(path.c_str());
-  Registry registry;
-  Store store;
-  Api api(&registry, &store);
   ServerOptions options;
   options.token = kAdminToken;
   options.rbac = true;
   options.authz_log = path;
   options.user_tokens[kSa] = MakeUser(kSaUser, {});
-  Server server(options, &api, nullptr);
-  ASSERT_THAT(server.Start(), IsOk());
-  httplib::Client client("127.0.0.1", server.port());
-  httplib::Headers sa = {{"Authorization", std::string("Bearer ") + kSa}};
-  ASSERT_TRUE(client.Get("/api/v1/namespaces/default/pods/p/log", sa));
-  ASSERT_TRUE(client.Get("/api", sa));
-  server.Stop();
+  ASSERT_NO_FATAL_FAILURE(Serve(options));
+  EXPECT_EQ(Call(kSa, "GET", "/api/v1/namespaces/default/pods/p/log").code, 403);
+  EXPECT_EQ(Call(kSa, "GET", "/api").code, 200);
+  server_->Stop();
   std::ifstream in(path);
   std::vector<json> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
@@ -210,7 +181,7 @@ TEST_F(LocalkubeRbac, AdminAndSystemMastersBypassRbac) {
 }
 
 TEST_F(LocalkubeRbac, RoleBindingGrantsInItsNamespaceOnly) {
-  Grant("ns1", json::parse(R"([{"apiGroups":[""],"resources":["pods"],"verbs":["list"]}])"));
+  Grant("ns1", R"([{"apiGroups":[""],"resources":["pods"],"verbs":["list"]}])");
   EXPECT_EQ(Call(kSa, "GET", "/api/v1/namespaces/ns1/pods").code, 200);
   EXPECT_EQ(Call(kSa, "GET", "/api/v1/namespaces/ns2/pods").code, 403);
   EXPECT_EQ(Call(kSa, "GET", "/api/v1/pods").code, 403);
@@ -231,7 +202,8 @@ TEST_F(LocalkubeRbac, RoleBindingGrantsInItsNamespaceOnly) {
         Role("ns2", "secrets", json::parse(R"([{"apiGroups":[""],"resources":["secrets"],
                                                 "verbs":["list"]}])")));
   Admin("/apis/rbac.authorization.k8s.io/v1/namespaces/ns2/rolebindings",
-        Binding("ns2", "secrets", "Role", "secrets", SaSubject()));
+        Binding("ns2", "secrets", "Role", "secrets",
+                json::array({{{"kind", "ServiceAccount"}, {"name", "sa"}}})));
   EXPECT_EQ(Call(kSa, "GET", "/api/v1/namespaces/ns2/secrets").code, 403);
 }
 
@@ -263,16 +235,12 @@ TEST_F(LocalkubeRbac, BindingToAMissingRoleExplainsItself) {
 }
 
 TEST_F(LocalkubeRbac, SubresourcesAreDistinctFromTheirResource) {
-  InstallWidgets();
-  json widget = Admin("/apis/test.dev/v1/namespaces/ns1/widgets", {{"apiVersion", "test.dev/v1"},
-                                                                   {"kind", "Widget"},
-                                                                   {"metadata", {{"name", "w"}}},
-                                                                   {"spec", {{"replicas", 1}}}});
+  json widget = AddWidget();
   Admin("/api/v1/namespaces/ns1/pods", Pod("p"));
-  Grant("ns1", json::parse(R"([
+  Grant("ns1", R"([
     {"apiGroups":[""],"resources":["pods/log"],"verbs":["get"]},
     {"apiGroups":["test.dev"],"resources":["widgets/status"],"verbs":["update","get"]},
-    {"apiGroups":["*"],"resources":["*/scale"],"verbs":["get"]}])"));
+    {"apiGroups":["*"],"resources":["*/scale"],"verbs":["get"]}])");
   // pods/log is granted (no kubelet here: 400, but not 403), the pod itself is not.
   EXPECT_NE(Call(kSa, "GET", "/api/v1/namespaces/ns1/pods/p/log").code, 403);
   EXPECT_EQ(Call(kSa, "GET", "/api/v1/namespaces/ns1/pods/p").code, 403);
@@ -293,8 +261,8 @@ TEST_F(LocalkubeRbac, SubresourcesAreDistinctFromTheirResource) {
 }
 
 TEST_F(LocalkubeRbac, ResourceNamesLimitNamedRequests) {
-  Grant("ns1", json::parse(R"([{"apiGroups":[""],"resources":["configmaps"],
-                                 "resourceNames":["allowed"],"verbs":["get","list","update"]}])"));
+  Grant("ns1", R"([{"apiGroups":[""],"resources":["configmaps"],
+                                 "resourceNames":["allowed"],"verbs":["get","list","update"]}])");
   const std::string cms = "/api/v1/namespaces/ns1/configmaps";
   EXPECT_EQ(Call(kSa, "GET", cms + "/allowed").code, 404);  // allowed, and not there
   EXPECT_EQ(Call(kSa, "GET", cms + "/other").code, 403);
@@ -310,13 +278,9 @@ TEST_F(LocalkubeRbac, ResourceNamesLimitNamedRequests) {
 }
 
 TEST_F(LocalkubeRbac, BlockOwnerDeletionNeedsUpdateOnTheOwnersFinalizers) {
-  InstallWidgets();
-  json widget = Admin("/apis/test.dev/v1/namespaces/ns1/widgets", {{"apiVersion", "test.dev/v1"},
-                                                                   {"kind", "Widget"},
-                                                                   {"metadata", {{"name", "w"}}},
-                                                                   {"spec", {{"replicas", 1}}}});
-  Grant("ns1", json::parse(R"([{"apiGroups":[""],"resources":["pods"],
-                                 "verbs":["create","get","update"]}])"));
+  json widget = AddWidget();
+  Grant("ns1", R"([{"apiGroups":[""],"resources":["pods"],
+                                 "verbs":["create","get","update"]}])");
   const std::string pods = "/api/v1/namespaces/ns1/pods";
   Reply r = Call(kSa, "POST", pods, Pod("blocking", OwnerRef(widget, true)));
   EXPECT_EQ(r.code, 403);
@@ -342,9 +306,9 @@ TEST_F(LocalkubeRbac, BlockOwnerDeletionNeedsUpdateOnTheOwnersFinalizers) {
   EXPECT_EQ(r.body["message"],
             "pods \"plain\" is forbidden: cannot set an ownerRef on a resource you can't delete: "
             ", <nil>");
-  Grant("ns1", json::parse(R"([{"apiGroups":["test.dev"],"resources":["widgets/finalizers"],
+  Grant("ns1", R"([{"apiGroups":["test.dev"],"resources":["widgets/finalizers"],
                                  "resourceNames":["w"],"verbs":["update"]},
-                                {"apiGroups":[""],"resources":["pods"],"verbs":["delete"]}])"));
+                                {"apiGroups":[""],"resources":["pods"],"verbs":["delete"]}])");
   EXPECT_EQ(Call(kSa, "POST", pods, Pod("blocking", OwnerRef(widget, true))).code, 201);
   EXPECT_EQ(Call(kSa, "PUT", pods + "/plain", plain.body).code, 200);
   // Turning blockOwnerDeletion on later is checked like setting it at creation (and passes now).

@@ -15,6 +15,7 @@
 #include "localkube/namespace_companions.h"
 #include "localkube/service_accounts.h"
 #include "localkube/tests/host.h"
+#include "localkube/tests/kubelet_fixture.h"
 
 namespace kubetrain::localkube {
 // Named, so the unity build keeps these helpers apart from other tests'.
@@ -27,11 +28,10 @@ namespace fs = std::filesystem;
 
 constexpr char kPem[] = "-----BEGIN CERTIFICATE-----\nroot\n-----END CERTIFICATE-----\n";
 
-class RootCaPublisherTest : public ::testing::Test {
+class RootCaPublisherTest : public testing::KubeletTest {
  protected:
   void SetUp() override {
     dir_ = testing::TestDir("root_ca_test");
-    api_ = std::make_unique<Api>(&registry_, &store_);
     tokens_ = std::make_unique<ServiceAccountTokens>(&store_);
     KubeletOptions options;
     options.log_dir = dir_ + "/logs";
@@ -49,11 +49,8 @@ class RootCaPublisherTest : public ::testing::Test {
   }
   void TearDown() override {
     publisher_->Stop();
-    kubelet_->Stop();
+    KubeletTest::TearDown();
     fs::remove_all(dir_);
-  }
-  Target Of(const std::string& resource, const std::string& name = "") {
-    return Target{registry_.Find("", "v1", resource), "default", name, ""};
   }
   // The first store event after `after` that `match` accepts (null after 10 s without one).
   json WaitEvent(int64_t after, const std::function<bool(const StoreEvent&)>& match) {
@@ -76,12 +73,7 @@ class RootCaPublisherTest : public ::testing::Test {
            e.object["metadata"].value("namespace", "") == "default";
   }
 
-  std::string dir_;
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
   std::unique_ptr<ServiceAccountTokens> tokens_;
-  std::unique_ptr<Kubelet> kubelet_;
   std::unique_ptr<RootCaPublisher> publisher_;
 };
 

@@ -16,13 +16,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/status_matchers.h"
-#include "localkube/api.h"
 #include "localkube/kubelet.h"
-#include "localkube/tests/host.h"
+#include "localkube/tests/kubelet_fixture.h"
 
 namespace kubetrain::localkube::testing {
 
-class SandboxKubeletTest : public ::testing::Test {
+class SandboxKubeletTest : public KubeletTest {
  protected:
   // `suite` names the folder; `nodes` are the kubelet's nodes (none: it runs every pod).
   SandboxKubeletTest(std::string suite, std::vector<std::string> nodes)
@@ -35,7 +34,6 @@ class SandboxKubeletTest : public ::testing::Test {
     tag_ = absl::StrCat(getpid(), "-", random() % 1000000);
     dir_ = (std::filesystem::temp_directory_path() / absl::StrCat(suite_, "-", tag_)).string();
     std::filesystem::create_directories(dir_);
-    api_ = std::make_unique<Api>(&registry_, &store_);
     KubeletOptions options;
     options.log_dir = dir_ + "/logs";
     options.node_names = nodes_;
@@ -49,29 +47,16 @@ class SandboxKubeletTest : public ::testing::Test {
     kubelet_->Start();
   }
   void TearDown() override {
-    if (kubelet_) kubelet_->Stop();
+    KubeletTest::TearDown();
     kubelet_.reset();
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-
-  Target Of(const char* resource, const std::string& name = "") {
-    return Target{registry_.Find("", "v1", resource), "default", name, ""};
-  }
-  // What `container` of pod `pod` (in default) has written so far; empty before it has a log.
-  std::string Log(const std::string& pod, const std::string& container = "c") {
-    auto path = kubelet_->LogPath("default", pod, container, false);
-    return path.ok() ? ReadFile(*path) : "";
   }
 
   const std::string suite_;
   const std::vector<std::string> nodes_;
   // Set before SetUp: (image prefix, directory of programs), as localkube's --image-map.
   std::vector<std::pair<std::string, std::string>> image_map_;
-  std::string tag_, dir_;
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Kubelet> kubelet_;
+  std::string tag_;
 };
 
 }  // namespace kubetrain::localkube::testing

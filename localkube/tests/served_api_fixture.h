@@ -1,5 +1,6 @@
 // The set-up the HTTP suites share: an Api over an empty store, served on a loopback port by a
-// Server, and a client of it; the server stops at the end of each test.
+// Server, and a client of it; the server stops at the end of each test. RbacApiTest serves it under
+// RBAC, to a ServiceAccount that holds what a test grants it.
 #pragma once
 
 #include <httplib.h>
@@ -11,8 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "common/testing/status_matchers.h"
 #include "localkube/api.h"
+#include "localkube/rbac.h"
 #include "localkube/server.h"
 #include "localkube/tests/http_client.h"
 #include "localkube/tests/test_objects.h"
@@ -65,6 +68,50 @@ class ServedApiTest : public ::testing::Test {
   std::unique_ptr<Api> api_;
   std::unique_ptr<Server> server_;
   std::unique_ptr<httplib::Client> client_;
+};
+
+// The API under RBAC (ServeWithRbac): the admin, the ServiceAccount ns1/sa (token kSa), which holds
+// nothing until Grant, and a member of system:masters (token kMaster), in namespaces ns1 and ns2.
+class RbacApiTest : public ServedApiTest {
+ public:
+  static constexpr char kSa[] = "sa-token";
+  static constexpr char kSaUser[] = "system:serviceaccount:ns1:sa";
+  static constexpr char kMaster[] = "master-token";
+
+ protected:
+  // Serves `options` under RBAC with the users above added, and creates ns1 and ns2.
+  void ServeWithRbac(ServerOptions options = {}) {
+    options.token = kAdminToken;
+    options.rbac = true;
+    options.user_tokens[kSa] = MakeUser(kSaUser, {});
+    options.user_tokens[kMaster] = MakeUser("root", {"system:masters"});
+    ASSERT_NO_FATAL_FAILURE(Serve(options));
+    ASSERT_NO_FATAL_FAILURE(AddNamespace("ns1"));
+    ASSERT_NO_FATAL_FAILURE(AddNamespace("ns2"));
+  }
+  // Grants the ServiceAccount `rules` (their JSON text) in `ns`, or cluster-wide when `ns` is
+  // empty, through a role and binding of its own.
+  void Grant(const std::string& ns, const std::string& rules) {
+    const std::string name = absl::StrCat("grant-", ++grants_);
+    const std::string rbac = "/apis/rbac.authorization.k8s.io/v1";
+    if (ns.empty()) {
+      Admin(rbac + "/clusterroles", Role("", name, nlohmann::json::parse(rules)));
+      Admin(rbac + "/clusterrolebindings", Binding("", name, "ClusterRole", name, SaSubjects()));
+    } else {
+      Admin(absl::StrCat(rbac, "/namespaces/", ns, "/roles"),
+            Role(ns, name, nlohmann::json::parse(rules)));
+      Admin(absl::StrCat(rbac, "/namespaces/", ns, "/rolebindings"),
+            Binding(ns, name, "Role", name, SaSubjects()));
+    }
+  }
+  // The ServiceAccount as a binding's subjects.
+  static nlohmann::json SaSubjects() {
+    return nlohmann::json::array(
+        {{{"kind", "ServiceAccount"}, {"name", "sa"}, {"namespace", "ns1"}}});
+  }
+
+ private:
+  int grants_ = 0;
 };
 
 }  // namespace kubetrain::localkube::testing

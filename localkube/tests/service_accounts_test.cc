@@ -31,9 +31,11 @@ namespace {
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
 
+using testing::Binding;
 using testing::kAdminToken;
 using testing::Pod;
 using testing::Reply;
+using testing::Role;
 constexpr char kPem[] = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
 // The apiserver's answer to any request whose credentials do not authenticate.
@@ -59,9 +61,7 @@ class ServiceAccounts : public testing::ServedApiTest {
     options.rbac = true;
     ASSERT_NO_FATAL_FAILURE(Serve(options));
     ASSERT_THAT(PublishRootCa(api_.get(), kPem), IsOk());
-    ASSERT_EQ(
-        Call(kAdminToken, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "ns1"}}}}).code,
-        201);
+    ASSERT_NO_FATAL_FAILURE(AddNamespace("ns1"));
     ASSERT_EQ(Call(kAdminToken, "POST", "/api/v1/namespaces/ns1/serviceaccounts",
                    {{"metadata", {{"name", "sa"}}}})
                   .code,
@@ -75,27 +75,18 @@ class ServiceAccounts : public testing::ServedApiTest {
     EXPECT_EQ(r.code, 201) << r.body.dump();
     return r.body["status"].value("token", "");
   }
+  // Lets ServiceAccount ns1/sa list the pods of `ns`.
   void GrantPodList(const std::string& ns) {
-    std::string prefix = "/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns;
-    ASSERT_EQ(
-        Call(kAdminToken, "POST", prefix + "/roles",
-             {{"metadata", {{"name", "reader"}}},
-              {"rules", {{{"apiGroups", {""}}, {"resources", {"pods"}}, {"verbs", {"list"}}}}}})
-            .code,
-        201);
-    ASSERT_EQ(
-        Call(kAdminToken, "POST", prefix + "/rolebindings",
-             {{"metadata", {{"name", "reader"}}},
-              {"roleRef",
-               {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", "reader"}}},
-              {"subjects", {{{"kind", "ServiceAccount"}, {"name", "sa"}, {"namespace", "ns1"}}}}})
-            .code,
-        201);
+    const std::string prefix = "/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns;
+    Admin(
+        prefix + "/roles",
+        Role(ns, "reader", {{{"apiGroups", {""}}, {"resources", {"pods"}}, {"verbs", {"list"}}}}));
+    Admin(prefix + "/rolebindings",
+          Binding(ns, "reader", "Role", "reader",
+                  {{{"kind", "ServiceAccount"}, {"name", "sa"}, {"namespace", "ns1"}}}));
   }
   json CreatePod(const std::string& ns, const json& pod) {
-    Reply r = Call(kAdminToken, "POST", "/api/v1/namespaces/" + ns + "/pods", pod);
-    EXPECT_EQ(r.code, 201) << r.body.dump();
-    return r.body;
+    return Admin("/api/v1/namespaces/" + ns + "/pods", pod);
   }
 };
 
@@ -161,20 +152,13 @@ TEST_F(ServiceAccounts, TokenAuthenticatesAsItsServiceAccountUnderRbac) {
   EXPECT_EQ(Call(token, "GET", "/api/v1/namespaces/default/pods").code, 403);
   EXPECT_EQ(Call(token, "DELETE", "/api/v1/namespaces/ns1/pods/x").code, 403);
   // The group system:serviceaccounts:ns1 is the user's too.
-  std::string prefix = "/apis/rbac.authorization.k8s.io/v1/namespaces/default";
-  ASSERT_EQ(
-      Call(kAdminToken, "POST", prefix + "/roles",
-           {{"metadata", {{"name", "cm"}}},
-            {"rules", {{{"apiGroups", {""}}, {"resources", {"configmaps"}}, {"verbs", {"get"}}}}}})
-          .code,
-      201);
-  ASSERT_EQ(Call(kAdminToken, "POST", prefix + "/rolebindings",
-                 {{"metadata", {{"name", "cm"}}},
-                  {"roleRef",
-                   {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", "cm"}}},
-                  {"subjects", {{{"kind", "Group"}, {"name", "system:serviceaccounts:ns1"}}}}})
-                .code,
-            201);
+  const std::string prefix = "/apis/rbac.authorization.k8s.io/v1/namespaces/default";
+  Admin(prefix + "/roles",
+        Role("default", "cm",
+             {{{"apiGroups", {""}}, {"resources", {"configmaps"}}, {"verbs", {"get"}}}}));
+  Admin(prefix + "/rolebindings",
+        Binding("default", "cm", "Role", "cm",
+                {{{"kind", "Group"}, {"name", "system:serviceaccounts:ns1"}}}));
   r = Call(token, "GET", "/api/v1/namespaces/default/configmaps/kube-root-ca.crt");
   EXPECT_EQ(r.code, 200) << r.body.dump();
   // IssueToken, the kubelet's way in, makes tokens that work the same.

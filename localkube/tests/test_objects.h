@@ -1,6 +1,6 @@
 // Test support shared by localkube's API tests: the bearer token the server under test is started
-// with (an admin's), the smallest valid Pod, RBAC roles and bindings, and the wait for a pod the
-// kubelet runs to reach a state.
+// with (an admin's), the smallest valid Pod, RBAC roles and bindings, CustomResourceDefinitions,
+// and the wait for a pod the kubelet runs to reach a state.
 #pragma once
 
 #include <functional>
@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/time/time.h"
 #include "common/testing/eventually.h"
 #include "localkube/api.h"
@@ -49,6 +50,31 @@ inline nlohmann::json Binding(const std::string& ns, const std::string& name,
       {"subjects", subjects}};
   if (!ns.empty()) b["metadata"]["namespace"] = ns;
   return b;
+}
+
+// A namespaced CustomResourceDefinition of `kind` (plural `plural`, singular `kind` in lower case)
+// in `group`, serving and storing the one version `version`. `version_fields` (subresources, a
+// schema, printer columns) go into that version, whose schema otherwise keeps every field.
+inline nlohmann::json Crd(const std::string& group, const std::string& version,
+                          const std::string& kind, const std::string& plural,
+                          const nlohmann::json& version_fields = nlohmann::json::object()) {
+  nlohmann::json served = {
+      {"name", version},
+      {"served", true},
+      {"storage", true},
+      {"schema",
+       {{"openAPIV3Schema",
+         {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}}};
+  served.update(version_fields);
+  return {
+      {"apiVersion", "apiextensions.k8s.io/v1"},
+      {"kind", "CustomResourceDefinition"},
+      {"metadata", {{"name", plural + "." + group}}},
+      {"spec",
+       {{"group", group},
+        {"scope", "Namespaced"},
+        {"names", {{"plural", plural}, {"singular", absl::AsciiStrToLower(kind)}, {"kind", kind}}},
+        {"versions", nlohmann::json::array({served})}}}};
 }
 
 // The pod `target` names once `done` holds for it (null when it did not within `timeout`).

@@ -21,6 +21,7 @@
 #include "localkube/kubelet.h"
 #include "localkube/oci_runtime.h"
 #include "localkube/tests/host.h"
+#include "localkube/tests/kubelet_fixture.h"
 #include "localkube/tests/test_objects.h"
 
 namespace kubetrain::localkube {
@@ -29,24 +30,10 @@ namespace {
 using ::kubetrain::testing::Eventually;
 using ::kubetrain::testing::IsOk;
 using nlohmann::json;
+using testing::FileMode;
 using ::testing::HasSubstr;
 using testing::ReadFile;
 namespace fs = std::filesystem;
-
-int Mode(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777) : -1;
-}
-
-std::string TempDir(const std::string& tag) {
-  std::string dir =
-      (fs::temp_directory_path() /
-       absl::StrCat(tag, "-", getpid(), "-", ::testing::UnitTest::GetInstance()->random_seed(), "-",
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-          .string();
-  fs::create_directories(dir);
-  return dir;
-}
 
 json Secret(const std::string& name, const json& data) {
   json encoded = json::object();
@@ -75,7 +62,7 @@ json PodWithVolumes(const json& volumes) {
 
 class Volumes : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = TempDir("volumes_test"); }
+  void SetUp() override { dir_ = testing::TestDir("volumes_test"); }
   void TearDown() override { fs::remove_all(dir_); }
   std::string dir_;
   Store store_;
@@ -96,9 +83,9 @@ TEST_F(Volumes, SecretItemsAndModes) {
   EXPECT_EQ(v.host_path, dir_ + "/volumes/kubernetes.io~secret/s");
   EXPECT_TRUE(v.read_only);
   EXPECT_EQ(ReadFile(v.host_path + "/conf/user.txt"), "alice");
-  EXPECT_EQ(Mode(v.host_path + "/conf/user.txt"), 0400);
+  EXPECT_EQ(FileMode(v.host_path + "/conf/user.txt"), 0400);
   EXPECT_EQ(ReadFile(v.host_path + "/pass"), "s3cret");
-  EXPECT_EQ(Mode(v.host_path + "/pass"), 0440);
+  EXPECT_EQ(FileMode(v.host_path + "/pass"), 0440);
   EXPECT_FALSE(fs::exists(v.host_path + "/user"));  // items select keys
 }
 
@@ -113,7 +100,7 @@ TEST_F(Volumes, ConfigMapAllKeysWithDefaultModeAndBinaryData) {
   EXPECT_EQ(ReadFile(d + "/a.conf"), "x=1\n");
   EXPECT_EQ(ReadFile(d + "/b"), "two");
   EXPECT_EQ(ReadFile(d + "/blob"), std::string("\x00\x01\xff", 3));
-  EXPECT_EQ(Mode(d + "/b"), 0644);  // the API's default 420
+  EXPECT_EQ(FileMode(d + "/b"), 0644);  // the API's default 420
 }
 
 TEST_F(Volumes, ProjectedTokenConfigMapSecretAndDownwardApi) {
@@ -146,12 +133,12 @@ TEST_F(Volumes, ProjectedTokenConfigMapSecretAndDownwardApi) {
   std::string d = volumes->at("kube-api-access-abcde").host_path;
   EXPECT_EQ(d, dir_ + "/volumes/kubernetes.io~projected/kube-api-access-abcde");
   EXPECT_EQ(ReadFile(d + "/token"), "tok-123");
-  EXPECT_EQ(Mode(d + "/token"), 0600);  // the token is its owner's alone, whatever defaultMode
+  EXPECT_EQ(FileMode(d + "/token"), 0600);  // the token is its owner's alone, whatever defaultMode
   EXPECT_EQ(ReadFile(d + "/ca.crt"), "-----BEGIN CERT");
   EXPECT_EQ(ReadFile(d + "/k"), "v");
   EXPECT_EQ(ReadFile(d + "/namespace"), "default");
   EXPECT_EQ(ReadFile(d + "/labels"), "app=\"web\"\ntier=\"a \\\"b\\\"\"");  // fieldpath.FormatMap
-  EXPECT_EQ(Mode(d + "/name"), 0600);
+  EXPECT_EQ(FileMode(d + "/name"), 0600);
   EXPECT_THAT(calls, ::testing::ElementsAre("default/builder//3607"));
 }
 
@@ -174,16 +161,16 @@ TEST_F(Volumes, TokensAndTheDirectoriesLeadingToThemArePrivate) {
   for (const std::string& d :
        {pod_dir, pod_dir + "/volumes", pod_dir + "/volumes/kubernetes.io~projected",
         pod_dir + "/volumes/kubernetes.io~secret"}) {
-    EXPECT_EQ(Mode(d), 0700) << d;
+    EXPECT_EQ(FileMode(d), 0700) << d;
   }
   const std::string token_path = volumes->at("kube-api-access-abcde").host_path + "/token";
-  EXPECT_EQ(Mode(token_path), 0600);
+  EXPECT_EQ(FileMode(token_path), 0600);
   // Every container running as one user gets the token as that user; an fsGroup may read it.
   pod["spec"]["securityContext"] = {{"runAsUser", 4321}, {"fsGroup", 2345}};
   pod["spec"]["containers"] = {{{"name", "c"}}};
   volumes = SetUpVolumes(pod, pod_dir, VolumeContext{&store_, token, ""});
   ASSERT_THAT(volumes.status(), IsOk());
-  EXPECT_EQ(Mode(token_path), 0640);
+  EXPECT_EQ(FileMode(token_path), 0640);
   if (geteuid() == 0) {
     struct stat st;
     ASSERT_EQ(stat(token_path.c_str(), &st), 0);
@@ -205,7 +192,7 @@ TEST_F(Volumes, DownwardApiAndEmptyDir) {
   EXPECT_EQ(ReadFile(volumes->at("info").host_path + "/app"), "web");
   EXPECT_EQ(ReadFile(volumes->at("info").host_path + "/uid"), "u-1");
   EXPECT_TRUE(fs::is_directory(volumes->at("scratch").host_path));
-  EXPECT_EQ(Mode(volumes->at("scratch").host_path), 0777);
+  EXPECT_EQ(FileMode(volumes->at("scratch").host_path), 0777);
   EXPECT_FALSE(volumes->at("scratch").read_only);
 }
 
@@ -263,7 +250,7 @@ TEST(OciRuntimeRules, EntrypointAndCmdAsKubernetesDefines) {
 }
 
 TEST(OciRuntimeRules, SecureJoinKeepsSymlinksInsideTheRoot) {
-  std::string root = TempDir("securejoin");
+  std::string root = testing::TestDir("securejoin");
   fs::create_directories(root + "/run");
   fs::create_directories(root + "/var");
   fs::create_symlink("/run", root + "/var/run");     // absolute: resolved inside the root
@@ -276,11 +263,10 @@ TEST(OciRuntimeRules, SecureJoinKeepsSymlinksInsideTheRoot) {
 }
 
 // A kubelet (process runtime) over an in-memory API.
-class KubeletVolumes : public ::testing::Test {
+class KubeletVolumes : public testing::KubeletTest {
  protected:
   void SetUp() override {
-    dir_ = TempDir("kubelet_volumes");
-    api_ = std::make_unique<Api>(&registry_, &store_);
+    dir_ = testing::TestDir("kubelet_volumes");
     // The namespace's default ServiceAccount, which pod admission looks up.
     store_.Put("/serviceaccounts",
                {{"apiVersion", "v1"},
@@ -295,11 +281,8 @@ class KubeletVolumes : public ::testing::Test {
     kubelet_->Start();
   }
   void TearDown() override {
-    kubelet_->Stop();
+    KubeletTest::TearDown();
     fs::remove_all(dir_);
-  }
-  Target Of(const std::string& resource, const std::string& name = "") {
-    return Target{registry_.Find("", "v1", resource), "default", name, ""};
   }
   void CreatePod(const std::string& name, json container, const json& volumes = json::array()) {
     container["name"] = "c";
@@ -314,25 +297,11 @@ class KubeletVolumes : public ::testing::Test {
                   {"volumes", volumes}}}};
     ASSERT_THAT(api_->Create(Of("pods"), pod, WriteOptions{}).status(), IsOk());
   }
-  // The pod once `done` holds for it (null after 15 s).
-  json WaitPod(const std::string& name, const std::function<bool(const json&)>& done) {
-    return testing::WaitForPod(*api_, Of("pods", name), done, absl::Seconds(15));
-  }
   static std::string Waiting(const json& pod) {
     const json statuses = pod["status"].value("containerStatuses", json::array());
     if (statuses.empty() || !statuses[0]["state"].contains("waiting")) return "";
     return statuses[0]["state"]["waiting"].value("reason", "");
   }
-  std::string Log(const std::string& pod) {
-    auto path = kubelet_->LogPath("default", pod, "c", false);
-    return path.ok() ? ReadFile(*path) : "";
-  }
-
-  std::string dir_;
-  Registry registry_;
-  Store store_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<Kubelet> kubelet_;
 };
 
 TEST_F(KubeletVolumes, MissingConfigMapKeepsPodContainerCreatingUntilItExists) {
@@ -362,8 +331,8 @@ TEST_F(KubeletVolumes, MissingConfigMapKeepsPodContainerCreatingUntilItExists) {
   ASSERT_FALSE(pod.is_null());
   // The process runtime cannot mount it, but the files are there to see, for this user alone.
   std::string uid = pod["metadata"]["uid"];
-  EXPECT_EQ(Mode(dir_ + "/logs"), 0700);
-  EXPECT_EQ(Mode(absl::StrCat(dir_, "/logs/default_waits_", uid)), 0700);
+  EXPECT_EQ(FileMode(dir_ + "/logs"), 0700);
+  EXPECT_EQ(FileMode(absl::StrCat(dir_, "/logs/default_waits_", uid)), 0700);
   EXPECT_EQ(ReadFile(absl::StrCat(dir_, "/logs/default_waits_", uid,
                                   "/volumes/kubernetes.io~configmap/cfg/k")),
             "v");
