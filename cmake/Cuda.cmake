@@ -1,5 +1,24 @@
 # KUBETRAIN_CUDA=AUTO turns the CUDA backend on when nvcc is found (CUDA 13 lives in
 # /usr/local/cuda on our machines), so CUDA sources compile in CI even where no GPU can run them.
+# kubetrain_import_cuda_library(TARGET NAME HEADER WHAT): TARGET, an imported target for libNAME
+# and HEADER found beside the CUDA toolkit (cache variables KUBETRAIN_<NAME>_LIBRARY and
+# KUBETRAIN_<NAME>_INCLUDE_DIR); a configure error naming WHAT where either is missing.
+function(kubetrain_import_cuda_library target name header what)
+  string(TOUPPER ${name} var)
+  find_library(KUBETRAIN_${var}_LIBRARY ${name}
+    HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  find_path(KUBETRAIN_${var}_INCLUDE_DIR ${header}
+    HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  if(NOT KUBETRAIN_${var}_LIBRARY OR NOT KUBETRAIN_${var}_INCLUDE_DIR)
+    message(FATAL_ERROR "CUDA was found but ${what} was not (lib${name}.so and ${header} beside "
+      "${CUDAToolkit_LIBRARY_DIR}); install ${what} or configure with -DKUBETRAIN_CUDA=OFF")
+  endif()
+  add_library(${target} UNKNOWN IMPORTED)
+  set_target_properties(${target} PROPERTIES
+    IMPORTED_LOCATION ${KUBETRAIN_${var}_LIBRARY}
+    INTERFACE_INCLUDE_DIRECTORIES ${KUBETRAIN_${var}_INCLUDE_DIR})
+endfunction()
+
 set(KUBETRAIN_HAVE_CUDA OFF)
 if(NOT KUBETRAIN_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
@@ -31,30 +50,10 @@ if(NOT KUBETRAIN_CUDA STREQUAL "OFF")
     # default linked into every binary that takes CUDA code.
     set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     find_package(CUDAToolkit REQUIRED)
-    # NCCL ships beside the toolkit on our machines; CMake 3.25 has no CUDA::nccl target.
-    find_library(KUBETRAIN_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
-    find_path(KUBETRAIN_NCCL_INCLUDE_DIR nccl.h
-      HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-    if(NOT KUBETRAIN_NCCL_LIBRARY OR NOT KUBETRAIN_NCCL_INCLUDE_DIR)
-      message(FATAL_ERROR "CUDA was found but NCCL was not (libnccl.so and nccl.h beside "
-        "${CUDAToolkit_LIBRARY_DIR}); install NCCL or configure with -DKUBETRAIN_CUDA=OFF")
-    endif()
-    add_library(NCCL::nccl UNKNOWN IMPORTED)
-    set_target_properties(NCCL::nccl PROPERTIES
-      IMPORTED_LOCATION ${KUBETRAIN_NCCL_LIBRARY}
-      INTERFACE_INCLUDE_DIRECTORIES ${KUBETRAIN_NCCL_INCLUDE_DIR})
-    # cuDNN 9 (convolutions on the GPU) ships beside the toolkit too, with no CMake target.
-    find_library(KUBETRAIN_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
-    find_path(KUBETRAIN_CUDNN_INCLUDE_DIR cudnn.h
-      HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-    if(NOT KUBETRAIN_CUDNN_LIBRARY OR NOT KUBETRAIN_CUDNN_INCLUDE_DIR)
-      message(FATAL_ERROR "CUDA was found but cuDNN was not (libcudnn.so and cudnn.h beside "
-        "${CUDAToolkit_LIBRARY_DIR}); install cuDNN 9 or configure with -DKUBETRAIN_CUDA=OFF")
-    endif()
-    add_library(CUDNN::cudnn UNKNOWN IMPORTED)
-    set_target_properties(CUDNN::cudnn PROPERTIES
-      IMPORTED_LOCATION ${KUBETRAIN_CUDNN_LIBRARY}
-      INTERFACE_INCLUDE_DIRECTORIES ${KUBETRAIN_CUDNN_INCLUDE_DIR})
+    # NCCL and cuDNN 9 (convolutions on the GPU) ship beside the toolkit on our machines, with no
+    # CMake targets (CMake 3.25 has no CUDA::nccl).
+    kubetrain_import_cuda_library(NCCL::nccl nccl nccl.h NCCL)
+    kubetrain_import_cuda_library(CUDNN::cudnn cudnn cudnn.h "cuDNN 9")
     set(KUBETRAIN_HAVE_CUDA ON)
   elseif(KUBETRAIN_CUDA STREQUAL "ON")
     message(FATAL_ERROR "KUBETRAIN_CUDA=ON but no CUDA compiler was found; install CUDA or use AUTO")
