@@ -95,8 +95,12 @@ function(kubetrain_test name)
   set_source_files_properties(${source_dir_unit} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
   target_compile_options(${name} PRIVATE
                          "SHELL:-include ${PROJECT_SOURCE_DIR}/cmake/test_source_dir.h")
+  # NO_PRETTY_VALUES: a value-parameterised case keeps the name gtest gives it (Suite.Test/Name,
+  # or /0 where no name generator is given), never its parameter's printed bytes, which CMake
+  # would otherwise append and which change from one build to the next.
   gtest_discover_tests(${name}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
     PROPERTIES LABELS "${ARG_LABELS}"
-    DISCOVERY_TIMEOUT 60)
+    DISCOVERY_TIMEOUT 60
+    NO_PRETTY_VALUES)
 endfunction()
