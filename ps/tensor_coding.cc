@@ -126,9 +126,7 @@ absl::StatusOr<PartitionKey> ReadKey(SliceReader& r, size_t end) {
       RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
       ASSIGN_OR_RETURN(key.variable, ReadString(r, key_end));
     } else if (tag.field == key_field::kIndex) {
-      RETURN_IF_ERROR(Expect(tag, kVarint));
-      ASSIGN_OR_RETURN(uint64_t index, r.Varint());
-      key.index = static_cast<uint32_t>(index);
+      RETURN_IF_ERROR(ReadVarint(tag, r, &key.index));
     } else {
       RETURN_IF_ERROR(r.SkipField(tag.wire_type, key_end));
     }
@@ -173,16 +171,12 @@ absl::StatusOr<PartitionFields> ReadPartition(SliceReader& r, size_t end,
         ASSIGN_OR_RETURN(p.key, ReadKey(r, end));
         break;
       }
-      case partition_field::kOffset: {
-        RETURN_IF_ERROR(Expect(tag, kVarint));
-        ASSIGN_OR_RETURN(p.offset, r.Varint());
+      case partition_field::kOffset:
+        RETURN_IF_ERROR(ReadVarint(tag, r, &p.offset));
         break;
-      }
-      case partition_field::kLength: {
-        RETURN_IF_ERROR(Expect(tag, kVarint));
-        ASSIGN_OR_RETURN(p.length, r.Varint());
+      case partition_field::kLength:
+        RETURN_IF_ERROR(ReadVarint(tag, r, &p.length));
         break;
-      }
       case partition_field::kValues: {
         RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
         ASSIGN_OR_RETURN(p.values_bytes, r.Length(end));
@@ -282,18 +276,12 @@ absl::Status PushFrame::Parse(grpc::ByteBuffer& buffer) {
         return absl::OkStatus();
       }
       case push_field::kWorker: {
-        RETURN_IF_ERROR(Expect(tag, kVarint));
-        ASSIGN_OR_RETURN(uint64_t worker, r.Varint());
-        worker_ = static_cast<uint32_t>(worker);
+        RETURN_IF_ERROR(ReadVarint(tag, r, &worker_));
         args_.worker = worker_;
         return absl::OkStatus();
       }
-      case push_field::kStep: {
-        RETURN_IF_ERROR(Expect(tag, kVarint));
-        ASSIGN_OR_RETURN(uint64_t step, r.Varint());
-        args_.step = static_cast<int64_t>(step);
-        return absl::OkStatus();
-      }
+      case push_field::kStep:
+        return ReadVarint(tag, r, &args_.step);
       case push_field::kGradients: {
         RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
         ASSIGN_OR_RETURN(size_t n, r.Length(r.size()));
@@ -315,17 +303,10 @@ absl::Status PushFrame::Parse(grpc::ByteBuffer& buffer) {
         args_.gradients.push_back({std::move(p.key), bytes});
         return absl::OkStatus();
       }
-      case push_field::kShmRegion: {
-        RETURN_IF_ERROR(Expect(tag, kVarint));
-        ASSIGN_OR_RETURN(shm_region_, r.Varint());
-        return absl::OkStatus();
-      }
-      case push_field::kPullMinStep: {
-        RETURN_IF_ERROR(Expect(tag, kVarint));
-        ASSIGN_OR_RETURN(uint64_t step, r.Varint());
-        pull_min_step_ = static_cast<int64_t>(step);
-        return absl::OkStatus();
-      }
+      case push_field::kShmRegion:
+        return ReadVarint(tag, r, &shm_region_);
+      case push_field::kPullMinStep:
+        return ReadVarint(tag, r, &pull_min_step_);
       case push_field::kPullEncoding: {
         RETURN_IF_ERROR(Expect(tag, kVarint));
         ASSIGN_OR_RETURN(uint64_t v, r.Varint());
@@ -411,29 +392,17 @@ absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
   PullHeader header;
   RETURN_IF_ERROR(ForEachField(r, [&](const Tag& tag) -> absl::Status {
     switch (tag.field) {
-      case pull_field::kGlobalStep: {
-        RETURN_IF_ERROR(Expect(tag, kVarint));
-        ASSIGN_OR_RETURN(uint64_t step, r.Varint());
-        header.global_step = static_cast<int64_t>(step);
-        return absl::OkStatus();
-      }
+      case pull_field::kGlobalStep:
+        return ReadVarint(tag, r, &header.global_step);
       case pull_field::kRunId: {
         RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
         ASSIGN_OR_RETURN(header.run_id, ReadString(r, r.size()));
         return absl::OkStatus();
       }
-      case pull_field::kGradientsApplied: {
-        RETURN_IF_ERROR(Expect(tag, kVarint));
-        ASSIGN_OR_RETURN(uint64_t applied, r.Varint());
-        header.gradients_applied = static_cast<int64_t>(applied);
-        return absl::OkStatus();
-      }
-      case pull_field::kPushStale: {
-        RETURN_IF_ERROR(Expect(tag, kVarint));
-        ASSIGN_OR_RETURN(uint64_t stale, r.Varint());
-        header.push_stale = stale != 0;
-        return absl::OkStatus();
-      }
+      case pull_field::kGradientsApplied:
+        return ReadVarint(tag, r, &header.gradients_applied);
+      case pull_field::kPushStale:
+        return ReadVarint(tag, r, &header.push_stale);
       case pull_field::kValues: {
         RETURN_IF_ERROR(Expect(tag, kLengthDelimited));
         ASSIGN_OR_RETURN(size_t n, r.Length(r.size()));

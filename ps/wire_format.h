@@ -125,6 +125,16 @@ struct Tag {
 absl::StatusOr<Tag> ReadTag(SliceReader& r);
 // INVALID_ARGUMENT unless `tag` has `wire_type`.
 absl::Status Expect(const Tag& tag, uint32_t wire_type);
+// A varint field's value into `*out`, converted to T as protobuf converts a uint64 for that
+// field type (truncated to 32 bits, reinterpreted as signed, nonzero as true); INVALID_ARGUMENT
+// unless `tag` is a varint.
+template <typename T>
+absl::Status ReadVarint(const Tag& tag, SliceReader& r, T* out) {
+  RETURN_IF_ERROR(Expect(tag, kVarint));
+  ASSIGN_OR_RETURN(uint64_t v, r.Varint());
+  *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
 // A length-delimited field's bytes, copied; the field must end by `end`.
 absl::StatusOr<std::string> ReadString(SliceReader& r, size_t end);
 
