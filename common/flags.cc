@@ -118,19 +118,24 @@ void FlagSet::Add(absl::string_view name, std::string* target, absl::string_view
            }});
 }
 
-template <typename Integer>
-  requires std::is_same_v<Integer, int> || std::is_same_v<Integer, int64_t> ||
-           std::is_same_v<Integer, uint64_t>
-FlagSet::Limits& FlagSet::Add(absl::string_view name, Integer* target, absl::string_view help,
-                              absl::string_view env) {
-  constexpr absl::string_view kWhat =
-      std::is_signed_v<Integer> ? "an integer" : "a non-negative integer";
+template <typename Number>
+FlagSet::Limits& FlagSet::Add(absl::string_view name, Number* target, absl::string_view help,
+                              absl::string_view env) requires kIsNumber<Number> {
+  constexpr absl::string_view kWhat = std::is_floating_point_v<Number> ? "a number"
+                                      : std::is_signed_v<Number>       ? "an integer"
+                                                                       : "a non-negative integer";
   auto limits = std::make_shared<Limits>();
   return AddLimited(
-      {std::string(name), std::string(help), std::string(env), std::to_string(*target), false,
+      {std::string(name), std::string(help), std::string(env), absl::StrCat(*target), false,
        [target, limits](absl::string_view v) {
-         Integer parsed;
-         if (!absl::SimpleAtoi(v, &parsed) || !limits->Contains(static_cast<double>(parsed))) {
+         Number parsed;
+         bool ok;
+         if constexpr (std::is_floating_point_v<Number>) {
+           ok = absl::SimpleAtod(v, &parsed);
+         } else {
+           ok = absl::SimpleAtoi(v, &parsed);
+         }
+         if (!ok || !limits->Contains(static_cast<double>(parsed))) {
            return absl::InvalidArgumentError(absl::StrCat(kWhat, limits->Describe()));
          }
          *target = parsed;
@@ -144,22 +149,8 @@ template FlagSet::Limits& FlagSet::Add(absl::string_view, int64_t*, absl::string
                                        absl::string_view);
 template FlagSet::Limits& FlagSet::Add(absl::string_view, uint64_t*, absl::string_view,
                                        absl::string_view);
-
-FlagSet::Limits& FlagSet::Add(absl::string_view name, double* target, absl::string_view help,
-                              absl::string_view env) {
-  auto limits = std::make_shared<Limits>();
-  return AddLimited(
-      {std::string(name), std::string(help), std::string(env), absl::StrCat(*target), false,
-       [target, limits](absl::string_view v) {
-         double parsed;
-         if (!absl::SimpleAtod(v, &parsed) || !limits->Contains(static_cast<double>(parsed))) {
-           return absl::InvalidArgumentError(absl::StrCat("a number", limits->Describe()));
-         }
-         *target = parsed;
-         return absl::OkStatus();
-       }},
-      limits);
-}
+template FlagSet::Limits& FlagSet::Add(absl::string_view, double*, absl::string_view,
+                                       absl::string_view);
 
 void FlagSet::Add(absl::string_view name, bool* target, absl::string_view help,
                   absl::string_view env) {

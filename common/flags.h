@@ -62,14 +62,13 @@ class FlagSet {
 
   void Add(absl::string_view name, std::string* target, absl::string_view help,
            absl::string_view env = "");
-  // int, int64_t and uint64_t (which refuses a negative value); defined for these three.
-  template <typename Integer>
-    requires std::is_same_v<Integer, int> || std::is_same_v<Integer, int64_t> ||
-             std::is_same_v<Integer, uint64_t>
-  Limits& Add(absl::string_view name, Integer* target, absl::string_view help,
-              absl::string_view env = "");
-  Limits& Add(absl::string_view name, double* target, absl::string_view help,
-              absl::string_view env = "");
+  // The numeric flag types: int, int64_t, uint64_t (which refuses a negative value) and double.
+  template <typename T>
+  static constexpr bool kIsNumber = std::is_same_v<T, int> || std::is_same_v<T, int64_t> ||
+                                    std::is_same_v<T, uint64_t> || std::is_same_v<T, double>;
+  template <typename Number>
+  Limits& Add(absl::string_view name, Number* target, absl::string_view help,
+              absl::string_view env = "") requires kIsNumber<Number>;
   void Add(absl::string_view name, bool* target, absl::string_view help,
            absl::string_view env = "");
   // A boolean that may stay unset (nullopt), leaving the choice to the program.
