@@ -85,8 +85,8 @@ bool ParseLevel(absl::string_view text, Level* level) {
 absl::Status SetLevelFlag(absl::string_view text) {
   Level level;
   if (!ParseLevel(text, &level)) {
-    return absl::InvalidArgumentError(absl::StrCat("--log-level: unknown level \"", text,
-                                                   "\"; allowed: ", NamesOf(kLevels)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log-level: unknown level \"", text, "\"; allowed: ", NamesOf(kLevels)));
   }
   SetLevel(level);
   return absl::OkStatus();
