@@ -19,6 +19,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/testing/temp_dir.h"
 #include "worker/core/data/fashion_mnist.h"
 #include "worker/tests/loopback.h"
 #include "worker/tests/spawn_logged.h"
@@ -34,13 +35,18 @@ class WorkerSigtermTest : public ::testing::Test {
     if (!std::filesystem::exists(std::string(kDefaultFashionMnistDir))) {
       GTEST_SKIP() << "Fashion-MNIST not installed (dataset-fashion-mnist)";
     }
+    // The test's own empty folder: an earlier run's logs and checkpoints would otherwise answer
+    // a wait before this run's worker got there, or be resumed from.
+    dir_ = ::kubetrain::testing::FreshTempDir(
+        std::string("worker_sigterm_") +
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
   }
 
-  // Starts the worker with `args`, its output to a log under the test's temp dir.
+  // Starts the worker with `args`, its output to a log of its own in the test's folder.
   pid_t Start(std::vector<std::string> args) {
     args.insert(args.begin(), KUBETRAIN_WORKER_BIN);
-    log_ = ::testing::TempDir() + "/worker_sigterm_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".log";
+    log_ = dir_ + "/worker-" + std::to_string(started_++) + ".log";
     return testing::SpawnLogged(std::move(args), log_);
   }
 
@@ -98,7 +104,9 @@ class WorkerSigtermTest : public ::testing::Test {
     return false;
   }
 
-  std::string log_;
+  std::string dir_;  // the test's own, emptied in SetUp
+  std::string log_;  // the last Start's
+  int started_ = 0;
 };
 
 TEST_F(WorkerSigtermTest, StopsWhileLoadingTheData) {
@@ -116,7 +124,7 @@ TEST_F(WorkerSigtermTest, StopsWhileWaitingForTheParameterServers) {
 TEST_F(WorkerSigtermTest, ChiefStopsWhileWaitingForTheParameterServers) {
   std::vector<std::string> args = WorkerArgs(ClosedAddress());
   args[1] = "--worker-index=0";
-  args.push_back("--checkpoint-dir=" + ::testing::TempDir() + "/worker_sigterm_ckpt");
+  args.push_back("--checkpoint-dir=" + dir_ + "/checkpoints");
   pid_t pid = Start(args);
   ASSERT_TRUE(WaitForLogOrKill(pid, "Waiting for parameter servers")) << "see " << log_;
   ExpectExited143Within2s(TerminateAfter(pid, absl::ZeroDuration()));
@@ -137,7 +145,7 @@ TEST_F(WorkerSigtermTest, AllReduceRankStopsWhileBlockedInACollective) {
                                      "--job-name=sigterm-allreduce"};
   std::vector<std::string> chief_args = common;
   chief_args.push_back("--worker-index=0");
-  chief_args.push_back("--checkpoint-dir=" + ::testing::TempDir() + "/worker_sigterm_ar_ckpt");
+  chief_args.push_back("--checkpoint-dir=" + dir_ + "/checkpoints");
   pid_t chief = Start(chief_args);
   const std::string chief_log = log_;
   std::vector<std::string> peer_args = common;
