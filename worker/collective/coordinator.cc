@@ -29,16 +29,20 @@ grpc::Status WrongSession(const std::string& got, const std::string& want) {
 }
 
 // The client's long waits (Get, Reform) in slices of at most a second, so a stop request is
-// noticed while peers are awaited: `attempt(wait)` makes one call that the server answers with
-// DEADLINE_EXCEEDED after `wait`. Returns the last call's status (OK, or an error that is not a
-// slice running out, or DEADLINE_EXCEEDED once `timeout` is spent), or nullopt on a stop request.
+// noticed while peers are awaited: `attempt(context, timeout_ms)` makes one call, whose request
+// asks the server to answer DEADLINE_EXCEEDED itself after timeout_ms; the context's deadline,
+// `rpc_timeout` later, only guards against a chief that stopped answering. Returns the last
+// call's status (OK, or an error that is not a slice running out, or DEADLINE_EXCEEDED once
+// `timeout` is spent), or nullopt on a stop request.
 std::optional<absl::Status> WaitInSlices(
-    absl::Duration timeout, const std::atomic<bool>* stop,
-    const std::function<absl::Status(absl::Duration)>& attempt) {
+    absl::Duration timeout, absl::Duration rpc_timeout, const std::atomic<bool>* stop,
+    const std::function<absl::Status(grpc::ClientContext&, int64_t)>& attempt) {
   const absl::Time give_up = absl::Now() + timeout;
   while (true) {
     const absl::Duration wait = std::min(give_up - absl::Now(), absl::Seconds(1));
-    absl::Status s = attempt(wait);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + wait + rpc_timeout));
+    absl::Status s = attempt(context, std::max<int64_t>(absl::ToInt64Milliseconds(wait), 0));
     if (s.code() != absl::StatusCode::kDeadlineExceeded || absl::Now() >= give_up) return s;
     if (stop != nullptr && stop->load()) return std::nullopt;
   }
@@ -417,16 +421,13 @@ absl::Status CoordinatorClient::Set(const std::string& key, const std::string& v
 
 absl::StatusOr<std::string> CoordinatorClient::Get(const std::string& key, absl::Duration timeout) {
   std::string value;
-  std::optional<absl::Status> waited =
-      WaitInSlices(timeout, options_.stop, [&](absl::Duration wait) {
-        grpc::ClientContext context;
-        // The server answers DEADLINE_EXCEEDED itself after `wait`; the RPC's own deadline only
-        // guards against a chief that stopped answering.
-        context.set_deadline(absl::ToChronoTime(absl::Now() + wait + options_.rpc_timeout));
+  std::optional<absl::Status> waited = WaitInSlices(
+      timeout, options_.rpc_timeout, options_.stop,
+      [&](grpc::ClientContext& context, int64_t timeout_ms) {
         v1::GetRequest request;
         request.set_session(session_);
         request.set_key(key);
-        request.set_timeout_ms(std::max<int64_t>(absl::ToInt64Milliseconds(wait), 0));
+        request.set_timeout_ms(timeout_ms);
         v1::GetResponse response;
         absl::Status got = ps::FromGrpc(stub_->get().Get(&context, request, &response));
         if (got.ok()) value = std::move(*response.mutable_value());
@@ -459,15 +460,14 @@ absl::Status CoordinatorClient::Finish() {
 
 absl::StatusOr<Generation> CoordinatorClient::Reform(bool leave, absl::Duration timeout) {
   Generation next;
-  std::optional<absl::Status> waited =
-      WaitInSlices(timeout, options_.stop, [&](absl::Duration wait) {
-        grpc::ClientContext context;
-        context.set_deadline(absl::ToChronoTime(absl::Now() + wait + options_.rpc_timeout));
+  std::optional<absl::Status> waited = WaitInSlices(
+      timeout, options_.rpc_timeout, options_.stop,
+      [&](grpc::ClientContext& context, int64_t timeout_ms) {
         v1::ReformRequest request;
         request.set_session(session_);
         request.set_member(options_.rank);
         request.set_leave(leave);
-        request.set_timeout_ms(std::max<int64_t>(absl::ToInt64Milliseconds(wait), 0));
+        request.set_timeout_ms(timeout_ms);
         request.set_known_generation(generation_.load());
         v1::ReformResponse response;
         absl::Status got = ps::FromGrpc(stub_->get().Reform(&context, request, &response));
