@@ -63,12 +63,11 @@ absl::Status SplitListenAddress(absl::string_view address, std::string* host, in
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> FreeLoopbackPort() {
-  ASSIGN_OR_RETURN(std::vector<int> ports, FreeLoopbackPorts(1));
-  return ports.front();
-}
+namespace {
 
-absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int n) {
+// `n` different TCP ports free on `address` (INADDR_LOOPBACK, INADDR_ANY; `name` says it in an
+// error): each stays bound until all are read.
+absl::StatusOr<std::vector<int>> FreePorts(int n, uint32_t address, absl::string_view name) {
   std::vector<int> fds;
   std::vector<int> ports;
   absl::Status status;
@@ -81,12 +80,12 @@ absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int n) {
     fds.push_back(fd);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_addr.s_addr = htonl(address);
     socklen_t len = sizeof(addr);
     if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
         getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      status = absl::UnavailableError(
-          absl::StrCat("no free port on 127.0.0.1 (", ports.size(), " of ", n, " found)"));
+      status = absl::UnavailableError(absl::StrCat("no free port on ", name, " (", ports.size(),
+                                                   " of ", n, " found): ", std::strerror(errno)));
       break;
     }
     ports.push_back(ntohs(addr.sin_port));
@@ -94,6 +93,22 @@ absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int n) {
   for (int fd : fds) close(fd);
   if (!status.ok()) return status;
   return ports;
+}
+
+}  // namespace
+
+absl::StatusOr<int> FreeLoopbackPort() {
+  ASSIGN_OR_RETURN(std::vector<int> ports, FreeLoopbackPorts(1));
+  return ports.front();
+}
+
+absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int n) {
+  return FreePorts(n, INADDR_LOOPBACK, "127.0.0.1");
+}
+
+absl::StatusOr<int> FreePortOnEveryInterface() {
+  ASSIGN_OR_RETURN(std::vector<int> ports, FreePorts(1, INADDR_ANY, "0.0.0.0"));
+  return ports.front();
 }
 
 }  // namespace kubetrain

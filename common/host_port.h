@@ -27,5 +27,7 @@ absl::StatusOr<int> FreeLoopbackPort();
 // `n` such ports, all different: each stays bound until all are read, so the kernel cannot hand
 // out one of them twice (as `n` calls of FreeLoopbackPort may).
 absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int n);
+// As FreeLoopbackPort, a port free on every address of this host (0.0.0.0).
+absl::StatusOr<int> FreePortOnEveryInterface();
 
 }  // namespace kubetrain

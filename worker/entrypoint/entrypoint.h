@@ -38,7 +38,4 @@ absl::StatusOr<Launch> ChooseLaunch(const std::optional<std::string>& tf_config,
                                     const std::vector<std::string>& args,
                                     const std::function<absl::StatusOr<int>()>& free_port);
 
-// A TCP port free on every address of this host now (bound to port 0, then closed).
-absl::StatusOr<int> FreeTcpPort();
-
 }  // namespace kubetrain::worker

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/host_port.h"
 #include "worker/entrypoint/entrypoint.h"
 
 int main(int argc, char** argv) {
@@ -18,7 +19,7 @@ int main(int argc, char** argv) {
   const char* tf_config = std::getenv("TF_CONFIG");
   absl::StatusOr<kubetrain::worker::Launch> launch = kubetrain::worker::ChooseLaunch(
       tf_config == nullptr ? std::nullopt : std::optional<std::string>(tf_config), args,
-      kubetrain::worker::FreeTcpPort);
+      kubetrain::FreePortOnEveryInterface);
   if (!launch.ok()) {
     std::cerr << "kubetrain-entrypoint: " << launch.status().message() << std::endl;
     return 2;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/host_port.h"
+
 namespace kubetrain::worker {
 namespace {
 
@@ -64,7 +66,7 @@ TEST(ChooseLaunch, WithoutTfConfigOneProcessTrainsAlone) {
     EXPECT_THAT(l->default_env,
                 ElementsAre(std::pair<std::string, std::string>("KUBETRAIN_MODE", "allreduce")));
   }
-  absl::StatusOr<int> free = FreeTcpPort();
+  absl::StatusOr<int> free = FreePortOnEveryInterface();
   ASSERT_TRUE(free.ok()) << free.status();
   EXPECT_GT(*free, 0);
 }
