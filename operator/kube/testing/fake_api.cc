@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 
 namespace kubetrain::kube::testing {
 
@@ -73,16 +74,27 @@ void FakeApiClient::Record(const std::string& verb, const Resource& r, const std
   requests_.push_back(absl::StrCat(verb, " ", r.plural, " ", Key(ns, name)));
 }
 
+absl::Status FakeApiClient::Received(const std::string& verb, const Resource& r,
+                                     const std::string& ns, const std::string& name) {
+  Record(verb, r, ns, name);
+  return Injected(verb, r.plural);
+}
+
+absl::StatusOr<std::map<std::string, json>::iterator> FakeApiClient::Stored(
+    const Resource& r, const std::string& ns, const std::string& name) {
+  auto& kind = objects_[r.plural];
+  auto it = kind.find(Key(ns, name));
+  if (it == kind.end()) return NotFound(r, name);
+  return it;
+}
+
 std::string FakeApiClient::NextVersion() { return std::to_string(++version_); }
 
 absl::StatusOr<json> FakeApiClient::Get(const Resource& r, const std::string& ns,
                                         const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  Record("get", r, ns, name);
-  if (absl::Status s = Injected("get", r.plural); !s.ok()) return s;
-  auto& kind = objects_[r.plural];
-  auto it = kind.find(Key(ns, name));
-  if (it == kind.end()) return NotFound(r, name);
+  RETURN_IF_ERROR(Received("get", r, ns, name));
+  ASSIGN_OR_RETURN(auto it, Stored(r, ns, name));
   return it->second;
 }
 
@@ -117,11 +129,8 @@ absl::StatusOr<json> FakeApiClient::UpdateStatus(const Resource& r, const std::s
                                                  const json& object) {
   std::lock_guard<std::mutex> lock(mu_);
   std::string name = object["metadata"].value("name", "");
-  Record("update", r, ns, name);
-  if (absl::Status s = Injected("update", r.plural); !s.ok()) return s;
-  auto& kind = objects_[r.plural];
-  auto it = kind.find(Key(ns, name));
-  if (it == kind.end()) return NotFound(r, name);
+  RETURN_IF_ERROR(Received("update", r, ns, name));
+  ASSIGN_OR_RETURN(auto it, Stored(r, ns, name));
   std::string version = object["metadata"].value("resourceVersion", "");
   if (!version.empty() && version != it->second["metadata"].value("resourceVersion", "")) {
     return absl::AbortedError(absl::StrCat("Operation cannot be fulfilled on ", r.plural, " \"",
@@ -136,14 +145,11 @@ absl::StatusOr<json> FakeApiClient::Patch(const Resource& r, const std::string& 
                                           const std::string& name, PatchType type,
                                           const std::string& body, const std::string& subresource) {
   std::lock_guard<std::mutex> lock(mu_);
-  Record("patch", r, ns, name);
-  if (absl::Status s = Injected("patch", r.plural); !s.ok()) return s;
+  RETURN_IF_ERROR(Received("patch", r, ns, name));
   if (type != PatchType::kMerge || !subresource.empty()) {
     return absl::UnimplementedError("the fake API server applies merge patches only");
   }
-  auto& kind = objects_[r.plural];
-  auto it = kind.find(Key(ns, name));
-  if (it == kind.end()) return NotFound(r, name);
+  ASSIGN_OR_RETURN(auto it, Stored(r, ns, name));
   json patch = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (patch.is_discarded()) return absl::InvalidArgumentError("the patch is not JSON");
   json before_spec = it->second.value("spec", json());
@@ -158,11 +164,8 @@ absl::StatusOr<json> FakeApiClient::Patch(const Resource& r, const std::string& 
 absl::Status FakeApiClient::Delete(const Resource& r, const std::string& ns,
                                    const std::string& name, const DeleteOptions& options) {
   std::lock_guard<std::mutex> lock(mu_);
-  Record("delete", r, ns, name);
-  if (absl::Status s = Injected("delete", r.plural); !s.ok()) return s;
-  auto& kind = objects_[r.plural];
-  auto it = kind.find(Key(ns, name));
-  if (it == kind.end()) return NotFound(r, name);
+  RETURN_IF_ERROR(Received("delete", r, ns, name));
+  ASSIGN_OR_RETURN(auto it, Stored(r, ns, name));
   if (!options.precondition_uid.empty() &&
       options.precondition_uid != it->second["metadata"].value("uid", "")) {
     return absl::AbortedError(
@@ -199,10 +202,9 @@ absl::StatusOr<std::vector<json>> FakeApiClient::DeleteCollection(const Resource
                                                                   const ListOptions& selectors,
                                                                   const DeleteOptions& options) {
   std::lock_guard<std::mutex> lock(mu_);
-  Record("deletecollection", r, ns,
-         absl::StrCat("?labelSelector=", selectors.label_selector,
-                      "&fieldSelector=", selectors.field_selector));
-  if (absl::Status s = Injected("deletecollection", r.plural); !s.ok()) return s;
+  RETURN_IF_ERROR(Received("deletecollection", r, ns,
+                           absl::StrCat("?labelSelector=", selectors.label_selector,
+                                        "&fieldSelector=", selectors.field_selector)));
   if (!options.precondition_uid.empty()) {
     return absl::InvalidArgumentError("deletecollection takes no uid precondition");
   }
@@ -256,8 +258,7 @@ absl::StatusOr<std::string> FakeApiClient::GetLog(const std::string& ns, const s
                                                   const std::string& /*container*/, int tail_lines,
                                                   int64_t limit_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  Record("log", Resource::Pods(), ns, pod);
-  if (absl::Status s = Injected("log", "pods"); !s.ok()) return s;
+  RETURN_IF_ERROR(Received("log", Resource::Pods(), ns, pod));
   if (!objects_["pods"].count(Key(ns, pod))) return NotFound(Resource::Pods(), pod);
   std::vector<std::string> lines = absl::StrSplit(logs_[Key(ns, pod)], '\n');
   if (!lines.empty() && lines.back().empty()) lines.pop_back();

@@ -92,6 +92,13 @@ class FakeApiClient : public ApiClient {
   absl::Status Injected(const std::string& verb, const std::string& plural);
   void Record(const std::string& verb, const Resource& r, const std::string& ns,
               const std::string& name);
+  // Records the request and returns the error injected for it, if any (Record, then Injected).
+  absl::Status Received(const std::string& verb, const Resource& r, const std::string& ns,
+                        const std::string& name);
+  // The stored object, or NotFound as the API server words it.
+  absl::StatusOr<std::map<std::string, nlohmann::json>::iterator> Stored(const Resource& r,
+                                                                         const std::string& ns,
+                                                                         const std::string& name);
   // Marks a pod deleting (it lingers until FinishDeletions; deletionTimestamp at the end of its
   // grace period) or removes it (grace 0) or any other object.
   void DeleteLocked(const Resource& r, std::map<std::string, nlohmann::json>::iterator it,
