@@ -73,9 +73,7 @@ class PodTemplateValidator {
       Error(path, "must be an object, got " + Describe(c));
       return;
     }
-    if (c.contains("name") && !c["name"].is_string()) {
-      Error(path + ".name", "must be a string, got " + Describe(c["name"]));
-    } else if (StringField(c, "name").empty()) {
+    if (OptionalString(c, "name", path) && StringField(c, "name").empty()) {
       Error(path + ".name", "required");
     }
     if (!c.contains("image") || !c["image"].is_string() || c["image"].get<std::string>().empty()) {
@@ -85,9 +83,7 @@ class PodTemplateValidator {
     }
     StringList(c, "command", path);
     StringList(c, "args", path);
-    if (c.contains("workingDir") && !c["workingDir"].is_string()) {
-      Error(path + ".workingDir", "must be a string, got " + Describe(c["workingDir"]));
-    }
+    OptionalString(c, "workingDir", path);
     if (c.contains("env")) Env(c["env"], path + ".env");
     if (c.contains("ports") && !c["ports"].is_array()) {
       Error(path + ".ports", "must be a list of ports, got " + Describe(c["ports"]));
@@ -95,6 +91,16 @@ class PodTemplateValidator {
       for (size_t i = 0; i < c["ports"].size(); ++i)
         Port(c["ports"][i], absl::StrCat(path, ".ports[", i, "]"));
     }
+  }
+
+  // Reports obj's `key` (at path.key) when it is set to something other than a string, the
+  // message followed by `hint`; true when it is a string or absent.
+  bool OptionalString(const json& obj, const char* key, const std::string& path,
+                      const char* hint = "") {
+    if (!obj.contains(key) || obj[key].is_string()) return true;
+    Error(absl::StrCat(path, ".", key),
+          absl::StrCat("must be a string, got ", Describe(obj[key]), hint));
+    return false;
   }
 
   // The fields below are read when pods are built and run, so their types are checked here
@@ -132,10 +138,7 @@ class PodTemplateValidator {
                                   ? "must be a string, got " + Describe(e["name"])
                                   : std::string("required"));
       }
-      if (e.contains("value") && !e["value"].is_string()) {
-        Error(item + ".value",
-              "must be a string, got " + Describe(e["value"]) + "; quote numbers and booleans");
-      }
+      OptionalString(e, "value", item, "; quote numbers and booleans");
       if (e.contains("valueFrom") && !e["valueFrom"].is_object()) {
         Error(item + ".valueFrom", "must be an object, got " + Describe(e["valueFrom"]));
       }
@@ -147,9 +150,7 @@ class PodTemplateValidator {
       Error(path, "must be an object with containerPort, got " + Describe(p));
       return;
     }
-    if (p.contains("name") && !p["name"].is_string()) {
-      Error(path + ".name", "must be a string, got " + Describe(p["name"]));
-    }
+    OptionalString(p, "name", path);
     if (!p.contains("containerPort")) return;
     const json& port = p["containerPort"];
     if (!port.is_number_integer() || port.get<int64_t>() < 1 || port.get<int64_t>() > 65535) {
