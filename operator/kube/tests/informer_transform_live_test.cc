@@ -289,6 +289,14 @@ class InformerTransformTest : public ::testing::Test {
     }
   }
 
+  // Changes data.v of the ConfigMap `name` on the server: read, changed, updated.
+  absl::Status SetValue(const std::string& name, const std::string& value) {
+    auto current = client_->Get(kConfigMaps, "default", name);
+    if (!current.ok()) return current.status();
+    (*current)["data"]["v"] = value;
+    return client_->Update(kConfigMaps, "default", *current).status();
+  }
+
   // What the server holds, stripped, by name: what the cache must converge to.
   std::map<std::string, json> ServerState() {
     std::map<std::string, json> out;
@@ -407,10 +415,7 @@ TEST_F(InformerTransformTest, CacheAndHandlersHoldOnlyTransformedObjects) {
 
   // ADDED, MODIFIED and DELETED events.
   ASSERT_THAT(client_->Create(kConfigMaps, "default", AppliedConfigMap("b", "1")), IsOk());
-  auto current = client_->Get(kConfigMaps, "default", "a");
-  ASSERT_THAT(current, IsOk());
-  (*current)["data"]["v"] = "2";
-  ASSERT_THAT(client_->Update(kConfigMaps, "default", *current), IsOk());
+  ASSERT_THAT(SetValue("a", "2"), IsOk());
   ASSERT_THAT(client_->Delete(kConfigMaps, "default", "b"), IsOk());
   ASSERT_TRUE(Eventually([&] {
     std::lock_guard<std::mutex> lock(seen.mu);
@@ -459,10 +464,7 @@ TEST_F(InformerTransformTest, PagedRelistKeepsTheCacheAndReportsOnlyWhatChanged)
   // Changes the informer does not hear of until it relists.
   proxy_->hold_events = true;
   ASSERT_THAT(client_->Create(kConfigMaps, "default", AppliedConfigMap("new", "x")), IsOk());
-  auto cm5 = client_->Get(kConfigMaps, "default", "cm-5");
-  ASSERT_THAT(cm5, IsOk());
-  (*cm5)["data"]["v"] = "changed";
-  ASSERT_THAT(client_->Update(kConfigMaps, "default", *cm5), IsOk());
+  ASSERT_THAT(SetValue("cm-5", "changed"), IsOk());
   ASSERT_THAT(client_->Delete(kConfigMaps, "default", "cm-12"), IsOk());
   absl::SleepFor(absl::Milliseconds(200));  // the held events do not reach the cache meanwhile
   EXPECT_EQ(CacheState(informer), before);
