@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/scoped_env.h"
+#include "common/testing/unique_temp_dir.h"
 
 namespace kubetrain {
 namespace {
@@ -19,19 +20,15 @@ namespace fs = std::filesystem;
 class PrivateDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "/private-dir-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    root_ = fs::path(tmpl).lexically_normal().string();
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
+    ASSERT_TRUE(tmp_.Make("private-dir-"));
+    root_ = tmp_.path();
   }
   static unsigned Mode(const std::string& path) {
     struct stat st;
     EXPECT_EQ(lstat(path.c_str(), &st), 0) << path;
     return st.st_mode & 07777;
   }
+  ::kubetrain::testing::UniqueTempDir tmp_;
   std::string root_;
 };
 

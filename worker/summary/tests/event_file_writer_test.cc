@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/unique_temp_dir.h"
 #include "tensorflow/core/util/event.pb.h"
 #include "worker/summary/tfrecord.h"
 
@@ -49,14 +50,9 @@ std::vector<tensorflow::Event> ReadEvents(const std::string& path) {
 class EventFileWriterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "/summary-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    root_ = fs::path(tmpl).lexically_normal().string();
+    ASSERT_TRUE(tmp_.Make("summary-"));
+    root_ = tmp_.path();
     dir_ = root_ + "/ckpt/summaries";
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
   }
   EventFileOptions Options() { return {.directory = dir_, .host = "chief-0", .clock = &clock_}; }
   std::unique_ptr<EventFileWriter> MustCreate(EventFileOptions options) {
@@ -66,6 +62,7 @@ class EventFileWriterTest : public ::testing::Test {
   }
 
   FakeClock clock_{absl::FromUnixSeconds(1'700'000'000)};
+  ::kubetrain::testing::UniqueTempDir tmp_;
   std::string root_;
   std::string dir_;
 };
