@@ -151,16 +151,6 @@ std::map<std::string, std::vector<std::string>> ExtraOf(const json& extra) {
   return out;
 }
 
-// utilerrors.NewAggregate(errs).Error().
-std::string AggregateMessage(const std::vector<std::string>& errors) {
-  std::vector<std::string> unique;
-  for (const std::string& e : errors) {
-    if (std::find(unique.begin(), unique.end(), e) == unique.end()) unique.push_back(e);
-  }
-  if (unique.size() == 1) return unique[0];
-  return absl::StrCat("[", absl::StrJoin(unique, ", "), "]");
-}
-
 json RulesReviewStatus(const Store* rbac_store, const UserInfo& user, const std::string& ns) {
   HeldRules held;
   if (rbac_store != nullptr) {

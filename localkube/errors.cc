@@ -1,5 +1,7 @@
 #include "localkube/errors.h"
 
+#include <algorithm>
+
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -137,6 +139,15 @@ absl::Status TooLargeResourceVersionError(int64_t requested, int64_t current) {
       {{"causes",
         {{{"reason", "ResourceVersionTooLarge"}, {"message", "Too large resource version"}}}},
        {"retryAfterSeconds", 1}});
+}
+
+std::string AggregateMessage(const std::vector<std::string>& errors) {
+  std::vector<std::string> unique;
+  for (const std::string& e : errors) {
+    if (std::find(unique.begin(), unique.end(), e) == unique.end()) unique.push_back(e);
+  }
+  if (unique.size() == 1) return unique[0];
+  return absl::StrCat("[", absl::StrJoin(unique, ", "), "]");
 }
 
 nlohmann::json StatusBody(const absl::Status& status) {

@@ -40,6 +40,10 @@ absl::Status ExpiredContinueError(const std::string& continue_token);
 // ResourceVersionTooLarge, retry after 1 s), as the watch cache answers after waiting 3 s.
 absl::Status TooLargeResourceVersionError(int64_t requested, int64_t current);
 
+// utilerrors.NewAggregate(errs).Error(): one message alone, several deduplicated (first
+// occurrence kept) in brackets, separated by ", ".
+std::string AggregateMessage(const std::vector<std::string>& errors);
+
 // The Status object for an error (synthesised from the absl code when there is no payload).
 nlohmann::json StatusBody(const absl::Status& status);
 int HttpCode(const absl::Status& status);

@@ -174,16 +174,6 @@ absl::StatusOr<json> RoleRefRules(const Store& store, const json& binding,
 
 namespace {
 
-// utilerrors.NewAggregate(errs).Error(): one message alone, several deduplicated in brackets.
-std::string Aggregate(const std::vector<std::string>& errors) {
-  std::vector<std::string> unique;
-  for (const std::string& e : errors) {
-    if (!Contains(unique, e)) unique.push_back(e);
-  }
-  if (unique.size() == 1) return unique[0];
-  return absl::StrCat("[", absl::StrJoin(unique, ", "), "]");
-}
-
 // "trainingjobs.kubetrain.dev" / "pods": how NewForbidden names the group resource.
 std::string GroupResource(const std::string& resource, const std::string& group) {
   return group.empty() ? resource : absl::StrCat(resource, ".", group);
@@ -396,7 +386,7 @@ Decision Decide(const Store& store, const UserInfo& user, const RequestAttribute
       if (visit(b, attributes.ns)) return {true, reason};
     }
   }
-  return {false, errors.empty() ? "" : absl::StrCat("RBAC: ", Aggregate(errors))};
+  return {false, errors.empty() ? "" : absl::StrCat("RBAC: ", AggregateMessage(errors))};
 }
 
 absl::Status Authorize(const Store& store, const UserInfo& user,

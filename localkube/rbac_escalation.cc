@@ -22,16 +22,6 @@ constexpr int64_t kMaxCheckedAtoms = 1 << 20;
 
 std::string RbacStorageKey(const char* plural) { return absl::StrCat(kRbacApiGroup, "/", plural); }
 
-// utilerrors.NewAggregate(errs).Error(): one message alone, several deduplicated in brackets.
-std::string AggregateErrors(const std::vector<std::string>& errors) {
-  std::vector<std::string> unique;
-  for (const std::string& e : errors) {
-    if (std::find(unique.begin(), unique.end(), e) == unique.end()) unique.push_back(e);
-  }
-  if (unique.size() == 1) return unique[0];
-  return absl::StrCat("[", absl::StrJoin(unique, ", "), "]");
-}
-
 // rbacregistry.IsOnlyMutatingGCFields: the update changes nothing but ownerReferences and
 // finalizers (resourceVersion and managedFields are the server's).
 bool OnlyGcFieldsChange(const json& object, const json& old) {
@@ -151,7 +141,7 @@ absl::Status ConfirmNoEscalation(const Store& store, const UserInfo& user, const
       absl::StrCat(who, " is attempting to grant RBAC permissions not currently held:\n",
                    absl::StrJoin(missing, "\n"));
   if (!held.errors.empty()) {
-    absl::StrAppend(&message, "; resolution errors: [", AggregateErrors(held.errors), "]");
+    absl::StrAppend(&message, "; resolution errors: [", AggregateMessage(held.errors), "]");
   }
   return absl::PermissionDeniedError(message);
 }
