@@ -126,15 +126,6 @@ RequestAttributes AttributesOfSpec(const json& spec) {
   return a;
 }
 
-std::vector<std::string> StringList(const json& v) {
-  std::vector<std::string> out;
-  if (!v.is_array()) return out;
-  for (const json& s : v) {
-    if (s.is_string()) out.push_back(s.get<std::string>());
-  }
-  return out;
-}
-
 json AccessReviewStatus(const Store* rbac_store, const UserInfo& user, const json& spec) {
   Decision d{true, ""};
   if (rbac_store != nullptr) d = Decide(*rbac_store, user, AttributesOfSpec(spec));
@@ -147,7 +138,7 @@ json AccessReviewStatus(const Store* rbac_store, const UserInfo& user, const jso
 std::map<std::string, std::vector<std::string>> ExtraOf(const json& extra) {
   std::map<std::string, std::vector<std::string>> out;
   if (!extra.is_object()) return out;
-  for (const auto& [key, values] : extra.items()) out[key] = StringList(values);
+  for (const auto& [key, values] : extra.items()) out[key] = StringElements(values);
   return out;
 }
 
@@ -249,7 +240,7 @@ absl::StatusOr<json> CreateAccessReview(const Registry& registry, const Store* r
     return out;
   }
   UserInfo subject{.name = Str(spec, "user"),
-                   .groups = StringList(Field(spec, "groups")),
+                   .groups = StringsOf(spec, "groups"),
                    .uid = Str(spec, "uid"),
                    .extra = ExtraOf(Field(spec, "extra"))};
   out["status"] = AccessReviewStatus(rbac_store, subject, spec);

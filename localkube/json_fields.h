@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,22 @@ inline const nlohmann::json& Field(const nlohmann::json& object, const char* key
 inline std::string Str(const nlohmann::json& object, const char* key) {
   const nlohmann::json& v = Field(object, key);
   return v.is_string() ? v.get<std::string>() : "";
+}
+
+// The strings of a JSON array, in order; elements that are not strings are skipped, and a value
+// that is not an array has none.
+inline std::vector<std::string> StringElements(const nlohmann::json& array) {
+  std::vector<std::string> out;
+  if (!array.is_array()) return out;
+  for (const nlohmann::json& v : array) {
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+// The strings of the array object[key] (none when it is missing or not an array).
+inline std::vector<std::string> StringsOf(const nlohmann::json& object, const char* key) {
+  return StringElements(Field(object, key));
 }
 
 // encoding/json's name for a JSON value's kind in type errors.

@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "localkube/json_fields.h"
 #include "localkube/pod_sandbox.h"
 
 extern char** environ;
@@ -36,15 +37,6 @@ constexpr char kNamePrefix[] = "localkube-";
 
 std::string ShellQuote(const std::string& s) {
   return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
-}
-
-std::vector<std::string> Strings(const json& j) {
-  std::vector<std::string> out;
-  if (!j.is_array()) return out;
-  for (const json& s : j) {
-    if (s.is_string()) out.push_back(s.get<std::string>());
-  }
-  return out;
 }
 
 // The last line of buildah's output that says something (its error, or the mount point).
@@ -394,8 +386,8 @@ std::unique_ptr<RunningContainer> OciRuntime::Start(const ContainerConfig& confi
   }
 
   std::vector<std::string> argv =
-      ResolveArgv(Strings(image_config.value("Entrypoint", json())),
-                  Strings(image_config.value("Cmd", json())), config.command, config.args);
+      ResolveArgv(StringElements(image_config.value("Entrypoint", json())),
+                  StringElements(image_config.value("Cmd", json())), config.command, config.args);
   if (argv.empty()) {
     return fail_rm("CreateContainerError",
                    absl::StrCat("no command specified: image \"", config.image,
@@ -451,7 +443,7 @@ std::unique_ptr<RunningContainer> OciRuntime::Start(const ContainerConfig& confi
 
   // Environment: the image's ENV, then the kubelet's.
   std::map<std::string, std::string> env;
-  for (const std::string& kv : Strings(image_config.value("Env", json()))) {
+  for (const std::string& kv : StringElements(image_config.value("Env", json()))) {
     size_t eq = kv.find('=');
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }

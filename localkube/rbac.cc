@@ -24,17 +24,6 @@ constexpr char kRbacGroup[] = "rbac.authorization.k8s.io";
 
 std::string RbacKey(const char* plural) { return absl::StrCat(kRbacGroup, "/", plural); }
 
-// Strings of a JSON array field (non-strings skipped).
-std::vector<std::string> StringsOf(const json& object, const char* field) {
-  std::vector<std::string> out;
-  auto it = object.find(field);
-  if (it == object.end() || !it->is_array()) return out;
-  for (const auto& v : *it) {
-    if (v.is_string()) out.push_back(v.get<std::string>());
-  }
-  return out;
-}
-
 bool Contains(const std::vector<std::string>& list, const std::string& v) {
   return std::find(list.begin(), list.end(), v) != list.end();
 }

@@ -11,21 +11,12 @@
 #include "absl/strings/strip.h"
 #include "common/quote.h"
 #include "localkube/errors.h"
+#include "localkube/json_fields.h"
 
 namespace kubetrain::localkube {
 namespace {
 
 using json = nlohmann::json;
-
-std::vector<std::string> RuleStrings(const json& rule, const char* field) {
-  std::vector<std::string> out;
-  auto it = rule.find(field);
-  if (it == rule.end() || !it->is_array()) return out;
-  for (const json& v : *it) {
-    if (v.is_string()) out.push_back(v.get<std::string>());
-  }
-  return out;
-}
 
 bool Holds(const std::vector<std::string>& list, const std::string& value) {
   return std::find(list.begin(), list.end(), value) != list.end();
@@ -80,11 +71,11 @@ int64_t SaturatingAdd(int64_t a, int64_t b) {
 PolicyRule PolicyRuleOf(const json& rule) {
   PolicyRule r;
   if (!rule.is_object()) return r;
-  r.verbs = RuleStrings(rule, "verbs");
-  r.api_groups = RuleStrings(rule, "apiGroups");
-  r.resources = RuleStrings(rule, "resources");
-  r.resource_names = RuleStrings(rule, "resourceNames");
-  r.non_resource_urls = RuleStrings(rule, "nonResourceURLs");
+  r.verbs = StringsOf(rule, "verbs");
+  r.api_groups = StringsOf(rule, "apiGroups");
+  r.resources = StringsOf(rule, "resources");
+  r.resource_names = StringsOf(rule, "resourceNames");
+  r.non_resource_urls = StringsOf(rule, "nonResourceURLs");
   return r;
 }
 
