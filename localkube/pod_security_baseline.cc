@@ -192,32 +192,15 @@ std::optional<Violation> SeLinuxOptions(const json&, const json& spec) {
 // seccompProfile_baseline (explicit bad types only) and seccompProfile_restricted (also
 // requires a profile on the pod or every container).
 std::optional<Violation> Seccomp(const json& spec, bool required) {
-  auto valid = [](const std::string& t) { return t == "RuntimeDefault" || t == "Localhost"; };
-  std::vector<std::string> setters;
   std::set<std::string> bad_values;
-  bool pod_set = false;
-  const json& pod_profile = Field(Field(spec, "securityContext"), "seccompProfile");
-  if (pod_profile.is_object()) {
-    if (!valid(Str(pod_profile, "type"))) {
-      setters.push_back("pod");
-      bad_values.insert(Str(pod_profile, "type"));
-    } else {
-      pod_set = true;
-    }
-  }
-  std::vector<std::string> explicit_bad, implicit_bad;
-  VisitContainers(spec, [&](const json& c) {
-    const json& p = Field(Field(c, "securityContext"), "seccompProfile");
-    if (p.is_object()) {
-      if (!valid(Str(p, "type"))) {
-        explicit_bad.push_back(Str(c, "name"));
-        bad_values.insert(Str(p, "type"));
-      }
-    } else if (!pod_set) {
-      implicit_bad.push_back(Str(c, "name"));
-    }
+  auto [setters, implicit_bad] = CheckInherited(spec, [&](const json& sc) {
+    const json& profile = Field(sc, "seccompProfile");
+    if (!profile.is_object()) return Setting::kUnset;
+    std::string type = Str(profile, "type");
+    if (type == "RuntimeDefault" || type == "Localhost") return Setting::kAllowed;
+    bad_values.insert(type);
+    return Setting::kForbidden;
   });
-  if (!explicit_bad.empty()) setters.push_back(Containers(explicit_bad));
   if (!setters.empty()) {
     return Violation{"seccompProfile",
                      absl::StrCat(absl::StrJoin(setters, " and "),

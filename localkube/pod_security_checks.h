@@ -54,6 +54,43 @@ inline void VisitContainers(const json& spec, const std::function<void(const jso
   }
 }
 
+// A setting of a securityContext that containers inherit from the pod's (seccompProfile,
+// runAsNonRoot), as one security context holds it.
+enum class Setting { kUnset, kAllowed, kForbidden };
+
+// Who holds a forbidden value of an inherited setting, and who holds none.
+struct InheritedSetting {
+  // "pod" when the pod's securityContext holds a forbidden value, then "container(s) ..." naming
+  // the containers whose own one does.
+  std::vector<std::string> setters;
+  // The containers that set nothing while the pod sets no allowed value.
+  std::vector<std::string> unset;
+};
+
+// Reads the setting of the pod's securityContext and of each container's (VisitContainers order)
+// with `setting`.
+inline InheritedSetting CheckInherited(
+    const json& spec, const std::function<Setting(const json& security_context)>& setting) {
+  InheritedSetting out;
+  Setting pod = setting(Field(spec, "securityContext"));
+  if (pod == Setting::kForbidden) out.setters.push_back("pod");
+  std::vector<std::string> forbidden;
+  VisitContainers(spec, [&](const json& c) {
+    switch (setting(Field(c, "securityContext"))) {
+      case Setting::kForbidden:
+        forbidden.push_back(Str(c, "name"));
+        break;
+      case Setting::kUnset:
+        if (pod != Setting::kAllowed) out.unset.push_back(Str(c, "name"));
+        break;
+      case Setting::kAllowed:
+        break;
+    }
+  });
+  if (!forbidden.empty()) out.setters.push_back(Containers(forbidden));
+  return out;
+}
+
 inline bool IsWindows(const json& spec) { return Str(Field(spec, "os"), "name") == "windows"; }
 
 // Baseline checks (pod_security_baseline.cc).

@@ -120,26 +120,11 @@ std::optional<Violation> RestrictedVolumes(const json&, const json& spec) {
 }
 
 std::optional<Violation> RunAsNonRoot(const json&, const json& spec) {
-  std::vector<std::string> setters;
-  bool pod_non_root = false;
-  std::optional<bool> pod = Bool(Field(spec, "securityContext"), "runAsNonRoot");
-  if (pod.has_value()) {
-    if (!*pod) {
-      setters.push_back("pod");
-    } else {
-      pod_non_root = true;
-    }
-  }
-  std::vector<std::string> explicit_bad, implicit_bad;
-  VisitContainers(spec, [&](const json& c) {
-    std::optional<bool> v = Bool(Field(c, "securityContext"), "runAsNonRoot");
-    if (v.has_value()) {
-      if (!*v) explicit_bad.push_back(Str(c, "name"));
-    } else if (!pod_non_root) {
-      implicit_bad.push_back(Str(c, "name"));
-    }
+  auto [setters, implicit_bad] = CheckInherited(spec, [](const json& sc) {
+    std::optional<bool> non_root = Bool(sc, "runAsNonRoot");
+    if (!non_root.has_value()) return Setting::kUnset;
+    return *non_root ? Setting::kAllowed : Setting::kForbidden;
   });
-  if (!explicit_bad.empty()) setters.push_back(Containers(explicit_bad));
   if (!setters.empty()) {
     return Violation{"runAsNonRoot != true",
                      absl::StrCat(absl::StrJoin(setters, " and "),
