@@ -214,10 +214,7 @@ void WorkloadControllers::UpdateDeploymentStatus(const json& d) {
   auto created = created_replicasets_.find(uid);
   bool just_created = created != created_replicasets_.end() && created->second == rs_name;
   if (complete) created_replicasets_.erase(uid);
-  (void)api_->Mutate(kDeploymentsKey, ns, name, [&](json& o) {
-    if (UidOf(o) != uid) return false;
-    json status = Field(o, "status").is_object() ? o["status"] : json::object();
-    json before = status;
+  UpdateStatus(kDeploymentsKey, ns, name, uid, [&](const json&, json& status) {
     status["observedGeneration"] = generation;
     status["replicas"] = actual;
     status["updatedReplicas"] = updated;
@@ -272,9 +269,6 @@ void WorkloadControllers::UpdateDeploymentStatus(const json& d) {
       RemoveCondition(&conditions, "ReplicaFailure");
     }
     status["conditions"] = conditions;
-    if (status == before) return false;
-    o["status"] = std::move(status);
-    return true;
   });
 }
 

@@ -150,10 +150,7 @@ void WorkloadControllers::SyncReplicaSet(const json& rs,
   }
   std::string now_text = KubeTime(now);
   auto failure = create_failures_.find(uid);
-  (void)api_->Mutate(kReplicaSetsKey, ns, name, [&](json& o) {
-    if (UidOf(o) != uid) return false;
-    json status = Field(o, "status").is_object() ? o["status"] : json::object();
-    json before = status;
+  UpdateStatus(kReplicaSetsKey, ns, name, uid, [&](const json& o, json& status) {
     status["replicas"] = have;
     status["fullyLabeledReplicas"] = have;
     status["readyReplicas"] = ready;
@@ -175,6 +172,17 @@ void WorkloadControllers::SyncReplicaSet(const json& rs,
     } else {
       status.erase("conditions");
     }
+  });
+}
+
+void WorkloadControllers::UpdateStatus(
+    const char* storage_key, const std::string& ns, const std::string& name, const std::string& uid,
+    const std::function<void(const json& object, json& status)>& update) {
+  (void)api_->Mutate(storage_key, ns, name, [&](json& o) {
+    if (UidOf(o) != uid) return false;
+    json status = Field(o, "status").is_object() ? o["status"] : json::object();
+    json before = status;
+    update(o, status);
     if (status == before) return false;
     o["status"] = std::move(status);
     return true;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -54,6 +55,13 @@ class WorkloadControllers {
   void SyncReplicaSet(const nlohmann::json& replicaset,
                       const std::multimap<std::string, nlohmann::json>& pods_by_owner);
   void UpdateDeploymentStatus(const nlohmann::json& deployment);
+  // Rewrites the status of the object at (storage_key, ns, name) unless it is no longer the one
+  // `uid` names: `update` edits a copy of its status (an empty object when it has none) with the
+  // live object at hand, and nothing is written when that leaves the status as it was.
+  void UpdateStatus(
+      const char* storage_key, const std::string& ns, const std::string& name,
+      const std::string& uid,
+      const std::function<void(const nlohmann::json& object, nlohmann::json& status)>& update);
 
   Api* api_;
   absl::Duration resync_;
