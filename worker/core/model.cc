@@ -125,7 +125,8 @@ absl::StatusOr<int> Model::ForwardBackward(absl::Span<const float> images,
   const int batch = static_cast<int>(labels.size());
   // Buffers grow before a step may be captured: a capture cannot allocate.
   Reserve(batch);
-  const StepGraphs::Issue issue = [&](const float* host_images, const int32_t* host_labels) {
+  // A named lambda: StepGraphs::Issue refers to it and must not outlive it.
+  auto issue = [&](const float* host_images, const int32_t* host_labels) {
     device_.Upload(host_images, input_, static_cast<int64_t>(images.size()));
     device_.Upload(host_labels, labels_, batch);
     const float* logits = Forward(batch);

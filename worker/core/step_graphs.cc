@@ -52,7 +52,7 @@ absl::Status StepGraphs::Stage(absl::Span<const float> images, absl::Span<const 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<DeviceGraph>> StepGraphs::Capture(const Issue& issue) {
+absl::StatusOr<std::unique_ptr<DeviceGraph>> StepGraphs::Capture(Issue issue) {
   RETURN_IF_ERROR(device_.BeginCapture());
   issue(staged_images(), staged_labels());
   return device_.EndCapture();
@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> StepGraphs::Capture(const Issue& is
 
 absl::Status StepGraphs::Run(const StepKey& key, uint64_t generation,
                              absl::Span<const float> images, absl::Span<const int32_t> labels,
-                             const Issue& issue) {
+                             Issue issue) {
   const bool warm_up = active() && !Warm(key);
   if (!active() || warm_up) {
     if (warm_up) warm_.push_back(key);

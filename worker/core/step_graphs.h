@@ -8,11 +8,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -33,8 +33,9 @@ struct StepKey {
 class StepGraphs {
  public:
   // Issues one step's device work with the batch's images and labels at these host addresses:
-  // the uploads first, then forward, loss and backward.
-  using Issue = std::function<void(const float* images, const int32_t* labels)>;
+  // the uploads first, then forward, loss and backward. A reference to the caller's callable,
+  // valid for the call it is passed to: no allocation on a step.
+  using Issue = absl::FunctionRef<void(const float* images, const int32_t* labels)>;
 
   // Graphs kept: the full batch, the epoch's last short batch, and room for a change of size.
   static constexpr size_t kGraphsKept = 4;
@@ -69,7 +70,7 @@ class StepGraphs {
   // Errors are those of staging the batch and of launching; the step's own device errors surface
   // at the caller's next Synchronize.
   absl::Status Run(const StepKey& key, uint64_t generation, absl::Span<const float> images,
-                   absl::Span<const int32_t> labels, const Issue& issue);
+                   absl::Span<const int32_t> labels, Issue issue);
 
  private:
   struct Entry {
@@ -85,7 +86,7 @@ class StepGraphs {
   const int32_t* staged_labels() const {
     return reinterpret_cast<const int32_t*>(static_cast<const char*>(staging_) + image_capacity_);
   }
-  absl::StatusOr<std::unique_ptr<DeviceGraph>> Capture(const Issue& issue);
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Capture(Issue issue);
   DeviceGraph* Find(const StepKey& key);
   bool Warm(const StepKey& key) const;
 
