@@ -46,8 +46,8 @@ TEST(ContainerArgv, AWordThatIsNotAStringIsRefusedNamingItsList) {
   auto command = ContainerArgv(json::parse(R"js({"command":["run",1]})js"), {}, "containers[0]");
   ASSERT_FALSE(command.ok());
   EXPECT_EQ(command.status().message(), "containers[0].command: must be a list of strings");
-  auto args = ContainerArgv(json::parse(R"js({"command":["run"],"args":[true]})js"), {},
-                            "containers[1]");
+  auto args =
+      ContainerArgv(json::parse(R"js({"command":["run"],"args":[true]})js"), {}, "containers[1]");
   ASSERT_FALSE(args.ok());
   EXPECT_EQ(args.status().message(), "containers[1].args: must be a list of strings");
 }
