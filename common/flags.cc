@@ -121,13 +121,13 @@ void FlagSet::Add(absl::string_view name, std::string* target, absl::string_view
 template <typename Number>
 FlagSet::Limits& FlagSet::Add(absl::string_view name, Number* target, absl::string_view help,
                               absl::string_view env) requires kIsNumber<Number> {
-  constexpr absl::string_view kWhat = std::is_floating_point_v<Number> ? "a number"
-                                      : std::is_signed_v<Number>       ? "an integer"
-                                                                       : "a non-negative integer";
   auto limits = std::make_shared<Limits>();
   return AddLimited(
       {std::string(name), std::string(help), std::string(env), absl::StrCat(*target), false,
        [target, limits](absl::string_view v) {
+         constexpr absl::string_view kWhat = std::is_floating_point_v<Number> ? "a number"
+                                             : std::is_signed_v<Number>       ? "an integer"
+                                                                        : "a non-negative integer";
          Number parsed;
          bool ok;
          if constexpr (std::is_floating_point_v<Number>) {
