@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #endif
 
+#include "common/bfloat16.h"
 #include "common/enum_names.h"
 
 namespace kubetrain::ps {
@@ -30,6 +31,8 @@ const char* WireFloatName(WireFloat f) { return NameOf(kWireFloats, f, "none"); 
 std::optional<WireFloat> ParseWireFloat(std::string_view name) {
   return ValueNamed(kWireFloats, name);
 }
+
+std::string WireFloatNames() { return NamesOf(kWireFloats); }
 
 uint16_t FloatToHalf(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
@@ -65,13 +68,9 @@ float HalfToFloat(uint16_t h) {
   return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
-uint16_t FloatToBFloat16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
+uint16_t FloatToBFloat16(float f) { return FloatToBf16Bits(f); }
 
-float BFloat16ToFloat(uint16_t h) { return std::bit_cast<float>(uint32_t{h} << 16); }
+float BFloat16ToFloat(uint16_t h) { return Bf16BitsToFloat(h); }
 
 namespace {
 

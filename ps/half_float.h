@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace kubetrain::ps {
@@ -33,6 +34,8 @@ constexpr size_t WireFloatBytes(WireFloat f) { return f == WireFloat::kFloat32 ?
 const char* WireFloatName(WireFloat f);
 // Parses a flag value ("none", "fp16", "bf16"); nullopt for anything else.
 std::optional<WireFloat> ParseWireFloat(std::string_view name);
+// The flag's values for an error's "allowed: ...": "none, fp16, bf16".
+std::string WireFloatNames();
 
 uint16_t FloatToHalf(float f);
 float HalfToFloat(uint16_t h);

@@ -142,7 +142,8 @@ absl::StatusOr<ps::WireFloat> Compression(const Options& opt) {
   std::optional<ps::WireFloat> wire = ps::ParseWireFloat(opt.compression);
   if (!wire) {
     return absl::InvalidArgumentError(absl::StrCat("--gradient-compression: unknown \"",
-                                                   opt.compression, "\"; none, fp16 or bf16"));
+                                                   opt.compression,
+                                                   "\"; allowed: ", ps::WireFloatNames()));
   }
   return *wire;
 }
