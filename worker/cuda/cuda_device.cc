@@ -1,6 +1,7 @@
 #include "worker/cuda/cuda_device.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -80,6 +81,19 @@ absl::Status CudaDevice::Init() {
   RETURN_IF_ERROR(MakeCurrent());
   ASSIGN_OR_RETURN(const std::string device_name, CudaDeviceName(ordinal()));
   description_ = absl::StrCat("cuda:", ordinal(), " ", device_name);
+  if (options_.precision == Precision::kBFloat16) {
+    int major = 0, minor = 0;
+    KT_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal()));
+    KT_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal()));
+    if (major < 8) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--precision=bf16: bf16 GEMMs and convolutions need compute capability 8.0 (Ampere) or "
+          "later, and ",
+          description_, " has ", major, ".", minor, "; use --precision=fp32"));
+    }
+  }
   KT_CUDA_RETURN_IF_ERROR(cuda::CheckKernelImage());
   ASSIGN_OR_RETURN(compute_, cuda::CreateStream());
   ASSIGN_OR_RETURN(copy_, cuda::CreateStream());
@@ -138,6 +152,19 @@ float* CudaDevice::Scratch(int64_t floats) {
     scratch_ = *std::move(grown);
   }
   return scratch_.as<float>();
+}
+
+bool CudaDevice::Bf16Scratch(std::initializer_list<int64_t> sizes, uint16_t** out) {
+  constexpr int64_t kAlign = 128;  // values: 256 bytes
+  int64_t total = 0;
+  for (const int64_t size : sizes) total += (size + kAlign - 1) / kAlign * kAlign;
+  auto* base = reinterpret_cast<uint16_t*>(Scratch((total + 1) / 2));
+  if (base == nullptr) return false;
+  for (const int64_t size : sizes) {
+    *out++ = base;
+    base += (size + kAlign - 1) / kAlign * kAlign;
+  }
+  return true;
 }
 
 bool CudaDevice::EnsureCudnn() {
@@ -286,6 +313,18 @@ absl::Status CudaDevice::Synchronize() {
 void CudaDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                       const float* b, float beta, float* c) {
   if (!Activate()) return;
+  if (options_.precision == Precision::kBFloat16) {
+    const int64_t a_size = int64_t{m} * k, b_size = int64_t{k} * n;
+    std::array<uint16_t*, 2> bf16{};
+    if (!Bf16Scratch({a_size, b_size}, bf16.data()) ||
+        !Check(KT_CUDA_STATUS(cuda::LaunchToBf16(stream(), a_size, a, bf16[0]))) ||
+        !Check(KT_CUDA_STATUS(cuda::LaunchToBf16(stream(), b_size, b, bf16[1])))) {
+      return;
+    }
+    Record(KT_CUBLAS_STATUS(cuda::RowMajorGemmBf16(cublas_.get(), trans_a, trans_b, m, n, k, alpha,
+                                                   bf16[0], bf16[1], beta, c)));
+    return;
+  }
   Record(KT_CUBLAS_STATUS(
       cuda::RowMajorSgemm(cublas_.get(), trans_a, trans_b, m, n, k, alpha, a, b, beta, c)));
 }

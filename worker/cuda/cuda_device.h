@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "worker/core/device.h"
 #include "worker/core/device_choice.h"
 #include "worker/core/host_blocks.h"
+#include "worker/core/precision.h"
 #include "worker/cuda/cuda_resources.h"
 
 namespace kubetrain::worker {
@@ -50,6 +52,10 @@ struct CudaDeviceOptions {
   // Convolutions (cuDNN) in TF32 where the GPU has tensor cores for it (Ampere and later): on
   // by default, as PyTorch's torch.backends.cudnn.allow_tf32; off keeps them in FP32.
   bool tf32_convolutions = true;
+  // kBFloat16 (--precision=bf16; docs/decisions/0011-bf16-mixed-precision.md): GEMMs and cuDNN's
+  // convolutions on bf16 operands, rounded from the float32 buffers into the scratch memory
+  // (cuda::LaunchToBf16), with float32 sums; a GPU before compute capability 8.0 is refused.
+  Precision precision = Precision::kFloat32;
 };
 
 // Owns, on one GPU: a compute stream on which every kernel, cuBLAS call and device-to-device
@@ -164,6 +170,11 @@ class CudaDevice final : public Device {
   void* convolution_workspace() const { return convolution_workspace_.get(); }
   size_t convolution_workspace_bytes() const { return convolution_workspace_.bytes(); }
   bool tf32_convolutions() const { return options_.tf32_convolutions; }
+  Precision precision() const { return options_.precision; }
+  // Room in the scratch memory for bf16 operands: out[i] gets sizes[i] values, each 256-byte
+  // aligned as cuBLAS and cuDNN prefer; false, with the error recorded, when it cannot be had.
+  // Valid until the next use of the scratch memory (any later kernel call).
+  bool Bf16Scratch(std::initializer_list<int64_t> sizes, uint16_t** out);
 
  private:
   explicit CudaDevice(const CudaDeviceOptions& options) : options_(options) {}

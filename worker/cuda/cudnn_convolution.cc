@@ -43,12 +43,11 @@ using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, cudnnDestroyTensorD
 using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor>;
 using ConvDescriptor = Descriptor<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor>;
 
-absl::StatusOr<TensorDescriptor> NhwcTensor(int n, int c, int h, int w) {
+absl::StatusOr<TensorDescriptor> NhwcTensor(cudnnDataType_t type, int n, int c, int h, int w) {
   cudnnTensorDescriptor_t raw = nullptr;
   KT_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&raw));
   TensorDescriptor d(raw);
-  KT_CUDNN_RETURN_IF_ERROR(
-      cudnnSetTensor4dDescriptor(raw, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, n, c, h, w));
+  KT_CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(raw, CUDNN_TENSOR_NHWC, type, n, c, h, w));
   return d;
 }
 
@@ -78,12 +77,24 @@ std::vector<AlgorithmTrial> Trials(const Perf* perf, int count) {
 
 class CudnnConvolution final : public ConvolutionKernels {
  public:
-  CudnnConvolution(CudaDevice& device, const Conv2DShape& shape) : device_(device), shape_(shape) {}
+  CudnnConvolution(CudaDevice& device, const Conv2DShape& shape)
+      : device_(device),
+        shape_(shape),
+        type_(device.precision() == Precision::kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT) {
+  }
 
-  void Forward(int batch, const float* x, const float* w, float* y) override {
+  void Forward(int batch, const float* x_float, const float* w, float* y_float) override {
     Plan* plan = PlanFor(batch);
-    const float* filter = Transposed(w);
-    if (plan == nullptr || filter == nullptr) return;
+    const float* filter_float = Transposed(w);
+    if (plan == nullptr || filter_float == nullptr) return;
+    Operands op;
+    if (!Stage(x_float, plan->dims.input_elements(), filter_float, filter_elements(), y_float,
+               plan->dims.output_elements(), op)) {
+      return;
+    }
+    const void* x = op.first;
+    const void* filter = op.second;
+    void* y = op.out;
     const float one = 1.0f, zero = 0.0f;
     if (!plan->forward) {
       std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
@@ -99,15 +110,25 @@ class CudnnConvolution final : public ConvolutionKernels {
       if (!Found(best, "forward")) return;
       plan->forward = static_cast<cudnnConvolutionFwdAlgo_t>(best->algorithm);
     }
-    Check(KT_CUDNN_STATUS(cudnnConvolutionForward(handle(), &one, plan->x.get(), x, filter_.get(),
-                                                  filter, conv_.get(), *plan->forward, workspace(),
-                                                  workspace_bytes(), &zero, plan->y.get(), y)));
+    if (Check(KT_CUDNN_STATUS(cudnnConvolutionForward(
+            handle(), &one, plan->x.get(), x, filter_.get(), filter, conv_.get(), *plan->forward,
+            workspace(), workspace_bytes(), &zero, plan->y.get(), y)))) {
+      Unstage(op, plan->dims.output_elements(), y_float);
+    }
   }
 
-  void BackwardFilter(int batch, const float* x, const float* dy, float* dw) override {
+  void BackwardFilter(int batch, const float* x_float, const float* dy_float, float* dw) override {
     Plan* plan = PlanFor(batch);
     if (plan == nullptr || !EnsureFilterBuffers()) return;
-    float* grad = filter_grad_.as<float>();
+    float* grad_float = filter_grad_.as<float>();
+    Operands op;
+    if (!Stage(x_float, plan->dims.input_elements(), dy_float, plan->dims.output_elements(),
+               grad_float, filter_elements(), op)) {
+      return;
+    }
+    const void* x = op.first;
+    const void* dy = op.second;
+    void* grad = op.out;
     const float one = 1.0f, zero = 0.0f;
     if (!plan->backward_filter) {
       std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>
@@ -126,17 +147,27 @@ class CudnnConvolution final : public ConvolutionKernels {
     }
     if (!Check(KT_CUDNN_STATUS(cudnnConvolutionBackwardFilter(
             handle(), &one, plan->x.get(), x, plan->y.get(), dy, conv_.get(),
-            *plan->backward_filter, workspace(), workspace_bytes(), &zero, filter_.get(), grad)))) {
+            *plan->backward_filter, workspace(), workspace_bytes(), &zero, filter_.get(), grad))) ||
+        !Unstage(op, filter_elements(), grad_float)) {
       return;
     }
     // OHWI [filters, k*k*in] back to the variable's HWIO [k*k*in, filters].
-    Check(KT_CUDA_STATUS(LaunchTranspose(device_.stream(), shape_.filters, patch(), grad, dw)));
+    Check(
+        KT_CUDA_STATUS(LaunchTranspose(device_.stream(), shape_.filters, patch(), grad_float, dw)));
   }
 
-  void BackwardData(int batch, const float* dy, const float* w, float* dx) override {
+  void BackwardData(int batch, const float* dy_float, const float* w, float* dx_float) override {
     Plan* plan = PlanFor(batch);
-    const float* filter = Transposed(w);
-    if (plan == nullptr || filter == nullptr) return;
+    const float* filter_float = Transposed(w);
+    if (plan == nullptr || filter_float == nullptr) return;
+    Operands op;
+    if (!Stage(filter_float, filter_elements(), dy_float, plan->dims.output_elements(), dx_float,
+               plan->dims.input_elements(), op)) {
+      return;
+    }
+    const void* filter = op.first;
+    const void* dy = op.second;
+    void* dx = op.out;
     const float one = 1.0f, zero = 0.0f;
     if (!plan->backward_data) {
       std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
@@ -152,13 +183,48 @@ class CudnnConvolution final : public ConvolutionKernels {
       if (!Found(best, "backward data")) return;
       plan->backward_data = static_cast<cudnnConvolutionBwdDataAlgo_t>(best->algorithm);
     }
-    Check(KT_CUDNN_STATUS(cudnnConvolutionBackwardData(
-        handle(), &one, filter_.get(), filter, plan->y.get(), dy, conv_.get(), *plan->backward_data,
-        workspace(), workspace_bytes(), &zero, plan->x.get(), dx)));
+    if (Check(KT_CUDNN_STATUS(cudnnConvolutionBackwardData(
+            handle(), &one, filter_.get(), filter, plan->y.get(), dy, conv_.get(),
+            *plan->backward_data, workspace(), workspace_bytes(), &zero, plan->x.get(), dx)))) {
+      Unstage(op, plan->dims.input_elements(), dx_float);
+    }
   }
 
  private:
+  // One call's two inputs and its output in the convolution's data type.
+  struct Operands {
+    const void* first = nullptr;
+    const void* second = nullptr;
+    void* out = nullptr;
+  };
+
+  // In float32, the layer's own buffers. In bf16 (docs/decisions/0011-bf16-mixed-precision.md),
+  // the two inputs rounded to bf16 in the device's scratch memory and room there for the output,
+  // which Unstage writes back to `out` in float32. False on an error (recorded).
+  bool Stage(const float* first, int64_t first_size, const float* second, int64_t second_size,
+             float* out, int64_t out_size, Operands& op) {
+    if (type_ == CUDNN_DATA_FLOAT) {
+      op = {first, second, out};
+      return true;
+    }
+    std::array<uint16_t*, 3> bf16{};
+    if (!device_.Bf16Scratch({first_size, second_size, out_size}, bf16.data()) ||
+        !Check(KT_CUDA_STATUS(LaunchToBf16(device_.stream(), first_size, first, bf16[0]))) ||
+        !Check(KT_CUDA_STATUS(LaunchToBf16(device_.stream(), second_size, second, bf16[1])))) {
+      return false;
+    }
+    op = {bf16[0], bf16[1], bf16[2]};
+    return true;
+  }
+  // The staged output back in float32 (nothing to do in float32); false on an error (recorded).
+  bool Unstage(const Operands& op, int64_t out_size, float* out) {
+    if (op.out == out) return true;
+    return Check(KT_CUDA_STATUS(
+        LaunchFromBf16(device_.stream(), out_size, static_cast<const uint16_t*>(op.out), out)));
+  }
+
   int64_t patch() const { return int64_t{shape_.kernel} * shape_.kernel * shape_.in_channels; }
+  int64_t filter_elements() const { return patch() * shape_.filters; }
   cudnnHandle_t handle() const { return device_.cudnn(); }
   void* workspace() const { return device_.convolution_workspace(); }
   size_t workspace_bytes() const { return device_.convolution_workspace_bytes(); }
@@ -190,15 +256,17 @@ class CudnnConvolution final : public ConvolutionKernels {
     if (!Check(KT_CUDNN_STATUS(cudnnCreateConvolutionDescriptor(&conv)))) return false;
     ConvDescriptor owned_conv(conv);
     const int pad = shape_.kernel / 2;
-    if (!Check(KT_CUDNN_STATUS(
-            cudnnSetFilter4dDescriptor(filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, shape_.filters,
-                                       shape_.in_channels, shape_.kernel, shape_.kernel))) ||
+    if (!Check(KT_CUDNN_STATUS(cudnnSetFilter4dDescriptor(filter, type_, CUDNN_TENSOR_NHWC,
+                                                          shape_.filters, shape_.in_channels,
+                                                          shape_.kernel, shape_.kernel))) ||
         !Check(KT_CUDNN_STATUS(cudnnSetConvolution2dDescriptor(
             conv, pad, pad, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT))) ||
         // CUDNN_DEFAULT_MATH lets cuDNN run FP32 convolutions on tensor cores in TF32 where the
-        // GPU has them; CUDNN_FMA_MATH keeps them in FP32.
+        // GPU has them, and bf16 ones there in any case (with float32 sums, the conv
+        // descriptor's type: cuDNN's PSEUDO_BFLOAT16_CONFIG); CUDNN_FMA_MATH keeps FP32 in FP32.
         !Check(KT_CUDNN_STATUS(cudnnSetConvolutionMathType(
-            conv, device_.tf32_convolutions() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)))) {
+            conv, device_.tf32_convolutions() || type_ != CUDNN_DATA_FLOAT ? CUDNN_DEFAULT_MATH
+                                                                           : CUDNN_FMA_MATH)))) {
       return false;
     }
     filter_ = std::move(owned_filter);
@@ -223,9 +291,9 @@ class CudnnConvolution final : public ConvolutionKernels {
     if (Plan* plan = plans_.Find(batch)) return plan;
     absl::StatusOr<ConvolutionDims> dims = DescribeConvolution(shape_, batch);
     if (!Check(dims.status())) return nullptr;
-    absl::StatusOr<TensorDescriptor> x = NhwcTensor(dims->n, dims->c, dims->h, dims->w);
+    absl::StatusOr<TensorDescriptor> x = NhwcTensor(type_, dims->n, dims->c, dims->h, dims->w);
     if (!Check(x.status())) return nullptr;
-    absl::StatusOr<TensorDescriptor> y = NhwcTensor(dims->n, dims->k, dims->p, dims->q);
+    absl::StatusOr<TensorDescriptor> y = NhwcTensor(type_, dims->n, dims->k, dims->p, dims->q);
     if (!Check(y.status())) return nullptr;
     std::array<int, 4> out{};
     if (!Check(KT_CUDNN_STATUS(cudnnGetConvolution2dForwardOutputDim(
@@ -248,6 +316,7 @@ class CudnnConvolution final : public ConvolutionKernels {
 
   CudaDevice& device_;
   Conv2DShape shape_;
+  cudnnDataType_t type_;  // of x, y and the filter: float32, or bf16 under --precision=bf16
   FilterDescriptor filter_;
   ConvDescriptor conv_;
   DeviceMemory filter_value_;  // the kernel in OHWI, as the last Forward/BackwardData took it

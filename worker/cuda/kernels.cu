@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/bfloat16.h"
 #include "worker/cuda/kernels.h"
 
 namespace kubetrain::worker::cuda {
@@ -155,6 +156,15 @@ __global__ void TransposeKernel(int64_t rows, int64_t cols, const float* __restr
   for (int64_t i = FirstIndex(); i < n; i += GridStride()) {
     out[i] = in[math::TransposedIndex(i, cols, rows)];
   }
+}
+
+__global__ void ToBf16Kernel(int64_t n, const float* __restrict__ in, uint16_t* __restrict__ out) {
+  for (int64_t i = FirstIndex(); i < n; i += GridStride()) out[i] = FloatToBf16Bits(in[i]);
+}
+
+__global__ void FromBf16Kernel(int64_t n, const uint16_t* __restrict__ in,
+                               float* __restrict__ out) {
+  for (int64_t i = FirstIndex(); i < n; i += GridStride()) out[i] = Bf16BitsToFloat(in[i]);
 }
 
 __global__ void ApplyUpdateKernel(ps::UpdateRule rule, int64_t n, const float* __restrict__ grad,
@@ -324,6 +334,18 @@ cudaError_t LaunchTranspose(cudaStream_t stream, int64_t rows, int64_t cols, con
   const int64_t n = rows * cols;
   if (n <= 0) return cudaSuccess;
   TransposeKernel<<<Blocks(n), kBlock, 0, stream>>>(rows, cols, in, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchToBf16(cudaStream_t stream, int64_t n, const float* in, uint16_t* out) {
+  if (n <= 0) return cudaSuccess;
+  ToBf16Kernel<<<Blocks(n), kBlock, 0, stream>>>(n, in, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFromBf16(cudaStream_t stream, int64_t n, const uint16_t* in, float* out) {
+  if (n <= 0) return cudaSuccess;
+  FromBf16Kernel<<<Blocks(n), kBlock, 0, stream>>>(n, in, out);
   return cudaGetLastError();
 }
 

@@ -62,6 +62,12 @@ cudaError_t LaunchMaxPoolGrad(cudaStream_t stream, const math::PoolGeometry& g,
 cudaError_t LaunchTranspose(cudaStream_t stream, int64_t rows, int64_t cols, const float* in,
                             float* out);
 
+// out[i] = in[i] rounded to bf16 (common/bfloat16.h, as the CPU rounds), as the 16 bits that
+// cuBLAS and cuDNN read as a bf16 value; LaunchFromBf16 converts back (exactly). in and out must
+// not overlap.
+cudaError_t LaunchToBf16(cudaStream_t stream, int64_t n, const float* in, uint16_t* out);
+cudaError_t LaunchFromBf16(cudaStream_t stream, int64_t n, const uint16_t* in, float* out);
+
 // Every slice of `slices` (at most math::UpdateSlices::kMax) under `rule` in one kernel: one
 // thread per element of their concatenation.
 cudaError_t LaunchApplyUpdates(cudaStream_t stream, const ps::UpdateRule& rule,

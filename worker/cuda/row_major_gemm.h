@@ -27,4 +27,18 @@ inline cublasStatus_t RowMajorSgemm(cublasHandle_t handle, bool trans_a, bool tr
                      ldc);
 }
 
+// The same product over bf16 operands (the 16 bits of cuda::LaunchToBf16), summed and written in
+// float32 (CUBLAS_COMPUTE_32F): --precision=bf16 (docs/decisions/0011-bf16-mixed-precision.md).
+inline cublasStatus_t RowMajorGemmBf16(cublasHandle_t handle, bool trans_a, bool trans_b, int m,
+                                       int n, int k, float alpha, const void* a, const void* b,
+                                       float beta, float* c) {
+  const int lda = std::max(1, trans_a ? m : k);
+  const int ldb = std::max(1, trans_b ? k : n);
+  const int ldc = std::max(1, n);
+  return cublasGemmEx(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, CUDA_R_16BF, ldb, a,
+                      CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                      CUBLAS_GEMM_DEFAULT);
+}
+
 }  // namespace kubetrain::worker::cuda

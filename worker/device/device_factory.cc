@@ -12,13 +12,14 @@
 namespace kubetrain::worker {
 namespace {
 
-absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice([[maybe_unused]] int ordinal,
-                                                       [[maybe_unused]] std::optional<bool> tf32) {
+absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice(
+    [[maybe_unused]] int ordinal, [[maybe_unused]] const DeviceRequest& request) {
 #if KUBETRAIN_HAVE_CUDA
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
                    CudaDevice::Create({.ordinal = ordinal,
-                                       .tf32 = tf32.value_or(false),
-                                       .tf32_convolutions = tf32.value_or(true)}));
+                                       .tf32 = request.tf32.value_or(false),
+                                       .tf32_convolutions = request.tf32.value_or(true),
+                                       .precision = request.precision}));
   return std::unique_ptr<Device>(std::move(device));
 #else
   return CudaAvailable();
@@ -60,7 +61,9 @@ absl::StatusOr<ChosenDevice> MakeDevice(const DeviceRequest& request) {
           chosen.decision.reason,
           "), which runs them as issued; drop --cuda-graphs or run on a GPU"));
     }
-    chosen.device = std::make_unique<CpuDevice>(request.cpu);
+    CpuDeviceOptions cpu = request.cpu;
+    cpu.precision = request.precision;
+    chosen.device = std::make_unique<CpuDevice>(cpu);
     return chosen;
   }
   CudaOrdinalInputs inputs = request.cuda;
@@ -71,7 +74,7 @@ absl::StatusOr<ChosenDevice> MakeDevice(const DeviceRequest& request) {
                         absl::StrCat("--device=", request.kind, ": ", gpu.status().message()));
   }
   chosen.gpu = *gpu;
-  absl::StatusOr<std::unique_ptr<Device>> device = MakeCudaDevice(gpu->ordinal, request.tf32);
+  absl::StatusOr<std::unique_ptr<Device>> device = MakeCudaDevice(gpu->ordinal, request);
   if (!device.ok()) {
     const absl::Status& status = device.status();
     return absl::Status(

@@ -12,6 +12,7 @@
 #include "worker/core/cpu/cpu_device.h"
 #include "worker/core/device.h"
 #include "worker/core/device_choice.h"
+#include "worker/core/precision.h"
 
 namespace kubetrain::worker {
 
@@ -42,6 +43,9 @@ struct DeviceRequest {
   // --cuda-graphs: true is FAILED_PRECONDITION naming the flag when the task ends up on the CPU,
   // which runs its steps as issued; unset or false, any device.
   std::optional<bool> cuda_graphs;
+  // --precision: the arithmetic of GEMMs and convolutions on either backend (worker/core/
+  // precision.h); bf16 on a GPU before compute capability 8.0 is FAILED_PRECONDITION naming it.
+  Precision precision = Precision::kFloat32;
 };
 
 struct ChosenDevice {

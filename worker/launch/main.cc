@@ -166,6 +166,12 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
   std::unique_ptr<Device> device = std::move(chosen.device);
   const std::string device_name = DescribeDevice(*device);
   LogDevice(chosen, *device, device_name);
+  if (o.precision == Precision::kBFloat16 && device->HostAddressable()) {
+    log::Warn(
+        "--precision=bf16 on the CPU rounds every GEMM's operands in software: a GPU's bf16 "
+        "numbers, more slowly than fp32",
+        {{"fix", "--precision=fp32, unless this run checks a model's accuracy in bf16"}});
+  }
   if (o.trainer.mode == Mode::kAllReduce) {
     RETURN_IF_ERROR(CommunicatorFor(o.communicator, device->name()).status());
   }
@@ -181,7 +187,8 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
                                           {"workers", id.num_workers},
                                           {"ps", absl::StrJoin(id.ps_addresses, ",")},
                                           {"model", o.trainer.model},
-                                          {"mode", o.mode}});
+                                          {"mode", o.mode},
+                                          {"precision", PrecisionName(o.precision)}});
   // The chief's checkpoint directory, checked, made private, probed and locked before the data
   // loads, and held (locked) until the process ends; its Checkpointer shares it.
   std::shared_ptr<CheckpointDir> checkpoint_dir;

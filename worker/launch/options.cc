@@ -68,6 +68,12 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         "replay it (one launch per step); unset, on where the task runs on a GPU (true is an "
         "error on the CPU)",
         "KUBETRAIN_CUDA_GRAPHS");
+  std::string precision = PrecisionName(o.precision);
+  f.Add("precision", &precision,
+        "fp32, or bf16: GEMMs and convolutions read bf16 operands and sum in float32; master "
+        "weights, their updates and the loss stay float32 (GPUs of compute capability 8.0 and "
+        "later; on the CPU the same rounding in software, slower, to check a model's accuracy)",
+        "KUBETRAIN_PRECISION");
   f.Add("threads", &o.threads, "OpenBLAS threads (1: ps and workers share the cores)");
   f.Add("tf-config", &o.tf_config, "cluster spec (TensorFlow's TF_CONFIG JSON)", "TF_CONFIG");
   f.Add("ps", &o.ps, "without TF_CONFIG: a ps address host:port (repeat for each)");
@@ -159,7 +165,13 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   } else {
     return absl::InvalidArgumentError(absl::StrCat("--gradient-compression: unsupported value \"",
                                                    o.gradient_compression,
-                                                   "\"; allowed: none, fp16, bf16"));
+                                                   "\"; allowed: ", ps::WireFloatNames()));
+  }
+  if (std::optional<Precision> p = ParsePrecision(precision)) {
+    o.precision = *p;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--precision: unsupported value \"", precision,
+                                                   "\"; allowed: ", PrecisionNames()));
   }
   if (o.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--collective-timeout: must be > 0");

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/core/data/fashion_mnist.h"
+#include "worker/core/precision.h"
 #include "worker/runtime/trainer.h"
 
 namespace kubetrain::worker {
@@ -21,6 +22,8 @@ struct Options {
   std::optional<bool> tf32;
   // --cuda-graphs: unset, on where the task runs on a GPU; true is an error on the CPU.
   std::optional<bool> cuda_graphs;
+  // --precision: fp32, or bf16 GEMMs and convolutions with float32 master weights.
+  Precision precision = Precision::kFloat32;
   std::string data_dir = std::string(kDefaultFashionMnistDir);
   std::string tf_config;
   std::vector<std::string> ps;

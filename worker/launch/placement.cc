@@ -149,6 +149,7 @@ DeviceRequest DeviceRequestFor(const Options& o, const TaskPlace& place, const D
   if (o.cuda_device >= 0) request.cuda.flag = o.cuda_device;
   request.tf32 = o.tf32;
   request.cuda_graphs = o.cuda_graphs;
+  request.precision = o.precision;
   request.cuda.local_rank = env.local_rank;
   request.cuda.cuda_visible_devices = env.cuda_visible_devices;
   request.cuda.rank_addresses = place.rendezvous.ranks;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bfloat16.h"
 #include "worker/core/random.h"
 #include "worker/tests/random_images.h"
 
@@ -105,6 +106,40 @@ TEST_P(GemmTest, MatchesNaiveProduct) {
 INSTANTIATE_TEST_SUITE_P(AllTransposes, GemmTest,
                          testing::Values(GemmCase{false, false}, GemmCase{true, false},
                                          GemmCase{false, true}, GemmCase{true, true}));
+
+// --precision=bf16: a GEMM's operands are rounded to bf16 and the products summed in float32, so
+// the result is the float32 GEMM of the rounded operands, bit for bit, and within bf16's
+// rounding (2^-8 relative per operand) of the float32 product; alpha and beta stay float32.
+TEST_P(GemmTest, Bf16RoundsTheOperandsAndSumsInFloat32) {
+  const auto [ta, tb] = GetParam();
+  const int m = 33, n = 17, k = 129;
+  const float alpha = 1.5f, beta = -0.5f;
+  const std::vector<float> a = RandomVector(m * k, 5), b = RandomVector(k * n, 6);
+  const std::vector<float> c = RandomVector(m * n, 7);
+  std::vector<float> a16 = a, b16 = b;
+  for (float& x : a16) x = RoundToBf16(x);
+  for (float& x : b16) x = RoundToBf16(x);
+  ASSERT_NE(a16, a) << "the operands must hold values bf16 cannot";
+
+  CpuDevice bf16({.precision = Precision::kBFloat16});
+  std::vector<float> got = c, rounded_first = c, exact = c;
+  bf16.Gemm(ta, tb, m, n, k, alpha, a.data(), b.data(), beta, got.data());
+  device_.Gemm(ta, tb, m, n, k, alpha, a16.data(), b16.data(), beta, rounded_first.data());
+  device_.Gemm(ta, tb, m, n, k, alpha, a.data(), b.data(), beta, exact.data());
+  EXPECT_EQ(got, rounded_first);
+  EXPECT_NE(got, exact);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double magnitude = 0.0;  // sum of |a||b|: what the rounding error scales with
+      for (int p = 0; p < k; ++p) {
+        magnitude += std::fabs((ta ? a[p * m + i] : a[i * k + p]) *
+                               static_cast<double>(tb ? b[j * k + p] : b[p * n + j]));
+      }
+      ASSERT_NEAR(got[i * n + j], exact[i * n + j], alpha * magnitude * 2.0 * std::ldexp(1.0, -8))
+          << "at " << i << "," << j;
+    }
+  }
+}
 
 TEST_F(CpuDeviceTest, AxpyAndScale) {
   std::vector<float> x = RandomVector(33, 5), y = RandomVector(33, 6);

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -139,6 +140,20 @@ TEST(MakeDevice, Tf32IsTakenOnAGpu) {
   }
   ASSERT_TRUE(automatic.ok()) << automatic.status();
   EXPECT_EQ(automatic->device->name(), "cuda");
+}
+
+// --precision reaches the CPU backend too: its GEMMs then read bf16 operands (1 + 2^-10 has no
+// bf16 value but 1), as a GPU's would.
+TEST(MakeDevice, Bf16PrecisionReachesTheCpusGemms) {
+  for (const Precision precision : {Precision::kFloat32, Precision::kBFloat16}) {
+    absl::StatusOr<ChosenDevice> chosen =
+        MakeDevice({.kind = "cpu", .cpu = {.blas_threads = 1}, .precision = precision});
+    ASSERT_TRUE(chosen.ok()) << chosen.status();
+    const float a = 1.0f + std::ldexp(1.0f, -10), b = 1.0f;
+    float c = 0.0f;
+    chosen->device->Gemm(false, false, 1, 1, 1, 1.0f, &a, &b, 0.0f, &c);
+    EXPECT_EQ(c, precision == Precision::kBFloat16 ? 1.0f : a) << PrecisionName(precision);
+  }
 }
 
 TEST(ProbeCuda, AgreesWithCudaAvailable) {

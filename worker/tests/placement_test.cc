@@ -242,6 +242,7 @@ TEST(DeviceRequestFor, CarriesTheFlagsTheEnvironmentAndTheRanks) {
   o.device = "cuda";
   o.threads = 4;
   o.tf32 = true;
+  o.precision = Precision::kBFloat16;
   absl::StatusOr<TaskPlace> place = Identify(o);
   ASSERT_TRUE(place.ok()) << place.status();
   DeviceRequest request =
@@ -249,6 +250,7 @@ TEST(DeviceRequestFor, CarriesTheFlagsTheEnvironmentAndTheRanks) {
   EXPECT_EQ(request.kind, "cuda");
   EXPECT_EQ(request.cpu.blas_threads, 4);
   EXPECT_EQ(request.tf32, true);
+  EXPECT_EQ(request.precision, Precision::kBFloat16);
   EXPECT_FALSE(request.cuda.flag.has_value());
   EXPECT_EQ(request.cuda.local_rank, "3");
   EXPECT_EQ(request.cuda.cuda_visible_devices, "0,1");
@@ -307,6 +309,19 @@ TEST(ParseFlags, ABadValueNamesItsFlagAndTheAllowedOnes) {
   EXPECT_THAT(
       compression.status().message(),
       HasSubstr("--gradient-compression: unsupported value \"fp8\"; allowed: none, fp16, bf16"));
+  absl::StatusOr<Options> precision = Parse({"--precision=fp16"});
+  ASSERT_FALSE(precision.ok());
+  EXPECT_THAT(precision.status().message(),
+              HasSubstr("--precision: unsupported value \"fp16\"; allowed: fp32, bf16"));
+}
+
+TEST(ParseFlags, PrecisionIsFp32UnlessAsked) {
+  absl::StatusOr<Options> plain = Parse({});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->precision, Precision::kFloat32);
+  absl::StatusOr<Options> bf16 = Parse({"--precision=bf16"});
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(bf16->precision, Precision::kBFloat16);
 }
 
 TEST(ParseFlags, GradientCompressionIsOffUnlessAsked) {

@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bfloat16.h"
 
 namespace kubetrain::worker {
 namespace {
@@ -16,6 +18,13 @@ namespace {
 constexpr size_t kAlignment = 64;
 
 CBLAS_TRANSPOSE Trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
+
+// `n` values of `x` rounded to bf16, in `out` (grown as needed and kept for the next call).
+const float* RoundedToBf16(const float* x, int64_t n, std::vector<float>& out) {
+  if (out.size() < static_cast<size_t>(n)) out.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[i] = RoundToBf16(x[i]);
+  return out.data();
+}
 
 }  // namespace
 
@@ -71,7 +80,7 @@ std::string BlasKernelAdviceHere() {
 #endif
 }
 
-CpuDevice::CpuDevice(const CpuDeviceOptions& options) {
+CpuDevice::CpuDevice(const CpuDeviceOptions& options) : precision_(options.precision) {
   if (options.blas_threads > 0) SetBlasThreads(options.blas_threads);
 }
 
@@ -100,6 +109,14 @@ void CpuDevice::Fill(int64_t n, float value, float* x) { std::fill(x, x + n, val
 
 void CpuDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                      const float* b, float beta, float* c) {
+  if (precision_ == Precision::kBFloat16) {
+    // Each product of two bf16 values is exact in float32, so float32 GEMM over the rounded
+    // operands is a bf16 GEMM with float32 sums (docs/decisions/0011-bf16-mixed-precision.md).
+    // Per thread: threads may issue GEMMs on disjoint buffers at once.
+    thread_local std::vector<float> a16, b16;
+    a = RoundedToBf16(a, int64_t{m} * k, a16);
+    b = RoundedToBf16(b, int64_t{k} * n, b16);
+  }
   const int lda = trans_a ? m : k;
   const int ldb = trans_b ? k : n;
   cblas_sgemm(CblasRowMajor, Trans(trans_a), Trans(trans_b), m, n, k, alpha, a, lda, b, ldb, beta,
