@@ -19,6 +19,7 @@
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/cuda_device.h"
 #include "worker/cuda/cuda_resources.h"
+#include "worker/cuda/kernels.h"
 #include "worker/cuda/row_major_gemm.h"
 #endif
 
@@ -93,22 +94,24 @@ absl::StatusOr<Backend> MakeCpu(const BackendOptions& options) {
   }
   Backend backend;
   backend.device = std::make_unique<worker::CpuDevice>(
-      worker::CpuDeviceOptions{.blas_threads = options.threads});
+      worker::CpuDeviceOptions{.blas_threads = options.threads, .precision = options.precision});
   backend.reference = std::make_unique<CblasReference>(*backend.device);
   return backend;
 }
 
 #if KUBETRAIN_HAVE_CUDA
 
-// Bare cublasSgemm (through the same row-major mapping the device uses) on its own handle and
-// stream, operands sized for the largest call. Each call is timed to its completion, as the
-// profiling device times the step's GEMMs (it synchronises after every kernel).
+// Bare cublasSgemm, or under bf16 cublasGemmEx on bf16 operands (through the same row-major
+// mapping the device uses), on its own handle and stream, operands sized for the largest call. Each
+// call is timed to its completion, as the profiling device times the step's GEMMs (it synchronises
+// after every kernel).
 class CublasReference final : public GemmReference {
  public:
   static absl::StatusOr<std::unique_ptr<CublasReference>> Create(worker::CudaDevice& device,
                                                                  bool tf32) {
     RETURN_IF_ERROR(device.MakeCurrent());
-    auto reference = std::unique_ptr<CublasReference>(new CublasReference(device));
+    auto reference = std::unique_ptr<CublasReference>(
+        new CublasReference(device, device.precision() == worker::Precision::kBFloat16));
     ASSIGN_OR_RETURN(reference->stream_, worker::cuda::CreateStream());
     ASSIGN_OR_RETURN(reference->handle_,
                      worker::cuda::CreateCublasHandle(reference->stream_.get(), tf32));
@@ -122,9 +125,11 @@ class CublasReference final : public GemmReference {
     nanos.reserve(calls.size());
     for (const GemmCall& g : calls) {
       const auto start = std::chrono::steady_clock::now();
-      KT_CUBLAS_RETURN_IF_ERROR(worker::cuda::RowMajorSgemm(handle_.get(), g.trans_a, g.trans_b,
-                                                            g.m, g.n, g.k, g.alpha, a_.data(),
-                                                            b_.data(), g.beta, c_.data()));
+      KT_CUBLAS_RETURN_IF_ERROR(
+          bf16_ ? worker::cuda::RowMajorGemmBf16(handle_.get(), g.trans_a, g.trans_b, g.m, g.n, g.k,
+                                                 g.alpha, a16_.get(), b16_.get(), g.beta, c_.data())
+                : worker::cuda::RowMajorSgemm(handle_.get(), g.trans_a, g.trans_b, g.m, g.n, g.k,
+                                              g.alpha, a_.data(), b_.data(), g.beta, c_.data()));
       KT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
       nanos.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now() - start)
@@ -134,15 +139,30 @@ class CublasReference final : public GemmReference {
   }
 
  private:
-  explicit CublasReference(worker::CudaDevice& device) : device_(device) {}
+  CublasReference(worker::CudaDevice& device, bool bf16) : device_(device), bf16_(bf16) {}
 
-  // Grows the operands to the largest call, filled with values in [-1, 1) as on the CPU.
+  // Grows the operands to the largest call, filled with values in [-1, 1) as on the CPU; under
+  // bf16, A and B also as bf16, rounded once here and not in the timed calls.
   absl::Status Reserve(absl::Span<const GemmCall> calls) {
     const OperandSizes sizes = LargestOperands(calls);
     Grow(a_, sizes.a, 1);
     Grow(b_, sizes.b, 2);
     Grow(c_, sizes.c, 3);
+    if (bf16_) {
+      RETURN_IF_ERROR(Rounded(a_, a16_));
+      RETURN_IF_ERROR(Rounded(b_, b16_));
+    }
     return device_.Synchronize();
+  }
+
+  absl::Status Rounded(const Tensor& from, worker::cuda::DeviceMemory& to) {
+    const size_t bytes = static_cast<size_t>(from.size()) * sizeof(uint16_t);
+    if (to.bytes() < bytes) {
+      ASSIGN_OR_RETURN(to, worker::cuda::AllocateDeviceMemory(bytes));
+    }
+    KT_CUDA_RETURN_IF_ERROR(
+        worker::cuda::LaunchToBf16(device_.stream(), from.size(), from.data(), to.as<uint16_t>()));
+    return absl::OkStatus();
   }
 
   void Grow(Tensor& t, int64_t size, uint64_t seed) {
@@ -155,17 +175,20 @@ class CublasReference final : public GemmReference {
   }
 
   worker::CudaDevice& device_;
+  bool bf16_;
   // Declared before the operands: the tensors are freed through the device, the stream and
   // handle are released last.
   worker::cuda::Stream stream_;
   worker::cuda::CublasHandle handle_;
   Tensor a_, b_, c_;
+  worker::cuda::DeviceMemory a16_, b16_;
 };
 
 absl::StatusOr<Backend> MakeCuda(const BackendOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<worker::CudaDevice> device,
                    worker::CudaDevice::Create({.tf32 = options.tf32.value_or(false),
-                                               .tf32_convolutions = options.tf32.value_or(true)}),
+                                               .tf32_convolutions = options.tf32.value_or(true),
+                                               .precision = options.precision}),
                    "--device=cuda");
   ASSIGN_OR_RETURN(std::unique_ptr<CublasReference> reference,
                    CublasReference::Create(*device, options.tf32.value_or(false)),

@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "bench/train_step/profiling_device.h"
 #include "worker/core/device.h"
+#include "worker/core/precision.h"
 
 namespace kubetrain::bench {
 
@@ -24,6 +25,10 @@ struct BackendOptions {
   // reference's) in FP32; true, both in TF32; false, neither. true is FAILED_PRECONDITION on
   // the CPU.
   std::optional<bool> tf32;
+  // As the worker's --precision. Under bf16 the CUDA reference runs cuBLAS's bf16 GEMM on bf16
+  // operands (what the step's GEMMs run after rounding theirs); the CPU's runs sgemm, which its
+  // bf16 GEMMs also run on, after rounding.
+  worker::Precision precision = worker::Precision::kFloat32;
 };
 
 // Runs a list of GEMMs directly on a backend's BLAS, without the model or the Device layer.

@@ -3,7 +3,7 @@
 // the backend's bare BLAS running exactly the same GEMMs in the same process.
 //
 //   build/bin/train_step --model=cnn --batch-size=64 --steps=20 --threads=1 [--json]
-//   build/bin/train_step --device=cuda [--tf32] [--cuda-graphs=false] ...
+//   build/bin/train_step --device=cuda [--tf32] [--cuda-graphs=false] [--precision=bf16] ...
 //
 // Every Device call goes through a ProfilingDevice, which records each GEMM's shape and time and
 // the time of every other kernel, so the report also says where the rest of the step goes. With
@@ -52,6 +52,7 @@ struct Options {
   int threads = 1;
   std::optional<bool> tf32;
   std::optional<bool> cuda_graphs;
+  worker::Precision precision = worker::Precision::kFloat32;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -73,9 +74,18 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("cuda-graphs", &o.cuda_graphs,
         "capture each step in a CUDA graph after a warm-up step and replay it (default: on for "
         "cuda; the cpu backend runs steps as issued)");
+  std::string precision = worker::PrecisionName(o.precision);
+  f.Add("precision", &precision,
+        "as the worker's --precision: fp32, or bf16 GEMMs and convolutions (float32 sums)");
   f.Add("seed", &o.seed, "seed of the model's initialisation and the random batches");
   f.Add("json", &o.json, "print one JSON object instead of text");
   RETURN_IF_ERROR(f.Parse(argc, argv).status());
+  if (std::optional<worker::Precision> p = worker::ParsePrecision(precision)) {
+    o.precision = *p;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--precision: unsupported value \"", precision,
+                                                   "\"; allowed: ", worker::PrecisionNames()));
+  }
   if (o.batch_size < 1 || o.steps < 1 || o.warmup < 0) {
     return absl::InvalidArgumentError("--batch-size and --steps must be >= 1, --warmup >= 0");
   }
@@ -246,9 +256,9 @@ void PrintText(const Report& r) {
   const Options& o = r.options;
   const double steps = static_cast<double>(r.step_nanos.size());
   absl::PrintF(
-      "train_step: model=%s (%d parameters) device=%s%s batch=%d threads=%d warmup=%d "
-      "steps=%d\n",
-      o.model, r.parameters, o.device,
+      "train_step: model=%s (%d parameters) device=%s precision=%s%s batch=%d threads=%d "
+      "warmup=%d steps=%d\n",
+      o.model, r.parameters, o.device, worker::PrecisionName(o.precision),
       o.device == "cuda" ? absl::StrCat(" tf32=", Tf32Mode(o), " cuda_graphs=", GraphsOn(o)) : "",
       o.batch_size, o.threads, o.warmup, o.steps);
   if (o.device == "cpu") {
@@ -315,6 +325,7 @@ void PrintJson(const Report& r) {
       {"batch_size", o.batch_size},
       {"threads", o.threads},
       {"tf32", Tf32Mode(o)},
+      {"precision", worker::PrecisionName(o.precision)},
       {"cuda_graphs", GraphsOn(o)},
       {"warmup", o.warmup},
       {"steps", o.steps},
@@ -350,7 +361,9 @@ absl::Status Run(int argc, char** argv) {
   Report report;
   ASSIGN_OR_RETURN(report.options, ParseFlags(argc, argv));
   const Options& o = report.options;
-  ASSIGN_OR_RETURN(Backend backend, MakeBackend(o.device, {.threads = o.threads, .tf32 = o.tf32}));
+  ASSIGN_OR_RETURN(
+      Backend backend,
+      MakeBackend(o.device, {.threads = o.threads, .tf32 = o.tf32, .precision = o.precision}));
   // Declared after the backend: the model's buffers are freed through them before it goes. A
   // captured step cannot wait after each kernel, so with graphs the profiler is left out.
   ProfilingDevice profiler(*backend.device);
