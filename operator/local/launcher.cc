@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/host_port.h"
+#include "common/port_claims.h"
 #include "common/process.h"
 #include "common/status.h"
 #include "operator/api/outcome.h"
@@ -66,7 +66,9 @@ absl::Status LocalJob::AddWorkers(int from, int to) {
   // Every new worker's port first: each one's TF_CONFIG names all of them.
   std::vector<std::unique_ptr<Task>> added;
   api::LoopbackAddresses ids([](api::ReplicaType, int) { return 0; });
-  ASSIGN_OR_RETURN(std::vector<int> free, FreeLoopbackPorts(2 * (to - from)));
+  ASSIGN_OR_RETURN(PortClaims claims, ClaimFreeLoopbackPorts(2 * (to - from)));
+  const std::vector<int> free = claims.ports();
+  port_claims_.Add(std::move(claims));
   for (const api::Task& t : api::Tasks(job_, ids)) {
     if (t.type != api::ReplicaType::kWorker || t.index < from || t.index >= to) continue;
     added.push_back(NewTask(t, free[2 * (t.index - from)], free[2 * (t.index - from) + 1]));

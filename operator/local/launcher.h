@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/port_claims.h"
 #include "operator/api/outcome.h"
 #include "operator/api/types.h"
 #include "operator/local/task_command.h"
@@ -104,8 +105,9 @@ class LocalJob {
   absl::Time last_progress_print_ = absl::InfinitePast();
   bool progress_dirty_ = false;
   std::optional<JobResult> result_;
-  api::JobLedger ledger_;  // completions and counted restarts, as the operator keeps in status
-  std::string run_dir_;    // this run's scratch folder (checkpoints)
+  api::JobLedger ledger_;   // completions and counted restarts, as the operator keeps in status
+  std::string run_dir_;     // this run's scratch folder (checkpoints)
+  PortClaims port_claims_;  // every task's two ports, claimed from other runs until this one ends
   std::map<std::pair<api::ReplicaType, int>, int> ports_;  // every task's training port
   CommandContext command_;  // options_.command with this run's job secret
 };

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/host_port.h"
 #include "common/job_secret_env.h"
+#include "common/port_claims.h"
 #include "common/private_dir.h"
 #include "common/status.h"
 #include "operator/api/checkpoint_storage.h"
@@ -65,7 +65,10 @@ absl::Status LocalJob::Prepare(const std::atomic<bool>& stop) {
   // different.
   api::LoopbackAddresses ids([](api::ReplicaType, int) { return 0; });
   const std::vector<api::Task> all = api::Tasks(job_, ids);
-  ASSIGN_OR_RETURN(std::vector<int> free, FreeLoopbackPorts(2 * static_cast<int>(all.size())));
+  // Claimed until the run ends, so that another run started at the same moment is not given
+  // them before the tasks bind them (common/port_claims.h).
+  ASSIGN_OR_RETURN(port_claims_, ClaimFreeLoopbackPorts(2 * static_cast<int>(all.size())));
+  const std::vector<int>& free = port_claims_.ports();
   // A large job takes seconds to prepare and start, and a signal must not wait for all of it.
   for (size_t i = 0; i < all.size(); ++i) {
     if (stop.load()) return absl::OkStatus();
