@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "common/port_claims.h"
 #include "operator/api/outcome.h"
+#include "operator/api/render.h"
 #include "operator/api/types.h"
 #include "operator/local/task_command.h"
 
