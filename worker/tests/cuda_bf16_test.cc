@@ -5,7 +5,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -13,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/testing/status_matchers.h"
 #include "worker/core/cpu/cpu_device.h"
-#include "worker/core/models.h"
 #include "worker/cuda/cuda_device.h"
 #include "worker/tests/graph_training.h"
 #include "worker/tests/model_reads.h"
@@ -97,18 +95,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaBf16Gemm,
 // float32 sums) and its dense layers in cuBLAS's bf16 GEMMs; the CPU rounds the same operands
 // but keeps each output in float32, so the two agree to bf16's precision (2^-8).
 TEST_F(CudaBf16Test, CnnLossAndGradientsAgreeWithTheCpusBf16) {
-  const int batch = 16;
-  absl::StatusOr<std::unique_ptr<Model>> on_cpu = MakeModel("cnn", cpu_, 5);
-  absl::StatusOr<std::unique_ptr<Model>> on_gpu = MakeModel("cnn", *gpu_, 5);
-  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
-  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
-  const Batch b = UniformBatch(batch, (*on_cpu)->input_size(), (*on_cpu)->num_classes(), 25);
-  absl::StatusOr<float> cpu_loss = (*on_cpu)->ComputeGradients(b.images, b.labels);
-  absl::StatusOr<float> gpu_loss = (*on_gpu)->ComputeGradients(b.images, b.labels);
-  ASSERT_TRUE(cpu_loss.ok()) << cpu_loss.status();
-  ASSERT_TRUE(gpu_loss.ok()) << gpu_loss.status();
-  EXPECT_NEAR(*gpu_loss, *cpu_loss, 2e-2 * (1.0 + *cpu_loss));
-  testing::ExpectGradientsNear(**on_gpu, **on_cpu, 5e-2);
+  testing::ExpectCnnStepNear(*gpu_, cpu_, 2e-2, 5e-2);
 }
 
 class CudaBf16Graphs : public CudaBf16Test, public ::testing::WithParamInterface<bool> {};
@@ -116,17 +103,8 @@ class CudaBf16Graphs : public CudaBf16Test, public ::testing::WithParamInterface
 // The bf16 operands live in the device's scratch memory, which the warm-up step grows: captured
 // steps then replay the same work, to the bit.
 TEST_P(CudaBf16Graphs, EqualUncapturedTrainingToTheBit) {
-  const Dataset data = testing::GraphTestImages(44, 5);  // batches of 16, 16, 12
   std::unique_ptr<Model> model = testing::GraphTestModel(GetParam(), *gpu_);
-  std::vector<float> initial(static_cast<size_t>(model->num_parameters()));
-  ASSERT_THAT(model->ReadValues(absl::MakeSpan(initial)), IsOk());
-  const testing::GraphTestRun expected = testing::GraphTestTrain(*model, data, 16, 3);
-
-  ASSERT_THAT(model->WriteValues(initial), IsOk());
-  model->UseStepGraphs(true);
-  const testing::GraphTestRun got = testing::GraphTestTrain(*model, data, 16, 3);
-  EXPECT_TRUE(testing::SameBits(got.losses, expected.losses));
-  EXPECT_TRUE(testing::SameBits(got.values, expected.values));
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectCapturedTrainingEqualsUncaptured(*model));
   EXPECT_GT(model->step_graphs().stats().replays, 0);
   EXPECT_THAT(gpu_->Synchronize(), IsOk());
 }

@@ -641,18 +641,7 @@ TEST_F(CudaDeviceTest, CnnWithTf32ConvolutionsAgreesWithTheCpuToTf32Precision) {
   absl::StatusOr<std::unique_ptr<CudaDevice>> tf32 = CudaDevice::Create();
   ASSERT_TRUE(tf32.ok()) << tf32.status();
   ASSERT_TRUE((*tf32)->tf32_convolutions());
-  const int batch = 16;
-  absl::StatusOr<std::unique_ptr<Model>> on_cpu = MakeModel("cnn", cpu_, 5);
-  absl::StatusOr<std::unique_ptr<Model>> on_gpu = MakeModel("cnn", **tf32, 5);
-  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
-  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
-  const Batch b = UniformBatch(batch, (*on_cpu)->input_size(), (*on_cpu)->num_classes(), 25);
-  absl::StatusOr<float> cpu_loss = (*on_cpu)->ComputeGradients(b.images, b.labels);
-  absl::StatusOr<float> gpu_loss = (*on_gpu)->ComputeGradients(b.images, b.labels);
-  ASSERT_TRUE(cpu_loss.ok()) << cpu_loss.status();
-  ASSERT_TRUE(gpu_loss.ok()) << gpu_loss.status();
-  EXPECT_NEAR(*gpu_loss, *cpu_loss, 1e-2 * (1.0 + *cpu_loss));
-  testing::ExpectGradientsNear(**on_gpu, **on_cpu, 3e-2);
+  testing::ExpectCnnStepNear(**tf32, cpu_, 1e-2, 3e-2);
 }
 
 // Every method makes its device current first, so a thread whose current device is another one

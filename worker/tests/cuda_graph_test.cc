@@ -36,17 +36,8 @@ class CudaGraphedTraining : public CudaGraphTest, public ::testing::WithParamInt
 // One model trained twice from the same values, so that both runs use the convolution
 // algorithms cuDNN chose for it.
 TEST_P(CudaGraphedTraining, EqualsUncapturedTrainingToTheBit) {
-  const Dataset data = testing::GraphTestImages(44, 5);  // batches of 16, 16, 12
   std::unique_ptr<Model> model = testing::GraphTestModel(GetParam(), *gpu_);
-  std::vector<float> initial(static_cast<size_t>(model->num_parameters()));
-  ASSERT_THAT(model->ReadValues(absl::MakeSpan(initial)), IsOk());
-  const testing::GraphTestRun expected = testing::GraphTestTrain(*model, data, 16, 3);
-
-  ASSERT_THAT(model->WriteValues(initial), IsOk());
-  model->UseStepGraphs(true);
-  const testing::GraphTestRun got = testing::GraphTestTrain(*model, data, 16, 3);
-  EXPECT_TRUE(testing::SameBits(got.losses, expected.losses));
-  EXPECT_TRUE(testing::SameBits(got.values, expected.values));
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectCapturedTrainingEqualsUncaptured(*model));
   // The short batch's graph is captured in the second epoch and replayed in the third, between
   // replays of the full batch's.
   const StepGraphs::Stats& stats = model->step_graphs().stats();

@@ -69,4 +69,20 @@ inline bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Trains `model` (its steps uncaptured) for 3 epochs of GraphTestImages(44, 5) in batches of 16
+// (16, 16, 12), then again from the same values with its steps captured, and expects every
+// loss and the final values equal to the bit. One model both times, so that both runs use the
+// convolution algorithms a GPU chose for it.
+inline void ExpectCapturedTrainingEqualsUncaptured(Model& model) {
+  const Dataset data = GraphTestImages(44, 5);
+  std::vector<float> initial(static_cast<size_t>(model.num_parameters()));
+  ASSERT_THAT(model.ReadValues(absl::MakeSpan(initial)), ::kubetrain::testing::IsOk());
+  const GraphTestRun expected = GraphTestTrain(model, data, 16, 3);
+  ASSERT_THAT(model.WriteValues(initial), ::kubetrain::testing::IsOk());
+  model.UseStepGraphs(true);
+  const GraphTestRun got = GraphTestTrain(model, data, 16, 3);
+  EXPECT_TRUE(SameBits(got.losses, expected.losses));
+  EXPECT_TRUE(SameBits(got.values, expected.values));
+}
+
 }  // namespace kubetrain::worker::testing
