@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/cuda_device.h"
 #include "worker/cuda/cuda_resources.h"
+#include "worker/cuda/cudnn_descriptors.h"
 #include "worker/cuda/kernels.h"
 #include "worker/cuda/row_major_gemm.h"
 #endif
@@ -101,6 +103,10 @@ absl::StatusOr<Backend> MakeCpu(const BackendOptions& options) {
 
 #if KUBETRAIN_HAVE_CUDA
 
+// cuDNN 9 marks its per-operation convolution API deprecated; it is what the device's own
+// convolutions call (docs/decisions/0009-cudnn-per-operation-convolutions.md).
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 // Bare cublasSgemm, or under bf16 cublasGemmEx on bf16 operands (through the same row-major
 // mapping the device uses), on its own handle and stream, operands sized for the largest call. Each
 // call is timed to its completion, as the profiling device times the step's GEMMs (it synchronises
@@ -137,6 +143,9 @@ class CublasReference final : public GemmReference {
     }
     return nanos;
   }
+
+  absl::StatusOr<std::array<int64_t, 3>> TimeConvolution(const worker::Conv2DShape& shape,
+                                                         int batch) override;
 
  private:
   CublasReference(worker::CudaDevice& device, bool bf16) : device_(device), bf16_(bf16) {}
@@ -183,6 +192,111 @@ class CublasReference final : public GemmReference {
   Tensor a_, b_, c_;
   worker::cuda::DeviceMemory a16_, b16_;
 };
+
+// Each call once untimed, then `kRepeats` times, each timed to the stream's completion, as the
+// profiling device times the step's kernels: the mean nanoseconds.
+template <typename Call>
+absl::StatusOr<int64_t> TimedCalls(cudaStream_t stream, Call&& call) {
+  constexpr int kRepeats = 5;
+  RETURN_IF_ERROR(call());
+  KT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  int64_t total = 0;
+  for (int i = 0; i < kRepeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(call());
+    KT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    total += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                  start)
+                 .count();
+  }
+  return total / kRepeats;
+}
+
+// The algorithm of one direction that ChooseAlgorithm takes from cuDNN's trials.
+absl::StatusOr<int> Best(const std::vector<worker::AlgorithmTrial>& trials, size_t workspace,
+                         const char* direction) {
+  const std::optional<worker::AlgorithmTrial> best = worker::ChooseAlgorithm(trials, workspace);
+  if (!best) return absl::InternalError(absl::StrCat("cuDNN has no ", direction, " algorithm"));
+  return best->algorithm;
+}
+
+// Bare cuDNN on the device's handle, workspace, data type and math type, on tensors already in
+// cuDNN's layouts (no transposes, no bf16 rounding passes), zero-filled: the convolutions alone.
+absl::StatusOr<std::array<int64_t, 3>> CublasReference::TimeConvolution(
+    const worker::Conv2DShape& shape, int batch) {
+  namespace cuda = worker::cuda;
+  RETURN_IF_ERROR(device_.MakeCurrent());
+  if (!device_.EnsureCudnn()) return device_.Synchronize();
+  const cudnnDataType_t type =
+      device_.precision() == worker::Precision::kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  const size_t element = type == CUDNN_DATA_FLOAT ? sizeof(float) : sizeof(uint16_t);
+  ASSIGN_OR_RETURN(const worker::ConvolutionDims dims, worker::DescribeConvolution(shape, batch));
+  ASSIGN_OR_RETURN(cuda::LayerDescriptors layer,
+                   cuda::DescribeLayer(shape, type, device_.tf32_convolutions()));
+  ASSIGN_OR_RETURN(cuda::TensorDescriptor xd,
+                   cuda::NhwcTensor(type, dims.n, dims.c, dims.h, dims.w));
+  ASSIGN_OR_RETURN(cuda::TensorDescriptor yd,
+                   cuda::NhwcTensor(type, dims.n, dims.k, dims.p, dims.q));
+  std::array<cuda::DeviceMemory, 5> memory;  // x, w, y (and dy), dx, dw
+  const std::array<int64_t, 5> elements = {dims.input_elements(), dims.filter_elements(),
+                                           dims.output_elements(), dims.input_elements(),
+                                           dims.filter_elements()};
+  for (size_t i = 0; i < memory.size(); ++i) {
+    ASSIGN_OR_RETURN(memory[i], cuda::AllocateDeviceMemory(elements[i] * element));
+    KT_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(memory[i].get(), 0, memory[i].bytes(), device_.stream()));
+  }
+  void* x = memory[0].get();
+  void* w = memory[1].get();
+  void* y = memory[2].get();
+  void* dx = memory[3].get();
+  void* dw = memory[4].get();
+  cudnnHandle_t h = device_.cudnn();
+  void* ws = device_.convolution_workspace();
+  const size_t ws_bytes = device_.convolution_workspace_bytes();
+  const float one = 1.0f, zero = 0.0f;
+  std::array<int64_t, 3> nanos{};
+  int found = 0;
+
+  std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> fwd{};
+  KT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithmEx(
+      h, xd.get(), x, layer.filter.get(), w, layer.conv.get(), yd.get(), y,
+      static_cast<int>(fwd.size()), &found, fwd.data(), ws, ws_bytes));
+  ASSIGN_OR_RETURN(const int fwd_algo, Best(cuda::Trials(fwd.data(), found), ws_bytes, "forward"));
+  ASSIGN_OR_RETURN(
+      nanos[0], TimedCalls(device_.stream(), [&] {
+        return KT_CUDNN_STATUS(cudnnConvolutionForward(
+            h, &one, xd.get(), x, layer.filter.get(), w, layer.conv.get(),
+            static_cast<cudnnConvolutionFwdAlgo_t>(fwd_algo), ws, ws_bytes, &zero, yd.get(), y));
+      }));
+
+  std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> bwf{};
+  KT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+      h, xd.get(), x, yd.get(), y, layer.conv.get(), layer.filter.get(), dw,
+      static_cast<int>(bwf.size()), &found, bwf.data(), ws, ws_bytes));
+  ASSIGN_OR_RETURN(const int bwf_algo,
+                   Best(cuda::Trials(bwf.data(), found), ws_bytes, "backward filter"));
+  ASSIGN_OR_RETURN(nanos[1], TimedCalls(device_.stream(), [&] {
+                     return KT_CUDNN_STATUS(cudnnConvolutionBackwardFilter(
+                         h, &one, xd.get(), x, yd.get(), y, layer.conv.get(),
+                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(bwf_algo), ws, ws_bytes,
+                         &zero, layer.filter.get(), dw));
+                   }));
+
+  std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> bwd{};
+  KT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithmEx(
+      h, layer.filter.get(), w, yd.get(), y, layer.conv.get(), xd.get(), dx,
+      static_cast<int>(bwd.size()), &found, bwd.data(), ws, ws_bytes));
+  ASSIGN_OR_RETURN(const int bwd_algo,
+                   Best(cuda::Trials(bwd.data(), found), ws_bytes, "backward data"));
+  ASSIGN_OR_RETURN(nanos[2], TimedCalls(device_.stream(), [&] {
+                     return KT_CUDNN_STATUS(cudnnConvolutionBackwardData(
+                         h, &one, layer.filter.get(), w, yd.get(), y, layer.conv.get(),
+                         static_cast<cudnnConvolutionBwdDataAlgo_t>(bwd_algo), ws, ws_bytes, &zero,
+                         xd.get(), dx));
+                   }));
+  return nanos;
+}
 
 absl::StatusOr<Backend> MakeCuda(const BackendOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<worker::CudaDevice> device,

@@ -5,6 +5,7 @@
 // names a backend.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -31,14 +32,22 @@ struct BackendOptions {
   worker::Precision precision = worker::Precision::kFloat32;
 };
 
-// Runs a list of GEMMs directly on a backend's BLAS, without the model or the Device layer.
-// Owns its operand buffers. Not thread-safe.
+// Runs a list of GEMMs directly on a backend's BLAS, without the model or the Device layer, and
+// where the backend has convolution kernels of its own, its library's convolutions. Owns its
+// operand buffers. Not thread-safe.
 class GemmReference {
  public:
   virtual ~GemmReference() = default;
   // Issues every call of `calls` in order, with the same shapes, transposes, alpha and beta, and
   // returns each call's wall time in nanoseconds (index-aligned with `calls`).
   virtual absl::StatusOr<std::vector<int64_t>> Run(absl::Span<const GemmCall> calls) = 0;
+  // Nanoseconds of one call of each direction (forward, backward filter, backward data) of
+  // `shape` over `batch` images on the bare library, its fastest algorithm found first, each call
+  // timed to its completion; UNIMPLEMENTED for a backend without convolution kernels (the CPU).
+  virtual absl::StatusOr<std::array<int64_t, 3>> TimeConvolution(
+      const worker::Conv2DShape& /*shape*/, int /*batch*/) {
+    return absl::UnimplementedError("no convolution kernels of the backend's own");
+  }
 };
 
 // A device plus the reference that measures its bare GEMM. The reference borrows the device (it

@@ -143,6 +143,11 @@ struct Report {
   std::map<ShapeKey, ShapeStats> shapes;
   std::vector<std::pair<Kernel, KernelStats>> kernels;
   bool gemms_compared = false;  // not with graphs: their kernels are not issued one by one
+  // The backend's own convolutions (cuDNN), per step: inside the step, and the same calls on the
+  // bare library (GemmReference::TimeConvolution); compared only where the backend has them.
+  bool convolutions_compared = false;
+  double conv_nanos_per_step = 0.0;
+  double bare_conv_nanos_per_step = 0.0;
   worker::testing::CountingDevice::Counts counts;  // over the timed steps
   int64_t captures = 0;
 
@@ -170,6 +175,11 @@ struct Report {
   }
   double ratio() const { return step_gflops() / bare_gflops(); }
   double gemm_share() const { return gemm_nanos / total_step_nanos(); }
+  double conv_ratio() const { return bare_conv_nanos_per_step / conv_nanos_per_step; }
+  // GEMMs and convolutions together, as a share of the step.
+  double gemm_conv_share() const {
+    return gemm_share() + conv_nanos_per_step * step_nanos.size() / total_step_nanos();
+  }
 };
 
 // Runs the warm-up and timed steps through `profiler` and `counter`, filling the step half of
@@ -241,6 +251,26 @@ absl::Status CompareGemms(const ProfilingDevice& profiler, GemmReference& refere
   return absl::OkStatus();
 }
 
+// Times each convolution layer's calls on the bare library and fills the convolution half of
+// `report`; nothing where the backend gave no layer convolution kernels of its own.
+absl::Status CompareConvolutions(const ProfilingDevice& profiler, GemmReference& reference,
+                                 Report& report) {
+  const double steps = static_cast<double>(report.step_nanos.size());
+  for (const ConvolutionLayer& layer : profiler.convolution_layers()) {
+    const worker::Conv2DShape& s = layer.shape;
+    ASSIGN_OR_RETURN(const auto bare, reference.TimeConvolution(s, report.options.batch_size),
+                     "bare convolution ", s.height, "x", s.width, "x", s.in_channels, " -> ",
+                     s.filters);
+    for (size_t d = 0; d < bare.size(); ++d) {
+      report.conv_nanos_per_step += layer.directions[d].nanos / steps;
+      report.bare_conv_nanos_per_step +=
+          layer.directions[d].calls / steps * static_cast<double>(bare[d]);
+    }
+  }
+  report.convolutions_compared = !profiler.convolution_layers().empty();
+  return absl::OkStatus();
+}
+
 std::string ShapeName(const ShapeKey& key) {
   const auto& [ta, tb, m, n, k] = key;
   return absl::StrFormat("%s%s m=%d n=%d k=%d", ta ? "T" : "N", tb ? "T" : "N", m, n, k);
@@ -286,6 +316,12 @@ void PrintText(const Report& r) {
   absl::PrintF("bare sgemm:  same %d calls, %.3f ms/step (mean), %.2f GFLOP/s (median step)\n",
                r.gemm_calls, r.bare_nanos / steps / 1e6, r.bare_gflops());
   absl::PrintF("gemm_ratio:  %.3f (step / bare; goal >= %.1f)\n", r.ratio(), kGoalRatio);
+  if (r.convolutions_compared) {
+    absl::PrintF(
+        "conv (step): %.3f ms/step; bare cuDNN: %.3f ms/step; conv_ratio %.3f (bare / step)\n",
+        r.conv_nanos_per_step / 1e6, r.bare_conv_nanos_per_step / 1e6, r.conv_ratio());
+    absl::PrintF("gemm+conv:   %.1f%% of the step\n", 100.0 * r.gemm_conv_share());
+  }
   absl::PrintF("kernels (ms/step, %% of step):\n");
   for (const auto& [kernel, s] : r.kernels) {
     absl::PrintF("  %-14s %8.3f ms %5.1f%%  (%.1f calls/step)\n", KernelName(kernel),
@@ -350,8 +386,16 @@ void PrintJson(const Report& r) {
         {"bare_sgemm_gflops_per_sec", r.bare_gflops()},
         {"gemm_ratio", r.ratio()},
         {"gemm_ratio_goal", kGoalRatio},
+        {"gemm_conv_share_of_step", r.gemm_conv_share()},
         {"kernels", kernels},
         {"gemm_shapes", shapes},
+    });
+  }
+  if (r.convolutions_compared) {
+    out.update({
+        {"conv_ms_per_step", r.conv_nanos_per_step / 1e6},
+        {"bare_conv_ms_per_step", r.bare_conv_nanos_per_step / 1e6},
+        {"conv_ratio", r.conv_ratio()},
     });
   }
   std::cout << out.dump() << std::endl;
@@ -374,7 +418,10 @@ absl::Status Run(int argc, char** argv) {
   const Batches batches =
       MakeBatches(model->input_size(), o.batch_size, model->num_classes(), o.seed);
   RETURN_IF_ERROR(TimeSteps(*model, profiler, counter, batches, report));
-  if (!GraphsOn(o)) RETURN_IF_ERROR(CompareGemms(profiler, *backend.reference, report));
+  if (!GraphsOn(o)) {
+    RETURN_IF_ERROR(CompareGemms(profiler, *backend.reference, report));
+    RETURN_IF_ERROR(CompareConvolutions(profiler, *backend.reference, report));
+  }
   if (o.json) {
     PrintJson(report);
   } else {

@@ -57,6 +57,7 @@ absl::string_view KernelName(Kernel kernel) {
 void ProfilingDevice::Reset() {
   gemm_calls_.clear();
   stats_ = {};
+  for (ConvolutionLayer& layer : convolution_layers_) layer.directions = {};
 }
 
 int64_t ProfilingDevice::total_kernel_nanos() const {
@@ -90,20 +91,17 @@ std::unique_ptr<worker::ConvolutionKernels> ProfilingDevice::MakeConvolution(
     const worker::Conv2DShape& shape) {
   std::unique_ptr<worker::ConvolutionKernels> inner = inner_.MakeConvolution(shape);
   if (inner == nullptr) return nullptr;
+  const size_t layer = convolution_layers_.size();
+  convolution_layers_.push_back({shape, {}});
   return std::make_unique<worker::ObservedConvolution>(
       std::move(inner),
-      [this](worker::ConvolutionDirection direction, const std::function<void()>& call) {
-        switch (direction) {
-          case worker::ConvolutionDirection::kForward:
-            Timed(Kernel::kConvForward, call);
-            return;
-          case worker::ConvolutionDirection::kBackwardFilter:
-            Timed(Kernel::kConvBackwardFilter, call);
-            return;
-          case worker::ConvolutionDirection::kBackwardData:
-            Timed(Kernel::kConvBackwardData, call);
-            return;
-        }
+      [this, layer](worker::ConvolutionDirection direction, const std::function<void()>& call) {
+        static constexpr Kernel kKernels[] = {Kernel::kConvForward, Kernel::kConvBackwardFilter,
+                                              Kernel::kConvBackwardData};
+        const int d = static_cast<int>(direction);
+        KernelStats& s = convolution_layers_[layer].directions[d];
+        ++s.calls;
+        s.nanos += Timed(kKernels[d], call);
       });
 }
 

@@ -68,6 +68,13 @@ struct KernelStats {
   int64_t nanos = 0;
 };
 
+// One convolution layer run by the backend's own kernels (cuDNN): its shape and, per direction
+// (worker::ConvolutionDirection: forward, backward filter, backward data), its calls and time.
+struct ConvolutionLayer {
+  worker::Conv2DShape shape;
+  std::array<KernelStats, 3> directions{};
+};
+
 // Borrows `inner`, which must outlive this object and every Buffer made through it. Buffers
 // allocated through the decorator are the inner device's memory, so kernels can be mixed freely.
 //
@@ -84,6 +91,9 @@ class ProfilingDevice final : public Device {
   void Reset();
   const std::vector<GemmCall>& gemm_calls() const { return gemm_calls_; }
   const KernelStats& stats(Kernel kernel) const { return stats_[static_cast<int>(kernel)]; }
+  // Every layer MakeConvolution gave the backend's own kernels (kept by Reset, which zeroes
+  // their counts).
+  const std::vector<ConvolutionLayer>& convolution_layers() const { return convolution_layers_; }
   // Sum of every kernel's time since the last Reset.
   int64_t total_kernel_nanos() const;
 
@@ -139,6 +149,7 @@ class ProfilingDevice final : public Device {
   absl::Status first_error_;  // from per-kernel waits, reported by the next Synchronize
   std::vector<GemmCall> gemm_calls_;
   std::array<KernelStats, kNumKernels> stats_{};
+  std::vector<ConvolutionLayer> convolution_layers_;
 };
 
 }  // namespace kubetrain::bench

@@ -3,13 +3,13 @@
 #include <array>
 #include <memory>
 #include <optional>
-#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/cuda_device.h"
+#include "worker/cuda/cudnn_descriptors.h"
 #include "worker/cuda/kernels.h"
 
 // cuDNN 9 marks its per-operation convolution API deprecated in favour of the graph API; it is
@@ -29,28 +29,6 @@ absl::Status CudnnStatus(cudnnStatus_t status, const char* call, const char* fil
 
 namespace {
 
-// Owners of cuDNN descriptors, destroyed with their library's call.
-template <typename Handle, cudnnStatus_t (*Destroy)(Handle)>
-struct DescriptorDeleter {
-  void operator()(Handle handle) const {
-    LogIfError(KT_CUDNN_STATUS(Destroy(handle)), "Failed to destroy a cuDNN descriptor");
-  }
-};
-template <typename Handle, cudnnStatus_t (*Destroy)(Handle)>
-using Descriptor =
-    std::unique_ptr<std::remove_pointer_t<Handle>, DescriptorDeleter<Handle, Destroy>>;
-using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor>;
-using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor>;
-using ConvDescriptor = Descriptor<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor>;
-
-absl::StatusOr<TensorDescriptor> NhwcTensor(cudnnDataType_t type, int n, int c, int h, int w) {
-  cudnnTensorDescriptor_t raw = nullptr;
-  KT_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&raw));
-  TensorDescriptor d(raw);
-  KT_CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(raw, CUDNN_TENSOR_NHWC, type, n, c, h, w));
-  return d;
-}
-
 // One batch size's descriptors and the algorithm of each direction, found at its first use.
 struct Plan {
   ConvolutionDims dims;
@@ -63,17 +41,6 @@ struct Plan {
 
 // Plans kept per layer: the batch, the epoch's last short batch, an evaluation batch.
 constexpr size_t kPlansKept = 4;
-
-// cuDNN's perf results of one direction as trials for ChooseAlgorithm.
-template <typename Perf>
-std::vector<AlgorithmTrial> Trials(const Perf* perf, int count) {
-  std::vector<AlgorithmTrial> trials;
-  for (int i = 0; i < count; ++i) {
-    trials.push_back({static_cast<int>(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS,
-                      perf[i].time, perf[i].memory});
-  }
-  return trials;
-}
 
 class CudnnConvolution final : public ConvolutionKernels {
  public:
@@ -249,28 +216,11 @@ class CudnnConvolution final : public ConvolutionKernels {
     if (!Check(value.status()) || !Check(grad.status())) return false;
     filter_value_ = std::move(*value);
     filter_grad_ = std::move(*grad);
-    cudnnFilterDescriptor_t filter = nullptr;
-    cudnnConvolutionDescriptor_t conv = nullptr;
-    if (!Check(KT_CUDNN_STATUS(cudnnCreateFilterDescriptor(&filter)))) return false;
-    FilterDescriptor owned_filter(filter);
-    if (!Check(KT_CUDNN_STATUS(cudnnCreateConvolutionDescriptor(&conv)))) return false;
-    ConvDescriptor owned_conv(conv);
-    const int pad = shape_.kernel / 2;
-    if (!Check(KT_CUDNN_STATUS(cudnnSetFilter4dDescriptor(filter, type_, CUDNN_TENSOR_NHWC,
-                                                          shape_.filters, shape_.in_channels,
-                                                          shape_.kernel, shape_.kernel))) ||
-        !Check(KT_CUDNN_STATUS(cudnnSetConvolution2dDescriptor(
-            conv, pad, pad, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT))) ||
-        // CUDNN_DEFAULT_MATH lets cuDNN run FP32 convolutions on tensor cores in TF32 where the
-        // GPU has them, and bf16 ones there in any case (with float32 sums, the conv
-        // descriptor's type: cuDNN's PSEUDO_BFLOAT16_CONFIG); CUDNN_FMA_MATH keeps FP32 in FP32.
-        !Check(KT_CUDNN_STATUS(cudnnSetConvolutionMathType(
-            conv, device_.tf32_convolutions() || type_ != CUDNN_DATA_FLOAT ? CUDNN_DEFAULT_MATH
-                                                                           : CUDNN_FMA_MATH)))) {
-      return false;
-    }
-    filter_ = std::move(owned_filter);
-    conv_ = std::move(owned_conv);
+    absl::StatusOr<LayerDescriptors> layer =
+        DescribeLayer(shape_, type_, device_.tf32_convolutions());
+    if (!Check(layer.status())) return false;
+    filter_ = std::move(layer->filter);
+    conv_ = std::move(layer->conv);
     return true;
   }
 
