@@ -26,48 +26,56 @@ std::function<absl::StatusOr<int>()> From(std::vector<int> ports) {
   };
 }
 
-// Ports far above the kernel's ephemeral range (32768-60999 by default), which no other test
-// claims.
-constexpr int kBase = 61200;
+// `n` port numbers free a moment ago and claimed by no one now (claimed, then released), to
+// offer as candidates.
+std::vector<int> FreshPorts(int n) {
+  absl::StatusOr<PortClaims> claims = ClaimFreeLoopbackPorts(n);
+  EXPECT_THAT(claims, IsOk());
+  return claims.ok() ? claims->ports() : std::vector<int>(n, 0);
+}
 
 // Two runs started at once may be offered the same free port; the second claim skips it.
 TEST(PortClaims, APortClaimedElsewhereIsSkipped) {
-  absl::StatusOr<PortClaims> first = ClaimPorts(2, From({kBase, kBase + 1}));
+  const std::vector<int> p = FreshPorts(4);
+  absl::StatusOr<PortClaims> first = ClaimPorts(2, From({p[0], p[1]}));
   ASSERT_THAT(first, IsOk());
-  absl::StatusOr<PortClaims> second = ClaimPorts(2, From({kBase + 1, kBase, kBase + 2, kBase + 3}));
+  absl::StatusOr<PortClaims> second = ClaimPorts(2, From({p[1], p[0], p[2], p[3]}));
   ASSERT_THAT(second, IsOk());
-  EXPECT_THAT(first->ports(), ElementsAre(kBase, kBase + 1));
-  EXPECT_THAT(second->ports(), ElementsAre(kBase + 2, kBase + 3));
+  EXPECT_THAT(first->ports(), ElementsAre(p[0], p[1]));
+  EXPECT_THAT(second->ports(), ElementsAre(p[2], p[3]));
 }
 
 TEST(PortClaims, ARepeatedCandidateIsClaimedOnce) {
-  absl::StatusOr<PortClaims> claims = ClaimPorts(2, From({kBase + 10, kBase + 10, kBase + 11}));
+  const std::vector<int> p = FreshPorts(2);
+  absl::StatusOr<PortClaims> claims = ClaimPorts(2, From({p[0], p[0], p[1]}));
   ASSERT_THAT(claims, IsOk());
-  EXPECT_THAT(claims->ports(), ElementsAre(kBase + 10, kBase + 11));
+  EXPECT_THAT(claims->ports(), ElementsAre(p[0], p[1]));
 }
 
 // Claims end with their owner (here its destruction; a process's with the process), and a
 // move or an Add keeps them.
 TEST(PortClaims, AReleasedPortCanBeClaimedAgain) {
+  const int port = FreshPorts(1)[0];
   {
-    absl::StatusOr<PortClaims> held = ClaimPorts(1, From({kBase + 20}));
+    absl::StatusOr<PortClaims> held = ClaimPorts(1, From({port}));
     ASSERT_THAT(held, IsOk());
     PortClaims moved = *std::move(held);
     PortClaims all;
     all.Add(std::move(moved));
-    EXPECT_THAT(all.ports(), ElementsAre(kBase + 20));
-    EXPECT_THAT(ClaimPorts(1, From({kBase + 20})), StatusIs(absl::StatusCode::kUnavailable))
+    EXPECT_THAT(all.ports(), ElementsAre(port));
+    EXPECT_THAT(ClaimPorts(1, From({port})), StatusIs(absl::StatusCode::kUnavailable))
         << "still held after the move and the Add";
   }
-  absl::StatusOr<PortClaims> again = ClaimPorts(1, From({kBase + 20}));
+  absl::StatusOr<PortClaims> again = ClaimPorts(1, From({port}));
   ASSERT_THAT(again, IsOk());
-  EXPECT_THAT(again->ports(), ElementsAre(kBase + 20));
+  EXPECT_THAT(again->ports(), ElementsAre(port));
 }
 
 TEST(PortClaims, RunningOutOfCandidatesIsAnError) {
-  absl::StatusOr<PortClaims> held = ClaimPorts(1, From({kBase + 30}));
+  const int port = FreshPorts(1)[0];
+  absl::StatusOr<PortClaims> held = ClaimPorts(1, From({port}));
   ASSERT_THAT(held, IsOk());
-  const std::vector<int> taken(200, kBase + 30);
+  const std::vector<int> taken(200, port);
   EXPECT_THAT(ClaimPorts(1, From(taken)),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no free loopback port left")));
 }
