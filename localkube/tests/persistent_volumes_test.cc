@@ -435,9 +435,14 @@ TEST_F(PersistentVolumes, DataWrittenByOnePodIsReadByTheNext) {
     auto reasons = EventReasons("writer");
     return std::count(reasons.begin(), reasons.end(), "FailedMount") >= 1;
   }));
-  auto waiting = store_.Get("/pods", "default", "writer");
-  EXPECT_EQ((*waiting)["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
-            "ContainerCreating");
+  // The event and the status are written apart (as by the kubelet's event recorder and its
+  // status manager): the status may land after the event.
+  EXPECT_TRUE(Eventually([&] {
+    auto waiting = store_.Get("/pods", "default", "writer");
+    return waiting.has_value() &&
+           (*waiting)["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] ==
+               "ContainerCreating";
+  })) << "the pod of an unbound claim waits in ContainerCreating";
 
   SelectNode("data", "node-1");
   auto phase = [&](const std::string& name) {
