@@ -80,12 +80,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   f.Add("seed", &o.seed, "seed of the model's initialisation and the random batches");
   f.Add("json", &o.json, "print one JSON object instead of text");
   RETURN_IF_ERROR(f.Parse(argc, argv).status());
-  if (std::optional<worker::Precision> p = worker::ParsePrecision(precision)) {
-    o.precision = *p;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--precision: unsupported value \"", precision,
-                                                   "\"; allowed: ", worker::PrecisionNames()));
-  }
+  ASSIGN_OR_RETURN(o.precision, worker::PrecisionFromFlag(precision));
   if (o.batch_size < 1 || o.steps < 1 || o.warmup < 0) {
     return absl::InvalidArgumentError("--batch-size and --steps must be >= 1, --warmup >= 0");
   }

@@ -6,6 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/enum_names.h"
 
 namespace kubetrain::worker {
@@ -26,5 +29,11 @@ inline std::optional<Precision> ParsePrecision(std::string_view name) {
 }
 // "fp32, bf16", for an error's "allowed: ...".
 inline std::string PrecisionNames() { return NamesOf(kPrecisions); }
+// The value of the --precision flag, or an error naming the flag and the values it takes.
+inline absl::StatusOr<Precision> PrecisionFromFlag(std::string_view value) {
+  if (std::optional<Precision> p = ParsePrecision(value)) return *p;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--precision: unsupported value \"", std::string(value), "\"; allowed: ", PrecisionNames()));
+}
 
 }  // namespace kubetrain::worker

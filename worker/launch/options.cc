@@ -167,12 +167,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
                                                    o.gradient_compression,
                                                    "\"; allowed: ", ps::WireFloatNames()));
   }
-  if (std::optional<Precision> p = ParsePrecision(precision)) {
-    o.precision = *p;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--precision: unsupported value \"", precision,
-                                                   "\"; allowed: ", PrecisionNames()));
-  }
+  ASSIGN_OR_RETURN(o.precision, PrecisionFromFlag(precision));
   if (o.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--collective-timeout: must be > 0");
   }
