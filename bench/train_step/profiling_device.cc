@@ -82,7 +82,7 @@ int64_t ProfilingDevice::Timed(Kernel kernel, Call&& call) {
   return nanos;
 }
 
-void ProfilingDevice::ApplyUpdates(const ps::UpdateRule& rule,
+void ProfilingDevice::ApplyUpdates(const ps::UpdateRule* rule,
                                    absl::Span<const worker::UpdateSlice> slices) {
   Timed(Kernel::kUpdate, [&] { inner_.ApplyUpdates(rule, slices); });
 }

@@ -131,7 +131,7 @@ class ProfilingDevice final : public Device {
                       float* input_grad) override;
   void ApplyUpdate(const ps::UpdateRule& rule, int64_t n, const float* grad, float* value,
                    float* slot0, float* slot1) override;
-  void ApplyUpdates(const ps::UpdateRule& rule,
+  void ApplyUpdates(const ps::UpdateRule* rule,
                     absl::Span<const worker::UpdateSlice> slices) override;
   // The backend's convolutions, each call timed under its direction's kernel.
   std::unique_ptr<worker::ConvolutionKernels> MakeConvolution(

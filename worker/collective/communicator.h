@@ -54,6 +54,10 @@ class Communicator {
   // Waits for the work queued on the communicator's device, AllReduceMany's included; a peer
   // that is gone surfaces here as an error within the timeout, never as a hang.
   virtual absl::Status WaitForQueued() { return absl::OkStatus(); }
+  // Whether AllReduceMany only queues its work on the device's stream (NCCL), so that it can be
+  // captured in a device graph with the step that produces the gradients (StepTail,
+  // worker/core/step_graphs.h). Gloo runs its collectives on the host as they are called.
+  virtual bool QueuesOnTheDevice() const { return false; }
   // In place: every rank receives root's `count` floats.
   virtual absl::Status Broadcast(float* data, size_t count, int root) = 0;
   // Returns once every rank has called it.

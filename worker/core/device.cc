@@ -35,8 +35,10 @@ void Device::AddBiasRelu(int rows, int cols, const float* bias, float* x) {
   Relu(static_cast<int64_t>(rows) * cols, x, x);
 }
 
-void Device::ApplyUpdates(const ps::UpdateRule& rule, absl::Span<const UpdateSlice> slices) {
-  for (const UpdateSlice& s : slices) ApplyUpdate(rule, s.n, s.grad, s.value, s.slot0, s.slot1);
+void Device::ApplyUpdates(const ps::UpdateRule* rule, absl::Span<const UpdateSlice> slices) {
+  ps::UpdateRule host;
+  CopyDeviceToHost(rule, &host, sizeof(host));
+  for (const UpdateSlice& s : slices) ApplyUpdate(host, s.n, s.grad, s.value, s.slot0, s.slot1);
 }
 
 void Device::ReluBiasGrad(int rows, int cols, const float* y, const float* dy, float* dx,

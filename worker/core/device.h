@@ -119,10 +119,11 @@ class Device {
   // Graph capture (docs/decisions/0010-one-graph-per-step.md). Between BeginCapture and
   // EndCapture the device records the work issued to it instead of running it; EndCapture
   // returns the recording, which LaunchGraph then runs, in issue order with other work, as often
-  // as the caller likes. A capture refuses what cannot be replayed (a host wait, a download, an
-  // allocation, an upload from host memory not made by AllocateHostBytes): EndCapture then
-  // fails, naming it, and nothing of the captured work has run. By default no capture is
-  // supported (the CPU backend runs every step as it is issued).
+  // as the caller likes. A capture refuses what cannot be replayed (a host wait, an allocation,
+  // an upload from or a download into host memory not made by AllocateHostBytes): EndCapture
+  // then fails, naming it, and nothing of the captured work has run. A captured download into
+  // staging memory lands when the graph runs, to be read after the next Synchronize. By default no
+  // capture is supported (the CPU backend runs every step as issued).
   virtual bool SupportsGraphs() const { return false; }
   virtual absl::Status BeginCapture();
   virtual absl::StatusOr<std::unique_ptr<DeviceGraph>> EndCapture();
@@ -204,9 +205,12 @@ class Device {
                            float* slot0, float* slot1) = 0;
 
   // ApplyUpdate of every slice under one rule: the whole model's update after an all-reduce.
-  // A GPU runs it as one kernel per math::UpdateSlices::kMax slices, not one per variable
-  // (FusedUpdateLaunches); the default applies the slices one by one.
-  virtual void ApplyUpdates(const ps::UpdateRule& rule, absl::Span<const UpdateSlice> slices);
+  // `rule` is in device memory (one ps::UpdateRule) and is read when the update runs, so that a
+  // captured update replays with the rule of the step it is replayed for (a learning-rate
+  // schedule, Adam's bias correction; docs/decisions/0010-one-graph-per-step.md). A GPU runs it
+  // as one kernel per math::UpdateSlices::kMax slices, not one per variable
+  // (FusedUpdateLaunches); the default downloads the rule and applies the slices one by one.
+  virtual void ApplyUpdates(const ps::UpdateRule* rule, absl::Span<const UpdateSlice> slices);
 
   // Typed conveniences over the byte copies.
   template <typename T>

@@ -120,7 +120,8 @@ double Model::SumLoss(int batch) {
 }
 
 absl::StatusOr<int> Model::ForwardBackward(absl::Span<const float> images,
-                                           absl::Span<const int32_t> labels, float* loss) {
+                                           absl::Span<const int32_t> labels, float* loss,
+                                           StepTail* tail) {
   RETURN_IF_ERROR(CheckBatch(images, labels));
   const int batch = static_cast<int>(labels.size());
   // Buffers grow before a step may be captured: a capture cannot allocate.
@@ -138,27 +139,29 @@ absl::StatusOr<int> Model::ForwardBackward(absl::Span<const float> images,
       device_.Gemm(false, false, 1, 1, batch, 1.0f / batch, losses_.data(), ones_.data(), 0.0f,
                    loss);
     }
+    return tail != nullptr ? tail->Issue() : absl::OkStatus();
   };
   if (gradients_ready_) {
-    issue(images.data(), labels.data());
+    RETURN_IF_ERROR(issue(images.data(), labels.data()));
   } else {
-    RETURN_IF_ERROR(graphs_.Run({batch, loss}, generation_, images, labels, issue), "step of ",
-                    name_);
+    RETURN_IF_ERROR(graphs_.Run({batch, loss, tail}, generation_, images, labels, issue),
+                    "step of ", name_);
   }
   return batch;
 }
 
 absl::StatusOr<float> Model::ComputeGradients(absl::Span<const float> images,
                                               absl::Span<const int32_t> labels) {
-  ASSIGN_OR_RETURN(const int batch, ForwardBackward(images, labels, nullptr));
+  ASSIGN_OR_RETURN(const int batch, ForwardBackward(images, labels, nullptr, nullptr));
   const double loss = SumLoss(batch);
   RETURN_IF_ERROR(device_.Synchronize(), "computing gradients of ", name_);
   return static_cast<float>(loss / batch);
 }
 
 absl::Status Model::ComputeGradients(absl::Span<const float> images,
-                                     absl::Span<const int32_t> labels, float* loss) {
-  return ForwardBackward(images, labels, loss).status();
+                                     absl::Span<const int32_t> labels, float* loss,
+                                     StepTail* tail) {
+  return ForwardBackward(images, labels, loss, tail).status();
 }
 
 absl::StatusOr<EvalResult> Model::EvaluateBatch(absl::Span<const float> images,

@@ -61,9 +61,11 @@ class Model {
   absl::StatusOr<float> ComputeGradients(absl::Span<const float> images,
                                          absl::Span<const int32_t> labels);
   // The same, but leaves the mean loss in `loss` (one float of device memory) and does not wait
-  // for the device: the caller's next wait covers the step (backend errors surface there).
+  // for the device: the caller's next wait covers the step (backend errors surface there). A
+  // `tail`, when given, is issued after backward as part of the step, and captured and replayed
+  // with it (StepTail); its error fails the step.
   absl::Status ComputeGradients(absl::Span<const float> images, absl::Span<const int32_t> labels,
-                                float* loss);
+                                float* loss, StepTail* tail = nullptr);
 
   // Forward only over one batch.
   absl::StatusOr<EvalResult> EvaluateBatch(absl::Span<const float> images,
@@ -93,6 +95,9 @@ class Model {
   // (worker/core/step_graphs.h); off by default. The results are bit-identical to those of
   // uncaptured steps.
   void UseStepGraphs(bool on) { graphs_.set_enabled(on); }
+  // Drops the step graphs and their warm-ups (StepGraphs::Reset): what a tail captured with them
+  // is about to change.
+  void ResetStepGraphs() { graphs_.Reset(); }
   const StepGraphs& step_graphs() const { return graphs_; }
 
   // Host copies in variables() order; `out`/`values` must hold num_parameters() floats.
@@ -106,10 +111,12 @@ class Model {
   void Reserve(int batch);
   const float* Forward(int batch);
   void Backward(int batch);
-  // Load, Forward, the loss (per row, in losses_; their mean in `loss` too unless null) and
-  // Backward, captured or replayed by graphs_ where it may be; returns the batch size.
+  // Load, Forward, the loss (per row, in losses_; their mean in `loss` too unless null), Backward
+  // and the tail (unless null), captured or replayed by graphs_ where it may be; returns the
+  // batch size.
   absl::StatusOr<int> ForwardBackward(absl::Span<const float> images,
-                                      absl::Span<const int32_t> labels, float* loss);
+                                      absl::Span<const int32_t> labels, float* loss,
+                                      StepTail* tail);
   double SumLoss(int batch);
   absl::Status CheckFlatSize(size_t size) const;
 

@@ -21,6 +21,11 @@ void StepGraphs::set_enabled(bool on) {
 
 void StepGraphs::Clear() { graphs_.clear(); }
 
+void StepGraphs::Reset() {
+  Clear();
+  warm_.clear();
+}
+
 DeviceGraph* StepGraphs::Find(const StepKey& key) {
   for (Entry& e : graphs_) {
     if (e.key == key) return e.graph.get();
@@ -52,9 +57,10 @@ absl::Status StepGraphs::Stage(absl::Span<const float> images, absl::Span<const 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<DeviceGraph>> StepGraphs::Capture(Issue issue) {
+absl::StatusOr<std::unique_ptr<DeviceGraph>> StepGraphs::Capture(Issue issue,
+                                                                 absl::Status& issued) {
   RETURN_IF_ERROR(device_.BeginCapture());
-  issue(staged_images(), staged_labels());
+  issued = issue(staged_images(), staged_labels());
   return device_.EndCapture();
 }
 
@@ -65,8 +71,7 @@ absl::Status StepGraphs::Run(const StepKey& key, uint64_t generation,
   if (!active() || warm_up) {
     if (warm_up) warm_.push_back(key);
     ++stats_.eager_steps;
-    issue(images.data(), labels.data());
-    return absl::OkStatus();
+    return issue(images.data(), labels.data());
   }
   if (generation != generation_) {
     Clear();
@@ -75,15 +80,18 @@ absl::Status StepGraphs::Run(const StepKey& key, uint64_t generation,
   RETURN_IF_ERROR(Stage(images, labels));
   DeviceGraph* graph = Find(key);
   if (graph == nullptr) {
-    absl::StatusOr<std::unique_ptr<DeviceGraph>> captured = Capture(issue);
+    absl::Status issued;
+    absl::StatusOr<std::unique_ptr<DeviceGraph>> captured = Capture(issue, issued);
+    // The tail failed (a collective's error): the step fails, nothing of it has run, and graphs
+    // stay on.
+    RETURN_IF_ERROR(issued);
     if (!captured.ok()) {
       failed_ = true;
       Clear();
       log::Warn("Training step capture failed; steps run uncaptured from now on",
                 {{"model", owner_}, {"batch", key.batch}, {"error", captured.status()}});
       ++stats_.eager_steps;
-      issue(images.data(), labels.data());
-      return absl::OkStatus();
+      return issue(images.data(), labels.data());
     }
     if (graphs_.size() == kGraphsKept) graphs_.erase(graphs_.begin());
     graphs_.push_back({key, *std::move(captured)});

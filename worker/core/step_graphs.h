@@ -20,11 +20,24 @@
 
 namespace kubetrain::worker {
 
-// What a captured step depends on besides the buffers: its batch size and where it leaves its
-// mean loss (a device float, or null when the loss stays per row in the model).
+// Device work that a caller adds to a training step after backward, captured and replayed with
+// it: the all-reduce exchange's reduction of the gradients, the optimizer's update and the
+// download of the summed loss (worker/runtime/exchange_allreduce.cc). What it reads from the host
+// must be in staging memory (Device::AllocateHostBytes), written before the step.
+class StepTail {
+ public:
+  virtual ~StepTail() = default;
+  // Issues the work; an error means it was not all issued, and fails the step.
+  virtual absl::Status Issue() = 0;
+};
+
+// What a captured step depends on besides the buffers: its batch size, where it leaves its mean
+// loss (a device float, or null when the loss stays per row in the model) and the tail it ends
+// with (or none).
 struct StepKey {
   int batch = 0;
   float* loss = nullptr;
+  StepTail* tail = nullptr;
   bool operator==(const StepKey&) const = default;
 };
 
@@ -33,9 +46,10 @@ struct StepKey {
 class StepGraphs {
  public:
   // Issues one step's device work with the batch's images and labels at these host addresses:
-  // the uploads first, then forward, loss and backward. A reference to the caller's callable,
-  // valid for the call it is passed to: no allocation on a step.
-  using Issue = absl::FunctionRef<void(const float* images, const int32_t* labels)>;
+  // the uploads first, then forward, loss, backward and the key's tail; an error is the tail's.
+  // A reference to the caller's callable, valid for the call it is passed to: no allocation on a
+  // step.
+  using Issue = absl::FunctionRef<absl::Status(const float* images, const int32_t* labels)>;
 
   // Graphs kept: the full batch, the epoch's last short batch, and room for a change of size.
   static constexpr size_t kGraphsKept = 4;
@@ -64,11 +78,17 @@ class StepGraphs {
   // Drops every graph: the buffers they were captured with may be about to change. Batch sizes
   // already warmed up stay so: their next step is captured at once.
   void Clear();
+  // Drops every graph and forgets the warm-ups: the next step of every key runs as issued, the
+  // one after is captured. A tail with collectives needs this when its communicator changes:
+  // whether a collective is captured must be the same on every rank (NCCL), and a rank that
+  // joins has warmed up nothing.
+  void Reset();
 
   // Runs one step of `key`. `generation` counts the reallocations of the buffers the step uses
   // (Model::Reserve): when it differs from the last step's, every graph is dropped first.
-  // Errors are those of staging the batch and of launching; the step's own device errors surface
-  // at the caller's next Synchronize.
+  // Errors are those of staging the batch, of issuing the tail (a capture whose tail fails is
+  // dropped, and graphs stay on) and of launching; the step's own device errors surface at the
+  // caller's next Synchronize.
   absl::Status Run(const StepKey& key, uint64_t generation, absl::Span<const float> images,
                    absl::Span<const int32_t> labels, Issue issue);
 
@@ -86,7 +106,8 @@ class StepGraphs {
   const int32_t* staged_labels() const {
     return reinterpret_cast<const int32_t*>(static_cast<const char*>(staging_) + image_capacity_);
   }
-  absl::StatusOr<std::unique_ptr<DeviceGraph>> Capture(Issue issue);
+  // Captures `issue`, which leaves its own error (the tail's) in `issued`.
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Capture(Issue issue, absl::Status& issued);
   DeviceGraph* Find(const StepKey& key);
   bool Warm(const StepKey& key) const;
 

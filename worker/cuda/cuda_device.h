@@ -152,7 +152,7 @@ class CudaDevice final : public Device {
                    float* slot0, float* slot1) override;
 
   // One kernel per math::UpdateSlices::kMax slices.
-  void ApplyUpdates(const ps::UpdateRule& rule, absl::Span<const UpdateSlice> slices) override;
+  void ApplyUpdates(const ps::UpdateRule* rule, absl::Span<const UpdateSlice> slices) override;
 
   // cuDNN's convolutions (cuda/cudnn_convolution.h).
   std::unique_ptr<ConvolutionKernels> MakeConvolution(const Conv2DShape& shape) override;
@@ -191,8 +191,9 @@ class CudaDevice final : public Device {
   // At least `floats` floats of scratch, ordered on the compute stream; null (with the error
   // recorded) when it cannot be had.
   float* Scratch(int64_t floats);
-  // During a capture: the upload as one DMA on the compute stream, from pinned memory only.
-  void CaptureUpload(const void* host, void* device, size_t bytes);
+  // During a capture: the upload (or download) as one DMA on the compute stream, from (into)
+  // pinned memory only.
+  void CaptureCopy(void* dst, const void* src, size_t bytes, bool upload);
   // Makes the copy stream wait for everything issued on the compute stream so far.
   bool CopyAfterCompute();
 

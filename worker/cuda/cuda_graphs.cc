@@ -43,14 +43,15 @@ void CudaDevice::FreeHostBytes(void* ptr) {
   if (Activate()) Record(KT_CUDA_STATUS(cudaFreeHost(ptr)));
 }
 
-void CudaDevice::CaptureUpload(const void* host, void* device, size_t bytes) {
+void CudaDevice::CaptureCopy(void* dst, const void* src, size_t bytes, bool upload) {
   if (bytes == 0 || !Activate()) return;
-  if (!pinned_.Contains(host, bytes)) {
-    RefuseDuringCapture("CopyHostToDevice from host memory not made by AllocateHostBytes");
+  if (!pinned_.Contains(upload ? src : dst, bytes)) {
+    RefuseDuringCapture(upload ? "CopyHostToDevice from host memory not made by AllocateHostBytes"
+                               : "CopyDeviceToHost into host memory not made by AllocateHostBytes");
     return;
   }
-  Record(
-      KT_CUDA_STATUS(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, compute_.get())));
+  Record(KT_CUDA_STATUS(cudaMemcpyAsync(
+      dst, src, bytes, upload ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, compute_.get())));
 }
 
 absl::Status CudaDevice::BeginCapture() {

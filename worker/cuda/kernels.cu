@@ -176,7 +176,11 @@ __global__ void ApplyUpdateKernel(ps::UpdateRule rule, int64_t n, const float* _
   }
 }
 
-__global__ void ApplyUpdatesKernel(ps::UpdateRule rule, UpdateSlices s) {
+// The rule is read from device memory at run time: a captured update replays with the rule
+// its step staged (Device::ApplyUpdates).
+__global__ void ApplyUpdatesKernel(const ps::UpdateRule* __restrict__ rule_on_device,
+                                   UpdateSlices s) {
+  const ps::UpdateRule rule = *rule_on_device;
   const int64_t n = s.total();
   for (int64_t i = FirstIndex(); i < n; i += GridStride()) {
     const int k = s.SliceOf(i);
@@ -321,7 +325,7 @@ cudaError_t LaunchApplyUpdate(cudaStream_t stream, const ps::UpdateRule& rule, i
   return cudaGetLastError();
 }
 
-cudaError_t LaunchApplyUpdates(cudaStream_t stream, const ps::UpdateRule& rule,
+cudaError_t LaunchApplyUpdates(cudaStream_t stream, const ps::UpdateRule* rule,
                                const UpdateSlices& slices) {
   const int64_t n = slices.total();
   if (n <= 0) return cudaSuccess;

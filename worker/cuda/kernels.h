@@ -68,9 +68,9 @@ cudaError_t LaunchTranspose(cudaStream_t stream, int64_t rows, int64_t cols, con
 cudaError_t LaunchToBf16(cudaStream_t stream, int64_t n, const float* in, uint16_t* out);
 cudaError_t LaunchFromBf16(cudaStream_t stream, int64_t n, const uint16_t* in, float* out);
 
-// Every slice of `slices` (at most math::UpdateSlices::kMax) under `rule` in one kernel: one
-// thread per element of their concatenation.
-cudaError_t LaunchApplyUpdates(cudaStream_t stream, const ps::UpdateRule& rule,
+// Every slice of `slices` (at most math::UpdateSlices::kMax) under `rule` (device memory, read
+// when the kernel runs) in one kernel: one thread per element of their concatenation.
+cudaError_t LaunchApplyUpdates(cudaStream_t stream, const ps::UpdateRule* rule,
                                const math::UpdateSlices& slices);
 
 // One thread per element; slot pointers the rule does not use may be null.

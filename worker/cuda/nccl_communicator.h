@@ -56,6 +56,8 @@ class NcclCommunicator final : public Communicator {
   // returns without waiting for it (WaitForQueued does).
   absl::Status AllReduceMany(absl::Span<const absl::Span<float>> buffers, ReduceOp op) override;
   absl::Status WaitForQueued() override;
+  // Its collectives are captured with the step (NCCL 2.9 and later captures them).
+  bool QueuesOnTheDevice() const override { return true; }
   absl::Status Broadcast(float* data, size_t count, int root) override;
   // An all-reduce of one float.
   absl::Status Barrier() override;

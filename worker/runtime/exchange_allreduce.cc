@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "worker/core/random.h"
 #include "worker/runtime/allreduce_agreement.h"
 #include "worker/runtime/chief_duties.h"
+#include "worker/runtime/device_update.h"
 #include "worker/runtime/fused_buckets.h"
 #include "worker/runtime/replica_state.h"
 
@@ -25,11 +27,15 @@ namespace {
 // The largest test set the ranks evaluate together: its counts must be exact as float sums.
 constexpr int64_t kMaxExamplesEvaluatedTogether = int64_t{1} << 24;
 
-class AllReduceExchange final : public GradientExchange {
+class AllReduceExchange final : public GradientExchange, private StepTail {
  public:
   explicit AllReduceExchange(const ExchangeContext& context)
       : c_(context), device_(context.device), model_(context.model) {}
-  ~AllReduceExchange() override { model_.SetGradientsReady(nullptr); }
+  ~AllReduceExchange() override {
+    model_.SetGradientsReady(nullptr);
+    // Graphs ending with this exchange's tail use its memory and communicator.
+    model_.ResetStepGraphs();
+  }
 
   // ---- set-up ---------------------------------------------------------------------------------
 
@@ -72,6 +78,9 @@ class AllReduceExchange final : public GradientExchange {
           absl::StrCat("communicator is rank ", comm_->rank(), " of ", comm_->size(),
                        " but this task is rank ", c_.id.rank, " of ", size()));
     }
+    // The graphs of another communicator's run (NCCL captures its collectives) must go, and
+    // every rank warms up again: whether a collective is captured must agree over the ranks.
+    model_.ResetStepGraphs();
     log::Info("All-reduce training",
               {{"rank", c_.id.rank},
                {"workers", size()},
@@ -170,7 +179,9 @@ class AllReduceExchange final : public GradientExchange {
   // The model left its loss in loss_slot_ (DeviceLossSlot): `loss` is not read.
   absl::StatusOr<ExchangedStep> Exchange(int64_t, float) override {
     ASSIGN_OR_RETURN(float mean_loss,
-                     ReduceAndApply(step_, elastic_ ? applied_ / nominal_ : step_));
+                     std::exchange(tail_given_, false)
+                         ? FinishTail(step_)
+                         : ReduceAndApply(step_, elastic_ ? applied_ / nominal_ : step_));
     ++step_;
     applied_ += size();
     if (c_.metrics) c_.metrics->global_step.Set(static_cast<double>(step_));
@@ -212,6 +223,23 @@ class AllReduceExchange final : public GradientExchange {
   }
 
   float* DeviceLossSlot() override { return loss_slot_; }
+
+  // Over a communicator that queues its collectives on the device (NCCL), the reduction, the
+  // update and the loss's download are issued with the step's gradients, and captured and
+  // replayed with them (docs/decisions/0010-one-graph-per-step.md): a step is then one graph
+  // launch and one host wait. Not for an elastic job (it waits for the sums before applying
+  // them), the overlapped reduction (host code between layers) or compression (Gloo's wire).
+  StepTail* DeviceTail() override {
+    if (elastic_ || overlap_ != nullptr || Compresses() || comm_ == nullptr ||
+        !comm_->QueuesOnTheDevice()) {
+      return nullptr;
+    }
+    // Slots restored or shared since the last step: graphs captured with the old ones are stale.
+    if (update_.Target(fused_, state_)) model_.ResetStepGraphs();
+    StageRule(step_);
+    tail_given_ = true;
+    return this;
+  }
   bool Done(int64_t pos) const override { return pos >= c_.total_steps(); }
   bool RunIsOver(const ps::ModelState& checkpoint) const override {
     return Done(elastic_ ? checkpoint.gradients_applied : checkpoint.global_step);
@@ -353,42 +381,54 @@ class AllReduceExchange final : public GradientExchange {
     if (elastic_) {
       RETURN_IF_ERROR(comm_->WaitForQueued(), "all-reducing the gradients of step ", pos);
     }
-    ApplyUpdates(update_step);
+    update_.Target(fused_, state_);
+    StageRule(update_step);
+    update_.Issue();
     RETURN_IF_ERROR(comm_->WaitForQueued(), "all-reducing the gradients of step ", pos);
-    float summed[2] = {0, 0};
-    device_.CopyDeviceToHost(loss_slot_, summed, (elastic_ ? 2 : 1) * sizeof(float));
+    update_.IssueLossDownload(loss_slot_, elastic_ ? 2 : 1);
     RETURN_IF_ERROR(device_.Synchronize(), "applying the update of step ", pos);
-    reform_wanted_ = summed[1] > 0;
-    if (c_.metrics) {
-      c_.metrics->allreduce_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-      // What a ring all-reduce sends per rank: 2(n-1)/n of the buffers, at the wire's width.
-      const double wire_bytes = Compresses()
-                                    ? static_cast<double>(fused_.bytes()) / sizeof(float) *
-                                          ps::WireFloatBytes(c_.options.gradient_compression)
-                                    : static_cast<double>(fused_.bytes());
-      c_.metrics->sent_bytes.Increment(2.0 * (size() - 1) / size() * wire_bytes);
-    }
-    return summed[0] / static_cast<float>(size());
+    reform_wanted_ = elastic_ && update_.loss()[1] > 0;
+    if (c_.metrics) c_.metrics->allreduce_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+    CountSent();
+    return update_.loss()[0] / static_cast<float>(size());
   }
 
-  // The optimizer's update for step `pos` from the summed gradients, scaled to their mean.
-  void ApplyUpdates(int64_t pos) {
+  // The step's tail was issued with its gradients (DeviceTail): waits for it, bounded by the
+  // communicator's timeout, and returns the mean loss it brought back. The all-reduce's own
+  // duration is not observed: it ran inside the step.
+  absl::StatusOr<float> FinishTail(int64_t pos) {
+    RETURN_IF_ERROR(comm_->WaitForQueued(), "all-reducing the gradients of step ", pos);
+    RETURN_IF_ERROR(device_.Synchronize(), "applying the update of step ", pos);
+    CountSent();
+    return update_.loss()[0] / static_cast<float>(size());
+  }
+
+  // StepTail: the reduction, the update and the download of the summed loss, queued on the
+  // device after backward.
+  absl::Status Issue() override {
+    RETURN_IF_ERROR(comm_->AllReduceMany(fused_.spans(), ReduceOp::kSum),
+                    "all-reducing the gradients of step ", step_);
+    update_.Issue();
+    update_.IssueLossDownload(loss_slot_, 1);
+    return absl::OkStatus();
+  }
+
+  // Stages the optimizer's rule for step `pos`, to be applied to the summed gradients: scaled to
+  // their mean; an elastic job's sum over the size the learning rate was scaled for (linear
+  // scaling, as the ps do: ps/store.h).
+  void StageRule(int64_t pos) {
     ps::UpdateRule rule = optimizer_->Rule(pos);
-    // The mean; an elastic job's sum over the size the learning rate was scaled for (linear
-    // scaling, as the ps do: ps/store.h).
     rule.grad_scale = 1.0f / static_cast<float>(elastic_ ? nominal_ : size());
-    // Every variable in one fused update (one kernel on a GPU, not one per variable).
-    update_slices_.clear();
-    for (FusedBucket& b : fused_.buckets()) {
-      for (const FusedBucket::Member& m : b.members) {
-        std::vector<Tensor>& slots = state_.slots(m.index);
-        update_slices_.push_back({m.variable->size(), b.buffer.data() + m.offset,
-                                  m.variable->value.data(),
-                                  slots.size() > 0 ? slots[0].data() : nullptr,
-                                  slots.size() > 1 ? slots[1].data() : nullptr});
-      }
-    }
-    device_.ApplyUpdates(rule, update_slices_);
+    update_.Stage(rule);
+  }
+
+  // What a ring all-reduce sends per rank: 2(n-1)/n of the buffers, at the wire's width.
+  void CountSent() {
+    if (c_.metrics == nullptr) return;
+    const double wire_bytes = Compresses() ? static_cast<double>(fused_.bytes()) / sizeof(float) *
+                                                 ps::WireFloatBytes(c_.options.gradient_compression)
+                                           : static_cast<double>(fused_.bytes());
+    c_.metrics->sent_bytes.Increment(2.0 * (size() - 1) / size() * wire_bytes);
   }
 
   // Every rank must hold bit-identical parameters: compares a checksum of them over the ranks
@@ -430,7 +470,8 @@ class AllReduceExchange final : public GradientExchange {
   std::unique_ptr<ps::Optimizer> optimizer_;
   ps::OptimizerOptions optimizer_options_;  // optimizer_'s
   ReplicaState state_{device_, model_};     // the parameters and the optimizer's slots
-  std::vector<UpdateSlice> update_slices_;  // ApplyUpdates' list, rebuilt each step in place
+  DeviceUpdate update_{device_};            // the optimizer's update on the device
+  bool tail_given_ = false;                 // DeviceTail was given for the step in progress
   FusedBuckets fused_;
   std::unique_ptr<OverlappedReduction> overlap_;  // --overlap-allreduce, where it applies
   int64_t overlapped_ = 0;                        // its buffers started during backward, counted

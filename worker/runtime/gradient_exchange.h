@@ -91,6 +91,10 @@ class GradientExchange {
   // loss pointer), so the step need not wait for the device before the exchange; Exchange's
   // `loss` is then not read. Null: the loop passes the loss to Exchange (ps modes).
   virtual float* DeviceLossSlot() { return nullptr; }
+  // The exchange's device work for the next step, to be issued with the step's gradients
+  // (Model::ComputeGradients) and captured with them; null when the exchange runs it in Exchange.
+  // Given, the next Exchange finds it issued.
+  virtual StepTail* DeviceTail() { return nullptr; }
   // Whether training is over once this worker is at `pos`.
   virtual bool Done(int64_t pos) const = 0;
   // Whether `checkpoint`, one that fits this job, holds the end of its training, so that a

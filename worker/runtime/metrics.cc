@@ -76,7 +76,10 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, const MetricLabels& l)
                   "(PushAndPull, a step's exchange), waiting included.",
                   l)),
       allreduce_duration(Seconds(r, "kubetrain_worker_allreduce_duration_seconds",
-                                 "Time to all-reduce one step's gradients (all-reduce mode).", l)) {
+                                 "Time to all-reduce one step's gradients and apply the update "
+                                 "(all-reduce mode; not observed where the reduction runs "
+                                 "inside the step: NCCL).",
+                                 l)) {
   // Constant 1; the labels say which backend and hardware this task trains on.
   Labels info = Base(l);
   info["name"] = l.device_name.empty() ? l.device : l.device_name;

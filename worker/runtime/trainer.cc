@@ -216,8 +216,8 @@ class Trainer::Impl {
     RETURN_IF_ERROR(exchange_->LoadParameters());
     float loss = 0;
     if (float* on_device = exchange_->DeviceLossSlot()) {
-      RETURN_IF_ERROR(
-          model_->ComputeGradients(batch->image_span(), batch->label_span(), on_device));
+      RETURN_IF_ERROR(model_->ComputeGradients(batch->image_span(), batch->label_span(), on_device,
+                                               exchange_->DeviceTail()));
     } else {
       ASSIGN_OR_RETURN(loss, model_->ComputeGradients(batch->image_span(), batch->label_span()));
     }

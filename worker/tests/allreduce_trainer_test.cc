@@ -440,7 +440,8 @@ TEST_F(AllReduceTrainerTest, AStepWaitsForTheDeviceOnceAndCopiesNoGradient) {
     for (const CountingDevice::Counts& c : costs[rank]) {
       EXPECT_EQ(c.host_waits, 1) << "rank " << rank;
       EXPECT_EQ(c.copies, 0) << "rank " << rank << ": a gradient was copied into its buffer";
-      EXPECT_EQ(c.uploads, 2) << "rank " << rank << ": images and labels, nothing else";
+      EXPECT_EQ(c.uploads, 3) << "rank " << rank
+                              << ": images, labels and the update's rule, nothing else";
     }
   }
 }

@@ -74,7 +74,8 @@ class CountingDevice final : public Device {
     inner_.CopyHostToDevice(host, device, bytes);
   }
   void CopyDeviceToHost(const void* device, void* host, size_t bytes) override {
-    Wait();
+    // A captured download (into staging memory) runs with its graph: no wait.
+    if (!capturing_) Wait();
     inner_.CopyDeviceToHost(device, host, bytes);
   }
   void CopyDeviceToDevice(const void* src, void* dst, size_t bytes) override {
@@ -162,7 +163,7 @@ class CountingDevice final : public Device {
     Launch();
     inner_.ApplyUpdate(rule, n, grad, value, slot0, slot1);
   }
-  void ApplyUpdates(const ps::UpdateRule& rule, absl::Span<const UpdateSlice> slices) override {
+  void ApplyUpdates(const ps::UpdateRule* rule, absl::Span<const UpdateSlice> slices) override {
     for (int64_t i = 0; i < FusedUpdateLaunches(slices.size()); ++i) Launch();
     inner_.ApplyUpdates(rule, slices);
   }

@@ -520,7 +520,10 @@ TEST_P(CudaUpdateTest, FusedUpdateOfManySlicesMatchesCpu) {
                       slots > 1 ? gslot1.data() + offset : nullptr});
     offset += n;
   }
-  gpu_->ApplyUpdates(rule, on_gpu);
+  // The rule is read from device memory (Device::ApplyUpdates).
+  Buffer<ps::UpdateRule> grule(*gpu_, {1});
+  gpu_->Upload(&rule, grule, 1);
+  gpu_->ApplyUpdates(grule.data(), on_gpu);
   ExpectNear(FromGpu(gvalue), value, 1e-5);
   ExpectNear(FromGpu(gslot0), slot0, 1e-5);
   ExpectNear(FromGpu(gslot1), slot1, 1e-5);

@@ -45,8 +45,9 @@ class CudaTrainerTest : public FashionMnistTest {
 
   // Trains `ranks` ranks for one epoch of the MLP, rank r on GPU r; every rank's summary. With
   // `examples`, the epoch is the first `examples` of the training set, scored on as many of the
-  // test set's.
-  std::vector<absl::StatusOr<TrainingSummary>> Train(int ranks, int64_t examples = 0) {
+  // test set's. `graphed` captures the steps (TrainerOptions::step_graphs).
+  std::vector<absl::StatusOr<TrainingSummary>> Train(int ranks, int64_t examples = 0,
+                                                     bool graphed = false) {
     std::optional<Dataset> train, test;
     if (examples > 0) {
       train = First(data_->train, examples);
@@ -73,6 +74,7 @@ class CudaTrainerTest : public FashionMnistTest {
           o.mode = Mode::kAllReduce;
           o.epochs = 1;
           o.batch_size = 64;
+          o.step_graphs = graphed;
           TaskIdentity id{rank == 0 ? Role::kChief : Role::kWorker, rank, ranks, {}};
           id.communicator = comm.get();
           std::atomic<bool> stop{false};
@@ -107,6 +109,20 @@ TEST_F(CudaTrainerTest, OneRankTrainsTwentyBatchesThroughNccl) {
   ASSERT_THAT(results[0], IsOk());
   EXPECT_EQ(results[0]->steps, 20);
   EXPECT_GT(results[0]->test_accuracy, 0.3);  // chance is 0.1
+}
+
+// Each step after the warm-up captured with its NCCL all-reduce, the update and the loss's
+// download (docs/decisions/0010): the run ends with the model of uncaptured steps, to the bit.
+TEST_F(CudaTrainerTest, OneRankCapturedWithItsAllReduceTrainsAsUncaptured) {
+  std::string why;
+  if (Skip(1, &why)) GTEST_SKIP() << why;
+  auto eager = Train(1, 40 * 64, false);
+  auto graphed = Train(1, 40 * 64, true);
+  ASSERT_THAT(eager[0], IsOk());
+  ASSERT_THAT(graphed[0], IsOk());
+  EXPECT_EQ(graphed[0]->steps, 40);
+  EXPECT_EQ(graphed[0]->test_loss, eager[0]->test_loss);
+  EXPECT_EQ(graphed[0]->test_accuracy, eager[0]->test_accuracy);
 }
 
 // Two ranks on two GPUs learn together and end with bit-identical parameters (EndTraining

@@ -1,9 +1,9 @@
 // A Device that forwards every call to another (a CpuDevice) and can capture graphs the way a GPU
 // does, so CPU tests take the captured paths (worker/core/step_graphs.h): between BeginCapture
 // and EndCapture each call is recorded as a closure instead of run, and LaunchGraph runs the
-// closures in order. A capture refuses what CUDA refuses during stream capture: a Synchronize, a
-// download, an allocation or a free, and an upload from host memory that AllocateHostBytes did
-// not hand out; EndCapture then fails with an error naming the first such call. Its memory is
+// closures in order. A capture refuses what CUDA refuses during stream capture: a Synchronize, an
+// allocation or a free, and an upload from or a download into host memory that AllocateHostBytes
+// did not hand out; EndCapture then fails with an error naming the first such call. Its memory is
 // not host-addressable, as a GPU's. Convolutions take the im2col path through this device.
 #pragma once
 
@@ -61,8 +61,12 @@ class RecordingDevice final : public Device {
     Do([=, this] { inner_.CopyHostToDevice(host, device, bytes); });
   }
   void CopyDeviceToHost(const void* device, void* host, size_t bytes) override {
-    if (Refuse("CopyDeviceToHost")) return;
-    inner_.CopyDeviceToHost(device, host, bytes);
+    if (capturing_ && !staging_.Contains(host, bytes)) {
+      Refuse("CopyDeviceToHost into host memory not made by AllocateHostBytes");
+      return;
+    }
+    // A replay downloads into the staging memory then.
+    Do([=, this] { inner_.CopyDeviceToHost(device, host, bytes); });
   }
   absl::Status Synchronize() override {
     if (Refuse("Synchronize")) return capture_error_;
@@ -158,7 +162,7 @@ class RecordingDevice final : public Device {
                    float* slot0, float* slot1) override {
     Do([=, this] { inner_.ApplyUpdate(rule, n, grad, value, slot0, slot1); });
   }
-  void ApplyUpdates(const ps::UpdateRule& rule, absl::Span<const UpdateSlice> slices) override {
+  void ApplyUpdates(const ps::UpdateRule* rule, absl::Span<const UpdateSlice> slices) override {
     Do([this, rule, s = std::vector<UpdateSlice>(slices.begin(), slices.end())] {
       inner_.ApplyUpdates(rule, s);
     });

@@ -53,7 +53,8 @@ TEST(StepCosts, TheFusedUpdateIsOneLaunchPerThirtyTwoVariables) {
                     want_slot.data() + 3 * v, nullptr);
   }
   counting.Reset();
-  counting.ApplyUpdates(rule, slices);
+  // The CPU's memory is the host's: the rule is read where it is.
+  counting.ApplyUpdates(&rule, slices);
   EXPECT_EQ(counting.counts().launches, 2);
   EXPECT_EQ(value, want_value);
   EXPECT_EQ(slot, want_slot);
