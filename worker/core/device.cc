@@ -35,6 +35,10 @@ void Device::AddBiasRelu(int rows, int cols, const float* bias, float* x) {
   Relu(static_cast<int64_t>(rows) * cols, x, x);
 }
 
+void Device::QueueDownload(const void* device, void* staging, size_t bytes) {
+  CopyDeviceToHost(device, staging, bytes);
+}
+
 void Device::ApplyUpdates(const ps::UpdateRule* rule, absl::Span<const UpdateSlice> slices) {
   ps::UpdateRule host;
   CopyDeviceToHost(rule, &host, sizeof(host));

@@ -115,15 +115,19 @@ class Device {
   // failure is fatal, as with AllocateBytes.
   virtual void* AllocateHostBytes(size_t bytes);
   virtual void FreeHostBytes(void* ptr);
+  // Queues a download into `staging` (memory from AllocateHostBytes) behind the work issued so
+  // far, as a kernel is queued: it does not wait, and the bytes are there once the next
+  // Synchronize returns. A capture records it (each replay downloads again). The default is
+  // CopyDeviceToHost, which waits, as a device that runs its work as issued does anyway.
+  virtual void QueueDownload(const void* device, void* staging, size_t bytes);
 
   // Graph capture (docs/decisions/0010-one-graph-per-step.md). Between BeginCapture and
   // EndCapture the device records the work issued to it instead of running it; EndCapture
   // returns the recording, which LaunchGraph then runs, in issue order with other work, as often
-  // as the caller likes. A capture refuses what cannot be replayed (a host wait, an allocation,
-  // an upload from or a download into host memory not made by AllocateHostBytes): EndCapture
-  // then fails, naming it, and nothing of the captured work has run. A captured download into
-  // staging memory lands when the graph runs, to be read after the next Synchronize. By default no
-  // capture is supported (the CPU backend runs every step as issued).
+  // as the caller likes. A capture refuses what cannot be replayed (a host wait, a download, an
+  // allocation, an upload from host memory not made by AllocateHostBytes): EndCapture then
+  // fails, naming it, and nothing of the captured work has run; a QueueDownload is captured. By
+  // default no capture is supported (the CPU backend runs every step as issued).
   virtual bool SupportsGraphs() const { return false; }
   virtual absl::Status BeginCapture();
   virtual absl::StatusOr<std::unique_ptr<DeviceGraph>> EndCapture();

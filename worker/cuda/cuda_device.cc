@@ -225,7 +225,7 @@ void CudaDevice::FreeBytes(void* ptr) {
 // kernel.
 void CudaDevice::CopyHostToDevice(const void* host, void* device, size_t bytes) {
   if (capturing_) {
-    CaptureCopy(device, host, bytes, /*upload=*/true);
+    CaptureUpload(host, device, bytes);
     return;
   }
   // The copy stream must not overwrite memory that queued kernels still read.
@@ -253,12 +253,9 @@ void CudaDevice::CopyHostToDevice(const void* host, void* device, size_t bytes) 
 // The mirror image: the DMA of chunk i + 1 into one staging buffer runs while the CPU copies
 // chunk i out of the other. Returns when `host` holds every byte.
 void CudaDevice::CopyDeviceToHost(const void* device, void* host, size_t bytes) {
-  if (capturing_) {
-    CaptureCopy(host, device, bytes, /*upload=*/false);
-    return;
-  }
   // The copy must see everything the queued kernels write.
-  if (bytes == 0 || !Activate() || !CopyAfterCompute()) return;
+  if (RefuseDuringCapture("CopyDeviceToHost") || bytes == 0 || !Activate() || !CopyAfterCompute())
+    return;
   const size_t chunk = options_.staging_chunk_bytes;
   const size_t chunks = (bytes + chunk - 1) / chunk;
   const auto* src = static_cast<const char*>(device);

@@ -71,8 +71,9 @@ struct CudaDeviceOptions {
 // Graphs (cuda_graphs.cc): a capture records the work issued on the compute stream
 // (cudaStreamBeginCapture in thread-local mode) into a graph that LaunchGraph replays there.
 // During it the device refuses, as a recorded error that fails EndCapture, what cannot be
-// replayed: host waits, downloads, allocations, growing its scratch, and uploads from host
-// memory other than AllocateHostBytes' pinned blocks (which are captured as one DMA each). GEMMs
+// replayed: host waits, downloads other than QueueDownload's, allocations, growing its scratch,
+// and uploads from host memory other than AllocateHostBytes' pinned blocks (which are captured as
+// one DMA each, as QueueDownload's into them are). GEMMs
 // capture because cuBLAS has a fixed workspace; cuDNN's algorithm search does not, so a
 // convolution's first step at a batch size must run uncaptured (docs/decisions/0010).
 //
@@ -111,6 +112,8 @@ class CudaDevice final : public Device {
   // Pinned (cudaMallocHost); throws std::bad_alloc (after logging) when that fails.
   void* AllocateHostBytes(size_t bytes) override;
   void FreeHostBytes(void* ptr) override;
+  // One cudaMemcpyAsync on the compute stream into pinned memory; other memory is an error.
+  void QueueDownload(const void* device, void* staging, size_t bytes) override;
 
   bool SupportsGraphs() const override { return true; }
   absl::Status BeginCapture() override;
@@ -191,9 +194,8 @@ class CudaDevice final : public Device {
   // At least `floats` floats of scratch, ordered on the compute stream; null (with the error
   // recorded) when it cannot be had.
   float* Scratch(int64_t floats);
-  // During a capture: the upload (or download) as one DMA on the compute stream, from (into)
-  // pinned memory only.
-  void CaptureCopy(void* dst, const void* src, size_t bytes, bool upload);
+  // During a capture: the upload as one DMA on the compute stream, from pinned memory only.
+  void CaptureUpload(const void* host, void* device, size_t bytes);
   // Makes the copy stream wait for everything issued on the compute stream so far.
   bool CopyAfterCompute();
 

@@ -43,15 +43,27 @@ void CudaDevice::FreeHostBytes(void* ptr) {
   if (Activate()) Record(KT_CUDA_STATUS(cudaFreeHost(ptr)));
 }
 
-void CudaDevice::CaptureCopy(void* dst, const void* src, size_t bytes, bool upload) {
+void CudaDevice::CaptureUpload(const void* host, void* device, size_t bytes) {
   if (bytes == 0 || !Activate()) return;
-  if (!pinned_.Contains(upload ? src : dst, bytes)) {
-    RefuseDuringCapture(upload ? "CopyHostToDevice from host memory not made by AllocateHostBytes"
-                               : "CopyDeviceToHost into host memory not made by AllocateHostBytes");
+  if (!pinned_.Contains(host, bytes)) {
+    RefuseDuringCapture("CopyHostToDevice from host memory not made by AllocateHostBytes");
     return;
   }
-  Record(KT_CUDA_STATUS(cudaMemcpyAsync(
-      dst, src, bytes, upload ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, compute_.get())));
+  Record(
+      KT_CUDA_STATUS(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, compute_.get())));
+}
+
+// One DMA on the compute stream, behind the kernels that write what it reads; captured like them.
+void CudaDevice::QueueDownload(const void* device, void* staging, size_t bytes) {
+  if (bytes == 0 || !Activate()) return;
+  if (!pinned_.Contains(staging, bytes)) {
+    constexpr absl::string_view kNotPinned =
+        "QueueDownload into host memory not made by AllocateHostBytes";
+    if (!RefuseDuringCapture(kNotPinned)) Record(absl::InvalidArgumentError(kNotPinned));
+    return;
+  }
+  Record(KT_CUDA_STATUS(
+      cudaMemcpyAsync(staging, device, bytes, cudaMemcpyDeviceToHost, compute_.get())));
 }
 
 absl::Status CudaDevice::BeginCapture() {

@@ -47,7 +47,7 @@ void DeviceUpdate::Issue() {
 }
 
 void DeviceUpdate::IssueLossDownload(const float* loss, int count) {
-  device_.CopyDeviceToHost(loss, staged_->loss, static_cast<size_t>(count) * sizeof(float));
+  device_.QueueDownload(loss, staged_->loss, static_cast<size_t>(count) * sizeof(float));
 }
 
 }  // namespace kubetrain::worker

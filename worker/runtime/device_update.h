@@ -37,8 +37,9 @@ class DeviceUpdate {
   void Stage(const ps::UpdateRule& rule) { staged_->rule = rule; }
   // Issues the upload of the staged rule and the update of every variable under it.
   void Issue();
-  // Issues the download of `count` (at most kLossFloats) device floats at `loss` into the staging
-  // block; loss() reads them after the device's next Synchronize.
+  // Queues the download of `count` (at most kLossFloats) device floats at `loss` into the staging
+  // block (Device::QueueDownload: no wait, so a collective before it stays under its
+  // communicator's timeout); loss() reads them after the device's next Synchronize.
   void IssueLossDownload(const float* loss, int count);
   const float* loss() const { return staged_->loss; }
 

@@ -74,9 +74,13 @@ class CountingDevice final : public Device {
     inner_.CopyHostToDevice(host, device, bytes);
   }
   void CopyDeviceToHost(const void* device, void* host, size_t bytes) override {
-    // A captured download (into staging memory) runs with its graph: no wait.
-    if (!capturing_) Wait();
+    Wait();
     inner_.CopyDeviceToHost(device, host, bytes);
+  }
+  // Queued as a kernel is: a launch, not a wait.
+  void QueueDownload(const void* device, void* staging, size_t bytes) override {
+    Launch();
+    inner_.QueueDownload(device, staging, bytes);
   }
   void CopyDeviceToDevice(const void* src, void* dst, size_t bytes) override {
     Launch();

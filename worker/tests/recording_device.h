@@ -1,10 +1,11 @@
 // A Device that forwards every call to another (a CpuDevice) and can capture graphs the way a GPU
 // does, so CPU tests take the captured paths (worker/core/step_graphs.h): between BeginCapture
 // and EndCapture each call is recorded as a closure instead of run, and LaunchGraph runs the
-// closures in order. A capture refuses what CUDA refuses during stream capture: a Synchronize, an
-// allocation or a free, and an upload from or a download into host memory that AllocateHostBytes
-// did not hand out; EndCapture then fails with an error naming the first such call. Its memory is
-// not host-addressable, as a GPU's. Convolutions take the im2col path through this device.
+// closures in order. A capture refuses what CUDA refuses during stream capture: a Synchronize, a
+// download (but QueueDownload's into staging memory), an allocation or a free, and an upload from
+// host memory that AllocateHostBytes did not hand out; EndCapture then fails with an error naming
+// the first such call. Its memory is not host-addressable, as a GPU's. Convolutions take the im2col
+// path through this device.
 #pragma once
 
 #include <cstddef>
@@ -61,12 +62,16 @@ class RecordingDevice final : public Device {
     Do([=, this] { inner_.CopyHostToDevice(host, device, bytes); });
   }
   void CopyDeviceToHost(const void* device, void* host, size_t bytes) override {
-    if (capturing_ && !staging_.Contains(host, bytes)) {
-      Refuse("CopyDeviceToHost into host memory not made by AllocateHostBytes");
+    if (Refuse("CopyDeviceToHost")) return;
+    inner_.CopyDeviceToHost(device, host, bytes);
+  }
+  void QueueDownload(const void* device, void* staging, size_t bytes) override {
+    if (capturing_ && !staging_.Contains(staging, bytes)) {
+      Refuse("QueueDownload into host memory not made by AllocateHostBytes");
       return;
     }
-    // A replay downloads into the staging memory then.
-    Do([=, this] { inner_.CopyDeviceToHost(device, host, bytes); });
+    // A replay downloads into the staging memory again.
+    Do([=, this] { inner_.QueueDownload(device, staging, bytes); });
   }
   absl::Status Synchronize() override {
     if (Refuse("Synchronize")) return capture_error_;
