@@ -212,12 +212,15 @@ absl::StatusOr<int64_t> TimedCalls(cudaStream_t stream, Call&& call) {
   return total / kRepeats;
 }
 
-// The algorithm of one direction that ChooseAlgorithm takes from cuDNN's trials.
-absl::StatusOr<int> Best(const std::vector<worker::AlgorithmTrial>& trials, size_t workspace,
-                         const char* direction) {
-  const std::optional<worker::AlgorithmTrial> best = worker::ChooseAlgorithm(trials, workspace);
-  if (!best) return absl::InternalError(absl::StrCat("cuDNN has no ", direction, " algorithm"));
-  return best->algorithm;
+// The algorithm of one direction that the device would choose (cudnn_descriptors.h), or an
+// error when none fits the workspace.
+template <typename Algo>
+absl::StatusOr<Algo> Best(absl::StatusOr<std::optional<Algo>> best, const char* direction) {
+  RETURN_IF_ERROR(best.status());
+  if (!best->has_value()) {
+    return absl::InternalError(absl::StrCat("cuDNN has no ", direction, " algorithm"));
+  }
+  return **best;
 }
 
 // Bare cuDNN on the device's handle, workspace, data type and math type, on tensors already in
@@ -255,45 +258,32 @@ absl::StatusOr<std::array<int64_t, 3>> CublasReference::TimeConvolution(
   void* ws = device_.convolution_workspace();
   const size_t ws_bytes = device_.convolution_workspace_bytes();
   const float one = 1.0f, zero = 0.0f;
+  const cuda::ConvolutionSetting setting{
+      h, xd.get(), layer.filter.get(), layer.conv.get(), yd.get(), ws, ws_bytes};
   std::array<int64_t, 3> nanos{};
-  int found = 0;
 
-  std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> fwd{};
-  KT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithmEx(
-      h, xd.get(), x, layer.filter.get(), w, layer.conv.get(), yd.get(), y,
-      static_cast<int>(fwd.size()), &found, fwd.data(), ws, ws_bytes));
-  ASSIGN_OR_RETURN(const int fwd_algo, Best(cuda::Trials(fwd.data(), found), ws_bytes, "forward"));
-  ASSIGN_OR_RETURN(
-      nanos[0], TimedCalls(device_.stream(), [&] {
-        return KT_CUDNN_STATUS(cudnnConvolutionForward(
-            h, &one, xd.get(), x, layer.filter.get(), w, layer.conv.get(),
-            static_cast<cudnnConvolutionFwdAlgo_t>(fwd_algo), ws, ws_bytes, &zero, yd.get(), y));
-      }));
-
-  std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> bwf{};
-  KT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-      h, xd.get(), x, yd.get(), y, layer.conv.get(), layer.filter.get(), dw,
-      static_cast<int>(bwf.size()), &found, bwf.data(), ws, ws_bytes));
-  ASSIGN_OR_RETURN(const int bwf_algo,
-                   Best(cuda::Trials(bwf.data(), found), ws_bytes, "backward filter"));
-  ASSIGN_OR_RETURN(nanos[1], TimedCalls(device_.stream(), [&] {
-                     return KT_CUDNN_STATUS(cudnnConvolutionBackwardFilter(
-                         h, &one, xd.get(), x, yd.get(), y, layer.conv.get(),
-                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(bwf_algo), ws, ws_bytes,
-                         &zero, layer.filter.get(), dw));
+  ASSIGN_OR_RETURN(const cudnnConvolutionFwdAlgo_t fwd_algo,
+                   Best(cuda::FastestForward(setting, x, w, y), "forward"));
+  ASSIGN_OR_RETURN(nanos[0], TimedCalls(device_.stream(), [&] {
+                     return KT_CUDNN_STATUS(cudnnConvolutionForward(
+                         h, &one, xd.get(), x, layer.filter.get(), w, layer.conv.get(), fwd_algo,
+                         ws, ws_bytes, &zero, yd.get(), y));
                    }));
 
-  std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> bwd{};
-  KT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithmEx(
-      h, layer.filter.get(), w, yd.get(), y, layer.conv.get(), xd.get(), dx,
-      static_cast<int>(bwd.size()), &found, bwd.data(), ws, ws_bytes));
-  ASSIGN_OR_RETURN(const int bwd_algo,
-                   Best(cuda::Trials(bwd.data(), found), ws_bytes, "backward data"));
+  ASSIGN_OR_RETURN(const cudnnConvolutionBwdFilterAlgo_t bwf_algo,
+                   Best(cuda::FastestBackwardFilter(setting, x, y, dw), "backward filter"));
+  ASSIGN_OR_RETURN(nanos[1], TimedCalls(device_.stream(), [&] {
+                     return KT_CUDNN_STATUS(cudnnConvolutionBackwardFilter(
+                         h, &one, xd.get(), x, yd.get(), y, layer.conv.get(), bwf_algo, ws,
+                         ws_bytes, &zero, layer.filter.get(), dw));
+                   }));
+
+  ASSIGN_OR_RETURN(const cudnnConvolutionBwdDataAlgo_t bwd_algo,
+                   Best(cuda::FastestBackwardData(setting, w, y, dx), "backward data"));
   ASSIGN_OR_RETURN(nanos[2], TimedCalls(device_.stream(), [&] {
                      return KT_CUDNN_STATUS(cudnnConvolutionBackwardData(
-                         h, &one, layer.filter.get(), w, yd.get(), y, layer.conv.get(),
-                         static_cast<cudnnConvolutionBwdDataAlgo_t>(bwd_algo), ws, ws_bytes, &zero,
-                         xd.get(), dx));
+                         h, &one, layer.filter.get(), w, yd.get(), y, layer.conv.get(), bwd_algo,
+                         ws, ws_bytes, &zero, xd.get(), dx));
                    }));
   return nanos;
 }

@@ -64,18 +64,10 @@ class CudnnConvolution final : public ConvolutionKernels {
     void* y = op.out;
     const float one = 1.0f, zero = 0.0f;
     if (!plan->forward) {
-      std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
-      int found = 0;
-      if (!Check(KT_CUDNN_STATUS(cudnnFindConvolutionForwardAlgorithmEx(
-              handle(), plan->x.get(), x, filter_.get(), filter, conv_.get(), plan->y.get(), y,
-              static_cast<int>(perf.size()), &found, perf.data(), workspace(),
-              workspace_bytes())))) {
-        return;
-      }
-      const std::optional<AlgorithmTrial> best =
-          ChooseAlgorithm(Trials(perf.data(), found), workspace_bytes());
-      if (!Found(best, "forward")) return;
-      plan->forward = static_cast<cudnnConvolutionFwdAlgo_t>(best->algorithm);
+      absl::StatusOr<std::optional<cudnnConvolutionFwdAlgo_t>> best =
+          FastestForward(Setting(*plan), x, filter, y);
+      if (!Check(best.status()) || !Found(best->has_value(), "forward")) return;
+      plan->forward = **best;
     }
     if (Check(KT_CUDNN_STATUS(cudnnConvolutionForward(
             handle(), &one, plan->x.get(), x, filter_.get(), filter, conv_.get(), *plan->forward,
@@ -98,19 +90,10 @@ class CudnnConvolution final : public ConvolutionKernels {
     void* grad = op.out;
     const float one = 1.0f, zero = 0.0f;
     if (!plan->backward_filter) {
-      std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>
-          perf{};
-      int found = 0;
-      if (!Check(KT_CUDNN_STATUS(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-              handle(), plan->x.get(), x, plan->y.get(), dy, conv_.get(), filter_.get(), grad,
-              static_cast<int>(perf.size()), &found, perf.data(), workspace(),
-              workspace_bytes())))) {
-        return;
-      }
-      const std::optional<AlgorithmTrial> best =
-          ChooseAlgorithm(Trials(perf.data(), found), workspace_bytes());
-      if (!Found(best, "backward filter")) return;
-      plan->backward_filter = static_cast<cudnnConvolutionBwdFilterAlgo_t>(best->algorithm);
+      absl::StatusOr<std::optional<cudnnConvolutionBwdFilterAlgo_t>> best =
+          FastestBackwardFilter(Setting(*plan), x, dy, grad);
+      if (!Check(best.status()) || !Found(best->has_value(), "backward filter")) return;
+      plan->backward_filter = **best;
     }
     if (!Check(KT_CUDNN_STATUS(cudnnConvolutionBackwardFilter(
             handle(), &one, plan->x.get(), x, plan->y.get(), dy, conv_.get(),
@@ -137,18 +120,10 @@ class CudnnConvolution final : public ConvolutionKernels {
     void* dx = op.out;
     const float one = 1.0f, zero = 0.0f;
     if (!plan->backward_data) {
-      std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
-      int found = 0;
-      if (!Check(KT_CUDNN_STATUS(cudnnFindConvolutionBackwardDataAlgorithmEx(
-              handle(), filter_.get(), filter, plan->y.get(), dy, conv_.get(), plan->x.get(), dx,
-              static_cast<int>(perf.size()), &found, perf.data(), workspace(),
-              workspace_bytes())))) {
-        return;
-      }
-      const std::optional<AlgorithmTrial> best =
-          ChooseAlgorithm(Trials(perf.data(), found), workspace_bytes());
-      if (!Found(best, "backward data")) return;
-      plan->backward_data = static_cast<cudnnConvolutionBwdDataAlgo_t>(best->algorithm);
+      absl::StatusOr<std::optional<cudnnConvolutionBwdDataAlgo_t>> best =
+          FastestBackwardData(Setting(*plan), filter, dy, dx);
+      if (!Check(best.status()) || !Found(best->has_value(), "backward data")) return;
+      plan->backward_data = **best;
     }
     if (Check(KT_CUDNN_STATUS(cudnnConvolutionBackwardData(
             handle(), &one, filter_.get(), filter, plan->y.get(), dy, conv_.get(),
@@ -197,8 +172,14 @@ class CudnnConvolution final : public ConvolutionKernels {
   size_t workspace_bytes() const { return device_.convolution_workspace_bytes(); }
   bool Check(absl::Status status) { return device_.Check(std::move(status)); }
 
-  bool Found(const std::optional<AlgorithmTrial>& best, const char* direction) {
-    if (best) return true;
+  // The descriptors and workspace of `plan`'s convolution, as cuDNN's find calls take them.
+  ConvolutionSetting Setting(const Plan& plan) {
+    return {handle(),     plan.x.get(), filter_.get(),    conv_.get(),
+            plan.y.get(), workspace(),  workspace_bytes()};
+  }
+
+  bool Found(bool found, const char* direction) {
+    if (found) return true;
     return Check(absl::InternalError(
         absl::StrCat("cuDNN has no ", direction, " convolution algorithm for ", shape_.height, "x",
                      shape_.width, "x", shape_.in_channels, " -> ", shape_.filters, " (kernel ",

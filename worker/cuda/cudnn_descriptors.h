@@ -6,8 +6,12 @@
 
 #include <cudnn.h>
 
+#include <array>
+#include <cstddef>
 #include <memory>
+#include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -79,6 +83,55 @@ std::vector<AlgorithmTrial> Trials(const Perf* perf, int count) {
                       perf[i].time, perf[i].memory});
   }
   return trials;
+}
+
+// One layer's convolution at one batch size as cuDNN's calls take it: x the images (or their
+// gradient), y the output (or its gradient), and the workspace every algorithm must fit in.
+struct ConvolutionSetting {
+  cudnnHandle_t handle = nullptr;
+  cudnnTensorDescriptor_t x = nullptr;
+  cudnnFilterDescriptor_t filter = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnTensorDescriptor_t y = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// The algorithm ChooseAlgorithm takes from cuDNN's timed trials of one direction on these
+// operands (cudnnFind*AlgorithmEx, which writes the output); nullopt when none fits the
+// workspace. Errors are cuDNN's.
+template <typename Algo, typename Perf>
+std::optional<Algo> Fastest(const Perf* perf, int found, size_t workspace_bytes) {
+  const std::optional<AlgorithmTrial> best = ChooseAlgorithm(Trials(perf, found), workspace_bytes);
+  if (!best) return std::nullopt;
+  return static_cast<Algo>(best->algorithm);
+}
+inline absl::StatusOr<std::optional<cudnnConvolutionFwdAlgo_t>> FastestForward(
+    const ConvolutionSetting& s, const void* x, const void* w, void* y) {
+  std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
+  int found = 0;
+  KT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithmEx(
+      s.handle, s.x, x, s.filter, w, s.conv, s.y, y, static_cast<int>(perf.size()), &found,
+      perf.data(), s.workspace, s.workspace_bytes));
+  return Fastest<cudnnConvolutionFwdAlgo_t>(perf.data(), found, s.workspace_bytes);
+}
+inline absl::StatusOr<std::optional<cudnnConvolutionBwdFilterAlgo_t>> FastestBackwardFilter(
+    const ConvolutionSetting& s, const void* x, const void* dy, void* dw) {
+  std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
+  int found = 0;
+  KT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+      s.handle, s.x, x, s.y, dy, s.conv, s.filter, dw, static_cast<int>(perf.size()), &found,
+      perf.data(), s.workspace, s.workspace_bytes));
+  return Fastest<cudnnConvolutionBwdFilterAlgo_t>(perf.data(), found, s.workspace_bytes);
+}
+inline absl::StatusOr<std::optional<cudnnConvolutionBwdDataAlgo_t>> FastestBackwardData(
+    const ConvolutionSetting& s, const void* w, const void* dy, void* dx) {
+  std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
+  int found = 0;
+  KT_CUDNN_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithmEx(
+      s.handle, s.filter, w, s.y, dy, s.conv, s.x, dx, static_cast<int>(perf.size()), &found,
+      perf.data(), s.workspace, s.workspace_bytes));
+  return Fastest<cudnnConvolutionBwdDataAlgo_t>(perf.data(), found, s.workspace_bytes);
 }
 
 }  // namespace kubetrain::worker::cuda
