@@ -1,11 +1,13 @@
 // Makes Debian's abseil Mutex and CondVar visible to ThreadSanitizer. libabsl_synchronization is
 // built without TSan, so its lock and unlock are invisible: every access guarded by an
 // absl::Mutex (the parameter server's, and gRPC's own through gpr_mu) looks like a race. This
-// library, preloaded into the TSan test processes (scripts/sanitize), defines the Mutex and
-// CondVar entry points ahead of libabsl, tells TSan about each acquire and release, and calls
-// the real function. Built without TSan; in a process without it the annotations are absent and
-// every call goes straight through. The symbols are those of Debian 12's abseil (inline
-// namespace debian3); against another build nothing is interposed and the reports come back.
+// file, linked into every program of a TSan build (cmake/TsanRuntime.cmake), defines the Mutex
+// and CondVar entry points ahead of libabsl (the program exports them, so the shared libraries'
+// calls come here too), tells TSan about each acquire and release, and calls the real function,
+// the next definition (libabsl's). Compiled without TSan; in a process without it the
+// annotations are absent and every call goes straight through. The symbols are those of
+// Debian 12's abseil (inline namespace debian3); against another build nothing is interposed and
+// the reports come back.
 #include <dlfcn.h>
 
 #include <cstdint>
