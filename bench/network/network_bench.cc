@@ -46,9 +46,9 @@
 //
 // Why figures pass the model: tc's tbf counts frames (Ethernet and TCP/IP headers included), so
 // TCP payload tops out near 1448/1514 = 0.96 of R, which is what the raw TCP row shows; and its
-// bucket holds 10 ms at the rate (localkube/sandbox/network.cc), which an idle link lets
-// through at once, so a transfer may finish up to ~10 ms before the model says (small sizes,
-// high rates: busbw above R). The model has no latency term (alpha): the links add none.
+// bucket holds 1 ms at the rate, at least 96 KiB (localkube/sandbox/network.cc), which an idle
+// link lets through at once, so a transfer may finish up to ~1 ms before the model says (1 MiB
+// at 1 Gbit/s: busbw up to ~1.1 R). The model has no latency term (alpha): the links add none.
 //
 // Times are the median over the timed iterations of the slowest rank's time. Without root or
 // network namespaces (Network::Create's FAILED_PRECONDITION) it says why and exits 77. SIGINT or
