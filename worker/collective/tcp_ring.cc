@@ -307,85 +307,117 @@ absl::Status TcpRing::AllReduce(float* data, size_t count, ReduceOp op, ps::Wire
   if (n == 1 || count == 0) return absl::OkStatus();
   if (next_fd_ < 0) return absl::FailedPreconditionError("tcp ring: closed");
   const absl::Time deadline = absl::Now() + options_.timeout;
-  // Parts as long in values whatever the wire: a compressed exchange moves half the bytes.
-  const size_t segment = kPartBytes / sizeof(float) * static_cast<size_t>(n);
-  for (size_t off = 0; off < count; off += segment) {
-    if (absl::Status e = StreamSegment(data, off, std::min(segment, count - off),
-                                       FloatReductionFor(op), wire, deadline);
-        !e.ok()) {
-      broken_ = e;
-      Shutdown();  // the neighbours' next read fails instead of waiting out their timeout
-      return e;
-    }
+  if (absl::Status e = Stream(data, count, FloatReductionFor(op), wire, deadline); !e.ok()) {
+    broken_ = e;
+    Shutdown();  // the neighbours' next read fails instead of waiting out their timeout
+    return e;
   }
   return absl::OkStatus();
 }
 
-absl::Status TcpRing::StreamSegment(float* data, size_t off, size_t len, FloatReduction reduce,
-                                    ps::WireFloat wire, absl::Time deadline) {
+absl::Status TcpRing::Stream(float* data, size_t count, FloatReduction reduce, ps::WireFloat wire,
+                             absl::Time deadline) {
   const int n = options_.size, r = options_.rank, steps = 2 * (n - 1);
-  float* const base = data + off;
-  // Part p of the segment is [begin(p), begin(p + 1)). Step t < n - 1 is the reduce-scatter's
-  // step t, later ones the all-gather's step t - (n - 1).
-  const auto begin = [&](int p) { return len * static_cast<size_t>(p) / n; };
+  // Parts as long in values whatever the wire: a compressed exchange moves half the bytes.
+  const size_t segment_values = kPartBytes / sizeof(float) * static_cast<size_t>(n);
+  const size_t segments = (count + segment_values - 1) / segment_values;
+  // What crosses the wire: the float32 values themselves, or their 16-bit codes in wire_.
+  const bool compressed = wire != ps::WireFloat::kFloat32;
+  const size_t width = ps::WireFloatBytes(wire);
+  const size_t longest = std::min(segment_values, count);
+  received_.resize(std::max(received_.size(), (longest + n - 1) / n));
+  if (compressed) {
+    // Sending runs at most one segment ahead of receiving and receiving one ahead of sending
+    // (each direction's step t + 1 waits on the other side's step t), so segment k's codes
+    // live in one of two slots, k % 2.
+    wire_.resize(std::max(wire_.size(), segments > 1 ? 2 * segment_values : longest));
+    wire_received_.resize(std::max(wire_received_.size(), (longest + n - 1) / n));
+  }
+  // Segment k: the values [off, off + len), its parts p at [begin(p), begin(p + 1)) of them.
+  struct Segment {
+    float* base;
+    size_t off, len;
+    uint16_t* codes;  // compressed: the segment's values in 16 bits, as sent and received
+    size_t begin(int p, int n) const { return len * static_cast<size_t>(p) / n; }
+    char* sendable(size_t at) const {  // value `at` as it crosses the wire
+      return codes != nullptr ? reinterpret_cast<char*>(codes + at)
+                              : reinterpret_cast<char*>(base + at);
+    }
+  };
+  const auto segment = [&](size_t k) {
+    const size_t off = k * segment_values;
+    return Segment{data + off, off, std::min(segment_values, count - off),
+                   compressed ? wire_.data() + (k % 2) * segment_values : nullptr};
+  };
+  // Step t < n - 1 is the reduce-scatter's step t, later ones the all-gather's step t - (n - 1).
   const auto out_part = [&](int t) {
     return t < n - 1 ? (r - t + 2 * n) % n : (r + 1 - (t - (n - 1)) + 2 * n) % n;
   };
   const auto in_part = [&](int t) {
     return t < n - 1 ? (r - t - 1 + 2 * n) % n : (r - (t - (n - 1)) + 2 * n) % n;
   };
-  // What crosses the wire: the float32 values themselves, or their 16-bit codes in wire_.
-  const bool compressed = wire != ps::WireFloat::kFloat32;
-  const size_t width = ps::WireFloatBytes(wire);
-  const size_t most = (len + n - 1) / n;
-  received_.resize(std::max(received_.size(), most));
-  if (compressed) {
-    wire_.resize(std::max(wire_.size(), len));
-    wire_received_.resize(std::max(wire_received_.size(), most));
-  }
-  char* const sendable = compressed ? reinterpret_cast<char*>(wire_.data())
-                                    : reinterpret_cast<char*>(base);  // by begin(p) * width
-  char* const scratch = compressed ? reinterpret_cast<char*>(wire_received_.data())
-                                   : reinterpret_cast<char*>(received_.data());
-  // Codes the values [from, from + count) of part p into wire_, refusing an fp16 overflow.
-  const auto code = [&](int p, size_t from, size_t count) {
-    const size_t at = begin(p) + from;
-    ps::Compress(wire, {base + at, count}, {wire_.data() + at, count});
-    return CheckEncoded(wire, base + at, wire_.data() + at, count, off + at);
+  // Codes the values [from, from + count) of part p of `s` into its slot, refusing an fp16
+  // overflow.
+  const auto code = [&](const Segment& s, int p, size_t from, size_t count) {
+    const size_t at = s.begin(p, n) + from;
+    ps::Compress(wire, {s.base + at, count}, {s.codes + at, count});
+    return CheckEncoded(wire, s.base + at, s.codes + at, count, s.off + at);
   };
-  if (compressed)
-    RETURN_IF_ERROR(code(out_part(0), 0, begin(out_part(0) + 1) - begin(out_part(0))));
+  // Entering a segment, the sender's step 0 needs nothing received: its own part, coded.
+  const auto enter = [&](const Segment& s) -> absl::Status {
+    if (!compressed) return absl::OkStatus();
+    const int p = out_part(0);
+    return code(s, p, 0, s.begin(p + 1, n) - s.begin(p, n));
+  };
+  // The send and receive positions: segment, step. The streams run on across segments: the
+  // first step of the next segment leaves as soon as this one's last has, instead of the link
+  // idling while the last bytes of a segment arrive at the far rank (up to 3 % of a 64 MiB
+  // all-reduce in 4 MiB parts between 2 ranks).
+  size_t send_k = 0, receive_k = 0;
   int send_step = 0, receive_step = 0;
-  // Bytes of send_step's part sent; of receive_step's part received, and of those ready to be
-  // sent on: reduced (the reduce-scatter's, a whole value at a time) or placed (the all-gather's).
+  Segment out = segment(0), in = segment(0);
+  RETURN_IF_ERROR(enter(out));
+  // Bytes of the send step's part sent; of the receive step's part received, and of those ready
+  // to be sent on: reduced (the reduce-scatter's, a whole value at a time) or placed (the
+  // all-gather's).
   size_t sent = 0, received = 0, ready = 0;
   absl::Time idle_since = absl::InfiniteFuture();
-  while (send_step < steps || receive_step < steps) {
+  while (send_k < segments || receive_k < segments) {
     bool moved = false;
     // Step t + 1 sends the part step t received: as much of it as is ready. Step 0's is.
     size_t may_send = 0;
-    if (send_step < steps) {
+    if (send_k < segments) {
       const int p = out_part(send_step);
-      const size_t whole = (begin(p + 1) - begin(p)) * width;
-      may_send = send_step <= receive_step       ? whole
-                 : send_step == receive_step + 1 ? ready
-                                                 : 0;  // after an empty part
-      ASSIGN_OR_RETURN(moved, SendSome(sendable + begin(p) * width, may_send, &sent));
+      const size_t whole = (out.begin(p + 1, n) - out.begin(p, n)) * width;
+      const size_t at = send_k * steps + send_step, got = receive_k * steps + receive_step;
+      may_send = send_step == 0 || at <= got ? whole
+                 : at == got + 1             ? ready
+                                             : 0;  // after an empty part
+      ASSIGN_OR_RETURN(moved, SendSome(out.sendable(out.begin(p, n)), may_send, &sent));
       if (sent == whole) {
-        ++send_step;
         sent = 0;
         moved = true;
+        if (++send_step == steps) {
+          send_step = 0;
+          if (++send_k < segments) {
+            out = segment(send_k);
+            RETURN_IF_ERROR(enter(out));
+          }
+        }
       }
     }
-    if (receive_step < steps) {
+    if (receive_k < segments) {
       const int p = in_part(receive_step);
-      const size_t whole = (begin(p + 1) - begin(p)) * width;
-      float* const part = base + begin(p);
+      const size_t whole = (in.begin(p + 1, n) - in.begin(p, n)) * width;
+      float* const part = in.base + in.begin(p, n);
       const bool reducing = receive_step < n - 1;
-      char* const in = reducing ? scratch : sendable + begin(p) * width;
-      ASSIGN_OR_RETURN(const bool receiving, ReceiveSome(in, whole, &received));
+      char* const into = reducing ? (compressed ? reinterpret_cast<char*>(wire_received_.data())
+                                                : reinterpret_cast<char*>(received_.data()))
+                                  : in.sendable(in.begin(p, n));
+      ASSIGN_OR_RETURN(const bool receiving, ReceiveSome(into, whole, &received));
       moved |= receiving;
       const size_t done = ready / width, now = received / width;  // whole values
+      uint16_t* const codes = compressed ? in.codes + in.begin(p, n) : nullptr;
       if (now > done && reducing) {
         if (compressed) {
           ps::Decompress(wire, {wire_received_.data() + done, now - done},
@@ -395,30 +427,31 @@ absl::Status TcpRing::StreamSegment(float* data, size_t off, size_t len, FloatRe
         if (compressed) {
           // Coded for the next step; this rank's own, fully reduced part is rounded once and
           // kept so, the value every peer decodes from the same bits.
-          RETURN_IF_ERROR(code(p, done, now - done));
+          RETURN_IF_ERROR(code(in, p, done, now - done));
           if (receive_step == n - 2) {
-            ps::Decompress(wire, {wire_.data() + begin(p) + done, now - done},
-                           {part + done, now - done});
+            ps::Decompress(wire, {codes + done, now - done}, {part + done, now - done});
           }
         }
       } else if (now > done && compressed) {  // the all-gather's codes, passed on as they came
-        ps::Decompress(wire, {wire_.data() + begin(p) + done, now - done},
-                       {part + done, now - done});
+        ps::Decompress(wire, {codes + done, now - done}, {part + done, now - done});
       }
       // The all-gather forwards bytes as they arrive; the reduce-scatter whole reduced values.
       ready = reducing ? now * width : received;
       if (received == whole) {
-        ++receive_step;
         received = ready = 0;
         moved = true;
+        if (++receive_step == steps) {
+          receive_step = 0;
+          if (++receive_k < segments) in = segment(receive_k);
+        }
       }
     }
     if (moved) {
       idle_since = absl::InfiniteFuture();
       continue;
     }
-    RETURN_IF_ERROR(WaitIdle(&idle_since, deadline, send_step < steps && sent < may_send,
-                             receive_step < steps));
+    RETURN_IF_ERROR(WaitIdle(&idle_since, deadline, send_k < segments && sent < may_send,
+                             receive_k < segments));
   }
   return absl::OkStatus();
 }

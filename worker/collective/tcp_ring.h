@@ -11,8 +11,9 @@
 // its data) and an all-gather (n - 1 steps passing the reduced parts on). Each part is reduced
 // once, in ring order, and copied to every rank: every rank gets the same bits. The steps are not
 // run in lockstep: what step s + 1 sends is what step s received, so its bytes go out as soon as
-// they have come in and been reduced (StreamSegment), and a shaped link stays busy across the
-// steps' ends instead of idling while the last bytes of each part arrive.
+// they have come in and been reduced (Stream), and the next segment's first step follows the last
+// step of this one at once: a shaped link stays busy across the steps' and segments' ends
+// instead of idling while the last bytes of each part arrive.
 //
 // Compressed (AllReduce's `wire` fp16 or bf16, --gradient-compression): the same steps with
 // 16-bit values on the wire and float32 sums. In the reduce-scatter a rank rounds the partial sum
@@ -72,14 +73,15 @@ class TcpRing {
 
  private:
   explicit TcpRing(const TcpRingOptions& options);
-  // The all-reduce of the `len` values at data + off, as two streams: the 2(n-1) steps' outgoing
-  // parts one after the other to the next rank, and their incoming parts from the previous one.
-  // Step t + 1 sends the part step t received (reduced, in the reduce-scatter), so its bytes
-  // leave as soon as they have arrived and been reduced, not once the whole part has: the link
-  // does not idle at each step's end while the last bytes of a part arrive (Gloo pipelines its
-  // ring for the same reason). `wire` 16-bit: the values are coded into wire_ as they are ready.
-  absl::Status StreamSegment(float* data, size_t off, size_t len, FloatReduction reduce,
-                             ps::WireFloat wire, absl::Time deadline);
+  // The all-reduce of `count` values as two streams: the 2(n-1) steps' outgoing parts of every
+  // segment one after the other to the next rank, and their incoming parts from the previous
+  // one. Step t + 1 sends the part step t received (reduced, in the reduce-scatter), so its bytes
+  // leave as soon as they have arrived and been reduced, not once the whole part has; and the
+  // next segment's first step leaves as soon as this one's last has. So the link does not idle
+  // at a step's or a segment's end while the last bytes arrive (Gloo pipelines its ring for the
+  // same reason). `wire` 16-bit: the values are coded into wire_ as they are ready.
+  absl::Status Stream(float* data, size_t count, FloatReduction reduce, ps::WireFloat wire,
+                      absl::Time deadline);
   // One non-blocking send (to the next rank) or receive (from the previous one) of what is left
   // of `bytes`, advancing the count: whether bytes moved; UNAVAILABLE when the peer is gone.
   absl::StatusOr<bool> SendSome(const char* out, size_t bytes, size_t* sent);
@@ -92,7 +94,7 @@ class TcpRing {
   TcpRingOptions options_;
   int next_fd_;      // dialled: to rank + 1
   int previous_fd_;  // accepted: from rank - 1
-  // The part being received in the reduce-scatter (float32), and when compressed the segment's
+  // The part being received in the reduce-scatter (float32), and when compressed two segments'
   // values in 16 bits (what this rank sends, and the all-gather's parts as they arrive) and the
   // reduce-scatter's incoming codes.
   std::vector<float> received_;

@@ -93,11 +93,14 @@ TEST_P(CompressedRing, SumsWithinTheBoundAndEveryRankHoldsTheSameBits) {
   for (size_t i = 0; i < c.count; ++i) ASSERT_EQ(rounded[i], results[0][i]) << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, CompressedRing,
-                         ::testing::Values(RingCase{ps::WireFloat::kFloat16, 2,
-                                                    (size_t{5} << 20) / 2 + 7},
-                                           RingCase{ps::WireFloat::kBFloat16, 2, 1001},
-                                           RingCase{ps::WireFloat::kFloat16, 3, 100003}));
+// (7 << 20) + 7 values: two buffers of 2 and 3 segments, so the third segment's codes reuse the
+// first one's slot.
+INSTANTIATE_TEST_SUITE_P(
+    Formats, CompressedRing,
+    ::testing::Values(RingCase{ps::WireFloat::kFloat16, 2, (size_t{5} << 20) / 2 + 7},
+                      RingCase{ps::WireFloat::kFloat16, 2, (size_t{7} << 20) + 7},
+                      RingCase{ps::WireFloat::kBFloat16, 2, 1001},
+                      RingCase{ps::WireFloat::kFloat16, 3, 100003}));
 
 TEST(CompressedRing, InfinityAndNanArePassedOnNotHidden) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
