@@ -72,7 +72,15 @@ absl::StatusOr<PlacementPlan> PlacementPlan::Build(std::vector<VariableSpec> var
                                                    PlacementOptions options) {
   if (absl::Status s = Validate(variables, num_ps, options); !s.ok()) return s;
   PlacementPlan plan;
-  const uint64_t max_elements = options.max_partition_bytes / sizeof(float);
+  uint64_t max_elements = options.max_partition_bytes / sizeof(float);
+  if (num_ps > 1 && options.balance_pieces > 0) {
+    uint64_t total = 0;
+    for (const VariableSpec& v : variables) total += v.elements;
+    const uint64_t pieces = static_cast<uint64_t>(num_ps) * options.balance_pieces;
+    const uint64_t balanced =
+        std::max((total + pieces - 1) / pieces, options.min_balanced_bytes / sizeof(float));
+    max_elements = std::min(max_elements, std::max<uint64_t>(balanced, 1));
+  }
   for (size_t v = 0; v < variables.size(); ++v) {
     uint32_t index = 0;
     for (auto [offset, length] : SplitEvenly(variables[v].elements, max_elements)) {

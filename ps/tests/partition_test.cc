@@ -31,7 +31,8 @@ TEST(SplitEvenly, PiecesDifferByAtMostOneElement) {
 }
 
 TEST(PlacementPlan, PartitionsStayUnderTheByteLimitAndCoverEachVariable) {
-  auto plan = PlacementPlan::Build({{"embedding", 3'000'000}, {"bias", 10}}, 2);
+  // One ps task: the byte limit alone cuts (with more, the balance cut below may cut finer).
+  auto plan = PlacementPlan::Build({{"embedding", 3'000'000}, {"bias", 10}}, 1);
   ASSERT_TRUE(plan.ok()) << plan.status();
   uint64_t covered = 0;
   int pieces = 0;
@@ -97,6 +98,40 @@ TEST(PlacementPlan, SameVariablesInAnyOrderGiveTheSamePlacement) {
   ASSERT_THAT(again, IsOk());
   EXPECT_EQ(Placement(*first), Placement(*shuffled));
   EXPECT_EQ(Placement(*shuffled), Placement(*again));
+}
+
+// The Fashion-MNIST MLP (784-256-128-10): its first kernel is 85 % of the model, under the 4 MiB
+// partition limit. Cut to a quarter of each task's share, it no longer sits whole on one ps.
+TEST(PlacementPlan, AVariableMostOfTheModelIsSpreadOverThePsTasks) {
+  const std::vector<VariableSpec> mlp = {{"dense0/kernel", 784 * 256}, {"dense0/bias", 256},
+                                         {"dense1/kernel", 256 * 128}, {"dense1/bias", 128},
+                                         {"dense2/kernel", 128 * 10},  {"dense2/bias", 10}};
+  for (int num_ps : {2, 4}) {
+    auto plan = PlacementPlan::Build(mlp, num_ps);
+    ASSERT_THAT(plan, IsOk());
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int ps = 0; ps < num_ps; ++ps) {
+      lo = std::min(lo, plan->BytesOn(ps));
+      hi = std::max(hi, plan->BytesOn(ps));
+    }
+    EXPECT_LE(static_cast<double>(hi), 1.3 * lo) << num_ps << " ps";
+    // Never cut finer than the floor: a cut variable's pieces are over half of 64 KiB.
+    for (const PartitionSpec& p : plan->partitions()) {
+      if (p.bytes() < mlp[p.variable].elements * 4) {
+        EXPECT_GT(p.bytes(), 32u << 10);
+      }
+    }
+  }
+  // A 12 MB variable and a small one on 2 ps tasks: 4 MiB pieces alone would leave 8 MB on one
+  // and 4 on the other.
+  auto big = PlacementPlan::Build({{"embedding", 3'000'000}, {"bias", 10}}, 2);
+  ASSERT_THAT(big, IsOk());
+  EXPECT_LE(static_cast<double>(std::max(big->BytesOn(0), big->BytesOn(1))),
+            1.01 * std::min(big->BytesOn(0), big->BytesOn(1)));
+  // One ps holds everything: nothing is cut below the limit.
+  auto single = PlacementPlan::Build(mlp, 1);
+  ASSERT_THAT(single, IsOk());
+  EXPECT_EQ(single->partitions().size(), mlp.size());
 }
 
 TEST(PlacementPlan, RejectsBadInput) {
