@@ -52,11 +52,12 @@ struct PlacementOptions {
   // BytePS uses ~4 MB partitions: big enough to amortise per-message cost, small enough to spread
   // one large variable over several ps tasks and stay far below gRPC/protobuf limits.
   uint64_t max_partition_bytes = uint64_t{4} << 20;
-  // With several ps tasks, partitions are also cut to at most 1/balance_pieces of a task's even
-  // share of the model, but no smaller than min_balanced_bytes: a model whose largest variable is
-  // below max_partition_bytes is spread evenly too. The MLP's 784x256 kernel is 85 % of the
-  // model; whole, it left one of 2 ps tasks 6 times the other's bytes, and with a ps per node
-  // that node's uplink carried 1.7x what an even split would, every step.
+  // With several ps tasks, the limit is also 1/balance_pieces of a task's even share of the
+  // model, but never below min_balanced_bytes (SplitEvenly's pieces are then over half of it):
+  // a model whose largest variable is below max_partition_bytes is spread evenly too. The MLP's
+  // 784x256 kernel is 85 % of the model; whole, it left one of 2 ps tasks 6 times the other's
+  // bytes, and with a ps per node that node's uplink carried 1.7x what an even split would, every
+  // step.
   int balance_pieces = 4;
   uint64_t min_balanced_bytes = uint64_t{64} << 10;
 };

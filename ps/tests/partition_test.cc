@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <utility>
 
 #include "common/testing/status_matchers.h"
 
@@ -18,6 +19,16 @@ std::map<PartitionKey, int> Placement(const PlacementPlan& plan) {
   std::map<PartitionKey, int> out;
   for (const PartitionSpec& p : plan.partitions()) out[p.key] = p.ps;
   return out;
+}
+
+// The fewest and the most bytes any ps task of `plan` holds.
+std::pair<uint64_t, uint64_t> LightestAndHeaviest(const PlacementPlan& plan) {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (int ps = 0; ps < plan.num_ps(); ++ps) {
+    lo = std::min(lo, plan.BytesOn(ps));
+    hi = std::max(hi, plan.BytesOn(ps));
+  }
+  return {lo, hi};
 }
 
 TEST(SplitEvenly, PiecesDifferByAtMostOneElement) {
@@ -69,12 +80,9 @@ TEST(PlacementPlan, LoadsDifferByNoMoreThanTheLargestPartition) {
   }
   auto plan = PlacementPlan::Build(vars, 3, {.max_partition_bytes = 8000});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  uint64_t lo = UINT64_MAX, hi = 0, total = 0, largest = 0;
-  for (int ps = 0; ps < 3; ++ps) {
-    lo = std::min(lo, plan->BytesOn(ps));
-    hi = std::max(hi, plan->BytesOn(ps));
-    total += plan->BytesOn(ps);
-  }
+  const auto [lo, hi] = LightestAndHeaviest(*plan);
+  uint64_t total = 0, largest = 0;
+  for (int ps = 0; ps < 3; ++ps) total += plan->BytesOn(ps);
   for (const PartitionSpec& p : plan->partitions()) largest = std::max(largest, p.bytes());
   uint64_t want_total = 0;
   for (const VariableSpec& v : vars) want_total += v.elements * 4;
@@ -109,11 +117,7 @@ TEST(PlacementPlan, AVariableMostOfTheModelIsSpreadOverThePsTasks) {
   for (int num_ps : {2, 4}) {
     auto plan = PlacementPlan::Build(mlp, num_ps);
     ASSERT_THAT(plan, IsOk());
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (int ps = 0; ps < num_ps; ++ps) {
-      lo = std::min(lo, plan->BytesOn(ps));
-      hi = std::max(hi, plan->BytesOn(ps));
-    }
+    const auto [lo, hi] = LightestAndHeaviest(*plan);
     EXPECT_LE(static_cast<double>(hi), 1.3 * lo) << num_ps << " ps";
     // Never cut finer than the floor: a cut variable's pieces are over half of 64 KiB.
     for (const PartitionSpec& p : plan->partitions()) {
@@ -126,8 +130,8 @@ TEST(PlacementPlan, AVariableMostOfTheModelIsSpreadOverThePsTasks) {
   // and 4 on the other.
   auto big = PlacementPlan::Build({{"embedding", 3'000'000}, {"bias", 10}}, 2);
   ASSERT_THAT(big, IsOk());
-  EXPECT_LE(static_cast<double>(std::max(big->BytesOn(0), big->BytesOn(1))),
-            1.01 * std::min(big->BytesOn(0), big->BytesOn(1)));
+  const auto [big_lo, big_hi] = LightestAndHeaviest(*big);
+  EXPECT_LE(static_cast<double>(big_hi), 1.01 * big_lo);
   // One ps holds everything: nothing is cut below the limit.
   auto single = PlacementPlan::Build(mlp, 1);
   ASSERT_THAT(single, IsOk());
