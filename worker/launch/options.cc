@@ -103,8 +103,9 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         "KUBETRAIN_GRADIENT_COMPRESSION");
   f.Add("overlap-allreduce", &t.overlap_allreduce,
         "allreduce on the CPU over Gloo: sum each fused buffer as soon as backward has "
-        "computed its gradients, last layer first, while backward goes on (pair with a "
-        "--fusion-threshold-mb below the model's size)",
+        "computed its gradients, last layer first, while backward goes on (the first buffer "
+        "closes once it holds 1 MiB, as DDP's first bucket; a --fusion-threshold-mb below the "
+        "model's size cuts the rest finer)",
         "KUBETRAIN_OVERLAP_ALLREDUCE");
   f.Add("coordinator", &o.coordinator,
         "allreduce without TF_CONFIG: the chief's rendezvous address host:port (the chief "

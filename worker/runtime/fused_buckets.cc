@@ -17,14 +17,16 @@ std::vector<size_t> FirstVariables(const FusedBuckets& buckets) {
 FusedBuckets::FusedBuckets(Device& device, Model& model, int64_t fusion_bytes, bool reverse,
                            int extra) {
   const int64_t limit = std::max<int64_t>(1, fusion_bytes / static_cast<int64_t>(sizeof(float)));
+  const int64_t first_full =
+      reverse ? std::min(limit, kFirstBufferBytes / static_cast<int64_t>(sizeof(float))) : limit;
   const std::vector<Variable*>& variables = model.variables();
   for (size_t k = 0; k < variables.size(); ++k) {
     const size_t i = reverse ? variables.size() - 1 - k : k;
     Variable* v = variables[i];
-    if (buckets_.empty() ||
-        (buckets_.back().elements > 0 && buckets_.back().elements + v->size() > limit)) {
-      buckets_.emplace_back().first_variable = i;
-    }
+    const bool full = !buckets_.empty() && buckets_.back().elements > 0 &&
+                      (buckets_.back().elements + v->size() > limit ||
+                       (buckets_.size() == 1 && buckets_.back().elements >= first_full));
+    if (buckets_.empty() || full) buckets_.emplace_back().first_variable = i;
     FusedBucket& b = buckets_.back();
     b.members.push_back({v, i, b.elements});
     b.elements += v->size();

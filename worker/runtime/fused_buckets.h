@@ -2,11 +2,15 @@
 // their all-reduces with backward (worker/runtime/exchange_allreduce.h, docs/architecture.md
 // §5.3).
 //
-// FusedBuckets packs the model's variables into buffers of at most `fusion_bytes`: in variable
-// order, or, for overlap, last variable first, the order backward completes them (DDP and
-// Horovod bucket in reverse too). Each variable's gradient lives in its buffer (backward writes
-// it there), and the last buffer carries `extra` floats more (the step's loss, an elastic job's
-// flag).
+// FusedBuckets packs the model's variables into buffers of at most `fusion_bytes` (a larger
+// variable gets one of its own): in variable order, or, for overlap, last variable first, the
+// order backward completes them (DDP and Horovod bucket in reverse too). For overlap the first
+// buffer also closes once it holds kFirstBufferBytes, as DDP's first bucket does: a model under
+// the fusion threshold (the CNN's 1.8 MB against 64 MiB) would otherwise be one buffer, summed
+// after backward with nothing overlapped, where this way the last layers' sum goes out while
+// backward goes on through the rest. Each variable's gradient lives in its buffer (backward
+// writes it there), and the last buffer carries `extra` floats more (the step's loss, an elastic
+// job's flag).
 //
 // OverlappedReduction sums buffers on a thread of its own: the model's GradientsReady hook
 // starts each buffer whose variables backward has completed while backward goes on with the
@@ -45,6 +49,9 @@ struct FusedBucket {
 
 class FusedBuckets {
  public:
+  // Overlap: the first buffer is full once it holds this much (DDP's first_bucket_bytes).
+  static constexpr int64_t kFirstBufferBytes = int64_t{1} << 20;
+
   FusedBuckets() = default;
   // Points every variable's gradient into its buffer.
   FusedBuckets(Device& device, Model& model, int64_t fusion_bytes, bool reverse, int extra);

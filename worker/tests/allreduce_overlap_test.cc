@@ -1,14 +1,18 @@
 // --overlap-allreduce: two ranks over Gloo's TCP ring train the same parameters, bit for bit,
 // whether each fused buffer's sum starts during backward or after it; with overlap, buffers do
-// start during backward (the counter says so), and without it none does.
+// start during backward (the counter says so), and without it none does; and how the buffers
+// are packed for it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "common/testing/status_matchers.h"
 #include "prometheus/registry.h"
 #include "worker/core/cpu/cpu_device.h"
+#include "worker/core/models.h"
+#include "worker/runtime/fused_buckets.h"
 #include "worker/runtime/trainer.h"
 #include "worker/tests/fashion_mnist_fixture.h"
 #include "worker/tests/gloo_ranks.h"
@@ -79,6 +83,49 @@ TEST_F(OverlapTest, OverlapsWithCompression) {
   ASSERT_TRUE(during.results[1].ok()) << during.results[1].status();
   EXPECT_GT(during.results[0]->test_accuracy, 0.6);
   EXPECT_GE(during.overlapped, 62);
+}
+
+std::vector<std::vector<std::string>> BufferVariables(const FusedBuckets& buckets) {
+  std::vector<std::vector<std::string>> out;
+  for (const FusedBucket& b : buckets.buckets()) {
+    std::vector<std::string>& names = out.emplace_back();
+    for (const FusedBucket::Member& m : b.members) names.push_back(m.variable->name);
+  }
+  return out;
+}
+
+// The CNN's 1.8 MB of gradients are far under the default 64 MiB threshold. Summed after
+// backward they stay one buffer; for overlap the last layers' buffer closes once it passes
+// 1 MiB, as DDP's first bucket does, so their sum goes out while backward goes on through the
+// convolutions. Without that rule --overlap-allreduce overlapped nothing on the CNN.
+TEST(FusedBucketsTest, OverlapSendsTheLastLayersOfAModelUnderTheThresholdFirst) {
+  CpuDevice device;
+  const int64_t threshold = int64_t{64} << 20;
+  auto after_model = MakeCnn(device);
+  ASSERT_THAT(after_model, kubetrain::testing::IsOk());
+  const FusedBuckets after(device, **after_model, threshold, /*reverse=*/false, 1);
+  EXPECT_EQ(after.buckets().size(), 1u);
+
+  auto cnn = MakeCnn(device);
+  ASSERT_THAT(cnn, kubetrain::testing::IsOk());
+  const FusedBuckets during(device, **cnn, threshold, /*reverse=*/true, 1);
+  EXPECT_THAT(
+      BufferVariables(during),
+      ::testing::ElementsAre(
+          ::testing::ElementsAre("logits/bias", "logits/kernel", "dense1/bias", "dense1/kernel"),
+          ::testing::ElementsAre("conv2/bias", "conv2/kernel", "conv1/bias", "conv1/kernel")));
+  EXPECT_GE(during.buckets()[0].buffer.bytes(), size_t{FusedBuckets::kFirstBufferBytes});
+  EXPECT_EQ(during.buckets()[1].elements, (25 * 32 * 64 + 64) + (25 * 32 + 32) + 1);  // + loss
+
+  // A threshold under 1 MiB bounds the first buffer as it bounds the others; a model under
+  // 1 MiB in all (the MLP, ~0.9 MB) stays one buffer.
+  auto small_threshold = MakeCnn(device);
+  ASSERT_THAT(small_threshold, kubetrain::testing::IsOk());
+  const FusedBuckets bounded(device, **small_threshold, int64_t{1} << 20, /*reverse=*/true, 1);
+  EXPECT_EQ(bounded.buckets().size(), 3u);  // logits; dense1/kernel alone (1.6 MB); the rest
+  auto mlp = MakeMlp(device);
+  ASSERT_THAT(mlp, kubetrain::testing::IsOk());
+  EXPECT_EQ(FusedBuckets(device, **mlp, threshold, /*reverse=*/true, 1).buckets().size(), 1u);
 }
 
 }  // namespace
