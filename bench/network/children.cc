@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -158,10 +159,9 @@ absl::Status Children::WaitExit(const std::vector<int>& which) {
   }
 }
 
-absl::StatusOr<std::vector<double>> MeasureRawTcp(const sandbox::Sandbox& from,
-                                                  const sandbox::Sandbox& to, size_t bytes,
-                                                  int reps, const std::atomic<bool>& stop,
-                                                  absl::Time deadline) {
+absl::StatusOr<RawTcp> MeasureRawTcp(const sandbox::Sandbox& from, const sandbox::Sandbox& to,
+                                     size_t bytes, int reps, const std::atomic<bool>& stop,
+                                     absl::Time deadline) {
   ASSIGN_OR_RETURN(int listener_fd, to.Socket(AF_INET, SOCK_STREAM));
   Fd listener(listener_fd);
   sockaddr_in addr{};
@@ -182,6 +182,13 @@ absl::StatusOr<std::vector<double>> MeasureRawTcp(const sandbox::Sandbox& from,
   if (receiver.fd < 0) return Errno("accept");
   SetTimeouts(sender.fd);
   SetTimeouts(receiver.fd);
+  RawTcp result;
+  char algorithm[16] = {};  // the kernel's TCP_CA_NAME_MAX
+  socklen_t algorithm_len = sizeof(algorithm);
+  if (::getsockopt(sender.fd, IPPROTO_TCP, TCP_CONGESTION, algorithm, &algorithm_len) != 0) {
+    return Errno("getsockopt TCP_CONGESTION");
+  }
+  result.congestion_control.assign(algorithm, strnlen(algorithm, algorithm_len));
 
   std::vector<char> out(bytes, 1), in(bytes);
   absl::Status receiving;
@@ -192,7 +199,7 @@ absl::StatusOr<std::vector<double>> MeasureRawTcp(const sandbox::Sandbox& from,
       if (receiving.ok()) receiving = Transfer(receiver.fd, &ack, 1, true, stop, deadline);
     }
   });
-  std::vector<double> seconds;
+  std::vector<double>& seconds = result.seconds;
   absl::Status sending;
   for (int rep = 0; rep <= reps && sending.ok(); ++rep) {  // rep 0 opens the congestion window
     const auto start = std::chrono::steady_clock::now();
@@ -207,7 +214,7 @@ absl::StatusOr<std::vector<double>> MeasureRawTcp(const sandbox::Sandbox& from,
   sink.join();
   RETURN_IF_ERROR(sending);
   RETURN_IF_ERROR(receiving);
-  return seconds;
+  return result;
 }
 
 }  // namespace kubetrain::network_bench

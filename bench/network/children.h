@@ -54,12 +54,19 @@ std::map<std::string, std::string> BaseEnv();
 // A port free in `sandbox` right now: its namespace is this run's alone, so it stays free.
 absl::StatusOr<int> FreePort(const sandbox::Sandbox& sandbox);
 
+struct RawTcp {
+  std::vector<double> seconds;  // per timed transfer
+  // The sending socket's TCP congestion control ("bbr", "cubic"): a sandbox's network namespace
+  // takes the host's default, and which one runs moves the exchanges that share a link among
+  // several flows (docs/network-benchmark.md).
+  std::string congestion_control;
+};
+
 // One-way TCP from `from` to `to` (through both nodes' uplinks when they differ): `reps` timed
 // transfers of `bytes` after one untimed, each timed from its first byte sent to the receiver's
-// one-byte acknowledgement of its last. Seconds per transfer.
-absl::StatusOr<std::vector<double>> MeasureRawTcp(const sandbox::Sandbox& from,
-                                                  const sandbox::Sandbox& to, size_t bytes,
-                                                  int reps, const std::atomic<bool>& stop,
-                                                  absl::Time deadline);
+// one-byte acknowledgement of its last.
+absl::StatusOr<RawTcp> MeasureRawTcp(const sandbox::Sandbox& from, const sandbox::Sandbox& to,
+                                     size_t bytes, int reps, const std::atomic<bool>& stop,
+                                     absl::Time deadline);
 
 }  // namespace kubetrain::network_bench

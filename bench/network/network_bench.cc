@@ -42,7 +42,10 @@
 //              is the ring's speed-up.
 // The reference, measured in the same run: one-way raw TCP between two rank sandboxes (node 0
 // to node 1, through both uplinks), of the largest size. link_utilisation = busbw / that
-// measured rate; "of R" = busbw / the configured rate; "t/ring" = the time over the ring's.
+// measured rate; "of R" = busbw / the configured rate; "t/ring" = the time over the ring's. The
+// header names that connection's TCP congestion control, the host's default, which the sandboxes
+// take: how evenly flows sharing an uplink finish depends on it, and so does ps-shards
+// (docs/network-benchmark.md).
 //
 // Why figures pass the model: tc's tbf counts frames (Ethernet and TCP/IP headers included), so
 // TCP payload tops out near 1448/1514 = 0.96 of R, which is what the raw TCP row shows; and its
@@ -91,7 +94,14 @@ double RingSeconds(const std::vector<Result>& results, size_t bytes) {
   return 0;
 }
 
-void Print(const Setup& s, double tcp, const std::vector<Result>& results) {
+// The reference of the run: raw TCP's rate (bytes/s) and its congestion control.
+struct Reference {
+  double tcp = 0;
+  std::string congestion_control;
+};
+
+void Print(const Setup& s, const Reference& reference, const std::vector<Result>& results) {
+  const double tcp = reference.tcp;
   const double gbit = s.opt.link_gbit;
   if (s.opt.json) {
     for (const std::string& note : s.notes)
@@ -101,9 +111,10 @@ void Print(const Setup& s, double tcp, const std::vector<Result>& results) {
       std::printf(
           "{\"mode\":\"%s\",\"nodes\":%d,\"link_gbit\":%g,\"bytes\":%zu,\"seconds\":%.6f,"
           "\"model_seconds\":%.6f,\"busbw_gbyte_s\":%.6f,\"link_utilisation\":%.4f,"
-          "\"link_utilisation_configured\":%.4f,\"raw_tcp_gbyte_s\":%.6f%s}\n",
+          "\"link_utilisation_configured\":%.4f,\"raw_tcp_gbyte_s\":%.6f,"
+          "\"tcp_congestion_control\":\"%s\"%s}\n",
           r.mode.c_str(), s.opt.nodes, gbit, r.bytes, r.seconds, r.model_seconds, r.busbw / 1e9,
-          r.busbw / tcp, r.busbw / s.rate, tcp / 1e9,
+          r.busbw / tcp, r.busbw / s.rate, tcp / 1e9, reference.congestion_control.c_str(),
           ring > 0 ? absl::StrFormat(",\"seconds_over_ring\":%.4f", r.seconds / ring).c_str() : "");
     }
     return;
@@ -111,8 +122,10 @@ void Print(const Setup& s, double tcp, const std::vector<Result>& results) {
   std::printf("network_bench: %d nodes (ranks), uplink %g Gbit/s each way (%.3f GB/s)%s\n",
               s.opt.nodes, gbit, s.rate / 1e9,
               s.ps != nullptr ? ", the 1-ps case's ps on a node of its own" : "");
-  std::printf("raw TCP node 0 -> node 1: %.3f GB/s = %.2f of the configured rate\n", tcp / 1e9,
-              tcp / s.rate);
+  std::printf(
+      "raw TCP node 0 -> node 1: %.3f GB/s = %.2f of the configured rate; TCP congestion control "
+      "%s (the host's default)\n",
+      tcp / 1e9, tcp / s.rate, reference.congestion_control.c_str());
   for (const std::string& note : s.notes) std::printf("%s\n", note.c_str());
   if (results.empty()) return;  // --modes=none: training only
   std::printf(
@@ -197,9 +210,9 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
   }
 
   const size_t largest = *std::max_element(s.sizes.begin(), s.sizes.end());
-  ASSIGN_OR_RETURN(std::vector<double> tcp_s,
+  ASSIGN_OR_RETURN(RawTcp raw,
                    MeasureRawTcp(*s.ranks[0], *s.ranks[1], largest, 3, stop, s.deadline));
-  const double tcp = static_cast<double>(largest) / bench::Median(tcp_s);
+  const double tcp = static_cast<double>(largest) / bench::Median(raw.seconds);
   std::fprintf(stderr, "network_bench: raw TCP %s  %.3f GB/s (%.2f of the configured rate)\n",
                SizeName(largest).c_str(), tcp / 1e9, tcp / s.rate);
   std::vector<Result> results;
@@ -225,7 +238,7 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
   if (!train_modes.empty()) {
     ASSIGN_OR_RETURN(trained, RunTraining(s));
   }
-  Print(s, tcp, results);
+  Print(s, {tcp, raw.congestion_control}, results);
   if (!train_modes.empty()) PrintTraining(s, trained);
   return absl::OkStatus();
 }
