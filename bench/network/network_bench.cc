@@ -94,14 +94,8 @@ double RingSeconds(const std::vector<Result>& results, size_t bytes) {
   return 0;
 }
 
-// The reference of the run: raw TCP's rate (bytes/s) and its congestion control.
-struct Reference {
-  double tcp = 0;
-  std::string congestion_control;
-};
-
-void Print(const Setup& s, const Reference& reference, const std::vector<Result>& results) {
-  const double tcp = reference.tcp;
+// `tcp`: the raw TCP reference's rate (bytes/s), measured over `raw`.
+void Print(const Setup& s, double tcp, const RawTcp& raw, const std::vector<Result>& results) {
   const double gbit = s.opt.link_gbit;
   if (s.opt.json) {
     for (const std::string& note : s.notes)
@@ -114,7 +108,7 @@ void Print(const Setup& s, const Reference& reference, const std::vector<Result>
           "\"link_utilisation_configured\":%.4f,\"raw_tcp_gbyte_s\":%.6f,"
           "\"tcp_congestion_control\":\"%s\"%s}\n",
           r.mode.c_str(), s.opt.nodes, gbit, r.bytes, r.seconds, r.model_seconds, r.busbw / 1e9,
-          r.busbw / tcp, r.busbw / s.rate, tcp / 1e9, reference.congestion_control.c_str(),
+          r.busbw / tcp, r.busbw / s.rate, tcp / 1e9, raw.congestion_control.c_str(),
           ring > 0 ? absl::StrFormat(",\"seconds_over_ring\":%.4f", r.seconds / ring).c_str() : "");
     }
     return;
@@ -125,7 +119,7 @@ void Print(const Setup& s, const Reference& reference, const std::vector<Result>
   std::printf(
       "raw TCP node 0 -> node 1: %.3f GB/s = %.2f of the configured rate; TCP congestion control "
       "%s (the host's default)\n",
-      tcp / 1e9, tcp / s.rate, reference.congestion_control.c_str());
+      tcp / 1e9, tcp / s.rate, raw.congestion_control.c_str());
   for (const std::string& note : s.notes) std::printf("%s\n", note.c_str());
   if (results.empty()) return;  // --modes=none: training only
   std::printf(
@@ -238,7 +232,7 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
   if (!train_modes.empty()) {
     ASSIGN_OR_RETURN(trained, RunTraining(s));
   }
-  Print(s, {tcp, raw.congestion_control}, results);
+  Print(s, tcp, raw, results);
   if (!train_modes.empty()) PrintTraining(s, trained);
   return absl::OkStatus();
 }
