@@ -299,7 +299,8 @@ absl::StatusOr<TrainResult> RunKubetrain(const Job& job, const std::string& mode
   return KubetrainResult(children.output(ids[0]), o.target_accuracy);
 }
 
-absl::StatusOr<TrainResult> RunDdp(const Job& job) {
+// `wire` float16 registers DDP's fp16_compress_hook (torch_peer.py --comm-hook=fp16).
+absl::StatusOr<TrainResult> RunDdp(const Job& job, ps::WireFloat wire) {
   const Setup& s = job.s;
   const Options& o = s.opt;
   const std::string script = absl::StrCat(KUBETRAIN_SOURCE_DIR, "/bench/peers/torch_peer.py");
@@ -318,23 +319,25 @@ absl::StatusOr<TrainResult> RunDdp(const Job& job) {
   Children children(s.stop, s.deadline);
   std::vector<int> ids;
   for (int r = 0; r < o.nodes; ++r) {
-    std::vector<std::string> argv = {"python3",
-                                     script,
-                                     "train",
-                                     absl::StrCat("--rank=", r),
-                                     absl::StrCat("--world=", o.nodes),
-                                     absl::StrCat("--master=", s.ranks[0]->ip()),
-                                     absl::StrCat("--port=", port),
-                                     absl::StrCat("--model=", o.train_model),
-                                     absl::StrCat("--epochs=", o.train_epochs),
-                                     absl::StrCat("--batch-size=", o.batch_size),
-                                     absl::StrCat("--lr=", job.global_lr),
-                                     "--momentum=0.9",
-                                     "--lr-floor=0.05",
-                                     "--seed=1",
-                                     absl::StrCat("--data-dir=", job.data_dir),
-                                     absl::StrCat("--deadline=", seconds_left),
-                                     absl::StrCat("--checkpoint-dir=", r == 0 ? ckpt : "")};
+    std::vector<std::string> argv = {
+        "python3",
+        script,
+        "train",
+        absl::StrCat("--rank=", r),
+        absl::StrCat("--world=", o.nodes),
+        absl::StrCat("--master=", s.ranks[0]->ip()),
+        absl::StrCat("--port=", port),
+        absl::StrCat("--model=", o.train_model),
+        absl::StrCat("--epochs=", o.train_epochs),
+        absl::StrCat("--batch-size=", o.batch_size),
+        absl::StrCat("--lr=", job.global_lr),
+        "--momentum=0.9",
+        "--lr-floor=0.05",
+        "--seed=1",
+        absl::StrCat("--data-dir=", job.data_dir),
+        absl::StrCat("--deadline=", seconds_left),
+        absl::StrCat("--checkpoint-dir=", r == 0 ? ckpt : ""),
+        wire == ps::WireFloat::kFloat16 ? "--comm-hook=fp16" : "--comm-hook=none"};
     ASSIGN_OR_RETURN(int id, children.Start(*s.ranks[r], std::move(argv), env));
     ids.push_back(id);
   }
@@ -367,21 +370,33 @@ absl::StatusOr<std::vector<TrainResult>> RunTraining(Setup& s) {
   job.global_lr = o.lr * o.nodes * o.batch_size / 128.0;
   const int n = o.nodes;
   std::vector<TrainResult> rows;
+  std::optional<bool> torch_usable;  // probed once, before the first DDP run
   for (const std::string& mode : TrainModes()) {
     if (!absl::StrContains(absl::StrCat(",", o.train_modes, ","), absl::StrCat(",", mode, ","))) {
       continue;
     }
     std::vector<ps::WireFloat> wires = {ps::WireFloat::kFloat32};
-    if (wire != ps::WireFloat::kFloat32 && mode != "ddp") wires.push_back(wire);
+    // DDP's 16-bit counterpart is its fp16_compress_hook; its bf16 hook needs a backend that sums
+    // bfloat16, which gloo (torch 1.13) refuses ("Invalid scalar type").
+    if (wire != ps::WireFloat::kFloat32 && (mode != "ddp" || wire == ps::WireFloat::kFloat16)) {
+      wires.push_back(wire);
+    }
+    if (mode == "ddp" && wire == ps::WireFloat::kBFloat16) {
+      s.notes.push_back(
+          "ddp+bf16: not run: DDP's bf16_compress_hook needs a backend that sums "
+          "bfloat16, and gloo does not");
+    }
     for (ps::WireFloat w : wires) {
       const std::string name = ModeName(mode, w);
       std::fprintf(stderr, "network_bench: training %s, %s ...\n", o.train_model.c_str(),
                    name.c_str());
       absl::StatusOr<TrainResult> r;
       if (mode == "ddp") {
-        ASSIGN_OR_RETURN(const bool usable, TorchUsable(s, "ddp"));
-        if (!usable) continue;
-        r = RunDdp(job);
+        if (!torch_usable.has_value()) {
+          ASSIGN_OR_RETURN(torch_usable, TorchUsable(s, "ddp"));
+        }
+        if (!*torch_usable) continue;
+        r = RunDdp(job, w);
       } else {
         r = RunKubetrain(job, mode, w);
       }
@@ -409,11 +424,33 @@ absl::StatusOr<std::vector<TrainResult>> RunTraining(Setup& s) {
   return rows;
 }
 
-void PrintTraining(const Setup& s, const std::vector<TrainResult>& rows) {
-  double ddp = 0;
+namespace {
+
+// DDP's examples/s in the row named "ddp" plus `mode`'s wire suffix ("+fp16"), 0 if it did not run.
+double DdpOnWire(const std::vector<TrainResult>& rows, absl::string_view mode) {
+  const size_t plus = mode.find('+');
+  const std::string name =
+      absl::StrCat("ddp", plus == absl::string_view::npos ? "" : mode.substr(plus));
   for (const TrainResult& r : rows) {
-    if (r.mode == "ddp") ddp = r.examples_per_sec;
+    if (r.mode == name) return r.examples_per_sec;
   }
+  return 0;
+}
+
+// `value / over` to two places for the table, "-" without a divisor.
+std::string Ratio(double value, double over) {
+  return over > 0 ? absl::StrFormat("%.2f", value / over) : "-";
+}
+
+// `,"field":value/over` for a JSON row, nothing without a divisor.
+std::string JsonRatio(absl::string_view field, double value, double over) {
+  return over > 0 ? absl::StrFormat(",\"%s\":%.4f", field, value / over) : "";
+}
+
+}  // namespace
+
+void PrintTraining(const Setup& s, const std::vector<TrainResult>& rows) {
+  const double ddp = DdpOnWire(rows, "ddp");
   const Options& o = s.opt;
   if (o.json) {
     for (const TrainResult& r : rows) {
@@ -421,14 +458,15 @@ void PrintTraining(const Setup& s, const std::vector<TrainResult>& rows) {
           "{\"mode\":\"train-%s\",\"model\":\"%s\",\"nodes\":%d,\"link_gbit\":%g,"
           "\"examples_per_sec\":%.1f,\"step_seconds\":%.6f,\"exchange_model_seconds\":%.6f,"
           "\"seconds_to_target\":%s,\"target_accuracy\":%g,\"test_accuracy\":%.4f,"
-          "\"wall_seconds\":%.3f%s}\n",
+          "\"wall_seconds\":%.3f%s%s}\n",
           r.mode.c_str(), o.train_model.c_str(), o.nodes, o.link_gbit, r.examples_per_sec,
           r.step_seconds, r.exchange_model_seconds,
           r.seconds_to_target < 0 ? "null" : absl::StrFormat("%.3f", r.seconds_to_target).c_str(),
           o.target_accuracy, r.accuracy, r.wall_seconds,
-          ddp > 0 ? absl::StrFormat(",\"examples_per_sec_over_ddp\":%.4f", r.examples_per_sec / ddp)
-                        .c_str()
-                  : "");
+          JsonRatio("examples_per_sec_over_ddp", r.examples_per_sec, ddp).c_str(),
+          JsonRatio("examples_per_sec_over_ddp_same_wire", r.examples_per_sec,
+                    DdpOnWire(rows, r.mode))
+              .c_str());
     }
     return;
   }
@@ -436,16 +474,17 @@ void PrintTraining(const Setup& s, const std::vector<TrainResult>& rows) {
       "training %s on %d nodes; step = steady-state median; exchange model = "
       "2(N-1)/N*M/R per step\n",
       o.train_model.c_str(), o.nodes);
-  std::printf("%-24s %11s %9s %10s %10s %11s %9s %8s\n", "mode", "examples/s", "step s",
+  std::printf("%-24s %11s %9s %10s %10s %11s %9s %8s %9s\n", "mode", "examples/s", "step s",
               "exchange s", "step/exch", absl::StrFormat("to %.3f s", o.target_accuracy).c_str(),
-              "accuracy", "/ddp");
+              "accuracy", "/ddp", "/ddp wire");
   for (const TrainResult& r : rows) {
     std::printf(
-        "%-24s %11.0f %9.4f %10.4f %10.2f %11s %9.4f %8s\n", r.mode.c_str(), r.examples_per_sec,
+        "%-24s %11.0f %9.4f %10.4f %10.2f %11s %9.4f %8s %9s\n", r.mode.c_str(), r.examples_per_sec,
         r.step_seconds, r.exchange_model_seconds,
         r.exchange_model_seconds > 0 ? r.step_seconds / r.exchange_model_seconds : 0,
         r.seconds_to_target < 0 ? "-" : absl::StrFormat("%.1f", r.seconds_to_target).c_str(),
-        r.accuracy, ddp > 0 ? absl::StrFormat("%.2f", r.examples_per_sec / ddp).c_str() : "-");
+        r.accuracy, Ratio(r.examples_per_sec, ddp).c_str(),
+        Ratio(r.examples_per_sec, DdpOnWire(rows, r.mode)).c_str());
   }
 }
 

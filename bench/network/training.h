@@ -11,18 +11,20 @@
 //   ddp                PyTorch DistributedDataParallel (gloo backend), bench/peers/torch_peer.py
 //                      train: the same model, initialisation, data order, optimizer and schedule
 // With --gradient-compression, allreduce and ps-sync run again with 16-bit values on the wire
-// ("allreduce+fp16"). Every process gets its place as a pod does: kubetrain's TF_CONFIG with
-// the sandboxes' IPs (the job's secret, no shared memory with the ps), torch's rank 0 address;
-// one compute thread each. Both sides evaluate the test set after every epoch on the chief and
-// checkpoint every 30 s and at the end; their timing runs from training's start (data loaded)
-// to the end of the final evaluation.
+// ("allreduce+fp16"), and with fp16 DDP runs again with its fp16_compress_hook ("ddp+fp16"; its
+// bf16 hook needs a backend that sums bfloat16, which gloo is not). Every process gets its place
+// as a pod does: kubetrain's TF_CONFIG with the sandboxes' IPs (the job's secret, no shared
+// memory with the ps), torch's rank 0 address; one compute thread each. Both sides evaluate the
+// test set after every epoch on the chief and checkpoint every 30 s and at the end; their timing
+// runs from training's start (data loaded) to the end of the final evaluation.
 //
 // Per row: examples/s over the run; the steady-state step time (kubetrain: the median over the
 // chief's progress lines, one a second, after the first; DDP: the median of rank 0's steps after
 // the first two) beside the alpha-beta model's time for one step's exchange at the configured rate
 // R, 2(N-1)/N·M/R for every mode here (the ring's, and ps with one shard per node's; M the model's
 // bytes on the wire); seconds to the first evaluation at or above --target-accuracy; the final
-// accuracy; and examples/s over DDP's.
+// accuracy; and examples/s over DDP's in float32 and over DDP's with the row's wire ("/ddp wire":
+// allreduce+fp16 over ddp+fp16).
 #pragma once
 
 #include <string>

@@ -2,7 +2,8 @@
 # one of three jobs, each the counterpart of a kubetrain measurement:
 #
 #   torch_peer.py train     --rank R --world 2 --port P --model mlp|cnn ...   DDP training
-#                           (--model mlp:W1,W2,... for kubetrain's MLP of those hidden widths)
+#                           (--model mlp:W1,W2,... for kubetrain's MLP of those hidden widths;
+#                           --comm-hook fp16 for DDP's fp16_compress_hook)
 #   torch_peer.py allreduce --rank R --world 2 --port P --sizes ... --iters N  gloo all-reduce
 #   torch_peer.py rpc       --rank R --port P --mb 64 --rounds N               RPC push+pull
 #
@@ -25,6 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 
 def result(obj):
@@ -156,6 +158,11 @@ def train(a):
     # The same initial model on every rank (DDP also broadcasts rank 0's at construction).
     model = make_model(a.model)
     ddp = nn.parallel.DistributedDataParallel(model)
+    if a.comm_hook == "fp16":
+        # DDP's own 16-bit wire, what a PyTorch user sets beside kubetrain's
+        # --gradient-compression=fp16: each bucket cast to float16, summed, divided by the world
+        # size and cast back. (Its bf16 hook needs a backend that sums bfloat16; gloo does not.)
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     n = train_x.shape[0]
     shard = n // a.world
     steps_per_epoch = shard // a.batch_size
@@ -328,6 +335,7 @@ def main():
     p.add_argument("--lr-floor", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--checkpoint-dir", default="")
+    p.add_argument("--comm-hook", choices=["none", "fp16"], default="none")
     # allreduce
     p.add_argument("--sizes", default="1048576")
     p.add_argument("--iters", type=int, default=20)
