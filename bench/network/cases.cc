@@ -69,6 +69,14 @@ absl::StatusOr<std::map<size_t, std::vector<double>>> Parse(const std::vector<st
   return times;
 }
 
+std::string Ratio(double value, double over) {
+  return over > 0 ? absl::StrFormat("%.2f", value / over) : "-";
+}
+
+std::string JsonRatio(absl::string_view field, double value, double over) {
+  return over > 0 ? absl::StrFormat(",\"%s\":%.4f", field, value / over) : "";
+}
+
 void Progress(const Result& r) {
   std::fprintf(stderr, "network_bench: %-14s %8s  %.3f s (model %.3f s)  busbw %.3f GB/s\n",
                r.mode.c_str(), SizeName(r.bytes).c_str(), r.seconds, r.model_seconds,

@@ -63,6 +63,11 @@ absl::StatusOr<std::vector<Result>> AllReduceRows(
 // "ring", or "ring+fp16" for a 16-bit wire.
 std::string ModeName(absl::string_view mode, ps::WireFloat wire);
 
+// A ratio column's cell: `value / over` to two places, "-" without a divisor (over <= 0).
+std::string Ratio(double value, double over);
+// A ratio's JSON field, `,"field":value/over`, or nothing without a divisor.
+std::string JsonRatio(absl::string_view field, double value, double over);
+
 // Prints one row's figures on stderr as it is measured.
 void Progress(const Result& r);
 

@@ -109,7 +109,7 @@ void Print(const Setup& s, double tcp, const RawTcp& raw, const std::vector<Resu
           "\"tcp_congestion_control\":\"%s\"%s}\n",
           r.mode.c_str(), s.opt.nodes, gbit, r.bytes, r.seconds, r.model_seconds, r.busbw / 1e9,
           r.busbw / tcp, r.busbw / s.rate, tcp / 1e9, raw.congestion_control.c_str(),
-          ring > 0 ? absl::StrFormat(",\"seconds_over_ring\":%.4f", r.seconds / ring).c_str() : "");
+          JsonRatio("seconds_over_ring", r.seconds, ring).c_str());
     }
     return;
   }
@@ -133,8 +133,7 @@ void Print(const Setup& s, double tcp, const RawTcp& raw, const std::vector<Resu
     std::printf("%-14s %8s %9.3f %9.3f %8.2f %11.3f %10.2f %6.2f %7s\n", r.mode.c_str(),
                 SizeName(r.bytes).c_str(), r.seconds, r.model_seconds,
                 r.model_seconds > 0 ? r.seconds / r.model_seconds : 0, r.busbw / 1e9, r.busbw / tcp,
-                r.busbw / s.rate,
-                ring > 0 ? absl::StrFormat("%.2f", r.seconds / ring).c_str() : "-");
+                r.busbw / s.rate, Ratio(r.seconds, ring).c_str());
   }
 }
 

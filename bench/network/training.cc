@@ -437,16 +437,6 @@ double DdpOnWire(const std::vector<TrainResult>& rows, absl::string_view mode) {
   return 0;
 }
 
-// `value / over` to two places for the table, "-" without a divisor.
-std::string Ratio(double value, double over) {
-  return over > 0 ? absl::StrFormat("%.2f", value / over) : "-";
-}
-
-// `,"field":value/over` for a JSON row, nothing without a divisor.
-std::string JsonRatio(absl::string_view field, double value, double over) {
-  return over > 0 ? absl::StrFormat(",\"%s\":%.4f", field, value / over) : "";
-}
-
 }  // namespace
 
 void PrintTraining(const Setup& s, const std::vector<TrainResult>& rows) {
