@@ -114,6 +114,12 @@ PsClient::PsClient(std::vector<std::string> addresses, PlacementPlan plan, Clien
         {v1::ParameterServer::NewStub(channel), std::make_unique<grpc::GenericStub>(channel)});
   }
   for (size_t p = 0; p < plan_.partitions().size(); ++p) index_[plan_.partitions()[p].key] = p;
+  for (int ps = 0; ps < plan_.num_ps(); ++ps) {
+    pieces_.push_back(options_.pipeline
+                          ? plan_.Pieces(ps, options_.min_piece_bytes, options_.max_pieces)
+                          : std::vector<std::vector<size_t>>{plan_.PartitionsOn(ps)});
+    in_pieces_ = in_pieces_ || pieces_.back().size() > 1;
+  }
   auto attach = [this](int ps, const v1::AttachRequest& offer) -> absl::StatusOr<uint64_t> {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
@@ -211,15 +217,7 @@ absl::Status PsClient::FanOut(absl::string_view method, const std::vector<int>& 
     void* tag = nullptr;
     bool ok = false;
     // Short waits, so a stop request cancels what is in flight instead of waiting it out.
-    grpc::CompletionQueue::NextStatus next;
-    if (options_.stop == nullptr) {
-      next =
-          cq.Next(&tag, &ok) ? grpc::CompletionQueue::GOT_EVENT : grpc::CompletionQueue::SHUTDOWN;
-    } else {
-      next = cq.AsyncNext(
-          &tag, &ok,
-          std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.stop_poll));
-    }
+    const grpc::CompletionQueue::NextStatus next = NextEvent(cq, &tag, &ok);
     if (next == grpc::CompletionQueue::SHUTDOWN) break;
     if (next == grpc::CompletionQueue::TIMEOUT) {
       if (!cancelled && Stopped()) {
@@ -244,6 +242,15 @@ absl::Status PsClient::FanOut(absl::string_view method, const std::vector<int>& 
   while (cq.Next(&tag, &ok)) {
   }
   return first;
+}
+
+grpc::CompletionQueue::NextStatus PsClient::NextEvent(grpc::CompletionQueue& cq, void** tag,
+                                                      bool* ok) const {
+  if (options_.stop == nullptr) {
+    return cq.Next(tag, ok) ? grpc::CompletionQueue::GOT_EVENT : grpc::CompletionQueue::SHUTDOWN;
+  }
+  return cq.AsyncNext(
+      tag, ok, std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.stop_poll));
 }
 
 absl::StatusOr<Version> PsClient::Pull(std::span<const std::span<float>> values,
@@ -297,6 +304,9 @@ absl::StatusOr<PushResult> PsClient::PushAndPull(std::span<const std::span<const
   RETURN_IF_ERROR(CheckBuffers(values.size(), SizesOf(values)));
   RETURN_IF_ERROR(CheckVersion(at, plan_.num_ps()));
   RETURN_IF_ERROR(CheckMinVersion(min_version, plan_.num_ps()));
+  if (min_version != nullptr && in_pieces_) {
+    return PushAndPullInPieces(gradients, at, values, *min_version);
+  }
   const std::vector<int> all = AllPs();
   SlicePins pins;  // declared first: waits, when destroyed, for gRPC to let go of `gradients`
   std::vector<ShmLinks::Lease> leases = AcquireAll(*shm_, all);

@@ -71,6 +71,16 @@ struct ClientOptions {
   // or 16-bit floats the ps widen to float32 (gradients) and code from their float32 values
   // (pulls). Tensors moved through shared memory stay float32.
   WireFloat compression = WireFloat::kFloat32;
+  // A sync PushAndPull (one with a min_version) moves each ps task's share in pieces
+  // (PlacementPlan::Pieces): it pushes a piece, and once the ps has taken it, pulls that piece
+  // (answered as soon as that piece's round completes) while pushing the next. The ps keeps a
+  // round per partition, so the first piece's values travel back while the last piece's
+  // gradients are still on their way, as BytePS pipelines push and pull (docs/architecture.md
+  // §5.5). A ps task holding less than twice min_piece_bytes is one piece, moved in one
+  // PushAndPull as before.
+  bool pipeline = true;
+  uint64_t min_piece_bytes = uint64_t{1} << 20;
+  int max_pieces = 8;
 };
 
 // The per-ps global steps (and run ids) of the values a worker holds; what a Push is computed
@@ -151,10 +161,12 @@ class PsClient {
                                   const Version& at);
   // Push, then Pull into `values`, in one call per ps (PushAndPull): what a worker does every
   // step, one round trip instead of two. The result's version is the pulled values'; `stale`
-  // counts the ps tasks that dropped the push. With `min_version`, each ps waits as Pull does
-  // (bounded by pull_timeout); DEADLINE_EXCEEDED then comes after the push was applied, and the
-  // caller pulls again. UNIMPLEMENTED from a ps that predates the call: nothing was pushed to
-  // it, and Push and Pull still work.
+  // counts the ps tasks that dropped the push (or part of it). With `min_version`, each ps waits
+  // as Pull does (bounded by pull_timeout); DEADLINE_EXCEEDED then comes after the push was
+  // applied, and the caller pulls again. With `min_version` and options.pipeline, a ps task's
+  // share may move in pieces (ClientOptions::pipeline), one Push and one Pull call each.
+  // UNIMPLEMENTED from a ps that predates the call: nothing was pushed to it, and Push and Pull
+  // still work.
   absl::StatusOr<PushResult> PushAndPull(std::span<const std::span<const float>> gradients,
                                          const Version& at,
                                          std::span<const std::span<float>> values,
@@ -185,6 +197,14 @@ class PsClient {
   template <typename Call>
   absl::Status FanOut(absl::string_view method, const std::vector<int>& targets,
                       absl::Duration timeout, Call& call);
+  // The next event on `cq`, waiting at most options.stop_poll when a stop flag is set.
+  grpc::CompletionQueue::NextStatus NextEvent(grpc::CompletionQueue& cq, void** tag,
+                                              bool* ok) const;
+  // PushAndPull of a sync step in pieces (ps/client_pieces.cc).
+  absl::StatusOr<PushResult> PushAndPullInPieces(std::span<const std::span<const float>> gradients,
+                                                 const Version& at,
+                                                 std::span<const std::span<float>> values,
+                                                 const Version& min_version);
   std::vector<int> AllPs() const;
   bool Stopped() const { return options_.stop != nullptr && options_.stop->load(); }
   absl::Status CheckBuffers(size_t count, const std::vector<size_t>& sizes) const;
@@ -200,6 +220,9 @@ class PsClient {
   const ClientOptions options_;
   std::vector<PsStubs> stubs_;
   absl::flat_hash_map<PartitionKey, size_t> index_;
+  // Per ps task, its partitions in pieces (ClientOptions::pipeline); whether any has several.
+  std::vector<std::vector<std::vector<size_t>>> pieces_;
+  bool in_pieces_ = false;
   std::unique_ptr<ShmLinks> shm_;  // after stubs_: its destructor detaches through them
 };
 

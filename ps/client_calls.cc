@@ -106,8 +106,9 @@ absl::Status Coverage::Complete(const PlacementPlan& plan, const std::vector<int
   return absl::OkStatus();
 }
 
-void PullCall::Build(int ps, Request& request) const {
+void PullCall::BuildFor(int ps, std::span<const size_t> partitions, Request& request) const {
   v1::PullRequest pull;
+  for (size_t index : partitions) *pull.add_keys() = ToProto(plan.partitions()[index].key);
   if (min_version != nullptr) pull.set_min_step(min_version->steps[ps]);
   pull.set_shm_region(leases[ps].region());
   pull.set_encoding(static_cast<v1::ValueEncoding>(wire));
@@ -152,7 +153,7 @@ absl::Status PullCall::Done(int ps, Response& response) {
   return absl::OkStatus();
 }
 
-void PushCall::Build(int ps, Request& request) const {
+void PushCall::BuildFor(int ps, std::span<const size_t> partitions, Request& request) const {
   ShmBuffer* buffer = leases[ps].buffer();
   PushHeader header{at.run_ids.empty() ? std::string() : at.run_ids[ps],
                     worker,
@@ -161,8 +162,8 @@ void PushCall::Build(int ps, Request& request) const {
                     pull_min != nullptr ? pull_min->steps[ps] : 0,
                     wire};
   std::vector<PartitionView> views;
-  views.reserve(plan.PartitionsOn(ps).size());
-  for (size_t index : plan.PartitionsOn(ps)) {
+  views.reserve(partitions.size());
+  for (size_t index : partitions) {
     const PartitionSpec& spec = plan.partitions()[index];
     std::span<const float> gradient = gradients[spec.variable].subspan(spec.offset, spec.length);
     if (buffer != nullptr) {  // the one copy this push makes; the ps reads it in place

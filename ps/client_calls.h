@@ -64,7 +64,9 @@ struct PullCall {
   int stale = 0;                         // PushAndPull: ps tasks that dropped its push as stale
   WireFloat wire = WireFloat::kFloat32;  // how the values are to travel (ClientOptions)
 
-  void Build(int ps, Request& request) const;
+  void Build(int ps, Request& request) const { BuildFor(ps, {}, request); }
+  // A pull of only `partitions` (indices into plan.partitions(), all on `ps`; empty: all of them).
+  void BuildFor(int ps, std::span<const size_t> partitions, Request& request) const;
   static Reader<Response> Start(PsStubs& stubs, grpc::ClientContext* context,
                                 const Request& request, grpc::CompletionQueue* cq);
   absl::Status Done(int ps, Response& response);
@@ -83,7 +85,9 @@ struct PushCall {
   const Version* pull_min = nullptr;     // PushAndPull: the version its pull waits for
   WireFloat wire = WireFloat::kFloat32;  // how gradients and PushAndPull's values travel
 
-  void Build(int ps, Request& request) const;
+  void Build(int ps, Request& request) const { BuildFor(ps, plan.PartitionsOn(ps), request); }
+  // A push of only `partitions` (indices into plan.partitions(), all on `ps`).
+  void BuildFor(int ps, std::span<const size_t> partitions, Request& request) const;
   static Reader<Response> Start(PsStubs& stubs, grpc::ClientContext* context,
                                 const Request& request, grpc::CompletionQueue* cq);
   absl::Status Done(int ps, const Response& response);

@@ -101,6 +101,32 @@ absl::StatusOr<PlacementPlan> PlacementPlan::Build(std::vector<VariableSpec> var
   return plan;
 }
 
+std::vector<std::vector<size_t>> PlacementPlan::Pieces(int ps, uint64_t min_piece_bytes,
+                                                       int max_pieces) const {
+  const std::vector<size_t>& on = ps_partitions_[ps];
+  const uint64_t total = ps_bytes_[ps];
+  const uint64_t by_size = total / std::max<uint64_t>(min_piece_bytes, 1);
+  const uint64_t count = std::clamp<uint64_t>(std::min<uint64_t>(by_size, on.size()), 1,
+                                              static_cast<uint64_t>(std::max(max_pieces, 1)));
+  std::vector<std::vector<size_t>> pieces(1);
+  uint64_t done = 0, bytes = 0;  // over the pieces closed so far, and in the open one
+  for (size_t i = 0; i < on.size(); ++i) {
+    pieces.back().push_back(on[i]);
+    bytes += partitions_[on[i]].bytes();
+    // Close the piece once it holds its share of what the open pieces have left to carry, and
+    // no less than the minimum, leaving at least the minimum for the pieces after it.
+    const uint64_t open = count - (pieces.size() - 1);
+    const uint64_t rest = total - done - bytes;
+    if (open > 1 && i + 1 < on.size() && bytes * open >= total - done && bytes >= min_piece_bytes &&
+        rest >= min_piece_bytes) {
+      done += bytes;
+      bytes = 0;
+      pieces.emplace_back();
+    }
+  }
+  return pieces;
+}
+
 int PlacementPlan::FindVariable(absl::string_view name) const {
   for (size_t v = 0; v < variables_.size(); ++v) {
     if (variables_[v].name == name) return static_cast<int>(v);

@@ -79,6 +79,11 @@ class PlacementPlan {
   uint64_t BytesOn(int ps) const { return ps_bytes_[ps]; }
   // Index of the variable called `name` in variables(), or -1.
   int FindVariable(absl::string_view name) const;
+  // PartitionsOn(ps) cut, in order, into at most `max_pieces` runs of about equal bytes, none
+  // below `min_piece_bytes` (so a task holding less than twice that is one piece): what a sync
+  // worker pushes and pulls one after another, so that one piece's values travel back while the
+  // next piece's gradients are on their way (BytePS's pipelining; docs/architecture.md §5.5).
+  std::vector<std::vector<size_t>> Pieces(int ps, uint64_t min_piece_bytes, int max_pieces) const;
 
  private:
   PlacementPlan() = default;

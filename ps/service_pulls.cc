@@ -147,7 +147,7 @@ void ParameterServerService::Park(ParkedPull* pull) {
   absl::MutexLock lock(&park_mu_);
   // Checked under park_mu_, which OnStoreChange also takes after every change: a step that
   // arrives between the caller's attempt and here is seen either here or there.
-  if (store_.PullReady(pull->target.min_step) || absl::Now() >= pull->deadline) {
+  if (store_.PullReady(pull->target.keys, pull->target.min_step) || absl::Now() >= pull->deadline) {
     pull->state = ParkedPull::State::kQueued;
     wake_queue_.push_back(pull);
     wake_cv_.Signal();
@@ -170,18 +170,23 @@ bool ParameterServerService::Unpark(ParkedPull* pull) {
 
 void ParameterServerService::OnStoreChange() {
   absl::MutexLock lock(&park_mu_);
-  // For one store state, readiness only grows as min_step falls: wake from the lowest step up.
-  while (!by_step_.empty() && store_.PullReady(by_step_.begin()->first)) {
-    const int64_t step = by_step_.begin()->first;
-    while (!by_step_.empty() && by_step_.begin()->first == step) {
-      ParkedPull* pull = by_step_.begin()->second;
-      by_step_.erase(by_step_.begin());
-      by_deadline_.erase(pull->by_deadline);
-      pull->state = ParkedPull::State::kQueued;
-      wake_queue_.push_back(pull);
+  // Each partition has its own step (a sync round per partition), so a pull is ready when the
+  // partitions it names are: every parked pull is checked, from the lowest step up. There are
+  // at most a few per worker.
+  bool woke = false;
+  for (auto it = by_step_.begin(); it != by_step_.end();) {
+    ParkedPull* pull = it->second;
+    if (!store_.PullReady(pull->target.keys, it->first)) {
+      ++it;
+      continue;
     }
-    wake_cv_.SignalAll();
+    it = by_step_.erase(it);
+    by_deadline_.erase(pull->by_deadline);
+    pull->state = ParkedPull::State::kQueued;
+    wake_queue_.push_back(pull);
+    woke = true;
   }
+  if (woke) wake_cv_.SignalAll();
 }
 
 void ParameterServerService::WakeLoop() {

@@ -2,9 +2,11 @@
 // mode shares. Sync rounds and the elastic membership are in store_sync.cc.
 #include "ps/store.h"
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -104,9 +106,9 @@ void ShardStore::NotifyChange() const {
   if (listener_) listener_();
 }
 
-bool ShardStore::PullReady(int64_t min_step) const {
+bool ShardStore::PullReady(std::span<const PartitionKey> keys, int64_t min_step) const {
   absl::ReaderMutexLock lock(&mu_);
-  return ReadyForPull(min_step);
+  return ReadyForPull(keys, min_step);
 }
 
 absl::Status ShardStore::Init(ShardState state) {
@@ -146,6 +148,8 @@ absl::Status ShardStore::Init(ShardState state) {
     p->offset = ps.offset;
     p->values = std::move(ps.values);
     p->slots = *std::move(slots);
+    p->step = state.global_step;
+    p->applied = state.gradients_applied;
     if (sync) {
       absl::MutexLock accum(&p->accum_mu);  // not shared yet; keeps the lock analysis exact
       p->accum.assign(p->values.size(), 0.0f);
@@ -166,13 +170,14 @@ absl::Status ShardStore::Init(ShardState state) {
   config_ = state.config;
   run_id_ = std::move(state.run_id);
   optimizer_ = *std::move(optimizer);
+  bare_round_.reset();
+  if (sync && partitions.empty()) {
+    bare_round_ = std::make_unique<Partition>();
+    bare_round_->step = state.global_step;
+    bare_round_->applied = state.gradients_applied;
+  }
   partitions_ = std::move(partitions);
   by_key_ = std::move(by_key);
-  {
-    absl::MutexLock round(&round_mu_);
-    admitted_ = arrived_ = 0;
-    closing_ = false;
-  }
   if (metrics_ != nullptr) {
     metrics_->SetGlobalStep(global_step_);
     metrics_->SetParameterBytes(bytes);
@@ -212,10 +217,11 @@ absl::StatusOr<ShardStore::Targets> ShardStore::Resolve(const PushArgs& args) co
     }
     targets.emplace_back(p, g.bytes);
   }
-  // A sync step averages whole pushes; a partial push would be averaged over too many replicas.
-  if (config_.mode == UpdateMode::kSync && targets.size() != partitions_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sync push has ", targets.size(), " partitions, this ps holds ", partitions_.size()));
+  if (config_.mode == UpdateMode::kSync && targets.empty()) {
+    if (bare_round_ == nullptr) {
+      return absl::InvalidArgumentError("sync push names no partition; push at least one");
+    }
+    targets.emplace_back(bare_round_.get(), absl::string_view());
   }
   return targets;
 }
@@ -251,7 +257,9 @@ absl::StatusOr<PushOutcome> ShardStore::PushAsync(const PushArgs& args) {
   if (!targets.ok()) return targets.status();
   const auto start = std::chrono::steady_clock::now();
   std::vector<float> scratch;
-  for (auto& [p, bytes] : *targets) ApplyOne(*p, AsFloats(bytes, scratch));
+  for (auto& [p, bytes] : *targets) {
+    ApplyOne(*p, global_step_, gradients_applied_, AsFloats(bytes, scratch));
+  }
   ++global_step_;
   ++gradients_applied_;
   RecordUpdate(start);
@@ -261,12 +269,12 @@ absl::StatusOr<PushOutcome> ShardStore::PushAsync(const PushArgs& args) {
   return outcome;
 }
 
-void ShardStore::ApplyOne(Partition& p, std::span<const float> grad, float grad_divisor,
+void ShardStore::ApplyOne(Partition& p, int64_t at_step, int64_t applied,
+                          std::span<const float> grad, float grad_divisor,
                           std::span<const float> last) {
   std::vector<std::span<float>> slots(p.slots.begin(), p.slots.end());
   // Elastic: the schedule's step counts nominal steps of replicas_to_aggregate gradients.
-  const int64_t step =
-      config_.elastic ? gradients_applied_ / config_.replicas_to_aggregate : global_step_;
+  const int64_t step = config_.elastic ? applied / config_.replicas_to_aggregate : at_step;
   if (last.empty()) {
     optimizer_->Apply(p.values, grad, slots, step, grad_divisor);
   } else if (grad.empty()) {
@@ -287,8 +295,22 @@ void ShardStore::CountStale() {
   if (metrics_ != nullptr) metrics_->CountStaleGradient();
 }
 
-bool ShardStore::ReadyForPull(int64_t min_step) const {
-  return closed_ || !initialized_ || global_step_ >= min_step;
+std::pair<int64_t, int64_t> ShardStore::StepOf(std::span<const PartitionKey> keys) const {
+  if (config_.mode != UpdateMode::kSync || keys.empty()) return {global_step_, gradients_applied_};
+  int64_t step = std::numeric_limits<int64_t>::max();
+  int64_t applied = std::numeric_limits<int64_t>::max();
+  for (const PartitionKey& key : keys) {
+    auto it = by_key_.find(key);
+    if (it == by_key_.end()) continue;  // Pull answers NOT_FOUND for it
+    step = std::min(step, it->second->step);
+    applied = std::min(applied, it->second->applied);
+  }
+  if (applied == std::numeric_limits<int64_t>::max()) return {global_step_, gradients_applied_};
+  return {step, applied};
+}
+
+bool ShardStore::ReadyForPull(std::span<const PartitionKey> keys, int64_t min_step) const {
+  return closed_ || !initialized_ || StepOf(keys).first >= min_step;
 }
 
 absl::StatusOr<PullOutcome> ShardStore::Pull(std::span<const PartitionKey> keys, int64_t min_step,
@@ -297,12 +319,16 @@ absl::StatusOr<PullOutcome> ShardStore::Pull(std::span<const PartitionKey> keys,
   absl::ReaderMutexLock lock(&mu_);
   struct Ready {
     const ShardStore* store;
+    std::span<const PartitionKey> keys;
     int64_t min_step;
-    bool operator()() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return store->ReadyForPull(min_step); }
-  } ready{this, min_step};
+    bool operator()() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return store->ReadyForPull(keys, min_step);
+    }
+  } ready{this, keys, min_step};
   if (!mu_.AwaitWithDeadline(absl::Condition(&ready, &Ready::operator()), deadline)) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("global step ", global_step_, " did not reach ", min_step, " in time"));
+    return absl::DeadlineExceededError(absl::StrCat(
+        keys.empty() ? "global step " : "the step of the partitions pulled, ", StepOf(keys).first,
+        keys.empty() ? "" : ",", " did not reach ", min_step, " in time"));
   }
   if (absl::Status s = CheckServing(); !s.ok()) return s;
   // Sized before anything is copied: a request naming a large partition many times would
@@ -339,12 +365,27 @@ absl::StatusOr<PullOutcome> ShardStore::Pull(std::span<const PartitionKey> keys,
       visit(p.key, p.offset, p.values);
     }
   }
-  return PullOutcome{global_step_, run_id_, gradients_applied_};
+  const auto [step, applied] = StepOf(keys);
+  return PullOutcome{step, run_id_, applied};
 }
 
-absl::StatusOr<ShardState> ShardStore::Export() const {
+absl::StatusOr<ShardState> ShardStore::Export(absl::Duration level_wait) const {
   absl::ReaderMutexLock lock(&mu_);
   if (!initialized_) return absl::FailedPreconditionError(kNotInitialised);
+  struct Level {
+    const ShardStore* store;
+    bool operator()() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      if (store->closed_ || !store->initialized_) return true;
+      for (const auto& p : store->partitions_) {
+        if (p->step != store->global_step_) return false;
+      }
+      return true;
+    }
+  } level{this};
+  if (config_.mode == UpdateMode::kSync) {
+    mu_.AwaitWithTimeout(absl::Condition(&level, &Level::operator()), level_wait);
+    if (!initialized_) return absl::FailedPreconditionError(kNotInitialised);
+  }
   ShardState state{config_, global_step_, run_id_, {}, gradients_applied_};
   const std::vector<std::string> names = optimizer_->SlotNames();
   state.partitions.reserve(partitions_.size());

@@ -1,12 +1,17 @@
 // The partitions, optimizer slots and global step held by one ps task, and the rules that update
 // them (docs/architecture.md §5.3).
 //
-// Sync mode follows TF's SyncReplicasOptimizer: a push computed at a step older than the global
-// step is stale and dropped (counted); pushes for the current step are summed until
-// replicas_to_aggregate have arrived, then their average is applied once and the step bumps. Later
-// pushes for a step that already has its quota are dropped as stale too (TF's backup workers).
-// A push that claims a step newer than the global step counts for the current one, as TF's
-// ConditionalAccumulator does; this only happens after a ps was restored to an older checkpoint.
+// Sync mode follows TF's SyncReplicasOptimizer, with a round per partition, as BytePS keeps one
+// per key (docs/architecture.md §5.3): a push computed at a step older than a partition's step is
+// stale there and dropped (counted); pushes for a partition's current step are summed until
+// replicas_to_aggregate have arrived, then their average is applied once and that partition's step
+// bumps. Later pushes for a step that already has its quota are dropped as stale too (TF's backup
+// workers). A push that claims a step newer than the partition's counts for the current one, as
+// TF's ConditionalAccumulator does; this only happens after a ps was restored to an older
+// checkpoint. A sync push may carry any of the shard's partitions, so a worker can push and pull a
+// shard in pieces and the first piece's values travel back while the next piece's gradients are
+// still on their way. The shard's global step is the smallest of its partitions' steps; a pull
+// waits for the partitions it names.
 // Async mode applies every push on arrival and bumps the step each time.
 //
 // Elastic sync mode (docs/architecture.md §5.10): the workers that joined decide each step's
@@ -130,7 +135,7 @@ using PullVisitor =
 //   mu_ (reader/writer): the partition table, values, slots, global step, config, run id.
 //     Readers: Pull, Export, Status and sync-mode accumulation. Writers: Init, Close, and every
 //     optimizer update, so a pull never sees a half-applied step.
-//   round_mu_: the sync round's admission counters (admitted_, arrived_).
+//   round_mu_: the partitions' sync round admission counters (admitted, arrived, closing).
 //   Partition::accum_mu: one partition's gradient sum, so pushes accumulate different partitions
 //     in parallel while holding mu_ only as readers.
 class ShardStore {
@@ -153,11 +158,12 @@ class ShardStore {
 
   // FAILED_PRECONDITION before Init; ABORTED on a run id mismatch; INVALID_ARGUMENT on unknown
   // keys, wrong sizes, duplicates, a NaN or infinite gradient (nothing is applied), or (sync) a
-  // push that does not cover every partition exactly once; UNAVAILABLE after Close. A stale push
-  // is OK with outcome.stale set.
+  // push of no partition; UNAVAILABLE after Close. A push stale for any of its partitions is OK
+  // with outcome.stale set (it still counts for those where it is not).
   absl::StatusOr<PushOutcome> Push(const PushArgs& args);
 
-  // Visits `keys` (all partitions when empty) once global_step >= min_step. DEADLINE_EXCEEDED if
+  // Visits `keys` (all partitions when empty) once each of them has reached min_step (async:
+  // once the global step has). The outcome's step is the smallest of theirs. DEADLINE_EXCEEDED if
   // that does not happen by `deadline` (a past deadline only tries); FAILED_PRECONDITION before
   // Init; NOT_FOUND on an unknown key; INVALID_ARGUMENT on a key named twice or when the values
   // and their framing would exceed `max_response_bytes` (checked before anything is visited);
@@ -166,8 +172,8 @@ class ShardStore {
       std::span<const PartitionKey> keys, int64_t min_step, absl::Time deadline, PullVisitor visit,
       uint64_t max_response_bytes = std::numeric_limits<uint64_t>::max()) const;
 
-  // Whether a Pull for `min_step` would answer now rather than wait.
-  bool PullReady(int64_t min_step) const;
+  // Whether a Pull of `keys` for `min_step` would answer now rather than wait.
+  bool PullReady(std::span<const PartitionKey> keys, int64_t min_step) const;
 
   // Adds `worker` to the membership or refreshes it (`leave`: removes it), drops members silent
   // for longer than member_timeout, and completes the current step when the change lets it.
@@ -175,21 +181,33 @@ class ShardStore {
   // UNAVAILABLE after Close.
   absl::StatusOr<Membership> Join(uint32_t worker, bool leave, absl::Time now = absl::Now());
 
-  // FAILED_PRECONDITION before Init.
-  absl::StatusOr<ShardState> Export() const;
+  // FAILED_PRECONDITION before Init. Sync mode: waits, up to `level_wait`, for every partition
+  // to reach the same step, so a checkpoint holds one step's values; a partition still a step
+  // ahead after that (a backup worker's step in flight) is exported as it is, at the shard's
+  // (smallest) step.
+  absl::StatusOr<ShardState> Export(absl::Duration level_wait = absl::Seconds(5)) const;
   StoreStatus Status() const;
 
   // Refuses further pushes and pulls and wakes blocked pulls (shutdown).
   void Close();
 
  private:
-  // One partition's values, slots and (sync mode) this round's gradient sum.
+  // One partition's values, slots and (sync mode) its round: the step it is at, and this round's
+  // gradient sum.
   struct Partition {
     PartitionKey key;
     uint64_t offset = 0;
     std::vector<float> values;  // guarded by ShardStore::mu_
     // Guarded by ShardStore::mu_; in Optimizer::SlotNames order.
     std::vector<std::vector<float>> slots;
+    // Sync mode, guarded by ShardStore::mu_: the step these values are at, and the gradients
+    // applied into them over the run.
+    int64_t step = 0;
+    int64_t applied = 0;
+    // Sync mode, guarded by ShardStore::round_mu_: this round's admissions.
+    int admitted = 0;      // pushes let into this step's round
+    int arrived = 0;       // of those, finished accumulating
+    bool closing = false;  // the step is being applied
     absl::Mutex accum_mu;
     std::vector<float> accum ABSL_GUARDED_BY(accum_mu);  // sync mode: this round's gradient sum
     // Gradients summed into `accum` this round. The first is copied rather than added (BytePS's
@@ -203,30 +221,38 @@ class ShardStore {
   absl::StatusOr<Targets> Resolve(const PushArgs& args) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushOutcome> PushSync(const PushArgs& args);
   absl::StatusOr<PushOutcome> PushAsync(const PushArgs& args);
-  // Applies the averaged sums of the round that completed in `generation`, unless an Init came
-  // in between, adding the gradients of the push that completed it where that push did not add
-  // them itself (`completing`, empty otherwise). Returns the step afterwards.
-  int64_t ApplySyncRound(uint64_t generation, const Targets& completing);
-  // The gradients the current step needs.
+  // Applies the averaged sums of the partitions' rounds that completed in `generation`, unless an
+  // Init came in between, adding the gradients of the push that completed a round where that push
+  // did not add them itself (the bytes; empty otherwise). Returns the global step afterwards.
+  int64_t ApplySyncRounds(uint64_t generation, const Targets& completed);
+  // The gradients each partition's current step needs.
   int Quota() const ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
-  // Whether the current step has what it needs and no push is still adding to it; if so, marks
+  // Whether `p`'s current step has what it needs and no push is still adding to it; if so, marks
   // it closing (no more admissions) and the caller applies it.
-  bool TakeRound() ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
+  bool TakeRound(Partition& p) ABSL_SHARED_LOCKS_REQUIRED(mu_)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
+  // Sync mode: the smallest step and gradients-applied count over `keys` (every partition when
+  // empty; unknown keys are skipped). Async mode: the global ones.
+  std::pair<int64_t, int64_t> StepOf(std::span<const PartitionKey> keys) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Elastic: records `worker` as heard from at `now`, dropping silent members. True when the
   // membership changed.
   bool Touch(uint32_t worker, absl::Time now) ABSL_SHARED_LOCKS_REQUIRED(mu_)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
   bool ExpireMembers(absl::Time now) ABSL_SHARED_LOCKS_REQUIRED(mu_)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
-  // Updates `p` from `grad` (+ `last`, elementwise, where given) / `grad_divisor`.
-  void ApplyOne(Partition& p, std::span<const float> grad, float grad_divisor = 1.0f,
-                std::span<const float> last = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Updates `p` from `grad` (+ `last`, elementwise, where given) / `grad_divisor`, at the
+  // schedule's step for `step` and `applied` (the partition's step and gradients applied so far).
+  void ApplyOne(Partition& p, int64_t step, int64_t applied, std::span<const float> grad,
+                float grad_divisor = 1.0f, std::span<const float> last = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Metrics of an optimizer update that began at `start` and the step it left.
   void RecordUpdate(std::chrono::steady_clock::time_point start) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CountStale();
   void NotifyChange() const;
-  bool ReadyForPull(int64_t min_step) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool ReadyForPull(std::span<const PartitionKey> keys, int64_t min_step) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   PsMetrics* const metrics_;
   std::function<void()> listener_;
@@ -235,6 +261,7 @@ class ShardStore {
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by Init
+  // Sync mode: the smallest of the partitions' steps and counts, kept up as they move.
   int64_t global_step_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t gradients_applied_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t parameter_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -242,12 +269,13 @@ class ShardStore {
   std::string run_id_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Partition>> partitions_ ABSL_GUARDED_BY(mu_);
+  // Sync mode, a ps holding no partition (more ps tasks than partitions): the round its workers'
+  // empty pushes make, so that its step moves with the job's as the workers' pulls expect.
+  std::unique_ptr<Partition> bare_round_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<PartitionKey, Partition*> by_key_ ABSL_GUARDED_BY(mu_);
 
+  // Guards every partition's admissions (Partition::admitted, arrived, closing).
   mutable absl::Mutex round_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  int admitted_ ABSL_GUARDED_BY(round_mu_) = 0;      // pushes let into this step's round
-  int arrived_ ABSL_GUARDED_BY(round_mu_) = 0;       // of those, finished accumulating
-  bool closing_ ABSL_GUARDED_BY(round_mu_) = false;  // the step is being applied
   // Elastic membership: worker → when last heard from. Kept across Init.
   std::map<uint32_t, absl::Time> members_ ABSL_GUARDED_BY(round_mu_);
   uint64_t membership_version_ ABSL_GUARDED_BY(round_mu_) = 0;

@@ -1,8 +1,10 @@
-// ShardStore's sync rounds (see store.h): admitting a step's pushes, summing their gradients,
-// completing the step once its quota is in, and the elastic membership that sets the quota
+// ShardStore's sync rounds (see store.h): admitting a step's pushes to each partition's round,
+// summing their gradients, completing a partition's step once its quota is in, and the elastic
+// membership that sets the quota
 // (docs/architecture.md §5.3, §5.10).
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "ps/store.h"
@@ -20,100 +22,111 @@ void AddInto(std::vector<float>& sum, std::span<const float> grad) {
 
 absl::StatusOr<PushOutcome> ShardStore::PushSync(const PushArgs& args) {
   uint64_t generation;
-  bool completes_round;
-  Targets completing;  // this push's gradients, when it completes the round without adding them
+  bool stale = false;
+  Targets adding;     // admitted partitions whose round this push does not complete on admission
+  Targets completed;  // rounds this push completes; with its gradients where it did not add them
   {
     absl::ReaderMutexLock lock(&mu_);
     if (absl::Status s = CheckServing(); !s.ok()) return s;
     if (config_.mode != UpdateMode::kSync) return absl::AbortedError("update mode changed; retry");
     auto targets = Resolve(args);
     if (!targets.ok()) return targets.status();
+    generation = generation_;
     {
       absl::MutexLock round(&round_mu_);
       if (config_.elastic) Touch(args.worker, absl::Now());
-      if (args.step < global_step_ || closing_ || admitted_ >= Quota()) {
-        CountStale();
-        return PushOutcome{global_step_, true};
-      }
-      ++admitted_;
-      // The push that completes the round on admission (every other admitted push has added its
-      // sum, and the step needs no more) adds nothing: the update reads the sums and its
-      // gradients in one pass, a pass over the sums fewer while every worker of the step waits.
-      ++arrived_;
-      completes_round = TakeRound();
-      if (completes_round) {
-        generation = generation_;
-        completing = *std::move(targets);
-      } else {
-        --arrived_;
-      }
-    }
-    if (!completes_round) {
-      // Admitted: this round cannot complete before our sum is in, so the accumulators we add to
-      // belong to the current step even though mu_ is only held shared.
-      std::vector<float> scratch;
+      const int quota = Quota();
       for (auto& [p, bytes] : *targets) {
-        std::span<const float> grad = AsFloats(bytes, scratch);
-        absl::MutexLock accum(&p->accum_mu);
-        if (p->accum_count++ == 0) {
-          std::memcpy(p->accum.data(), grad.data(), grad.size_bytes());
+        if (args.step < p->step || p->closing || p->admitted >= quota) {
+          stale = true;
+          continue;
+        }
+        ++p->admitted;
+        // The push that completes a round on admission (every other admitted push has added its
+        // sum, and the step needs no more) adds nothing: the update reads the sum and its
+        // gradients in one pass, a pass over the sum fewer while every worker of the step waits.
+        ++p->arrived;
+        if (TakeRound(*p)) {
+          completed.emplace_back(p, bytes);
         } else {
-          AddInto(p->accum, grad);
+          --p->arrived;
+          adding.emplace_back(p, bytes);
         }
       }
-      absl::MutexLock round(&round_mu_);
-      ++arrived_;
-      completes_round = TakeRound();
-      generation = generation_;
-      if (!completes_round) return PushOutcome{global_step_, false};
     }
+    if (stale) CountStale();
+    // Admitted: these rounds cannot complete before our sums are in, so the accumulators we add
+    // to belong to their current steps even though mu_ is only held shared.
+    std::vector<float> scratch;
+    for (auto& [p, bytes] : adding) {
+      if (bytes.empty()) continue;  // the bare round of a ps holding no partition
+      std::span<const float> grad = AsFloats(bytes, scratch);
+      absl::MutexLock accum(&p->accum_mu);
+      if (p->accum_count++ == 0) {
+        std::memcpy(p->accum.data(), grad.data(), grad.size_bytes());
+      } else {
+        AddInto(p->accum, grad);
+      }
+    }
+    if (!adding.empty()) {
+      absl::MutexLock round(&round_mu_);
+      for (auto& [p, bytes] : adding) {
+        ++p->arrived;
+        if (TakeRound(*p)) completed.emplace_back(p, absl::string_view());
+      }
+    }
+    if (completed.empty()) return PushOutcome{global_step_, stale};
   }
-  const int64_t step = ApplySyncRound(generation, completing);
+  const int64_t step = ApplySyncRounds(generation, completed);
   NotifyChange();
-  return PushOutcome{step, false};
+  return PushOutcome{step, stale};
 }
 
-int64_t ShardStore::ApplySyncRound(uint64_t generation, const Targets& completing) {
+int64_t ShardStore::ApplySyncRounds(uint64_t generation, const Targets& completed) {
   absl::WriterMutexLock lock(&mu_);
   // Between releasing the shared lock and getting this one, only an Init can have changed the
-  // round (new pushes are refused while closing_).
+  // rounds (new pushes are refused from a partition while it is closing).
   if (generation != generation_ || closed_) return global_step_;
   const auto start = std::chrono::steady_clock::now();
-  int applied;
-  {
-    absl::MutexLock round(&round_mu_);
-    applied = arrived_;
-  }
-  // A fixed-size step averages its quota. An elastic one divides the sum by the nominal count
-  // the learning rate was scaled for: the linear scaling rule, so a step of twice the gradients
-  // (a global batch twice as large) moves twice as far, as a job started at that size would.
-  const float replicas =
-      static_cast<float>(config_.elastic ? config_.replicas_to_aggregate : applied);
-  // The average is taken in the update's own pass over the sum: one pass fewer while every
-  // worker of the step waits for it.
-  if (completing.empty()) {
-    for (auto& p : partitions_) {
-      absl::MutexLock accum(&p->accum_mu);
-      ApplyOne(*p, p->accum, replicas);
-      p->accum_count = 0;
+  std::vector<float> scratch;
+  for (auto& [p, bytes] : completed) {
+    int applied;
+    {
+      absl::MutexLock round(&round_mu_);
+      applied = p->arrived;
     }
-  } else {
-    std::vector<float> scratch;
-    for (auto& [p, bytes] : completing) {  // every partition (a sync push holds them all)
+    // A fixed-size step averages its quota. An elastic one divides the sum by the nominal count
+    // the learning rate was scaled for: the linear scaling rule, so a step of twice the gradients
+    // (a global batch twice as large) moves twice as far, as a job started at that size would.
+    // The average is taken in the update's own pass over the sum: one pass fewer while every
+    // worker of the step waits for it.
+    const float replicas =
+        static_cast<float>(config_.elastic ? config_.replicas_to_aggregate : applied);
+    if (!p->values.empty()) {
       absl::MutexLock accum(&p->accum_mu);
       std::span<const float> sum;
       if (p->accum_count > 0) sum = p->accum;
-      ApplyOne(*p, sum, replicas, AsFloats(bytes, scratch));
+      ApplyOne(*p, p->step, p->applied, sum, replicas, AsFloats(bytes, scratch));
       p->accum_count = 0;
     }
-  }
-  ++global_step_;
-  gradients_applied_ += applied;
-  {
+    ++p->step;
+    p->applied += applied;
     absl::MutexLock round(&round_mu_);
-    admitted_ = arrived_ = 0;
-    closing_ = false;
+    p->admitted = p->arrived = 0;
+    p->closing = false;
   }
+  int64_t step = std::numeric_limits<int64_t>::max();
+  int64_t applied = std::numeric_limits<int64_t>::max();
+  for (const auto& p : partitions_) {
+    step = std::min(step, p->step);
+    applied = std::min(applied, p->applied);
+  }
+  if (bare_round_ != nullptr) {
+    step = bare_round_->step;
+    applied = bare_round_->applied;
+  }
+  global_step_ = step;
+  gradients_applied_ = applied;
   RecordUpdate(start);
   return global_step_;
 }
@@ -124,9 +137,9 @@ int ShardStore::Quota() const {
   return std::max(1, size - config_.backup_workers);
 }
 
-bool ShardStore::TakeRound() {
-  if (closing_ || arrived_ == 0 || arrived_ != admitted_ || arrived_ < Quota()) return false;
-  closing_ = true;
+bool ShardStore::TakeRound(Partition& p) {
+  if (p.closing || p.arrived == 0 || p.arrived != p.admitted || p.arrived < Quota()) return false;
+  p.closing = true;
   return true;
 }
 
@@ -154,7 +167,7 @@ bool ShardStore::Touch(uint32_t worker, absl::Time now) {
 absl::StatusOr<Membership> ShardStore::Join(uint32_t worker, bool leave, absl::Time now) {
   Membership view;
   uint64_t generation;
-  bool completes_round = false;
+  Targets completed;
   {
     absl::ReaderMutexLock lock(&mu_);
     if (closed_) return absl::UnavailableError("ps shutting down");
@@ -167,8 +180,15 @@ absl::StatusOr<Membership> ShardStore::Join(uint32_t worker, bool leave, absl::T
       Touch(worker, now);
     }
     view.changed = membership_version_ != before;
-    // A smaller membership may complete a step that waited for the member that left.
-    if (initialized_ && config_.mode == UpdateMode::kSync) completes_round = TakeRound();
+    // A smaller membership may complete rounds that waited for the member that left.
+    if (initialized_ && config_.mode == UpdateMode::kSync) {
+      for (auto& p : partitions_) {
+        if (TakeRound(*p)) completed.emplace_back(p.get(), absl::string_view());
+      }
+      if (bare_round_ != nullptr && TakeRound(*bare_round_)) {
+        completed.emplace_back(bare_round_.get(), absl::string_view());
+      }
+    }
     generation = generation_;
     for (const auto& [member, heard] : members_) view.members.push_back(member);
     view.version = membership_version_;
@@ -176,8 +196,8 @@ absl::StatusOr<Membership> ShardStore::Join(uint32_t worker, bool leave, absl::T
     view.global_step = global_step_;
     view.gradients_applied = gradients_applied_;
   }
-  if (completes_round) {
-    view.global_step = ApplySyncRound(generation, {});
+  if (!completed.empty()) {
+    view.global_step = ApplySyncRounds(generation, completed);
     NotifyChange();
   }
   return view;

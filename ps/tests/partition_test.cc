@@ -156,5 +156,34 @@ TEST(PlacementPlan, MorePsThanPartitionsLeavesSomeEmpty) {
   EXPECT_EQ(plan->BytesOn(2), 0u);
 }
 
+// A sync worker moves each ps task's share in pieces of about equal bytes, in plan order, each
+// partition in exactly one piece; a share under twice the minimum piece is one piece.
+TEST(Pieces, CutAShareIntoRunsOfAboutEqualBytes) {
+  // 64 MiB over 8 ps tasks: four 2 MiB partitions each.
+  auto plan = PlacementPlan::Build({{"w", uint64_t{16} << 20}}, 8);
+  ASSERT_THAT(plan, IsOk());
+  for (int ps = 0; ps < plan->num_ps(); ++ps) {
+    const auto pieces = plan->Pieces(ps, uint64_t{1} << 20, 8);
+    ASSERT_EQ(pieces.size(), 4u) << "ps " << ps;
+    std::vector<size_t> joined;
+    for (const auto& piece : pieces) {
+      ASSERT_EQ(piece.size(), 1u);
+      joined.insert(joined.end(), piece.begin(), piece.end());
+    }
+    EXPECT_EQ(joined, plan->PartitionsOn(ps));
+    EXPECT_EQ(plan->Pieces(ps, uint64_t{1} << 20, 2).size(), 2u);
+    EXPECT_EQ(plan->Pieces(ps, uint64_t{5} << 20, 8).size(), 1u);
+  }
+  // Uneven partitions: a large one alone, the small ones together.
+  auto mixed = PlacementPlan::Build(
+      {{"big", 1'000'000}, {"a", 100'000}, {"b", 100'000}, {"c", 100'000}, {"d", 100'000}}, 1);
+  ASSERT_THAT(mixed, IsOk());
+  const auto pieces = mixed->Pieces(0, uint64_t{1} << 20, 8);
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].size(), 1u);
+  EXPECT_EQ(pieces[1].size(), 4u);
+  EXPECT_EQ(mixed->Pieces(0, uint64_t{1} << 20, 1).size(), 1u);
+}
+
 }  // namespace
 }  // namespace kubetrain::ps

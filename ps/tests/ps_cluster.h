@@ -74,11 +74,13 @@ class Cluster {
       servers_.push_back(*std::move(server));
     }
   }
-  std::unique_ptr<PsClient> Client(const PlacementPlan& plan, bool shared_memory = true) {
+  std::unique_ptr<PsClient> Client(const PlacementPlan& plan, bool shared_memory = true,
+                                   bool pipeline = true) {
     auto client = PsClient::Create(addresses_, plan,
                                    {.rpc_timeout = absl::Seconds(60),
                                     .pull_timeout = absl::Seconds(60),
-                                    .shared_memory = shared_memory});
+                                    .shared_memory = shared_memory,
+                                    .pipeline = pipeline});
     EXPECT_TRUE(client.ok()) << client.status();
     return *std::move(client);
   }

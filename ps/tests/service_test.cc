@@ -139,12 +139,16 @@ TEST(PsService, WorkersTrainSynchronouslyOverThreeShards) {
 // The same training with one PushAndPull per step: the first pushers' calls wait at the ps for
 // the step the last push completes, and every worker ends with the same values. Worker 0 goes
 // over gRPC bytes, the others through shared memory.
-TEST(PsService, PushAndPullTrainsSynchronouslyInOneCallPerStep) {
+// Three workers (one over gRPC bytes, two sharing a client over shared memory) train four sync
+// steps with PushAndPull: either one call per ps task and step, or (`pipeline`) each ps task's
+// share in pieces, a Push and a Pull each, the ps answering a piece's pull once that piece's
+// round completes. Both end at the same values.
+void TrainWithPushAndPull(bool pipeline) {
   constexpr int kPs = 2, kWorkers = 3, kSteps = 4;
   Cluster cluster(kPs);
   PlacementPlan plan = Plan(kPs);
-  auto bytes_client = cluster.Client(plan, /*shared_memory=*/false);
-  auto shm_client = cluster.Client(plan, /*shared_memory=*/true);
+  auto bytes_client = cluster.Client(plan, /*shared_memory=*/false, pipeline);
+  auto shm_client = cluster.Client(plan, /*shared_memory=*/true, pipeline);
   ModelState initial = InitialState(plan, {UpdateMode::kSync, kWorkers, {.learning_rate = 1}});
   ASSERT_THAT(bytes_client->Init(initial), IsOk());
   ASSERT_THAT(bytes_client->WaitReady(absl::Seconds(30), true), IsOk());
@@ -187,13 +191,21 @@ TEST(PsService, PushAndPullTrainsSynchronouslyInOneCallPerStep) {
     }
   }
   for (int ps = 0; ps < kPs; ++ps) {
-    EXPECT_EQ(Sample(cluster.registry(ps), "kubetrain_ps_requests_total",
-                     {{"method", "PushAndPull"}, {"code", "OK"}}),
-              kWorkers * kSteps);
-    // No step pushed or pulled on its own: one round trip per step.
-    EXPECT_EQ(Sample(cluster.registry(ps), "kubetrain_ps_requests_total",
-                     {{"method", "Push"}, {"code", "OK"}}),
-              -1);
+    const auto calls = [&](const char* method) {
+      return Sample(cluster.registry(ps), "kubetrain_ps_requests_total",
+                    {{"method", method}, {"code", "OK"}});
+    };
+    if (!pipeline) {
+      EXPECT_EQ(calls("PushAndPull"), kWorkers * kSteps);
+      // No step pushed or pulled on its own: one round trip per step.
+      EXPECT_EQ(calls("Push"), -1);
+      continue;
+    }
+    const size_t pieces = plan.Pieces(ps, uint64_t{1} << 20, 8).size();
+    ASSERT_GE(pieces, 3u) << "ps " << ps;
+    EXPECT_EQ(calls("PushAndPull"), -1);
+    EXPECT_EQ(calls("Push"), kWorkers * kSteps * pieces);
+    EXPECT_EQ(calls("Pull"), kWorkers * (1 + kSteps * pieces));  // and each worker's first pull
   }
   EXPECT_GT(cluster.Total("kubetrain_ps_shared_memory_bytes_total"), 0);
 
@@ -209,6 +221,12 @@ TEST(PsService, PushAndPullTrainsSynchronouslyInOneCallPerStep) {
   EXPECT_EQ(late->version.steps, std::vector<int64_t>(kPs, kSteps));
   EXPECT_EQ(params, finals[0]);
 }
+
+TEST(PsService, PushAndPullTrainsSynchronouslyInOneCallPerStep) {
+  TrainWithPushAndPull(/*pipeline=*/false);
+}
+
+TEST(PsService, PushAndPullInPiecesTrainsTheSameSteps) { TrainWithPushAndPull(/*pipeline=*/true); }
 
 TEST(PsService, ElasticWorkersJoinEveryPsAndALeaverEndsTheStep) {
   constexpr int kPs = 2;

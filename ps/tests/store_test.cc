@@ -5,12 +5,15 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "absl/synchronization/barrier.h"
+#include "absl/synchronization/notification.h"
 #include "common/testing/status_matchers.h"
 #include "prometheus/registry.h"
 #include "ps/tests/ps_cluster.h"
+#include "ps/tests/store_testing.h"
 
 namespace kubetrain::ps {
 namespace {
@@ -18,61 +21,13 @@ namespace {
 using ::kubetrain::testing::IsOk;
 using testing::kNotInitialised;
 
-std::string Bytes(const std::vector<float>& values) {
-  std::string out(values.size() * sizeof(float), '\0');
-  std::memcpy(out.data(), values.data(), out.size());
-  return out;
-}
-
-// Two partitions of "w": 4 and 2 elements, values 10..15.
-ShardState TwoPartitions(TrainingConfig config) {
-  ShardState state{config, 0, "run-1", {}};
-  state.partitions.push_back({{"w", 0}, 0, {10, 11, 12, 13}, {}});
-  state.partitions.push_back({{"w", 1}, 4, {14, 15}, {}});
-  return state;
-}
-
-TrainingConfig Sync(int replicas, OptimizerOptions optimizer = {.learning_rate = 1}) {
-  return {UpdateMode::kSync, replicas, optimizer};
-}
-
-// A push of the same value g to every element of both partitions, or of `g`'s six values in
-// partition order. The strings live in the returned object so the GradientRefs stay valid.
-struct Push {
-  std::string a, b;
-  PushArgs args;
-  Push(int64_t step, float g) : Push(step, std::vector<float>(6, g)) {}
-  Push(int64_t step, const std::vector<float>& g)
-      : a(Bytes({g.begin(), g.begin() + 4})), b(Bytes({g.begin() + 4, g.end()})) {
-    args.step = step;
-    args.gradients = {{{"w", 0}, a}, {{"w", 1}, b}};
-  }
-};
-
-// All values of the store, in partition order, and the step they belong to.
-std::pair<std::vector<float>, int64_t> Values(const ShardStore& store, int64_t min_step = 0) {
-  std::vector<float> out;
-  auto pulled = store.Pull({}, min_step, absl::Now() + absl::Seconds(60),
-                           [&](const PartitionKey&, uint64_t, std::span<const float> v) {
-                             out.insert(out.end(), v.begin(), v.end());
-                           });
-  EXPECT_TRUE(pulled.ok()) << pulled.status();
-  return {out, pulled.ok() ? pulled->global_step : -1};
-}
-
-std::vector<float> Minus(std::vector<float> v, float d) {
-  for (float& x : v) x -= d;
-  return v;
-}
-
-const std::vector<float> kInitial = {10, 11, 12, 13, 14, 15};
-
-class StoreTest : public ::testing::Test {
- protected:
-  prometheus::Registry registry_;
-  PsMetrics metrics_{registry_};
-  ShardStore store_{&metrics_};
-};
+using testing::kInitial;
+using testing::Minus;
+using testing::Push;
+using testing::StoreTest;
+using testing::Sync;
+using testing::TwoPartitions;
+using testing::Values;
 
 TEST_F(StoreTest, UninitialisedRefusesPushAndPull) {
   auto pushed = store_.Push(Push(0, 1).args);
@@ -208,157 +163,6 @@ TEST_F(StoreTest, PushesBeyondTheQuotaOfAStepAreStale) {
   EXPECT_EQ(values, Minus(kInitial, 4));  // average of 4 and 4, applied once
 }
 
-TrainingConfig Elastic(int nominal, int backup = 0) {
-  TrainingConfig config = Sync(nominal);
-  config.elastic = true;
-  config.backup_workers = backup;
-  config.member_timeout = absl::Seconds(5);
-  return config;
-}
-
-PushArgs From(uint32_t worker, Push& push) {
-  push.args.worker = worker;
-  return push.args;
-}
-
-TEST_F(StoreTest, ElasticStepAggregatesOneGradientPerMember) {
-  ASSERT_THAT(store_.Init(TwoPartitions(Elastic(3))), IsOk());
-  for (uint32_t w : {0u, 1u, 2u}) ASSERT_THAT(store_.Join(w, false), IsOk());
-  auto view = store_.Join(2, false);
-  ASSERT_THAT(view, IsOk());
-  EXPECT_EQ(view->members, (std::vector<uint32_t>{0, 1, 2}));
-  EXPECT_EQ(view->quota, 3);
-  Push p0(0, 1), p1(0, 2), p2(0, 6);
-  ASSERT_THAT(store_.Push(From(0, p0)), IsOk());
-  ASSERT_THAT(store_.Push(From(1, p1)), IsOk());
-  EXPECT_EQ(Values(store_).second, 0);  // the third member has not pushed
-  auto third = store_.Push(From(2, p2));
-  ASSERT_THAT(third, IsOk());
-  EXPECT_EQ(third->global_step, 1);
-  EXPECT_EQ(Values(store_).first, Minus(kInitial, 3));  // (1 + 2 + 6) / 3
-  EXPECT_EQ(store_.Status().gradients_applied, 3);
-}
-
-TEST_F(StoreTest, ElasticLeaveCompletesTheStepThatWaitedForTheLeaver) {
-  ASSERT_THAT(store_.Init(TwoPartitions(Elastic(2))), IsOk());
-  for (uint32_t w : {0u, 1u, 2u}) ASSERT_THAT(store_.Join(w, false), IsOk());
-  Push p0(0, 1), p1(0, 3);
-  ASSERT_THAT(store_.Push(From(0, p0)), IsOk());
-  ASSERT_THAT(store_.Push(From(1, p1)), IsOk());
-  auto left = store_.Join(2, /*leave=*/true);
-  ASSERT_THAT(left, IsOk());
-  EXPECT_EQ(left->members, (std::vector<uint32_t>{0, 1}));
-  EXPECT_EQ(left->quota, 2);
-  EXPECT_EQ(left->global_step, 1);
-  EXPECT_EQ(Values(store_, 1).first, Minus(kInitial, 2));  // (1 + 3) / 2, applied once
-  EXPECT_EQ(store_.Status().gradients_applied, 2);
-}
-
-TEST_F(StoreTest, ElasticSilentMemberTimesOut) {
-  ASSERT_THAT(store_.Init(TwoPartitions(Elastic(1))), IsOk());
-  const absl::Time t0 = absl::Now();
-  ASSERT_THAT(store_.Join(0, false, t0), IsOk());
-  ASSERT_THAT(store_.Join(1, false, t0), IsOk());
-  Push p0(0, 4);
-  ASSERT_THAT(store_.Push(From(0, p0)), IsOk());
-  EXPECT_EQ(Values(store_).second, 0);
-  // Worker 1 vanished without leaving (its pod was killed): worker 0's next heartbeat, past
-  // the timeout, drops it, and the step goes on without it.
-  auto view = store_.Join(0, false, absl::Now() + absl::Seconds(6));
-  ASSERT_THAT(view, IsOk());
-  EXPECT_EQ(view->members, (std::vector<uint32_t>{0}));
-  EXPECT_EQ(view->global_step, 1);
-  EXPECT_EQ(Values(store_, 1).first, Minus(kInitial, 4));
-}
-
-TEST_F(StoreTest, ElasticMemberJoiningMidStepIsWaitedFor) {
-  ASSERT_THAT(store_.Init(TwoPartitions(Elastic(2))), IsOk());
-  ASSERT_THAT(store_.Join(0, false), IsOk());
-  ASSERT_THAT(store_.Join(1, false), IsOk());
-  Push p0(0, 1), p1(0, 2), p2(0, 3);
-  ASSERT_THAT(store_.Push(From(0, p0)), IsOk());
-  ASSERT_THAT(store_.Join(2, false), IsOk());
-  ASSERT_THAT(store_.Push(From(1, p1)), IsOk());
-  EXPECT_EQ(Values(store_).second, 0);  // the new member's gradient counts for this step
-  ASSERT_THAT(store_.Push(From(2, p2)), IsOk());
-  // Started at two, now three: the sum over the nominal two, (1 + 2 + 3) / 2.
-  EXPECT_EQ(Values(store_, 1).first, Minus(kInitial, 3));
-}
-
-TEST_F(StoreTest, ElasticBackupWorkersShrinkTheQuota) {
-  ASSERT_THAT(store_.Init(TwoPartitions(Elastic(2, /*backup=*/1))), IsOk());
-  for (uint32_t w : {0u, 1u, 2u}) ASSERT_THAT(store_.Join(w, false), IsOk());
-  Push p0(0, 2), p1(0, 4), p2(0, 100);
-  ASSERT_THAT(store_.Push(From(0, p0)), IsOk());
-  ASSERT_THAT(store_.Push(From(1, p1)), IsOk());
-  auto late = store_.Push(From(2, p2));
-  ASSERT_THAT(late, IsOk());
-  EXPECT_TRUE(late->stale);
-  EXPECT_EQ(Values(store_).first, Minus(kInitial, 3));
-  EXPECT_EQ(metrics_.stale_gradients_dropped(), 1);
-}
-
-TEST_F(StoreTest, ElasticStepBelowTheMinimumSizeWaitsForAMemberToComeBack) {
-  TrainingConfig config = Elastic(2);
-  config.min_members = 2;
-  ASSERT_THAT(store_.Init(TwoPartitions(config)), IsOk());
-  ASSERT_THAT(store_.Join(0, false), IsOk());
-  ASSERT_THAT(store_.Join(1, false), IsOk());
-  ASSERT_THAT(store_.Join(1, /*leave=*/true), IsOk());  // preempted
-  Push p0(0, 2), p1(0, 4);
-  ASSERT_THAT(store_.Push(From(0, p0)), IsOk());
-  EXPECT_EQ(Values(store_).second, 0);            // one member, but the job's minimum is two
-  ASSERT_THAT(store_.Push(From(1, p1)), IsOk());  // its replacement
-  EXPECT_EQ(Values(store_, 1).first, Minus(kInitial, 3));
-}
-
-TEST_F(StoreTest, ElasticPushRestoresAMembershipTheStoreLost) {
-  // A ps that restarted knows no members; the first pushes bring them back.
-  ASSERT_THAT(store_.Init(TwoPartitions(Elastic(1))), IsOk());
-  Push p(0, 1);
-  ASSERT_THAT(store_.Push(From(7, p)), IsOk());
-  EXPECT_EQ(store_.Status().members, 1u);
-  EXPECT_EQ(Values(store_).second, 1);  // alone, it was the quota
-}
-
-TEST_F(StoreTest, MembershipBeforeInitAndProgressSurvivesExportAndInit) {
-  auto early = store_.Join(3, false);
-  ASSERT_THAT(early, IsOk());
-  EXPECT_EQ(early->members, (std::vector<uint32_t>{3}));
-  ShardState state = TwoPartitions(Elastic(1));
-  state.gradients_applied = 40;
-  ASSERT_THAT(store_.Init(std::move(state)), IsOk());
-  EXPECT_EQ(store_.Status().members, 1u);  // Init keeps the members
-  Push p(0, 1);
-  ASSERT_THAT(store_.Push(From(3, p)), IsOk());
-  auto exported = store_.Export();
-  ASSERT_THAT(exported, IsOk());
-  EXPECT_EQ(exported->gradients_applied, 41);
-  EXPECT_TRUE(exported->config.elastic);
-  store_.Close();
-  EXPECT_EQ(store_.Join(3, false).status().code(), absl::StatusCode::kUnavailable);
-}
-
-TEST_F(StoreTest, ElasticScheduleFollowsGradientsNotSteps) {
-  // Decay to 0 over 4 nominal steps of 2 gradients: after 4 steps of 1 member the schedule is
-  // half-way, not over, so a shrunken job keeps the rate its examples call for.
-  OptimizerOptions decay{.learning_rate = 1, .decay_steps = 4, .min_lr_ratio = 0};
-  TrainingConfig config = Elastic(2);
-  config.optimizer = decay;
-  ASSERT_THAT(store_.Init(TwoPartitions(config)), IsOk());
-  ASSERT_THAT(store_.Join(0, false), IsOk());
-  for (int s = 0; s < 4; ++s) {
-    Push p(s, 2);  // one gradient over the nominal two: 1 per step
-    ASSERT_THAT(store_.Push(From(0, p)), IsOk());
-  }
-  // Schedule steps 0,0,1,1: rates 1, 1, cos factor at 1/4 twice.
-  const double r1 = LearningRateAt(decay, 1);
-  const float applied = static_cast<float>(2 + 2 * r1);
-  auto [values, step] = Values(store_);
-  EXPECT_EQ(step, 4);
-  for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR(values[i], kInitial[i] - applied, 1e-5);
-}
-
 TEST_F(StoreTest, AsyncAppliesEveryPushOnArrival) {
   constexpr int kWorkers = 4, kPushes = 25;
   ASSERT_THAT(store_.Init(TwoPartitions({UpdateMode::kAsync, 1, {.learning_rate = 1}})), IsOk());
@@ -434,11 +238,109 @@ TEST_F(StoreTest, ExportThenInitRestoresValuesSlotsAndStepExactly) {
   EXPECT_EQ(Values(store_).first, Values(restored).first);
 }
 
+// Each partition has its own round (BytePS's per-key rounds): a worker that pushes a shard in
+// pieces gets a piece's new values as soon as every worker's push of that piece is in, while the
+// rest of the shard still waits for its gradients.
+TEST_F(StoreTest, EachPartitionCompletesItsOwnRound) {
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(2))), IsOk());
+  const std::vector<PartitionKey> first = {{"w", 0}}, second = {{"w", 1}};
+  auto piece = [](const Push& push, size_t i) {
+    PushArgs args = push.args;
+    args.gradients = {push.args.gradients[i]};
+    return args;
+  };
+  Push one(0, 2), two(0, 4);
+  ASSERT_THAT(store_.Push(piece(one, 0)), IsOk());
+  EXPECT_FALSE(store_.PullReady(first, 1));
+  auto completed = store_.Push(piece(two, 0));
+  ASSERT_THAT(completed, IsOk());
+  EXPECT_FALSE(completed->stale);
+  // The first partition moved to step 1 with the average of its two gradients; the shard's step
+  // is still 0, and the second partition is untouched and not ready.
+  EXPECT_EQ(completed->global_step, 0);
+  EXPECT_TRUE(store_.PullReady(first, 1));
+  EXPECT_FALSE(store_.PullReady(second, 1));
+  EXPECT_FALSE(store_.PullReady({}, 1));
+  std::vector<float> got;
+  auto pulled = store_.Pull(first, 1, absl::InfinitePast(),
+                            [&](const PartitionKey&, uint64_t, std::span<const float> v) {
+                              got.assign(v.begin(), v.end());
+                            });
+  ASSERT_THAT(pulled, IsOk());
+  EXPECT_EQ(pulled->global_step, 1);
+  EXPECT_EQ(pulled->gradients_applied, 2);
+  EXPECT_EQ(got, std::vector<float>({7, 8, 9, 10}));
+  EXPECT_EQ(store_.Status().global_step, 0);
+  EXPECT_EQ(store_.Pull(second, 1, absl::InfinitePast(), [](auto&&...) {}).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // A push of the first partition for step 0 now comes too late there.
+  auto late = store_.Push(piece(Push(0, 1), 0));
+  ASSERT_THAT(late, IsOk());
+  EXPECT_TRUE(late->stale);
+
+  ASSERT_THAT(store_.Push(piece(one, 1)), IsOk());
+  ASSERT_THAT(store_.Push(piece(two, 1)), IsOk());
+  EXPECT_EQ(Values(store_, 1), std::make_pair(Minus(kInitial, 3), int64_t{1}));
+  EXPECT_EQ(store_.Status().gradients_applied, 2);
+}
+
+// A job with more ps tasks than partitions leaves a ps with none; its workers still push to it
+// (nothing) and pull from it with the next step, so its step moves with theirs.
+TEST_F(StoreTest, APsHoldingNoPartitionStepsWithItsWorkers) {
+  ShardState empty{Sync(2), 0, "run-1", {}};
+  ASSERT_THAT(store_.Init(std::move(empty)), IsOk());
+  const PushArgs nothing{"run-1", 0, 0, {}};
+  ASSERT_THAT(store_.Push(nothing), IsOk());
+  EXPECT_FALSE(store_.PullReady({}, 1));
+  auto second = store_.Push(nothing);
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ(second->global_step, 1);
+  EXPECT_TRUE(store_.PullReady({}, 1));
+  EXPECT_EQ(store_.Status().gradients_applied, 2);
+  auto late = store_.Push(nothing);
+  ASSERT_THAT(late, IsOk());
+  EXPECT_TRUE(late->stale);
+  auto next = store_.Push({"run-1", 1, 1, {}});
+  ASSERT_THAT(next, IsOk());
+  EXPECT_FALSE(next->stale);
+}
+
+// A checkpoint holds one step's values: Export waits for a partition a step behind the others.
+TEST_F(StoreTest, ExportWaitsForEveryPartitionToReachTheSameStep) {
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(1))), IsOk());
+  Push push(0, 1);
+  PushArgs first = push.args;
+  first.gradients.pop_back();
+  ASSERT_THAT(store_.Push(first), IsOk());  // partition 0 at step 1, partition 1 at 0
+  absl::Notification exported;
+  std::optional<absl::StatusOr<ShardState>> state;
+  std::thread exporter([&] {
+    state = store_.Export(absl::Minutes(1));
+    exported.Notify();
+  });
+  EXPECT_FALSE(exported.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  PushArgs second = push.args;
+  second.gradients.erase(second.gradients.begin());
+  ASSERT_THAT(store_.Push(second), IsOk());
+  exporter.join();
+  ASSERT_THAT(*state, IsOk());
+  EXPECT_EQ((*state)->global_step, 1);
+  EXPECT_EQ((*state)->partitions[0].values, std::vector<float>({9, 10, 11, 12}));
+  EXPECT_EQ((*state)->partitions[1].values, std::vector<float>({13, 14}));
+  // Without the wait, a partition a step ahead is exported as it is, at the shard's step.
+  first.step = 1;
+  ASSERT_THAT(store_.Push(first), IsOk());
+  auto now = store_.Export(absl::ZeroDuration());
+  ASSERT_THAT(now, IsOk());
+  EXPECT_EQ(now->global_step, 1);
+  EXPECT_EQ(now->partitions[0].values, std::vector<float>({8, 9, 10, 11}));
+}
+
 TEST_F(StoreTest, RejectsMalformedPushes) {
   ASSERT_THAT(store_.Init(TwoPartitions(Sync(2))), IsOk());
-  Push partial(0, 1);
-  partial.args.gradients.pop_back();
-  EXPECT_EQ(store_.Push(partial.args).status().code(), absl::StatusCode::kInvalidArgument);
+  Push none(0, 1);
+  none.args.gradients.clear();
+  EXPECT_EQ(store_.Push(none.args).status().code(), absl::StatusCode::kInvalidArgument);
   Push wrong_size(0, 1);
   wrong_size.args.gradients[1].bytes.remove_suffix(4);
   EXPECT_EQ(store_.Push(wrong_size.args).status().code(), absl::StatusCode::kInvalidArgument);
