@@ -32,6 +32,7 @@ std::vector<std::string> ChildArgs(const Options& opt, absl::string_view role, i
           absl::StrCat("--sizes=", sizes),
           absl::StrCat("--iters=", opt.iters),
           absl::StrCat("--warmup=", opt.warmup),
+          absl::StrCat("--ps-pieces=", opt.ps_pieces),
           absl::StrCat("--timeout=", absl::FormatDuration(opt.timeout))};
 }
 
@@ -188,8 +189,13 @@ absl::StatusOr<std::vector<Result>> RunPs(Setup& s, bool sharded, ps::WireFloat 
       continue;
     }
     Result r{ModeName("ps", wire), bytes, bench::Median(times[bytes])};
+    // Whole, the ps's uplink carries N·M in, then N·M out: 2·N·M/R. In K pieces, a piece's
+    // answers leave while the next pieces' pushes arrive: N·M/R for the pushes, plus the last
+    // piece's answers, N·M/(K·R). busbw is the model's bytes over the time, so link_utilisation
+    // is the model's time over the measured one.
     const double on_wire = WireBytes(bytes, wire);
-    const double through_ps = 2.0 * n * on_wire;
+    const int pieces = PsPieces(s.opt, bytes, 1);
+    const double through_ps = pieces > 1 ? (1.0 + 1.0 / pieces) * n * on_wire : 2.0 * n * on_wire;
     r.model_seconds = through_ps / s.rate;
     r.busbw = r.seconds > 0 ? through_ps / r.seconds : 0;
     Progress(r);

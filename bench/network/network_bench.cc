@@ -4,7 +4,7 @@
 //
 //   build/bin/network_bench [--nodes=2] [--link-gbit=1] [--sizes=16M,64M]
 //       [--modes=ring,ps,ps-shards,torch-gloo,mpi|none] [--gradient-compression=none|fp16|bf16]
-//       [--iters=5] [--warmup=1] [--json] [--quick] [--timeout=5m]
+//       [--ps-pieces=8] [--iters=5] [--warmup=1] [--json] [--quick] [--timeout=5m]
 //       [--train-model=mlp|cnn|mlp:W1,W2,...
 //        [--train-modes=allreduce,allreduce-overlap,ps-sync,ddp] [--train-epochs=3]
 //        [--train-examples=0] [--test-examples=0] [--batch-size=64]
@@ -23,9 +23,11 @@
 //              busbw (nccl-tests) = M/t·2(N-1)/N, the rate each uplink carried.
 //   ps         N workers doing sync-mode PsClient::PushAndPull of an M-byte model against one
 //              PsServer on a node of its own. The ps's uplink carries N·M in (pushes) and N·M
-//              out (pulls). In sync mode no pull is answered before the step's last push
-//              arrived, so the two directions do not overlap: model 2·N·M/R. busbw = 2·N·M/t,
-//              the rate at which the ps's uplink carried the step's bytes.
+//              out (pulls). Moved whole (--ps-pieces=1), no pull is answered before the step's
+//              last push arrived, so the two directions do not overlap: model 2·N·M/R. In K
+//              pieces (ps::ClientOptions::pipeline, the default), a piece's answers leave while
+//              later pieces' pushes arrive: model (1 + 1/K)·N·M/R. busbw = the model's bytes
+//              over t, so link_utilisation is the model's time over the measured one.
 //   ps-shards  the same with one ps task per node beside its worker (k = N), the model placed on
 //              them by ps::PlacementPlan as in a job with N ps tasks: M/N through each shard,
 //              its own worker's share staying on the node. Each uplink carries (N-1)/N·M each
@@ -123,8 +125,10 @@ void Print(const Setup& s, double tcp, const RawTcp& raw, const std::vector<Resu
   for (const std::string& note : s.notes) std::printf("%s\n", note.c_str());
   if (results.empty()) return;  // --modes=none: training only
   std::printf(
-      "model: ring, ps-shards and peers 2(N-1)/N*M/R; ps (sync: push then pull) 2*N*M/R; time = "
-      "median of the slowest rank, %d timed iterations\n",
+      "model: ring, ps-shards and peers 2(N-1)/N*M/R; ps %s; time = median of the slowest rank, "
+      "%d timed iterations\n",
+      s.opt.ps_pieces > 1 ? "(sync, in K pieces: answers overlap later pushes) (1+1/K)*N*M/R"
+                          : "(sync, whole: push then pull) 2*N*M/R",
       s.opt.iters);
   std::printf("%-14s %8s %9s %9s %8s %11s %10s %6s %7s\n", "mode", "size", "time s", "model s",
               "t/model", "busbw GB/s", "of raw TCP", "of R", "t/ring");
@@ -141,6 +145,10 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
   if (opt.nodes < 2 || opt.nodes > 32 || opt.iters < 1 || opt.warmup < 0 || opt.link_gbit <= 0) {
     return absl::InvalidArgumentError(
         "need 2 <= --nodes <= 32, --iters >= 1, --warmup >= 0 and --link-gbit > 0");
+  }
+  if (opt.ps_pieces < 1 || opt.ps_pieces > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps-pieces=", opt.ps_pieces, ": need 1 to 64 (1: whole, one call a step)"));
   }
   std::set<std::string> modes, train_modes;
   for (absl::string_view m : absl::StrSplit(opt.modes, ',', absl::SkipWhitespace())) {
@@ -256,6 +264,8 @@ int main(int argc, char** argv) {
   flags.Add("modes", &opt.modes, "ring, ps, ps-shards, torch-gloo, mpi (comma-separated), or none");
   flags.Add("gradient-compression", &opt.compression,
             "fp16 or bf16: ring, ps and ps-shards also with 16-bit values on the wire (none)");
+  flags.Add("ps-pieces", &opt.ps_pieces,
+            "ps, ps-shards: at most this many pieces per ps task and step (1: whole)");
   flags.Add("iters", &opt.iters, "timed iterations per case (the median is reported)");
   flags.Add("warmup", &opt.warmup, "untimed iterations per case before the timed ones");
   flags.Add("quick", &opt.quick, "2 nodes, ring, ps and ps-shards at 64 MiB, 3 iterations");

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <span>
@@ -58,6 +59,9 @@ std::vector<ps::VariableSpec> Model(size_t bytes) {
   return vars;
 }
 
+// The client's default, named here so that PsPieces counts what the workers do.
+constexpr uint64_t kMinPieceBytes = ps::ClientOptions{}.min_piece_bytes;
+
 absl::StatusOr<size_t> OneSize(const Options& opt) {
   ASSIGN_OR_RETURN(std::vector<size_t> sizes, ParseSizes(opt.sizes));
   if (sizes.size() != 1) return absl::InvalidArgumentError("--role=ps*: give one size");
@@ -105,7 +109,10 @@ absl::Status RunPsWorker(const Options& opt) {
                                                       .pull_timeout = opt.timeout,
                                                       .worker = static_cast<uint32_t>(opt.rank),
                                                       .shared_memory = false,
-                                                      .compression = wire}));
+                                                      .compression = wire,
+                                                      .pipeline = opt.ps_pieces > 1,
+                                                      .min_piece_bytes = kMinPieceBytes,
+                                                      .max_pieces = opt.ps_pieces}));
   RETURN_IF_ERROR(client->WaitReady(absl::Seconds(30), /*require_initialized=*/true));
   std::vector<std::vector<float>> grads, values;
   std::vector<std::span<const float>> grad_spans;
@@ -136,6 +143,17 @@ absl::Status RunPsWorker(const Options& opt) {
 
 absl::StatusOr<std::vector<size_t>> ParseSizes(absl::string_view text) {
   return bench::ParseSizes(text, uint64_t{4} << 30);
+}
+
+int PsPieces(const Options& opt, size_t bytes, int shards) {
+  if (opt.ps_pieces <= 1) return 1;
+  auto plan = ps::PlacementPlan::Build(Model(bytes), shards);
+  if (!plan.ok()) return 1;
+  size_t most = 1;
+  for (int ps = 0; ps < shards; ++ps) {
+    most = std::max(most, plan->Pieces(ps, kMinPieceBytes, opt.ps_pieces).size());
+  }
+  return static_cast<int>(most);
 }
 
 absl::StatusOr<ps::WireFloat> Compression(const Options& opt) {

@@ -36,6 +36,9 @@ struct Options {
   // "fp16" or "bf16": ring, ps and ps-shards run again with 16-bit values on the wire
   // (--gradient-compression, rows "ring+fp16"...); for a child, its own exchange's. "none": not.
   std::string compression = "none";
+  // ps and ps-shards: each ps task's share moves in at most this many pieces a step
+  // (ps::ClientOptions::max_pieces; 1: one PushAndPull per ps task, as before pipelining).
+  int ps_pieces = 8;
   int iters = 5;
   int warmup = 1;
   bool quick = false;
@@ -72,6 +75,10 @@ using bench::SizeName;  // "64 MiB"
 
 // opt.compression as a WireFloat; InvalidArgument naming the flag for anything else.
 absl::StatusOr<ps::WireFloat> Compression(const Options& opt);
+
+// The most pieces a ps-worker moves one ps task's share of a `bytes` model in a step, with
+// `shards` ps tasks (ps::PlacementPlan::Pieces under --ps-pieces; 1: whole).
+int PsPieces(const Options& opt, size_t bytes, int shards);
 
 // Runs the child role named by opt.role.
 absl::Status RunRole(const Options& opt);
