@@ -68,13 +68,6 @@ absl::Status CheckMinVersion(const Version* min_version, size_t num_ps) {
   return absl::OkStatus();
 }
 
-// Every ps task's shared-memory buffer for one call (a lease of region 0 where there is none).
-std::vector<ShmLinks::Lease> AcquireAll(ShmLinks& shm, const std::vector<int>& targets) {
-  std::vector<ShmLinks::Lease> leases;
-  for (int ps : targets) leases.push_back(shm.Acquire(ps));
-  return leases;
-}
-
 }  // namespace
 
 int64_t Version::step() const {
@@ -261,7 +254,7 @@ absl::StatusOr<Version> PsClient::Pull(std::span<const std::span<float>> values,
   const absl::Duration timeout =
       min_version != nullptr ? options_.pull_timeout : options_.rpc_timeout;
   for (int attempt = 1;; ++attempt) {
-    std::vector<ShmLinks::Lease> leases = AcquireAll(*shm_, all);
+    std::vector<ShmLinks::Lease> leases = shm_->AcquireAll(all);
     calls::PullCall call = MakePullCall(values, min_version, leases);
     absl::Status status = FanOut("Pull", all, timeout, call);
     if (status.ok()) status = call.coverage.Complete(plan_, all);
@@ -283,7 +276,7 @@ absl::StatusOr<PushResult> PsClient::Push(std::span<const std::span<const float>
   RETURN_IF_ERROR(CheckBuffers(gradients.size(), SizesOf(gradients)));
   RETURN_IF_ERROR(CheckVersion(at, plan_.num_ps()));
   SlicePins pins;  // declared first: waits, when destroyed, for gRPC to let go of `gradients`
-  std::vector<ShmLinks::Lease> leases = AcquireAll(*shm_, AllPs());
+  std::vector<ShmLinks::Lease> leases = shm_->AcquireAll(AllPs());
   calls::PushCall call{plan_,  gradients, at,      options_.worker,     pins,
                        leases, {at, 0},   nullptr, options_.compression};
   absl::Status status = FanOut("Push", AllPs(), options_.rpc_timeout, call);
@@ -309,7 +302,7 @@ absl::StatusOr<PushResult> PsClient::PushAndPull(std::span<const std::span<const
   }
   const std::vector<int> all = AllPs();
   SlicePins pins;  // declared first: waits, when destroyed, for gRPC to let go of `gradients`
-  std::vector<ShmLinks::Lease> leases = AcquireAll(*shm_, all);
+  std::vector<ShmLinks::Lease> leases = shm_->AcquireAll(all);
   calls::PushAndPullCall call{calls::PushCall{plan_,
                                               gradients,
                                               at,

@@ -25,8 +25,7 @@ absl::StatusOr<PushResult> PsClient::PushAndPullInPieces(
   const std::vector<int> all = AllPs();
   const size_t n = all.size();
   SlicePins pins;  // declared first: waits, when destroyed, for gRPC to let go of `gradients`
-  std::vector<ShmLinks::Lease> leases;
-  for (int ps : all) leases.push_back(shm_->Acquire(ps));
+  std::vector<ShmLinks::Lease> leases = shm_->AcquireAll(all);
   calls::PushCall push{plan_,  gradients, at,      options_.worker,     pins,
                        leases, {at, 0},   nullptr, options_.compression};
   calls::PullCall pull = MakePullCall(values, &min_version, leases);

@@ -353,6 +353,13 @@ ShmLinks::~ShmLinks() {
   }
 }
 
+std::vector<ShmLinks::Lease> ShmLinks::AcquireAll(std::span<const int> targets) {
+  std::vector<Lease> leases;
+  leases.reserve(targets.size());
+  for (int ps : targets) leases.push_back(Acquire(ps));
+  return leases;
+}
+
 ShmLinks::Lease ShmLinks::Acquire(int ps) {
   Lease lease;
   if (!enabled_) return lease;

@@ -171,6 +171,8 @@ class ShmLinks {
     int ps_ = 0;
   };
   Lease Acquire(int ps);
+  // One call's leases on every ps in `targets`, in that order.
+  std::vector<Lease> AcquireAll(std::span<const int> targets);
 
  private:
   void Drop(ShmLink& link, int ps);
