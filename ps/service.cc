@@ -186,6 +186,7 @@ absl::Status ParameterServerService::Init(grpc::CallbackServerContext&,
   ASSIGN_OR_RETURN(ShardState state, ShardStateFromInit(init));
   init.Clear();  // the store takes a copy; do not hold the request's twice
   RETURN_IF_ERROR(store_.Init(std::move(state)));
+  pull_cache_.Clear();  // partitions may be gone; the new ones have new revisions anyway
   const StoreStatus s = store_.Status();
   log::Info("Initialised shard", {{"global_step", s.global_step},
                                   {"partitions", s.partitions},

@@ -23,6 +23,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "kubetrain/v1/ps.grpc.pb.h"
 #include "ps/metrics.h"
+#include "ps/pull_cache.h"
 #include "ps/shared_memory.h"
 #include "ps/store.h"
 #include "ps/tensor_coding.h"
@@ -164,6 +165,7 @@ class ParameterServerService final : public grpc::Service {
   const ServiceOptions options_;
   const JobSecretVerifier verifier_;
   ShmRegistry shm_;
+  PullCache pull_cache_;  // the answers' encoded values, shared by one step's pulls
   int methods_added_ = 0;
 
   mutable absl::Mutex mu_;

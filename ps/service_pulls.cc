@@ -85,9 +85,14 @@ absl::Status ParameterServerService::PullNow(const PullTarget& target, grpc::Byt
   PullFrame frame;
   absl::Status shared;
   uint64_t shared_bytes = 0;
-  // Copies under the store's lock (pushes may follow): into a slice, or into the region.
-  auto visit = [&](const PartitionKey& key, uint64_t offset, std::span<const float> values) {
-    if (region == nullptr) return frame.Add(key, offset, values, target.wire);
+  // Copies under the store's lock (pushes may follow): into a slice that every pull of these
+  // values shares (PullCache), or into the client's region.
+  auto visit = [&](const PartitionKey& key, uint64_t offset, std::span<const float> values,
+                   uint64_t revision) {
+    if (region == nullptr) {
+      return frame.AddEncoded(key, offset, values.size(), target.wire,
+                              pull_cache_.Get(key, revision, target.wire, values));
+    }
     if (!shared.ok()) return;
     absl::StatusOr<std::span<float>> out = region->Values(key, values.size());
     if (!out.ok()) {

@@ -176,6 +176,7 @@ absl::Status ShardStore::Init(ShardState state) {
     bare_round_->step = state.global_step;
     bare_round_->applied = state.gradients_applied;
   }
+  for (auto& p : partitions) p->revision = ++revisions_;
   partitions_ = std::move(partitions);
   by_key_ = std::move(by_key);
   if (metrics_ != nullptr) {
@@ -273,6 +274,7 @@ void ShardStore::ApplyOne(Partition& p, int64_t at_step, int64_t applied,
                           std::span<const float> grad, float grad_divisor,
                           std::span<const float> last) {
   std::vector<std::span<float>> slots(p.slots.begin(), p.slots.end());
+  p.revision = ++revisions_;
   // Elastic: the schedule's step counts nominal steps of replicas_to_aggregate gradients.
   const int64_t step = config_.elastic ? applied / config_.replicas_to_aggregate : at_step;
   if (last.empty()) {
@@ -358,11 +360,11 @@ absl::StatusOr<PullOutcome> ShardStore::Pull(std::span<const PartitionKey> keys,
         "-byte message limit; pull fewer partitions per call or raise --max-message-mb"));
   }
   if (keys.empty()) {
-    for (const auto& p : partitions_) visit(p->key, p->offset, p->values);
+    for (const auto& p : partitions_) visit(p->key, p->offset, p->values, p->revision);
   } else {
     for (const PartitionKey& key : keys) {
       const Partition& p = *by_key_.at(key);
-      visit(p.key, p.offset, p.values);
+      visit(p.key, p.offset, p.values, p.revision);
     }
   }
   const auto [step, applied] = StepOf(keys);

@@ -128,8 +128,10 @@ struct StoreStatus {
 };
 
 // Called once per pulled partition, under the store's reader lock: copy what you need.
-using PullVisitor =
-    absl::FunctionRef<void(const PartitionKey& key, uint64_t offset, std::span<const float>)>;
+// `revision` names these values: it changes with every update of the partition and is never
+// reused by the store, so a caller may keep what it made of them (an encoded answer) under it.
+using PullVisitor = absl::FunctionRef<void(const PartitionKey& key, uint64_t offset,
+                                           std::span<const float> values, uint64_t revision)>;
 
 // Thread-safe. Locks, always taken in this order:
 //   mu_ (reader/writer): the partition table, values, slots, global step, config, run id.
@@ -198,6 +200,7 @@ class ShardStore {
     PartitionKey key;
     uint64_t offset = 0;
     std::vector<float> values;  // guarded by ShardStore::mu_
+    uint64_t revision = 0;      // guarded by ShardStore::mu_; see PullVisitor
     // Guarded by ShardStore::mu_; in Optimizer::SlotNames order.
     std::vector<std::vector<float>> slots;
     // Sync mode, guarded by ShardStore::mu_: the step these values are at, and the gradients
@@ -273,6 +276,7 @@ class ShardStore {
   // empty pushes make, so that its step moves with the job's as the workers' pulls expect.
   std::unique_ptr<Partition> bare_round_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<PartitionKey, Partition*> by_key_ ABSL_GUARDED_BY(mu_);
+  uint64_t revisions_ ABSL_GUARDED_BY(mu_) = 0;  // the last Partition::revision handed out
 
   // Guards every partition's admissions (Partition::admitted, arrived, closing).
   mutable absl::Mutex round_mu_ ABSL_ACQUIRED_AFTER(mu_);

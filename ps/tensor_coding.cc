@@ -3,6 +3,7 @@
 #include "ps/tensor_coding.h"
 
 #include <bit>
+#include <cassert>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -337,14 +338,23 @@ absl::Status PushFrame::BindRegion(const ShmRegion& region) {
 
 // ---- Pull ----
 
+grpc::Slice EncodeValues(WireFloat wire, std::span<const float> values) {
+  if (values.empty()) return grpc::Slice();
+  return wire == WireFloat::kFloat32 ? grpc::Slice(values.data(), values.size_bytes())
+                                     : CompressedSlice(wire, values);
+}
+
 void PullFrame::Add(const PartitionKey& key, uint64_t offset, std::span<const float> values,
                     WireFloat wire) {
-  Entry& e = entries_.emplace_back();
-  e.header = PartitionHeader(pull_field::kValues, key, offset, values.size(),
-                             values.size() * WireFloatBytes(wire), wire);
-  if (values.empty()) return;
-  e.values = wire == WireFloat::kFloat32 ? grpc::Slice(values.data(), values.size_bytes())
-                                         : CompressedSlice(wire, values);  // one copy either way
+  AddEncoded(key, offset, values.size(), wire, EncodeValues(wire, values));
+}
+
+void PullFrame::AddEncoded(const PartitionKey& key, uint64_t offset, uint64_t length,
+                           WireFloat wire, grpc::Slice encoded) {
+  assert(encoded.size() == length * WireFloatBytes(wire));
+  entries_.push_back({PartitionHeader(pull_field::kValues, key, offset, length,
+                                      length * WireFloatBytes(wire), wire),
+                      std::move(encoded)});
 }
 
 void PullFrame::AddShared(const PartitionKey& key, uint64_t offset, uint64_t length) {

@@ -5,7 +5,8 @@
 // float32), so a protobuf peer reads them and they read protobuf's; only the copies go away:
 //   push, client: the gradient bytes are gRPC slices over the caller's memory (no copy);
 //   push, server: gradients are viewed inside the received slices where contiguous;
-//   pull, server: one copy of each partition, made under the store's lock, becomes a slice;
+//   pull, server: one copy of each partition, made under the store's lock, becomes a slice
+//     that every pull of the same values shares (ps/pull_cache.h);
 //   pull, client: bytes go from the received slices into the caller's spans (one copy).
 // The generated protobuf path did two copies on each side of each direction.
 #pragma once
@@ -124,6 +125,9 @@ class PushFrame {
   WireFloat pull_wire_ = WireFloat::kFloat32;
 };
 
+// `values` coded as `wire` in a slice of their own: the one copy a pulled partition makes.
+grpc::Slice EncodeValues(WireFloat wire, std::span<const float> values);
+
 // A kubetrain.v1.PullResponse under construction on the server. Each Add copies one partition's
 // values into a slice gRPC then sends without copying again. Not thread-safe.
 class PullFrame {
@@ -131,6 +135,9 @@ class PullFrame {
   // `wire`: the values are coded as 16-bit floats (the pull asked for them so).
   void Add(const PartitionKey& key, uint64_t offset, std::span<const float> values,
            WireFloat wire = WireFloat::kFloat32);
+  // `length` values already coded as `wire` in `encoded` (EncodeValues; PullCache), referenced.
+  void AddEncoded(const PartitionKey& key, uint64_t offset, uint64_t length, WireFloat wire,
+                  grpc::Slice encoded);
   // A partition whose values the server wrote into the client's shared memory: no bytes.
   void AddShared(const PartitionKey& key, uint64_t offset, uint64_t length);
   // `push_stale`: the answer of a PushAndPull whose push was dropped as stale.

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "absl/synchronization/barrier.h"
@@ -238,6 +239,34 @@ TEST_F(StoreTest, ExportThenInitRestoresValuesSlotsAndStepExactly) {
   EXPECT_EQ(Values(store_).first, Values(restored).first);
 }
 
+// A pull's revision names the values it read: a cached encoding of them is reused only while
+// they stay the same, so every update, and a new Init even at the same step, must change it.
+TEST_F(StoreTest, EveryUpdateGivesThePartitionsANewRevision) {
+  auto revisions = [this](int64_t min_step) {
+    std::vector<uint64_t> out;
+    auto pulled = store_.Pull({}, min_step, absl::Now() + absl::Seconds(60),
+                              [&](const PartitionKey&, uint64_t, std::span<const float>,
+                                  uint64_t revision) { out.push_back(revision); });
+    EXPECT_THAT(pulled, IsOk());
+    return out;
+  };
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(1))), IsOk());
+  const std::vector<uint64_t> initial = revisions(0);
+  ASSERT_EQ(initial.size(), 2u);
+  EXPECT_NE(initial[0], initial[1]);
+  EXPECT_EQ(revisions(0), initial);  // reading changes nothing
+  ASSERT_THAT(store_.Push(Push(0, 1).args), IsOk());
+  const std::vector<uint64_t> stepped = revisions(1);
+  ASSERT_EQ(stepped.size(), 2u);
+  ASSERT_THAT(store_.Init(TwoPartitions(Sync(1))), IsOk());  // same keys, same step 0 again
+  const std::vector<uint64_t> again = revisions(0);
+  ASSERT_EQ(again.size(), 2u);
+  std::set<uint64_t> all(initial.begin(), initial.end());
+  all.insert(stepped.begin(), stepped.end());
+  all.insert(again.begin(), again.end());
+  EXPECT_EQ(all.size(), 6u) << "a revision was reused";
+}
+
 // Each partition has its own round (BytePS's per-key rounds): a worker that pushes a shard in
 // pieces gets a piece's new values as soon as every worker's push of that piece is in, while the
 // rest of the shard still waits for its gradients.
@@ -263,7 +292,7 @@ TEST_F(StoreTest, EachPartitionCompletesItsOwnRound) {
   EXPECT_FALSE(store_.PullReady({}, 1));
   std::vector<float> got;
   auto pulled = store_.Pull(first, 1, absl::InfinitePast(),
-                            [&](const PartitionKey&, uint64_t, std::span<const float> v) {
+                            [&](const PartitionKey&, uint64_t, std::span<const float> v, uint64_t) {
                               got.assign(v.begin(), v.end());
                             });
   ASSERT_THAT(pulled, IsOk());

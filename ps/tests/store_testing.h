@@ -50,7 +50,7 @@ inline std::pair<std::vector<float>, int64_t> Values(const ShardStore& store,
                                                      int64_t min_step = 0) {
   std::vector<float> out;
   auto pulled = store.Pull({}, min_step, absl::Now() + absl::Seconds(60),
-                           [&](const PartitionKey&, uint64_t, std::span<const float> v) {
+                           [&](const PartitionKey&, uint64_t, std::span<const float> v, uint64_t) {
                              out.insert(out.end(), v.begin(), v.end());
                            });
   EXPECT_TRUE(pulled.ok()) << pulled.status();
