@@ -60,6 +60,7 @@
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/process.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
@@ -408,4 +409,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace kubetrain
 
-int main(int argc, char** argv) { return kubetrain::Main(argc, argv); }
+int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
+  return kubetrain::Main(argc, argv);
+}

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "localkube/api.h"
 #include "localkube/default_tolerations.h"
@@ -384,4 +385,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace kubetrain::localkube
 
-int main(int argc, char** argv) { return kubetrain::localkube::Run(argc, argv); }
+int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
+  return kubetrain::localkube::Run(argc, argv);
+}

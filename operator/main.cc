@@ -18,6 +18,7 @@
 #include "common/http_serve.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "operator/controller/controller.h"
 #include "operator/kube/config.h"
@@ -270,6 +271,7 @@ absl::Status Main(int argc, char** argv) {
 }  // namespace kubetrain
 
 int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
   struct sigaction sa = {};
   sa.sa_handler = kubetrain::OnSignal;
   sigemptyset(&sa.sa_mask);

@@ -13,6 +13,7 @@
 #include "common/job_secret.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "operator/api/tf_config.h"
 #include "ps/metrics.h"
@@ -148,6 +149,7 @@ absl::Status Run(int argc, char** argv) {
 }  // namespace kubetrain::ps
 
 int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
   absl::Status status = kubetrain::ps::Run(argc, argv);
   if (kubetrain::HelpRequested(status)) return 0;
   if (!status.ok()) {

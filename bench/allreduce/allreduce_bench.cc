@@ -47,6 +47,7 @@
 #include "bench/sizes.h"
 #include "bench/stats.h"
 #include "common/flags.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "worker/collective/coordinator.h"
 #include "worker/collective/gloo_communicator.h"
@@ -392,6 +393,7 @@ absl::Status Run(const Options& opt) {
 }  // namespace kubetrain
 
 int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
   using namespace kubetrain;
   Options opt;
   FlagSet flags("allreduce_bench",

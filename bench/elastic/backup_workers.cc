@@ -23,6 +23,7 @@
 #include "bench/main.h"
 #include "bench/stats.h"
 #include "common/flags.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "prometheus/registry.h"
 #include "worker/core/data/fashion_mnist.h"
@@ -139,6 +140,7 @@ absl::Status Run(const Options& o) {
 }  // namespace kubetrain::bench
 
 int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
   using namespace kubetrain;
   bench::Options o;
   FlagSet flags("backup_workers",

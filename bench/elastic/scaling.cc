@@ -25,6 +25,7 @@
 #include "bench/elastic/in_process_job.h"
 #include "bench/main.h"
 #include "common/flags.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "worker/core/data/fashion_mnist.h"
 #include "worker/runtime/trainer.h"
@@ -182,6 +183,7 @@ absl::Status Run(const Options& o) {
 }  // namespace kubetrain::bench
 
 int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
   using namespace kubetrain;
   bench::Options o;
   FlagSet flags("scaling",

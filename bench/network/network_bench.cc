@@ -77,6 +77,7 @@
 #include "bench/stats.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "common/stop_signal.h"
 #include "worker/core/models.h"
@@ -248,6 +249,7 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
 }  // namespace kubetrain::network_bench
 
 int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
   using namespace kubetrain;
   using network_bench::Options;
   // mpirun's launch agent takes ssh's arguments, not flags.

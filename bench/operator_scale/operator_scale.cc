@@ -60,6 +60,7 @@
 #include "bench/stats.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "operator/api/types.h"
 #include "operator/kube/client.h"
@@ -475,4 +476,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace kubetrain::bench
 
-int main(int argc, char** argv) { return kubetrain::bench::Main(argc, argv); }
+int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
+  return kubetrain::bench::Main(argc, argv);
+}

@@ -39,6 +39,7 @@
 #include "bench/stats.h"
 #include "common/flags.h"
 #include "common/host_port.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "ps/client.h"
 #include "ps/server.h"
@@ -384,6 +385,7 @@ absl::Status Run(const Options& opt) {
 }  // namespace kubetrain
 
 int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
   using namespace kubetrain;
   Options opt;
   FlagSet flags("ps_throughput", "Parameter-server push+pull throughput vs raw loopback TCP.");

@@ -29,6 +29,7 @@
 #include "bench/train_step/backends.h"
 #include "bench/train_step/profiling_device.h"
 #include "common/flags.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "worker/core/cpu/cpu_device.h"
@@ -429,6 +430,7 @@ absl::Status Run(int argc, char** argv) {
 }  // namespace kubetrain::bench
 
 int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
   const absl::Status status = kubetrain::bench::Run(argc, argv);
   if (kubetrain::HelpRequested(status)) return 0;
   if (!status.ok()) {

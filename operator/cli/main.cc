@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/program.h"
 #include "common/stop_signal.h"
 #include "operator/cli/commands.h"
 
@@ -24,6 +25,7 @@ void OnScaleSignal(int signal) { g_scale.fetch_add(signal == SIGUSR1 ? 1 : -1); 
 }  // namespace
 
 int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "run") {
     // `run` gives its tasks --grace-period to stop, as a kubelet would, then kills them.

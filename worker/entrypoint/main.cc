@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "common/host_port.h"
+#include "common/program.h"
 #include "worker/entrypoint/entrypoint.h"
 
 int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
   std::vector<std::string> args(argv + 1, argv + argc);
   const char* tf_config = std::getenv("TF_CONFIG");
   absl::StatusOr<kubetrain::worker::Launch> launch = kubetrain::worker::ChooseLaunch(

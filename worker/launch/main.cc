@@ -18,6 +18,7 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "common/stop_signal.h"
 #include "worker/collective/coordinator.h"
@@ -255,6 +256,7 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
 }  // namespace kubetrain::worker
 
 int main(int argc, char** argv) {
+  kubetrain::SetUpProgram();
   // A collective inside Gloo cannot be interrupted (NCCL's waits abort on the flag): the
   // watchdog ends the process if the flag alone has not stopped it in time.
   kubetrain::InstallStopSignals(&kubetrain::worker::g_stop, absl::Milliseconds(1500));
