@@ -34,7 +34,7 @@ class PullCache {
                   std::span<const float> values);
   // Drops every slice (a new Init: partitions may be gone).
   void Clear();
-  // The bytes cached, for tests and metrics.
+  // The bytes cached (the newest slice of each entry).
   size_t bytes() const;
 
  private:

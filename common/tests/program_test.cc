@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "absl/synchronization/mutex.h"
 
 namespace kubetrain {
