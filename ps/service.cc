@@ -206,7 +206,7 @@ absl::StatusOr<PushOutcome> ParameterServerService::ApplyPush(
   ASSIGN_OR_RETURN(PushOutcome outcome, store_.Push(frame.args()));
   if (region != nullptr && metrics_ != nullptr) {
     uint64_t bytes = 0;
-    for (const GradientRef& g : frame.args().gradients) bytes += g.bytes.size();
+    for (const GradientRef& g : frame.args().gradients) bytes += g.values.wire_bytes();
     metrics_->AddSharedMemoryBytes(bytes);  // a few bytes of them may have come in the request
   }
   return outcome;

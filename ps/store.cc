@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 
 namespace kubetrain::ps {
@@ -83,16 +84,6 @@ int64_t FirstNonFinite(std::span<const float> values) {
     if ((std::bit_cast<uint32_t>(data[i]) & kExponent) == kExponent) return static_cast<int64_t>(i);
   }
   return -1;
-}
-
-std::span<const float> AsFloats(absl::string_view bytes, std::vector<float>& scratch) {
-  const size_t n = bytes.size() / sizeof(float);
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
-    return {reinterpret_cast<const float*>(bytes.data()), n};
-  }
-  scratch.resize(n);
-  std::memcpy(scratch.data(), bytes.data(), n * sizeof(float));
-  return scratch;
 }
 
 ShardStore::ShardStore(PsMetrics* metrics) : metrics_(metrics) {}
@@ -199,7 +190,7 @@ absl::StatusOr<ShardStore::Targets> ShardStore::Resolve(const PushArgs& args) co
     return absl::AbortedError(absl::StrCat("push for run ", args.run_id, " but this ps holds run ",
                                            run_id_, "; pull again"));
   }
-  std::vector<std::pair<Partition*, absl::string_view>> targets;
+  Targets targets;
   targets.reserve(args.gradients.size());
   absl::flat_hash_set<const Partition*> seen;
   for (const GradientRef& g : args.gradients) {
@@ -208,21 +199,21 @@ absl::StatusOr<ShardStore::Targets> ShardStore::Resolve(const PushArgs& args) co
       return absl::InvalidArgumentError(absl::StrCat("unknown partition ", g.key.name()));
     }
     Partition* p = it->second;
-    if (g.bytes.size() != p->values.size() * sizeof(float)) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient for ", g.key.name(), " has ",
-                                                     g.bytes.size(), " bytes, want ",
-                                                     p->values.size() * sizeof(float)));
+    if (!g.values.whole() || g.values.size() != p->values.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient for ", g.key.name(), " has ", g.values.wire_bytes(),
+                       " bytes, want ", p->values.size() * WireFloatBytes(g.values.encoding())));
     }
     if (!seen.insert(p).second) {
       return absl::InvalidArgumentError(absl::StrCat("partition ", g.key.name(), " pushed twice"));
     }
-    targets.emplace_back(p, g.bytes);
+    targets.emplace_back(p, &g.values);
   }
   if (config_.mode == UpdateMode::kSync && targets.empty()) {
     if (bare_round_ == nullptr) {
       return absl::InvalidArgumentError("sync push names no partition; push at least one");
     }
-    targets.emplace_back(bare_round_.get(), absl::string_view());
+    targets.emplace_back(bare_round_.get(), nullptr);
   }
   return targets;
 }
@@ -230,13 +221,12 @@ absl::StatusOr<ShardStore::Targets> ShardStore::Resolve(const PushArgs& args) co
 absl::StatusOr<PushOutcome> ShardStore::Push(const PushArgs& args) {
   // Checked before any lock and any sum: one NaN would spread to every value it is averaged or
   // applied into, and no later step could undo it.
-  std::vector<float> scratch;
   for (const GradientRef& g : args.gradients) {
-    std::span<const float> grad = AsFloats(g.bytes, scratch);
-    if (int64_t bad = FirstNonFinite(grad); bad >= 0) {
+    float value = 0;
+    if (int64_t bad = FirstNonFinite(g.values, &value); bad >= 0) {
       if (metrics_ != nullptr) metrics_->CountNonFiniteRejected();
       return absl::InvalidArgumentError(absl::StrCat("gradient for partition ", g.key.name(),
-                                                     " has ", grad[bad], " at index ", bad,
+                                                     " has ", value, " at index ", bad,
                                                      "; push refused, nothing applied"));
     }
   }
@@ -257,10 +247,7 @@ absl::StatusOr<PushOutcome> ShardStore::PushAsync(const PushArgs& args) {
   auto targets = Resolve(args);
   if (!targets.ok()) return targets.status();
   const auto start = std::chrono::steady_clock::now();
-  std::vector<float> scratch;
-  for (auto& [p, bytes] : *targets) {
-    ApplyOne(*p, global_step_, gradients_applied_, AsFloats(bytes, scratch));
-  }
+  for (auto& [p, grad] : *targets) ApplyOne(*p, global_step_, gradients_applied_, {}, 1.0f, grad);
   ++global_step_;
   ++gradients_applied_;
   RecordUpdate(start);
@@ -271,19 +258,30 @@ absl::StatusOr<PushOutcome> ShardStore::PushAsync(const PushArgs& args) {
 }
 
 void ShardStore::ApplyOne(Partition& p, int64_t at_step, int64_t applied,
-                          std::span<const float> grad, float grad_divisor,
-                          std::span<const float> last) {
-  std::vector<std::span<float>> slots(p.slots.begin(), p.slots.end());
+                          std::span<const float> sum, float grad_divisor,
+                          const GradientBytes* last) {
   p.revision = ++revisions_;
   // Elastic: the schedule's step counts nominal steps of replicas_to_aggregate gradients.
   const int64_t step = config_.elastic ? applied / config_.replicas_to_aggregate : at_step;
-  if (last.empty()) {
-    optimizer_->Apply(p.values, grad, slots, step, grad_divisor);
-  } else if (grad.empty()) {
-    optimizer_->Apply(p.values, last, slots, step, grad_divisor);
-  } else {
-    optimizer_->ApplySum(p.values, grad, last, slots, step, grad_divisor);
+  if (last == nullptr || last->empty()) {
+    std::vector<std::span<float>> slots(p.slots.begin(), p.slots.end());
+    optimizer_->Apply(p.values, sum, slots, step, grad_divisor);
+    return;
   }
+  // The pushed gradient is read where it arrived, a run at a time (ps/gradient_bytes.h); the
+  // update is elementwise, so run by run it is the same update, bit for bit.
+  absl::InlinedVector<std::span<float>, 4> slots;
+  last->ForEachRun([&](size_t first, std::span<const float> run) {
+    slots.clear();
+    for (std::vector<float>& slot : p.slots)
+      slots.push_back(std::span(slot).subspan(first, run.size()));
+    std::span<float> values = std::span(p.values).subspan(first, run.size());
+    if (sum.empty()) {
+      optimizer_->Apply(values, run, slots, step, grad_divisor);
+    } else {
+      optimizer_->ApplySum(values, sum.subspan(first, run.size()), run, slots, step, grad_divisor);
+    }
+  });
 }
 
 void ShardStore::RecordUpdate(std::chrono::steady_clock::time_point start) const {

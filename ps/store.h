@@ -42,6 +42,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "ps/gradient_bytes.h"
 #include "ps/metrics.h"
 #include "ps/optimizer.h"
 #include "ps/partition.h"
@@ -81,11 +82,11 @@ struct ShardState {
   int64_t gradients_applied = 0;  // over the whole run: its progress
 };
 
-// A gradient for one partition, viewing little-endian float32 bytes owned by the caller (the
-// request message), so pushes are accumulated without an intermediate copy.
+// A gradient for one partition, viewing bytes owned by the caller (the request's receive slices,
+// a shared-memory slot), so pushes are accumulated without an intermediate copy.
 struct GradientRef {
   PartitionKey key;
-  absl::string_view bytes;
+  GradientBytes values;
 };
 
 struct PushArgs {
@@ -220,7 +221,8 @@ class ShardStore {
 
   absl::Status CheckServing() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A push's gradients by partition.
-  using Targets = std::vector<std::pair<Partition*, absl::string_view>>;
+  // nullptr: no gradient (a round completed by a push that had added its own already).
+  using Targets = std::vector<std::pair<Partition*, const GradientBytes*>>;
   absl::StatusOr<Targets> Resolve(const PushArgs& args) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushOutcome> PushSync(const PushArgs& args);
   absl::StatusOr<PushOutcome> PushAsync(const PushArgs& args);
@@ -244,11 +246,11 @@ class ShardStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
   bool ExpireMembers(absl::Time now) ABSL_SHARED_LOCKS_REQUIRED(mu_)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(round_mu_);
-  // Updates `p` from `grad` (+ `last`, elementwise, where given) / `grad_divisor`, at the
+  // Updates `p` from `sum` (+ `last`, elementwise, where given) / `grad_divisor`, at the
   // schedule's step for `step` and `applied` (the partition's step and gradients applied so far).
-  void ApplyOne(Partition& p, int64_t step, int64_t applied, std::span<const float> grad,
-                float grad_divisor = 1.0f, std::span<const float> last = {})
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Either may be absent (empty, nullptr), not both.
+  void ApplyOne(Partition& p, int64_t step, int64_t applied, std::span<const float> sum,
+                float grad_divisor, const GradientBytes* last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Metrics of an optimizer update that began at `start` and the step it left.
   void RecordUpdate(std::chrono::steady_clock::time_point start) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -287,9 +289,5 @@ class ShardStore {
 
 // The index of the first NaN or infinity in `values`, or -1 when all are finite.
 int64_t FirstNonFinite(std::span<const float> values);
-
-// Views little-endian float32 bytes as floats: in place when aligned (protobuf's heap-allocated
-// bytes fields are), else via a copy into `scratch`. `bytes.size()` must be a multiple of 4.
-std::span<const float> AsFloats(absl::string_view bytes, std::vector<float>& scratch);
 
 }  // namespace kubetrain::ps

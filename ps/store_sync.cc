@@ -12,10 +12,13 @@
 namespace kubetrain::ps {
 namespace {
 
-void AddInto(std::vector<float>& sum, std::span<const float> grad) {
-  float* __restrict out = sum.data();
-  const float* __restrict in = grad.data();
-  for (size_t i = 0; i < sum.size(); ++i) out[i] += in[i];
+// sum += grad, a run of the pushed values at a time where they arrived (ps/gradient_bytes.h).
+void AddInto(std::vector<float>& sum, const GradientBytes& grad) {
+  grad.ForEachRun([&sum](size_t first, std::span<const float> run) {
+    float* __restrict out = sum.data() + first;
+    const float* __restrict in = run.data();
+    for (size_t i = 0; i < run.size(); ++i) out[i] += in[i];
+  });
 }
 
 }  // namespace
@@ -36,7 +39,7 @@ absl::StatusOr<PushOutcome> ShardStore::PushSync(const PushArgs& args) {
       absl::MutexLock round(&round_mu_);
       if (config_.elastic) Touch(args.worker, absl::Now());
       const int quota = Quota();
-      for (auto& [p, bytes] : *targets) {
+      for (auto& [p, grad] : *targets) {
         if (args.step < p->step || p->closing || p->admitted >= quota) {
           stale = true;
           continue;
@@ -47,32 +50,30 @@ absl::StatusOr<PushOutcome> ShardStore::PushSync(const PushArgs& args) {
         // gradients in one pass, a pass over the sum fewer while every worker of the step waits.
         ++p->arrived;
         if (TakeRound(*p)) {
-          completed.emplace_back(p, bytes);
+          completed.emplace_back(p, grad);
         } else {
           --p->arrived;
-          adding.emplace_back(p, bytes);
+          adding.emplace_back(p, grad);
         }
       }
     }
     if (stale) CountStale();
     // Admitted: these rounds cannot complete before our sums are in, so the accumulators we add
     // to belong to their current steps even though mu_ is only held shared.
-    std::vector<float> scratch;
-    for (auto& [p, bytes] : adding) {
-      if (bytes.empty()) continue;  // the bare round of a ps holding no partition
-      std::span<const float> grad = AsFloats(bytes, scratch);
+    for (auto& [p, grad] : adding) {
+      if (grad == nullptr) continue;  // the bare round of a ps holding no partition
       absl::MutexLock accum(&p->accum_mu);
       if (p->accum_count++ == 0) {
-        std::memcpy(p->accum.data(), grad.data(), grad.size_bytes());
+        grad->CopyTo(p->accum);
       } else {
-        AddInto(p->accum, grad);
+        AddInto(p->accum, *grad);
       }
     }
     if (!adding.empty()) {
       absl::MutexLock round(&round_mu_);
-      for (auto& [p, bytes] : adding) {
+      for (auto& [p, grad] : adding) {
         ++p->arrived;
-        if (TakeRound(*p)) completed.emplace_back(p, absl::string_view());
+        if (TakeRound(*p)) completed.emplace_back(p, nullptr);
       }
     }
     if (completed.empty()) return PushOutcome{global_step_, stale};
@@ -88,8 +89,7 @@ int64_t ShardStore::ApplySyncRounds(uint64_t generation, const Targets& complete
   // rounds (new pushes are refused from a partition while it is closing).
   if (generation != generation_ || closed_) return global_step_;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<float> scratch;
-  for (auto& [p, bytes] : completed) {
+  for (auto& [p, last] : completed) {
     int applied;
     {
       absl::MutexLock round(&round_mu_);
@@ -106,7 +106,7 @@ int64_t ShardStore::ApplySyncRounds(uint64_t generation, const Targets& complete
       absl::MutexLock accum(&p->accum_mu);
       std::span<const float> sum;
       if (p->accum_count > 0) sum = p->accum;
-      ApplyOne(*p, p->step, p->applied, sum, replicas, AsFloats(bytes, scratch));
+      ApplyOne(*p, p->step, p->applied, sum, replicas, last);
       p->accum_count = 0;
     }
     ++p->step;
@@ -183,10 +183,10 @@ absl::StatusOr<Membership> ShardStore::Join(uint32_t worker, bool leave, absl::T
     // A smaller membership may complete rounds that waited for the member that left.
     if (initialized_ && config_.mode == UpdateMode::kSync) {
       for (auto& p : partitions_) {
-        if (TakeRound(*p)) completed.emplace_back(p.get(), absl::string_view());
+        if (TakeRound(*p)) completed.emplace_back(p.get(), nullptr);
       }
       if (bare_round_ != nullptr && TakeRound(*bare_round_)) {
-        completed.emplace_back(bare_round_.get(), absl::string_view());
+        completed.emplace_back(bare_round_.get(), nullptr);
       }
     }
     generation = generation_;

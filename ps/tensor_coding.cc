@@ -2,6 +2,7 @@
 // primitives of wire_format.h.
 #include "ps/tensor_coding.h"
 
+#include <algorithm>
 #include <bit>
 #include <cassert>
 #include <cstring>
@@ -104,15 +105,6 @@ absl::StatusOr<WireFloat> ReadEncoding(uint64_t v, absl::string_view what) {
         "one image"));
   }
   return static_cast<WireFloat>(v);
-}
-
-// `bytes` of values in `encoding`, for `length` values, widened to float32.
-std::string Widen(WireFloat encoding, absl::string_view bytes, uint64_t length) {
-  std::string out(length * sizeof(float), '\0');
-  std::vector<uint16_t> narrow(length);
-  std::memcpy(narrow.data(), bytes.data(), length * sizeof(uint16_t));
-  Decompress(encoding, narrow, {reinterpret_cast<float*>(out.data()), length});
-  return out;
 }
 
 // ---- Decoding ----
@@ -290,18 +282,16 @@ absl::Status PushFrame::Parse(grpc::ByteBuffer& buffer) {
         ASSIGN_OR_RETURN(PartitionFields p, ReadPartition(r, end, /*values_elsewhere=*/true));
         lengths_.push_back(p.length);
         elsewhere_.push_back(p.values_bytes == 0 && p.length > 0);
-        // Re-read the values where ReadPartition found them, now that they are known to fit.
+        // The values where ReadPartition found them, now that they are known to fit: viewed in
+        // the received slices, never gathered (the store reads them in runs, widening 16-bit
+        // ones on the way: ps/gradient_bytes.h).
+        GradientRef& g = args_.gradients.emplace_back();
+        g.key = std::move(p.key);
+        g.values = GradientBytes(absl::string_view(), p.encoding);
         SliceReader values(slices_);
         values.Skip(p.values_position);
-        copies_.emplace_back();
-        absl::string_view bytes = values.View(p.values_bytes, copies_.back());
-        if (p.encoding != WireFloat::kFloat32 && !bytes.empty()) {
-          // 16-bit gradients are widened to float32 once here: the store sums float32.
-          copies_.back() = Widen(p.encoding, bytes, p.length);
-          bytes = copies_.back();
-        }
-        if (copies_.back().empty()) copies_.pop_back();
-        args_.gradients.push_back({std::move(p.key), bytes});
+        values.ForEachPiece(p.values_bytes,
+                            [&g](absl::string_view piece) { g.values.Append(piece); });
         return absl::OkStatus();
       }
       case push_field::kShmRegion:
@@ -331,7 +321,7 @@ absl::Status PushFrame::BindRegion(const ShmRegion& region) {
     if (!elsewhere_[i]) continue;
     GradientRef& g = args_.gradients[i];
     ASSIGN_OR_RETURN(std::span<const float> values, region.Gradient(g.key, lengths_[i]));
-    g.bytes = AsBytes(values);
+    g.values = GradientBytes(AsBytes(values));
   }
   return absl::OkStatus();
 }
@@ -439,9 +429,15 @@ absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
         if (p.encoding == WireFloat::kFloat32) {
           values.CopyTo(reinterpret_cast<char*>(out.data()), p.values_bytes);
         } else {
-          std::vector<uint16_t> narrow(out.size());
-          values.CopyTo(reinterpret_cast<char*>(narrow.data()), p.values_bytes);
-          Decompress(p.encoding, narrow, out);
+          // Widened a run at a time through a buffer that stays in cache, straight from the
+          // received slices into the destination.
+          constexpr size_t kRun = 4096;
+          alignas(64) uint16_t narrow[kRun];
+          for (size_t at = 0; at < out.size(); at += kRun) {
+            const size_t n = std::min(kRun, out.size() - at);
+            values.CopyTo(reinterpret_cast<char*>(narrow), n * sizeof(uint16_t));
+            Decompress(p.encoding, {narrow, n}, out.subspan(at, n));
+          }
         }
         return absl::OkStatus();
       }

@@ -4,7 +4,7 @@
 // The bytes on the wire are exactly ps.proto's (tensor data in `bytes` fields, little-endian
 // float32), so a protobuf peer reads them and they read protobuf's; only the copies go away:
 //   push, client: the gradient bytes are gRPC slices over the caller's memory (no copy);
-//   push, server: gradients are viewed inside the received slices where contiguous;
+//   push, server: gradients are viewed inside the received slices, and summed from there;
 //   pull, server: one copy of each partition, made under the store's lock, becomes a slice
 //     that every pull of the same values shares (ps/pull_cache.h);
 //   pull, client: bytes go from the received slices into the caller's spans (one copy).
@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <span>
 #include <string>
@@ -89,14 +88,13 @@ struct PushHeader {
 grpc::ByteBuffer EncodePushRequest(const PushHeader& header,
                                    std::span<const PartitionView> gradients, SlicePins& pins);
 
-// A parsed PushRequest, its gradients viewing the received bytes. Owns the received buffer and
-// whatever it had to copy (a gradient split over several slices). Not thread-safe; gRPC
-// deserialises one per call.
+// A parsed PushRequest, its gradients viewing the received bytes (in as many pieces as slices
+// they span; 16-bit values stay 16-bit until the store reads them). Owns the received buffer.
+// Not thread-safe; gRPC deserialises one per call.
 class PushFrame {
  public:
   // Takes `buffer`'s slices (leaving it empty) and parses them. INVALID_ARGUMENT on malformed
-  // bytes or a gradient whose byte count is not 4 × its length (2 × for 16-bit values, which
-  // are widened to float32 here).
+  // bytes or a gradient whose byte count is not 4 × its length (2 × for 16-bit values).
   absl::Status Parse(grpc::ByteBuffer& buffer);
   // The store's arguments; views into this frame, valid while it lives.
   const PushArgs& args() const { return args_; }
@@ -113,8 +111,7 @@ class PushFrame {
   absl::Status BindRegion(const ShmRegion& region);
 
  private:
-  std::vector<grpc::Slice> slices_;
-  std::deque<std::string> copies_;  // gradients that straddled slices; a deque never moves them
+  std::vector<grpc::Slice> slices_;  // the gradients' values are viewed in these
   PushArgs args_;
   std::vector<uint64_t> lengths_;  // per gradient: its float count
   std::vector<bool> elsewhere_;    // per gradient: no bytes in the request (shared memory)

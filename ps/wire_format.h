@@ -65,26 +65,24 @@ class SliceReader {
     return static_cast<size_t>(n);
   }
 
-  // The next `n` bytes: in place when they lie in one slice, else copied into `scratch`.
-  absl::string_view View(size_t n, std::string& scratch) {
-    if (n == 0) return {};
-    const grpc::Slice& s = slices_[slice_];
-    if (s.size() - offset_ >= n) {
-      absl::string_view in_place(reinterpret_cast<const char*>(s.begin()) + offset_, n);
-      Advance(n);
-      return in_place;
-    }
-    scratch.resize(n);
-    CopyTo(scratch.data(), n);
-    return scratch;
-  }
-
   void CopyTo(char* out, size_t n) {
     while (n > 0) {
       const grpc::Slice& s = slices_[slice_];
       const size_t take = std::min(n, s.size() - offset_);
       std::memcpy(out, s.begin() + offset_, take);
       out += take;
+      n -= take;
+      Advance(take);
+    }
+  }
+
+  // The next `n` bytes, which the caller knows are there, as one piece per slice they lie in.
+  template <typename Fn>
+  void ForEachPiece(size_t n, Fn&& piece) {
+    while (n > 0) {
+      const grpc::Slice& s = slices_[slice_];
+      const size_t take = std::min(n, s.size() - offset_);
+      piece(absl::string_view(reinterpret_cast<const char*>(s.begin()) + offset_, take));
       n -= take;
       Advance(take);
     }

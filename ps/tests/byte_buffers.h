@@ -1,4 +1,5 @@
-// Test helpers: gRPC byte buffers to and from flat bytes, for the tensor codings' tests.
+// Test helpers for the tensor codings' tests: gRPC byte buffers to and from flat bytes, and a
+// parsed gradient's values.
 #pragma once
 
 #include <grpcpp/support/byte_buffer.h>
@@ -7,6 +8,8 @@
 #include <algorithm>
 #include <string>
 #include <vector>
+
+#include "ps/gradient_bytes.h"
 
 namespace kubetrain::ps::testing {
 
@@ -34,6 +37,13 @@ inline grpc::ByteBuffer Chunked(const std::string& bytes, size_t chunk) {
 inline grpc::ByteBuffer Buffer(const std::string& bytes) {
   grpc::Slice slice(bytes);
   return grpc::ByteBuffer(&slice, 1);
+}
+
+// A parsed gradient's values, as float32.
+inline std::vector<float> Floats(const GradientBytes& values) {
+  std::vector<float> out(values.size());
+  values.CopyTo(out);
+  return out;
 }
 
 }  // namespace kubetrain::ps::testing

@@ -20,7 +20,9 @@ namespace kubetrain::ps {
 namespace {
 
 using ::kubetrain::ps::testing::Buffer;
+using ::kubetrain::ps::testing::Chunked;
 using ::kubetrain::ps::testing::Flatten;
+using ::kubetrain::ps::testing::Floats;
 using ::kubetrain::testing::IsOk;
 using ::kubetrain::testing::StatusIs;
 using ::testing::HasSubstr;
@@ -63,10 +65,10 @@ TEST(CompressedCoding, APushInFp16IsReadByProtobufAndWidenedByTheFrame) {
   PushFrame frame;
   ASSERT_THAT(frame.Parse(encoded), IsOk());
   ASSERT_EQ(frame.args().gradients.size(), 1u);
-  const absl::string_view bytes = frame.args().gradients[0].bytes;
-  ASSERT_EQ(bytes.size(), values.size() * sizeof(float));
-  std::vector<float> widened(values.size());
-  std::memcpy(widened.data(), bytes.data(), bytes.size());
+  const GradientBytes& pushed = frame.args().gradients[0].values;
+  EXPECT_EQ(pushed.encoding(), WireFloat::kFloat16);  // widened as the store reads it
+  ASSERT_EQ(pushed.size(), values.size());
+  const std::vector<float> widened = Floats(pushed);
   ExpectSameBits(widened, Rounded(WireFloat::kFloat16));  // NaN stays NaN; 70000 is inf
   EXPECT_EQ(widened[3], std::numeric_limits<float>::infinity());
   EXPECT_EQ(frame.pull_wire(), WireFloat::kBFloat16);
@@ -91,6 +93,26 @@ TEST(CompressedCoding, APullInBf16DecodesToTheRoundedValues) {
   ASSERT_THAT(header, IsOk());
   EXPECT_EQ(header->global_step, 7);
   ExpectSameBits(out, Rounded(WireFloat::kBFloat16));
+}
+
+TEST(CompressedCoding, ALargePullSplitAcrossSlicesDecodesEveryValue) {
+  // More values than one widening run, in slices of an odd size: values straddle slices.
+  std::vector<float> values(3 * 4096 + 7);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.37f - 2000.0f;
+  for (WireFloat wire : {WireFloat::kFloat16, WireFloat::kBFloat16}) {
+    PullFrame frame;
+    frame.Add({"w", 0}, 0, values, wire);
+    frame.Finish(3, "run");
+    grpc::ByteBuffer encoded = Chunked(Flatten(frame.Encode()), 4093);
+    std::vector<float> out(values.size());
+    auto header = DecodePullResponse(encoded, [&](const PartitionKey&, uint64_t, uint64_t) {
+      return absl::StatusOr<std::span<float>>(std::span<float>(out));
+    });
+    ASSERT_THAT(header, IsOk());
+    std::vector<float> want = values;
+    RoundTrip(wire, want);
+    ExpectSameBits(out, want);
+  }
 }
 
 TEST(CompressedCoding, AWrongByteCountOrAnUnknownEncodingIsRefusedByName) {

@@ -371,7 +371,8 @@ TEST_F(StoreTest, RejectsMalformedPushes) {
   none.args.gradients.clear();
   EXPECT_EQ(store_.Push(none.args).status().code(), absl::StatusCode::kInvalidArgument);
   Push wrong_size(0, 1);
-  wrong_size.args.gradients[1].bytes.remove_suffix(4);
+  wrong_size.args.gradients[1].values =
+      GradientBytes(absl::string_view(wrong_size.b).substr(0, wrong_size.b.size() - 4));
   EXPECT_EQ(store_.Push(wrong_size.args).status().code(), absl::StatusCode::kInvalidArgument);
   Push unknown(0, 1);
   unknown.args.gradients[1].key = {"v", 0};
@@ -396,17 +397,6 @@ TEST_F(StoreTest, InitRejectsMisSizedOrUnknownSlots) {
   state.partitions[0].slots["m"] = {1, 2, 3, 4};
   EXPECT_EQ(store_.Init(state).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(store_.Status().initialized);
-}
-
-TEST(AsFloats, CopiesUnalignedBytes) {
-  std::string buffer(1 + 2 * sizeof(float), '\0');
-  const float two[2] = {1.5f, -3.0f};
-  std::memcpy(buffer.data() + 1, two, sizeof(two));
-  std::vector<float> scratch;
-  auto floats = AsFloats(absl::string_view(buffer).substr(1), scratch);
-  ASSERT_EQ(floats.size(), 2u);
-  EXPECT_EQ(floats[0], 1.5f);
-  EXPECT_EQ(floats[1], -3.0f);
 }
 
 }  // namespace

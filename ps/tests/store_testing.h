@@ -41,7 +41,7 @@ struct Push {
   Push(int64_t step, const std::vector<float>& g)
       : a(Bytes({g.begin(), g.begin() + 4})), b(Bytes({g.begin() + 4, g.end()})) {
     args.step = step;
-    args.gradients = {{{"w", 0}, a}, {{"w", 1}, b}};
+    args.gradients = {{{"w", 0}, GradientBytes(a)}, {{"w", 1}, GradientBytes(b)}};
   }
 };
 

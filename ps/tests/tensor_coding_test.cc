@@ -20,6 +20,7 @@ namespace {
 
 using ::kubetrain::ps::testing::Chunked;
 using ::kubetrain::ps::testing::Flatten;
+using ::kubetrain::ps::testing::Floats;
 using ::kubetrain::testing::IsOk;
 using ::kubetrain::testing::StatusIs;
 using ::testing::HasSubstr;
@@ -75,9 +76,8 @@ TEST(TensorCoding, PushRequestParsesWithProtobufAndBack) {
       ASSERT_EQ(frame.args().gradients.size(), 2u);
       EXPECT_EQ(frame.args().gradients[0].key, big_key);
       EXPECT_EQ(frame.args().gradients[1].key, small_key);
-      std::vector<float> scratch;
-      EXPECT_TRUE(SameBits(AsFloats(frame.args().gradients[0].bytes, scratch), big));
-      EXPECT_TRUE(SameBits(AsFloats(frame.args().gradients[1].bytes, scratch), small));
+      EXPECT_TRUE(SameBits(Floats(frame.args().gradients[0].values), big));
+      EXPECT_TRUE(SameBits(Floats(frame.args().gradients[1].values), small));
     }
     encoded.Clear();  // drops the last references to `big` and `small` before pins waits
   }
@@ -139,8 +139,7 @@ TEST(TensorCoding, PushEncodingReferencesCallerMemoryUntilReleased) {
   grad[0] = 2.5f;  // not copied: the encoded message sees the change
   PushFrame frame;
   ASSERT_THAT(frame.Parse(encoded), IsOk());
-  std::vector<float> scratch;
-  EXPECT_EQ(AsFloats(frame.args().gradients[0].bytes, scratch)[0], 2.5f);
+  EXPECT_EQ(Floats(frame.args().gradients[0].values)[0], 2.5f);
   frame = PushFrame();
   encoded.Clear();
   pins.WaitUntilReleased();  // returns: nothing references `grad` any more
