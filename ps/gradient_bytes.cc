@@ -1,5 +1,8 @@
+// GradientBytes: a pushed gradient read in runs from the fragments it arrived in (see
+// gradient_bytes.h).
 #include "ps/gradient_bytes.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>

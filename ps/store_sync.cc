@@ -3,7 +3,6 @@
 // membership that sets the quota
 // (docs/architecture.md §5.3, §5.10).
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <utility>
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "ps/gradient_bytes.h"
 #include "ps/half_float.h"
 #include "ps/wire_format.h"
 
@@ -430,8 +431,8 @@ absl::StatusOr<PullHeader> DecodePullResponse(const grpc::ByteBuffer& buffer,
           values.CopyTo(reinterpret_cast<char*>(out.data()), p.values_bytes);
         } else {
           // Widened a run at a time through a buffer that stays in cache, straight from the
-          // received slices into the destination.
-          constexpr size_t kRun = 4096;
+          // received slices into the destination, as the ps reads a push (gradient_bytes.h).
+          constexpr size_t kRun = GradientBytes::kRunValues;
           alignas(64) uint16_t narrow[kRun];
           for (size_t at = 0; at < out.size(); at += kRun) {
             const size_t n = std::min(kRun, out.size() - at);
