@@ -114,7 +114,10 @@ struct Membership {
   int quota = 0;                  // gradients the current step aggregates
   int64_t global_step = 0;
   int64_t gradients_applied = 0;
-  bool changed = false;  // this call added, removed or timed out a member
+  // The membership changed since the last Join reported it: added, removed or timed out by this
+  // call, or timed out meanwhile by a push (which answers no membership), so that the ps's log
+  // shows every change at the next heartbeat.
+  bool changed = false;
 };
 
 struct StoreStatus {
@@ -285,6 +288,7 @@ class ShardStore {
   // Elastic membership: worker → when last heard from. Kept across Init.
   std::map<uint32_t, absl::Time> members_ ABSL_GUARDED_BY(round_mu_);
   uint64_t membership_version_ ABSL_GUARDED_BY(round_mu_) = 0;
+  uint64_t reported_membership_version_ ABSL_GUARDED_BY(round_mu_) = 0;  // by Join
 };
 
 // The index of the first NaN or infinity in `values`, or -1 when all are finite.

@@ -171,14 +171,14 @@ absl::StatusOr<Membership> ShardStore::Join(uint32_t worker, bool leave, absl::T
     absl::ReaderMutexLock lock(&mu_);
     if (closed_) return absl::UnavailableError("ps shutting down");
     absl::MutexLock round(&round_mu_);
-    const uint64_t before = membership_version_;
     if (leave) {
       const bool expired = ExpireMembers(now);
       if (members_.erase(worker) > 0 || expired) ++membership_version_;
     } else {
       Touch(worker, now);
     }
-    view.changed = membership_version_ != before;
+    view.changed = membership_version_ != reported_membership_version_;
+    reported_membership_version_ = membership_version_;
     // A smaller membership may complete rounds that waited for the member that left.
     if (initialized_ && config_.mode == UpdateMode::kSync) {
       for (auto& p : partitions_) {

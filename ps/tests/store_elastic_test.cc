@@ -70,6 +70,26 @@ TEST_F(StoreTest, ElasticSilentMemberTimesOut) {
   EXPECT_EQ(Values(store_, 1).first, Minus(kInitial, 4));
 }
 
+TEST_F(StoreTest, AMemberTimedOutByAPushIsReportedByTheNextJoin) {
+  ASSERT_THAT(store_.Init(TwoPartitions(Elastic(1))), IsOk());
+  ASSERT_THAT(store_.Join(0, false), IsOk());
+  // Worker 1 was last heard from well past the timeout and never left (its pod was killed);
+  // its Join reports its own arrival.
+  auto joined = store_.Join(1, false, absl::Now() - absl::Seconds(60));
+  ASSERT_THAT(joined, IsOk());
+  EXPECT_TRUE(joined->changed);
+  // Worker 0's push drops it; a push answers no membership, so nothing has reported it yet.
+  Push p0(0, 4);
+  ASSERT_THAT(store_.Push(From(0, p0)), IsOk());
+  auto heartbeat = store_.Join(0, false);
+  ASSERT_THAT(heartbeat, IsOk());
+  EXPECT_TRUE(heartbeat->changed);  // the ps logs the change now
+  EXPECT_EQ(heartbeat->members, (std::vector<uint32_t>{0}));
+  auto next = store_.Join(0, false);
+  ASSERT_THAT(next, IsOk());
+  EXPECT_FALSE(next->changed);  // once
+}
+
 TEST_F(StoreTest, ElasticMemberJoiningMidStepIsWaitedFor) {
   ASSERT_THAT(store_.Init(TwoPartitions(Elastic(2))), IsOk());
   ASSERT_THAT(store_.Join(0, false), IsOk());
