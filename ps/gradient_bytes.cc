@@ -111,24 +111,29 @@ void GradientBytes::CopyTo(std::span<float> out) const {
   });
 }
 
-int64_t FirstNonFinite(const GradientBytes& values, float* value) {
+int64_t FirstNonFinite(std::span<const float> values) {
   // A branch-free OR over the exponent bits lets the common all-finite case vectorise; the index
   // is only searched for once a bad value is known to be there.
   constexpr uint32_t kExponent = 0x7f800000u;
+  const float* data = values.data();
+  uint32_t any = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    any |= static_cast<uint32_t>((std::bit_cast<uint32_t>(data[i]) & kExponent) == kExponent);
+  }
+  if (any == 0) return -1;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if ((std::bit_cast<uint32_t>(data[i]) & kExponent) == kExponent) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+int64_t FirstNonFinite(const GradientBytes& values, float* value) {
   int64_t found = -1;
   values.ForEachRun([&](size_t first, std::span<const float> run) {
     if (found >= 0) return;
-    uint32_t any = 0;
-    for (const float v : run) {
-      any |= static_cast<uint32_t>((std::bit_cast<uint32_t>(v) & kExponent) == kExponent);
-    }
-    if (any == 0) return;
-    for (size_t i = 0; i < run.size(); ++i) {
-      if ((std::bit_cast<uint32_t>(run[i]) & kExponent) == kExponent) {
-        found = static_cast<int64_t>(first + i);
-        if (value != nullptr) *value = run[i];
-        return;
-      }
+    if (const int64_t bad = FirstNonFinite(run); bad >= 0) {
+      found = static_cast<int64_t>(first) + bad;
+      if (value != nullptr) *value = run[static_cast<size_t>(bad)];
     }
   });
   return found;

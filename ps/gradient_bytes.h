@@ -53,8 +53,9 @@ class GradientBytes {
   WireFloat encoding_ = WireFloat::kFloat32;
 };
 
-// The index of the first NaN or infinity among `values`, or -1 when all are finite; `*value`
-// (where given) gets it.
+// The index of the first NaN or infinity in `values`, or -1 when all are finite.
+int64_t FirstNonFinite(std::span<const float> values);
+// The same over a pushed gradient's values; `*value` (where given) gets the one found.
 int64_t FirstNonFinite(const GradientBytes& values, float* value = nullptr);
 
 }  // namespace kubetrain::ps

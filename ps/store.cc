@@ -3,7 +3,6 @@
 #include "ps/store.h"
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <limits>
 #include <utility>
@@ -68,22 +67,6 @@ absl::StatusOr<std::vector<std::vector<float>>> OrderSlots(PartitionState& state
 }
 
 }  // namespace
-
-int64_t FirstNonFinite(std::span<const float> values) {
-  // A branch-free OR over the exponent bits lets the common all-finite case vectorise; the index
-  // is only searched for once a bad value is known to be there.
-  constexpr uint32_t kExponent = 0x7f800000u;
-  const float* data = values.data();
-  uint32_t any = 0;
-  for (size_t i = 0; i < values.size(); ++i) {
-    any |= static_cast<uint32_t>((std::bit_cast<uint32_t>(data[i]) & kExponent) == kExponent);
-  }
-  if (any == 0) return -1;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if ((std::bit_cast<uint32_t>(data[i]) & kExponent) == kExponent) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
 
 ShardStore::ShardStore(PsMetrics* metrics) : metrics_(metrics) {}
 ShardStore::~ShardStore() = default;

@@ -291,7 +291,4 @@ class ShardStore {
   uint64_t reported_membership_version_ ABSL_GUARDED_BY(round_mu_) = 0;  // by Join
 };
 
-// The index of the first NaN or infinity in `values`, or -1 when all are finite.
-int64_t FirstNonFinite(std::span<const float> values);
-
 }  // namespace kubetrain::ps
