@@ -4,7 +4,8 @@
 # workers, minReplicas 1, maxReplicas 4) is scaled 2 -> 3 -> 1 -> 2 with `kubectl scale` while it
 # trains, then one worker pod is deleted. Each change reaches the parameter servers' membership
 # (the ps log), the chief and the ps run throughout (same pod uid, no restart), the job records
-# a Scaled event per change and a WorkerLost event for the deleted pod, and it ends Succeeded
+# a Scaled event per change and a WorkerLost event for the deleted pod, a scaled-down worker says
+# its goodbye to the ps (which then logs "Worker left"), and it ends Succeeded
 # with test accuracy >= 0.88. While it finishes, the all-reduce example, made elastic, runs
 # beside it and is scaled 2 -> 3, one of its worker pods is deleted, and it is scaled 3 -> 2:
 # its workers form their group again at each change, and it ends Succeeded with no restart.
@@ -130,6 +131,8 @@ assert any("el-worker-1" in m for m in lost), lost
 assert "ClusterSpecChanged" not in by_reason, by_reason.keys()
 counts = [int(m) for m in re.findall(r'msg="(?:Membership changed|Worker left)".* members=(\d+)', ps_log)]
 assert 3 in counts and 1 in counts, counts
+# A worker that stops tells the ps (its goodbye), so a sync step never waits out its timeout.
+assert 'msg="Worker left"' in ps_log, ps_log[-2000:]
 print("accuracy", s["test_accuracy"], "| Scaled:", scaled, "| WorkerLost:", lost,
       "| ps member counts:", counts)
 PY

@@ -83,6 +83,7 @@ void Kubelet::Start() {
     log::Info("Reserved pod IP block", {{"block", ip_block()}, {"runtime", runtime_->name()}});
   }
   if (auto* oci = dynamic_cast<OciRuntime*>(runtime_.get())) oci->Prepare();
+  if (network_) StartClusterDns();
   WriteHosts();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -110,6 +111,7 @@ void Kubelet::Stop() {
   pods_.clear();                 // destructors reap every group, then remove the sandboxes
   superseded_.clear();
   runtime_->Shutdown(deadline);
+  dns_.reset();
   network_.reset();  // the nodes' bridges
 }
 
@@ -282,7 +284,11 @@ bool Kubelet::SetUpSandbox(Pod& pod) {
     st = sandbox.status();
   }
   if (st.ok() && !pod.sandbox->holding()) {
-    st = pod.sandbox->Hold(pod.object["spec"].value("hostname", pod.name), pod.dir + "/etc-hosts");
+    st = WriteResolvConf(pod);
+    if (st.ok()) {
+      st = pod.sandbox->Hold(pod.object["spec"].value("hostname", pod.name), pod.dir + "/etc-hosts",
+                             pod.dir + "/resolv.conf");
+    }
   }
   if (st.ok()) return true;
   for (Container& c : pod.containers) {

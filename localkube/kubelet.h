@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "localkube/api.h"
+#include "localkube/cluster_dns.h"
 #include "localkube/container_process.h"
 #include "localkube/logs.h"
 #include "localkube/oci_runtime.h"
@@ -167,6 +168,8 @@ class Kubelet : public LogSource {
   void PublishStatus(Pod& pod);
   void WriteHosts();
   void WriteHostsLocked();  // with mu_ held
+  void StartClusterDns();
+  absl::Status WriteResolvConf(const Pod& pod) const;  // its dir's resolv.conf
   // What the kubelet sets (the runtime adds its base environment); `error` gets a
   // CreateContainerConfigError message (a missing ConfigMap/Secret or key that is not optional).
   std::map<std::string, std::string> Environment(const Pod& pod, const Container& c,
@@ -194,6 +197,9 @@ class Kubelet : public LogSource {
   bool resync_ = false;                  // a node came back: list everything again (mu_)
   std::string hosts_text_;               // what WriteHosts last wrote to options_.hosts_file
   std::unique_ptr<PodNetwork> network_;  // outlives pods_ (Stop clears them first)
+  // With network_: the cluster DNS on the nodes' bridge addresses; null if it could not listen
+  // (pods' resolv.conf then names no server that answers).
+  std::unique_ptr<ClusterDns> dns_;
   absl::Status pod_network_status_;
   int next_ip_ = 0;
   int block_x_ = 0, block_y_ = 0;  // pods get 127.<x>.<y>.1-254

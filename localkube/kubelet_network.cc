@@ -1,6 +1,6 @@
 // The kubelet's host pod network (see kubelet.h): the loopback IP block this instance holds and
-// the pod IPs handed out from it; and every pod's /etc/hosts (pod_hosts.h), which stands in for
-// cluster DNS.
+// the pod IPs handed out from it; every pod's /etc/hosts (pod_hosts.h), and with sandboxes its
+// /etc/resolv.conf and the cluster DNS that answers from those hosts files (cluster_dns.h).
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -61,6 +61,38 @@ std::string Kubelet::AllocateIp() {
   return absl::StrCat("127.", block_x_, ".", (block_y_ + 1 + n / 254) % 256, ".", 1 + n % 254);
 }
 
+void Kubelet::StartClusterDns() {
+  std::vector<std::string> gateways;
+  for (int node = 0; node < network_->nodes(); ++node) {
+    gateways.push_back(network_->node_gateway(node));
+  }
+  absl::StatusOr<std::unique_ptr<ClusterDns>> dns = ClusterDns::Start(gateways, 53);
+  if (!dns.ok()) {
+    log::Warn("No cluster DNS: pods' resolvers get no answer for what /etc/hosts lacks",
+              {{"error", dns.status()}});
+    return;
+  }
+  dns_ = std::move(*dns);
+}
+
+// As the kubelet writes it for dnsPolicy ClusterFirst (pkg/kubelet/network/dns): the pod's
+// namespace first in the search list, the cluster DNS (here the node's bridge address, where
+// dns_ answers), ndots 5. Without dns_, a loopback server that no one runs: a query fails rather
+// than go to the host's name servers, which the pod cannot reach.
+absl::Status Kubelet::WriteResolvConf(const Pod& pod) const {
+  std::string text = absl::StrCat(
+      "# Written by localkube's kubelet: ",
+      dns_ ? "cluster DNS at the node's bridge address" : "no cluster DNS (see localkube's log)",
+      ".\nsearch ", pod.ns, ".svc.cluster.local svc.cluster.local cluster.local\nnameserver ",
+      dns_ ? pod.host_ip : "127.0.0.1", "\noptions ndots:5\n");
+  const std::string path = pod.dir + "/resolv.conf";
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
 void Kubelet::WriteHosts() {
   std::lock_guard<std::mutex> lock(mu_);
   WriteHostsLocked();
@@ -88,9 +120,15 @@ void Kubelet::WriteHostsLocked() {
     std::ofstream(pod->dir + "/etc-hosts", std::ios::trunc) << text;
     pod->hosts_text = std::move(text);
   }
-  if (options_.hosts_file.empty()) return;
   std::string text = PodHostsFile(HostsPod{}, pods, services);
-  if (text == hosts_text_) return;
+  if (dns_) {
+    std::map<std::string, std::string> by_ip;
+    for (const auto& [key, pod] : pods_) {
+      if (!pod->ip.empty()) by_ip[pod->ip] = pod->hosts_text;
+    }
+    dns_->SetHosts(std::move(by_ip), text);
+  }
+  if (options_.hosts_file.empty() || text == hosts_text_) return;
   hosts_text_ = text;
   std::string tmp = options_.hosts_file + ".tmp";
   std::ofstream(tmp) << text;

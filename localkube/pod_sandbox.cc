@@ -108,10 +108,12 @@ PodSandbox::~PodSandbox() {
   }
 }
 
-absl::Status PodSandbox::Hold(const std::string& hostname, const std::string& hosts_file) {
+absl::Status PodSandbox::Hold(const std::string& hostname, const std::string& hosts_file,
+                              const std::string& resolv_conf) {
   ProcessOptions options;
-  options.argv = {pod_init_,    "hold",   "--netns", "/run/netns/" + sandbox_->netns(),
-                  "--hostname", hostname, "--hosts", hosts_file};
+  options.argv = {pod_init_,       "hold",     "--netns", "/run/netns/" + sandbox_->netns(),
+                  "--hostname",    hostname,   "--hosts", hosts_file,
+                  "--resolv-conf", resolv_conf};
   options.env = {{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}};
   absl::StatusOr<std::unique_ptr<Process>> holder = Process::Start(options);
   if (!holder.ok()) return holder.status();

@@ -49,9 +49,11 @@ class PodSandbox {
   const std::string& ip() const { return sandbox_->ip(); }
   const std::string& netns() const { return sandbox_->netns(); }
   bool holding() const { return holder_ != nullptr; }
-  // Starts the holder: hostname, private /tmp, /dev/shm, /run and `hosts_file` on /etc/hosts
-  // (which must exist; keep it current by rewriting it in place). Waits until it is ready.
-  absl::Status Hold(const std::string& hostname, const std::string& hosts_file);
+  // Starts the holder: hostname, private /tmp, /dev/shm, /run, `hosts_file` on /etc/hosts
+  // (which must exist; keep it current by rewriting it in place) and a copy of `resolv_conf` on
+  // /etc/resolv.conf. Waits until it is ready.
+  absl::Status Hold(const std::string& hostname, const std::string& hosts_file,
+                    const std::string& resolv_conf);
   // An oci container's image root file system and user (localkube-pod-init exec --rootfs, --user).
   struct ImageRoot {
     std::string rootfs;  // on the host

@@ -1,14 +1,15 @@
 // localkube-pod-init: puts a pod's processes into the pod's namespaces, as a container runtime's
 // pause container and `runc exec` do (localkube/pod_sandbox.h drives it; README "Pod sandboxes").
 //
-//   localkube-pod-init hold --netns PATH --hostname NAME --hosts FILE [--tmp-size S] [--shm-size S]
+//   localkube-pod-init hold --netns PATH --hostname NAME --hosts FILE --resolv-conf FILE
+//                           [--tmp-size S] [--shm-size S]
 //     Joins the network namespace at PATH, makes new mount, IPC, UTS and PID namespaces, sets the
-//     hostname, bind-mounts FILE (read-only) on /etc/hosts and mounts fresh tmpfs on /tmp,
-//     /dev/shm and /run. Its child is PID 1 of the pod (PodInit: mounts the pod's own /proc,
-//     reaps orphans). Says "ready" on stdout and holds the namespaces until SIGTERM (or its
-//     parent dies); killing it kills PID 1 and with it every process of the pod. All of its
-//     mounts are private: nothing propagates to the host, and they go when the namespace's last
-//     process does.
+//     hostname, bind-mounts the hosts FILE (read-only) on /etc/hosts, mounts fresh tmpfs on /tmp,
+//     /dev/shm and /run and puts a copy of the resolv.conf FILE on /etc/resolv.conf. Its child is
+//     PID 1 of the pod (PodInit: mounts the pod's own /proc, reaps orphans). Says "ready" on stdout
+//     and holds the namespaces until SIGTERM (or its parent dies); killing it kills PID 1 and with
+//     it every process of the pod. All of its mounts are private: nothing propagates to the host,
+//     and they go when the namespace's last process does.
 //   localkube-pod-init exec --pod PID [--rootfs DIR] [--user UID:GID]
 //                           [--ro SRC DST | --rw SRC DST]... [--workdir DIR] -- ARGV...
 //     Joins PID's (a holder's) namespaces, makes its own copy of the mount namespace, mounts each
@@ -81,18 +82,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The pod's resolv.conf, as the kubelet writes one pointing at cluster DNS. localkube has no DNS
-// server: the cluster's names are in the pod's /etc/hosts, and a query for anything else must
-// fail at once rather than wait on the host's name servers, which a pod's network cannot reach
-// (resolvers that ask DNS for what the hosts file lacks, such as c-ares for an AAAA record,
-// would otherwise stall for their whole timeout). Nothing listens on the pod's own port 53.
-void SetUpResolvConf(const std::string& target) {
+// The pod's resolv.conf: `text`, the kubelet's (pointing at the cluster DNS, localkube's on the
+// node's bridge address: cluster_dns.h), on whatever /etc/resolv.conf leads to.
+void SetUpResolvConf(const std::string& target, const std::string& text) {
   const std::string dir = "/run/localkube-pod";
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) Die("mkdir " + dir);
   const std::string source = dir + "/resolv.conf";
-  const std::string text =
-      "# Written by localkube for this pod: cluster names are in /etc/hosts; no DNS server.\n"
-      "nameserver 127.0.0.1\n";
   int fd = open(source.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0 || write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
     Die("write " + source);
@@ -160,7 +155,7 @@ pid_t StartPodInit() {
 }
 
 int Hold(const std::vector<std::string>& args) {
-  std::string netns, hostname, hosts, tmp_size = "1g", shm_size = "64m";
+  std::string netns, hostname, hosts, resolv_conf, tmp_size = "1g", shm_size = "64m";
   for (size_t i = 0; i + 1 < args.size(); i += 2) {
     const std::string& flag = args[i];
     const std::string& value = args[i + 1];
@@ -170,6 +165,8 @@ int Hold(const std::vector<std::string>& args) {
       hostname = value;
     else if (flag == "--hosts")
       hosts = value;
+    else if (flag == "--resolv-conf")
+      resolv_conf = value;
     else if (flag == "--tmp-size")
       tmp_size = value;
     else if (flag == "--shm-size")
@@ -177,9 +174,15 @@ int Hold(const std::vector<std::string>& args) {
     else
       Usage("hold: unknown flag " + flag);
   }
-  if (netns.empty() || hostname.empty() || hosts.empty()) {
-    Usage("hold needs --netns, --hostname and --hosts");
+  if (netns.empty() || hostname.empty() || hosts.empty() || resolv_conf.empty()) {
+    Usage("hold needs --netns, --hostname, --hosts and --resolv-conf");
   }
+  // Read now: the file may live under the host's /tmp, which the pod's own covers below.
+  std::ifstream resolv_in(resolv_conf);
+  if (!resolv_in) Die("open " + resolv_conf);
+  const std::string resolv_text((std::istreambuf_iterator<char>(resolv_in)),
+                                std::istreambuf_iterator<char>());
+  if (resolv_text.empty()) Usage("hold: --resolv-conf " + resolv_conf + " is empty");
   int fd = open(netns.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) Die("open " + netns);
   if (setns(fd, CLONE_NEWNET) != 0) Die("setns " + netns);
@@ -199,7 +202,7 @@ int Hold(const std::vector<std::string>& args) {
   // A container's own /run: where the ServiceAccount token goes (/var/run/secrets/...), and the
   // host's runtime state stays out of sight.
   Mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m");
-  SetUpResolvConf(resolv_target);
+  SetUpResolvConf(resolv_target, resolv_text);
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGTERM);

@@ -74,6 +74,14 @@ class PodSandboxes : public testing::SandboxKubeletTest {
              {"command", {"/usr/bin/python3", "-c", program}}}}}}}};
     ASSERT_THAT(api_->Create(Of("pods"), pod, WriteOptions{}), IsOk());
   }
+  // The headless Service `svc` over every pod RunPod makes.
+  void CreateService() {
+    json svc = {{"apiVersion", "v1"},
+                {"kind", "Service"},
+                {"metadata", {{"name", "svc"}, {"namespace", "default"}}},
+                {"spec", {{"clusterIP", "None"}, {"selector", {{"app", "x"}}}}}};
+    ASSERT_THAT(api_->Create(Of("services"), svc, WriteOptions{}), IsOk());
+  }
   json PodStatus(const std::string& name) {
     auto pod = api_->Get(Of("pods", name));
     return pod.ok() ? (*pod)["status"] : json::object();
@@ -81,11 +89,7 @@ class PodSandboxes : public testing::SandboxKubeletTest {
 };
 
 TEST_F(PodSandboxes, PodsOnTwoNodesTalkByNameAndKeepTmpShmAndHostnameToThemselves) {
-  json svc = {{"apiVersion", "v1"},
-              {"kind", "Service"},
-              {"metadata", {{"name", "svc"}, {"namespace", "default"}}},
-              {"spec", {{"clusterIP", "None"}, {"selector", {{"app", "x"}}}}}};
-  ASSERT_THAT(api_->Create(Of("services"), svc, WriteOptions{}), IsOk());
+  CreateService();
   RunPod("server-a", "node-1", kServer);
   RunPod("server-b", "node-2", kServer);  // the same port, another pod: no clash
   RunPod("client", "node-2", kClient);
@@ -105,6 +109,53 @@ TEST_F(PodSandboxes, PodsOnTwoNodesTalkByNameAndKeepTmpShmAndHostnameToThemselve
   EXPECT_EQ(a.value("hostIP", ""), net->node_gateway(0));
   EXPECT_EQ(b.value("hostIP", ""), net->node_gateway(1));
   EXPECT_NE(a.value("podIP", ""), b.value("podIP", ""));
+}
+
+// Raw DNS queries to the name server of the pod's resolv.conf: A of its own Service name, AAAA
+// of the Service (which c-ares asks after reading the A record from /etc/hosts), and a name
+// outside the cluster. Each answer must come within the socket's timeout.
+constexpr char kDnsAsker[] = R"(
+import socket, struct
+conf = [l.split() for l in open('/etc/resolv.conf') if l.strip() and not l.startswith('#')]
+server = [l[1] for l in conf if l[0] == 'nameserver'][0]
+print('search', *[l[1:] for l in conf if l[0] == 'search'][0], flush=True)
+def ask(name, qtype):
+    q = struct.pack('>6H', 7, 0x100, 1, 0, 0, 0)
+    q += b''.join(bytes([len(p)]) + p.encode() for p in name.split('.')) + b'\0'
+    q += struct.pack('>HH', qtype, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    s.sendto(q, (server, 53))
+    r = s.recv(512)
+    answers, at, addresses = struct.unpack('>H', r[6:8])[0], len(q), []
+    for _ in range(answers):
+        kind, size = struct.unpack('>H', r[at+2:at+4])[0], struct.unpack('>H', r[at+10:at+12])[0]
+        family = socket.AF_INET if kind == 1 else socket.AF_INET6
+        addresses.append(socket.inet_ntop(family, r[at+12:at+12+size]))
+        at += 12 + size
+    return r[3] & 15, ','.join(addresses) or '-'
+for name, qtype in [('asker.svc.default.svc.cluster.local', 1), ('svc', 28), ('nowhere.example', 1)]:
+    print('dns', name, qtype, *ask(name, qtype), flush=True)
+print('done', flush=True)
+)";
+
+TEST_F(PodSandboxes, ThePodsResolverGetsAnswersFromTheClusterDnsAtOnce) {
+  CreateService();
+  RunPod("asker", "node-2", kDnsAsker);
+  std::string log;
+  ASSERT_TRUE(
+      Eventually([&] { return absl::StrContains(log = Log("asker"), "done"); }, absl::Seconds(30)))
+      << log;
+  const std::string ip = PodStatus("asker").value("podIP", "");
+  ASSERT_FALSE(ip.empty());
+  EXPECT_TRUE(absl::StrContains(log,
+                                "search default.svc.cluster.local svc.cluster.local "
+                                "cluster.local\n"))
+      << log;
+  EXPECT_TRUE(absl::StrContains(log, "dns asker.svc.default.svc.cluster.local 1 0 " + ip + "\n"))
+      << log;
+  EXPECT_TRUE(absl::StrContains(log, "dns svc 28 0 -\n")) << log;  // listed, no IPv6: no records
+  EXPECT_TRUE(absl::StrContains(log, "dns nowhere.example 1 3 -\n")) << log;  // NXDOMAIN
 }
 
 TEST_F(PodSandboxes, DeletingAPodRemovesItsNetworkNamespace) {
