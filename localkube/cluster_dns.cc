@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/logging.h"
@@ -157,6 +158,78 @@ std::vector<uint8_t> AnswerDnsQuery(std::span<const uint8_t> query, const std::s
   Set16(&out, 6, answers);
   if (!whole) Set16(&out, 2, Get16(out, 2) | kTc);  // the rest would need TCP, not served here
   return out;
+}
+
+std::string PodResolvConf(const nlohmann::json& spec, const std::string& ns,
+                          const std::string& nameserver, const std::string& node_resolv_conf) {
+  std::vector<std::string> nameservers, searches;
+  std::vector<std::pair<std::string, std::string>> options;  // name, ":value" or ""
+  auto add = [](std::vector<std::string>* list, const std::string& v) {
+    if (!v.empty() && std::find(list->begin(), list->end(), v) == list->end()) list->push_back(v);
+  };
+  auto set_option = [&](const std::string& name, const std::string& value) {
+    auto it = std::find_if(options.begin(), options.end(),
+                           [&](const auto& o) { return o.first == name; });
+    if (it == options.end()) {
+      options.emplace_back(name, value);
+    } else {
+      it->second = value;
+    }
+  };
+  const std::string policy =
+      spec.is_object() && spec.contains("dnsPolicy") && spec["dnsPolicy"].is_string()
+          ? spec["dnsPolicy"].get<std::string>()
+          : "ClusterFirst";
+  if (policy == "Default") {
+    for (absl::string_view line : absl::StrSplit(node_resolv_conf, '\n')) {
+      std::vector<std::string> f = absl::StrSplit(line.substr(0, line.find_first_of("#;")),
+                                                  absl::ByAnyChar(" \t"), absl::SkipEmpty());
+      if (f.size() < 2) continue;
+      for (size_t i = 1; i < f.size(); ++i) {
+        if (f[0] == "nameserver" && i == 1) add(&nameservers, f[i]);
+        if (f[0] == "search") add(&searches, f[i]);
+        if (f[0] == "options") {
+          const size_t colon = f[i].find(':');
+          set_option(f[i].substr(0, colon), colon == std::string::npos ? "" : f[i].substr(colon));
+        }
+      }
+    }
+  } else if (policy != "None") {
+    add(&nameservers, nameserver);
+    add(&searches, ns + ".svc.cluster.local");
+    add(&searches, "svc.cluster.local");
+    add(&searches, "cluster.local");
+    set_option("ndots", ":5");
+  }
+  const nlohmann::json config =
+      spec.is_object() ? spec.value("dnsConfig", nlohmann::json()) : nlohmann::json();
+  if (config.is_object()) {
+    for (const char* field : {"nameservers", "searches"}) {
+      const nlohmann::json list = config.value(field, nlohmann::json::array());
+      if (!list.is_array()) continue;
+      for (const nlohmann::json& v : list) {
+        if (v.is_string()) add(field[0] == 'n' ? &nameservers : &searches, v.get<std::string>());
+      }
+    }
+    const nlohmann::json list = config.value("options", nlohmann::json::array());
+    for (const nlohmann::json& o : list.is_array() ? list : nlohmann::json::array()) {
+      if (!o.is_object() || !o.contains("name") || !o["name"].is_string()) continue;
+      const bool valued = o.contains("value") && o["value"].is_string();
+      set_option(o["name"].get<std::string>(),
+                 valued ? ":" + o["value"].get<std::string>() : std::string());
+    }
+  }
+  if (nameservers.size() > 3) nameservers.resize(3);
+  if (searches.size() > 32) searches.resize(32);
+  std::string text;
+  if (!searches.empty()) text += absl::StrCat("search ", absl::StrJoin(searches, " "), "\n");
+  for (const std::string& s : nameservers) text += absl::StrCat("nameserver ", s, "\n");
+  if (!options.empty()) {
+    text += "options";
+    for (const auto& [name, value] : options) text += absl::StrCat(" ", name, value);
+    text += "\n";
+  }
+  return text;
 }
 
 absl::StatusOr<std::unique_ptr<ClusterDns>> ClusterDns::Start(

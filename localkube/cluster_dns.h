@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/status/statusor.h"
 
 namespace kubetrain::localkube {
@@ -29,6 +31,17 @@ namespace kubetrain::localkube {
 // The answer to one DNS query datagram (RFC 1035 §4.1) from `hosts_text` (hosts(5) lines); none
 // (an empty vector) for a datagram that is no query, which a server drops.
 std::vector<uint8_t> AnswerDnsQuery(std::span<const uint8_t> query, const std::string& hosts_text);
+
+// A pod's /etc/resolv.conf as the kubelet forms it (pkg/kubelet/network/dns): by
+// spec.dnsPolicy, ClusterFirst (the default) and ClusterFirstWithHostNet give `nameserver` (the
+// cluster DNS), the search list `<ns>.svc.cluster.local svc.cluster.local cluster.local` and
+// `ndots:5`; Default the node's own `node_resolv_conf` (its nameserver, search and options
+// lines); None nothing. spec.dnsConfig's nameservers and searches then follow (duplicates
+// dropped) and its options replace those of the same name; at most 3 nameservers and 32
+// search paths are kept, as the kubelet keeps. A spec ValidatePod accepted is assumed; other
+// fields' types are skipped over.
+std::string PodResolvConf(const nlohmann::json& spec, const std::string& ns,
+                          const std::string& nameserver, const std::string& node_resolv_conf);
 
 class ClusterDns {
  public:

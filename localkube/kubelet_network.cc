@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 
@@ -75,16 +76,19 @@ void Kubelet::StartClusterDns() {
   dns_ = std::move(*dns);
 }
 
-// As the kubelet writes it for dnsPolicy ClusterFirst (pkg/kubelet/network/dns): the pod's
-// namespace first in the search list, the cluster DNS (here the node's bridge address, where
-// dns_ answers), ndots 5. Without dns_, a loopback server that no one runs: a query fails rather
-// than go to the host's name servers, which the pod cannot reach.
+// As the kubelet forms it (cluster_dns.h, PodResolvConf), the cluster DNS being the node's
+// bridge address, where dns_ answers. Without dns_, a loopback server that no one runs: a query
+// fails rather than go to the host's name servers, which the pod cannot reach.
 absl::Status Kubelet::WriteResolvConf(const Pod& pod) const {
+  std::ifstream node_file("/etc/resolv.conf");
+  const std::string node_resolv_conf((std::istreambuf_iterator<char>(node_file)),
+                                     std::istreambuf_iterator<char>());
   std::string text = absl::StrCat(
       "# Written by localkube's kubelet: ",
       dns_ ? "cluster DNS at the node's bridge address" : "no cluster DNS (see localkube's log)",
-      ".\nsearch ", pod.ns, ".svc.cluster.local svc.cluster.local cluster.local\nnameserver ",
-      dns_ ? pod.host_ip : "127.0.0.1", "\noptions ndots:5\n");
+      ".\n",
+      PodResolvConf(pod.object["spec"], pod.ns, dns_ ? pod.host_ip : "127.0.0.1",
+                    node_resolv_conf));
   const std::string path = pod.dir + "/resolv.conf";
   std::ofstream out(path, std::ios::trunc);
   out << text;

@@ -2,6 +2,8 @@
 // quantities and ValidatePod's field errors. Quantity arithmetic itself is in quantity.cc.
 #include "localkube/pod_validation.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <set>
 
@@ -12,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/quote.h"
 #include "common/status.h"
 #include "localkube/json_fields.h"
@@ -305,6 +308,83 @@ absl::Status ForEachResourceList(json* pod, Fn fn) {
   return fn(spec, "overhead", "PodSpec.spec.overhead");
 }
 
+// Go's %#v of a []string, as field.Invalid prints one.
+std::string GoStrings(const json& list) {
+  std::vector<std::string> quoted;
+  for (const json& v : list) quoted.push_back(GoQuote(ValueText(v)));
+  return absl::StrCat("[]string{", absl::StrJoin(quoted, ", "), "}");
+}
+
+// validateDNSPolicy and validatePodDNSConfig (pkg/apis/core/validation).
+void ValidateDns(const json& spec, std::vector<Cause>* errs) {
+  const std::string policy = spec.contains("dnsPolicy") ? Str(spec, "dnsPolicy") : "ClusterFirst";
+  if (policy.empty()) {
+    errs->push_back(Required("spec.dnsPolicy"));
+  } else if (policy != "ClusterFirstWithHostNet" && policy != "ClusterFirst" &&
+             policy != "Default" && policy != "None") {
+    errs->push_back(NotSupported("spec.dnsPolicy", GoQuote(policy),
+                                 {"ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"}));
+  }
+  const json config = spec.value("dnsConfig", json());
+  const json none = json::array();
+  const json& nameservers =
+      config.is_object() && config.contains("nameservers") && config["nameservers"].is_array()
+          ? config["nameservers"]
+          : none;
+  if (policy == "None" && !config.is_object()) {
+    errs->push_back(
+        Required("spec.dnsConfig", "must provide `dnsConfig` when `dnsPolicy` is None"));
+    return;
+  }
+  if (policy == "None" && nameservers.empty()) {
+    errs->push_back(Required("spec.dnsConfig.nameservers",
+                             "must provide at least one DNS nameserver when `dnsPolicy` is None"));
+    return;
+  }
+  if (!config.is_object()) return;
+  if (nameservers.size() > 3) {
+    errs->push_back(Invalid("spec.dnsConfig.nameservers", GoStrings(nameservers),
+                            "must not have more than 3 nameservers"));
+  }
+  for (size_t i = 0; i < nameservers.size(); ++i) {
+    const std::string ip = ValueText(nameservers[i]);
+    unsigned char address[16];
+    if (inet_pton(AF_INET, ip.c_str(), address) != 1 &&
+        inet_pton(AF_INET6, ip.c_str(), address) != 1) {
+      errs->push_back(Invalid(absl::StrCat("spec.dnsConfig.nameservers[", i, "]"), GoQuote(ip),
+                              "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"));
+    }
+  }
+  const json& searches =
+      config.contains("searches") && config["searches"].is_array() ? config["searches"] : none;
+  std::vector<std::string> search_list;
+  for (const json& v : searches) search_list.push_back(ValueText(v));
+  if (searches.size() > 32) {
+    errs->push_back(Invalid("spec.dnsConfig.searches", GoStrings(searches),
+                            "must not have more than 32 search paths"));
+  }
+  if (absl::StrJoin(search_list, " ").size() > 2048) {
+    errs->push_back(Invalid("spec.dnsConfig.searches", GoStrings(searches),
+                            "must not have more than 2048 characters (including spaces) in the "
+                            "search list"));
+  }
+  for (size_t i = 0; i < search_list.size(); ++i) {
+    const std::string search(absl::StripSuffix(search_list[i], "."));  // a final dot is fine
+    for (const std::string& m : Dns1123SubdomainErrors(search)) {
+      errs->push_back(
+          Invalid(absl::StrCat("spec.dnsConfig.searches[", i, "]"), GoQuote(search), m));
+    }
+  }
+  const json& options =
+      config.contains("options") && config["options"].is_array() ? config["options"] : none;
+  for (size_t i = 0; i < options.size(); ++i) {
+    if (!options[i].is_object() || Str(options[i], "name").empty()) {
+      errs->push_back(
+          Required(absl::StrCat("spec.dnsConfig.options[", i, "]"), "must not be empty"));
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> Dns1123SubdomainErrors(const std::string& value) {
@@ -405,16 +485,7 @@ std::vector<Cause> ValidatePod(const json& pod) {
     errs.push_back(
         NotSupported("spec.restartPolicy", GoQuote(restart), {"Always", "OnFailure", "Never"}));
   }
-  if (spec.is_object() && spec.contains("dnsPolicy")) {
-    std::string dns = Str(spec, "dnsPolicy");
-    if (dns.empty()) {
-      errs.push_back(Required("spec.dnsPolicy"));
-    } else if (dns != "ClusterFirstWithHostNet" && dns != "ClusterFirst" && dns != "Default" &&
-               dns != "None") {
-      errs.push_back(NotSupported("spec.dnsPolicy", GoQuote(dns),
-                                  {"ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"}));
-    }
-  }
+  if (spec.is_object()) ValidateDns(spec, &errs);
   for (const char* f : {"hostname", "subdomain"}) {
     std::string v = Str(spec, f);
     if (v.empty()) continue;

@@ -219,6 +219,44 @@ TEST_F(PodAdmission, EnumsPortsAndEnvNames) {
   EXPECT_EQ(r.body["details"]["causes"][1]["reason"], "FieldValueNotSupported");
 }
 
+TEST_F(PodAdmission, DnsConfigIsValidatedAsTheApiServerDoes) {
+  json none = WorkerPod("w-0");
+  none["spec"]["dnsPolicy"] = "None";
+  EXPECT_THAT(Call("POST", kPods, none),
+              IsFailure(422, "Invalid",
+                        "Pod \"w-0\" is invalid: spec.dnsConfig: Required value: must provide "
+                        "`dnsConfig` when `dnsPolicy` is None"));
+  none["spec"]["dnsConfig"] = json::parse(R"({"searches":["a.example"]})");
+  EXPECT_THAT(Call("POST", kPods, none),
+              IsFailure(422, "Invalid",
+                        "Pod \"w-0\" is invalid: spec.dnsConfig.nameservers: Required value: must "
+                        "provide at least one DNS nameserver when `dnsPolicy` is None"));
+  json bad = WorkerPod("w-1");
+  bad["spec"]["dnsConfig"] = json::parse(R"({"nameservers":["10.0.0.1","::1","1.1.1.1","dns"],
+      "searches":["ok.example.", "Bad_Search"], "options":[{"name":"ndots","value":"2"},{}]})");
+  Reply r = Call("POST", kPods, bad);
+  ASSERT_EQ(r.code, 422) << r.body.dump();
+  std::vector<std::string> fields, messages;
+  for (const json& cause : r.body["details"]["causes"]) {
+    fields.push_back(cause["field"]);
+    messages.push_back(cause["message"]);
+  }
+  EXPECT_EQ(fields,
+            (std::vector<std::string>{"spec.dnsConfig.nameservers", "spec.dnsConfig.nameservers[3]",
+                                      "spec.dnsConfig.searches[1]", "spec.dnsConfig.options[1]"}));
+  EXPECT_EQ(messages[0],
+            "Invalid value: []string{\"10.0.0.1\", \"::1\", \"1.1.1.1\", \"dns\"}: must not have "
+            "more than 3 nameservers");
+  EXPECT_EQ(
+      messages[1],
+      "Invalid value: \"dns\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)");
+  EXPECT_EQ(messages[3], "Required value: must not be empty");
+  json good = WorkerPod("w-2");
+  good["spec"]["dnsPolicy"] = "None";
+  good["spec"]["dnsConfig"] = json::parse(R"({"nameservers":["10.0.0.1"]})");
+  EXPECT_EQ(Call("POST", kPods, good).code, 201);
+}
+
 TEST_F(PodAdmission, PodNamesAreSubdomains) {
   EXPECT_THAT(
       Call("POST", kPods, WorkerPod("a..b")),

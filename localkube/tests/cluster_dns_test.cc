@@ -151,6 +151,36 @@ TEST(ClusterDnsAnswer, AnswersBeyondTheUdpLimitAreCutAndMarkedTruncated) {
   EXPECT_EQ(r.addresses.front(), "198.18.0.1");
 }
 
+TEST(PodResolvConf, ClusterFirstNamesTheClusterDnsAndTheNamespaceFirst) {
+  const std::string node = "nameserver 192.0.2.53\nsearch corp.example\noptions edns0\n";
+  EXPECT_EQ(PodResolvConf(nlohmann::json::object(), "team", "198.18.0.1", node),
+            "search team.svc.cluster.local svc.cluster.local cluster.local\n"
+            "nameserver 198.18.0.1\n"
+            "options ndots:5\n");
+  // dnsConfig adds to it; its options replace those of the same name.
+  auto spec = nlohmann::json::parse(R"({"dnsPolicy":"ClusterFirst","dnsConfig":{
+      "nameservers":["10.0.0.2","198.18.0.1"],"searches":["a.example","svc.cluster.local"],
+      "options":[{"name":"ndots","value":"2"},{"name":"edns0"}]}})");
+  EXPECT_EQ(PodResolvConf(spec, "team", "198.18.0.1", node),
+            "search team.svc.cluster.local svc.cluster.local cluster.local a.example\n"
+            "nameserver 198.18.0.1\nnameserver 10.0.0.2\n"
+            "options ndots:2 edns0\n");
+}
+
+TEST(PodResolvConf, DefaultTakesTheNodesAndNoneOnlyTheDnsConfig) {
+  const std::string node =
+      "# the node's\nnameserver 192.0.2.53\nnameserver 192.0.2.54 ; second\nsearch corp.example "
+      "lab.example\noptions edns0 ndots:1\n";
+  EXPECT_EQ(PodResolvConf(nlohmann::json{{"dnsPolicy", "Default"}}, "team", "198.18.0.1", node),
+            "search corp.example lab.example\n"
+            "nameserver 192.0.2.53\nnameserver 192.0.2.54\n"
+            "options edns0 ndots:1\n");
+  auto spec = nlohmann::json::parse(R"({"dnsPolicy":"None","dnsConfig":{
+      "nameservers":["10.0.0.1","10.0.0.2","10.0.0.3","10.0.0.4"]}})");
+  EXPECT_EQ(PodResolvConf(spec, "team", "198.18.0.1", node),
+            "nameserver 10.0.0.1\nnameserver 10.0.0.2\nnameserver 10.0.0.3\n");  // at most 3
+}
+
 // A UDP exchange with the server on loopback: the sender's address picks the hosts file.
 TEST(ClusterDnsServer, AnswersEachAskerFromItsOwnHostsFile) {
   auto dns = ClusterDns::Start({"127.0.0.1"}, 0);
