@@ -193,13 +193,14 @@ class Kubelet : public LogSource {
   // (partitioned) or lie dead (down) until their node is back, then stop (mu_).
   std::vector<std::unique_ptr<Pod>> superseded_;
   int64_t cursor_ = 0;
-  std::vector<NodeState> node_state_;    // by node index (node_names); guarded by mu_
-  bool resync_ = false;                  // a node came back: list everything again (mu_)
-  std::string hosts_text_;               // what WriteHosts last wrote to options_.hosts_file
+  std::vector<NodeState> node_state_;  // by node index (node_names); guarded by mu_
+  bool resync_ = false;                // a node came back: list everything again (mu_)
+  std::string hosts_text_;  // the cluster-wide names WriteHosts last gave hosts_file and dns_
   std::unique_ptr<PodNetwork> network_;  // outlives pods_ (Stop clears them first)
   // With network_: the cluster DNS on the nodes' bridge addresses; null if it could not listen
   // (pods' resolv.conf then names no server that answers).
   std::unique_ptr<ClusterDns> dns_;
+  size_t dns_pods_ = 0;  // pods with an IP in dns_'s table (mu_)
   absl::Status pod_network_status_;
   int next_ip_ = 0;
   int block_x_ = 0, block_y_ = 0;  // pods get 127.<x>.<y>.1-254

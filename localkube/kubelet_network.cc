@@ -113,27 +113,36 @@ void Kubelet::WriteHostsLocked() {
                     spec.value("subdomain", ""), pod->ip,
                     pod->object["metadata"].value("labels", json::object())});
   }
-  size_t i = 0;
+  size_t i = 0, with_ip = 0;
+  bool rewritten = false;
   for (auto& [key, pod] : pods_) {
     const HostsPod& self = pods[i++];
     if (self.ip.empty()) continue;
+    ++with_ip;
     std::string text = PodHostsFile(self, pods, services);
     if (text == pod->hosts_text) continue;
+    rewritten = true;
     // Rewritten in place (truncate and write), never replaced: the pod's /etc/hosts is a bind
     // mount of this very file, which a rename would leave pointing at the old one.
     std::ofstream(pod->dir + "/etc-hosts", std::ios::trunc) << text;
     pod->hosts_text = std::move(text);
   }
+  if (!dns_ && options_.hosts_file.empty()) return;
+  // Called after every sync: the name server's table is copied only when a file changed or a
+  // pod went (which changes no remaining pod's file when no name of its was listed).
   std::string text = PodHostsFile(HostsPod{}, pods, services);
-  if (dns_) {
+  const bool cluster_changed = text != hosts_text_;
+  if (dns_ && (rewritten || cluster_changed || with_ip != dns_pods_)) {
     std::map<std::string, std::string> by_ip;
     for (const auto& [key, pod] : pods_) {
       if (!pod->ip.empty()) by_ip[pod->ip] = pod->hosts_text;
     }
     dns_->SetHosts(std::move(by_ip), text);
+    dns_pods_ = with_ip;
   }
-  if (options_.hosts_file.empty() || text == hosts_text_) return;
+  if (!cluster_changed) return;
   hosts_text_ = text;
+  if (options_.hosts_file.empty()) return;
   std::string tmp = options_.hosts_file + ".tmp";
   std::ofstream(tmp) << text;
   std::rename(tmp.c_str(), options_.hosts_file.c_str());
