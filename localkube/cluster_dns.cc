@@ -204,13 +204,14 @@ std::string PodResolvConf(const nlohmann::json& spec, const std::string& ns,
   const nlohmann::json config =
       spec.is_object() ? spec.value("dnsConfig", nlohmann::json()) : nlohmann::json();
   if (config.is_object()) {
-    for (const char* field : {"nameservers", "searches"}) {
-      const nlohmann::json list = config.value(field, nlohmann::json::array());
-      if (!list.is_array()) continue;
-      for (const nlohmann::json& v : list) {
-        if (v.is_string()) add(field[0] == 'n' ? &nameservers : &searches, v.get<std::string>());
+    auto append = [&](const char* field, std::vector<std::string>* list) {
+      const nlohmann::json values = config.value(field, nlohmann::json::array());
+      for (const nlohmann::json& v : values.is_array() ? values : nlohmann::json::array()) {
+        if (v.is_string()) add(list, v.get<std::string>());
       }
-    }
+    };
+    append("nameservers", &nameservers);
+    append("searches", &searches);
     const nlohmann::json list = config.value("options", nlohmann::json::array());
     for (const nlohmann::json& o : list.is_array() ? list : nlohmann::json::array()) {
       if (!o.is_object() || !o.contains("name") || !o["name"].is_string()) continue;
