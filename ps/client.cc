@@ -112,6 +112,12 @@ PsClient::PsClient(std::vector<std::string> addresses, PlacementPlan plan, Clien
                           ? plan_.Pieces(ps, options_.min_piece_bytes, options_.max_pieces)
                           : std::vector<std::vector<size_t>>{plan_.PartitionsOn(ps)});
     in_pieces_ = in_pieces_ || pieces_.back().size() > 1;
+    std::vector<uint64_t>& bytes = piece_bytes_.emplace_back();
+    for (const std::vector<size_t>& piece : pieces_.back()) {
+      uint64_t sum = 0;
+      for (size_t p : piece) sum += plan_.partitions()[p].bytes();
+      bytes.push_back(sum);
+    }
   }
   auto attach = [this](int ps, const v1::AttachRequest& offer) -> absl::StatusOr<uint64_t> {
     grpc::ClientContext context;

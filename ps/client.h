@@ -81,6 +81,13 @@ struct ClientOptions {
   bool pipeline = true;
   uint64_t min_piece_bytes = uint64_t{1} << 20;
   int max_pieces = 8;
+  // How far a worker's pieces may run ahead of the rounds it has seen complete: it pushes a
+  // piece to a ps only while the earlier pieces that ps has taken but whose values have not come
+  // back hold at most this many bytes (one such piece is always allowed); 0: no limit. Without
+  // it, the workers whose pushes TCP favours push every piece while the rounds wait for the
+  // others', and the rounds then complete in a bunch, so a single ps's links take turns instead
+  // of carrying pushes and answers at once (docs/architecture.md §5.5, docs/network-benchmark.md).
+  uint64_t push_window_bytes = uint64_t{16} << 20;
 };
 
 // The per-ps global steps (and run ids) of the values a worker holds; what a Push is computed
@@ -222,6 +229,7 @@ class PsClient {
   absl::flat_hash_map<PartitionKey, size_t> index_;
   // Per ps task, its partitions in pieces (ClientOptions::pipeline); whether any has several.
   std::vector<std::vector<std::vector<size_t>>> pieces_;
+  std::vector<std::vector<uint64_t>> piece_bytes_;  // float32 bytes of each of those pieces
   bool in_pieces_ = false;
   std::unique_ptr<ShmLinks> shm_;  // after stubs_: its destructor detaches through them
 };

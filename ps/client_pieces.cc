@@ -6,6 +6,8 @@
 // answers a parked pull as soon as the partitions it names have their step, so a piece's values
 // travel back while later pieces' gradients are still arriving: the links carry both ways at
 // once instead of idling at the step's two barriers, as BytePS pipelines its partitions.
+// A worker runs at most ClientOptions::push_window_bytes ahead of the pieces whose values it has
+// back, so that no worker's pushes crowd out the pushes the next round waits for.
 #include <algorithm>
 #include <limits>
 #include <utility>
@@ -73,6 +75,32 @@ absl::StatusOr<PushResult> PsClient::PushAndPullInPieces(
     first = std::move(status);
     for (auto& rpc : rpcs) rpc->context.TryCancel();
   };
+  // Per ps task: which pieces have their values back (all of the first `back` of them), and the
+  // piece held until the window lets it go (0: none; piece 0 never waits).
+  struct Progress {
+    std::vector<bool> answered;
+    size_t back = 0;
+    size_t held = 0;
+  };
+  std::vector<Progress> progress(n);
+  for (int ps : all) progress[ps].answered.assign(pieces_[ps].size(), false);
+  // Whether `piece` may be pushed to `ps` now: the pieces before it still owed an answer are
+  // one, or hold at most the window.
+  auto may_push = [&](int ps, size_t piece) {
+    const size_t from = progress[ps].back;
+    if (options_.push_window_bytes == 0 || piece <= from + 1) return true;
+    uint64_t owed = 0;
+    for (size_t i = from; i < piece; ++i) owed += piece_bytes_[ps][i];
+    return owed <= options_.push_window_bytes;
+  };
+  auto push_next = [&](int ps, size_t piece) {
+    if (piece >= pieces_[ps].size()) return;
+    if (may_push(ps, piece)) {
+      start(ps, piece, /*is_push=*/true);
+    } else {
+      progress[ps].held = piece;
+    }
+  };
   for (int ps : all) start(ps, 0, /*is_push=*/true);
   while (in_flight > 0) {
     void* tag = nullptr;
@@ -93,12 +121,18 @@ absl::StatusOr<PushResult> PsClient::PushAndPullInPieces(
       if (push.result.stale != before) stale[rpc.ps] = true;
       if (status.ok()) {
         start(rpc.ps, rpc.piece, /*is_push=*/false);
-        if (rpc.piece + 1 < pieces_[rpc.ps].size()) start(rpc.ps, rpc.piece + 1, true);
+        push_next(rpc.ps, rpc.piece + 1);
       }
     } else if (status.ok()) {
       status = pull.Done(rpc.ps, rpc.response);
       steps[rpc.ps] = std::min(steps[rpc.ps], pull.version.steps[rpc.ps]);
       applied[rpc.ps] = std::min(applied[rpc.ps], pull.version.applied[rpc.ps]);
+      Progress& p = progress[rpc.ps];
+      if (status.ok()) {
+        p.answered[rpc.piece] = true;
+        while (p.back < p.answered.size() && p.answered[p.back]) ++p.back;
+        if (p.held != 0 && may_push(rpc.ps, p.held)) start(rpc.ps, std::exchange(p.held, 0), true);
+      }
     }
     if (!status.ok()) {
       fail(Annotate(status, absl::StrCat(rpc.is_push ? "Push" : "Pull", " of piece ", rpc.piece,

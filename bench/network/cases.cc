@@ -33,6 +33,7 @@ std::vector<std::string> ChildArgs(const Options& opt, absl::string_view role, i
           absl::StrCat("--iters=", opt.iters),
           absl::StrCat("--warmup=", opt.warmup),
           absl::StrCat("--ps-pieces=", opt.ps_pieces),
+          absl::StrCat("--ps-push-window-mb=", opt.ps_push_window_mb),
           absl::StrCat("--timeout=", absl::FormatDuration(opt.timeout))};
 }
 

@@ -4,7 +4,8 @@
 //
 //   build/bin/network_bench [--nodes=2] [--link-gbit=1] [--sizes=16M,64M]
 //       [--modes=ring,ps,ps-shards,torch-gloo,mpi|none] [--gradient-compression=none|fp16|bf16]
-//       [--ps-pieces=8] [--iters=5] [--warmup=1] [--json] [--quick] [--timeout=5m]
+//       [--ps-pieces=8] [--ps-push-window-mb=16] [--iters=5] [--warmup=1] [--json] [--quick]
+//       [--timeout=5m]
 //       [--train-model=mlp|cnn|mlp:W1,W2,...
 //        [--train-modes=allreduce,allreduce-overlap,ps-sync,ddp] [--train-epochs=3]
 //        [--train-examples=0] [--test-examples=0] [--batch-size=64]
@@ -26,8 +27,11 @@
 //              out (pulls). Moved whole (--ps-pieces=1), no pull is answered before the step's
 //              last push arrived, so the two directions do not overlap: model 2·N·M/R. In K
 //              pieces (ps::ClientOptions::pipeline, the default), a piece's answers leave while
-//              later pieces' pushes arrive: model (1 + 1/K)·N·M/R. busbw = the model's bytes
-//              over t, so link_utilisation is the model's time over the measured one.
+//              later pieces' pushes arrive: model (1 + 1/K)·N·M/R. A worker pushes a piece
+//              only while the pieces it still awaits the values of hold at most
+//              --ps-push-window-mb (ps::ClientOptions::push_window_bytes; 0: no limit).
+//              busbw = the model's bytes over t, so link_utilisation is the model's time over
+//              the measured one.
 //   ps-shards  the same with one ps task per node beside its worker (k = N), the model placed on
 //              them by ps::PlacementPlan as in a job with N ps tasks: M/N through each shard,
 //              its own worker's share staying on the node. Each uplink carries (N-1)/N·M each
@@ -151,6 +155,10 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
     return absl::InvalidArgumentError(
         absl::StrCat("--ps-pieces=", opt.ps_pieces, ": need 1 to 64 (1: whole, one call a step)"));
   }
+  if (opt.ps_push_window_mb < 0 || opt.ps_push_window_mb > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--ps-push-window-mb=", opt.ps_push_window_mb,
+                                                   ": need 0 to 4096 (0: no limit)"));
+  }
   std::set<std::string> modes, train_modes;
   for (absl::string_view m : absl::StrSplit(opt.modes, ',', absl::SkipWhitespace())) {
     if (m == "none") continue;
@@ -268,6 +276,9 @@ int main(int argc, char** argv) {
             "fp16 or bf16: ring, ps and ps-shards also with 16-bit values on the wire (none)");
   flags.Add("ps-pieces", &opt.ps_pieces,
             "ps, ps-shards: at most this many pieces per ps task and step (1: whole)");
+  flags.Add("ps-push-window-mb", &opt.ps_push_window_mb,
+            "ps, ps-shards: MiB of pieces a worker awaits the values of before it holds back the "
+            "next (0: no limit)");
   flags.Add("iters", &opt.iters, "timed iterations per case (the median is reported)");
   flags.Add("warmup", &opt.warmup, "untimed iterations per case before the timed ones");
   flags.Add("quick", &opt.quick, "2 nodes, ring, ps and ps-shards at 64 MiB, 3 iterations");

@@ -104,15 +104,17 @@ absl::Status RunPsWorker(const Options& opt) {
   std::vector<std::string> shards = absl::StrSplit(opt.ps, ',', absl::SkipEmpty());
   ASSIGN_OR_RETURN(ps::PlacementPlan plan,
                    ps::PlacementPlan::Build(Model(bytes), static_cast<int>(shards.size())));
-  ASSIGN_OR_RETURN(auto client, ps::PsClient::Create(std::move(shards), plan,
-                                                     {.rpc_timeout = opt.timeout,
-                                                      .pull_timeout = opt.timeout,
-                                                      .worker = static_cast<uint32_t>(opt.rank),
-                                                      .shared_memory = false,
-                                                      .compression = wire,
-                                                      .pipeline = opt.ps_pieces > 1,
-                                                      .min_piece_bytes = kMinPieceBytes,
-                                                      .max_pieces = opt.ps_pieces}));
+  ASSIGN_OR_RETURN(auto client, ps::PsClient::Create(
+                                    std::move(shards), plan,
+                                    {.rpc_timeout = opt.timeout,
+                                     .pull_timeout = opt.timeout,
+                                     .worker = static_cast<uint32_t>(opt.rank),
+                                     .shared_memory = false,
+                                     .compression = wire,
+                                     .pipeline = opt.ps_pieces > 1,
+                                     .min_piece_bytes = kMinPieceBytes,
+                                     .max_pieces = opt.ps_pieces,
+                                     .push_window_bytes = uint64_t(opt.ps_push_window_mb) << 20}));
   RETURN_IF_ERROR(client->WaitReady(absl::Seconds(30), /*require_initialized=*/true));
   std::vector<std::vector<float>> grads, values;
   std::vector<std::span<const float>> grad_spans;

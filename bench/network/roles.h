@@ -39,6 +39,9 @@ struct Options {
   // ps and ps-shards: each ps task's share moves in at most this many pieces a step
   // (ps::ClientOptions::max_pieces; 1: one PushAndPull per ps task, as before pipelining).
   int ps_pieces = 8;
+  // ps and ps-shards: how far a worker's pieces may run ahead of the values it has back, MiB
+  // (ps::ClientOptions::push_window_bytes; 0: no limit).
+  int ps_push_window_mb = 16;
   int iters = 5;
   int warmup = 1;
   bool quick = false;

@@ -76,11 +76,13 @@ class Cluster {
   }
   std::unique_ptr<PsClient> Client(const PlacementPlan& plan, bool shared_memory = true,
                                    bool pipeline = true) {
-    auto client = PsClient::Create(addresses_, plan,
-                                   {.rpc_timeout = absl::Seconds(60),
-                                    .pull_timeout = absl::Seconds(60),
-                                    .shared_memory = shared_memory,
-                                    .pipeline = pipeline});
+    return Client(plan, {.rpc_timeout = absl::Seconds(60),
+                         .pull_timeout = absl::Seconds(60),
+                         .shared_memory = shared_memory,
+                         .pipeline = pipeline});
+  }
+  std::unique_ptr<PsClient> Client(const PlacementPlan& plan, const ClientOptions& options) {
+    auto client = PsClient::Create(addresses_, plan, options);
     EXPECT_TRUE(client.ok()) << client.status();
     return *std::move(client);
   }
