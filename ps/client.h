@@ -83,10 +83,11 @@ struct ClientOptions {
   int max_pieces = 8;
   // How far a worker's pieces may run ahead of the rounds it has seen complete: it pushes a
   // piece to a ps only while the earlier pieces that ps has taken but whose values have not come
-  // back hold at most this many bytes (one such piece is always allowed); 0: no limit. Without
-  // it, the workers whose pushes TCP favours push every piece while the rounds wait for the
-  // others', and the rounds then complete in a bunch, so a single ps's links take turns instead
-  // of carrying pushes and answers at once (docs/architecture.md §5.5, docs/network-benchmark.md).
+  // back hold at most this many bytes, counted as float32 whatever the wire (one such piece is
+  // always allowed); 0: no limit. Without it, the workers whose pushes TCP favours push every
+  // piece while the rounds wait for the others', and the rounds then complete in a bunch, so a
+  // single ps's links take turns instead of carrying pushes and answers at once
+  // (docs/architecture.md §5.5, docs/network-benchmark.md).
   uint64_t push_window_bytes = uint64_t{16} << 20;
 };
 
