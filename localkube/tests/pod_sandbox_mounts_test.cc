@@ -58,12 +58,14 @@ TEST_F(PodSandboxMounts, VolumesMountWhereTheHostHasNoDirectoryAndTheHostStaysUn
              {"data", {{"settings", "lr=0.1\n"}}}};
   ASSERT_THAT(api_->Create(Of("configmaps"), cm, WriteOptions{}), IsOk());
   const std::string writer =
-      absl::StrCat("import os\n",                                         //
-                   "open('", deep, "/w.txt', 'w').write('deep')\n",       //
-                   "os.makedirs('", top, "/data/sub', exist_ok=True)\n",  //
-                   "open('", top, "/data/sub/s.txt', 'w').write('sub')\n", "open('", top,
-                   "/data/w.txt', 'w').write('top')\n", "print('written', flush=True)\n");
-  // Waits for the writer's last file, then reports what it sees.
+      absl::StrCat("import os\n",                                                    //
+                   "open('", deep, "/w.txt', 'w').write('deep')\n",                  //
+                   "os.makedirs('", top, "/data/sub', exist_ok=True)\n",             //
+                   "open('", top, "/data/sub/s.txt', 'w').write('sub')\n",           //
+                   "with open('", top, "/data/w.tmp', 'w') as f: f.write('top')\n",  //
+                   "os.rename('", top, "/data/w.tmp', '", top, "/data/w.txt')\n",    //
+                   "print('written', flush=True)\n");
+  // Waits for the writer's last file (renamed into place whole), then reports what it sees.
   const std::string reader = absl::StrCat(
       "import os, time\n",                                                                  //
       "while not os.path.exists('", top, "/data/w.txt'): time.sleep(0.05)\n",               //
