@@ -2,7 +2,8 @@
 // one machine: every rank runs in a network namespace of its own behind a rate-limited link
 // (localkube/sandbox/network.h), so the bytes go through real TCP stacks and a real bottleneck.
 //
-//   build/bin/network_bench [--nodes=2] [--link-gbit=1] [--sizes=16M,64M]
+//   build/bin/network_bench [--nodes=2] [--link-gbit=1] [--uplink-queue=fifo|acks-first]
+//       [--sizes=16M,64M]
 //       [--modes=ring,ps,ps-shards,torch-gloo,mpi|none] [--gradient-compression=none|fp16|bf16]
 //       [--ps-pieces=8] [--ps-push-window-mb=16] [--iters=5] [--warmup=1] [--json] [--quick]
 //       [--timeout=5m]
@@ -113,16 +114,17 @@ void Print(const Setup& s, double tcp, const RawTcp& raw, const std::vector<Resu
           "{\"mode\":\"%s\",\"nodes\":%d,\"link_gbit\":%g,\"bytes\":%zu,\"seconds\":%.6f,"
           "\"model_seconds\":%.6f,\"busbw_gbyte_s\":%.6f,\"link_utilisation\":%.4f,"
           "\"link_utilisation_configured\":%.4f,\"raw_tcp_gbyte_s\":%.6f,"
-          "\"tcp_congestion_control\":\"%s\"%s}\n",
+          "\"tcp_congestion_control\":\"%s\",\"uplink_queue\":\"%s\"%s}\n",
           r.mode.c_str(), s.opt.nodes, gbit, r.bytes, r.seconds, r.model_seconds, r.busbw / 1e9,
           r.busbw / tcp, r.busbw / s.rate, tcp / 1e9, raw.congestion_control.c_str(),
-          JsonRatio("seconds_over_ring", r.seconds, ring).c_str());
+          s.opt.uplink_queue.c_str(), JsonRatio("seconds_over_ring", r.seconds, ring).c_str());
     }
     return;
   }
-  std::printf("network_bench: %d nodes (ranks), uplink %g Gbit/s each way (%.3f GB/s)%s\n",
-              s.opt.nodes, gbit, s.rate / 1e9,
-              s.ps != nullptr ? ", the 1-ps case's ps on a node of its own" : "");
+  std::printf(
+      "network_bench: %d nodes (ranks), uplink %g Gbit/s each way (%.3f GB/s, queue %s)%s\n",
+      s.opt.nodes, gbit, s.rate / 1e9, s.opt.uplink_queue.c_str(),
+      s.ps != nullptr ? ", the 1-ps case's ps on a node of its own" : "");
   std::printf(
       "raw TCP node 0 -> node 1: %.3f GB/s = %.2f of the configured rate; TCP congestion control "
       "%s (the host's default)\n",
@@ -158,6 +160,10 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
   if (opt.ps_push_window_mb < 0 || opt.ps_push_window_mb > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--ps-push-window-mb=", opt.ps_push_window_mb,
                                                    ": need 0 to 4096 (0: no limit)"));
+  }
+  if (opt.uplink_queue != "fifo" && opt.uplink_queue != "acks-first") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--uplink-queue=", opt.uplink_queue, ": need fifo or acks-first"));
   }
   std::set<std::string> modes, train_modes;
   for (absl::string_view m : absl::StrSplit(opt.modes, ',', absl::SkipWhitespace())) {
@@ -198,7 +204,9 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
   auto net = sandbox::Network::Create(
       {.family = "nb",
        .nodes = opt.nodes + (ps ? 1 : 0),
-       .uplink_bits_per_second = static_cast<int64_t>(opt.link_gbit * 1e9)});
+       .uplink_bits_per_second = static_cast<int64_t>(opt.link_gbit * 1e9),
+       .uplink_queue = opt.uplink_queue == "acks-first" ? sandbox::UplinkQueue::kAcksFirst
+                                                        : sandbox::UplinkQueue::kFifo});
   if (absl::IsFailedPrecondition(net.status())) {
     std::printf("network_bench: skipped: %s\n", std::string(net.status().message()).c_str());
     *skipped = true;
@@ -270,6 +278,9 @@ int main(int argc, char** argv) {
       "Ring all-reduce, ps push+pull and peers between emulated nodes with shaped uplinks.");
   flags.Add("nodes", &opt.nodes, "ranks, each on an emulated node of its own");
   flags.Add("link-gbit", &opt.link_gbit, "each node's uplink rate, Gbit/s each way");
+  flags.Add("uplink-queue", &opt.uplink_queue,
+            "fifo (one queue) or acks-first (TCP segments under 128 bytes ahead of the bulk, as "
+            "a node's fq_codel serves a flow that only acknowledges)");
   flags.Add("sizes", &opt.sizes, "message/model sizes, bytes with K/M/G suffixes (16M,64M)");
   flags.Add("modes", &opt.modes, "ring, ps, ps-shards, torch-gloo, mpi (comma-separated), or none");
   flags.Add("gradient-compression", &opt.compression,

@@ -32,6 +32,8 @@ struct Options {
   std::string sizes;  // empty: 16M,64M (--quick: 64M)
   int nodes = 2;      // ranks (workers); the 1-ps case's ps gets a node of its own
   double link_gbit = 1;
+  // How each uplink queues (sandbox::UplinkQueue): "fifo" or "acks-first".
+  std::string uplink_queue = "fifo";
   std::string modes = "ring,ps,ps-shards,torch-gloo,mpi";
   // "fp16" or "bf16": ring, ps and ps-shards run again with 16-bit values on the wire
   // (--gradient-compression, rows "ring+fp16"...); for a child, its own exchange's. "none": not.

@@ -128,15 +128,62 @@ absl::Status WriteSysctl(const std::string& path, absl::string_view value) {
   return absl::OkStatus();
 }
 
-std::vector<std::string> Tbf(int64_t bits_per_second) {
+// The tc commands that shape `dev` to `bits_per_second`, over a root qdisc of ours that
+// ApplyUplink has removed (or none).
+std::vector<std::vector<std::string>> Shaper(const std::string& dev, int64_t bits_per_second,
+                                             UplinkQueue queue) {
   // The bucket holds what the link carries in 1 ms, and at least 96 KiB so that a GSO packet (up
   // to 64 KiB) fits. A real link never beats its rate, but a full bucket passes at the host's
   // own speed: with 10 ms of burst (1.25 MB at 1 Gbit/s) a 1 MiB all-reduce after a pause ran at
   // up to 2.4x the rate, so which side of a comparison paused longer between its calls won it.
   // 1 ms still carries bulk transfers at the rate (network_test, network_bench's raw TCP).
-  const int64_t burst = std::max<int64_t>(bits_per_second / 8 / 1000, 96 * 1024);
-  return {"tbf",     "rate", absl::StrCat(bits_per_second, "bit"), "burst", absl::StrCat(burst),
-          "latency", "50ms"};
+  const std::string burst = absl::StrCat(std::max<int64_t>(bits_per_second / 8 / 1000, 96 * 1024));
+  const std::string rate = absl::StrCat(bits_per_second, "bit");
+  if (queue == UplinkQueue::kFifo) {
+    return {{"qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst, "latency",
+             "50ms"}};
+  }
+  // htb: one class at the rate with the same bucket, split into the small segments' class 1:1,
+  // which goes first (prio 0) and may take the whole rate, and the bulk's 1:2. The bulk's FIFO
+  // holds 50 ms at the rate, as tbf's does.
+  const int64_t acks_share = std::max<int64_t>(bits_per_second / 20, 8000);
+  auto klass = [&](const char* parent, const char* id, int64_t share, const char* prio) {
+    return std::vector<std::string>{"class",
+                                    "add",
+                                    "dev",
+                                    dev,
+                                    "parent",
+                                    parent,
+                                    "classid",
+                                    id,
+                                    "htb",
+                                    "rate",
+                                    absl::StrCat(share, "bit"),
+                                    "ceil",
+                                    rate,
+                                    "burst",
+                                    burst,
+                                    "cburst",
+                                    burst,
+                                    "quantum",
+                                    "100000",
+                                    "prio",
+                                    prio};
+  };
+  return {
+      {"qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "2"},
+      {"class", "add", "dev", dev, "parent", "1:", "classid", "1:9", "htb", "rate", rate, "ceil",
+       rate, "burst", burst, "cburst", burst},
+      klass("1:9", "1:1", acks_share, "0"),
+      klass("1:9", "1:2", bits_per_second - acks_share, "1"),
+      {"qdisc", "add", "dev", dev, "parent", "1:1", "pfifo", "limit", "10000"},
+      {"qdisc", "add", "dev", dev, "parent", "1:2", "bfifo", "limit",
+       absl::StrCat(std::max<int64_t>(bits_per_second / 8 / 20, 96 * 1024))},
+      // TCP (protocol 6) with an IP total length under 128 bytes.
+      {"filter", "add", "dev",    dev,      "parent", "1:",       "protocol", "ip",
+       "prio",   "1",   "u32",    "match",  "ip",     "protocol", "6",        "0xff",
+       "match",  "u16", "0x0000", "0xff80", "at",     "2",        "flowid",   "1:1"},
+  };
 }
 
 }  // namespace
@@ -162,6 +209,7 @@ absl::StatusOr<std::unique_ptr<Network>> Network::Create(NetworkOptions options)
   ASSIGN_OR_RETURN(net->block_lock_, ClaimBlock(options, &net->block_));
   net->cut_.assign(options.nodes, false);
   net->rate_.assign(options.nodes, options.uplink_bits_per_second);
+  net->queue_ = options.uplink_queue;
   net->root_qdisc_.assign(options.nodes, false);
   net->last_host_.assign(options.nodes, 1);
   for (int node = 0; node < options.nodes; ++node) {
@@ -230,9 +278,13 @@ absl::Status Network::ApplyUplink(int node) {
       RETURN_IF_ERROR(
           RunTool("tc", {"qdisc", "replace", "dev", dev, "root", "blackhole"}).status());
     } else if (rate_[node]) {
-      std::vector<std::string> args = {"qdisc", "replace", "dev", dev, "root"};
-      for (std::string& arg : Tbf(*rate_[node])) args.push_back(std::move(arg));
-      RETURN_IF_ERROR(RunTool("tc", args).status());
+      // Rebuilt whole: htb's classes and filter cannot be replaced in place.
+      if (root_qdisc_[node]) {
+        RETURN_IF_ERROR(RunTool("tc", {"qdisc", "del", "dev", dev, "root"}).status());
+      }
+      for (const std::vector<std::string>& args : Shaper(dev, *rate_[node], queue_)) {
+        RETURN_IF_ERROR(RunTool("tc", args).status());
+      }
     } else if (root_qdisc_[node]) {
       RETURN_IF_ERROR(RunTool("tc", {"qdisc", "del", "dev", dev, "root"}).status());
     }

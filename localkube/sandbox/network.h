@@ -38,6 +38,17 @@
 
 namespace kubetrain::sandbox {
 
+// How a node's uplink queues what waits for its rate (docs/network-benchmark.md, "Acknowledgements
+// behind the bulk").
+enum class UplinkQueue {
+  // One FIFO, tbf's own, holding up to 50 ms at the rate.
+  kFifo,
+  // TCP segments under 128 bytes (pure acknowledgements, window updates) first, the rest in one
+  // FIFO as kFifo: the part of a real node's fq_codel that serves a flow with only ACKs to send
+  // ahead of the bulk, so that a node sending at its rate does not slow what it receives.
+  kAcksFirst,
+};
+
 struct NetworkOptions {
   // Name family (1 to 3 lowercase letters) shared by the instances that sweep each other.
   std::string family = "kt";
@@ -46,6 +57,7 @@ struct NetworkOptions {
   int nodes = 1;  // 1 to kMaxNodes
   // Each node's uplink rate, the same both ways (64 kbit/s to 100 Gbit/s); none: unshaped.
   std::optional<int64_t> uplink_bits_per_second;
+  UplinkQueue uplink_queue = UplinkQueue::kFifo;  // with a rate
   // Which /20 of 198.18.0.0/15 (0 to 31); none: the first that no live instance holds.
   std::optional<int> block;
   std::string lock_dir = std::string(kDefaultLockDir);
@@ -128,6 +140,7 @@ class Network {
   int block_ = 0;
   std::vector<bool> cut_;
   std::vector<std::optional<int64_t>> rate_;
+  UplinkQueue queue_ = UplinkQueue::kFifo;
   std::vector<bool> root_qdisc_;  // ours is installed
   // Per node, the last octet handed to a sandbox: the next sandbox takes the next free octet after
   // it, round the node's /24, as the host-local IPAM plugin does, so that a removed sandbox's

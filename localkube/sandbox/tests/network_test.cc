@@ -8,11 +8,14 @@
 #include <future>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
 #include "localkube/sandbox/tests/test_net.h"
+#include "localkube/sandbox/tools.h"
 
 namespace kubetrain::sandbox {
 namespace {
@@ -210,6 +213,54 @@ TEST(SandboxNetwork, ShortTransferOnAnIdleLinkDoesNotBeatTheRate) {
   std::cout << "2 MiB over an idle 1 Gbit/s uplink: " << rate / 1e6 << " Mbit/s\n";
   EXPECT_GT(rate, 0);
   EXPECT_LT(rate, 1.2 * kRate);
+}
+
+// What `dev`'s tc class `id` ("1:1") has sent: bytes and packets; -1 where there is no such class.
+// tc prints classes as text only ("class htb 1:1 parent ...", then " Sent B bytes P pkt ...").
+std::pair<int64_t, int64_t> ClassSent(const std::string& dev, const std::string& id) {
+  absl::StatusOr<std::string> out = RunTool("tc", {"-s", "class", "show", "dev", dev});
+  if (!out.ok()) return {-1, -1};
+  bool ours = false;
+  for (absl::string_view line : absl::StrSplit(*out, '\n')) {
+    std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.size() >= 3 && words[0] == "class") ours = words[2] == id;
+    int64_t bytes = 0, packets = 0;
+    if (ours && words.size() >= 5 && words[0] == "Sent" && absl::SimpleAtoi(words[1], &bytes) &&
+        absl::SimpleAtoi(words[3], &packets)) {
+      return {bytes, packets};
+    }
+  }
+  return {-1, -1};
+}
+
+// With acks-first uplinks a bulk transfer still runs at the rate; the receiving node's uplink
+// sends its acknowledgements through the class that goes first, and the sender's data through
+// the bulk class. A cut and a heal rebuild the queues.
+TEST(SandboxNetwork, AcksFirstUplinkSendsAcknowledgementsAheadOfTheBulkAtTheSameRate) {
+  constexpr double kRate = 50'000'000;
+  CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 2,
+                                             .uplink_bits_per_second = kRate,
+                                             .uplink_queue = UplinkQueue::kAcksFirst});
+  ADD_SANDBOX(a, net, 0, "a");
+  ADD_SANDBOX(b, net, 1, "b");
+  const std::string out_of_a = net->prefix() + "i0", out_of_b = net->prefix() + "i1";
+  constexpr size_t kBytes = 6 << 20;  // about 1 s at the rate, over 4,000 segments
+  const double rate = MeasureBitsPerSecond(a, b, kBytes);
+  std::cout << "node 0 to node 1, acks-first uplinks at 50 Mbit/s: " << rate / 1e6 << " Mbit/s\n";
+  EXPECT_GT(rate, 0.70 * kRate);
+  EXPECT_LT(rate, 1.05 * kRate);
+  const auto [data_bytes, data_packets] = ClassSent(out_of_a, "1:2");
+  const auto [ack_bytes, ack_packets] = ClassSent(out_of_b, "1:1");
+  EXPECT_GE(data_bytes, static_cast<int64_t>(kBytes));
+  EXPECT_GT(ack_packets, 100);
+  EXPECT_LT(ack_bytes, static_cast<int64_t>(kBytes / 20));
+  EXPECT_LT(ClassSent(out_of_b, "1:2").first, 64 * 1024);  // b sent no data
+
+  ASSERT_TRUE(net->CutNode(1).ok());
+  EXPECT_EQ(ClassSent(out_of_b, "1:1").first, -1);  // blackholed, no classes
+  ASSERT_TRUE(net->HealNode(1).ok());
+  EXPECT_TRUE(Eventually([&] { return EchoBetween(a, b, "after") == "after"; }));
+  EXPECT_GT(ClassSent(out_of_b, "1:1").second, 0);
 }
 
 TEST(SandboxNetwork, TwoNetworksGetDifferentNamesAndSubnetsAndStayApart) {
