@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <thread>
 
@@ -147,35 +148,24 @@ std::vector<std::vector<std::string>> Shaper(const std::string& dev, int64_t bit
   // which goes first (prio 0) and may take the whole rate, and the bulk's 1:2. The bulk's FIFO
   // holds 50 ms at the rate, as tbf's does.
   const int64_t acks_share = std::max<int64_t>(bits_per_second / 20, 8000);
-  auto klass = [&](const char* parent, const char* id, int64_t share, const char* prio) {
-    return std::vector<std::string>{"class",
-                                    "add",
-                                    "dev",
-                                    dev,
-                                    "parent",
-                                    parent,
-                                    "classid",
-                                    id,
-                                    "htb",
-                                    "rate",
-                                    absl::StrCat(share, "bit"),
-                                    "ceil",
-                                    rate,
-                                    "burst",
-                                    burst,
-                                    "cburst",
-                                    burst,
-                                    "quantum",
-                                    "100000",
-                                    "prio",
-                                    prio};
+  // quantum: what a class sends per turn when both have packets; htb's default (a tenth of the
+  // rate in bytes) is past what it allows above 16 Mbit/s.
+  auto klass = [&](const char* id, int64_t share, const char* prio) {
+    std::vector<std::string> args = {"class", "add", "dev", dev, "parent", "1:9", "classid", id};
+    const std::string htb[] = {"htb",     "rate",   absl::StrCat(share, "bit"),
+                               "ceil",    rate,     "burst",
+                               burst,     "cburst", burst,
+                               "quantum", "100000", "prio",
+                               prio};
+    args.insert(args.end(), std::begin(htb), std::end(htb));
+    return args;
   };
   return {
       {"qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "2"},
       {"class", "add", "dev", dev, "parent", "1:", "classid", "1:9", "htb", "rate", rate, "ceil",
        rate, "burst", burst, "cburst", burst},
-      klass("1:9", "1:1", acks_share, "0"),
-      klass("1:9", "1:2", bits_per_second - acks_share, "1"),
+      klass("1:1", acks_share, "0"),
+      klass("1:2", bits_per_second - acks_share, "1"),
       {"qdisc", "add", "dev", dev, "parent", "1:1", "pfifo", "limit", "10000"},
       {"qdisc", "add", "dev", dev, "parent", "1:2", "bfifo", "limit",
        absl::StrCat(std::max<int64_t>(bits_per_second / 8 / 20, 96 * 1024))},
