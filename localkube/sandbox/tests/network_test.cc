@@ -249,11 +249,12 @@ TEST(SandboxNetwork, AcksFirstUplinkSendsAcknowledgementsAheadOfTheBulkAtTheSame
   std::cout << "node 0 to node 1, acks-first uplinks at 50 Mbit/s: " << rate / 1e6 << " Mbit/s\n";
   EXPECT_GT(rate, 0.70 * kRate);
   EXPECT_LT(rate, 1.05 * kRate);
-  const auto [data_bytes, data_packets] = ClassSent(out_of_a, "1:2");
+  EXPECT_GE(ClassSent(out_of_a, "1:2").first, static_cast<int64_t>(kBytes));
+  // About 250 acknowledgements here; fewer where the receiver coalesces more, never none. Each
+  // under 128 bytes, with at most its Ethernet header on top.
   const auto [ack_bytes, ack_packets] = ClassSent(out_of_b, "1:1");
-  EXPECT_GE(data_bytes, static_cast<int64_t>(kBytes));
-  EXPECT_GT(ack_packets, 100);
-  EXPECT_LT(ack_bytes, static_cast<int64_t>(kBytes / 20));
+  EXPECT_GT(ack_packets, 10);
+  EXPECT_LE(ack_bytes, ack_packets * (128 + 14));
   EXPECT_LT(ClassSent(out_of_b, "1:2").first, 64 * 1024);  // b sent no data
 
   ASSERT_TRUE(net->CutNode(1).ok());
