@@ -12,11 +12,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/private_dir.h"
 #include "common/status.h"
 
 namespace kubetrain::network_bench {
@@ -81,6 +83,17 @@ std::map<std::string, std::string> BaseEnv() {
     if (const char* value = std::getenv(name)) env[name] = value;
   }
   return env;
+}
+
+absl::StatusOr<std::unique_ptr<TempDir>> TempDir::Make() {
+  ASSIGN_OR_RETURN(std::string parent, UserScratchDirectory());
+  ASSIGN_OR_RETURN(std::string path, MakeUniqueDirectory(parent, "network-bench"));
+  return std::unique_ptr<TempDir>(new TempDir(std::move(path)));
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
 }
 
 absl::StatusOr<int> FreePort(const sandbox::Sandbox& sandbox) {

@@ -51,6 +51,20 @@ class Children {
 // OpenBLAS kernel choice (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE) where the machine sets one.
 std::map<std::string, std::string> BaseEnv();
 
+// A folder of this run's own in the user's scratch folder (common/private_dir.h), removed with it.
+class TempDir {
+ public:
+  static absl::StatusOr<std::unique_ptr<TempDir>> Make();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
 // A port free in `sandbox` right now: its namespace is this run's alone, so it stays free.
 absl::StatusOr<int> FreePort(const sandbox::Sandbox& sandbox);
 

@@ -3,13 +3,17 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -110,11 +114,13 @@ absl::StatusOr<std::vector<Result>> RunMpi(Setup& s) {
     }
   }
   const int n = s.opt.nodes;
-  std::vector<std::string> hosts, netns;
+  std::vector<std::string> hosts, nodes;
   for (const sandbox::Sandbox* rank : s.ranks) {
     hosts.push_back(absl::StrCat(rank->ip(), ":1"));
-    netns.push_back(absl::StrCat(rank->ip(), "=", rank->netns()));
+    nodes.push_back(absl::StrCat(rank->ip(), "=", rank->netns(), "=", rank->name()));
   }
+  // The nodes' own /tmp: the agent gives each a folder here (RunRsh).
+  ASSIGN_OR_RETURN(std::unique_ptr<TempDir> tmp, TempDir::Make());
   std::vector<std::string> argv = {
       mpirun, "-np", absl::StrCat(n), "--host", absl::StrJoin(hosts, ","),
       // Every sandbox a remote node, reached through this program as through ssh.
@@ -141,7 +147,8 @@ absl::StatusOr<std::vector<Result>> RunMpi(Setup& s) {
     argv.push_back(std::move(a));
   }
   std::map<std::string, std::string> env = BaseEnv();
-  env[kNetnsEnv] = absl::StrJoin(netns, ",");
+  env[kNodesEnv] = absl::StrJoin(nodes, ",");
+  env[kNodesTmpEnv] = tmp->path();
   Children children(s.stop, s.deadline);
   ASSIGN_OR_RETURN(int id, children.StartOnHost(std::move(argv), env));
   RETURN_IF_ERROR(children.WaitExit({id}));
@@ -152,24 +159,43 @@ absl::StatusOr<std::vector<Result>> RunMpi(Setup& s) {
 }
 
 int RunRsh(const std::vector<std::string>& args) {
-  const char* table = std::getenv(kNetnsEnv);
-  std::map<std::string, std::string> netns;
-  for (absl::string_view pair : absl::StrSplit(table ? table : "", ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
-    netns[kv.first] = kv.second;
+  const char* table = std::getenv(kNodesEnv);
+  struct Node {
+    std::string netns, name;
+  };
+  std::map<std::string, Node> nodes;
+  for (absl::string_view entry : absl::StrSplit(table ? table : "", ',', absl::SkipEmpty())) {
+    std::vector<std::string> fields = absl::StrSplit(entry, '=');
+    if (fields.size() == 3) nodes[fields[0]] = {fields[1], fields[2]};
   }
   size_t host = 0;
-  while (host < args.size() && !netns.count(args[host])) ++host;
+  while (host < args.size() && !nodes.count(args[host])) ++host;
   if (host + 1 >= args.size()) {
     std::fprintf(stderr,
                  "network_bench --role=rsh: no sandbox IP (from %s) followed by a command in: %s\n",
-                 kNetnsEnv, absl::StrJoin(args, " ").c_str());
+                 kNodesEnv, absl::StrJoin(args, " ").c_str());
+    return 255;
+  }
+  const Node& node = nodes[args[host]];
+  // A host of its own, as ssh would reach: its own name and /tmp. OpenMPI keys its session
+  // folders and PMIx's shared-memory store by host name under TMPDIR, so daemons that shared
+  // both would take each other's files.
+  if (::unshare(CLONE_NEWUTS) != 0 || ::sethostname(node.name.data(), node.name.size()) != 0) {
+    std::fprintf(stderr, "network_bench --role=rsh: host name %s: %s\n", node.name.c_str(),
+                 std::strerror(errno));
+    return 255;
+  }
+  const char* tmp_root = std::getenv(kNodesTmpEnv);
+  const std::string tmp = absl::StrCat(tmp_root ? tmp_root : "", "/", node.name);
+  if (tmp_root == nullptr || (::mkdir(tmp.c_str(), 0700) != 0 && errno != EEXIST) ||
+      ::setenv("TMPDIR", tmp.c_str(), 1) != 0) {
+    std::fprintf(stderr, "network_bench --role=rsh: TMPDIR %s: %s\n", tmp.c_str(),
+                 tmp_root ? std::strerror(errno) : "no folder given");
     return 255;
   }
   const std::string command =
       absl::StrJoin(args.begin() + static_cast<std::ptrdiff_t>(host) + 1, args.end(), " ");
-  std::vector<std::string> words = {"ip",      "netns", "exec", netns[args[host]],
-                                    "/bin/sh", "-c",    command};
+  std::vector<std::string> words = {"ip", "netns", "exec", node.netns, "/bin/sh", "-c", command};
   std::vector<char*> exec_argv;
   for (std::string& w : words) exec_argv.push_back(w.data());
   exec_argv.push_back(nullptr);

@@ -32,10 +32,12 @@ absl::StatusOr<std::vector<Result>> RunTorchGloo(Setup& s);
 absl::StatusOr<std::vector<Result>> RunMpi(Setup& s);
 
 // mpirun's launch agent (--role=rsh HOST COMMAND...): runs COMMAND (the words joined, through
-// /bin/sh as ssh runs it) inside the namespace of the sandbox whose IP is HOST, from the
-// IP=netns list in kNetnsEnv. Returns only on failure, with the exit code.
+// /bin/sh as ssh runs it) inside the network namespace of the sandbox whose IP is HOST, from the
+// IP=netns=name list in kNodesEnv, in a UTS namespace with that name as its host name and with
+// TMPDIR a folder of that name under kNodesTmpEnv. Returns only on failure, with the exit code.
 int RunRsh(const std::vector<std::string>& args);
 
-inline constexpr char kNetnsEnv[] = "NETWORK_BENCH_NETNS";
+inline constexpr char kNodesEnv[] = "NETWORK_BENCH_NODES";
+inline constexpr char kNodesTmpEnv[] = "NETWORK_BENCH_NODES_TMP";
 
 }  // namespace kubetrain::network_bench

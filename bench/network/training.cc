@@ -22,7 +22,6 @@
 #include "bench/network/peers.h"
 #include "bench/stats.h"
 #include "common/job_secret_env.h"
-#include "common/private_dir.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "worker/core/cpu/cpu_device.h"
@@ -32,25 +31,6 @@ namespace kubetrain::network_bench {
 namespace {
 
 constexpr int kTaskPort = 2222;  // every task in a sandbox of its own: one port for all
-
-// A folder of this run's own in the user's scratch folder (common/private_dir.h), removed with it.
-class TempDir {
- public:
-  static absl::StatusOr<std::unique_ptr<TempDir>> Make() {
-    ASSIGN_OR_RETURN(std::string parent, UserScratchDirectory());
-    ASSIGN_OR_RETURN(std::string path, MakeUniqueDirectory(parent, "network-bench"));
-    return std::unique_ptr<TempDir>(new TempDir(std::move(path)));
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
 
 // Copies the first `count` records of the gzipped IDX file `from` (worker/core/data/idx_reader.h)
 // into `to`, its first dimension set to `count`.
