@@ -24,8 +24,11 @@ export NETWORK_BENCH_NODES="198.51.100.1=node=node-a,198.51.100.2=node=node-b"
 export NETWORK_BENCH_NODES_TMP=/tmp/nodes
 fail() { echo "FAIL: $*"; exit 1; }
 
-# As ssh is called: options first, then the host, then the command's words.
+# As ssh is called: options first, then the host, then the command's words, which the node's
+# shell expands, not this one.
+# shellcheck disable=SC2016
 a=$("$bench" --role=rsh -x 198.51.100.1 'echo $(hostname) $TMPDIR; touch $TMPDIR/from-a')
+# shellcheck disable=SC2016
 b=$("$bench" --role=rsh 198.51.100.2 echo '$(hostname) $TMPDIR $(ls $TMPDIR | wc -l)')
 [[ $a == "node-a /tmp/nodes/node-a" ]] || fail "node-a's agent printed: $a"
 [[ $b == "node-b /tmp/nodes/node-b 0" ]] || fail "node-b's agent printed: $b (node-a's file seen?)"
