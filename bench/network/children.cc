@@ -1,4 +1,4 @@
-// network_bench's child processes and raw TCP reference (children.h).
+// network_bench's child processes, scratch folders and raw TCP reference (children.h).
 #include "bench/network/children.h"
 
 #include <arpa/inet.h>

@@ -1,6 +1,7 @@
 // What network_bench's driver runs besides the table: the group of child processes of one case
 // (started inside sandboxes, watched together against the stop flag and the deadline, killed with
-// their process groups when the group goes), and the raw TCP reference between two sandboxes.
+// their process groups when the group goes), the scratch folder a case's children share, and the
+// raw TCP reference between two sandboxes.
 #pragma once
 
 #include <atomic>
