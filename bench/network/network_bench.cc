@@ -161,7 +161,10 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
     return absl::InvalidArgumentError(absl::StrCat("--ps-push-window-mb=", opt.ps_push_window_mb,
                                                    ": need 0 to 4096 (0: no limit)"));
   }
-  if (opt.uplink_queue != "fifo" && opt.uplink_queue != "acks-first") {
+  sandbox::UplinkQueue queue = sandbox::UplinkQueue::kFifo;
+  if (opt.uplink_queue == "acks-first") {
+    queue = sandbox::UplinkQueue::kAcksFirst;
+  } else if (opt.uplink_queue != "fifo") {
     return absl::InvalidArgumentError(
         absl::StrCat("--uplink-queue=", opt.uplink_queue, ": need fifo or acks-first"));
   }
@@ -201,12 +204,11 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
   ASSIGN_OR_RETURN(s.sizes, ParseSizes(opt.sizes));
   s.rate = opt.link_gbit * 1e9 / 8;
   const bool ps = modes.count("ps") > 0;
-  auto net = sandbox::Network::Create(
-      {.family = "nb",
-       .nodes = opt.nodes + (ps ? 1 : 0),
-       .uplink_bits_per_second = static_cast<int64_t>(opt.link_gbit * 1e9),
-       .uplink_queue = opt.uplink_queue == "acks-first" ? sandbox::UplinkQueue::kAcksFirst
-                                                        : sandbox::UplinkQueue::kFifo});
+  auto net =
+      sandbox::Network::Create({.family = "nb",
+                                .nodes = opt.nodes + (ps ? 1 : 0),
+                                .uplink_bits_per_second = static_cast<int64_t>(opt.link_gbit * 1e9),
+                                .uplink_queue = queue});
   if (absl::IsFailedPrecondition(net.status())) {
     std::printf("network_bench: skipped: %s\n", std::string(net.status().message()).c_str());
     *skipped = true;
