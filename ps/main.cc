@@ -150,6 +150,7 @@ absl::Status Run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   kubetrain::SetUpProgram();
+  kubetrain::SetUpLargeMessageAllocator();
   absl::Status status = kubetrain::ps::Run(argc, argv);
   if (kubetrain::HelpRequested(status)) return 0;
   if (!status.ok()) {

@@ -268,6 +268,7 @@ absl::Status Drive(const Options& opt, const std::atomic<bool>& stop, bool* skip
 
 int main(int argc, char** argv) {
   kubetrain::SetUpProgram();
+  kubetrain::SetUpLargeMessageAllocator();
   using namespace kubetrain;
   using network_bench::Options;
   // mpirun's launch agent takes ssh's arguments, not flags.

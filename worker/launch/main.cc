@@ -257,6 +257,7 @@ absl::Status Main(int argc, char** argv, int* exit_code) {
 
 int main(int argc, char** argv) {
   kubetrain::SetUpProgram();
+  kubetrain::SetUpLargeMessageAllocator();
   // A collective inside Gloo cannot be interrupted (NCCL's waits abort on the flag): the
   // watchdog ends the process if the flag alone has not stopped it in time.
   kubetrain::InstallStopSignals(&kubetrain::worker::g_stop, absl::Milliseconds(1500));
