@@ -59,8 +59,8 @@ long FaultsToFillAndFree(size_t bytes) {
   return after.ru_minflt - before.ru_minflt;
 }
 
-// Whether this binary's allocator takes the settings (glibc's does; a sanitizer's does not),
-// asked in a child so that this process keeps glibc's defaults.
+// Whether this process's allocator takes the settings (glibc's does, unless the environment
+// tunes it; a sanitizer's does not), asked in a child so that this process keeps its defaults.
 bool AllocatorTakesSettings() {
   const pid_t child = ::fork();
   if (child == 0) ::_exit(SetUpLargeMessageAllocator() ? 0 : 3);
@@ -73,7 +73,9 @@ bool AllocatorTakesSettings() {
 // the kernel must find and zero again; after SetUpLargeMessageAllocator the second reuses the
 // first's.
 TEST(ProgramDeathTest, LargeMessageBuffersReuseTheirPagesAfterSetUp) {
-  if (!AllocatorTakesSettings()) GTEST_SKIP() << "this build's allocator is not glibc's malloc";
+  if (!AllocatorTakesSettings()) {
+    GTEST_SKIP() << "the allocator is not glibc's malloc, or the environment tunes it";
+  }
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   constexpr size_t kBytes = 8 << 20;
   const long pages = kBytes / ::sysconf(_SC_PAGESIZE);
