@@ -69,6 +69,16 @@ std::optional<std::string> InstanceOfNetns(absl::string_view family, absl::strin
   return std::string(object.substr(0, family.size() + 4));
 }
 
+uint32_t LinkGroup(absl::string_view prefix) {
+  uint32_t group = 0;
+  const size_t letters = prefix.size() - 4;
+  for (char c : prefix.substr(0, letters)) group = group * 32 + static_cast<uint32_t>(c - 'a' + 1);
+  for (char c : prefix.substr(letters)) {
+    group = group * 16 + static_cast<uint32_t>(absl::ascii_isdigit(c) ? c - '0' : c - 'a' + 10);
+  }
+  return group;
+}
+
 std::string BridgeName(absl::string_view prefix, int node) {
   return absl::StrCat(prefix, "b", node);
 }

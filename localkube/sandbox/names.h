@@ -5,11 +5,13 @@
 // "kt3fa2". Its objects in the host namespace are
 //   bridge <prefix>b<node>   ifb <prefix>i<node>   veth (host end) <prefix>v<node>s<serial>
 // and its network namespaces <prefix>-<node>-<sandbox name>; all fit Linux's 15-character
-// interface names. Addresses: instance block B (0..31) is the /20 198.18.0.0 + B * 4096 of
+// interface names. Its links are also in a link group of its own (LinkGroup), so that they go in
+// one kernel call. Addresses: instance block B (0..31) is the /20 198.18.0.0 + B * 4096 of
 // RFC 2544's benchmarking range 198.18.0.0/15; node N gets the /24 number N inside it, its
 // bridge the .1 and its sandboxes .2 to .254.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -34,6 +36,11 @@ absl::Status ValidateSandboxName(absl::string_view name);
 // (an interface "<prefix>[biv]<digit>..." or a namespace "<prefix>-..."), else nullopt.
 std::optional<std::string> InstanceOfLink(absl::string_view family, absl::string_view object);
 std::optional<std::string> InstanceOfNetns(absl::string_view family, absl::string_view object);
+
+// The link group (`ip link ... group N`) of the instance `prefix`, which must be valid: its
+// family's letters (5 bits each, a = 1) above its 16 hex bits. Distinct prefixes get distinct
+// groups, none of them 0 (the kernel's default group) and all below 2^31.
+uint32_t LinkGroup(absl::string_view prefix);
 
 std::string BridgeName(absl::string_view prefix, int node);
 std::string IfbName(absl::string_view prefix, int node);

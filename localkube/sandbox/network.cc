@@ -232,7 +232,8 @@ absl::Status Network::CheckNode(int node) const {
 
 absl::Status Network::CreateNode(int node) {
   const std::string br = bridge(node), ifb = IfbName(prefix_, node);
-  RETURN_IF_ERROR(RunTool("ip", {"link", "add", br, "type", "bridge"}).status());
+  const std::string group = absl::StrCat(LinkGroup(prefix_));
+  RETURN_IF_ERROR(RunTool("ip", {"link", "add", br, "group", group, "type", "bridge"}).status());
   RETURN_IF_ERROR(RunTool("ip", {"addr", "add", node_gateway(node) + "/24", "dev", br}).status());
   // Forwarding on the bridges only (IPv4 decides by the receiving interface): the host's other
   // interfaces keep theirs, and the setting goes with the bridge.
@@ -250,7 +251,7 @@ absl::Status Network::CreateNode(int node) {
   // passes neither. Ingress has no shaping qdisc, so the ingress hook redirects everything to an
   // ifb, whose egress qdisc shapes (or drops) it. Shaping the veth ends instead would cap each
   // sandbox, not the node, and would slow traffic inside the node too.
-  RETURN_IF_ERROR(RunTool("ip", {"link", "add", ifb, "type", "ifb"}).status());
+  RETURN_IF_ERROR(RunTool("ip", {"link", "add", ifb, "group", group, "type", "ifb"}).status());
   RETURN_IF_ERROR(RunTool("ip", {"link", "set", ifb, "up"}).status());
   RETURN_IF_ERROR(
       RunTool("tc", {"qdisc", "add", "dev", br, "handle", "ffff:", "ingress"}).status());

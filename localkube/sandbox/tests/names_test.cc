@@ -37,6 +37,15 @@ TEST(SandboxNames, PrefixesAndSandboxNamesAreChecked) {
   EXPECT_FALSE(ValidateSandboxName("a/b").ok());
 }
 
+TEST(SandboxNames, EachPrefixHasALinkGroupOfItsOwn) {
+  EXPECT_EQ(LinkGroup("a0000"), 1u << 16);
+  EXPECT_EQ(LinkGroup("kt3fa2"), ((11u * 32 + 20) << 16) + 0x3fa2);
+  EXPECT_NE(LinkGroup("kt0001"), LinkGroup("kt0000"));
+  EXPECT_NE(LinkGroup("k0000"), LinkGroup("kt0000"));
+  EXPECT_NE(LinkGroup("ktu0000"), LinkGroup("ku0000"));
+  EXPECT_LT(LinkGroup("zzzffff"), 1u << 31);  // never taken for a negative number
+}
+
 TEST(SandboxNames, BlocksTileTheBenchmarkingRangeWithoutOverlap) {
   EXPECT_EQ(BlockCidr(0), "198.18.0.0/20");
   EXPECT_EQ(BlockCidr(1), "198.18.16.0/20");

@@ -8,12 +8,14 @@
 #include <future>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/testing/eventually.h"
 #include "common/testing/status_matchers.h"
+#include "localkube/sandbox/names.h"
 #include "localkube/sandbox/tests/test_net.h"
 #include "localkube/sandbox/tools.h"
 
@@ -300,6 +302,29 @@ TEST(SandboxNetwork, DestructionRemovesEverythingItCreated) {
   EXPECT_EQ(made.size(), 2u /*netns*/ + 6u /*links*/ + 2u /*rules*/ + 1u /*lock*/);
   net.reset();
   ExpectAllGone(prefix);
+}
+
+// The network's links leave in one kernel call, by their link group; a link of someone else's
+// that is in that group too stays where it is, and the network's go by name instead.
+TEST(SandboxNetwork, DestructionLeavesAForeignLinkInItsGroupAlone) {
+  CREATE_NETWORK_OR_SKIP(net, NetworkOptions{.nodes = 2});
+  const std::string prefix = net->prefix(), group = absl::StrCat(LinkGroup(prefix));
+  ASSERT_TRUE(net->AddSandbox(1, "a").ok());
+  absl::StatusOr<nlohmann::json> links = RunToolJson("ip", {"link", "show"});
+  ASSERT_THAT(links.status(), IsOk());
+  std::set<std::string> grouped;
+  for (const auto& link : *links) {
+    if (link.value("group", "") == group) grouped.insert(link.value("ifname", ""));
+  }
+  EXPECT_EQ(grouped, (std::set<std::string>{net->bridge(0), net->bridge(1), prefix + "i0",
+                                            prefix + "i1", VethName(prefix, 1, 0)}));
+  const std::string foreign = "zz" + prefix;  // not a name of the network's family
+  ASSERT_THAT(RunTool("ip", {"link", "add", foreign, "group", group, "type", "bridge"}).status(),
+              IsOk());
+  absl::Cleanup remove_foreign = [&] { (void)RunTool("ip", {"link", "del", foreign}); };
+  net.reset();
+  ExpectAllGone(prefix);
+  EXPECT_THAT(RunTool("ip", {"link", "show", foreign}).status(), IsOk());
 }
 
 TEST(SandboxNetwork, RemovedSandboxLeavesNothingAndItsNameCanBeUsedAgain) {
