@@ -119,8 +119,9 @@ absl::Status RemoveInstanceObjects(absl::string_view family, absl::string_view p
     }
   }
   for (const std::string& ns : ListNetns()) {
-    if (InstanceOfNetns(family, ns) == std::string(prefix))
+    if (InstanceOfNetns(family, ns) == std::string(prefix)) {
       commands.push_back({"netns", "del", ns});
+    }
   }
   for (const json& rule : rules) {
     if (!rule.is_object() || !rule.contains("iif") || !rule["iif"].is_string() ||
