@@ -196,6 +196,7 @@ absl::StatusOr<std::unique_ptr<Network>> Network::Create(NetworkOptions options)
   ASSIGN_OR_RETURN(net->instance_lock_, ClaimPrefix(options, &net->prefix_));
   // From here on the destructor removes whatever carries the prefix, complete or not.
   RETURN_IF_ERROR(RemoveInstanceObjects(net->family_, net->prefix_));
+  net->link_group_ = absl::StrCat(LinkGroup(net->prefix_));
   ASSIGN_OR_RETURN(net->block_lock_, ClaimBlock(options, &net->block_));
   net->cut_.assign(options.nodes, false);
   net->rate_.assign(options.nodes, options.uplink_bits_per_second);
@@ -232,8 +233,8 @@ absl::Status Network::CheckNode(int node) const {
 
 absl::Status Network::CreateNode(int node) {
   const std::string br = bridge(node), ifb = IfbName(prefix_, node);
-  const std::string group = absl::StrCat(LinkGroup(prefix_));
-  RETURN_IF_ERROR(RunTool("ip", {"link", "add", br, "group", group, "type", "bridge"}).status());
+  RETURN_IF_ERROR(
+      RunTool("ip", {"link", "add", br, "group", link_group_, "type", "bridge"}).status());
   RETURN_IF_ERROR(RunTool("ip", {"addr", "add", node_gateway(node) + "/24", "dev", br}).status());
   // Forwarding on the bridges only (IPv4 decides by the receiving interface): the host's other
   // interfaces keep theirs, and the setting goes with the bridge.
@@ -251,7 +252,8 @@ absl::Status Network::CreateNode(int node) {
   // passes neither. Ingress has no shaping qdisc, so the ingress hook redirects everything to an
   // ifb, whose egress qdisc shapes (or drops) it. Shaping the veth ends instead would cap each
   // sandbox, not the node, and would slow traffic inside the node too.
-  RETURN_IF_ERROR(RunTool("ip", {"link", "add", ifb, "group", group, "type", "ifb"}).status());
+  RETURN_IF_ERROR(
+      RunTool("ip", {"link", "add", ifb, "group", link_group_, "type", "ifb"}).status());
   RETURN_IF_ERROR(RunTool("ip", {"link", "set", ifb, "up"}).status());
   RETURN_IF_ERROR(
       RunTool("tc", {"qdisc", "add", "dev", br, "handle", "ffff:", "ingress"}).status());

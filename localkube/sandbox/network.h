@@ -137,6 +137,7 @@ class Network {
   absl::Status CheckNode(int node) const;
 
   std::string family_, prefix_, ip_tool_;
+  std::string link_group_;  // LinkGroup(prefix_), as `ip link add ... group` takes it
   int block_ = 0;
   std::vector<bool> cut_;
   std::vector<std::optional<int64_t>> rate_;

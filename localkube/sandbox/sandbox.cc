@@ -83,10 +83,9 @@ absl::StatusOr<const Sandbox*> Network::AddSandbox(int node, absl::string_view n
   absl::Status made = [&]() -> absl::Status {
     const std::string& ns = s->netns_;
     RETURN_IF_ERROR(RunTool("ip", {"netns", "add", ns}).status());
-    RETURN_IF_ERROR(
-        RunTool("ip", {"link", "add", s->veth_, "group", absl::StrCat(LinkGroup(prefix_)), "type",
-                       "veth", "peer", "name", "eth0", "netns", ns})
-            .status());
+    RETURN_IF_ERROR(RunTool("ip", {"link", "add", s->veth_, "group", link_group_, "type", "veth",
+                                   "peer", "name", "eth0", "netns", ns})
+                        .status());
     RETURN_IF_ERROR(
         RunTool("ip", {"link", "set", s->veth_, "master", bridge(node), "up"}).status());
     RETURN_IF_ERROR(

@@ -84,7 +84,6 @@ std::string BlockLockPath(absl::string_view lock_dir, int block) {
 }
 
 absl::Status RemoveInstanceObjects(absl::string_view family, absl::string_view prefix) {
-  absl::Status first;
   ASSIGN_OR_RETURN(json links, RunToolJson("ip", {"link", "show"}));
   ASSIGN_OR_RETURN(json rules, RunToolJson("ip", {"rule", "show"}));
   // Everything goes in one `ip` batch. The instance's links go first, in one kernel call when
@@ -94,27 +93,27 @@ absl::Status RemoveInstanceObjects(absl::string_view family, absl::string_view p
   // of the sandbox's namespace at once, whereas a namespace that goes first is cleaned up by the
   // kernel later, with the host end still there meanwhile.
   const std::string group = absl::StrCat(LinkGroup(prefix));
-  std::vector<std::string> ours, in_group_only;
+  std::vector<std::string> grouped, by_name;  // the instance's links, in its group or not
   bool group_is_ours = true;
   for (const json& link : links) {
     if (!link.is_object() || !link.contains("ifname") || !link["ifname"].is_string()) continue;
     const std::string name = link["ifname"].get<std::string>();
     const bool in_group = link.contains("group") && link["group"] == group;
     if (InstanceOfLink(family, name) == std::string(prefix)) {
-      (in_group ? in_group_only : ours).push_back(name);
+      (in_group ? grouped : by_name).push_back(name);
     } else if (in_group) {
       group_is_ours = false;  // someone else's link in the group: delete by name only
     }
   }
   std::vector<std::vector<std::string>> commands;
-  if (group_is_ours && !in_group_only.empty()) {
+  if (group_is_ours && !grouped.empty()) {
     commands.push_back({"link", "del", "group", group});
   } else {
-    ours.insert(ours.end(), in_group_only.begin(), in_group_only.end());
+    by_name.insert(by_name.end(), grouped.begin(), grouped.end());
   }
   // By name, host veth ends before the bridges they are ports of, then the ifbs.
   for (const char kind : {'v', 'b', 'i'}) {
-    for (const std::string& name : ours) {
+    for (const std::string& name : by_name) {
       if (name[prefix.size()] == kind) commands.push_back({"link", "del", name});
     }
   }
@@ -132,8 +131,7 @@ absl::Status RemoveInstanceObjects(absl::string_view family, absl::string_view p
     if (InstanceOfLink(family, iif) != std::string(prefix)) continue;
     commands.push_back({"rule", "del", "pref", rule["priority"].dump(), "iif", iif});
   }
-  Keep(&first, RunIpBatch(commands));
-  return first;
+  return RunIpBatch(commands);  // what was already gone is no failure there
 }
 
 absl::StatusOr<std::vector<std::string>> SweepStale(absl::string_view family,

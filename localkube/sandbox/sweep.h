@@ -17,7 +17,9 @@ std::string BlockLockPath(absl::string_view lock_dir, int block);
 
 // Removes every object named with `prefix` (one of `family`'s): host veth ends, network
 // namespaces, bridges, ifbs (and with them their qdiscs and routes) and the policy rules on
-// those bridges. Already gone is fine; the first other failure is returned after trying the rest.
+// those bridges, all through one `ip` batch; the links by their link group (names.h) when it
+// holds nothing else. Already gone is fine; the first other failure is returned after trying the
+// rest.
 absl::Status RemoveInstanceObjects(absl::string_view family, absl::string_view prefix);
 
 // Removes the objects and lock files of every `family` instance whose lock can be taken, i.e.
