@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/huge_pages.h"
 #include "common/status.h"
 
 namespace kubetrain::worker {
@@ -162,7 +163,9 @@ absl::StatusOr<size_t> DeclaredSize(const std::string& path, const std::vector<i
 }
 
 // Reads the `size` data bytes into `data`, growing it chunk by chunk: a gzip stream may still
-// decompress to less than its header declares, and memory should follow what really arrives.
+// decompress to less than its header declares, and memory should follow what really arrives. The
+// memory is on huge pages where the kernel has them (common/huge_pages.h): Fashion-MNIST's
+// training images are 47 MB.
 absl::Status ReadData(gzFile file, const std::string& path, size_t size, std::vector<uint8_t>& data,
                       const std::atomic<bool>* stop) {
   size_t done = 0;
@@ -170,7 +173,7 @@ absl::Status ReadData(gzFile file, const std::string& path, size_t size, std::ve
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(absl::StrCat("stopped while reading IDX file ", path));
     }
-    if (data.size() == done) data.resize(done + std::min(kReadChunk, size - done));
+    if (data.size() == done) ResizeOnHugePages(data, done + std::min(kReadChunk, size - done));
     ASSIGN_OR_RETURN(const size_t got,
                      ReadSome(file, path, data.data(), done, data.size(), size, "data"));
     done += got;
