@@ -84,7 +84,11 @@ wait_for 60 "A's 3 pods bound" a_bound
 
 step "job B (a 500m ps, two 1500m workers) does not fit: Pending, FailedScheduling, job Created"
 # Two workers never share a node, so a node runs a worker and not the chief (drained below).
-job b 3 500m 1500m -e "$CHECKPOINT" -e "$EVERY_2S" | k apply -f - >/dev/null
+# B trains only while all three of its pods run (ps-sync), and must still be training when the
+# second drain comes, after two drains' worth of evictions, restarts and checks: 6 epochs (2,808
+# steps), about twice what it trains before that drain on 2 cores (1,411-1,471 steps in a run
+# alone). With 3, workers that start a second sooner let B finish first.
+job b 6 500m 1500m -e "$CHECKPOINT" -e "$EVERY_2S" | k apply -f - >/dev/null
 WANT="0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
 # Each pod: phase|node|PodScheduled status|reason|message, in one read (A is training meanwhile).
 b_view() {
