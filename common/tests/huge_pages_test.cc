@@ -21,7 +21,9 @@ std::string VmFlagsAt(const void* address) {
     uintptr_t begin = 0, end = 0;
     char dash = 0;
     std::istringstream range(line);
-    if (range >> std::hex >> begin >> dash >> end && dash == '-' && line.find(':') > 20) {
+    // A mapping's first line is its range, then fields; the others are "Key: value".
+    const bool first_line = line.find(':') > line.find(' ');
+    if (first_line && range >> std::hex >> begin >> dash >> end && dash == '-') {
       inside = begin <= at && at < end;
     } else if (inside && line.rfind("VmFlags:", 0) == 0) {
       return line;
