@@ -16,24 +16,18 @@ namespace kubetrain {
 // holds no whole huge page) are ignored: the memory works as it did.
 void AdviseHugePages(void* data, size_t bytes);
 
-// v.reserve(n), with any new memory advised as above before anything is written to it, so that
-// huge pages back it from the first touch. Filling it with assign() or insert() then writes each
-// element once.
-template <typename T>
-void ReserveOnHugePages(std::vector<T>& v, size_t n) {
-  if (n <= v.capacity()) return;
-  std::vector<T> grown;
-  grown.reserve(n);
-  AdviseHugePages(grown.data(), grown.capacity() * sizeof(T));
-  grown.insert(grown.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
-  v.swap(grown);
-}
-
-// v.resize(n), new elements value-initialised as resize makes them, in memory reserved as above.
-// The capacity at least doubles, as push_back's does.
+// v.resize(n), new elements value-initialised as resize makes them; where that needs new memory it
+// is allocated, advised as above and only then written, so that its huge pages back it from the
+// first touch. The capacity at least doubles, as push_back's does.
 template <typename T>
 void ResizeOnHugePages(std::vector<T>& v, size_t n) {
-  if (n > v.capacity()) ReserveOnHugePages(v, std::max(n, 2 * v.capacity()));
+  if (n > v.capacity()) {
+    std::vector<T> grown;
+    grown.reserve(std::max(n, 2 * v.capacity()));
+    AdviseHugePages(grown.data(), grown.capacity() * sizeof(T));
+    grown.insert(grown.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
+    v.swap(grown);
+  }
   v.resize(n);
 }
 

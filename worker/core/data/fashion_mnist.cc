@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <ranges>
 #include <string>
 #include <vector>
 
@@ -94,10 +93,9 @@ absl::StatusOr<Dataset> MakeDataset(const IdxArray& images, const IdxArray& labe
   float table[256];
   for (int v = 0; v < 256; ++v) table[v] = (v / 255.0f - norm.mean) / norm.stddev;
   // 188 MB for the training images: on huge pages where the kernel has them, so that the first
-  // touch is a few hundred faults, not 46,000 (docs/architecture.md §8), and written once.
-  ReserveOnHugePages(data.images, images.data.size());
-  const auto normalised = images.data | std::views::transform([&](uint8_t v) { return table[v]; });
-  data.images.assign(normalised.begin(), normalised.end());
+  // touch is a few hundred faults, not 46,000 (docs/architecture.md §8).
+  ResizeOnHugePages(data.images, images.data.size());
+  for (size_t i = 0; i < images.data.size(); ++i) data.images[i] = table[images.data[i]];
   data.labels.resize(labels.data.size());
   for (size_t i = 0; i < labels.data.size(); ++i) {
     if (labels.data[i] >= data.num_classes) {
